@@ -1,0 +1,41 @@
+# unie: regenerate the tables and figures of "Unified Energy for Invariant and Independent Decoding
+# in Diffusion Language Models".  This file is the table of contents; each stage is one .smk file.
+#
+#   snakemake --cores 2                                      # default profile (toy world, CPU)
+#   snakemake --cores 2 results/tables/table2_genppl.tex     # one table
+#   snakemake --profile slurm all                            # paper profile on a Slurm cluster
+
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/sample.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),
+
+
+rule table1:
+    input:
+        "results/tables/table1_ppl.tex",
+
+
+rule table2:
+    input:
+        "results/tables/table2_genppl.tex",

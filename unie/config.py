@@ -1,0 +1,153 @@
+"""Small frozen dataclasses for configuration, built strictly from plain dicts.
+
+``from_dict(cls, d)`` rejects unknown keys and wrong types with an error that names the key, so a
+library user gets the same early failure the workflow's JSON schema gives a Snakemake user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, get_args, get_origin, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key."""
+
+
+def _check_type(value: Any, tp: Any, where: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in get_args(tp):
+            try:
+                return _check_type(value, arg, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}: {value!r} does not match {tp}")
+    if tp is type(None):
+        if value is None:
+            return None
+        raise ConfigError(f"{where}: expected null, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return from_dict(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        (arg, *_rest) = get_args(tp) or (Any,)
+        return tuple(_check_type(v, arg, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        _, vt = get_args(tp) or (Any, Any)
+        return {k: _check_type(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if origin is typing.Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{where}: {value!r} is not one of {list(get_args(tp))}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {type(value).__name__} {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls, d: dict | None, where: str | None = None):
+    """Build dataclass ``cls`` from ``d``; unknown keys and wrong types raise :class:`ConfigError`."""
+    where = where or cls.__name__
+    d = dict(d or {})
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(names))}"
+        )
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name not in d:
+            continue
+        kwargs[f.name] = _check_type(d[f.name], hints[f.name], f"{where}.{f.name}")
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # a required field is missing
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def to_dict(obj) -> dict:
+    return dataclasses.asdict(obj)
+
+
+def dump_json(obj, path) -> None:
+    with open(path, "w") as f:
+        json.dump(obj if isinstance(obj, dict) else to_dict(obj), f, indent=2, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer size.  ``causal`` picks the AR use; ``cond_dim > 0`` adds adaLN time conditioning."""
+
+    vocab_size: int
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: int = 4
+    max_len: int = 1024
+    dropout: float = 0.0
+    causal: bool = False
+    cond_dim: int = 0
+
+    def __post_init__(self):
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"ModelConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if (self.d_model // self.n_heads) % 2:
+            raise ConfigError("ModelConfig: head dimension must be even (rotary embeddings)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation schedule: AdamW + linear warm-up then constant LR + grad clip + EMA (MDLM recipe)."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 3e-4
+    warmup: int = 100
+    weight_decay: float = 0.0
+    betas: tuple[float, ...] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    ema: float = 0.999
+    ckpt_every: int = 200
+    log_every: int = 50
+    seed: int = 0
+
+
+__all__ = [
+    "ConfigError",
+    "ModelConfig",
+    "TrainConfig",
+    "from_dict",
+    "to_dict",
+    "dump_json",
+    "field",
+]

@@ -1,0 +1,171 @@
+"""One transformer block stack used two ways: a bidirectional denoiser (masked diffusion) and a
+causal autoregressive model.  Pre-LN blocks, rotary position embeddings, PyTorch SDPA attention,
+optional adaLN time conditioning (SEDD, Duo), an optional arbitrary attention mask (BD3-LM,
+DCD's causal pass) and a KV cache for AR sampling.
+
+Shapes: tokens ``(B, L)`` int64 -> logits ``(B, L, V)`` float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from ..registry import BACKBONES
+
+
+def rotary_tables(positions: torch.Tensor, head_dim: int, base: float = 10000.0):
+    """cos/sin tables ``(L, head_dim/2)`` for integer ``positions`` ``(L,)``."""
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    ang = positions.float()[:, None] * inv[None, :]
+    return ang.cos(), ang.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs of ``x`` ``(B, H, L, Dh)`` by the position angles."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return out.flatten(-2).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.dropout = cfg.dropout
+
+    def forward(self, h, cos, sin, causal: bool, attn_mask=None, cache=None):
+        B, L, D = h.shape
+        q, k, v = self.qkv(h).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if cache is not None:  # AR decoding: append the new keys/values to the cache
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        is_causal = causal and attn_mask is None and k.shape[2] == L and L > 1
+        if causal and attn_mask is None and k.shape[2] != L and L > 1:
+            # cached decoding of several new tokens: causal over the new block, full over the past
+            past = k.shape[2] - L
+            attn_mask = torch.ones(L, k.shape[2], dtype=torch.bool, device=h.device).tril(diagonal=past)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self.proj(out.transpose(1, 2).reshape(B, L, D))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model, elementwise_affine=cfg.cond_dim == 0)
+        self.attn = Attention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, elementwise_affine=cfg.cond_dim == 0)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model),
+            nn.GELU(approximate="tanh"),
+            nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model),
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+        # adaLN modulation (DiT): shift/scale/gate for attention and MLP, zero-initialised
+        self.ada = None
+        if cfg.cond_dim:
+            self.ada = nn.Linear(cfg.cond_dim, 6 * cfg.d_model)
+            nn.init.zeros_(self.ada.weight)
+            nn.init.zeros_(self.ada.bias)
+
+    def forward(self, h, cos, sin, causal, c=None, attn_mask=None, cache=None):
+        if self.ada is None:
+            h = h + self.drop(self.attn(self.ln1(h), cos, sin, causal, attn_mask, cache))
+            return h + self.drop(self.mlp(self.ln2(h)))
+        s1, sc1, g1, s2, sc2, g2 = self.ada(c)[:, None, :].chunk(6, dim=-1)
+        x = self.ln1(h) * (1 + sc1) + s1
+        h = h + (1 + g1) * self.drop(self.attn(x, cos, sin, causal, attn_mask, cache))
+        x = self.ln2(h) * (1 + sc2) + s2
+        return h + (1 + g2) * self.drop(self.mlp(x))
+
+
+def timestep_embedding(sigma: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal embedding of the noise level ``sigma`` ``(B,)`` -> ``(B, dim)``."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=sigma.device, dtype=torch.float32) / half)
+    args = sigma.float()[:, None] * freqs[None]
+    emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+    if dim % 2:
+        emb = F.pad(emb, (0, 1))
+    return emb
+
+
+@BACKBONES.register("transformer")
+class Transformer(nn.Module):
+    """Token embedding -> ``n_layers`` pre-LN blocks -> final LN -> untied output head."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.cond = None
+        if cfg.cond_dim:
+            self.cond = nn.Sequential(nn.Linear(cfg.cond_dim, cfg.cond_dim), nn.SiLU(), nn.Linear(cfg.cond_dim, cfg.cond_dim))
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, nn.Linear) and m.weight.abs().sum() > 0:
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    @property
+    def device(self):
+        return self.embed.weight.device
+
+    def forward(
+        self,
+        x: torch.Tensor | None = None,
+        sigma: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        cache: list | None = None,
+        causal: bool | None = None,
+    ) -> torch.Tensor:
+        """Logits ``(B, L, V)``.
+
+        Args:
+            x: tokens ``(B, L)`` int64 (or ``inputs_embeds`` ``(B, L, d_model)``, e.g. Duo's soft inputs).
+            sigma: noise level ``(B,)``, required iff the model was built with ``cond_dim > 0``.
+            attn_mask: bool ``(L, L_k)`` or ``(B, 1, L, L_k)``, True = may attend (overrides ``causal``).
+            positions: rotary positions ``(L,)`` (default ``0..L-1``, offset by the cache length).
+            cache: list of per-layer dicts for AR decoding (filled in place).
+            causal: override the configured attention direction (DCD's causal pass of a denoiser).
+        """
+        h = self.embed(x) if inputs_embeds is None else inputs_embeds
+        L = h.shape[1]
+        causal = self.cfg.causal if causal is None else causal
+        if positions is None:
+            start = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
+            positions = torch.arange(start, start + L, device=h.device)
+        cos, sin = rotary_tables(positions, self.cfg.d_model // self.cfg.n_heads)
+        c = None
+        if self.cond is not None:
+            if sigma is None:
+                raise ValueError("this model is time-conditioned: pass sigma")
+            c = F.silu(self.cond(timestep_embedding(sigma, self.cfg.cond_dim)))
+        for i, blk in enumerate(self.blocks):
+            h = blk(h, cos, sin, causal, c, attn_mask, None if cache is None else cache[i])
+        return self.head(self.ln_f(h)).float()
+
+    def new_cache(self) -> list:
+        return [dict() for _ in self.blocks]

@@ -1,0 +1,45 @@
+# Shared helpers: config cross-checks, wildcard constraints, target lists, per-rule resources.
+
+from unie.workflow import check_config, run_steps
+
+check_config(config)
+
+MODELS = list(config["models"])
+RUNS = list(config["sampling"]["runs"])
+DOMAINS = config["data"]["domains"]
+TRAIN_DOMAIN = config["data"]["train_domain"]
+PPL_SPLIT = config["ppl"]["split"]
+
+
+wildcard_constraints:
+    model="|".join(MODELS),
+    run="|".join(RUNS),
+    domain="|".join(DOMAINS),
+    split="train|valid|test",
+    steps=r"\d+",
+
+
+def res(rule_name, key, default):
+    """Slurm resource of a rule from config['resources'] (paper profile), else the default."""
+    return config.get("resources", {}).get(rule_name, {}).get(key, default)
+
+
+def model_files(name):
+    return [f"results/models/{name}/model.safetensors", f"results/models/{name}/config.json"]
+
+
+def sample_targets():
+    return [f"results/samples/{run}/steps{s}.parquet" for run in RUNS for s in run_steps(config, run)]
+
+
+def genppl_targets(runs=None):
+    return [f"results/genppl/{run}/steps{s}.json" for run in (runs or RUNS) for s in run_steps(config, run)]
+
+
+def final_outputs():
+    return [
+        "results/tables/table1_ppl.tex",
+        "results/tables/table1_ppl.csv",
+        "results/tables/table2_genppl.tex",
+        "results/tables/table2_genppl.csv",
+    ]

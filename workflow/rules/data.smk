@@ -1,0 +1,49 @@
+# Data: "download" (toy: generate; paper: Hugging Face datasets) -> tokenizer -> tokenised chunks.
+
+
+rule download:
+    output:
+        "resources/raw/{domain}/{split}.parquet",
+    log:
+        "logs/download/{domain}/{split}.log",
+    params:
+        data=config["data"],
+        seed=config["seed"],
+    threads: 1
+    resources:
+        mem_mb=res("download", "mem_mb", 4000),
+        runtime=res("download", "runtime", 60),
+    script:
+        "../scripts/download.py"
+
+
+rule tokenizer:
+    output:
+        directory("resources/tokenizer"),
+    log:
+        "logs/tokenizer.log",
+    params:
+        tokenizer=config["tokenizer"],
+    threads: 1
+    script:
+        "../scripts/tokenizer.py"
+
+
+rule tokenize:
+    input:
+        raw="resources/raw/{domain}/{split}.parquet",
+        tokenizer="resources/tokenizer",
+    output:
+        "resources/tokenized/{domain}/{split}.parquet",
+    log:
+        "logs/tokenize/{domain}/{split}.log",
+    params:
+        seq_len=config["data"]["seq_len"],
+        insert_eos=config["data"].get("insert_eos", True),
+        chunk_specials=config["data"].get("chunk_specials", True),
+    threads: 1
+    resources:
+        mem_mb=res("tokenize", "mem_mb", 8000),
+        runtime=res("tokenize", "runtime", 120),
+    script:
+        "../scripts/tokenize.py"

@@ -1,0 +1,37 @@
+# Training: every model in config['models'] with its method's loss (one shared loop: AdamW,
+# warm-up, grad clip, EMA, checkpoints in results/checkpoints/{model}/ that a rerun resumes from).
+
+
+def train_inputs(wc):
+    spec = config["models"][wc.model]
+    inputs = {
+        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        "tokenizer": "resources/tokenizer",
+    }
+    if spec.get("init_from"):
+        inputs["init"] = model_files(spec["init_from"])[0]
+    return inputs
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        weights="results/models/{model}/model.safetensors",
+        config="results/models/{model}/config.json",
+    log:
+        "logs/train/{model}.log",
+    benchmark:
+        "benchmarks/train/{model}.tsv"
+    params:
+        spec=lambda wc: config["models"][wc.model],
+        seq_len=config["data"]["seq_len"],
+        ckpt_dir=lambda wc: f"results/checkpoints/{wc.model}",
+        device=config["device"],
+    threads: config["threads"]
+    resources:
+        gpu=res("train", "gpu", 0),
+        mem_mb=res("train", "mem_mb", 4000),
+        runtime=res("train", "runtime", 120),
+    script:
+        "../scripts/train.py"

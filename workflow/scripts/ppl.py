@@ -1,0 +1,23 @@
+"""Rule ppl: a model's perplexity (bound) on the evaluation split of every domain (Table 1)."""
+
+import json
+
+from unie.workflow import job
+
+with job(snakemake) as log:
+    from unie.likelihood import model_ppl
+
+    p = snakemake.params
+    result = model_ppl(
+        model_dir=snakemake.input.model[0].rsplit("/", 1)[0],
+        tokenizer_dir=snakemake.input.tokenizer,
+        data_paths=dict(zip(p.domains, snakemake.input.data)),
+        n_mc=p.ppl["n_mc"],
+        batch_size=p.ppl["batch_size"],
+        max_sequences=p.ppl.get("max_sequences"),
+        seed=p.seed,
+        device=p.device,
+        log=log,
+    )
+    with open(snakemake.output[0], "w") as f:
+        json.dump(result, f, indent=2)

@@ -1,0 +1,11 @@
+"""Rule tokenize: fixed-length wrapped chunks (MDLM's ``wrap``) as Parquet ``input_ids``."""
+
+from unie.data import tokenize_corpus
+from unie.tokenizer import load_tokenizer
+from unie.workflow import job
+
+with job(snakemake) as log:
+    tok = load_tokenizer(snakemake.input.tokenizer)
+    n = tokenize_corpus(snakemake.input.raw, tok, snakemake.output[0], snakemake.params.seq_len,
+                        insert_eos=snakemake.params.insert_eos, chunk_specials=snakemake.params.chunk_specials)
+    log(f"{n} chunks of {snakemake.params.seq_len} tokens -> {snakemake.output[0]}")

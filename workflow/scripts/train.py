@@ -1,0 +1,19 @@
+"""Rule train: one model of config['models'] with its method's loss; EMA weights -> safetensors."""
+
+from unie.workflow import job
+
+with job(snakemake) as log:
+    from unie.jobs import train_from_spec
+
+    train_from_spec(
+        name=snakemake.wildcards.model,
+        spec=snakemake.params.spec,
+        train_path=snakemake.input.train,
+        tokenizer_dir=snakemake.input.tokenizer,
+        out_dir=snakemake.output.weights.rsplit("/", 1)[0],
+        ckpt_dir=snakemake.params.ckpt_dir,
+        seq_len=snakemake.params.seq_len,
+        device=snakemake.params.device,
+        init_dir=snakemake.input.get("init", "").rsplit("/", 1)[0] or None,
+        log=log,
+    )
