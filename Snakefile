@@ -11,7 +11,11 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The default profile, unless the command line names another config file (which then replaces it
+# instead of being merged into it, so no toy-world key can leak into another profile).
+if not config:
+
+    configfile: "config/config.yaml"
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
@@ -23,6 +27,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/sample.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/hf.smk"
 
 
 rule all:

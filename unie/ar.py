@@ -55,7 +55,7 @@ class ARModel:
         return self.logp_next(x).gather(-1, x[..., None]).squeeze(-1).double().sum(-1)
 
     @torch.no_grad()
-    def sample(self, n: int, L: int, generator=None, batch_size: int = 256, prefix: torch.Tensor | None = None) -> torch.Tensor:
+    def sample(self, n: int, L: int, generator=None, batch_size: int = 256) -> torch.Tensor:
         """Ancestral sampling with a KV cache (one new token per forward), float64 Gumbel-max. ``(n, L)``."""
         out = []
         dev = self.net.device

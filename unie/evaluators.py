@@ -94,8 +94,8 @@ class ModelEvaluator:
 @EVALUATORS.register("hf")
 class HFEvaluator:
     """A local Hugging Face causal LM (never downloads).  Texts are encoded with its tokenizer, a BOS is
-    prepended when the tokenizer has one (else EOS, as for GPT-2), and sequences longer than the model's
-    context are scored in consecutive windows."""
+    prepended when the tokenizer has one (else EOS, as for GPT-2) so the first token is scored too, and
+    sequences are truncated to ``max_length`` tokens (MDLM's protocol truncates at 1024)."""
 
     def __init__(self, tokenizer, path: str, eos_rule: str = "first", device: str = "cpu",
                  max_length: int = 1024, dtype: str = "float32", **_):

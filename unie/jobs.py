@@ -23,7 +23,7 @@ from .metrics import mean_entropy_bits, ppl_with_se
 from .models.checkpoint import CheckpointError, load_model, save_model
 from .models.transformer import Transformer
 from .registry import METHODS, SAMPLERS
-from .tokenizer import load_tokenizer
+from .tokenizer import blocked_ids, load_tokenizer
 from .train import run_signature, train
 
 
@@ -54,7 +54,9 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     method = build_method(spec["method"], tok.info(), options)
     cfg = model_config(spec["arch"], tok.vocab_size, seq_len, method)
     tcfg = from_dict(TrainConfig, spec["train"], f"models.{name}.train")
-    net = Transformer(cfg).to(device)
+    with torch.random.fork_rng(devices=[]):  # initial weights are a function of the config's seed
+        torch.manual_seed(tcfg.seed)
+        net = Transformer(cfg).to(device)
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         if meta["model"] != dataclasses.asdict(cfg):
@@ -114,8 +116,9 @@ def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samp
                        **spec.get("options", {}))
     seconds = time.perf_counter() - t0
     x = x.cpu()
-    if (x == tok.mask_id).any():
-        raise RuntimeError(f"run {run}: {(x == tok.mask_id).sum().item()} mask tokens left in the samples")
+    for bad in blocked_ids(tok.info()):
+        if (x == bad).any():
+            raise RuntimeError(f"run {run}: {(x == bad).sum().item()} tokens with id {bad} (mask/bos) in the samples")
     if x.shape != (n_samples, seq_len):
         raise RuntimeError(f"run {run}: samples have shape {tuple(x.shape)}, expected {(n_samples, seq_len)}")
     meta = {"run": run, "sampler": spec["sampler"], "steps": steps, "seconds": seconds, **stats}

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from .gumbel import uniform
 from .registry import METHODS
 from .schedule import Schedule, antithetic_t, make_schedule
+from .tokenizer import blocked_ids
 
 
 def q_xt(x0: torch.Tensor, mask_prob: torch.Tensor, mask_id: int, generator=None) -> torch.Tensor:
@@ -26,14 +27,20 @@ def q_xt(x0: torch.Tensor, mask_prob: torch.Tensor, mask_id: int, generator=None
     return torch.where(u < p.double(), torch.full_like(x0, mask_id), x0)
 
 
-def subs_logp(logits: torch.Tensor, xt: torch.Tensor, mask_id: int) -> torch.Tensor:
+def block_logits(logits: torch.Tensor, ids) -> torch.Tensor:
+    """Set the logits of ``ids`` to -inf (out of place)."""
+    block = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    block[list(ids)] = True
+    return logits.float().masked_fill(block, -math.inf)
+
+
+def subs_logp(logits: torch.Tensor, xt: torch.Tensor, mask_id: int, blocked=()) -> torch.Tensor:
     """SUBS log-probabilities ``log p_theta(x0 | xt)`` ``(B, L, V)`` from raw logits ``(B, L, V)``.
 
-    Masked positions: log-softmax with the mask logit at -inf.  Unmasked positions: log 1 = 0 on the
-    carried token, -inf elsewhere (exact carry-over, never a finite penalty)."""
-    logits = logits.float().clone()
-    logits[..., mask_id] = -math.inf
-    logp = F.log_softmax(logits, dim=-1)
+    Masked positions: log-softmax with the mask logit (and any other ``blocked`` id, e.g. an
+    input-only ``<bos>``) at -inf.  Unmasked positions: log 1 = 0 on the carried token, -inf elsewhere
+    (exact carry-over, never a finite penalty)."""
+    logp = F.log_softmax(block_logits(logits, {mask_id, *blocked}), dim=-1)
     unmasked = (xt != mask_id)[..., None]
     carry = torch.full_like(logp, -math.inf).scatter_(-1, xt[..., None], 0.0)
     return torch.where(unmasked, carry, logp)
@@ -42,14 +49,16 @@ def subs_logp(logits: torch.Tensor, xt: torch.Tensor, mask_id: int) -> torch.Ten
 class MDLMDenoiser:
     """A trained network as a denoiser: ``logp_x0(xt) -> (B, L, V)`` (SUBS)."""
 
-    def __init__(self, net, mask_id: int):
+    def __init__(self, net, mask_id: int, blocked=()):
         self.net = net
         self.mask_id = mask_id
+        self.blocked = tuple(blocked)
         self.vocab_size = net.cfg.vocab_size
 
     @torch.no_grad()
     def logp_x0(self, xt: torch.Tensor, sigma=None) -> torch.Tensor:
-        return subs_logp(self.net(xt.to(self.net.device)), xt.to(self.net.device), self.mask_id)
+        xt = xt.to(self.net.device)
+        return subs_logp(self.net(xt), xt, self.mask_id, self.blocked)
 
 
 def masked_nll(logp_x0: torch.Tensor, x0: torch.Tensor, xt: torch.Tensor, mask_id: int) -> torch.Tensor:
@@ -79,6 +88,7 @@ class MDLM:
 
     def __init__(self, tokenizer_info: dict, schedule: str = "loglinear", eps: float = 1e-3, t_eps: float = 1e-3):
         self.mask_id = tokenizer_info["mask_id"]
+        self.blocked = blocked_ids(tokenizer_info)
         self.schedule = make_schedule(schedule, eps)
         self.t_eps = t_eps
 
@@ -86,7 +96,7 @@ class MDLM:
         """Mean per-token NELBO over the batch (antithetic t)."""
         t = antithetic_t(x0.shape[0], generator, self.t_eps, x0.device)
         xt = q_xt(x0, self.schedule.mask_prob(t), self.mask_id, generator)
-        logits = net(xt).float().index_fill(-1, torch.tensor([self.mask_id], device=x0.device), -math.inf)
+        logits = block_logits(net(xt), self.blocked)
         nll_tok = F.cross_entropy(logits.transpose(1, 2), x0, reduction="none")  # (B, L)
         nll_tok = torch.where(xt == self.mask_id, nll_tok, torch.zeros_like(nll_tok))
         return (self.schedule.weight(t)[:, None] * nll_tok).sum() / x0.numel()
@@ -95,8 +105,8 @@ class MDLM:
     def nll(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
         """Per-sequence NELBO ``(B,)`` with antithetic t across the batch."""
         t = antithetic_t(x0.shape[0], generator, self.t_eps, x0.device)
-        return nelbo(MDLMDenoiser(net, self.mask_id), x0, t, self.schedule, self.mask_id, generator)
+        return nelbo(self.wrap(net), x0, t, self.schedule, self.mask_id, generator)
 
     def wrap(self, net) -> MDLMDenoiser:
         """The trained network as a sampler-facing denoiser."""
-        return MDLMDenoiser(net, self.mask_id)
+        return MDLMDenoiser(net, self.mask_id, self.blocked)

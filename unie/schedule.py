@@ -50,6 +50,10 @@ class LogLinear(Schedule):
     def dalpha(self, t):
         return torch.full_like(t, -(1.0 - self.eps)) if torch.is_tensor(t) else -(1.0 - self.eps)
 
+    def weight(self, t):
+        """``-alpha'/(1 - alpha) = 1/t`` exactly (computed directly, no cancellation at small t)."""
+        return 1.0 / t
+
 
 @SCHEDULES.register("linear")
 class Linear(Schedule):

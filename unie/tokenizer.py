@@ -102,6 +102,15 @@ class HFTokenizer:
         return cls(path)
 
 
+def blocked_ids(info: dict) -> list[int]:
+    """Ids a denoiser must never predict: the mask, and ``<bos>`` when it is a separate input-only token
+    (the toy world's; GPT-2's BOS is its EOS, a real data token)."""
+    ids = [info["mask_id"]]
+    if info["bos_id"] != info["eos_id"]:
+        ids.append(info["bos_id"])
+    return ids
+
+
 def load_tokenizer(path):
     """Load a tokenizer directory written by ``save`` (word-level or Hugging Face)."""
     p = Path(path)

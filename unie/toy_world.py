@@ -145,6 +145,21 @@ class HMM:
         self.T, self.E = self._build()
         self.pi0 = self._stationary()
 
+    @classmethod
+    def from_matrices(cls, T: torch.Tensor, E: torch.Tensor, pi0: torch.Tensor | None = None) -> "HMM":
+        """An HMM with given transition ``(S, S)`` and emission ``(S, V)`` matrices (for brute-force tests).
+
+        Symbols are ``0..V-1`` with the last one playing ``<eos>``; ``pi0`` defaults to the stationary law."""
+        self = cls.__new__(cls)
+        self.domain = None
+        self.T, self.E = T.double(), E.double()
+        self.S, self.V = self.T.shape[0], self.E.shape[1]
+        self.words = [f"w{i}" for i in range(self.V - 1)]
+        self.eos_id = self.V - 1
+        self.states = list(range(self.S))
+        self.pi0 = self._stationary() if pi0 is None else pi0.double()
+        return self
+
     # ------------------------------------------------------------------ construction
     def _role_transitions(self) -> dict[str, dict[str, float]]:
         d = self.domain

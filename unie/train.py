@@ -75,7 +75,7 @@ def train(
     ema = copy.deepcopy(net).eval()
     for p in ema.parameters():
         p.requires_grad_(False)
-    step, history = 0, []
+    step, history, running = 0, [], []
     if last.exists():
         state = torch.load(last, map_location=device, weights_only=True)
         if state.get("signature") == signature:
@@ -84,6 +84,7 @@ def train(
             opt.load_state_dict(state["opt"])
             step = int(state["step"])
             history = json.loads(state["history"])
+            running = json.loads(state.get("running", "[]"))
             log(f"resumed from {last} at step {step}")
         else:
             log(f"ignoring {last}: it belongs to a different run configuration")
@@ -93,7 +94,7 @@ def train(
     def save(step: int):
         tmp = ckpt_dir / "last.pt.tmp"
         torch.save({"model": net.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(), "step": step,
-                    "signature": signature, "history": json.dumps(history)}, tmp)
+                    "signature": signature, "history": json.dumps(history), "running": json.dumps(running)}, tmp)
         os.replace(tmp, last)
 
     net.train()
@@ -102,7 +103,7 @@ def train(
         from tqdm import tqdm
 
         bar = tqdm(total=cfg.steps, initial=step, desc="train", mininterval=5.0, dynamic_ncols=False, ncols=100)
-    t0, running = time.time(), []
+    t0 = time.time()
     while step < cfg.steps:
         torch.manual_seed(cfg.seed * 1_000_003 + step)  # dropout, if any
         gb = _step_generator(cfg.seed, step, 0, "cpu")

@@ -1,5 +1,7 @@
 # Shared helpers: config cross-checks, wildcard constraints, target lists, per-rule resources.
 
+import os
+
 from unie.workflow import check_config, run_steps
 
 check_config(config)
@@ -28,8 +30,8 @@ def model_files(name):
     return [f"results/models/{name}/model.safetensors", f"results/models/{name}/config.json"]
 
 
-def sample_targets():
-    return [f"results/samples/{run}/steps{s}.parquet" for run in RUNS for s in run_steps(config, run)]
+def sample_targets(runs=None):
+    return [f"results/samples/{run}/steps{s}.parquet" for run in (runs or RUNS) for s in run_steps(config, run)]
 
 
 def genppl_targets(runs=None):

@@ -24,6 +24,7 @@ rule tokenizer:
         "logs/tokenizer.log",
     params:
         tokenizer=config["tokenizer"],
+    localrule: True  # may download (paper profile): run on the submit host
     threads: 1
     script:
         "../scripts/tokenizer.py"

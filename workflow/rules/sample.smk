@@ -1,5 +1,5 @@
-# Table 2: samples per (run, step count), then generative perplexity under every evaluator
-# (each evaluator loaded once per job) and entropy.
+# Table 2: samples per (run, step count), their generative perplexity under every evaluator and
+# their entropy.
 
 
 def sample_inputs(wc):
@@ -12,11 +12,24 @@ def sample_inputs(wc):
     return inputs
 
 
+def evaluator_inputs():
+    inputs = {}
+    for name, ev in config["genppl"]["evaluators"].items():
+        if ev["kind"] == "model":
+            inputs[f"ev_{name}"] = model_files(ev["model"])
+        elif ev["kind"] == "hf":
+            inputs[f"ev_{name}"] = f"resources/hf/{ev['model']}"
+    return inputs
+
+
 rule sample:
+    # one job = one (run, step count): sample, then score the samples under every evaluator (each
+    # loaded once).  Deleting either output reruns exactly this job and the table.
     input:
-        unpack(sample_inputs),
+        unpack(lambda wc: {**sample_inputs(wc), **evaluator_inputs()}),
     output:
-        "results/samples/{run}/steps{steps}.parquet",
+        samples="results/samples/{run}/steps{steps}.parquet",
+        genppl="results/genppl/{run}/steps{steps}.json",
     log:
         "logs/sample/{run}/steps{steps}.log",
     benchmark:
@@ -27,6 +40,9 @@ rule sample:
         batch_size=config["sampling"]["batch_size"],
         seq_len=config["data"]["seq_len"],
         seed=config["seed"],
+        evaluators=config["genppl"]["evaluators"],
+        eos_rule=config["genppl"]["eos_rule"],
+        train_domain=TRAIN_DOMAIN,
         device=config["device"],
     threads: config["threads"]
     resources:
@@ -35,34 +51,3 @@ rule sample:
         runtime=res("sample", "runtime", 60),
     script:
         "../scripts/sample.py"
-
-
-def evaluator_inputs(wc):
-    inputs = {"samples": f"results/samples/{wc.run}/steps{wc.steps}.parquet", "tokenizer": "resources/tokenizer"}
-    for name, ev in config["genppl"]["evaluators"].items():
-        if ev["kind"] == "model":
-            inputs[f"ev_{name}"] = model_files(ev["model"])
-        elif ev["kind"] == "hf":
-            inputs[f"ev_{name}"] = f"resources/hf/{ev['model']}"
-    return inputs
-
-
-rule genppl:
-    input:
-        unpack(evaluator_inputs),
-    output:
-        "results/genppl/{run}/steps{steps}.json",
-    log:
-        "logs/genppl/{run}/steps{steps}.log",
-    params:
-        evaluators=config["genppl"]["evaluators"],
-        eos_rule=config["genppl"]["eos_rule"],
-        train_domain=TRAIN_DOMAIN,
-        device=config["device"],
-    threads: config["threads"]
-    resources:
-        gpu=res("genppl", "gpu", 0),
-        mem_mb=res("genppl", "mem_mb", 4000),
-        runtime=res("genppl", "runtime", 60),
-    script:
-        "../scripts/genppl.py"

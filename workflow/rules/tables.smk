@@ -1,13 +1,26 @@
 # Tables: LaTeX + CSV generated from result files written by the rules above (never typed in).
+#
+# Each table also takes the *directories* of its result files as inputs.  Snakemake does not
+# regenerate a deleted intermediate file while the files made from it are present
+# (snakemake/snakemake#1978); deleting a result file updates its directory's mtime, which makes the
+# table stale, so asking for the table reruns exactly the missing result and the table.
+
+
+def result_dirs(files):
+    dirs = sorted({os.path.dirname(f) for f in files})
+    for d in dirs:  # they must exist for the input set to be the same on every invocation
+        os.makedirs(d, exist_ok=True)
+    return dirs
 
 
 def table1_inputs(wc):
-    return [f"results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values())]
+    files = [f"results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values())]
+    return {"ppl": files, "dirs": result_dirs(files)}
 
 
 rule table1_ppl:
     input:
-        table1_inputs,
+        unpack(table1_inputs),
     output:
         tex="results/tables/table1_ppl.tex",
         csv="results/tables/table1_ppl.csv",
@@ -21,9 +34,15 @@ rule table1_ppl:
         "../scripts/table1.py"
 
 
+def table2_inputs(wc):
+    runs = list(dict.fromkeys(config["tables"]["table2_genppl"].values()))
+    files = {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
+    return {**files, "dirs": result_dirs(files["genppl"] + files["samples"])}
+
+
 rule table2_genppl:
     input:
-        lambda wc: genppl_targets(list(dict.fromkeys(config["tables"]["table2_genppl"].values()))),
+        unpack(table2_inputs),
     output:
         tex="results/tables/table2_genppl.tex",
         csv="results/tables/table2_genppl.csv",
@@ -36,3 +55,4 @@ rule table2_genppl:
     localrule: True
     script:
         "../scripts/table2.py"
+

@@ -1,9 +1,13 @@
-"""Rule sample: ``n_samples`` sequences from one sampling run at one step count."""
+"""Rule sample: ``n_samples`` sequences from one sampling run at one step count, then their generative
+perplexity under every evaluator (each loaded once) and their entropy in bits."""
+
+import json
+from pathlib import Path
 
 from unie.workflow import job
 
 with job(snakemake) as log:
-    from unie.jobs import run_sampler
+    from unie.jobs import evaluate_samples, run_sampler
 
     p = snakemake.params
     run_sampler(
@@ -11,7 +15,7 @@ with job(snakemake) as log:
         spec=p.spec,
         steps=int(snakemake.wildcards.steps),
         inputs={k: v for k, v in snakemake.input.items()},
-        out_path=snakemake.output[0],
+        out_path=snakemake.output.samples,
         n_samples=p.n_samples,
         batch_size=p.batch_size,
         seq_len=p.seq_len,
@@ -19,3 +23,20 @@ with job(snakemake) as log:
         device=p.device,
         log=log,
     )
+    paths = {}
+    for name in p.evaluators:
+        files = snakemake.input.get(f"ev_{name}")
+        if files:
+            paths[name] = str(Path(files[0]).parent) if isinstance(files, list) else files
+    result = evaluate_samples(
+        samples_path=snakemake.output.samples,
+        tokenizer_dir=snakemake.input.tokenizer,
+        evaluators=p.evaluators,
+        eos_rule=p.eos_rule,
+        evaluator_paths=paths,
+        domain=p.train_domain,
+        device=p.device,
+        log=log,
+    )
+    with open(snakemake.output.genppl, "w") as f:
+        json.dump(result, f, indent=2)

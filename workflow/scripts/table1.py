@@ -5,6 +5,6 @@ from unie.workflow import job
 with job(snakemake) as log:
     from unie.tables import table1
 
-    table1(dict(snakemake.params.rows), list(snakemake.params.domains), list(snakemake.input),
+    table1(dict(snakemake.params.rows), list(snakemake.params.domains), list(snakemake.input.ppl),
            snakemake.output.tex, snakemake.output.csv)
     log(open(snakemake.output.tex).read())

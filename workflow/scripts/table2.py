@@ -6,5 +6,5 @@ with job(snakemake) as log:
     from unie.tables import table2
 
     table2(dict(snakemake.params.rows), dict(snakemake.params.runs), dict(snakemake.params.evaluators),
-           list(snakemake.input), snakemake.output.tex, snakemake.output.csv)
+           list(snakemake.input.genppl), snakemake.output.tex, snakemake.output.csv)
     log(open(snakemake.output.tex).read())

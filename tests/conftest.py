@@ -1,0 +1,69 @@
+"""Shared fixtures: a tiny brute-forceable HMM, the real toy-world HMM, its tokenizer, tiny transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from unie.config import ModelConfig
+from unie.models.transformer import Transformer
+from unie.tokenizer import WordTokenizer
+from unie.toy_world import HMM, word_list
+
+# Every tensor here is tiny: intra-op threading only adds synchronisation overhead, and on a loaded
+# 2-core machine it makes small matmuls ~30x slower.  One thread keeps the suite fast and deterministic.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_hmm() -> HMM:
+    """S=3 hidden states, V=3 symbols, random strictly positive matrices (small enough to enumerate)."""
+    g = torch.Generator().manual_seed(1234)
+    T = torch.rand(3, 3, generator=g, dtype=torch.float64) + 0.1
+    E = torch.rand(3, 3, generator=g, dtype=torch.float64) + 0.1
+    return HMM.from_matrices(T / T.sum(1, keepdim=True), E / E.sum(1, keepdim=True))
+
+
+@pytest.fixture(scope="session")
+def owt_hmm() -> HMM:
+    return HMM("owt")
+
+
+@pytest.fixture(scope="session")
+def tok() -> WordTokenizer:
+    return WordTokenizer(word_list())
+
+
+@pytest.fixture(scope="session")
+def tok_info(tok) -> dict:
+    return tok.info()
+
+
+def make_net(vocab_size: int, causal: bool = False, d_model: int = 16, n_layers: int = 1, n_heads: int = 2,
+             max_len: int = 16, seed: int = 0) -> Transformer:
+    """A tiny randomly initialised transformer (deterministic for a seed)."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=2,
+                      max_len=max_len, causal=causal)
+    return Transformer(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def net_factory(tok):
+    """``net_factory(causal=..., **sizes)``: a tiny transformer over the toy-world vocabulary."""
+
+    def build(**kw):
+        return make_net(tok.vocab_size, **kw)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def random_words(tok):
+    """``random_words(n, L, seed)``: ``(n, L)`` ids uniform over the words + <eos> (never <bos>/<mask>)."""
+
+    def draw(n: int, L: int, seed: int = 0) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(0, tok.eos_id + 1, (n, L), generator=g)
+
+    return draw

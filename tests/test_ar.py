@@ -1,0 +1,166 @@
+"""The autoregressive model: KV-cache decoding, teacher-forced likelihood, sampling, the mask-aware loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from unie.ar import AR, ARModel
+from unie.gumbel import gumbel_argmax
+from unie.registry import METHODS, SAMPLERS
+
+
+@pytest.fixture
+def causal_net(net_factory):
+    return net_factory(causal=True, d_model=32, n_layers=2, n_heads=4, max_len=16)
+
+
+@pytest.fixture
+def model(causal_net, tok_info):
+    return AR(tok_info).wrap(causal_net)
+
+
+def test_kv_cache_token_by_token_equals_full_forward(causal_net, random_words):
+    x = random_words(3, 12, seed=1)
+    with torch.no_grad():
+        full = causal_net(x)
+        cache = causal_net.new_cache()
+        steps = torch.cat([causal_net(x[:, i : i + 1], cache=cache) for i in range(12)], dim=1)
+    assert len(cache) == 2 and cache[0]["k"].shape[2] == 12
+    assert torch.allclose(steps, full, atol=1e-5)
+
+
+def test_kv_cache_in_chunks_equals_full_forward(causal_net, random_words):
+    x = random_words(2, 12, seed=2)
+    with torch.no_grad():
+        full = causal_net(x)
+        cache = causal_net.new_cache()
+        chunks = [causal_net(x[:, a:b], cache=cache) for a, b in ((0, 5), (5, 6), (6, 9), (9, 12))]
+    assert torch.allclose(torch.cat(chunks, dim=1), full, atol=1e-5)
+
+
+def test_causal_net_ignores_the_future(causal_net, random_words):
+    x = random_words(2, 10, seed=3)
+    y = x.clone()
+    y[:, 6:] = (y[:, 6:] + 1) % 50
+    with torch.no_grad():
+        a, b = causal_net(x), causal_net(y)
+    assert torch.allclose(a[:, :6], b[:, :6], atol=1e-6)
+    assert not torch.allclose(a[:, 6:], b[:, 6:], atol=1e-4)
+
+
+def test_logp_next_normalised_and_blocks_specials(model, tok_info, random_words):
+    x = random_words(4, 10)
+    logp = model.logp_next(x)
+    assert logp.shape == (4, 10, tok_info["vocab_size"])
+    assert torch.isneginf(logp[..., tok_info["mask_id"]]).all() and torch.isneginf(logp[..., tok_info["bos_id"]]).all()
+    assert torch.allclose(logp.logsumexp(-1), torch.zeros(4, 10), atol=1e-5)
+    # position i sees only ctx_<i: changing x_i changes predictions after i, not at i
+    y = x.clone()
+    y[:, 4] = (y[:, 4] + 1) % 50
+    other = model.logp_next(y)
+    assert torch.allclose(logp[:, :5], other[:, :5], atol=1e-6)
+    assert not torch.allclose(logp[:, 5:], other[:, 5:], atol=1e-4)
+    # the first position is predicted from <bos> alone
+    bos = torch.full((4, 1), tok_info["bos_id"])
+    assert torch.allclose(logp[:, 0], model._normalise(model.net(bos))[:, 0], atol=1e-6)
+
+
+def test_log_prob_is_sum_of_gathered_logp_next_and_nll_is_its_negative(model, causal_net, tok_info, random_words):
+    x = random_words(5, 10, seed=4)
+    lp = model.log_prob(x)
+    want = model.logp_next(x).gather(-1, x[..., None]).squeeze(-1).double().sum(-1)
+    assert lp.shape == (5,) and lp.dtype == torch.float64
+    assert torch.allclose(lp, want, atol=1e-6)
+    assert (lp < 0).all()
+    assert torch.equal(AR(tok_info).nll(causal_net, x), -lp)
+    # and the training loss is the mean per-token NLL on clean inputs
+    loss = AR(tok_info).loss(causal_net, x, torch.Generator().manual_seed(0))
+    assert torch.allclose(loss.double(), -lp.sum() / x.numel(), atol=1e-5)
+
+
+def test_sample_shape_validity_and_reproducibility(model, tok_info):
+    a = model.sample(9, 7, torch.Generator().manual_seed(0), batch_size=4)
+    b = model.sample(9, 7, torch.Generator().manual_seed(0), batch_size=4)
+    c = model.sample(9, 7, torch.Generator().manual_seed(1), batch_size=4)
+    assert a.shape == (9, 7) and a.dtype == torch.int64
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert not (a == tok_info["mask_id"]).any() and not (a == tok_info["bos_id"]).any()
+    assert (a >= 0).all() and (a < tok_info["vocab_size"]).all()
+
+
+def test_sample_with_cache_equals_sampling_with_full_forwards(model):
+    """KV-cache sampling draws the same tokens as recomputing the whole prefix at every step."""
+    n, L = 6, 8
+    got = model.sample(n, L, torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    x = torch.full((n, 1), model.bos_id)
+    with torch.no_grad():
+        for _ in range(L):
+            logp = model._normalise(model.net(x)[:, -1])
+            x = torch.cat([x, gumbel_argmax(logp, g)[:, None]], dim=1)
+    assert torch.equal(got, x[:, 1:])
+
+
+def test_sample_distribution_matches_logp(tok_info, net_factory):
+    """L=1 samples follow the model's own next-token distribution after <bos>."""
+    net = net_factory(causal=True, max_len=4, seed=5)
+    with torch.no_grad():  # sharpen the random model so a few tokens carry most of the mass
+        net.head.weight.mul_(40)
+    m = AR(tok_info).wrap(net)
+    n = 20_000
+    x = m.sample(n, 1, torch.Generator().manual_seed(0), batch_size=n)[:, 0]
+    p = m._normalise(net(torch.full((1, 1), m.bos_id)))[0, 0].double().exp()
+    freq = torch.bincount(x, minlength=p.numel()).double() / n
+    assert 0.5 * (freq - p).abs().sum() < 0.05
+
+
+def test_mask_aware_loss_masks_inputs_not_targets(causal_net, tok_info, random_words):
+    mask_id = tok_info["mask_id"]
+    x0 = random_words(8, 12, seed=6)
+    seen = []
+    real_forward = causal_net.forward
+
+    def spy(x, *a, **kw):
+        seen.append(x.clone())
+        return real_forward(x, *a, **kw)
+
+    causal_net.forward = spy
+    method = AR(tok_info, mask_inputs=True)
+    loss = method.loss(causal_net, x0, torch.Generator().manual_seed(0))
+    del causal_net.forward
+    assert len(seen) == 1
+    inputs = seen[0]
+    assert (inputs[:, 0] == tok_info["bos_id"]).all()
+    masked = inputs[:, 1:] == mask_id
+    assert masked.any(), "the mask-aware loss must mask some inputs"
+    assert not masked[0::2].any(), "even rows keep a clean context"
+    assert torch.equal(inputs[:, 1:][~masked], x0[:, :-1][~masked])  # the rest is the shifted clean x0
+    # targets are the clean x0 (a masked target would have log-probability -inf: the loss stays finite)
+    assert torch.isfinite(loss) and loss > 0
+    logp = AR(tok_info).wrap(causal_net)._normalise(causal_net(inputs))
+    assert torch.allclose(loss, F.nll_loss(logp.transpose(1, 2), x0), atol=1e-6)
+    loss.backward()
+    assert causal_net.embed.weight.grad[mask_id].abs().sum() > 0  # the mask embedding is trained
+    # the same generator gives the same masking; the plain loss never masks
+    assert torch.isfinite(AR(tok_info).loss(causal_net, x0, torch.Generator().manual_seed(0)))
+
+
+def test_ar_registry_entries(model, tok_info):
+    assert METHODS["ar"] is AR and AR.causal
+    x, stats = SAMPLERS["ar"]({"ar": model}, 5, 6, 6, torch.Generator().manual_seed(0), batch_size=2)
+    assert x.shape == (5, 6) and stats["nfe"] == 6 * 3
+    assert torch.equal(x, model.sample(5, 6, torch.Generator().manual_seed(0), batch_size=2))
+    with pytest.raises(ValueError, match="steps must be L"):
+        SAMPLERS["ar"]({"ar": model}, 5, 6, 3, torch.Generator().manual_seed(0))
+
+
+def test_armodel_without_mask_id(causal_net, tok_info, random_words):
+    m = ARModel(causal_net, tok_info["bos_id"], None)
+    logp = m.logp_next(random_words(2, 5))
+    assert torch.isneginf(logp[..., tok_info["bos_id"]]).all()
+    assert torch.isfinite(logp[..., tok_info["mask_id"]]).all()
+    assert math.isclose(logp.exp().sum(-1).mean().item(), 1.0, rel_tol=1e-5)

@@ -1,0 +1,454 @@
+"""The paper profile's loading path, offline: detokenisers, local datasets -> wrapped GPT-2-style chunks,
+the tokenizer and model fetchers, the HF evaluator, and dry runs of ``snakemake --profile slurm``.
+
+Everything is built locally (a byte-level BPE trained on a few sentences, a one-layer GPT-2); nothing is
+downloaded.  Protocol: ``notes/baselines.md`` §0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: any hub access fails instead of downloading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from unie import hf_data
+from unie.data import load_tokens, tokenize_corpus, write_text_parquet
+from unie.detokenize import (DETOKENIZERS, lambada_detokenizer, lm1b_detokenizer, ptb_detokenizer,
+                             scientific_papers_detokenizer, wikitext_detokenizer)
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = REPO / "config" / "paper.yaml"
+EOT = "<|endoftext|>"
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A stitch in time saves nine, and a penny saved is a penny earned.",
+    "Robert Boulter is an English film, television and theatre actor.",
+    "He had a guest-starring role on the television series The Bill in 2000.",
+    "Consumers may want to move their telephones a little closer to the TV set.",
+    "It cost $1,000.5 and the dog's bowl was 10 degrees warm (London).",
+]
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    """Keep the `datasets` cache of local fixture files inside the test's tmp dir."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+
+
+# --------------------------------------------------------------------------------------------------
+# detokenisers (MDLM dataloader.py semantics)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (" = Robert Boulter = \n", " = Robert Boulter =\n"),
+        (" = = Career = = \n", " == Career ==\n"),
+        ("a guest @-@ starring role", "a guest-starring role"),
+        ("cost 1 @,@ 000 @.@ 5 pounds", "cost 1,000.5 pounds"),
+        ("film , television and theatre actor . He", "film, television and theatre actor. He"),
+        ("Theatre ( London ) and [ 1 ]", "Theatre (London) and [1]"),
+        ('he said " hello there " loudly', 'he said "hello there" loudly'),
+        ("the dog 's bowl", "the dog's bowl"),
+        ("the players ' union", "the players' union"),
+        ("in N cases", "in 1 cases"),
+        ("10 ° warm", "10°warm"),
+        ("end . \n next", "end.\nnext"),
+    ],
+)
+def test_wikitext_detokenizer(text, expected):
+    assert wikitext_detokenizer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("the company 's shares", "the company's shares"),
+        ("the investors ' money", "the investors' money"),
+        ("they do n't know", "they don't know"),
+        ("first \n second", "first\nsecond"),
+        ("one\\/two", "one/two"),
+        ("about $ N N N million", "about $1 1 1 million"),
+        ("# N in line", "#1 in line"),
+        ("the <unk> said", "the ? said"),
+    ],
+)
+def test_ptb_detokenizer(text, expected):
+    assert ptb_detokenizer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("see http : / / example.com now", "see http://example.com now"),
+        ("see https : / / example.com now", "see https://example.com now"),
+        ("It 's what they 're doing", "It's what they're doing"),
+        ("He left the room . Then he came back .", "He left the room. Then he came back."),
+        ("Is it true ?", "Is it true?"),
+        ("Wow ! Great !", "Wow! Great!"),
+        ("a , b : c ; d", "a, b: c; d"),
+        ("either / or", "either/or"),
+        ('he said " yes " twice', 'he said "yes" twice'),
+        ("a ( small ) [ big ] thing", "a (small) [big] thing"),
+        ("costs $ 5 or £ 4", "costs $5 or £4"),
+    ],
+)
+def test_lm1b_detokenizer(text, expected):
+    assert lm1b_detokenizer(text) == expected
+
+
+def test_lambada_detokenizer():
+    assert lambada_detokenizer("  \u201cHello,\u201d she said.  ") == '\n"Hello," she said.'
+    assert lambada_detokenizer("plain") == "\nplain"
+
+
+def test_scientific_papers_is_wikitext_then_lm1b():
+    text = "the value @-@ function ( see [ 1 ] ) is $ 5 . it 's fine ."
+    assert scientific_papers_detokenizer(text) == lm1b_detokenizer(wikitext_detokenizer(text))
+    assert scientific_papers_detokenizer(text) == "the value-function (see [1]) is $5. it's fine."
+
+
+def test_registry_names():
+    assert set(DETOKENIZERS) == {"ptb", "wikitext", "lm1b", "lambada", "scientific_papers"}
+    with pytest.raises(ValueError, match="unknown detokenizer 'nope'.*ptb"):
+        hf_data.load_documents({"path": "x.parquet", "format": "parquet", "split": "test", "detokenizer": "nope"})
+
+
+# --------------------------------------------------------------------------------------------------
+# a tiny GPT-2-style tokenizer, built locally
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(tmp_path_factory) -> Path:
+    """A byte-level BPE (vocab 300 incl. <|endoftext|>) saved as a GPT2TokenizerFast directory."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2TokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=[EOT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(SENTENCES * 3, trainer)
+    tok = GPT2TokenizerFast(tokenizer_object=bpe, bos_token=EOT, eos_token=EOT, unk_token=EOT)
+    out = tmp_path_factory.mktemp("bpe")
+    tok.save_pretrained(out)
+    return out
+
+
+def test_fetch_tokenizer_local_dir(bpe_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    raw = AutoTokenizer.from_pretrained(bpe_dir, local_files_only=True)
+    tok = hf_data.fetch_tokenizer(str(bpe_dir), tmp_path / "resources" / "tokenizer")
+    assert tok.mask_id == len(raw) == 300
+    assert tok.vocab_size == 301
+    assert tok.bos_id == tok.eos_id == raw.convert_tokens_to_ids(EOT)
+    text = SENTENCES[0]
+    assert tok.encode(text) == raw(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(tok.encode(text) + [tok.mask_id]) == text  # the mask id is dropped on decode
+    # what rule `tokenizer` does next: save into its output dir; the copy loads back identically
+    out = tmp_path / "resources" / "tokenizer"
+    tok.save(out)
+    from unie.tokenizer import load_tokenizer
+
+    assert load_tokenizer(out).info() == tok.info()
+
+
+def test_fetch_tokenizer_hub_name_saves_then_resaves(bpe_dir, tmp_path, monkeypatch):
+    """A hub name is downloaded (simulated: the local BPE) and saved into out_dir; saving again is harmless."""
+    import transformers
+
+    calls = []
+    real = transformers.AutoTokenizer.from_pretrained
+
+    def fake_from_pretrained(name, *a, **kw):
+        calls.append(str(name))
+        return real(bpe_dir if name == "gpt2" else name, *a, **kw)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_from_pretrained)
+    out = tmp_path / "tok"
+    tok = hf_data.fetch_tokenizer("gpt2", out)
+    assert calls == ["gpt2", str(out)] and tok.path == str(out)  # downloaded once, then read from out_dir
+    assert (out / "tokenizer.json").exists()
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", real)
+    before = tok.info()
+    tok.save(out)  # same directory it was loaded from
+    from unie.tokenizer import load_tokenizer
+
+    again = load_tokenizer(out)
+    assert again.info() == before and again.encode(SENTENCES[1]) == tok.encode(SENTENCES[1])
+
+
+def test_fetch_tokenizer_missing_local_path(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        hf_data.fetch_tokenizer(str(tmp_path / "missing"), tmp_path / "out")
+
+
+# --------------------------------------------------------------------------------------------------
+# local datasets -> documents -> wrapped chunks
+
+
+@pytest.fixture
+def fixtures(tmp_path) -> dict[str, Path]:
+    """Small local datasets in the three local formats."""
+    wiki = [" = Robert Boulter = \n", "", " Robert Boulter is an English film , television actor . \n",
+            " He had a guest @-@ starring role in 2000 . \n", "   "]
+    pq.write_table(pa.table({"text": wiki, "label": list(range(len(wiki)))}), tmp_path / "wiki.parquet")
+    with open(tmp_path / "ptb.jsonl", "w") as f:
+        for s in [" consumers may want to move their telephones a little closer to the tv set ",
+                  " the company 's shares rose $ N to $ N N ", " they do n't know the <unk> "]:
+            f.write(json.dumps({"sentence": s, "id": 0}) + "\n")
+    (tmp_path / "lm1b.txt").write_text("It 's what they 're doing .\nIs it true ?\n\nsee http : / / x.org now\n")
+    return {"wiki": tmp_path / "wiki.parquet", "ptb": tmp_path / "ptb.jsonl", "lm1b": tmp_path / "lm1b.txt"}
+
+
+def test_load_documents_local_formats(fixtures):
+    docs = hf_data.load_documents({"path": str(fixtures["wiki"]), "format": "parquet", "split": "validation",
+                                   "detokenizer": "wikitext"})
+    assert docs == [" = Robert Boulter =\n", " Robert Boulter is an English film, television actor.\n",
+                    " He had a guest-starring role in 2000.\n"]  # empty and blank rows dropped
+    docs = hf_data.load_documents({"path": str(fixtures["ptb"]), "format": "jsonl", "split": "validation",
+                                   "text_field": "sentence", "detokenizer": "ptb"})
+    assert docs[1] == " the company's shares rose $1 to $1 1 " and docs[2] == " they don't know the ? "
+    docs = hf_data.load_documents({"path": str(fixtures["lm1b"]), "format": "text", "split": "test",
+                                   "detokenizer": "lm1b"})
+    assert docs == ["It's what they're doing.", "Is it true?", "see http://x.org now"]
+
+
+def test_load_documents_slices_cap_and_dirs(fixtures, tmp_path):
+    spec = {"path": str(fixtures["ptb"]), "format": "json", "split": "train[-2:]", "text_field": "sentence"}
+    assert len(hf_data.load_documents(spec)) == 2
+    assert len(hf_data.load_documents({**spec, "split": "train", "max_docs": 1})) == 1
+    d = tmp_path / "shards"
+    d.mkdir()
+    for i in range(2):
+        pq.write_table(pa.table({"text": [f"doc {i}a", f"doc {i}b"]}), d / f"part-{i}.parquet")
+    assert hf_data.load_documents({"path": str(d), "format": "parquet", "split": "test"}) == \
+        ["doc 0a", "doc 0b", "doc 1a", "doc 1b"]
+
+
+def test_load_documents_missing_field_names_columns(fixtures):
+    with pytest.raises(KeyError, match=r"no text field 'text'.*available columns: sentence, id"):
+        hf_data.load_documents({"path": str(fixtures["ptb"]), "format": "jsonl", "split": "validation"})
+    with pytest.raises(ValueError, match="unknown format 'csv'"):
+        hf_data.load_documents({"path": str(fixtures["ptb"]), "format": "csv", "split": "validation"})
+
+
+def test_documents_to_wrapped_chunks(fixtures, bpe_dir, tmp_path):
+    """MDLM wrapping with L=16: [bos] + 14 tokens + [eos] per chunk, an EOS after each document, the
+    trailing remainder dropped."""
+    tok = hf_data.fetch_tokenizer(str(bpe_dir), tmp_path / "tok")
+    specs = {
+        "wiki": {"path": str(fixtures["wiki"]), "format": "parquet", "split": "validation", "detokenizer": "wikitext"},
+        "ptb": {"path": str(fixtures["ptb"]), "format": "jsonl", "split": "validation", "text_field": "sentence",
+                "detokenizer": "ptb"},
+        "lm1b": {"path": str(fixtures["lm1b"]), "format": "text", "split": "test", "detokenizer": "lm1b"},
+    }
+    L = 16
+    for name, spec in specs.items():
+        docs = hf_data.load_documents(spec)
+        raw = tmp_path / "raw" / f"{name}.parquet"
+        write_text_parquet(docs, raw)
+        out = tmp_path / "tokenized" / f"{name}.parquet"
+        n = tokenize_corpus(raw, tok, out, seq_len=L, insert_eos=True, chunk_specials=True)
+        x = load_tokens(out)
+        stream = [i for d in docs for i in tok.encode(d) + [tok.eos_id]]
+        assert n == len(x) == len(stream) // (L - 2) >= 1, name
+        assert x.shape == (n, L)
+        assert (x[:, 0] == tok.bos_id).all() and (x[:, -1] == tok.eos_id).all()
+        assert x[:, 1:-1].reshape(-1).tolist() == stream[: n * (L - 2)]  # the remainder is dropped
+        assert len(stream) - n * (L - 2) < L - 2
+
+
+# --------------------------------------------------------------------------------------------------
+# evaluator models
+
+
+def test_select_model_files():
+    gpt2_large = ["config.json", "generation_config.json", "merges.txt", "vocab.json", "tokenizer.json",
+                  "model.safetensors", "pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "rust_model.ot",
+                  "onnx/decoder_model.onnx", "onnx/config.json", "README.md", "64-8bits.tflite"]
+    assert hf_data.select_model_files(gpt2_large) == ["config.json", "generation_config.json", "merges.txt",
+                                                      "model.safetensors", "tokenizer.json", "vocab.json"]
+    llama3 = ["config.json", "generation_config.json", "model-00001-of-00004.safetensors",
+              "model-00002-of-00004.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
+              "original/params.json", "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json",
+              "tokenizer_config.json", "LICENSE", "USE_POLICY.md"]
+    sel = hf_data.select_model_files(llama3)
+    assert not any(f.startswith("original/") for f in sel) and "model.safetensors.index.json" in sel
+    assert hf_data.select_model_files(["config.json", "pytorch_model.bin", "training_args.bin"]) == \
+        ["config.json", "pytorch_model.bin"]
+    with pytest.raises(ValueError, match="no \\*.safetensors"):
+        hf_data.select_model_files(["config.json"])
+
+
+def test_fetch_model_uses_snapshot_download(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    seen = {}
+
+    class FakeApi:
+        def list_repo_files(self, repo_id):
+            return ["config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json"]
+
+    def fake_snapshot_download(repo_id, local_dir, allow_patterns):
+        seen.update(repo_id=repo_id, allow_patterns=allow_patterns)
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+        (Path(local_dir) / "config.json").write_text("{}")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    out = hf_data.fetch_model("openai-community/gpt2-large", tmp_path / "gpt2_large")
+    assert out == tmp_path / "gpt2_large"
+    assert seen == {"repo_id": "openai-community/gpt2-large",
+                    "allow_patterns": ["config.json", "model.safetensors", "tokenizer.json"]}
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_dir(bpe_dir, tmp_path_factory) -> Path:
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(bpe_dir, local_files_only=True)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(tok), n_positions=64,
+                                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    out = tmp_path_factory.mktemp("tiny_gpt2")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _manual_nll(model_dir: Path, text: str, rule: str) -> tuple[float, float]:
+    """Next-token NLL of [EOS-as-BOS] + ids under the model, with MDLM's EOS weights (rule 'first')."""
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = GPT2LMHeadModel.from_pretrained(model_dir, local_files_only=True).eval()
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    x = torch.tensor([[tok.eos_token_id] + ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(x).logits[0, :-1].double(), -1)
+    nll_tok = -logp[torch.arange(len(ids)), torch.tensor(ids)]
+    eos = np.array(ids) == tok.eos_token_id
+    w = np.ones(len(ids))
+    if rule == "first":
+        w[eos & (np.cumsum(eos) > 1)] = 0.0
+    return float((nll_tok.numpy() * w).sum()), float(w.sum())
+
+
+def test_hf_evaluator_matches_manual_nll_and_eos_rule(tiny_gpt2_dir):
+    from unie.evaluators import HFEvaluator
+
+    texts = [SENTENCES[0], f"{SENTENCES[1]}{EOT}The fox.{EOT}{EOT}A dog"]
+    n_eos = [0, 3]
+    for rule in ("first", "all"):
+        ev = HFEvaluator(tokenizer=None, path=str(tiny_gpt2_dir), eos_rule=rule, max_length=64)
+        nll, ntok = ev.score(texts)
+        for i, text in enumerate(texts):
+            ref_nll, ref_w = _manual_nll(tiny_gpt2_dir, text, rule)
+            assert nll[i].item() == pytest.approx(ref_nll, rel=1e-5)
+            assert ntok[i].item() == ref_w
+            n_ids = len(ev.tok(text, add_special_tokens=False)["input_ids"])
+            # rule 'first': the first EOS counts, the later ones weigh 0; non-EOS text after it still counts
+            expected = n_ids - max(n_eos[i] - 1, 0) if rule == "first" else n_ids
+            assert ntok[i].item() == expected
+
+
+# --------------------------------------------------------------------------------------------------
+# the paper profile: schema, cross-checks, and Snakemake dry runs through the Slurm profile
+
+
+def _paper_config() -> dict:
+    return yaml.safe_load(PAPER.read_text())
+
+
+def test_paper_config_passes_schema_and_check_config():
+    from snakemake.utils import validate
+
+    from unie.workflow import check_config
+
+    cfg = _paper_config()
+    validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    check_config(cfg)
+    toy = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models"}  # same structure
+    assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
+    assert [e["label"] for e in cfg["genppl"]["evaluators"].values()] == ["Llama2", "Llama3", "GPT2"]
+    assert all(e["kind"] == "hf" for e in cfg["genppl"]["evaluators"].values())
+    for domain, splits in cfg["data"]["hf"].items():
+        for split, spec in splits.items():
+            assert set(spec) <= hf_data.SPEC_KEYS, (domain, split)
+            assert spec.get("detokenizer") is None or spec["detokenizer"] in DETOKENIZERS, (domain, split)
+
+
+def _snakefile(tmp_path: Path) -> Path:
+    """The repository's Snakefile, plus workflow/rules/hf.smk if the Snakefile does not include it yet."""
+    snakefile = REPO / "Snakefile"
+    if "hf.smk" in snakefile.read_text():
+        return snakefile
+    wrapper = tmp_path / "Snakefile.paper"
+    wrapper.write_text(f'include: "{snakefile}"\ninclude: "{REPO / "workflow" / "rules" / "hf.smk"}"\n')
+    return wrapper
+
+
+def _dry_run_with_profile(tmp_path: Path, *targets: str) -> str:
+    """`snakemake --profile slurm -n ...` from a copy of the launch directory (slurm/ + config/paper.yaml),
+    so nothing is written into the repository."""
+    run_dir = tmp_path / "launch"
+    shutil.copytree(REPO / "slurm", run_dir / "slurm")
+    (run_dir / "config").mkdir()
+    shutil.copy(PAPER, run_dir / "config" / "paper.yaml")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-s", str(_snakefile(tmp_path)),
+           "-d", str(tmp_path / "work"), *targets]
+    r = subprocess.run(cmd, cwd=run_dir, capture_output=True, text=True, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-5000:]
+    assert "Using profile slurm" in out
+    return out
+
+
+def _job_blocks(out: str, rule: str) -> list[str]:
+    return re.findall(rf"^(?:local)?rule {rule}:\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
+
+
+def test_dry_run_all_with_slurm_profile(tmp_path):
+    out = _dry_run_with_profile(tmp_path, "all")
+    assert "paper.yaml" in out
+    train = _job_blocks(out, "train")
+    assert len(train) == 2
+    for block in train:
+        res = re.search(r"resources: (.*)", block).group(1)
+        assert "gpu=1" in res and "slurm_partition=gpu" in res and "mem_mb=128000" in res
+    hf = _job_blocks(out, "download_hf_model")
+    assert sorted(re.search(r"hf_model=(\w+)", b).group(1) for b in hf) == ["gpt2_large", "llama2", "llama3"]
+    downloads = {re.search(r"domain=(\w+), split=(\w+)", b).groups() for b in _job_blocks(out, "download")}
+    # OWT train + the `test` split of all 8 domains (OWT's valid split is not needed by any target)
+    assert ("owt", "train") in downloads and ("lambada", "test") in downloads and len(downloads) == 9
+    assert not (REPO / "logs" / "slurm").exists() or not any((REPO / "logs" / "slurm").iterdir())
+
+
+def test_dry_run_table2_with_slurm_profile(tmp_path):
+    out = _dry_run_with_profile(tmp_path, "results/tables/table2_genppl.tex")
+    sample = _job_blocks(out, "sample")  # sampling + Gen PPL under the three evaluators
+    assert len(sample) == 2 + 4  # data and AR at L steps, MDLM at 128/256/512/1024
+    for block in sample:
+        assert all(f"resources/hf/{m}" in block for m in ("llama2", "llama3", "gpt2_large"))
+        assert "gpu=1" in block
+    assert not _job_blocks(out, "ppl")  # Table 1's jobs are not needed for Table 2

@@ -1,0 +1,150 @@
+"""The whole workflow on config/smoke.yaml: run, outputs, caching, targeted reruns, bad configs, notebook.
+
+These run Snakemake in a subprocess (the way users run it) in a temporary working directory, so the
+repository's own results/ is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "config" / "smoke.yaml"
+
+
+def smk(*args, cwd, check=False):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+    return r
+
+
+def planned_jobs(dry_run_output: str) -> dict[str, int]:
+    """Parse Snakemake's 'Job stats' table of a dry run into {rule: count}."""
+    stats = {}
+    m = re.search(r"Job stats:\n(.*?)\n\n", dry_run_output, re.S)
+    if not m:
+        return stats
+    for line in m.group(1).splitlines()[2:]:
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            stats[parts[0]] = int(parts[1])
+    return stats
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("smoke")
+    smk("--cores", "2", "--configfile", str(SMOKE), cwd=wd, check=True)
+    return wd
+
+
+@pytest.mark.slow
+def test_smoke_outputs(smoke_run):
+    cfg = yaml.safe_load(SMOKE.read_text())
+    tables = smoke_run / "results" / "tables"
+    for name in ("table1_ppl", "table2_genppl"):
+        assert (tables / f"{name}.tex").read_text().startswith(r"\begin{tabular}")
+    t1 = pd.read_csv(tables / "table1_ppl.csv")
+    assert list(t1.row.unique()) == list(cfg["tables"]["table1_ppl"])
+    assert set(t1.domain) == set(cfg["data"]["domains"])
+    assert t1.ppl.notna().all()
+    exact = t1[t1.source == "exact"].set_index("domain").ppl
+    for src in ("mdlm", "ar"):  # no trained model beats the data distribution
+        model = t1[t1.source == src].set_index("domain").ppl
+        assert (model >= exact).all(), (src, model, exact)
+    t2 = pd.read_csv(tables / "table2_genppl.csv")
+    mdlm = t2[t2.run == "mdlm"]
+    assert sorted(mdlm.steps.unique()) == sorted(cfg["sampling"]["steps"])
+    assert set(t2.evaluator) == set(cfg["genppl"]["evaluators"])
+    assert t2.genppl.notna().all() and (t2.genppl > 1).all()
+    assert set(t2[t2.run == "ar"].steps) == {cfg["data"]["seq_len"]}
+    # the "Data" row is real data: under the exact evaluator it has the lowest Gen PPL
+    ex = t2[t2.evaluator == "exact"]
+    assert ex[ex.run == "data"].genppl.iloc[0] < ex[ex.run != "data"].genppl.min()
+    # every cell of the LaTeX table comes from the CSV written by the rules
+    tex = (tables / "table2_genppl.tex").read_text()
+    assert f"{ex[ex.run == 'data'].genppl.iloc[0]:.1f}" in tex
+    # samples contain no masks and have the configured shape
+    from unie.data import load_tokens
+
+    x = load_tokens(smoke_run / "results" / "samples" / "mdlm" / "steps2.parquet")
+    assert x.shape == (cfg["sampling"]["n_samples"], cfg["data"]["seq_len"])
+    info = json.loads((smoke_run / "results" / "models" / "mdlm" / "config.json").read_text())
+    assert (x != info["tokenizer"]["mask_id"]).all()
+
+
+@pytest.mark.slow
+def test_rerun_is_noop_and_targeted(smoke_run):
+    r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
+    assert r.returncode == 0
+    assert "Nothing to be done" in r.stdout + r.stderr
+    target = smoke_run / "results" / "samples" / "mdlm" / "steps4.parquet"
+    target.unlink()
+    r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
+    assert r.returncode == 0, r.stderr
+    assert planned_jobs(r.stdout + r.stderr) == {"sample": 1, "table2_genppl": 1}
+    # and really rerunning touches only that sample's chain
+    before = {p: p.stat().st_mtime_ns for p in (smoke_run / "results" / "samples").rglob("*.parquet") if p != target}
+    smk("results/tables/table2_genppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
+    assert target.exists()
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+
+
+@pytest.mark.slow
+def test_notebook_reads_results(smoke_run):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(REPO / "notebooks" / "results.ipynb", as_version=4)
+    os.environ["UNIE_RESULTS"] = str(smoke_run / "results")
+    os.environ["MPLBACKEND"] = "Agg"
+    try:
+        NotebookClient(nb, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    finally:
+        os.environ.pop("UNIE_RESULTS")
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not any(o.get("output_type") == "error" for o in outputs)
+
+
+def _bad_config(tmp_path, mutate) -> subprocess.CompletedProcess:
+    cfg = yaml.safe_load(SMOKE.read_text())
+    mutate(cfg)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return smk("--cores", "1", "--configfile", str(path), cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda c: c["models"]["mdlm"]["train"].update(stepz=3), "stepz"),
+        (lambda c: c["models"]["mdlm"]["train"].update(steps="many"), "many"),
+        (lambda c: c.update(sampling_typo=1), "sampling_typo"),
+        (lambda c: c["sampling"]["runs"]["mdlm"]["models"].update(dlm="mdlmm"), "sampling.runs.mdlm.models.dlm"),
+        (lambda c: c["models"]["mdlm"].update(method="mdlmx"), "models.mdlm.method"),
+        (lambda c: c["genppl"]["evaluators"]["ar"].update(model="nope"), "genppl.evaluators.ar.model"),
+        (lambda c: c["data"]["domains"].append("klingon"), "klingon"),
+        (lambda c: c["tables"]["table2_genppl"].update(Foo="foo"), "tables.table2_genppl.Foo"),
+    ],
+    ids=["unknown-key", "wrong-type", "unknown-top-level", "unknown-model", "unknown-method", "unknown-evaluator",
+         "unknown-domain", "unknown-run"],
+)
+def test_bad_config_fails_before_any_job(tmp_path, mutate, expected):
+    r = _bad_config(tmp_path, mutate)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert expected in out, out[-3000:]
+    assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()

@@ -1,0 +1,24 @@
+# Paper profile: Hugging Face evaluator models (GPT-2-large, Llama-2-7B, Llama-3-8B) for Table 2.
+# A localrule: compute nodes often have no internet, so the snapshot is fetched on the submit host
+# into resources/hf/{hf_model}/, which rule genppl reads with local_files_only (it never downloads).
+
+import re
+
+HF_MODELS = config.get("hf_models", {})
+
+
+rule download_hf_model:
+    output:
+        directory("resources/hf/{hf_model}"),
+    log:
+        "logs/download_hf_model/{hf_model}.log",
+    params:
+        repo_id=lambda wc: HF_MODELS[wc.hf_model],
+    wildcard_constraints:
+        # only the names of config['hf_models']; "(?!)" never matches (toy profile: no hf_models)
+        hf_model="|".join(re.escape(name) for name in HF_MODELS) or "(?!)",
+    localrule: True
+    threads: 1
+    retries: 2
+    script:
+        "../scripts/download_hf_model.py"
