@@ -27,6 +27,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/sample.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/figures.smk"
 include: "workflow/rules/hf.smk"
 
 
@@ -44,3 +45,8 @@ rule table1:
 rule table2:
     input:
         "results/tables/table2_genppl.tex",
+
+
+rule fig2:
+    input:
+        "results/figures/fig2_ablation.png",

@@ -48,6 +48,14 @@ class ARModel:
         ctx = ctx.to(self.net.device)
         return self._normalise(self.net(self._inputs(ctx)))
 
+    def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """``log p_AR(tokens[n, m, i] | ctx[n, :i])`` ``(N, M, L)`` for ``M`` token sets scored against one
+        context each: one forward pass per context row.  Differentiable (NCE may train the proxy)."""
+        ctx = ctx.to(self.net.device)
+        logp = self._normalise(self.net(self._inputs(ctx)))  # (N, L, V)
+        tokens = tokens.to(logp.device)
+        return logp[:, None].expand(-1, tokens.shape[1], -1, -1).gather(-1, tokens[..., None]).squeeze(-1)
+
     @torch.no_grad()
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """Teacher-forced ``log p_AR(x)`` per sequence ``(B,)``."""

@@ -47,8 +47,11 @@ def model_config(arch: dict, vocab_size: int, seq_len: int, method) -> ModelConf
 
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
                     device: str = "cpu", init_dir=None, log=print, stop_after: int | None = None,
-                    extra_models: dict | None = None):
-    """Train model ``name`` of ``config['models']``; writes ``out_dir/{model.safetensors,config.json}``."""
+                    partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512):
+    """Train model ``name`` of ``config['models']``; writes ``out_dir/{model.safetensors,config.json}``.
+
+    ``partner_dirs`` (role -> checkpoint dir) are frozen models a method needs (NCE's proxy or DLM);
+    ``dev_path`` is a held-out split for methods with ``dev_metrics`` (model selection on dev)."""
     tok = load_tokenizer(tokenizer_dir)
     options = spec.get("options", {})
     method = build_method(spec["method"], tok.info(), options)
@@ -69,17 +72,31 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     if data.max() >= tok.vocab_size:
         raise ConfigError(f"{train_path}: token ids exceed the tokenizer's vocabulary (tokenizer mismatch)")
     if hasattr(method, "prepare"):  # methods that need other models (e.g. NCE's frozen AR proxy)
-        method.prepare(net=net, models=extra_models or {}, device=device, log=log)
+        partners = {role: load_wrapped(d, tok, device) for role, d in (partner_dirs or {}).items()}
+        method.prepare(net=net, models=partners, device=device, log=log)
+    eval_fn = None
+    if hasattr(method, "dev_metrics"):
+        if dev_path is None:
+            raise ConfigError(f"method {spec['method']!r} selects its checkpoint on a dev split: give dev_path")
+        dev = load_tokens(dev_path, n_dev).to(device)
+        eval_fn = lambda ema: method.dev_metrics(ema, dev, torch.Generator(device=device).manual_seed(tcfg.seed + 4242))
     sig = run_signature(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"], "options": options,
                                "data": [str(train_path), list(data.shape)], "init": str(init_dir)})
     n_params = sum(p.numel() for p in net.parameters())
     log(f"training {name} ({spec['method']}): {n_params/1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
     params = method.parameters(net) if hasattr(method, "parameters") else None
-    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, stop_after=stop_after, params=params)
-    if stop_after is not None and (not history or history[-1]["step"] < tcfg.steps):
+    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, stop_after=stop_after, params=params,
+                         eval_fn=eval_fn)
+    if stop_after is not None and stop_after < tcfg.steps:
         return ema, history
-    save_model(ema, out_dir, spec["method"], tok.info(),
-               extra={"options": options, "train": spec["train"], "final": history[-1] if history else {}})
+    dev = [h for h in history if "dev" in h]
+    extra = {"options": options, "train": spec["train"], "final": next((h for h in reversed(history) if "loss" in h), {})}
+    if dev:
+        best = min(dev, key=lambda h: h["dev"]["loss"])
+        extra["dev"] = {"initial": dev[0], "selected": best, "dev_split": str(dev_path)}
+        log(f"dev energy separation: initial {dev[0]['dev']['separation']:.3f} -> selected (step {best['step']}) "
+            f"{best['dev']['separation']:.3f}; accuracy {dev[0]['dev']['accuracy']:.3f} -> {best['dev']['accuracy']:.3f}")
+    save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
     Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
     return ema, history
 
@@ -121,7 +138,8 @@ def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samp
             raise RuntimeError(f"run {run}: {(x == bad).sum().item()} tokens with id {bad} (mask/bos) in the samples")
     if x.shape != (n_samples, seq_len):
         raise RuntimeError(f"run {run}: samples have shape {tuple(x.shape)}, expected {(n_samples, seq_len)}")
-    meta = {"run": run, "sampler": spec["sampler"], "steps": steps, "seconds": seconds, **stats}
+    meta = {"run": run, "sampler": spec["sampler"], "steps": steps, "seconds": seconds, "models": spec.get("models", {}),
+            "options": spec.get("options", {}), "n_samples": n_samples, **stats}
     write_tokens(x, out_path, extra={"unie": json.dumps(meta)})
     log(json.dumps(meta))
     return meta
@@ -158,5 +176,15 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
         del evaluator
         result["genppl"][name] = {**ppl_with_se(nll, ntok), "seconds": time.perf_counter() - t0}
         log(f"{name}: Gen PPL {result['genppl'][name]['ppl']:.3f}")
+    if "exact" in [ev["kind"] for ev in evaluators.values()]:
+        # the exact KL-to-data column: excess NLL of the samples under pi over pi's own entropy per token
+        from .toy_world import HMM
+
+        h, h_se = HMM(domain).entropy_rate(x.shape[1], n=8192, seed=0)
+        ex = next(result["genppl"][n] for n, ev in evaluators.items() if ev["kind"] == "exact")
+        result["exact_kl"] = {"nll_minus_entropy": ex["nll_per_token"] - h, "entropy_rate": h, "entropy_rate_se": h_se,
+                              "nll_se": ex["nll_se"], "units": "nats per token",
+                              "definition": "E_q[-log pi(x)]/L - H_pi(X_1..L)/L (Monte-Carlo H over 8192 exact samples)"}
+        log(f"excess NLL under pi: {result['exact_kl']['nll_minus_entropy']:.4f} nats/token")
     log(f"entropy {result['entropy_bits']:.3f} bits")
     return result

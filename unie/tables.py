@@ -71,17 +71,22 @@ def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path
             if r != run:
                 continue
             samp = res.get("sampling", {})
+            kl = res.get("exact_kl", {}).get("nll_minus_entropy")
             for ev in evaluators:
                 g = res["genppl"].get(ev)
                 records.append({"row": label, "run": run, "sampler": runs[run]["sampler"], "steps": steps,
                                 "evaluator": ev, "genppl": g["ppl"] if g else None,
                                 "nll_per_token": g["nll_per_token"] if g else None,
                                 "nll_se": g["nll_se"] if g else None, "entropy_bits": res["entropy_bits"],
-                                "seconds": samp.get("seconds"), "nfe": samp.get("nfe")})
+                                "kl_to_data": kl, "seconds": samp.get("seconds"), "nfe": samp.get("nfe"),
+                                "options": json.dumps(samp.get("options", {}), sort_keys=True)})
     df = pd.DataFrame.from_records(records)
     ev_names = list(evaluators)
-    head = " & ".join(["Method", "Timesteps"] + [evaluators[e]["label"] + r"$\downarrow$" for e in ev_names] + ["Entropy"])
-    lines = [r"\begin{tabular}{l|c|" + "c" * len(ev_names) + "|c}", r"\toprule", head + r" \\", r"\midrule"]
+    with_kl = len(df) > 0 and df.kl_to_data.notna().any()
+    head = ["Method", "Timesteps"] + [evaluators[e]["label"] + r"$\downarrow$" for e in ev_names]
+    head += ([r"KL$_\pi$$\downarrow$"] if with_kl else []) + ["Entropy"]
+    spec = "l|c|" + "c" * len(ev_names) + ("|c" if with_kl else "") + "|c"
+    lines = [r"\begin{tabular}{" + spec + "}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
     for label, run in rows.items():
         sub = df[df.row == label] if len(df) else df
         steps = sorted(sub.steps.unique()) if len(sub) else []
@@ -93,6 +98,8 @@ def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path
         for e in ev_names:
             vals = [sub[(sub.steps == s) & (sub.evaluator == e)].genppl for s in steps]
             cells.append(" / ".join(_fmt(v.iloc[0], 1) if len(v) else DASH for v in vals) or DASH)
+        if with_kl:
+            cells.append(" / ".join(_fmt(sub[sub.steps == s].kl_to_data.iloc[0], 3) for s in steps) or DASH)
         ent = " / ".join(_fmt(sub[sub.steps == s].entropy_bits.iloc[0], 2) for s in steps) or DASH
         lines.append(" & ".join([label, ts] + cells + [ent]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]

@@ -370,6 +370,16 @@ class OracleAR(_OracleBase):
         observed = ctx != self.mask_id
         return self._pad_vocab(self.hmm.predictive(ctx, observed))
 
+    def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """``log pi(tokens[n, m, i] | visible ctx[n, :i])`` ``(N, M, L)`` (same interface as ``ARModel``)."""
+        logp = self.logp_next(ctx)
+        tokens = tokens.cpu().clamp(max=self.vocab_size - 1)
+        return logp[:, None].expand(-1, tokens.shape[1], -1, -1).gather(-1, tokens[..., None]).squeeze(-1)
+
+    def log_joint(self, x: torch.Tensor, observed: torch.Tensor) -> torch.Tensor:
+        """Exact ``log pi(x_O)`` of the visible positions ``O`` per sequence ``(N,)`` (for ``ar_context: exact``)."""
+        return self.hmm.log_marginal(x.cpu().clamp(max=self.hmm.V - 1), observed.cpu()).float()
+
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """Exact ``log pi(x)`` per sequence (B,)."""
         return self.hmm.log_marginal(x.cpu()).float()

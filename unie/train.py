@@ -57,6 +57,7 @@ def train(
     stop_after: int | None = None,
     params: list | None = None,
     progress: bool = True,
+    eval_fn: Callable[[torch.nn.Module], dict] | None = None,
 ) -> tuple[torch.nn.Module, list[dict]]:
     """Train ``net`` on rows of ``data`` ``(N, L)`` int64; returns ``(ema_net, history)``.
 
@@ -65,6 +66,9 @@ def train(
         ckpt_dir: where ``last.pt`` lives; an existing ``last.pt`` with the same ``signature`` is resumed.
         stop_after: stop (after checkpointing) once this step is reached, to simulate an interruption.
         params: the parameters to optimise (default: all of ``net``; NCE passes the trainable subset).
+        eval_fn: ``ema_net -> dict`` with a ``loss`` (lower is better) on a held-out dev split, run before
+            training and at every checkpoint; the EMA weights with the best dev loss are returned
+            (model selection on dev, as the paper does for NCE).
     """
     device = next(net.parameters()).device
     ckpt_dir = Path(ckpt_dir)
@@ -76,6 +80,7 @@ def train(
     for p in ema.parameters():
         p.requires_grad_(False)
     step, history, running = 0, [], []
+    best = None  # (dev loss, EMA state) of the best checkpoint when eval_fn is given
     if last.exists():
         state = torch.load(last, map_location=device, weights_only=True)
         if state.get("signature") == signature:
@@ -85,17 +90,39 @@ def train(
             step = int(state["step"])
             history = json.loads(state["history"])
             running = json.loads(state.get("running", "[]"))
+            if "best_state" in state:
+                best = (float(state["best_loss"]), state["best_state"])
             log(f"resumed from {last} at step {step}")
         else:
             log(f"ignoring {last}: it belongs to a different run configuration")
-    if step >= cfg.steps:
+    def finish():
+        if best is not None:
+            ema.load_state_dict(best[1])
+            log(f"selected the checkpoint with the best dev loss {best[0]:.4f}")
         return ema, history
+
+    if step >= cfg.steps:
+        return finish()
 
     def save(step: int):
         tmp = ckpt_dir / "last.pt.tmp"
-        torch.save({"model": net.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(), "step": step,
-                    "signature": signature, "history": json.dumps(history), "running": json.dumps(running)}, tmp)
+        state = {"model": net.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(), "step": step,
+                 "signature": signature, "history": json.dumps(history), "running": json.dumps(running)}
+        if best is not None:
+            state["best_loss"], state["best_state"] = torch.tensor(best[0]), best[1]
+        torch.save(state, tmp)
         os.replace(tmp, last)
+
+    def evaluate(step: int):
+        nonlocal best
+        dev = eval_fn(ema)
+        history.append({"step": step, "dev": dev})
+        log(json.dumps(history[-1]))
+        if best is None or dev["loss"] < best[0]:
+            best = (dev["loss"], {k: v.detach().clone() for k, v in ema.state_dict().items()})
+
+    if eval_fn is not None and step == 0:
+        evaluate(0)
 
     net.train()
     bar = None
@@ -136,6 +163,8 @@ def train(
             running = []
             log(json.dumps(rec))
         if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            if eval_fn is not None:
+                evaluate(step)
             save(step)
         if stop_after is not None and step >= stop_after:
             save(step)
@@ -143,4 +172,6 @@ def train(
     if bar is not None:
         bar.close()
     net.eval()
-    return ema, history
+    if stop_after is not None and step < cfg.steps:
+        return ema, history
+    return finish()

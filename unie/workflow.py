@@ -22,12 +22,54 @@ def _err(key: str, msg: str):
     raise ConfigError(f"config key '{key}': {msg}")
 
 
+def run_n_samples(config: dict, run: str) -> int:
+    return config["sampling"]["runs"][run].get("n_samples", config["sampling"]["n_samples"])
+
+
 def run_steps(config: dict, run: str) -> list[int]:
     spec = config["sampling"]["runs"][run]
     L = config["data"]["seq_len"]
     if spec["sampler"] in FIXED_LENGTH_SAMPLERS:
         return [L]
     return list(spec.get("steps", config["sampling"]["steps"]))
+
+
+def figure_runs(config: dict) -> dict:
+    """The sampling runs Figure 2 needs (``fig2_{energy}_{context}``), generated from its compact spec."""
+    fig = config.get("figures", {}).get("fig2_ablation")
+    if not fig:
+        return {}
+    runs = {}
+    for context in fig["contexts"]:
+        for energy in fig["energies"].values():
+            models = {"dlm": fig["dlm"]} if context == "exact" else {"dlm": fig["dlm"], "proxy": fig["proxy"]}
+            spec = {"sampler": "energy", "models": models,
+                    "options": {"energy": energy, "K": fig["K"], "w": fig["w"], "ar_context": context}}
+            if "n_samples" in fig:
+                spec["n_samples"] = fig["n_samples"]
+            runs[f"fig2_{energy}_{context}"] = spec
+    return runs
+
+
+def expand_config(config: dict) -> None:
+    """Add generated sampling runs (Figure 2's) to ``config['sampling']['runs']`` in place."""
+    for name, spec in figure_runs(config).items():
+        if name in config["sampling"]["runs"] and config["sampling"]["runs"][name] != spec:
+            _err(f"sampling.runs.{name}", "this name is reserved for a run generated from figures.fig2_ablation")
+        config["sampling"]["runs"][name] = spec
+
+
+def likelihood_sources(config: dict) -> dict[str, str]:
+    """Every name a Table 1 row may use -> its kind: ``exact``, ``model`` or ``energy``."""
+    from .registry import METHODS
+
+    out = {"exact": "exact"}
+    for name, spec in config["models"].items():
+        if getattr(METHODS[spec["method"]], "has_likelihood", False):
+            out[name] = "model"
+    for name in config.get("likelihood", {}):
+        out[name] = "energy"
+    return out
 
 
 def check_config(config: dict) -> None:
@@ -73,13 +115,54 @@ def check_config(config: dict) -> None:
         if d % h or (d // h) % 2:
             _err(f"models.{name}.arch", f"d_model={d} must be divisible by n_heads={h} into an even head size")
 
+    from .registry import ENERGIES
+
+    def is_ar(m):
+        return models[m]["method"] == "ar" or (models[m]["method"] == "nce" and
+                                               models[m].get("options", {}).get("train") == "ar")
+
+    def is_dlm(m):
+        return models[m]["method"] == "mdlm" or (models[m]["method"] == "nce" and
+                                                 models[m].get("options", {}).get("train", "dlm") == "dlm")
+
+    for name, spec in models.items():
+        for role, check in (("proxy", is_ar), ("dlm", is_dlm)):
+            partner = spec.get("options", {}).get(role)
+            if partner is not None and (partner not in models or not check(partner)):
+                _err(f"models.{name}.options.{role}", f"{partner!r} is not a defined {'AR' if role == 'proxy' else 'diffusion'} model")
+
     runs = config["sampling"]["runs"]
     for name, spec in runs.items():
         if spec["sampler"] not in SAMPLERS:
             _err(f"sampling.runs.{name}.sampler", SAMPLERS.unknown_message(spec["sampler"]))
+        sampler = SAMPLERS[spec["sampler"]]
+        accepted = set(inspect.signature(sampler).parameters) - {"models", "n", "L", "steps", "generator",
+                                                                  "batch_size", "device", "_"}
+        for opt, val in spec.get("options", {}).items():
+            if opt not in accepted:
+                _err(f"sampling.runs.{name}.options.{opt}", f"not an option of sampler {spec['sampler']!r}; "
+                     f"known: {', '.join(sorted(accepted)) or 'none'}")
+        opts = spec.get("options", {})
+        if spec["sampler"] == "energy":
+            if opts.get("energy", "uni") not in ENERGIES:
+                _err(f"sampling.runs.{name}.options.energy", ENERGIES.unknown_message(opts["energy"]))
+            ctx = opts.get("ar_context", "masked")
+            if ctx not in ("teacher_forced", "masked", "exact"):
+                _err(f"sampling.runs.{name}.options.ar_context", f"unknown ar_context {ctx!r}")
+            if ctx == "exact" and data["source"] != "toy":
+                _err(f"sampling.runs.{name}.options.ar_context", "'exact' needs the toy world")
+            needed = ("dlm",) if ctx == "exact" else ("dlm", "proxy")
+            for role in needed:
+                if role not in spec.get("models", {}):
+                    _err(f"sampling.runs.{name}.models", f"the energy sampler needs a {role!r} model")
         for role, model in spec.get("models", {}).items():
             if model not in models:
                 _err(f"sampling.runs.{name}.models.{role}", f"unknown model {model!r}; defined: {', '.join(models)}")
+        for role, model in spec.get("models", {}).items():
+            if role in ("proxy", "ar") and not is_ar(model):
+                _err(f"sampling.runs.{name}.models.{role}", f"{model!r} is not an AR model")
+            if role == "dlm" and not is_dlm(model):
+                _err(f"sampling.runs.{name}.models.dlm", f"{model!r} is not a diffusion model")
         if spec["sampler"] in FIXED_LENGTH_SAMPLERS and spec.get("steps") not in (None, [L]):
             _err(f"sampling.runs.{name}.steps", f"the {spec['sampler']} sampler always takes L={L} steps")
     if config["sampling"]["n_samples"] > data["splits"][config["ppl"]["split"]] and any(
@@ -98,18 +181,36 @@ def check_config(config: dict) -> None:
         if ev["kind"] == "hf" and ev.get("model") not in config.get("hf_models", {}):
             _err(f"genppl.evaluators.{name}.model", f"{ev.get('model')!r} is not a key of hf_models")
 
-    for label, src in config["tables"]["table1_ppl"].items():
-        if src == "exact":
+    for name, spec in config.get("likelihood", {}).items():
+        if name == "exact" or (name in models and getattr(METHODS[models[name]["method"]], "has_likelihood", False)):
+            _err(f"likelihood.{name}", "this name is already a model with a likelihood (results/ppl/ would clash)")
+        if spec["dlm"] not in models or not is_dlm(spec["dlm"]):
+            _err(f"likelihood.{name}.dlm", f"{spec['dlm']!r} is not a defined diffusion model")
+        if spec["ar_context"] == "exact":
             if data["source"] != "toy":
-                _err(f"tables.table1_ppl.{label}", "'exact' needs the toy world")
-            continue
-        if src not in models:
-            _err(f"tables.table1_ppl.{label}", f"unknown model {src!r}; defined: {', '.join(models)}")
-        if not getattr(METHODS[models[src]["method"]], "has_likelihood", False):
-            _err(f"tables.table1_ppl.{label}", f"method {models[src]['method']!r} has no likelihood")
+                _err(f"likelihood.{name}.ar_context", "'exact' needs the toy world")
+        elif spec.get("proxy") not in models or not is_ar(spec["proxy"]):
+            _err(f"likelihood.{name}.proxy", f"{spec.get('proxy')!r} is not a defined AR model")
+    sources = likelihood_sources(config)
+    for label, src in config["tables"]["table1_ppl"].items():
+        if src == "exact" and data["source"] != "toy":
+            _err(f"tables.table1_ppl.{label}", "'exact' needs the toy world")
+        if src not in sources:
+            why = (f"method {models[src]['method']!r} has no likelihood; add a `likelihood:` entry for it"
+                   if src in models else f"unknown source {src!r}")
+            _err(f"tables.table1_ppl.{label}", f"{why}; usable: {', '.join(sources)}")
     for label, run in config["tables"]["table2_genppl"].items():
         if run not in runs:
             _err(f"tables.table2_genppl.{label}", f"unknown sampling run {run!r}; defined: {', '.join(runs)}")
+    fig = config.get("figures", {}).get("fig2_ablation")
+    if fig:
+        if fig["evaluator"] not in config["genppl"]["evaluators"]:
+            _err("figures.fig2_ablation.evaluator", f"unknown evaluator {fig['evaluator']!r}")
+        if fig["baseline"] not in runs:
+            _err("figures.fig2_ablation.baseline", f"unknown sampling run {fig['baseline']!r}")
+        for label, e in fig["energies"].items():
+            if e not in ENERGIES:
+                _err(f"figures.fig2_ablation.energies.{label}", ENERGIES.unknown_message(e))
 
 
 @contextmanager

@@ -1,3 +1,3 @@
 """Samplers, registered by name in :data:`unie.registry.SAMPLERS`."""
 
-from . import ancestral, autoregressive  # noqa: F401  (registration)
+from . import ancestral, autoregressive, energy_sampler  # noqa: F401  (registration)

@@ -2,12 +2,16 @@
 
 import os
 
-from unie.workflow import check_config, run_steps
+from unie.workflow import check_config, expand_config, likelihood_sources, run_n_samples, run_steps
 
+expand_config(config)  # adds the sampling runs generated from figures.fig2_ablation
 check_config(config)
 
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
+SOURCES = likelihood_sources(config)  # Table 1 sources: exact, models with a likelihood, energy estimators
+PPL_MODELS = [m for m, kind in SOURCES.items() if kind == "model"]
+ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]
 DOMAINS = config["data"]["domains"]
 TRAIN_DOMAIN = config["data"]["train_domain"]
 PPL_SPLIT = config["ppl"]["split"]
@@ -15,6 +19,8 @@ PPL_SPLIT = config["ppl"]["split"]
 
 wildcard_constraints:
     model="|".join(MODELS),
+    ppl_model="|".join(PPL_MODELS) or "(?!)",
+    estimator="|".join(ESTIMATORS) or "(?!)",
     run="|".join(RUNS),
     domain="|".join(DOMAINS),
     split="train|valid|test",
@@ -39,9 +45,12 @@ def genppl_targets(runs=None):
 
 
 def final_outputs():
-    return [
+    out = [
         "results/tables/table1_ppl.tex",
         "results/tables/table1_ppl.csv",
         "results/tables/table2_genppl.tex",
         "results/tables/table2_genppl.csv",
     ]
+    if config.get("figures", {}).get("fig2_ablation"):
+        out += ["results/figures/fig2_ablation.pdf", "results/figures/fig2_ablation.png"]
+    return out

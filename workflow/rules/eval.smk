@@ -4,13 +4,13 @@
 
 rule ppl:
     input:
-        model=lambda wc: model_files(wc.model),
+        model=lambda wc: model_files(wc.ppl_model),
         tokenizer="resources/tokenizer",
         data=expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
     output:
-        "results/ppl/{model}.json",
+        "results/ppl/{ppl_model}.json",
     log:
-        "logs/ppl/{model}.log",
+        "logs/ppl/{ppl_model}.log",
     params:
         domains=DOMAINS,
         ppl=config["ppl"],
@@ -39,3 +39,38 @@ rule ppl_exact:
     threads: 1
     script:
         "../scripts/ppl_exact.py"
+
+
+def estimator_inputs(wc):
+    spec = config["likelihood"][wc.estimator]
+    inputs = {
+        "tokenizer": "resources/tokenizer",
+        "data": expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
+        "dlm": model_files(spec["dlm"]),
+    }
+    if spec["ar_context"] != "exact":
+        inputs["proxy"] = model_files(spec["proxy"])
+    return inputs
+
+
+rule ppl_energy:
+    # EDLM / Uni-EDLM rows of Table 1: the bound with the energy-corrected conditional (Eq. uni_edlm)
+    input:
+        unpack(estimator_inputs),
+    output:
+        "results/ppl/{estimator}.json",
+    log:
+        "logs/ppl/{estimator}.log",
+    params:
+        spec=lambda wc: config["likelihood"][wc.estimator],
+        domains=DOMAINS,
+        ppl=config["ppl"],
+        seed=config["seed"],
+        device=config["device"],
+    threads: config["threads"]
+    resources:
+        gpu=res("ppl", "gpu", 0),
+        mem_mb=res("ppl", "mem_mb", 4000),
+        runtime=res("ppl", "runtime", 60),
+    script:
+        "../scripts/ppl_energy.py"

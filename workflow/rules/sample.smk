@@ -36,7 +36,7 @@ rule sample:
         "benchmarks/sample/{run}/steps{steps}.tsv"
     params:
         spec=lambda wc: config["sampling"]["runs"][wc.run],
-        n_samples=config["sampling"]["n_samples"],
+        n_samples=lambda wc: run_n_samples(config, wc.run),
         batch_size=config["sampling"]["batch_size"],
         seq_len=config["data"]["seq_len"],
         seed=config["seed"],

@@ -1,0 +1,24 @@
+# Figures: matplotlib plots generated from result files written by the sampling rules.
+
+
+def fig2_inputs(wc):
+    fig = config["figures"]["fig2_ablation"]
+    runs = [fig["baseline"]] + [f"fig2_{e}_{c}" for c in fig["contexts"] for e in fig["energies"].values()]
+    files = {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
+    return {**files, "dirs": result_dirs(files["genppl"] + files["samples"])}
+
+
+rule fig2_ablation:
+    input:
+        unpack(fig2_inputs),
+    output:
+        pdf="results/figures/fig2_ablation.pdf",
+        png="results/figures/fig2_ablation.png",
+        csv="results/figures/fig2_ablation.csv",
+    log:
+        "logs/figures/fig2_ablation.log",
+    params:
+        fig=config.get("figures", {}).get("fig2_ablation"),
+    localrule: True
+    script:
+        "../scripts/fig2.py"
