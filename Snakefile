@@ -6,6 +6,8 @@
 #   snakemake --profile slurm all                            # paper profile on a Slurm cluster
 
 
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -15,10 +17,10 @@ min_version("9.0")
 # instead of being merged into it, so no toy-world key can leak into another profile).
 if not config:
 
-    configfile: "config/config.yaml"
+    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+validate(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 
 
 include: "workflow/rules/common.smk"

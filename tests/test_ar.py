@@ -66,7 +66,7 @@ def test_logp_next_normalised_and_blocks_specials(model, tok_info, random_words)
     assert not torch.allclose(logp[:, 5:], other[:, 5:], atol=1e-4)
     # the first position is predicted from <bos> alone
     bos = torch.full((4, 1), tok_info["bos_id"])
-    assert torch.allclose(logp[:, 0], model._normalise(model.net(bos))[:, 0], atol=1e-6)
+    assert torch.allclose(logp[:, 0], model.normalise(model.net(bos))[:, 0], atol=1e-6)
 
 
 def test_log_prob_is_sum_of_gathered_logp_next_and_nll_is_its_negative(model, causal_net, tok_info, random_words):
@@ -100,7 +100,7 @@ def test_sample_with_cache_equals_sampling_with_full_forwards(model):
     x = torch.full((n, 1), model.bos_id)
     with torch.no_grad():
         for _ in range(L):
-            logp = model._normalise(model.net(x)[:, -1])
+            logp = model.normalise(model.net(x)[:, -1])
             x = torch.cat([x, gumbel_argmax(logp, g)[:, None]], dim=1)
     assert torch.equal(got, x[:, 1:])
 
@@ -113,7 +113,7 @@ def test_sample_distribution_matches_logp(tok_info, net_factory):
     m = AR(tok_info).wrap(net)
     n = 20_000
     x = m.sample(n, 1, torch.Generator().manual_seed(0), batch_size=n)[:, 0]
-    p = m._normalise(net(torch.full((1, 1), m.bos_id)))[0, 0].double().exp()
+    p = m.normalise(net(torch.full((1, 1), m.bos_id)))[0, 0].double().exp()
     freq = torch.bincount(x, minlength=p.numel()).double() / n
     assert 0.5 * (freq - p).abs().sum() < 0.05
 
@@ -141,7 +141,7 @@ def test_mask_aware_loss_masks_inputs_not_targets(causal_net, tok_info, random_w
     assert torch.equal(inputs[:, 1:][~masked], x0[:, :-1][~masked])  # the rest is the shifted clean x0
     # targets are the clean x0 (a masked target would have log-probability -inf: the loss stays finite)
     assert torch.isfinite(loss) and loss > 0
-    logp = AR(tok_info).wrap(causal_net)._normalise(causal_net(inputs))
+    logp = AR(tok_info).wrap(causal_net).normalise(causal_net(inputs))
     assert torch.allclose(loss, F.nll_loss(logp.transpose(1, 2), x0), atol=1e-6)
     loss.backward()
     assert causal_net.embed.weight.grad[mask_id].abs().sum() > 0  # the mask embedding is trained

@@ -83,6 +83,20 @@ def test_smoke_outputs(smoke_run):
     assert x.shape == (cfg["sampling"]["n_samples"], cfg["data"]["seq_len"])
     info = json.loads((smoke_run / "results" / "models" / "mdlm" / "config.json").read_text())
     assert (x != info["tokenizer"]["mask_id"]).all()
+    # issue 3: energy rows, the KL-to-data column, Figure 2, the partition check, NCE's dev report
+    assert {"EDLM-AR", "Uni-EDLM-AR", "Uni-EDLM-NCE"} <= set(t2.row) and t2.kl_to_data.notna().all()
+    assert "KL" in tex
+    for ext in ("pdf", "png", "csv"):
+        assert (smoke_run / "results" / "figures" / f"fig2_ablation.{ext}").stat().st_size > 0
+    fig = pd.read_csv(smoke_run / "results" / "figures" / "fig2_ablation.csv")
+    assert set(fig.context) == {"teacher_forced", "masked", "exact"}
+    assert set(fig.curve) == {"No energy", "Inv-E", "Ind-E", "Uni-E"}
+    part = pd.read_csv(tables / "partition_check.csv")
+    assert (part.derived_xs.round(4) == 3.0 ** part.revealed).all() and (part.fixed_xs_max.round(6) == 1).all()
+    nce = json.loads((smoke_run / "results" / "models" / "uni_edlm_nce" / "config.json").read_text())
+    assert nce["extra"]["dev"]["dev_split"].endswith("valid.parquet") and cfg["ppl"]["split"] == "test"
+    energy_meta = json.loads((smoke_run / "results" / "genppl" / "uni_edlm_ar" / "steps2.json").read_text())
+    assert energy_meta["sampling"]["options"]["ar_context"] == "masked"
 
 
 @pytest.mark.slow

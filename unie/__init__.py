@@ -4,7 +4,7 @@ baselines and metrics needed to regenerate the paper's tables.
 Importing the package fills the registries (methods, samplers, schedules, backbones, tokenizers).
 """
 
-from . import ar, energy, mdlm, nce, schedule, tokenizer  # noqa: F401  (registration)
+from . import ar, bd3lm, duo, energy, mdlm, nce, schedule, sedd, tokenizer  # noqa: F401  (registration)
 from .models import transformer  # noqa: F401
 from . import samplers  # noqa: F401
 

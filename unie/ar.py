@@ -33,7 +33,8 @@ class ARModel:
         bos = torch.full_like(ctx[:, :1], self.bos_id)
         return torch.cat([bos, ctx[:, :-1]], dim=1)
 
-    def _normalise(self, logits: torch.Tensor) -> torch.Tensor:
+    def normalise(self, logits: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities from raw logits, with the mask and <bos> excluded (never predicted)."""
         logits = logits.float()
         specials = [i for i in (self.mask_id, self.bos_id) if i is not None]
         if specials:
@@ -46,13 +47,13 @@ class ARModel:
     def logp_next(self, ctx: torch.Tensor) -> torch.Tensor:
         """``(B, L, V)``: log-probabilities of position ``i`` given ``ctx_<i`` (``ctx`` may contain masks)."""
         ctx = ctx.to(self.net.device)
-        return self._normalise(self.net(self._inputs(ctx)))
+        return self.normalise(self.net(self._inputs(ctx)))
 
     def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """``log p_AR(tokens[n, m, i] | ctx[n, :i])`` ``(N, M, L)`` for ``M`` token sets scored against one
         context each: one forward pass per context row.  Differentiable (NCE may train the proxy)."""
         ctx = ctx.to(self.net.device)
-        logp = self._normalise(self.net(self._inputs(ctx)))  # (N, L, V)
+        logp = self.normalise(self.net(self._inputs(ctx)))  # (N, L, V)
         tokens = tokens.to(logp.device)
         return logp[:, None].expand(-1, tokens.shape[1], -1, -1).gather(-1, tokens[..., None]).squeeze(-1)
 
@@ -73,7 +74,7 @@ class ARModel:
             x = torch.full((b, 1), self.bos_id, dtype=torch.long, device=dev)
             toks = []
             for i in range(L):
-                logp = self._normalise(self.net(x, cache=cache)[:, -1])
+                logp = self.normalise(self.net(x, cache=cache)[:, -1])
                 nxt = gumbel_argmax(logp, generator).to(dev)
                 toks.append(nxt)
                 x = nxt[:, None]
@@ -107,7 +108,7 @@ class AR:
             t = torch.where(torch.arange(x0.shape[0], device=x0.device)[:, None] % 2 == 0, torch.zeros_like(t), t)
             ctx = torch.where(uniform(x0.shape, generator, x0.device) < t, torch.full_like(x0, self.mask_id), x0)
         model = self.wrap(net)
-        logp = model._normalise(net(model._inputs(ctx)))
+        logp = model.normalise(net(model._inputs(ctx)))
         return F.nll_loss(logp.transpose(1, 2), x0)
 
     @torch.no_grad()

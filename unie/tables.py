@@ -32,7 +32,7 @@ def table1(rows: dict, domains: list[str], inputs: list[str], tex_path, csv_path
     results = {Path(p).stem: json.loads(Path(p).read_text()) for p in inputs}
     records = []
     for label, src in rows.items():
-        res = results.get(src)
+        res = results.get(src) if src else None
         for d in domains:
             cell = (res or {}).get("domains", {}).get(d) if res else None
             records.append({"row": label, "source": src, "domain": d,

@@ -139,6 +139,9 @@ def train(
         gl = _step_generator(cfg.seed, step, 1, device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
+        set_step = getattr(getattr(loss_fn, "__self__", None), "set_step", None)
+        if set_step is not None:  # step-dependent losses (Duo's curriculum) stay right after a resume
+            set_step(step)
         loss = loss_fn(net, x0, gl)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at step {step}; stopping before writing outputs")

@@ -17,6 +17,20 @@ from .config import ConfigError
 
 FIXED_LENGTH_SAMPLERS = ("ar", "data")  # samplers whose step count is always L
 
+# which trained methods each sampler accepts in each model role (checked at parse time)
+ABSORBING = {"mdlm", "nce"}
+SAMPLER_ROLES = {
+    "data": {},
+    "ar": {"ar": {"ar", "nce"}},
+    "ancestral": {"dlm": ABSORBING},
+    "energy": {"dlm": ABSORBING, "proxy": {"ar", "nce"}},
+    "remdm": {"dlm": ABSORBING},
+    "dcd": {"dlm": ABSORBING, "proxy": {"ar", "nce"}},
+    "sedd": {"dlm": {"sedd"}},
+    "duo": {"dlm": {"duo"}},
+    "bd3lm": {"dlm": {"bd3lm"}},
+}
+
 
 def _err(key: str, msg: str):
     raise ConfigError(f"config key '{key}': {msg}")
@@ -118,12 +132,13 @@ def check_config(config: dict) -> None:
     from .registry import ENERGIES
 
     def is_ar(m):
-        return models[m]["method"] == "ar" or (models[m]["method"] == "nce" and
-                                               models[m].get("options", {}).get("train") == "ar")
+        method = models[m]["method"]
+        if method == "nce":
+            return models[m].get("options", {}).get("train", "dlm") == "ar"
+        return getattr(METHODS[method], "causal", False) is True
 
-    def is_dlm(m):
-        return models[m]["method"] == "mdlm" or (models[m]["method"] == "nce" and
-                                                 models[m].get("options", {}).get("train", "dlm") == "dlm")
+    def is_dlm(m):  # an absorbing-state denoiser with SUBS (what energies, NCE and ReMDM/DCD use)
+        return models[m]["method"] in ABSORBING and not is_ar(m)
 
     for name, spec in models.items():
         for role, check in (("proxy", is_ar), ("dlm", is_dlm)):
@@ -158,11 +173,19 @@ def check_config(config: dict) -> None:
         for role, model in spec.get("models", {}).items():
             if model not in models:
                 _err(f"sampling.runs.{name}.models.{role}", f"unknown model {model!r}; defined: {', '.join(models)}")
+        roles = SAMPLER_ROLES.get(spec["sampler"])
         for role, model in spec.get("models", {}).items():
+            if roles is not None and role not in roles:
+                _err(f"sampling.runs.{name}.models.{role}", f"sampler {spec['sampler']!r} takes the roles "
+                     f"{', '.join(roles) or 'none'}")
             if role in ("proxy", "ar") and not is_ar(model):
                 _err(f"sampling.runs.{name}.models.{role}", f"{model!r} is not an AR model")
-            if role == "dlm" and not is_dlm(model):
-                _err(f"sampling.runs.{name}.models.dlm", f"{model!r} is not a diffusion model")
+            if role == "dlm" and (models[model]["method"] not in roles["dlm"] or is_ar(model)):
+                _err(f"sampling.runs.{name}.models.dlm", f"{model!r} (method {models[model]['method']!r}) cannot "
+                     f"be the {spec['sampler']} sampler's diffusion model; it takes {sorted(roles['dlm'])}")
+        for role in (roles or {}):
+            if role not in spec.get("models", {}) and not (spec["sampler"] == "energy" and role == "proxy"):
+                _err(f"sampling.runs.{name}.models", f"the {spec['sampler']} sampler needs a {role!r} model")
         if spec["sampler"] in FIXED_LENGTH_SAMPLERS and spec.get("steps") not in (None, [L]):
             _err(f"sampling.runs.{name}.steps", f"the {spec['sampler']} sampler always takes L={L} steps")
     if config["sampling"]["n_samples"] > data["splits"][config["ppl"]["split"]] and any(
@@ -193,6 +216,8 @@ def check_config(config: dict) -> None:
             _err(f"likelihood.{name}.proxy", f"{spec.get('proxy')!r} is not a defined AR model")
     sources = likelihood_sources(config)
     for label, src in config["tables"]["table1_ppl"].items():
+        if src is None:  # a method without a likelihood: "--"
+            continue
         if src == "exact" and data["source"] != "toy":
             _err(f"tables.table1_ppl.{label}", "'exact' needs the toy world")
         if src not in sources:

@@ -1,3 +1,12 @@
 """Samplers, registered by name in :data:`unie.registry.SAMPLERS`."""
 
-from . import ancestral, autoregressive, energy_sampler  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    ancestral,
+    autoregressive,
+    bd3_sampler,
+    dcd,
+    duo_sampler,
+    energy_sampler,
+    remdm,
+    sedd_sampler,
+)

@@ -51,6 +51,8 @@ def final_outputs():
         "results/tables/table2_genppl.tex",
         "results/tables/table2_genppl.csv",
     ]
+    if config["data"]["source"] == "toy":
+        out += ["results/tables/partition_check.csv", "results/tables/partition_check.tex"]
     if config.get("figures", {}).get("fig2_ablation"):
         out += ["results/figures/fig2_ablation.pdf", "results/figures/fig2_ablation.png"]
     return out

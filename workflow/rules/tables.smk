@@ -14,7 +14,7 @@ def result_dirs(files):
 
 
 def table1_inputs(wc):
-    files = [f"results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values())]
+    files = [f"results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values()) if src]
     return {"ppl": files, "dirs": result_dirs(files)}
 
 
@@ -56,3 +56,15 @@ rule table2_genppl:
     script:
         "../scripts/table2.py"
 
+
+
+rule partition_check:
+    # brute-force check of the paper's closed-form partition (V=3, L=4, every reveal pattern)
+    output:
+        csv="results/tables/partition_check.csv",
+        tex="results/tables/partition_check.tex",
+    log:
+        "logs/tables/partition_check.log",
+    localrule: True
+    script:
+        "../scripts/partition_check.py"

@@ -1,0 +1,256 @@
+"""Uni-E: energies, Algorithm 2, NCE and the closed-form partition (issue 3's must-show list)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+
+from unie.ar import AR, ARModel
+from unie.config import ModelConfig
+from unie.energy import (ARTerms, energy, gather_dlm, ind_energy, log_importance_weights, logp_dlm_x0, logp_dlm_xs,
+                         position_sets, select, uni_energy)
+from unie.mdlm import MDLMDenoiser
+from unie.models.transformer import Transformer
+from unie.partition_check import check_partition, tiny_world
+from unie.samplers.ancestral import sample_mdlm
+from unie.samplers.energy_sampler import derive_xs, propose, sample_energy
+from unie.tokenizer import WordTokenizer
+from unie.toy_world import HMM, OracleAR, OracleDenoiser, word_list
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return WordTokenizer(word_list())
+
+
+def tiny_net(tok, causal, seed=0, d=16):
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=d, n_layers=1, n_heads=2, max_len=32,
+                                   causal=causal)).eval()
+
+
+@pytest.fixture(scope="module")
+def models(tok):
+    dlm = MDLMDenoiser(tiny_net(tok, False, 1), tok.mask_id, [tok.bos_id])
+    proxy = ARModel(tiny_net(tok, True, 2), tok.bos_id, tok.mask_id)
+    return dlm, proxy
+
+
+def random_state(tok, dlm, B=2, K=3, L=10, seed=0):
+    """A partially masked xt, its SUBS log-probs, K candidates and their derived xs (all consistent)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, tok.eos_id + 1, (B, L), generator=g)
+    xt = torch.where(torch.rand(B, L, generator=g) < 0.6, torch.full_like(x, tok.mask_id), x)
+    logp = dlm.logp_x0(xt)
+    x0 = propose(logp, xt, K, tok.mask_id, g)
+    xs = derive_xs(xt, x0, 0.3, torch.full((B,), 0.7, dtype=torch.float64), tok.mask_id, g)
+    return xt, x0, xs, logp
+
+
+def test_energy_sign_lowest_energy_gets_highest_weight(tok, models):
+    dlm, proxy = models
+    xt, x0, xs, logp = random_state(tok, dlm, B=4, K=5)
+    E = energy("ind", xt, x0, xs, logp, proxy, "teacher_forced", tok.mask_id)
+    lw = log_importance_weights(E, 1.0)
+    assert torch.equal(lw.argmax(-1), E.argmin(-1))
+    assert torch.equal(select(E, "argmin"), E.argmin(-1))
+    assert torch.allclose(lw.exp().sum(-1), torch.ones(4))
+    # Ind-E: the candidate preferred is the one with the largest log p_AR - log p_theta
+    ar = ARTerms(proxy, "teacher_forced", xt, x0, xs, tok.mask_id)
+    gain = ar.x0_given_xt() - logp_dlm_x0(logp, xt, x0, tok.mask_id)
+    assert torch.equal(E.argmin(-1), gain.argmax(-1))
+    # an energy is never a log-probability: a candidate the proxy likes more has *lower* energy
+    assert torch.allclose(E, -gain, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["ind", "inv", "uni"])
+@pytest.mark.parametrize("ctx", ["teacher_forced", "masked"])
+def test_batch_safety_rows_only_see_their_own_candidates(tok, models, name, ctx):
+    dlm, proxy = models
+    xt, x0, xs, logp = random_state(tok, dlm, B=2, K=3, seed=1)
+    E = energy(name, xt, x0, xs, logp, proxy, ctx, tok.mask_id)
+    assert E.shape == (2, 3)
+    for b in range(2):  # each row alone gives the same energies
+        Eb = energy(name, xt[b:b + 1], x0[b:b + 1], xs[b:b + 1], logp[b:b + 1], proxy, ctx, tok.mask_id)
+        assert torch.allclose(E[b:b + 1], Eb, atol=1e-5)
+    perm = torch.tensor([1, 0])  # swapping rows swaps the energies
+    Ep = energy(name, xt[perm], x0[perm], xs[perm], logp[perm], proxy, ctx, tok.mask_id)
+    assert torch.allclose(Ep, E[perm], atol=1e-5)
+    kperm = torch.tensor([2, 0, 1])  # permuting candidates permutes their energies (no mixing across K)
+    Ek = energy(name, xt, x0[:, kperm], xs[:, kperm], logp, proxy, ctx, tok.mask_id)
+    assert torch.allclose(Ek, E[:, kperm], atol=1e-5)
+
+
+def test_sampler_rows_choose_among_their_own_candidates(tok, models, monkeypatch):
+    """Row b's K candidates only use tokens {10b, ..., 10b+9}: whatever the energies pick, every token a row
+    ends with must come from its own candidates (the released code's .repeat/.view bug mixes rows)."""
+    import unie.samplers.energy_sampler as es
+
+    def own_candidates(logp, xt, K, mask_id, generator):
+        B, L = xt.shape
+        base = 10 * torch.arange(B)[:, None, None]
+        x0 = base + torch.randint(0, 10, (B, K, L), generator=generator)
+        return torch.where((xt == mask_id)[:, None, :], x0, xt[:, None, :])
+
+    monkeypatch.setattr(es, "propose", own_candidates)
+    dlm, proxy = models
+    x, stats = es.sample_energy(dlm, proxy, 6, 8, 4, torch.Generator().manual_seed(0), energy="uni", K=3, w=1.0,
+                                ar_context="masked", batch_size=6)
+    for b in range(6):
+        assert ((x[b] >= 10 * b) & (x[b] < 10 * b + 10)).all(), (b, x[b])
+    assert stats["energy_rows"] > 0
+
+
+def test_teacher_forced_identities(tok, models):
+    """With a teacher-forced (or any chain-rule) proxy: Inv-E = log p_theta(xs|xt), Uni-E = Ind-E + Σ_D logp_dlm."""
+    dlm, proxy = models
+    for seed in range(3):
+        xt, x0, xs, logp = random_state(tok, dlm, B=2, K=3, seed=seed)
+        inv = energy("inv", xt, x0, xs, logp, proxy, "teacher_forced", tok.mask_id)
+        assert torch.allclose(inv, logp_dlm_xs(logp, xt, xs, tok.mask_id), atol=1e-4)
+        uni = energy("uni", xt, x0, xs, logp, proxy, "teacher_forced", tok.mask_id)
+        ind = energy("ind", xt, x0, xs, logp, proxy, "teacher_forced", tok.mask_id)
+        _, _, D = position_sets(xt, xs, tok.mask_id)
+        sum_D = torch.where(D, gather_dlm(logp, x0), torch.zeros(())).sum(-1)
+        assert torch.allclose(uni, ind + sum_D, atol=1e-4)
+        # the masked context breaks the chain rule: Inv-E is no longer log p_theta(xs|xt)
+        inv_m = energy("inv", xt, x0, xs, logp, proxy, "masked", tok.mask_id)
+        assert not torch.allclose(inv_m, logp_dlm_xs(logp, xt, xs, tok.mask_id), atol=1e-3)
+
+
+def test_exact_context_obeys_the_same_identities():
+    hmm, small = tiny_world(0)
+    den, proxy = OracleDenoiser(hmm, small), OracleAR(hmm, small)
+    g = torch.Generator().manual_seed(0)
+    m = small.mask_id
+    xt = torch.tensor([[m, 0, m, m, 1], [m, m, m, 2, m]])
+    logp = den.logp_x0(xt)
+    x0 = propose(logp, xt, 3, m, g)
+    xs = derive_xs(xt, x0, 0.2, torch.tensor([0.6, 0.6], dtype=torch.float64), m, g)
+    inv = energy("inv", xt, x0, xs, logp, proxy, "exact", m)
+    assert torch.allclose(inv, logp_dlm_xs(logp, xt, xs, m), atol=1e-4)
+    # exact Ind-E is log p_theta(x0|xt) - log pi(x0_{M_t} | visible xt)
+    ind = energy("ind", xt, x0, xs, logp, proxy, "exact", m)
+    lp_x0 = hmm.log_marginal(x0.view(-1, 5)).view(2, 3)
+    lp_xt = hmm.log_marginal(xt.clamp(max=2), xt != m)[:, None]
+    assert torch.allclose(ind, logp_dlm_x0(logp, xt, x0, m) - (lp_x0 - lp_xt).float(), atol=1e-4)
+
+
+@pytest.mark.parametrize("kw", [{"K": 1, "w": 1.0}, {"K": 4, "w": 0.0}])
+def test_k1_or_w0_is_plain_mdlm_bit_for_bit(tok, models, kw):
+    dlm, proxy = models
+    a, _ = sample_mdlm(dlm, 8, 12, 6, torch.Generator().manual_seed(7), batch_size=4)
+    b, stats = sample_energy(dlm, proxy, 8, 12, 6, torch.Generator().manual_seed(7), energy="uni", batch_size=4,
+                             ar_context="masked", **kw)
+    assert torch.equal(a, b)
+    assert stats["energy_calls"] == 0
+
+
+def test_window_limits_the_energy_steps(tok, models):
+    dlm, proxy = models
+    _, s1 = sample_energy(dlm, proxy, 4, 8, 10, torch.Generator().manual_seed(0), K=2, w=1.0, ar_context="masked")
+    _, s2 = sample_energy(dlm, proxy, 4, 8, 10, torch.Generator().manual_seed(0), K=2, w=0.2, ar_context="masked")
+    from unie.samplers.ancestral import time_grid
+
+    in_window = int((time_grid(10)[:-1] > 0.8).sum())  # t in (1 - w, 1] on the grid linspace(1, 1e-5, 11)
+    assert s1["window_steps"] == 10 and s2["window_steps"] == in_window == 3
+
+
+def test_ind_e_with_exact_proxy_approaches_its_target():
+    """On an enumerable toy (V=3, L=3), one Algorithm-2 step from a fully masked state with K candidates
+    resampled by Ind-E weights draws x0 from pi(x0 | xt) = pi(x0) as K grows (self-normalised IS)."""
+    T = torch.tensor([[0.95, 0.05], [0.05, 0.95]])  # sticky hidden state: strongly dependent tokens
+    E = torch.tensor([[0.8, 0.15, 0.05], [0.05, 0.15, 0.8]])
+    hmm, small = HMM.from_matrices(T, E), WordTokenizer(["w0", "w1"])
+    den, proxy = OracleDenoiser(hmm, small), OracleAR(hmm, small)
+    L, n = 3, 30000
+    seqs = torch.tensor(list(itertools.product(range(3), repeat=L)))
+    target = hmm.log_marginal(seqs).exp()
+
+    def tv(K):
+        x, _ = sample_energy(den, proxy, n, L, 1, torch.Generator().manual_seed(K), energy="ind", K=K, w=1.0,
+                             ar_context="exact", selection="resample", batch_size=n)
+        idx = (x * torch.tensor([9, 3, 1])).sum(-1)
+        emp = torch.bincount(idx, minlength=27).double() / n
+        return 0.5 * (emp - target).abs().sum().item()
+
+    tv1, tv4, tv32 = tv(1), tv(4), tv(32)
+    assert tv1 > 0.05  # the product of marginals is far from pi
+    assert tv32 < tv4 < tv1 and tv32 < 0.02
+
+
+@pytest.mark.parametrize("ctx", ["teacher_forced", "masked", "exact"])
+def test_closed_form_partition_brute_force(ctx):
+    """V=3, L=4: with xs held fixed the closed form normalises exactly; as a model of x0 given xt
+    (xs derived from x0) the mass is 3^|D| -- the revealed tokens are not scored at all."""
+    rows = check_partition(ctx)
+    assert len(rows) == 2 ** 4
+    for r in rows:
+        assert r["fixed_xs_min"] == pytest.approx(1.0, abs=1e-6) and r["fixed_xs_max"] == pytest.approx(1.0, abs=1e-6)
+        assert r["derived_xs"] == pytest.approx(3 ** r["revealed"], rel=1e-5)
+
+
+def test_energy_rejects_inconsistent_candidates(tok, models):
+    dlm, proxy = models
+    xt, x0, xs, logp = random_state(tok, dlm, B=2, K=2)
+    bad = x0.clone()
+    keep = (xt != tok.mask_id)
+    b, i = keep.nonzero()[0]
+    bad[b, 0, i] = (xt[b, i] + 1) % (tok.eos_id + 1)
+    with pytest.raises(ValueError, match="unmasked in xt"):
+        energy("uni", xt, bad, xs, logp, proxy, "masked", tok.mask_id)
+    with pytest.raises(ValueError, match="exact"):
+        energy("uni", xt, x0, xs, logp, proxy, "exact", tok.mask_id)  # a learned proxy has no exact joint
+
+
+def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
+    """NCE (Algorithm 1) trains, resumes after an interruption to the same weights, and reports its dev-set
+    energy separation on a split disjoint from the test split."""
+    from unie.data import load_tokens, tokenize_corpus, write_text_parquet
+    from unie.jobs import train_from_spec
+    from unie.models.checkpoint import load_model
+    from unie.toy_world import generate_corpus
+
+    L = 12
+    paths = {}
+    for split, n in (("train", 400), ("valid", 40), ("test", 40)):
+        raw = tmp_path / f"{split}.raw.parquet"
+        write_text_parquet(generate_corpus("owt", split, n, L), raw)
+        paths[split] = tmp_path / f"{split}.parquet"
+        tokenize_corpus(raw, tok, paths[split], L, insert_eos=False, chunk_specials=False)
+    valid, test = load_tokens(paths["valid"]), load_tokens(paths["test"])
+    assert not ({tuple(r) for r in valid.tolist()} & {tuple(r) for r in test.tolist()})
+    tokdir = tmp_path / "tok"
+    tok.save(tokdir)
+    arch = {"d_model": 16, "n_layers": 1, "n_heads": 2}
+    base = {"method": "mdlm", "arch": arch, "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 3}}
+    train_from_spec("mdlm", base, paths["train"], tokdir, tmp_path / "m", tmp_path / "ck_m", L, log=lambda s: None)
+    prox = {"method": "ar", "options": {"mask_inputs": True}, "arch": arch,
+            "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 3}}
+    train_from_spec("p", prox, paths["train"], tokdir, tmp_path / "p", tmp_path / "ck_p", L, log=lambda s: None)
+    spec = {"method": "nce", "options": {"energy": "uni", "train": "dlm", "ar_context": "masked", "proxy": "p"},
+            "arch": arch, "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
+    kw = dict(init_dir=tmp_path / "m", partner_dirs={"proxy": tmp_path / "p"}, dev_path=paths["valid"],
+              log=lambda s: None)
+    train_from_spec("n", spec, paths["train"], tokdir, tmp_path / "full", tmp_path / "ck_full", L, **kw)
+    train_from_spec("n", spec, paths["train"], tokdir, tmp_path / "int", tmp_path / "ck_int", L, stop_after=3, **kw)
+    assert not (tmp_path / "int" / "model.safetensors").exists()  # interrupted: no output yet
+    train_from_spec("n", spec, paths["train"], tokdir, tmp_path / "int", tmp_path / "ck_int", L, **kw)
+    a, meta = load_model(tmp_path / "full")
+    b, _ = load_model(tmp_path / "int")
+    for (k, va), (_, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(va, vb), k
+    dev = meta["extra"]["dev"]
+    assert dev["dev_split"].endswith("valid.parquet")
+    for key in ("separation", "accuracy", "energy_pos", "energy_neg", "loss"):
+        assert math.isfinite(dev["initial"]["dev"][key]) and math.isfinite(dev["selected"]["dev"][key])
+    # the selected checkpoint is the one with the lowest dev loss among those evaluated
+    hist = json.loads((tmp_path / "full" / "history.json").read_text())
+    losses = [h["dev"]["loss"] for h in hist if "dev" in h]
+    assert dev["selected"]["dev"]["loss"] == min(losses) and len(losses) == 4  # steps 0, 2, 4, 6
