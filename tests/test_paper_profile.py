@@ -388,6 +388,8 @@ def test_paper_config_passes_schema_and_check_config():
     check_config(cfg)
     toy = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models"}  # same structure
+    assert list(cfg["tables"]["table2_genppl"]) == [r for r in toy["tables"]["table2_genppl"]]  # same rows
+    assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])
     assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
     assert [e["label"] for e in cfg["genppl"]["evaluators"].values()] == ["Llama2", "Llama3", "GPT2"]
     assert all(e["kind"] == "hf" for e in cfg["genppl"]["evaluators"].values())
@@ -432,22 +434,26 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     out = _dry_run_with_profile(tmp_path, "all")
     assert "paper.yaml" in out
     train = _job_blocks(out, "train")
-    assert len(train) == 2
+    assert len(train) == len(_paper_config()["models"])
     for block in train:
         res = re.search(r"resources: (.*)", block).group(1)
         assert "gpu=1" in res and "slurm_partition=gpu" in res and "mem_mb=128000" in res
     hf = _job_blocks(out, "download_hf_model")
     assert sorted(re.search(r"hf_model=(\w+)", b).group(1) for b in hf) == ["gpt2_large", "llama2", "llama3"]
     downloads = {re.search(r"domain=(\w+), split=(\w+)", b).groups() for b in _job_blocks(out, "download")}
-    # OWT train + the `test` split of all 8 domains (OWT's valid split is not needed by any target)
-    assert ("owt", "train") in downloads and ("lambada", "test") in downloads and len(downloads) == 9
+    # OWT train, OWT valid (the NCE dev split) and the `test` split of all 8 domains
+    assert ("owt", "train") in downloads and ("owt", "valid") in downloads and ("lambada", "test") in downloads
+    assert len(downloads) == 10
     assert not (REPO / "logs" / "slurm").exists() or not any((REPO / "logs" / "slurm").iterdir())
 
 
 def test_dry_run_table2_with_slurm_profile(tmp_path):
     out = _dry_run_with_profile(tmp_path, "results/tables/table2_genppl.tex")
     sample = _job_blocks(out, "sample")  # sampling + Gen PPL under the three evaluators
-    assert len(sample) == 2 + 4  # data and AR at L steps, MDLM at 128/256/512/1024
+    cfg = _paper_config()
+    runs = set(cfg["tables"]["table2_genppl"].values())
+    fixed = {r for r in runs if cfg["sampling"]["runs"][r]["sampler"] in ("data", "ar")}
+    assert len(sample) == len(fixed) + 4 * len(runs - fixed)  # data and AR at L steps, the rest at 128..1024
     for block in sample:
         assert all(f"resources/hf/{m}" in block for m in ("llama2", "llama3", "gpt2_large"))
         assert "gpu=1" in block
