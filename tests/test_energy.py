@@ -9,15 +9,16 @@ import math
 import pytest
 import torch
 
-from unie.ar import AR, ARModel
+from unie.ar import ARModel
 from unie.config import ModelConfig
-from unie.energy import (ARTerms, energy, gather_dlm, ind_energy, log_importance_weights, logp_dlm_x0, logp_dlm_xs,
-                         position_sets, select, uni_energy)
+from unie.energy import (ARTerms, energy, gather_dlm, log_importance_weights, logp_dlm_x0, logp_dlm_xs,
+                         position_sets, select)
 from unie.mdlm import MDLMDenoiser
 from unie.models.transformer import Transformer
 from unie.partition_check import check_partition, tiny_world
 from unie.samplers.ancestral import sample_mdlm
-from unie.samplers.energy_sampler import derive_xs, propose, sample_energy
+from unie.samplers.ancestral import transition
+from unie.samplers.energy_sampler import propose, sample_energy
 from unie.tokenizer import WordTokenizer
 from unie.toy_world import HMM, OracleAR, OracleDenoiser, word_list
 
@@ -49,7 +50,7 @@ def random_state(tok, dlm, B=2, K=3, L=10, seed=0):
     xt = torch.where(torch.rand(B, L, generator=g) < 0.6, torch.full_like(x, tok.mask_id), x)
     logp = dlm.logp_x0(xt)
     x0 = propose(logp, xt, K, tok.mask_id, g)
-    xs = derive_xs(xt, x0, 0.3, torch.full((B,), 0.7, dtype=torch.float64), tok.mask_id, g)
+    xs = transition(xt, x0, 0.3, torch.full((B,), 0.7, dtype=torch.float64), tok.mask_id, g)
     return xt, x0, xs, logp
 
 
@@ -132,7 +133,7 @@ def test_exact_context_obeys_the_same_identities():
     xt = torch.tensor([[m, 0, m, m, 1], [m, m, m, 2, m]])
     logp = den.logp_x0(xt)
     x0 = propose(logp, xt, 3, m, g)
-    xs = derive_xs(xt, x0, 0.2, torch.tensor([0.6, 0.6], dtype=torch.float64), m, g)
+    xs = transition(xt, x0, 0.2, torch.tensor([0.6, 0.6], dtype=torch.float64), m, g)
     inv = energy("inv", xt, x0, xs, logp, proxy, "exact", m)
     assert torch.allclose(inv, logp_dlm_xs(logp, xt, xs, m), atol=1e-4)
     # exact Ind-E is log p_theta(x0|xt) - log pi(x0_{M_t} | visible xt)

@@ -20,6 +20,17 @@ from .models.checkpoint import load_model
 from .tokenizer import load_tokenizer
 
 
+def mc_nll(x: torch.Tensor, nll_fn, n_mc: int, batch_size: int, seed: int, domain: str, device: str = "cpu"):
+    """Per-sequence NLL ``(N,)`` averaged over ``n_mc`` Monte-Carlo passes of ``nll_fn(x_batch, generator) -> (b,)``;
+    pass ``mc`` of ``domain`` draws from its own seeded generator, so every estimator sees the same seeds."""
+    nll = torch.zeros(len(x), dtype=torch.float64)
+    for mc in range(n_mc):
+        g = torch.Generator(device=device).manual_seed(zlib.crc32(f"{seed}/{domain}/{mc}".encode()))
+        for s in range(0, len(x), batch_size):
+            nll[s:s + batch_size] += nll_fn(x[s:s + batch_size].to(device), g).double().cpu()
+    return nll / n_mc
+
+
 def model_ppl(model_dir, tokenizer_dir, data_paths: dict, n_mc: int = 1, batch_size: int = 256,
               max_sequences: int | None = None, seed: int = 0, device: str = "cpu", log=print) -> dict:
     from .jobs import build_method
@@ -31,12 +42,7 @@ def model_ppl(model_dir, tokenizer_dir, data_paths: dict, n_mc: int = 1, batch_s
     out = {"model": str(model_dir), "method": meta["method"], "n_mc": passes, "domains": {}}
     for domain, path in data_paths.items():
         x = load_tokens(path, max_sequences)
-        nll = torch.zeros(len(x), dtype=torch.float64)
-        for mc in range(passes):
-            g = torch.Generator(device=device).manual_seed(zlib.crc32(f"{seed}/{domain}/{mc}".encode()))
-            for s in range(0, len(x), batch_size):
-                nll[s:s + batch_size] += method.nll(net, x[s:s + batch_size].to(device), g).double().cpu()
-        nll /= passes
+        nll = mc_nll(x, lambda xb, g: method.nll(net, xb, g), passes, batch_size, seed, domain, device)
         tokens = method.scored_tokens(x) if hasattr(method, "scored_tokens") else torch.full((len(x),), x.shape[1])
         out["domains"][domain] = ppl_with_se(nll, tokens)
         log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f} (nll/token {out['domains'][domain]['nll_per_token']:.4f} "
@@ -75,6 +81,7 @@ def energy_corrected_nelbo(dlm, proxy, energy_name: str, ar_context: str, x0: to
     from .energy import ARTerms, ENERGIES, log_partition, logp_dlm_x0
     from .gumbel import uniform
     from .mdlm import q_xt
+    from .samplers.ancestral import transition
     from .schedule import antithetic_t
 
     B = x0.shape[0]
@@ -83,8 +90,7 @@ def energy_corrected_nelbo(dlm, proxy, energy_name: str, ar_context: str, x0: to
     logp = dlm.logp_x0(xt).to(x0.device)
     s = uniform((B,), generator, x0.device) * t.double()
     a_t, a_s = schedule.alpha(t.double()), schedule.alpha(s)
-    stay = (xt == mask_id) & ~(uniform(x0.shape, generator, x0.device) < ((a_s - a_t) / (1 - a_t))[:, None])
-    xs = torch.where(stay, torch.full_like(x0, mask_id), x0)
+    xs = transition(xt, x0, a_t, a_s, mask_id, generator)
     x0k, xsk = x0[:, None], xs[:, None]
     ar = ARTerms(proxy, ar_context, xt, x0k, xsk, mask_id)
     E = ENERGIES[energy_name](xt, x0k, xsk, logp, ar, mask_id)
@@ -95,10 +101,8 @@ def energy_corrected_nelbo(dlm, proxy, energy_name: str, ar_context: str, x0: to
 
 def energy_ppl(spec: dict, model_dirs: dict, tokenizer_dir, data_paths: dict, n_mc: int = 1, batch_size: int = 256,
                max_sequences: int | None = None, seed: int = 0, device: str = "cpu", log=print) -> dict:
-    """Table 1 perplexity of an energy-corrected model (``spec``: energy, dlm, proxy, ar_context) on each domain.
-
-    Besides the estimate it records, on the same sequences and Monte-Carlo draws' seeds, the plain MDLM bound
-    of the same diffusion model, so each row can be compared with its backbone."""
+    """Table 1 perplexity of an energy-corrected model (``spec``: energy, dlm, proxy, ar_context) on each domain,
+    with the same sequences and Monte-Carlo seeds as the plain bound of :func:`model_ppl`."""
     from .jobs import load_wrapped
     from .schedule import make_schedule
 
@@ -118,14 +122,9 @@ def energy_ppl(spec: dict, model_dirs: dict, tokenizer_dir, data_paths: dict, n_
         for domain, path in data_paths.items():
             x = load_tokens(path, max_sequences)
             proxy = proxy_for(domain)
-            nll = torch.zeros(len(x), dtype=torch.float64)
-            for mc in range(n_mc):
-                g = torch.Generator(device=device).manual_seed(zlib.crc32(f"{seed}/{domain}/{mc}".encode()))
-                for s in range(0, len(x), batch_size):
-                    xb = x[s:s + batch_size].to(device)
-                    nll[s:s + batch_size] += energy_corrected_nelbo(dlm, proxy, spec["energy"], spec["ar_context"], xb,
-                                                                    schedule, tok.mask_id, g)
-            nll /= n_mc
+            nll = mc_nll(x, lambda xb, g: energy_corrected_nelbo(dlm, proxy, spec["energy"], spec["ar_context"], xb,
+                                                                 schedule, tok.mask_id, g),
+                         n_mc, batch_size, seed, domain, device)
             out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
             log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f}")
     return out

@@ -24,6 +24,7 @@ from .energy import AR_CONTEXTS, energy as energy_fn
 from .gumbel import gumbel_argmax, uniform
 from .mdlm import MDLMDenoiser, q_xt, subs_logp
 from .registry import ENERGIES, METHODS
+from .samplers.ancestral import transition
 from .schedule import antithetic_t, make_schedule
 from .tokenizer import blocked_ids
 
@@ -97,9 +98,7 @@ class NCE:
         x0c = torch.stack([x0, neg], dim=1)  # (B, 2, L)
         s = uniform((B,), generator, x0.device) * t.double()  # l.5: s < t
         a_t, a_s = self.schedule.alpha(t.double()), self.schedule.alpha(s)
-        p = ((a_s - a_t) / (1 - a_t))[:, None, None]
-        stay = (xt == self.mask_id)[:, None, :] & ~(uniform(x0c.shape, generator, x0.device) < p)
-        xsc = torch.where(stay, torch.full_like(x0c, self.mask_id), x0c)  # l.5/l.9: xs, x̂s from their own x0
+        xsc = transition(xt, x0c, a_t, a_s, self.mask_id, generator)  # l.5/l.9: xs, x̂s from their own x0
         return energy_fn(self.energy, xt, x0c, xsc, logp, proxy, self.ar_context, self.mask_id, check=False)
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:

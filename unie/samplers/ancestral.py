@@ -41,18 +41,31 @@ def mdlm_step(xt, logp, alpha_t, alpha_s, mask_id, generator):
 
 
 def transition(xt, x0, alpha_t, alpha_s, mask_id, generator):
-    """``q(xs | xt, x0)`` for a given clean ``x0`` ``(B, L)`` (the step Algorithm 2 takes with the chosen candidate)."""
-    reveal = reveal_mask(xt, alpha_t, alpha_s, mask_id, generator)
+    """``xs ~ q(xs | xt, x0)`` (Eq. mdlm_reverse_true) for a given clean ``x0``: every masked position of ``xt``
+    is revealed, copying ``x0``, with probability ``(alpha_s - alpha_t) / (1 - alpha_t)``; the rest of ``xt``
+    is kept.  This is how Algorithms 1-2 derive ``xs`` from a candidate and how the likelihood draws it.
+
+    ``xt`` ``(B, L)``; ``x0`` ``(B, L)`` or candidates ``(B, K, L)`` (each with its own draw); ``alpha_t`` and
+    ``alpha_s`` floats or per-row ``(B,)`` tensors.  Returns ``x0``'s shape."""
+    p = (torch.as_tensor(alpha_s, dtype=torch.float64) - alpha_t) / (1.0 - alpha_t)  # () or (B,)
+    if p.dim():
+        p = p.reshape(-1, *([1] * (x0.dim() - 1)))
+    xt = xt if x0.dim() == xt.dim() else xt[:, None, :].expand_as(x0)
+    reveal = (xt == mask_id) & (uniform(x0.shape, generator, x0.device) < p.to(x0.device))
     return torch.where(reveal, x0, xt)
 
 
 class CachedDenoiser:
     """Keeps ``log p_theta(x0 | x)`` per row and re-evaluates only rows whose state changed.
 
-    ``nfe`` counts network calls, ``rows_evaluated`` the rows they covered."""
+    ``evaluate(x_rows, rows)`` computes the log-probabilities of a subset of rows (``rows`` a bool ``(B,)``
+    mask, ``None`` on the first call, which covers every row); the default is ``denoiser.logp_x0(x_rows)``.
+    Block diffusion passes its own (prefix KV cache).  ``nfe`` counts network calls, ``rows_evaluated``
+    the rows they covered."""
 
-    def __init__(self, denoiser):
+    def __init__(self, denoiser, evaluate=None):
         self.denoiser = denoiser
+        self.evaluate = evaluate or (lambda x_rows, rows: denoiser.logp_x0(x_rows))
         self.x = None
         self.logp = None
         self.nfe = 0
@@ -66,7 +79,7 @@ class CachedDenoiser:
         if self.logp is not None:
             stale &= (x == self.denoiser.mask_id).any(-1)  # a row without masks needs no prediction
         if stale.any():
-            fresh = self.denoiser.logp_x0(x[stale]).to(x.device)
+            fresh = self.evaluate(x[stale], None if self.logp is None else stale).to(x.device)
             if self.logp is None:
                 self.logp = fresh
             else:
@@ -76,6 +89,18 @@ class CachedDenoiser:
             self.rows_evaluated += int(stale.sum())
         self.x = x.clone()
         return self.logp
+
+
+def in_batches(n: int, batch_size: int, sample_batch) -> tuple[torch.Tensor, dict]:
+    """Run ``sample_batch(b) -> (x (b, L), stats)`` over consecutive batches of at most ``batch_size`` rows;
+    returns the rows concatenated on the CPU and every stat summed over the batches."""
+    out, total = [], {}
+    for start in range(0, n, batch_size):
+        x, stats = sample_batch(min(batch_size, n - start))
+        out.append(x.cpu())
+        for key, value in stats.items():
+            total[key] = total.get(key, 0) + value
+    return torch.cat(out), total
 
 
 def fill_remaining(x, logp, mask_id, generator):
@@ -103,9 +128,8 @@ def sample_mdlm(
     schedule = schedule or make_schedule("loglinear")
     mask_id = denoiser.mask_id
     ts = time_grid(steps, eps)
-    out, nfe, rows = [], 0, 0
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
+
+    def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
         cache = CachedDenoiser(denoiser)
         for k in range(steps):
@@ -114,9 +138,9 @@ def sample_mdlm(
             x = mdlm_step(x, logp, a_t, a_s, mask_id, generator)
         if (x == mask_id).any():
             x = fill_remaining(x, cache(x), mask_id, generator)
-        nfe, rows = nfe + cache.nfe, rows + cache.rows_evaluated
-        out.append(x.cpu())
-    return torch.cat(out), {"nfe": nfe, "rows_evaluated": rows}
+        return x, {"nfe": cache.nfe, "rows_evaluated": cache.rows_evaluated}
+
+    return in_batches(n, batch_size, one_batch)
 
 
 @SAMPLERS.register("ancestral")

@@ -44,7 +44,7 @@ import torch
 
 from ..registry import SAMPLERS
 from ..schedule import Schedule, make_schedule
-from .ancestral import fill_remaining, mdlm_step, time_grid
+from .ancestral import CachedDenoiser, fill_remaining, in_batches, mdlm_step, time_grid
 
 
 def allocate_steps(n_blocks: int, steps: int) -> list[tuple[int, int, int]]:
@@ -58,40 +58,17 @@ def allocate_steps(n_blocks: int, steps: int) -> list[tuple[int, int, int]]:
     return [(bounds[k], bounds[k + 1] - bounds[k], 1) for k in range(steps)]
 
 
-class UnitCache:
-    """``log p_theta`` of the current unit's noisy tokens, re-evaluated only for rows whose unit changed
-    (the BD3 counterpart of :class:`~unie.samplers.ancestral.CachedDenoiser`).
+def unit_cache(denoiser, kv_cache: list, commit: torch.Tensor | None, joint: bool = False) -> CachedDenoiser:
+    """MDLM's row cache for the current unit's noisy tokens: the first evaluation covers every row and commits
+    ``commit`` (the previous unit, now clean) to the KV cache in the same pass; later ones re-evaluate only the
+    rows whose unit changed, against the cache."""
 
-    The first call evaluates every row and commits ``commit`` (the previous unit, now clean) to the KV
-    cache in the same pass."""
+    def evaluate(xb, rows):
+        if rows is None:
+            return denoiser.evaluate(kv_cache, commit, xb, joint=joint)
+        return denoiser.evaluate(kv_cache, None, xb, rows=rows.to(denoiser.net.device), joint=joint)
 
-    def __init__(self, denoiser, kv_cache: list, commit: torch.Tensor | None, joint: bool = False):
-        self.denoiser = denoiser
-        self.kv = kv_cache
-        self.commit = commit
-        self.joint = joint
-        self.x = None
-        self.logp = None
-        self.nfe = 0
-        self.rows_evaluated = 0
-
-    def __call__(self, xb: torch.Tensor) -> torch.Tensor:
-        mask_id = self.denoiser.mask_id
-        if self.logp is None:
-            self.logp = self.denoiser.evaluate(self.kv, self.commit, xb, joint=self.joint).to(xb.device)
-            self.nfe += 1
-            self.rows_evaluated += xb.shape[0]
-        else:
-            stale = (xb != self.x).any(-1) & (xb == mask_id).any(-1)
-            if stale.any():
-                fresh = self.denoiser.evaluate(self.kv, None, xb[stale], rows=stale.to(self.denoiser.net.device),
-                                               joint=self.joint).to(xb.device)
-                self.logp = self.logp.clone()
-                self.logp[stale] = fresh
-                self.nfe += 1
-                self.rows_evaluated += int(stale.sum())
-        self.x = xb.clone()
-        return self.logp
+    return CachedDenoiser(denoiser, evaluate)
 
 
 @torch.no_grad()
@@ -117,15 +94,14 @@ def sample_bd3(
     if L % bs:
         raise ValueError(f"sequence length {L} is not a multiple of the block size {bs}")
     units = allocate_steps(L // bs, steps)
-    out, nfe, rows = [], 0, 0
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
+
+    def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
         kv = denoiser.new_cache()
-        committed = 0  # tokens x[:, :committed] are in the KV cache
+        committed, nfe, rows = 0, 0, 0  # tokens x[:, :committed] are in the KV cache
         for first, n_blocks, n_steps in units:
             lo, hi = first * bs, (first + n_blocks) * bs
-            cache = UnitCache(denoiser, kv, x[:, committed:lo] if lo > committed else None, joint_blocks)
+            cache = unit_cache(denoiser, kv, x[:, committed:lo] if lo > committed else None, joint_blocks)
             xb = x[:, lo:hi]
             ts = time_grid(n_steps, eps)
             for k in range(n_steps):
@@ -136,9 +112,10 @@ def sample_bd3(
             x[:, lo:hi] = xb
             committed = lo
             nfe, rows = nfe + cache.nfe, rows + cache.rows_evaluated
-        out.append(x.cpu())
-    return torch.cat(out), {"nfe": nfe, "rows_evaluated": rows, "steps": sum(u[2] for u in units),
-                            "units": len(units)}
+        return x, {"nfe": nfe, "rows_evaluated": rows}
+
+    x, stats = in_batches(n, batch_size, one_batch)
+    return x, {**stats, "steps": sum(u[2] for u in units), "units": len(units)}
 
 
 @SAMPLERS.register("bd3lm")

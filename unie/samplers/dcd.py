@@ -34,7 +34,7 @@ from ..gumbel import gumbel_argmax
 from ..mdlm import subs_logp
 from ..registry import SAMPLERS
 from ..schedule import Schedule, make_schedule
-from .ancestral import fill_remaining, time_grid
+from .ancestral import fill_remaining, in_batches, time_grid
 
 
 def chunk_bounds(steps: int, L: int, schedule: Schedule, eps: float = 1e-5) -> list[tuple[int, int]]:
@@ -86,9 +86,9 @@ def sample_dcd(
     mask_id = dlm.mask_id
     bounds = chunk_bounds(steps, L, schedule, eps)
     ar_net, ar_dev = proxy.net, proxy.net.device
-    out, nfe, ar_steps = [], 0, 0
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
+
+    def one_batch(b):
+        nfe, ar_steps = 0, 0
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
         kv = ar_net.new_cache()
         feed = torch.full((b, 1), proxy.bos_id, dtype=torch.long, device=ar_dev)  # next input of the AR
@@ -107,8 +107,9 @@ def sample_dcd(
             xin = x.to(dlm.net.device)
             x = fill_remaining(x, dlm.logp_x0(xin).to(device), mask_id, generator)
             nfe += 1
-        out.append(x.cpu())
-    return torch.cat(out), {"nfe": nfe, "ar_steps": ar_steps}
+        return x, {"nfe": nfe, "ar_steps": ar_steps}
+
+    return in_batches(n, batch_size, one_batch)
 
 
 @SAMPLERS.register("dcd")

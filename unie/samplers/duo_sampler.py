@@ -29,7 +29,7 @@ from ..duo import uniform_tokens
 from ..gumbel import gumbel_argmax
 from ..registry import SAMPLERS
 from ..schedule import make_schedule
-from .ancestral import time_grid
+from .ancestral import in_batches, time_grid
 
 NOISE_REMOVAL = ("ancestral", "greedy")
 
@@ -62,9 +62,8 @@ def sample_duo(denoiser, n: int, L: int, steps: int, generator: torch.Generator,
     schedule = getattr(denoiser, "schedule", None) or make_schedule("loglinear")
     V = denoiser.V
     ts = time_grid(steps, eps)
-    out, nfe = [], 0
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
+
+    def one_batch(b):
         x = uniform_tokens((b, L), V, generator, device)
         for k in range(steps):
             a_t, a_s = float(schedule.alpha(ts[k])), float(schedule.alpha(ts[k + 1]))
@@ -75,9 +74,9 @@ def sample_duo(denoiser, n: int, L: int, steps: int, generator: torch.Generator,
             x = duo_step(p, x, float(schedule.alpha(ts[-1])), 1.0, generator)
         else:
             x = p.argmax(-1)
-        nfe += steps + 1
-        out.append(denoiser.sub_to_tok.to(x.device)[x].cpu())
-    return torch.cat(out), {"nfe": nfe}
+        return denoiser.sub_to_tok.to(x.device)[x], {"nfe": steps + 1}
+
+    return in_batches(n, batch_size, one_batch)
 
 
 @SAMPLERS.register("duo")

@@ -21,7 +21,7 @@ from ..energy import AR_CONTEXTS, energy as energy_fn, select
 from ..gumbel import gumbel_argmax, uniform
 from ..registry import ENERGIES, SAMPLERS
 from ..schedule import Schedule, make_schedule
-from .ancestral import CachedDenoiser, fill_remaining, mdlm_step, reveal_mask, time_grid
+from .ancestral import CachedDenoiser, fill_remaining, in_batches, mdlm_step, reveal_mask, time_grid, transition
 
 
 def propose(logp: torch.Tensor, xt: torch.Tensor, K: int, mask_id: int, generator) -> torch.Tensor:
@@ -29,14 +29,6 @@ def propose(logp: torch.Tensor, xt: torch.Tensor, K: int, mask_id: int, generato
     B, L, V = logp.shape
     x0 = gumbel_argmax(logp[:, None].expand(B, K, L, V), generator).to(xt.device)
     return torch.where((xt == mask_id)[:, None, :], x0, xt[:, None, :])
-
-
-def derive_xs(xt: torch.Tensor, x0: torch.Tensor, alpha_t: float, alpha_s: torch.Tensor, mask_id: int, generator):
-    """``xs^j ~ q(xs | xt, x0^j)`` ``(B, K, L)``: each masked position of ``xt`` is revealed (copied from its
-    own candidate) with probability ``(alpha_s - alpha_t) / (1 - alpha_t)``; ``alpha_s`` is ``(B,)``."""
-    p = ((alpha_s.double() - alpha_t) / (1.0 - alpha_t))[:, None, None]
-    stay = (xt == mask_id)[:, None, :] & ~(uniform(x0.shape, generator, x0.device) < p.to(x0.device))
-    return torch.where(stay, torch.full_like(x0, mask_id), x0)
 
 
 def in_window(t: float, w: float) -> bool:
@@ -73,10 +65,9 @@ def sample_energy(
     schedule = schedule or make_schedule("loglinear")
     mask_id = denoiser.mask_id
     ts = time_grid(steps, eps)
-    out = []
-    stats = {"nfe": 0, "rows_evaluated": 0, "energy_rows": 0, "energy_calls": 0, "window_steps": 0}
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
+
+    def one_batch(b):
+        stats = {"energy_rows": 0, "energy_calls": 0, "window_steps": 0}
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)  # x_{T_1}: fully masked
         cache = CachedDenoiser(denoiser)
         for k in range(steps):  # Alg. 2, l.1: for t = T_1 > T_2 > ... > T_T
@@ -90,7 +81,7 @@ def sample_energy(
             reveal = reveal_mask(x, a_t, a_next, mask_id, generator)  # where this step unmasks (any x0)
             x0 = propose(logp, x, K, mask_id, generator)  # l.3: K candidates x0^j ~ p_theta(x0 | xt)
             s = uniform((b,), generator, x.device) * t  # l.3: one s < t per sequence
-            xs = derive_xs(x, x0, a_t, schedule.alpha(s), mask_id, generator)  # l.4: xs^j ~ q(xs | xt, x0^j)
+            xs = transition(x, x0, a_t, schedule.alpha(s), mask_id, generator)  # l.4: xs^j ~ q(xs | xt, x0^j)
             j = torch.zeros(b, dtype=torch.long, device=x.device)
             rows = reveal.any(-1)  # the choice only matters where the step reveals something
             if rows.any():
@@ -103,10 +94,9 @@ def sample_energy(
             x = torch.where(reveal, x0_sel, x)  # l.11: x_{t-Δ} ~ q(x_{t-Δ} | xt, x0~)
         if (x == mask_id).any():
             x = fill_remaining(x, cache(x), mask_id, generator)
-        stats["nfe"] += cache.nfe
-        stats["rows_evaluated"] += cache.rows_evaluated
-        out.append(x.cpu())
-    return torch.cat(out), stats
+        return x, {"nfe": cache.nfe, "rows_evaluated": cache.rows_evaluated, **stats}
+
+    return in_batches(n, batch_size, one_batch)
 
 
 @SAMPLERS.register("energy")

@@ -56,7 +56,7 @@ import torch
 from ..gumbel import gumbel_argmax, uniform
 from ..registry import SAMPLERS
 from ..schedule import Schedule, make_schedule
-from .ancestral import CachedDenoiser, fill_remaining, time_grid
+from .ancestral import CachedDenoiser, fill_remaining, in_batches, time_grid
 
 STRATEGIES = ("cap", "rescale", "cap_rescale")
 
@@ -141,24 +141,22 @@ def sample_remdm(
     schedule = schedule or make_schedule("loglinear")
     mask_id = denoiser.mask_id
     ts = time_grid(steps, eps)
-    out = []
-    stats = {"nfe": 0, "rows_evaluated": 0, "remasked": 0}
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
+
+    def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
         cache = CachedDenoiser(denoiser)
+        remasked = 0
         for k in range(steps):
             a_t, a_s = float(schedule.alpha(ts[k])), float(schedule.alpha(ts[k + 1]))
             sigma_t = remask_sigma(strategy, a_t, a_s, eta_cap, eta_rescale)
             logp = cache(x)  # reused for rows that did not change (no time input)
             x, remask = remdm_step(x, logp, a_t, a_s, sigma_t, mask_id, generator, nucleus)
-            stats["remasked"] += int(remask.sum())
+            remasked += int(remask.sum())
         if (x == mask_id).any():
             x = fill_remaining(x, nucleus_filter(cache(x), nucleus), mask_id, generator)
-        stats["nfe"] += cache.nfe
-        stats["rows_evaluated"] += cache.rows_evaluated
-        out.append(x.cpu())
-    return torch.cat(out), stats
+        return x, {"nfe": cache.nfe, "rows_evaluated": cache.rows_evaluated, "remasked": remasked}
+
+    return in_batches(n, batch_size, one_batch)
 
 
 @SAMPLERS.register("remdm")

@@ -33,7 +33,7 @@ import torch
 from ..gumbel import gumbel_argmax
 from ..registry import SAMPLERS
 from ..schedule import Schedule, make_schedule
-from .ancestral import time_grid
+from .ancestral import in_batches, time_grid
 
 
 def _without_mask(log_s: torch.Tensor, mask_id: int) -> torch.Tensor:
@@ -92,10 +92,10 @@ def sample_sedd(
     schedule = schedule or make_schedule("loglinear")
     mask_id = score_model.mask_id
     sig = schedule.sigma(time_grid(steps, eps))  # (S + 1,) float64, decreasing
-    out, nfe = [], 0
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
+
+    def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
+        nfe = 0
         for k in range(steps):
             if not (x == mask_id).any():
                 break
@@ -105,8 +105,9 @@ def sample_sedd(
         if (x == mask_id).any():
             x = denoise_step(x, score_model.log_score(x, sig[-1].expand(b)).to(x.device), mask_id, generator)
             nfe += 1
-        out.append(x.cpu())
-    return torch.cat(out), {"nfe": nfe}
+        return x, {"nfe": nfe}
+
+    return in_batches(n, batch_size, one_batch)
 
 
 @SAMPLERS.register("sedd")
