@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +86,10 @@ def test_smoke_outputs(smoke_run):
     # issue 3: energy rows, the KL-to-data column, Figure 2, the partition check, NCE's dev report
     assert {"EDLM-AR", "Uni-EDLM-AR", "Uni-EDLM-NCE"} <= set(t2.row) and t2.kl_to_data.notna().all()
     assert "KL" in tex
+    # KL column = the samples' NLL per token under pi minus pi's entropy rate (one number for the table)
+    ex_rows = t2[t2.evaluator == "exact"]
+    h = (ex_rows.nll_per_token - ex_rows.kl_to_data).round(9)
+    assert h.nunique() == 1 and 2.0 < h.iloc[0] < 3.0
     for ext in ("pdf", "png", "csv"):
         assert (smoke_run / "results" / "figures" / f"fig2_ablation.{ext}").stat().st_size > 0
     fig = pd.read_csv(smoke_run / "results" / "figures" / "fig2_ablation.csv")

@@ -176,15 +176,5 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
         del evaluator
         result["genppl"][name] = {**ppl_with_se(nll, ntok), "seconds": time.perf_counter() - t0}
         log(f"{name}: Gen PPL {result['genppl'][name]['ppl']:.3f}")
-    if "exact" in [ev["kind"] for ev in evaluators.values()]:
-        # the exact KL-to-data column: excess NLL of the samples under pi over pi's own entropy per token
-        from .toy_world import HMM
-
-        h, h_se = HMM(domain).entropy_rate(x.shape[1], n=8192, seed=0)
-        ex = next(result["genppl"][n] for n, ev in evaluators.items() if ev["kind"] == "exact")
-        result["exact_kl"] = {"nll_minus_entropy": ex["nll_per_token"] - h, "entropy_rate": h, "entropy_rate_se": h_se,
-                              "nll_se": ex["nll_se"], "units": "nats per token",
-                              "definition": "E_q[-log pi(x)]/L - H_pi(X_1..L)/L (Monte-Carlo H over 8192 exact samples)"}
-        log(f"excess NLL under pi: {result['exact_kl']['nll_minus_entropy']:.4f} nats/token")
     log(f"entropy {result['entropy_bits']:.3f} bits")
     return result

@@ -60,8 +60,13 @@ def _parse_genppl_path(p: str) -> tuple[str, int]:
     return m["run"], int(m["steps"])
 
 
-def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path, csv_path) -> pd.DataFrame:
-    """Gen PPL per step count and evaluator, and entropy (bits).  ``rows``: label -> sampling run."""
+def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path, csv_path,
+           entropy_rate: float | None = None) -> pd.DataFrame:
+    """Gen PPL per step count and evaluator, and entropy (bits).  ``rows``: label -> sampling run.
+
+    With an ``exact`` evaluator and ``entropy_rate`` (pi's entropy per token, nats), the exact KL-to-data
+    column is ``E_q[-log pi(x)]/L - H_pi/L``: the samples' excess NLL under pi over pi's own entropy."""
+    exact = next((e for e, spec in evaluators.items() if spec["kind"] == "exact"), None)
     results = {}
     for p in inputs:
         results[_parse_genppl_path(p)] = json.loads(Path(p).read_text())
@@ -71,7 +76,9 @@ def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path
             if r != run:
                 continue
             samp = res.get("sampling", {})
-            kl = res.get("exact_kl", {}).get("nll_minus_entropy")
+            kl = None
+            if exact is not None and entropy_rate is not None:
+                kl = res["genppl"][exact]["nll_per_token"] - entropy_rate
             for ev in evaluators:
                 g = res["genppl"].get(ev)
                 records.append({"row": label, "run": run, "sampler": runs[run]["sampler"], "steps": steps,

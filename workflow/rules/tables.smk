@@ -52,6 +52,8 @@ rule table2_genppl:
         rows=config["tables"]["table2_genppl"],
         runs=config["sampling"]["runs"],
         evaluators=config["genppl"]["evaluators"],
+        train_domain=TRAIN_DOMAIN,
+        seq_len=config["data"]["seq_len"],
     localrule: True
     script:
         "../scripts/table2.py"
