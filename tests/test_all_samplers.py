@@ -11,7 +11,6 @@ import torch
 
 import unie
 import unie.gumbel as gumbel
-from unie.config import ModelConfig
 from unie.jobs import build_method, model_config
 from unie.models.transformer import Transformer
 from unie.registry import SAMPLERS

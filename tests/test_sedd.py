@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import unie.gumbel
-import unie.samplers.sedd_sampler as ss
 from unie.config import ModelConfig
 from unie.mdlm import nelbo, q_xt
 from unie.models.transformer import Transformer

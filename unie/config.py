@@ -7,10 +7,9 @@ library user gets the same early failure the workflow's JSON schema gives a Snak
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
 
@@ -99,11 +98,6 @@ def to_dict(obj) -> dict:
     return dataclasses.asdict(obj)
 
 
-def dump_json(obj, path) -> None:
-    with open(path, "w") as f:
-        json.dump(obj if isinstance(obj, dict) else to_dict(obj), f, indent=2, sort_keys=True)
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """Transformer size.  ``causal`` picks the AR use; ``cond_dim > 0`` adds adaLN time conditioning."""
@@ -148,6 +142,4 @@ __all__ = [
     "TrainConfig",
     "from_dict",
     "to_dict",
-    "dump_json",
-    "field",
 ]

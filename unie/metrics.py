@@ -13,10 +13,6 @@ import math
 import torch
 
 
-def pooled_ppl(nll_sum: float, n_tokens: float) -> float:
-    return math.exp(nll_sum / n_tokens)
-
-
 def ppl_with_se(nll: torch.Tensor, tokens: torch.Tensor) -> dict:
     """Pooled perplexity of per-sequence NLLs ``(N,)`` over ``tokens`` ``(N,)`` with a delta-method s.e.
 

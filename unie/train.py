@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import os
 import time
 from pathlib import Path
