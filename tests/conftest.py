@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from unie.config import ModelConfig
+from unie.core.config import ModelConfig
 from unie.models.transformer import Transformer
-from unie.tokenizer import WordTokenizer
-from unie.toy_world import HMM, word_list
+from unie.data.tokenizer import WordTokenizer
+from unie.data.toy_world import HMM, word_list
 
 # Every tensor here is tiny: intra-op threading only adds synchronisation overhead, and on a loaded
 # 2-core machine it makes small matmuls ~30x slower.  One thread keeps the suite fast and deterministic.

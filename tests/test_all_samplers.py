@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import unie
-import unie.gumbel as gumbel
-from unie.jobs import build_method, model_config
+import unie.core.gumbel as gumbel
+from unie.pipeline.jobs import build_method, model_config
 from unie.models.transformer import Transformer
-from unie.registry import SAMPLERS
-from unie.tokenizer import WordTokenizer, blocked_ids
-from unie.toy_world import word_list
-from unie.workflow import SAMPLER_ROLES
+from unie.core.registry import SAMPLERS
+from unie.data.tokenizer import WordTokenizer, blocked_ids
+from unie.data.toy_world import word_list
+from unie.pipeline.checks import SAMPLER_ROLES
 
 torch.set_num_threads(1)
 L, N, STEPS = 8, 4, 4

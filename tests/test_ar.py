@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from unie.ar import AR, ARModel
-from unie.gumbel import gumbel_argmax
-from unie.registry import METHODS, SAMPLERS
+from unie.methods.ar import AR, ARModel
+from unie.core.gumbel import gumbel_argmax
+from unie.core.registry import METHODS, SAMPLERS
 
 
 @pytest.fixture

@@ -10,17 +10,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import unie.gumbel
-import unie.samplers.bd3_sampler as bd3s
-from unie.bd3lm import BD3LM, BD3Denoiser, block_diff_mask, block_nelbo, block_times, noisy_stream_logits
-from unie.jobs import build_method, load_wrapped, train_from_spec
-from unie.mdlm import MDLM, MDLMDenoiser, subs_logp
-from unie.registry import METHODS, SAMPLERS
-from unie.samplers.ancestral import sample_mdlm
-from unie.samplers.bd3_sampler import allocate_steps, sample_bd3
-from unie.schedule import make_schedule
-from unie.tokenizer import blocked_ids
-from unie.toy_world import OracleDenoiser
+import unie.core.gumbel
+import unie.methods.bd3lm as bd3s
+from unie.methods.bd3lm import BD3LM, BD3Denoiser, block_diff_mask, block_nelbo, block_times, noisy_stream_logits
+from unie.pipeline.jobs import build_method, load_wrapped, train_from_spec
+from unie.methods.mdlm import MDLM, MDLMDenoiser, subs_logp
+from unie.core.registry import METHODS, SAMPLERS
+from unie.methods.mdlm import sample_mdlm
+from unie.methods.bd3lm import allocate_steps, sample_bd3
+from unie.core.schedule import make_schedule
+from unie.data.tokenizer import blocked_ids
+from unie.data.toy_world import OracleDenoiser
 
 
 def _rows(*patterns):
@@ -158,7 +158,7 @@ def test_loss_spelled_out_backpropagates_and_nll_finite(net_factory, tok_info, r
     g = torch.Generator().manual_seed(1)
     t = block_times(6, 3, g, 1e-3)
     tt = t.repeat_interleave(bs, 1)
-    xt = torch.where(unie.gumbel.uniform(x0.shape, g) < method.schedule.mask_prob(tt).double(),
+    xt = torch.where(unie.core.gumbel.uniform(x0.shape, g) < method.schedule.mask_prob(tt).double(),
                      torch.full_like(x0, tok_info["mask_id"]), x0)
     with torch.no_grad():
         lp = subs_logp(noisy_stream_logits(net, xt, x0, bs), xt, tok_info["mask_id"], blocked_ids(tok_info))
@@ -247,7 +247,7 @@ def test_sampler_takes_exactly_S_steps(net, tok, tok_info, monkeypatch, steps):
     L, bs, n = 16, 4, 5
     den = BD3LM(tok_info, block_size=bs).wrap(net)
     calls, dtypes = [], []
-    real_step, real_noise = bd3s.mdlm_step, unie.gumbel.gumbel_noise
+    real_step, real_noise = bd3s.mdlm_step, unie.core.gumbel.gumbel_noise
 
     def spy_step(xt, logp, a_t, a_s, mask_id, generator):
         calls.append(xt.shape)
@@ -259,7 +259,7 @@ def test_sampler_takes_exactly_S_steps(net, tok, tok_info, monkeypatch, steps):
         return out
 
     monkeypatch.setattr(bd3s, "mdlm_step", spy_step)
-    monkeypatch.setattr(unie.gumbel, "gumbel_noise", spy_noise)
+    monkeypatch.setattr(unie.core.gumbel, "gumbel_noise", spy_noise)
     x, stats = sample_bd3(den, n, L, steps, torch.Generator().manual_seed(0))
     assert len(calls) == steps == stats["steps"]  # S ancestral steps for the whole sequence
     width = bs * max(1, (L // bs) // steps)  # tokens denoised per step: one block, or a group when S < n_blocks
@@ -282,7 +282,7 @@ def test_sampler_reproducible_and_registered(net, tok, tok_info):
 
 
 def test_registered_method_trains_and_loads(tmp_path, tok, random_words):
-    from unie.data import write_tokens
+    from unie.data.corpus import write_tokens
 
     assert METHODS["bd3lm"] is BD3LM and build_method("bd3lm", tok.info(), {"block_size": 2}).block_size == 2
     tok.save(tmp_path / "tokenizer")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from unie.config import ConfigError, ModelConfig, TrainConfig, from_dict, to_dict
-from unie.registry import METHODS, SAMPLERS, Registry
-from unie.tokenizer import WordTokenizer, load_tokenizer
-from unie.toy_world import word_list
+from unie.core.config import ConfigError, ModelConfig, TrainConfig, from_dict, to_dict
+from unie.core.registry import METHODS, SAMPLERS, Registry
+from unie.data.tokenizer import WordTokenizer, load_tokenizer
+from unie.data.toy_world import word_list
 
 
 # ---------------------------------------------------------------------- config

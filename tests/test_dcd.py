@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
-import unie.samplers.dcd as dcd
-from unie.ar import ARModel
-from unie.mdlm import MDLMDenoiser, subs_logp
-from unie.registry import SAMPLERS
-from unie.samplers.dcd import chunk_bounds, dm_chunk_logratio, sample_dcd
-from unie.schedule import make_schedule
-from unie.tokenizer import blocked_ids
+import unie.methods.dcd as dcd
+from unie.methods.ar import ARModel
+from unie.methods.mdlm import MDLMDenoiser, subs_logp
+from unie.core.registry import SAMPLERS
+from unie.methods.dcd import chunk_bounds, dm_chunk_logratio, sample_dcd
+from unie.core.schedule import make_schedule
+from unie.data.tokenizer import blocked_ids
 
 
 class RecordingNet:

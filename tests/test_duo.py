@@ -10,19 +10,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import unie.gumbel as gumbel_mod
-import unie.samplers.duo_sampler as duo_sampler
-from unie.config import ModelConfig
-from unie.data import tokenize_corpus, write_text_parquet
-from unie.duo import (REF_GAMMA_MAX, REF_GAMMA_MIN, REF_VOCAB, Duo, DuoDenoiser, alpha_from_p, duality_integrals,
+import unie.core.gumbel as gumbel_mod
+import unie.methods.duo as duo_sampler
+from unie.core.config import ModelConfig
+from unie.data.corpus import tokenize_corpus, write_text_parquet
+from unie.methods.duo import (REF_GAMMA_MAX, REF_GAMMA_MIN, REF_VOCAB, Duo, DuoDenoiser, alpha_from_p, duality_integrals,
                       duality_table, gaussian_latent, matched_gamma_range, sub_vocab, to_sub, udlm_nelbo_per_token,
                       udlm_q_xt)
-from unie.jobs import load_wrapped, train_from_spec
+from unie.pipeline.jobs import load_wrapped, train_from_spec
 from unie.models.transformer import Transformer
-from unie.registry import METHODS, SAMPLERS
-from unie.samplers.duo_sampler import duo_posterior, sample_duo
-from unie.schedule import make_schedule
-from unie.toy_world import generate_corpus
+from unie.core.registry import METHODS, SAMPLERS
+from unie.methods.duo import duo_posterior, sample_duo
+from unie.core.schedule import make_schedule
+from unie.data.toy_world import generate_corpus
 
 
 def duo_net(vocab_size: int, d_model: int = 16, max_len: int = 16, seed: int = 0) -> Transformer:

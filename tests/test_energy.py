@@ -9,18 +9,18 @@ import math
 import pytest
 import torch
 
-from unie.ar import ARModel
-from unie.config import ModelConfig
-from unie.energy import (ARTerms, energy, gather_dlm, log_importance_weights, logp_dlm_x0, logp_dlm_xs,
+from unie.methods.ar import ARModel
+from unie.core.config import ModelConfig
+from unie.energy.energies import (ARTerms, energy, gather_dlm, log_importance_weights, logp_dlm_x0, logp_dlm_xs,
                          position_sets, select)
-from unie.mdlm import MDLMDenoiser
+from unie.methods.mdlm import MDLMDenoiser
 from unie.models.transformer import Transformer
-from unie.partition_check import check_partition, tiny_world
-from unie.samplers.ancestral import sample_mdlm
-from unie.samplers.ancestral import transition
-from unie.samplers.energy_sampler import propose, sample_energy
-from unie.tokenizer import WordTokenizer
-from unie.toy_world import HMM, OracleAR, OracleDenoiser, word_list
+from unie.energy.partition import check_partition, tiny_world
+from unie.methods.mdlm import sample_mdlm
+from unie.methods.mdlm import transition
+from unie.energy.sampler import propose, sample_energy
+from unie.data.tokenizer import WordTokenizer
+from unie.data.toy_world import HMM, OracleAR, OracleDenoiser, word_list
 
 torch.set_num_threads(1)
 
@@ -91,7 +91,7 @@ def test_batch_safety_rows_only_see_their_own_candidates(tok, models, name, ctx)
 def test_sampler_rows_choose_among_their_own_candidates(tok, models, monkeypatch):
     """Row b's K candidates only use tokens {10b, ..., 10b+9}: whatever the energies pick, every token a row
     ends with must come from its own candidates (the released code's .repeat/.view bug mixes rows)."""
-    import unie.samplers.energy_sampler as es
+    import unie.energy.sampler as es
 
     def own_candidates(logp, xt, K, mask_id, generator):
         B, L = xt.shape
@@ -157,7 +157,7 @@ def test_window_limits_the_energy_steps(tok, models):
     dlm, proxy = models
     _, s1 = sample_energy(dlm, proxy, 4, 8, 10, torch.Generator().manual_seed(0), K=2, w=1.0, ar_context="masked")
     _, s2 = sample_energy(dlm, proxy, 4, 8, 10, torch.Generator().manual_seed(0), K=2, w=0.2, ar_context="masked")
-    from unie.samplers.ancestral import time_grid
+    from unie.core.sampling import time_grid
 
     in_window = int((time_grid(10)[:-1] > 0.8).sum())  # t in (1 - w, 1] on the grid linspace(1, 1e-5, 11)
     assert s1["window_steps"] == 10 and s2["window_steps"] == in_window == 3
@@ -213,10 +213,10 @@ def test_energy_rejects_inconsistent_candidates(tok, models):
 def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
     """NCE (Algorithm 1) trains, resumes after an interruption to the same weights, and reports its dev-set
     energy separation on a split disjoint from the test split."""
-    from unie.data import load_tokens, tokenize_corpus, write_text_parquet
-    from unie.jobs import train_from_spec
+    from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
+    from unie.pipeline.jobs import train_from_spec
     from unie.models.checkpoint import load_model
-    from unie.toy_world import generate_corpus
+    from unie.data.toy_world import generate_corpus
 
     L = 12
     paths = {}

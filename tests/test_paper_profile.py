@@ -24,9 +24,9 @@ import pytest
 import torch
 import yaml
 
-from unie import hf_data
-from unie.data import load_tokens, tokenize_corpus, write_text_parquet
-from unie.detokenize import (DETOKENIZERS, lambada_detokenizer, lm1b_detokenizer, ptb_detokenizer,
+from unie.data import hf as hf_data
+from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
+from unie.data.detokenize import (DETOKENIZERS, lambada_detokenizer, lm1b_detokenizer, ptb_detokenizer,
                              scientific_papers_detokenizer, wikitext_detokenizer)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ def test_fetch_tokenizer_local_dir(bpe_dir, tmp_path):
     # what rule `tokenizer` does next: save into its output dir; the copy loads back identically
     out = tmp_path / "resources" / "tokenizer"
     tok.save(out)
-    from unie.tokenizer import load_tokenizer
+    from unie.data.tokenizer import load_tokenizer
 
     assert load_tokenizer(out).info() == tok.info()
 
@@ -189,7 +189,7 @@ def test_fetch_tokenizer_hub_name_saves_then_resaves(bpe_dir, tmp_path, monkeypa
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", real)
     before = tok.info()
     tok.save(out)  # same directory it was loaded from
-    from unie.tokenizer import load_tokenizer
+    from unie.data.tokenizer import load_tokenizer
 
     again = load_tokenizer(out)
     assert again.info() == before and again.encode(SENTENCES[1]) == tok.encode(SENTENCES[1])
@@ -353,7 +353,7 @@ def _manual_nll(model_dir: Path, text: str, rule: str) -> tuple[float, float]:
 
 
 def test_hf_evaluator_matches_manual_nll_and_eos_rule(tiny_gpt2_dir):
-    from unie.evaluators import HFEvaluator
+    from unie.eval.genppl import HFEvaluator
 
     texts = [SENTENCES[0], f"{SENTENCES[1]}{EOT}The fox.{EOT}{EOT}A dog"]
     n_eos = [0, 3]
@@ -381,7 +381,7 @@ def _paper_config() -> dict:
 def test_paper_config_passes_schema_and_check_config():
     from snakemake.utils import validate
 
-    from unie.workflow import check_config
+    from unie.pipeline.checks import check_config
 
     cfg = _paper_config()
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))

@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-import unie.samplers.remdm as rm
-from unie.mdlm import MDLMDenoiser
-from unie.registry import SAMPLERS
-from unie.samplers.ancestral import sample_mdlm, time_grid
-from unie.samplers.remdm import STRATEGIES, nucleus_filter, remask_sigma, remdm_step, sample_remdm, sigma_max
-from unie.schedule import make_schedule
+import unie.methods.remdm as rm
+from unie.methods.mdlm import MDLMDenoiser
+from unie.core.registry import SAMPLERS
+from unie.core.sampling import time_grid
+from unie.methods.mdlm import sample_mdlm
+from unie.methods.remdm import STRATEGIES, nucleus_filter, remask_sigma, remdm_step, sample_remdm, sigma_max
+from unie.core.schedule import make_schedule
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,14 @@ import math
 import pytest
 import torch
 
-import unie.samplers.ancestral as anc
-from unie.gumbel import gumbel_argmax, gumbel_noise
-from unie.mdlm import MDLMDenoiser
-from unie.registry import SAMPLERS
-from unie.samplers.ancestral import CachedDenoiser, reveal_mask, sample_mdlm, time_grid, transition
-from unie.schedule import make_schedule
-from unie.toy_world import OracleDenoiser
+import unie.methods.mdlm as anc
+from unie.core.gumbel import gumbel_argmax, gumbel_noise
+from unie.methods.mdlm import MDLMDenoiser
+from unie.core.registry import SAMPLERS
+from unie.core.sampling import time_grid
+from unie.methods.mdlm import CachedDenoiser, reveal_mask, sample_mdlm, transition
+from unie.core.schedule import make_schedule
+from unie.data.toy_world import OracleDenoiser
 
 
 class Counting:

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from unie.tokenizer import blocked_ids
+from unie.data.tokenizer import blocked_ids
 import torch.nn.functional as F
 
-from unie.mdlm import MDLM, MDLMDenoiser, masked_nll, nelbo, q_xt, subs_logp
-from unie.schedule import Linear, LogLinear, antithetic_t, make_schedule
-from unie.toy_world import OracleDenoiser
+from unie.methods.mdlm import MDLM, MDLMDenoiser, masked_nll, nelbo, q_xt, subs_logp
+from unie.core.schedule import Linear, LogLinear, antithetic_t, make_schedule
+from unie.data.toy_world import OracleDenoiser
 
 T_GRID = torch.linspace(1e-3, 1.0, 1001, dtype=torch.float64)
 

@@ -8,16 +8,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import unie.gumbel
-from unie.config import ModelConfig
-from unie.mdlm import nelbo, q_xt
+import unie.core.gumbel
+from unie.core.config import ModelConfig
+from unie.methods.mdlm import nelbo, q_xt
 from unie.models.transformer import Transformer
-from unie.registry import METHODS, SAMPLERS
-from unie.schedule import antithetic_t, make_schedule
-from unie.sedd import SEDD, SEDDScore, score_entropy, sedd_log_score, sedd_nelbo
-from unie.samplers.sedd_sampler import denoise_step, sample_sedd, tweedie_logits, tweedie_step
-from unie.tokenizer import blocked_ids
-from unie.toy_world import OracleDenoiser
+from unie.core.registry import METHODS, SAMPLERS
+from unie.core.schedule import antithetic_t, make_schedule
+from unie.methods.sedd import SEDD, SEDDScore, score_entropy, sedd_log_score, sedd_nelbo
+from unie.methods.sedd import denoise_step, sample_sedd, tweedie_logits, tweedie_step
+from unie.data.tokenizer import blocked_ids
+from unie.data.toy_world import OracleDenoiser
 
 
 def reference_dse(log_score, xt, x0, sigma, mask_id):
@@ -260,14 +260,14 @@ def test_sedd_sampler_output_reproducibility_and_float64_noise(tok_info, monkeyp
     net = cond_net(tok_info["vocab_size"]).eval()
     score = SEDD(tok_info).wrap(net)
     dtypes = []
-    real_noise = unie.gumbel.gumbel_noise
+    real_noise = unie.core.gumbel.gumbel_noise
 
     def spy(shape, generator, device=None):
         g = real_noise(shape, generator, device)
         dtypes.append(g.dtype)
         return g
 
-    monkeypatch.setattr(unie.gumbel, "gumbel_noise", spy)
+    monkeypatch.setattr(unie.core.gumbel, "gumbel_noise", spy)
     a, stats = sample_sedd(score, 10, 8, 12, torch.Generator().manual_seed(0), batch_size=4)
     assert dtypes and all(d == torch.float64 for d in dtypes)
     b, _ = sample_sedd(score, 10, 8, 12, torch.Generator().manual_seed(0), batch_size=4)

@@ -9,8 +9,8 @@ from collections import defaultdict
 import pytest
 import torch
 
-from unie.tokenizer import WordTokenizer
-from unie.toy_world import DOMAINS, HMM, OracleAR, OracleDenoiser, generate_corpus, word_list
+from unie.data.tokenizer import WordTokenizer
+from unie.data.toy_world import DOMAINS, HMM, OracleAR, OracleDenoiser, generate_corpus, word_list
 
 L_SMALL = 4
 

@@ -8,14 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from unie.ar import ARModel
-from unie.config import TrainConfig
-from unie.data import load_tokens, tokenize_corpus, write_text_parquet
-from unie.jobs import load_wrapped, train_from_spec
-from unie.mdlm import MDLM, MDLMDenoiser
+from unie.methods.ar import ARModel
+from unie.core.config import TrainConfig
+from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
+from unie.pipeline.jobs import load_wrapped, train_from_spec
+from unie.methods.mdlm import MDLM, MDLMDenoiser
 from unie.models.checkpoint import CheckpointError, load_model, save_model
-from unie.toy_world import generate_corpus
-from unie.train import NonFiniteLossError, lr_at, run_signature, train
+from unie.data.toy_world import generate_corpus
+from unie.core.train import NonFiniteLossError, lr_at, run_signature, train
 
 CFG = TrainConfig(steps=8, batch_size=4, lr=1e-2, warmup=3, ckpt_every=3, log_every=2, ema=0.9, seed=0)
 
@@ -270,7 +270,7 @@ def test_train_from_spec_nan_loss_writes_no_model(toy_files, tmp_path, monkeypat
 
 
 def test_train_from_spec_rejects_wrong_seq_len(toy_files, tmp_path):
-    from unie.config import ConfigError
+    from unie.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="seq_len"):
         train_from_spec("m", _spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer", tmp_path / "o",

@@ -77,7 +77,7 @@ def test_smoke_outputs(smoke_run):
     tex = (tables / "table2_genppl.tex").read_text()
     assert f"{ex[ex.run == 'data'].genppl.iloc[0]:.1f}" in tex
     # samples contain no masks and have the configured shape
-    from unie.data import load_tokens
+    from unie.data.corpus import load_tokens
 
     x = load_tokens(smoke_run / "results" / "samples" / "mdlm" / "steps2.parquet")
     assert x.shape == (cfg["sampling"]["n_samples"], cfg["data"]["seq_len"])

@@ -1,11 +1,16 @@
 """unie: Uni-E decoding for masked diffusion language models (energies, samplers, NCE) and the
 baselines and metrics needed to regenerate the paper's tables.
 
-Importing the package fills the registries (methods, samplers, schedules, backbones, tokenizers).
+Layers, lowest first (a module imports only from its own layer or lower ones; a test checks it):
+``core`` (registries, options, schedules, Gumbel draws, the training loop) -> ``data`` (toy world,
+corpora, tokenizers) and ``models`` (networks, checkpoints) -> ``methods`` (one module per baseline:
+loss, likelihood, sampler) -> ``energy`` (the paper: energies, Algorithms 1-2, likelihood, partition
+check) -> ``eval`` (metrics, Gen-PPL evaluators) -> ``report`` (tables, figures) -> ``pipeline`` (all
+file I/O of the workflow's rules) -> ``cli``.
+
+Importing the package fills the registries (methods, samplers, energies, schedules, backbones).
 """
 
-from . import ar, bd3lm, duo, energy, mdlm, nce, schedule, sedd, tokenizer  # noqa: F401  (registration)
-from .models import transformer  # noqa: F401
-from . import samplers  # noqa: F401
+from . import energy, methods, models  # noqa: F401  (registration)
 
 __version__ = "0.1.0"

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..config import ModelConfig, from_dict
-from ..registry import BACKBONES
+from ..core.config import from_dict, ModelConfig
+from ..core.registry import BACKBONES
 
 
 class CheckpointError(RuntimeError):

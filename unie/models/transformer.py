@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config import ModelConfig
-from ..registry import BACKBONES
+from ..core.config import ModelConfig
+from ..core.registry import BACKBONES
 
 
 def rotary_tables(positions: torch.Tensor, head_dim: int, base: float = 10000.0):

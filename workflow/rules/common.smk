@@ -2,7 +2,7 @@
 
 import os
 
-from unie.workflow import check_config, expand_config, likelihood_sources, run_n_samples, run_steps
+from unie.pipeline.checks import check_config, expand_config, likelihood_sources, run_n_samples, run_steps
 
 expand_config(config)  # adds the sampling runs generated from figures.fig2_ablation
 check_config(config)

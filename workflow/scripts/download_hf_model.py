@@ -1,10 +1,10 @@
 """Rule download_hf_model: a Hugging Face model snapshot (config, tokenizer, safetensors) into
 ``resources/hf/{hf_model}`` for the HF evaluators of Table 2 (needs internet; a localrule)."""
 
-from unie.workflow import job
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
-    from unie.hf_data import fetch_model
+    from unie.data.hf import fetch_model
 
     repo_id = snakemake.params.repo_id
     out = fetch_model(repo_id, snakemake.output[0])

@@ -2,10 +2,10 @@
 
 import pandas as pd
 
-from unie.workflow import job
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
-    from unie.partition_check import check_partition
+    from unie.energy.partition import check_partition
 
     df = pd.DataFrame([r for ctx in ("teacher_forced", "masked", "exact") for r in check_partition(ctx)])
     df.to_csv(snakemake.output.csv, index=False)

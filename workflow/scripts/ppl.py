@@ -2,10 +2,10 @@
 
 import json
 
-from unie.workflow import job
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
-    from unie.likelihood import model_ppl
+    from unie.eval.likelihood import model_ppl
 
     p = snakemake.params
     result = model_ppl(

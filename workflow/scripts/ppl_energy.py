@@ -3,10 +3,10 @@
 import json
 from pathlib import Path
 
-from unie.workflow import job
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
-    from unie.likelihood import energy_ppl
+    from unie.eval.likelihood import energy_ppl
 
     p = snakemake.params
     dirs = {role: str(Path(snakemake.input[role][0]).parent) for role in ("dlm", "proxy") if role in snakemake.input.keys()}

@@ -2,10 +2,10 @@
 
 import json
 
-from unie.workflow import job
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
-    from unie.likelihood import exact_ppl
+    from unie.eval.likelihood import exact_ppl
 
     p = snakemake.params
     result = exact_ppl(dict(zip(p.domains, snakemake.input.data)), snakemake.input.tokenizer,

@@ -4,10 +4,10 @@ perplexity under every evaluator (each loaded once) and their entropy in bits.""
 import json
 from pathlib import Path
 
-from unie.workflow import job
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
-    from unie.jobs import evaluate_samples, run_sampler
+    from unie.pipeline.jobs import evaluate_samples, run_sampler
 
     p = snakemake.params
     run_sampler(

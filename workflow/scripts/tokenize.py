@@ -1,8 +1,8 @@
 """Rule tokenize: fixed-length wrapped chunks (MDLM's ``wrap``) as Parquet ``input_ids``."""
 
-from unie.data import tokenize_corpus
-from unie.tokenizer import load_tokenizer
-from unie.workflow import job
+from unie.data.corpus import tokenize_corpus
+from unie.data.tokenizer import load_tokenizer
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
     tok = load_tokenizer(snakemake.input.tokenizer)

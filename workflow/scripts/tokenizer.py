@@ -1,16 +1,16 @@
 """Rule tokenizer: the word-level toy vocabulary, or a Hugging Face tokenizer saved locally."""
 
-from unie.workflow import job
+from unie.pipeline.checks import job
 
 with job(snakemake) as log:
     spec = snakemake.params.tokenizer
     if spec["kind"] == "word":
-        from unie.tokenizer import WordTokenizer
-        from unie.toy_world import word_list
+        from unie.data.tokenizer import WordTokenizer
+        from unie.data.toy_world import word_list
 
         tok = WordTokenizer(word_list())
     else:
-        from unie.hf_data import fetch_tokenizer
+        from unie.data.hf import fetch_tokenizer
 
         tok = fetch_tokenizer(spec["path"], snakemake.output[0])
     tok.save(snakemake.output[0])

@@ -1,0 +1,156 @@
+"""Paper profile: raw corpora, the tokenizer and evaluator models from Hugging Face (or local copies).
+
+* :func:`load_documents` reads one (domain, split) dataset spec of ``config[data][hf]`` and returns the
+  detokenised documents (rule ``download`` writes them to ``resources/raw/{domain}/{split}.parquet``).
+* :func:`fetch_tokenizer` gives the GPT-2 tokenizer as an :class:`unie.tokenizer.HFTokenizer` (rule ``tokenizer``).
+* :func:`fetch_model` downloads an evaluator snapshot (rule ``download_hf_model``; GPT-2-large, Llama-2/3).
+
+Only these functions touch the network, and only for hub names; local paths never do.  Nothing is
+downloaded at import.  Protocol (datasets, splits, fields, detokenisers): ``notes/baselines.md`` §0,
+"Zero-shot perplexity protocol".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .detokenize import get_detokenizer
+
+
+# spec["format"] -> the `datasets` packaged builder that reads it
+LOCAL_FORMATS = {"parquet": "parquet", "json": "json", "jsonl": "json", "text": "text"}
+_SUFFIXES = {"parquet": (".parquet",), "json": (".json", ".jsonl"), "text": (".txt", ".text")}
+SPEC_KEYS = {"path", "name", "split", "text_field", "detokenizer", "format", "max_docs", "revision"}
+
+
+def split_base(split: str) -> str:
+    """The split name without a slice: ``"train[-100000:]"`` -> ``"train"``, ``"test"`` -> ``"test"``."""
+    base = re.split(r"[\[+]", split, maxsplit=1)[0].strip()
+    if not base:
+        raise ValueError(f"split {split!r} has no split name")
+    return base
+
+
+def _local_data_files(path: str, builder: str):
+    """``data_files`` for a local directory (its files with the builder's suffixes, sorted), else ``path``
+    unchanged (a file, a glob, an ``hf://`` or ``https://`` URL: resolved by ``datasets``)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        files = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix in _SUFFIXES[builder])
+        if not files:
+            raise FileNotFoundError(f"{path}: no {'/'.join(_SUFFIXES[builder])} files in this directory")
+        return files
+    return str(p) if p.exists() else path
+
+
+def load_split(spec: dict):
+    """The ``datasets.Dataset`` of a spec (before text extraction).
+
+    ``format: hub`` (default) calls ``datasets.load_dataset(path, name, split=split)``, which downloads
+    (cluster side).  Local formats (``parquet``, ``json``/``jsonl``, ``text``) read ``path`` with the
+    packaged builder, offline; the files form the split named by ``split``'s base name, so slices such
+    as ``"train[-100000:]"`` work on local files too.  ``max_docs`` keeps the first ``max_docs`` rows."""
+    import datasets
+
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise ValueError(f"dataset spec: unknown keys {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+    for key in ("path", "split"):
+        if not spec.get(key):
+            raise ValueError(f"dataset spec: missing {key!r} in {spec}")
+    fmt = spec.get("format") or "hub"
+    split = spec["split"]
+    if fmt == "hub":
+        ds = datasets.load_dataset(spec["path"], spec.get("name"), split=split, revision=spec.get("revision"))
+    elif fmt in LOCAL_FORMATS:
+        builder = LOCAL_FORMATS[fmt]
+        files = _local_data_files(spec["path"], builder)
+        ds = datasets.load_dataset(builder, data_files={split_base(split): files}, split=split)
+    else:
+        raise ValueError(f"dataset spec {spec['path']}: unknown format {fmt!r}; known: hub, {', '.join(LOCAL_FORMATS)}")
+    if spec.get("max_docs") is not None:
+        ds = ds.select(range(min(int(spec["max_docs"]), len(ds))))
+    return ds
+
+
+def load_documents(spec: dict) -> list[str]:
+    """The detokenised, non-empty documents of one dataset spec (``config[data][hf][domain][split]``).
+
+    Spec keys (schema ``$defs.hf_dataset``): ``path``, ``name`` (config name or null), ``split``,
+    ``text_field`` (default ``"text"``), ``detokenizer`` (a key of ``unie.detokenize.DETOKENIZERS`` or null),
+    ``format`` (``hub`` | ``parquet`` | ``json`` | ``jsonl`` | ``text``), ``max_docs`` (first N rows).
+    Documents that are empty or whitespace-only after detokenising are dropped.  (MDLM keeps them, so
+    with ``insert_eos`` each empty WikiText line adds one lone EOS there; here it adds nothing.)
+    Returns one string per document, in dataset order."""
+    detok = get_detokenizer(spec.get("detokenizer"))  # fail on a bad name before any download
+    field = spec.get("text_field") or "text"
+    ds = load_split(spec)
+    if field not in ds.column_names:
+        raise KeyError(f"dataset {spec['path']} ({spec['split']}): no text field {field!r}; "
+                       f"available columns: {', '.join(ds.column_names)}")
+    texts = ds[field]
+    texts = [t if isinstance(t, str) else "" for t in texts]
+    if detok is not None:
+        texts = [detok(t) for t in texts]
+    return [t for t in texts if t.strip()]
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+
+
+def fetch_tokenizer(path: str, out_dir):
+    """An :class:`unie.tokenizer.HFTokenizer` for ``path``.
+
+    A local directory is loaded as is (never downloads).  Anything else is a hub name (``"gpt2"``): it is
+    downloaded with ``transformers.AutoTokenizer.from_pretrained`` and ``save_pretrained(out_dir)`` first,
+    and the returned tokenizer reads that saved copy, so a later ``.save(out_dir)`` rewrites the same files
+    with the same content.  The mask id is appended after the vocabulary (GPT-2: mask 50257, vocab 50258)."""
+    from ..data.tokenizer import HFTokenizer
+
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return HFTokenizer(p)
+    if _looks_local(path):
+        raise FileNotFoundError(f"tokenizer path {path} is not a directory")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)  # downloads from the hub
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(out)
+    return HFTokenizer(out)
+
+
+# Files an evaluator needs: configs, tokenizer files, weights.  Other frameworks' weights (TF, Flax,
+# ONNX, Rust) and Meta's original consolidated checkpoints (Llama `original/`) are skipped.
+_MODEL_EXTRA = (".json", ".model", ".txt", ".tiktoken")
+_SKIP_DIRS = ("original/", "onnx/", "coreml/")
+
+
+def select_model_files(files: list[str]) -> list[str]:
+    """The repository files to download for a causal-LM evaluator: configs and tokenizer files, plus the
+    ``*.safetensors`` weights (or the PyTorch ``*.bin`` weights when a repo has no safetensors)."""
+    files = [f for f in files if not f.startswith(_SKIP_DIRS)]
+    weights = [f for f in files if f.endswith(".safetensors")]
+    if not weights:
+        weights = [f for f in files if f.endswith(".bin") and "training_args" not in f]
+    if not weights:
+        raise ValueError(f"no *.safetensors or *.bin weights among {files}")
+    return sorted([f for f in files if f.endswith(_MODEL_EXTRA) and "/" not in f] + weights)
+
+
+def fetch_model(repo_id: str, out_dir) -> Path:
+    """Download the Hugging Face snapshot ``repo_id`` (files of :func:`select_model_files`) into ``out_dir``.
+
+    Needs internet (run it on a login node: rule ``download_hf_model`` is a localrule).  Gated models
+    (meta-llama/*) need an accepted licence and a token (``HF_TOKEN`` or ``huggingface-cli login``)."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    files = select_model_files(HfApi().list_repo_files(repo_id))
+    out = Path(out_dir)
+    snapshot_download(repo_id, local_dir=out, allow_patterns=files)
+    if not (out / "config.json").exists():
+        raise FileNotFoundError(f"{repo_id}: no config.json after download into {out}")
+    return out

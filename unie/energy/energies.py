@@ -1,0 +1,218 @@
+"""The energies of Uni-E: Ind-E (Eq. id_energy), Inv-E (Eq. inv_energy) and Uni-E (Eq. uni_ebm).
+
+One sign everywhere: ``p(x0 | xt) ∝ p_theta(x0 | xt) · exp(-E)``.  Lower energy = preferred; the
+importance log-weight is ``-E / temperature``; a variable named ``energy`` never holds a log-probability.
+
+Shapes: ``xt`` ``(B, L)``; candidates ``x0`` and intermediate states ``xs`` ``(B, K, L)``;
+``logp_dlm`` ``(B, L, V)`` = ``log p_theta(x0_i = v | xt)`` (SUBS); energies ``(B, K)``.
+
+Position sets (explicit boolean masks, never -1e6 penalties): ``M_t`` = masked in ``xt``;
+``M_s ⊆ M_t`` = still masked in ``xs``; ``D = M_t \\ M_s`` = revealed between t and s.  Positions
+already unmasked in ``xt`` are excluded from every sum (exact carry-over).
+
+* ``log p_theta(x0 | xt) = Σ_{M_t} logp_dlm_i(x0_i)``; ``log p_theta(xs | xt) = Σ_D logp_dlm_i(xs_i)``
+  (the reverse-kernel factors (t-s)/t and s/t are the same for every candidate and are dropped).
+* How the AR proxy scores a partially masked state is the option ``ar_context``
+  (``../shared/spec/uni-e.md``):
+
+  ==================  ==========================================  ==========================================
+  ``ar_context``      ``log p_AR(x0|xt)`` / ``log p_AR(xs|xt)``   ``log p_AR(x0|xs)``
+  ==================  ==========================================  ==========================================
+  ``teacher_forced``  ``Σ_{M_t}`` / ``Σ_D  log p_AR(x0_i|x0_<i)``  ``Σ_{M_s} log p_AR(x0_i | x0_<i)``
+  ``masked``          ``Σ_{M_t}`` / ``Σ_D  log p_AR(·_i | xt_<i)``  ``Σ_{M_s} log p_AR(x0_i | xs_<i)``
+  ``exact``           ``log pi(x0_{M_t} | xt)`` / ``log pi(xs_D | xt)``  ``log pi(x0_{M_s} | xs)``
+  ==================  ==========================================  ==========================================
+
+  With ``teacher_forced`` (and with ``exact``, or any proxy obeying the chain rule
+  ``p(xs|xt) p(x0|xs) = p(x0|xt)``) Inv-E collapses to ``log p_theta(xs|xt)`` and Uni-E to
+  ``E_ind + Σ_D logp_dlm``; only ``masked`` (a product of per-position predictions from a partially
+  masked context) makes the invariance term non-trivial.  Tests state these identities.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.registry import ENERGIES
+
+
+AR_CONTEXTS = ("teacher_forced", "masked", "exact")
+
+
+def position_sets(xt: torch.Tensor, xs: torch.Tensor, mask_id: int):
+    """``(M_t, M_s, D)``, each ``(B, K, L)`` bool, from ``xt`` ``(B, L)`` and ``xs`` ``(B, K, L)``."""
+    M_t = (xt == mask_id)[:, None, :].expand_as(xs)
+    M_s = (xs == mask_id) & M_t
+    if ((xs == mask_id) & ~M_t).any():
+        raise ValueError("xs masks a position that is unmasked in xt (M_s must be a subset of M_t)")
+    return M_t, M_s, M_t & ~M_s
+
+
+def masked_sum(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``Σ_{i in positions} values_i`` over the last axis, exactly excluding other positions (no 0·inf)."""
+    return torch.where(positions, values, torch.zeros_like(values)).sum(-1)
+
+
+def gather_dlm(logp_dlm: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``logp_dlm[b, i, tokens[b, k, i]]`` ``(B, K, L)`` from ``logp_dlm`` ``(B, L, V)``."""
+    K = tokens.shape[1]
+    return logp_dlm[:, None].expand(-1, K, -1, -1).gather(-1, tokens[..., None].clamp(min=0)).squeeze(-1)
+
+
+def logp_dlm_x0(logp_dlm, xt, x0, mask_id) -> torch.Tensor:
+    """``log p_theta(x0 | xt) = Σ_{M_t} logp_dlm_i(x0_i)`` ``(B, K)``."""
+    M_t = (xt == mask_id)[:, None, :].expand_as(x0)
+    return masked_sum(gather_dlm(logp_dlm, x0), M_t)
+
+
+def logp_dlm_xs(logp_dlm, xt, xs, mask_id) -> torch.Tensor:
+    """``log p_theta(xs | xt) = Σ_D logp_dlm_i(xs_i)`` ``(B, K)``."""
+    _, _, D = position_sets(xt, xs, mask_id)
+    return masked_sum(gather_dlm(logp_dlm, torch.where(D, xs, torch.zeros_like(xs))), D)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """``(B, K, L) -> (B*K, L)``; undone by ``.view(B, K, ...)`` with the same B, K (batch-major)."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+class ARTerms:
+    """The proxy's three conditionals for one ``ar_context``, each computed once, lazily, with all
+    ``B*K`` candidates in one batched call.
+
+    ``proxy`` offers ``token_logp(ctx (N, L), tokens (N, M, L)) -> (N, M, L)`` (``ARModel``, ``OracleAR``)
+    and, for ``exact``, ``log_joint(x (N, L), observed (N, L)) -> (N,)`` (``OracleAR`` only)."""
+
+    def __init__(self, proxy, ar_context: str, xt: torch.Tensor, x0: torch.Tensor, xs: torch.Tensor, mask_id: int):
+        if ar_context not in AR_CONTEXTS:
+            raise ValueError(f"unknown ar_context {ar_context!r}; known: {', '.join(AR_CONTEXTS)}")
+        if ar_context == "exact" and not hasattr(proxy, "log_joint"):
+            raise ValueError("ar_context 'exact' needs the toy world's exact proxy (OracleAR)")
+        self.proxy, self.ctx, self.mask_id = proxy, ar_context, mask_id
+        self.xt, self.x0, self.xs = xt, x0, xs
+        self.B, self.K, self.L = x0.shape
+        self.M_t, self.M_s, self.D = position_sets(xt, xs, mask_id)
+        self._memo: dict = {}
+
+    def _memo_get(self, key, fn):
+        if key not in self._memo:
+            self._memo[key] = fn()
+        return self._memo[key]
+
+    # -- per-position tables ------------------------------------------------------------------
+    def _tf(self):  # log p_AR(x0_i | x0_<i) of each candidate, (B, K, L)
+        def f():
+            x0 = _flat(self.x0)
+            return self.proxy.token_logp(x0, x0[:, None]).view(self.B, self.K, self.L).to(self.x0.device)
+        return self._memo_get("tf", f)
+
+    def _from_xt(self):  # log p_AR(x0_i | xt_<i) for every candidate (B, K, L): one pass on xt
+        return self._memo_get("xt", lambda: self.proxy.token_logp(self.xt, self.x0).to(self.x0.device))
+
+    def _from_xs(self):  # log p_AR(x0_i | xs_<i) of each candidate against its own xs (B, K, L)
+        def f():
+            out = self.proxy.token_logp(_flat(self.xs), _flat(self.x0)[:, None])
+            return out.view(self.B, self.K, self.L).to(self.x0.device)
+        return self._memo_get("xs", f)
+
+    def _joint(self, which):  # exact log pi of the visible tokens of x0, xs or xt
+        def f():
+            if which == "x0":
+                x = _flat(self.x0)
+                return self.proxy.log_joint(x, torch.ones_like(x, dtype=torch.bool)).view(self.B, self.K)
+            if which == "xs":
+                x = _flat(self.xs)
+                return self.proxy.log_joint(x, x != self.mask_id).view(self.B, self.K)
+            return self.proxy.log_joint(self.xt, self.xt != self.mask_id)[:, None].expand(self.B, self.K)
+        return self._memo_get("joint_" + which, lambda: f().to(self.x0.device))
+
+    # -- the three conditionals (B, K) ----------------------------------------------------------
+    def x0_given_xt(self) -> torch.Tensor:
+        """``log p_AR(x0 | xt)``."""
+        if self.ctx == "teacher_forced":
+            return masked_sum(self._tf(), self.M_t)
+        if self.ctx == "masked":
+            return masked_sum(self._from_xt(), self.M_t)
+        return self._joint("x0") - self._joint("xt")
+
+    def xs_given_xt(self) -> torch.Tensor:
+        """``log p_AR(xs | xt)`` (the tokens revealed in ``D``; ``xs = x0`` there)."""
+        if self.ctx == "teacher_forced":
+            return masked_sum(self._tf(), self.D)
+        if self.ctx == "masked":
+            return masked_sum(self._from_xt(), self.D)
+        return self._joint("xs") - self._joint("xt")
+
+    def x0_given_xs(self) -> torch.Tensor:
+        """``log p_AR(x0 | xs)``."""
+        if self.ctx == "teacher_forced":
+            return masked_sum(self._tf(), self.M_s)
+        if self.ctx == "masked":
+            return masked_sum(self._from_xs(), self.M_s)
+        return self._joint("x0") - self._joint("xs")
+
+
+def _check_consistent(xt, x0, xs, mask_id):
+    """Candidates carry ``xt``'s unmasked tokens and ``xs`` reveals ``x0``'s tokens (exact carry-over)."""
+    keep = (xt != mask_id)[:, None, :].expand_as(x0)
+    if (x0[keep] != xt[:, None, :].expand_as(x0)[keep]).any():
+        raise ValueError("a candidate x0 changes a token that is unmasked in xt")
+    rev = xs != mask_id
+    if (xs[rev] != x0[rev]).any():
+        raise ValueError("xs reveals a token that differs from its candidate x0")
+
+
+@ENERGIES.register("ind")
+def ind_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
+    """Ind-E (EDLM, Eq. id_energy): ``log p_theta(x0|xt) - log p_AR(x0|xt)``. ``(B, K)``."""
+    return logp_dlm_x0(logp_dlm, xt, x0, mask_id) - ar.x0_given_xt()
+
+
+@ENERGIES.register("inv")
+def inv_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
+    """Inv-E (Eq. inv_energy): ``[log p_theta(xs|xt) - log p_AR(xs|xt)] + [log p_AR(x0|xt) - log p_AR(x0|xs)]``."""
+    return (logp_dlm_xs(logp_dlm, xt, xs, mask_id) - ar.xs_given_xt()) + (ar.x0_given_xt() - ar.x0_given_xs())
+
+
+@ENERGIES.register("uni")
+def uni_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
+    """Uni-E (Eq. uni_ebm): ``[log p_theta(xs|xt) - log p_AR(xs|xt)] + [log p_theta(x0|xt) - log p_AR(x0|xs)]``."""
+    return (logp_dlm_xs(logp_dlm, xt, xs, mask_id) - ar.xs_given_xt()) + (
+        logp_dlm_x0(logp_dlm, xt, x0, mask_id) - ar.x0_given_xs())
+
+
+def log_partition(name: str, xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
+    """The paper's closed-form ``log F`` ``(B, K)``: Uni-E ``log p_AR(xs|xt) - log p_theta(xs|xt)``
+    (Eq. partition_calculation); Ind-E is taken as self-normalised (``log F = 0``, EDLM's choice)."""
+    if name == "uni":
+        return ar.xs_given_xt() - logp_dlm_xs(logp_dlm, xt, xs, mask_id)
+    if name == "ind":
+        return torch.zeros(x0.shape[:2], device=x0.device)
+    raise ValueError(f"no closed-form partition for energy {name!r}")
+
+
+def energy(name: str, xt, x0, xs, logp_dlm, proxy, ar_context: str, mask_id: int, check: bool = True) -> torch.Tensor:
+    """Energies ``(B, K)`` of candidates ``x0`` / states ``xs`` ``(B, K, L)`` given ``xt`` ``(B, L)``."""
+    if x0.dim() != 3 or xs.shape != x0.shape or xt.shape != (x0.shape[0], x0.shape[2]):
+        raise ValueError(f"shapes: xt {tuple(xt.shape)}, x0 {tuple(x0.shape)}, xs {tuple(xs.shape)}; "
+                         "expected (B, L), (B, K, L), (B, K, L)")
+    if check:
+        _check_consistent(xt, x0, xs, mask_id)
+    ar = ARTerms(proxy, ar_context, xt, x0, xs, mask_id)
+    return ENERGIES[name](xt, x0, xs, logp_dlm, ar, mask_id)
+
+
+def log_importance_weights(energy: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Self-normalised importance log-weights ``-E / temperature`` (normalised over the candidate axis)."""
+    return torch.log_softmax(-energy / temperature, dim=-1)
+
+
+def select(energy: torch.Tensor, how: str = "argmin", temperature: float = 1.0, generator=None) -> torch.Tensor:
+    """Index of the chosen candidate per row ``(B,)``: ``argmin`` (paper) or ``resample`` from ``softmax(-E/τ)``."""
+    if how == "argmin":
+        return energy.argmin(-1)
+    if how == "resample":
+        from ..core.gumbel import gumbel_argmax
+
+        return gumbel_argmax(log_importance_weights(energy, temperature), generator).to(energy.device)
+    raise ValueError(f"unknown selection {how!r}; known: argmin, resample")

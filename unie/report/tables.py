@@ -1,0 +1,115 @@
+"""LaTeX and CSV tables with the row/column structure of the paper's Tables 1 and 2.
+
+Every cell is read from a result file written by a workflow rule; nothing is typed in.  A missing
+value is printed as "--" (as the paper does for methods without a likelihood).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+
+DOMAIN_LABELS = {"owt": "OWT", "ptb": "PTB", "wikitext": "WikiText", "lm1b": "LM1B", "lambada": "Lambada",
+                 "ag_news": "AG News", "pubmed": "Pubmed", "arxiv": "Arxiv"}
+DASH = "--"
+
+
+def _fmt(v, nd=2) -> str:
+    return DASH if v is None or v != v else f"{v:.{nd}f}"
+
+
+def _write(tex: str, df: pd.DataFrame, tex_path, csv_path) -> None:
+    Path(tex_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(tex_path).write_text(tex)
+    df.to_csv(csv_path, index=False)
+
+
+def table1(rows: dict, domains: list[str], inputs: list[str], tex_path, csv_path) -> pd.DataFrame:
+    """Perplexity per domain.  ``rows``: label -> source (model name or ``exact``); ``inputs``: results/ppl/*.json."""
+    results = {Path(p).stem: json.loads(Path(p).read_text()) for p in inputs}
+    records = []
+    for label, src in rows.items():
+        res = results.get(src) if src else None
+        for d in domains:
+            cell = (res or {}).get("domains", {}).get(d) if res else None
+            records.append({"row": label, "source": src, "domain": d,
+                            "ppl": cell["ppl"] if cell else None,
+                            "nll_per_token": cell["nll_per_token"] if cell else None,
+                            "nll_se": cell["nll_se"] if cell else None,
+                            "n_mc": (res or {}).get("n_mc")})
+    df = pd.DataFrame.from_records(records)
+    head = " & ".join(["Methods"] + [DOMAIN_LABELS.get(d, d) for d in domains])
+    spec = "l|c" + ("|" + "c" * (len(domains) - 1) if len(domains) > 1 else "")
+    lines = [r"\begin{tabular}{" + spec + "}",
+             r"\toprule", head + r" \\", r"\midrule"]
+    for label in rows:
+        sub = df[df.row == label].set_index("domain")
+        lines.append(" & ".join([label] + [_fmt(sub.loc[d, "ppl"]) for d in domains]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    _write("\n".join(lines), df, tex_path, csv_path)
+    return df
+
+
+def _parse_genppl_path(p: str) -> tuple[str, int]:
+    m = re.search(r"genppl/(?P<run>[^/]+)/steps(?P<steps>\d+)\.json$", str(p))
+    if not m:
+        raise ValueError(f"unexpected Gen PPL result path {p}")
+    return m["run"], int(m["steps"])
+
+
+def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path, csv_path,
+           entropy_rate: float | None = None) -> pd.DataFrame:
+    """Gen PPL per step count and evaluator, and entropy (bits).  ``rows``: label -> sampling run.
+
+    With an ``exact`` evaluator and ``entropy_rate`` (pi's entropy per token, nats), the exact KL-to-data
+    column is ``E_q[-log pi(x)]/L - H_pi/L``: the samples' excess NLL under pi over pi's own entropy."""
+    exact = next((e for e, spec in evaluators.items() if spec["kind"] == "exact"), None)
+    results = {}
+    for p in inputs:
+        results[_parse_genppl_path(p)] = json.loads(Path(p).read_text())
+    records = []
+    for label, run in rows.items():
+        for (r, steps), res in sorted(results.items()):
+            if r != run:
+                continue
+            samp = res.get("sampling", {})
+            kl = None
+            if exact is not None and entropy_rate is not None:
+                kl = res["genppl"][exact]["nll_per_token"] - entropy_rate
+            for ev in evaluators:
+                g = res["genppl"].get(ev)
+                records.append({"row": label, "run": run, "sampler": runs[run]["sampler"], "steps": steps,
+                                "evaluator": ev, "genppl": g["ppl"] if g else None,
+                                "nll_per_token": g["nll_per_token"] if g else None,
+                                "nll_se": g["nll_se"] if g else None, "entropy_bits": res["entropy_bits"],
+                                "kl_to_data": kl, "seconds": samp.get("seconds"), "nfe": samp.get("nfe"),
+                                "options": json.dumps(samp.get("options", {}), sort_keys=True)})
+    df = pd.DataFrame.from_records(records)
+    ev_names = list(evaluators)
+    with_kl = len(df) > 0 and df.kl_to_data.notna().any()
+    head = ["Method", "Timesteps"] + [evaluators[e]["label"] + r"$\downarrow$" for e in ev_names]
+    head += ([r"KL$_\pi$$\downarrow$"] if with_kl else []) + ["Entropy"]
+    spec = "l|c|" + "c" * len(ev_names) + ("|c" if with_kl else "") + "|c"
+    lines = [r"\begin{tabular}{" + spec + "}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
+    for label, run in rows.items():
+        sub = df[df.row == label] if len(df) else df
+        steps = sorted(sub.steps.unique()) if len(sub) else []
+        if runs[run]["sampler"] == "data":
+            ts = DASH
+        else:
+            ts = " / ".join(str(s) for s in steps) or DASH
+        cells = []
+        for e in ev_names:
+            vals = [sub[(sub.steps == s) & (sub.evaluator == e)].genppl for s in steps]
+            cells.append(" / ".join(_fmt(v.iloc[0], 1) if len(v) else DASH for v in vals) or DASH)
+        if with_kl:
+            cells.append(" / ".join(_fmt(sub[sub.steps == s].kl_to_data.iloc[0], 3) for s in steps) or DASH)
+        ent = " / ".join(_fmt(sub[sub.steps == s].entropy_bits.iloc[0], 2) for s in steps) or DASH
+        lines.append(" & ".join([label, ts] + cells + [ent]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    _write("\n".join(lines), df, tex_path, csv_path)
+    return df
