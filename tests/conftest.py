@@ -7,7 +7,7 @@ import torch
 
 from unie.core.config import ModelConfig
 from unie.models.transformer import Transformer
-from unie.data.tokenizer import WordTokenizer
+from unie.data.tokenizer import word_tokenizer
 from unie.data.toy_world import HMM, word_list
 
 # Every tensor here is tiny: intra-op threading only adds synchronisation overhead, and on a loaded
@@ -30,8 +30,8 @@ def owt_hmm() -> HMM:
 
 
 @pytest.fixture(scope="session")
-def tok() -> WordTokenizer:
-    return WordTokenizer(word_list())
+def tok() :
+    return word_tokenizer(word_list())
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ determinism under one seed, and categorical draws through float64 Gumbel-max."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,11 @@ import torch
 
 import unie
 import unie.core.gumbel as gumbel
-from unie.pipeline.jobs import build_method, model_config
+from unie.pipeline.models import build_method, model_config
 from unie.models.transformer import Transformer
 from unie.core.registry import SAMPLERS
-from unie.data.tokenizer import WordTokenizer, blocked_ids
+from unie.data.tokenizer import word_tokenizer, blocked_ids
 from unie.data.toy_world import word_list
-from unie.pipeline.checks import SAMPLER_ROLES
 
 torch.set_num_threads(1)
 L, N, STEPS = 8, 4, 4
@@ -24,7 +24,7 @@ L, N, STEPS = 8, 4, 4
 
 @pytest.fixture(scope="module")
 def tok():
-    return WordTokenizer(word_list())
+    return word_tokenizer(word_list())
 
 
 def wrapped(method, tok, seed, **options):
@@ -36,8 +36,8 @@ def wrapped(method, tok, seed, **options):
 
 def models_for(sampler, tok):
     dlm_method = {"sedd": "sedd", "duo": "duo", "bd3lm": "bd3lm"}.get(sampler, "mdlm")
-    models = {"tokenizer": tok}
-    roles = SAMPLER_ROLES[sampler]
+    models = {}
+    roles = SAMPLERS[sampler].roles
     if "dlm" in roles:
         models["dlm"] = wrapped(dlm_method, tok, 0, **({"block_size": 4} if dlm_method == "bd3lm" else {}))
     if "proxy" in roles:
@@ -51,7 +51,8 @@ def models_for(sampler, tok):
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_contract(name, tok, monkeypatch):
-    assert name in SAMPLER_ROLES, f"sampler {name!r} has no role table in unie.workflow.SAMPLER_ROLES"
+    entry = SAMPLERS[name]
+    assert dataclasses.is_dataclass(entry.options_cls) and entry.options_cls.__dataclass_params__.frozen
     dtypes = []
     real = gumbel.gumbel_noise
 

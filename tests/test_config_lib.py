@@ -6,7 +6,7 @@ import pytest
 
 from unie.core.config import ConfigError, ModelConfig, TrainConfig, from_dict, to_dict
 from unie.core.registry import METHODS, SAMPLERS, Registry
-from unie.data.tokenizer import WordTokenizer, load_tokenizer
+from unie.data.tokenizer import load_tokenizer, word_tokenizer
 from unie.data.toy_world import word_list
 
 
@@ -83,7 +83,7 @@ def test_registry_rejects_double_registration():
 
 # ---------------------------------------------------------------------- tokenizer
 def test_word_tokenizer_round_trip_and_specials(tmp_path):
-    tok = WordTokenizer(word_list())
+    tok = word_tokenizer(word_list())
     assert tok.vocab_size == len(word_list()) + 3
     assert (tok.eos_id, tok.bos_id, tok.mask_id) == (len(word_list()), len(word_list()) + 1, len(word_list()) + 2)
     text = "the cat chases the mouse . <eos> a dog"
@@ -92,10 +92,14 @@ def test_word_tokenizer_round_trip_and_specials(tmp_path):
         tok.encode("the unicorn")
     tok.save(tmp_path)
     back = load_tokenizer(tmp_path)
-    assert isinstance(back, WordTokenizer) and back.tokens == tok.tokens and back.info() == tok.info()
-    other = WordTokenizer(word_list()[::-1])
+    assert back.kind == "word" and back.tokens == tok.tokens and back.info() == tok.info()
+    # one class and one loading path for both profiles: a PreTrainedTokenizerFast over a WordLevel model
+    from transformers import PreTrainedTokenizerFast
+
+    assert isinstance(back.hf, PreTrainedTokenizerFast) and back.hf.mask_token == "<mask>"
+    other = word_tokenizer(word_list()[::-1])
     assert other.info()["fingerprint"] != tok.info()["fingerprint"]
     with pytest.raises(ValueError):
-        WordTokenizer(["a", "a"])
+        word_tokenizer(["a", "a"])
     with pytest.raises(ValueError):
-        WordTokenizer(["a", "<mask>"])
+        word_tokenizer(["a", "<mask>"])

@@ -17,7 +17,7 @@ from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.methods.duo import (REF_GAMMA_MAX, REF_GAMMA_MIN, REF_VOCAB, Duo, DuoDenoiser, alpha_from_p, duality_integrals,
                       duality_table, gaussian_latent, matched_gamma_range, sub_vocab, to_sub, udlm_nelbo_per_token,
                       udlm_q_xt)
-from unie.pipeline.jobs import load_wrapped, train_from_spec
+from unie.pipeline.models import load_wrapped, train_from_spec
 from unie.models.transformer import Transformer
 from unie.core.registry import METHODS, SAMPLERS
 from unie.methods.duo import duo_posterior, sample_duo
@@ -192,7 +192,7 @@ def test_sub_vocab_excludes_mask_and_bos(tok_info):
     assert (s2t[t2s[s2t]] == s2t).all() and t2s[tok_info["mask_id"]] == -1
     with pytest.raises(ValueError, match="mask"):
         to_sub(torch.tensor([[0, tok_info["mask_id"]]]), t2s)
-    assert METHODS["duo"] is Duo and SAMPLERS["duo"] is duo_sampler.duo_sampler
+    assert METHODS["duo"] is Duo and SAMPLERS["duo"].fn is duo_sampler.duo_sampler
 
 
 class Spy(torch.nn.Module):

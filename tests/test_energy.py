@@ -19,7 +19,7 @@ from unie.energy.partition import check_partition, tiny_world
 from unie.methods.mdlm import sample_mdlm
 from unie.methods.mdlm import transition
 from unie.energy.sampler import propose, sample_energy
-from unie.data.tokenizer import WordTokenizer
+from unie.data.tokenizer import word_tokenizer
 from unie.data.toy_world import HMM, OracleAR, OracleDenoiser, word_list
 
 torch.set_num_threads(1)
@@ -27,7 +27,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def tok():
-    return WordTokenizer(word_list())
+    return word_tokenizer(word_list())
 
 
 def tiny_net(tok, causal, seed=0, d=16):
@@ -168,7 +168,7 @@ def test_ind_e_with_exact_proxy_approaches_its_target():
     resampled by Ind-E weights draws x0 from pi(x0 | xt) = pi(x0) as K grows (self-normalised IS)."""
     T = torch.tensor([[0.95, 0.05], [0.05, 0.95]])  # sticky hidden state: strongly dependent tokens
     E = torch.tensor([[0.8, 0.15, 0.05], [0.05, 0.15, 0.8]])
-    hmm, small = HMM.from_matrices(T, E), WordTokenizer(["w0", "w1"])
+    hmm, small = HMM.from_matrices(T, E), word_tokenizer(["w0", "w1"])
     den, proxy = OracleDenoiser(hmm, small), OracleAR(hmm, small)
     L, n = 3, 30000
     seqs = torch.tensor(list(itertools.product(range(3), repeat=L)))
@@ -214,7 +214,7 @@ def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
     """NCE (Algorithm 1) trains, resumes after an interruption to the same weights, and reports its dev-set
     energy separation on a split disjoint from the test split."""
     from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
-    from unie.pipeline.jobs import train_from_spec
+    from unie.pipeline.models import train_from_spec
     from unie.models.checkpoint import load_model
     from unie.data.toy_world import generate_corpus
 

@@ -353,13 +353,17 @@ def _manual_nll(model_dir: Path, text: str, rule: str) -> tuple[float, float]:
 
 
 def test_hf_evaluator_matches_manual_nll_and_eos_rule(tiny_gpt2_dir):
-    from unie.eval.genppl import HFEvaluator
+    from unie.pipeline.sample import load_hf_evaluator
 
-    texts = [SENTENCES[0], f"{SENTENCES[1]}{EOT}The fox.{EOT}{EOT}A dog"]
-    n_eos = [0, 3]
+    texts = [SENTENCES[0], f"{SENTENCES[1]}{EOT}The fox.{EOT}{EOT}A dog", SENTENCES[2], SENTENCES[3][:9]]
+    n_eos = [0, 3, 0, 0]
     for rule in ("first", "all"):
-        ev = HFEvaluator(tokenizer=None, path=str(tiny_gpt2_dir), eos_rule=rule, max_length=64)
+        ev = load_hf_evaluator(str(tiny_gpt2_dir), eos_rule=rule, max_length=64, batch_size=3)
         nll, ntok = ev.score(texts)
+        # batching (right padding + attention mask) changes nothing: one text per pass gives the same numbers
+        ev.batch_size = 1
+        nll1, ntok1 = ev.score(texts)
+        assert torch.allclose(nll, nll1, rtol=1e-5) and torch.equal(ntok, ntok1)
         for i, text in enumerate(texts):
             ref_nll, ref_w = _manual_nll(tiny_gpt2_dir, text, rule)
             assert nll[i].item() == pytest.approx(ref_nll, rel=1e-5)

@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 import torch
 
-from unie.data.tokenizer import WordTokenizer
+from unie.data.tokenizer import word_tokenizer
 from unie.data.toy_world import DOMAINS, HMM, OracleAR, OracleDenoiser, generate_corpus, word_list
 
 L_SMALL = 4
@@ -224,7 +224,7 @@ def test_oracle_denoiser_matches_ratio_of_marginals(owt_hmm, tok):
 
 def test_oracle_rejects_a_foreign_tokenizer(owt_hmm):
     with pytest.raises(ValueError):
-        OracleDenoiser(owt_hmm, WordTokenizer(word_list()[:-1]))
+        OracleDenoiser(owt_hmm, word_tokenizer(word_list()[:-1]))
 
 
 def test_oracle_ar_is_the_exact_predictive(owt_hmm, tok):

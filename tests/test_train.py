@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from unie.methods.ar import ARModel
 from unie.core.config import TrainConfig
 from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
-from unie.pipeline.jobs import load_wrapped, train_from_spec
+from unie.pipeline.models import load_wrapped, train_from_spec
 from unie.methods.mdlm import MDLM, MDLMDenoiser
 from unie.models.checkpoint import CheckpointError, load_model, save_model
 from unie.data.toy_world import generate_corpus

@@ -98,6 +98,18 @@ def to_dict(obj) -> dict:
     return dataclasses.asdict(obj)
 
 
+def make_options(cls, options=None, where: str | None = None, **kwargs):
+    """The frozen options dataclass ``cls`` of a method or sampler, from exactly one of: an instance, a
+    mapping (checked strictly by :func:`from_dict`: unknown keys and wrong types name the key) or
+    keywords.  ``cls`` is the single source of the defaults; a misspelled keyword is a
+    :class:`ConfigError` naming it."""
+    if options is not None and kwargs:
+        raise ConfigError(f"{where or cls.__name__}: give options either as an object or as keywords, not both")
+    if isinstance(options, cls):
+        return options
+    return from_dict(cls, options if options is not None else kwargs, where or cls.__name__)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Transformer size.  ``causal`` picks the AR use; ``cond_dim > 0`` adds adaLN time conditioning."""
@@ -141,5 +153,6 @@ __all__ = [
     "ModelConfig",
     "TrainConfig",
     "from_dict",
+    "make_options",
     "to_dict",
 ]

@@ -3,15 +3,32 @@
 A registry is a dict plus a ``register(name)`` decorator.  Looking up an unknown name raises a
 ``KeyError`` that lists the valid names and suggests close matches, so a typo in a config fails
 loudly and early instead of deep inside a job.
+
+Samplers register more than a function (:func:`register_sampler`): the frozen dataclass of their
+options (the single source of their defaults) and the model roles they take, each with the model
+kinds it accepts.  The workflow's config checks are derived from these records, not from a hand-kept
+table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Callable, TypeVar
 
+from .config import ConfigError, make_options
 
 T = TypeVar("T")
+
+# What a trained checkpoint is, as a sampler role sees it (a method's ``kind(options)``):
+MODEL_KINDS = {
+    "absorbing": "masked diffusion denoiser with SUBS (logp_x0)",
+    "ar": "autoregressive model (token_logp, logp_next, sample)",
+    "sedd": "SEDD score model (log_score)",
+    "duo": "uniform-state denoiser (x_theta)",
+    "bd3lm": "block diffusion denoiser (evaluate, logp_block)",
+    "ebm": "EDLM energy network E_phi(x0, xt)",
+}
 
 
 class Registry(dict):
@@ -23,12 +40,15 @@ class Registry(dict):
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
-            if name in self:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
-            self[name] = obj
+            self.add(name, obj)
             return obj
 
         return deco
+
+    def add(self, name: str, obj) -> None:
+        if name in self:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        super().__setitem__(name, obj)
 
     def __getitem__(self, name: str):
         try:
@@ -45,9 +65,55 @@ class Registry(dict):
         return msg
 
 
+@dataclasses.dataclass(frozen=True)
+class SamplerEntry:
+    """A registered sampler.
+
+    ``fn(models, n, L, steps, generator, options, batch_size, device) -> (x (n, L) int64, stats dict)``;
+    ``options`` is an instance of ``options_cls``; ``roles`` maps each model role (``dlm``, ``proxy``, ...)
+    to the model kinds (:data:`MODEL_KINDS`) it accepts; ``needs(options)`` gives the roles a run with
+    these options requires (default: all); ``fixed_steps`` samplers always take ``L`` steps."""
+
+    name: str
+    fn: Callable
+    options_cls: type
+    roles: dict
+    needs: Callable | None = None
+    fixed_steps: bool = False
+
+    def options(self, options=None, where: str | None = None, **kwargs):
+        """This sampler's options object (strictly checked) from an object, a mapping or keywords."""
+        return make_options(self.options_cls, options, where or f"sampler {self.name!r} options", **kwargs)
+
+    def required_roles(self, options) -> tuple[str, ...]:
+        return tuple(self.needs(options)) if self.needs else tuple(self.roles)
+
+    def __call__(self, models: dict, n: int, L: int, steps: int, generator, options=None, batch_size: int = 256,
+                 device="cpu", **kwargs):
+        opts = self.options(options, **kwargs)
+        missing = [r for r in self.required_roles(opts) if r not in models]
+        if missing:
+            raise ConfigError(f"sampler {self.name!r} needs the model role(s) {missing}; got {sorted(models)}")
+        return self.fn(models, n, L, steps, generator, opts, batch_size=batch_size, device=device)
+
+
+def register_sampler(name: str, options, roles: dict, needs: Callable | None = None, fixed_steps: bool = False):
+    """Decorator: register ``fn`` as sampler ``name`` with its options dataclass and its model roles."""
+    for role, kinds in roles.items():
+        unknown = set(kinds) - set(MODEL_KINDS)
+        if unknown:
+            raise ValueError(f"sampler {name!r}, role {role!r}: unknown model kinds {sorted(unknown)}")
+
+    def deco(fn):
+        SAMPLERS.add(name, SamplerEntry(name, fn, options, {r: tuple(k) for r, k in roles.items()}, needs, fixed_steps))
+        return fn
+
+    return deco
+
+
 BACKBONES = Registry("backbone")
 SCHEDULES = Registry("noise schedule")
 ENERGIES = Registry("energy")
 SAMPLERS = Registry("sampler")
 METHODS = Registry("method")
-TOKENIZERS = Registry("tokenizer")
+EVALUATORS = Registry("Gen-PPL evaluator")

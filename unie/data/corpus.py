@@ -58,7 +58,7 @@ def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: boo
 
     Returns the number of chunks.  Raises if no full chunk can be formed."""
     texts = read_texts(raw_path)
-    ids = [tokenizer.encode(t) for t in texts]
+    ids = tokenizer.encode_batch(texts)
     chunks = wrap_chunks(ids, seq_len, tokenizer.eos_id, tokenizer.bos_id, insert_eos, chunk_specials)
     if max_chunks is not None:
         chunks = chunks[:max_chunks]

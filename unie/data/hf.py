@@ -2,7 +2,7 @@
 
 * :func:`load_documents` reads one (domain, split) dataset spec of ``config[data][hf]`` and returns the
   detokenised documents (rule ``download`` writes them to ``resources/raw/{domain}/{split}.parquet``).
-* :func:`fetch_tokenizer` gives the GPT-2 tokenizer as an :class:`unie.tokenizer.HFTokenizer` (rule ``tokenizer``).
+* :func:`fetch_tokenizer` gives the GPT-2 tokenizer as a :class:`unie.data.tokenizer.Tokenizer` (rule ``tokenizer``).
 * :func:`fetch_model` downloads an evaluator snapshot (rule ``download_hf_model``; GPT-2-large, Llama-2/3).
 
 Only these functions touch the network, and only for hub names; local paths never do.  Nothing is
@@ -101,17 +101,18 @@ def _looks_local(path: str) -> bool:
 
 
 def fetch_tokenizer(path: str, out_dir):
-    """An :class:`unie.tokenizer.HFTokenizer` for ``path``.
+    """The :class:`unie.data.tokenizer.Tokenizer` of a Hugging Face tokenizer ``path``.
 
     A local directory is loaded as is (never downloads).  Anything else is a hub name (``"gpt2"``): it is
     downloaded with ``transformers.AutoTokenizer.from_pretrained`` and ``save_pretrained(out_dir)`` first,
     and the returned tokenizer reads that saved copy, so a later ``.save(out_dir)`` rewrites the same files
-    with the same content.  The mask id is appended after the vocabulary (GPT-2: mask 50257, vocab 50258)."""
-    from ..data.tokenizer import HFTokenizer
+    with the same content.  The mask id is appended after the vocabulary as a special token when the tokenizer has none
+    (GPT-2: mask 50257, vocab 50258)."""
+    from .tokenizer import hf_tokenizer
 
     p = Path(path).expanduser()
     if p.is_dir():
-        return HFTokenizer(p)
+        return hf_tokenizer(p)
     if _looks_local(path):
         raise FileNotFoundError(f"tokenizer path {path} is not a directory")
     from transformers import AutoTokenizer
@@ -120,7 +121,7 @@ def fetch_tokenizer(path: str, out_dir):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(out)
-    return HFTokenizer(out)
+    return hf_tokenizer(out)
 
 
 # Files an evaluator needs: configs, tokenizer files, weights.  Other frameworks' weights (TF, Flax,

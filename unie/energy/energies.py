@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import torch
 
+from ..core.gumbel import gumbel_argmax
 from ..core.registry import ENERGIES
 
 
 AR_CONTEXTS = ("teacher_forced", "masked", "exact")
+SELECTIONS = ("argmin", "resample")
 
 
 def position_sets(xt: torch.Tensor, xs: torch.Tensor, mask_id: int):
@@ -212,7 +214,5 @@ def select(energy: torch.Tensor, how: str = "argmin", temperature: float = 1.0, 
     if how == "argmin":
         return energy.argmin(-1)
     if how == "resample":
-        from ..core.gumbel import gumbel_argmax
-
         return gumbel_argmax(log_importance_weights(energy, temperature), generator).to(energy.device)
-    raise ValueError(f"unknown selection {how!r}; known: argmin, resample")
+    raise ValueError(f"unknown selection {how!r}; known: {', '.join(SELECTIONS)}")

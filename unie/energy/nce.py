@@ -16,10 +16,13 @@ with the lowest dev NCE loss.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from ..core.gumbel import gumbel_argmax, uniform
+from ..core.config import ConfigError, make_options
 from ..core.registry import ENERGIES, METHODS
 from ..core.schedule import antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
@@ -28,40 +31,67 @@ from ..methods.ar import ARModel
 from ..methods.mdlm import MDLMDenoiser, q_xt, subs_logp, transition
 
 
+@dataclass(frozen=True)
+class NCEOptions:
+    """What Algorithm 1 trains (``train``), for which ``energy`` and ``ar_context``; the frozen partner's model
+    name (``proxy`` for ``train: dlm``, ``dlm`` for ``train: ar``); the forward process (``schedule``, ``eps``,
+    ``t_eps``)."""
+
+    energy: str = "uni"
+    train: str = "dlm"
+    ar_context: str = "masked"
+    proxy: str | None = None
+    dlm: str | None = None
+    schedule: str = "loglinear"
+    eps: float = 1e-3
+    t_eps: float = 1e-3
+
+    def __post_init__(self):
+        if self.energy not in ENERGIES:
+            raise ConfigError(ENERGIES.unknown_message(self.energy))
+        if self.train not in ("dlm", "ar"):
+            raise ConfigError(f"nce train must be 'dlm' or 'ar', got {self.train!r}")
+        if self.ar_context not in AR_CONTEXTS or self.ar_context == "exact":
+            raise ConfigError(f"NCE needs a learned proxy: ar_context teacher_forced or masked, got {self.ar_context!r}")
+        if self.train == "dlm" and not self.proxy:
+            raise ConfigError("nce with train: dlm needs the frozen proxy's model name (option proxy)")
+        if self.train == "ar" and not self.dlm:
+            raise ConfigError("nce with train: ar needs the frozen diffusion model's name (option dlm)")
+
+
 @METHODS.register("nce")
 class NCE:
     """NCE fine-tuning of a DLM (``train: dlm``) or of the AR proxy (``train: ar``) for an energy."""
 
+    Options = NCEOptions
     time_conditioned = False
     has_likelihood = False  # Table 1 scores NCE models through config['likelihood'] estimators
 
-    def __init__(self, tokenizer_info: dict, energy: str = "uni", train: str = "dlm", ar_context: str = "masked",
-                 proxy: str | None = None, dlm: str | None = None, schedule: str = "loglinear", eps: float = 1e-3,
-                 t_eps: float = 1e-3):
-        if energy not in ENERGIES:
-            raise ValueError(ENERGIES.unknown_message(energy))
-        if train not in ("dlm", "ar"):
-            raise ValueError(f"nce train must be 'dlm' or 'ar', got {train!r}")
-        if ar_context not in AR_CONTEXTS or ar_context == "exact":
-            raise ValueError(f"NCE needs a learned proxy: ar_context teacher_forced or masked, got {ar_context!r}")
-        if train == "dlm" and not proxy:
-            raise ValueError("nce with train: dlm needs the frozen proxy's model name (option proxy)")
-        if train == "ar" and not dlm:
-            raise ValueError("nce with train: ar needs the frozen diffusion model's name (option dlm)")
+    def __init__(self, tokenizer_info: dict, options: NCEOptions | dict | None = None, **kwargs):
+        self.options = o = make_options(NCEOptions, options, "nce options", **kwargs)
         self.info = tokenizer_info
         self.mask_id, self.bos_id = tokenizer_info["mask_id"], tokenizer_info["bos_id"]
         self.blocked = blocked_ids(tokenizer_info)
-        self.energy, self.train, self.ar_context = energy, train, ar_context
-        self.partner_names = {"proxy": proxy} if train == "dlm" else {"dlm": dlm}
-        self.schedule = make_schedule(schedule, eps)
-        self.t_eps = t_eps
-        self.causal = train == "ar"
+        self.energy, self.train, self.ar_context = o.energy, o.train, o.ar_context
+        self.partner_names = {"proxy": o.proxy} if o.train == "dlm" else {"dlm": o.dlm}
+        self.schedule = make_schedule(o.schedule, o.eps)
+        self.t_eps = o.t_eps
+        self.causal = o.train == "ar"
         self.partner = None
+
+    @staticmethod
+    def kind(options: NCEOptions) -> str:
+        return "ar" if options.train == "ar" else "absorbing"
+
+    @staticmethod
+    def partners(options: NCEOptions) -> dict:
+        """Frozen models this method needs while training: role -> (model name, the model kinds it may be)."""
+        return {"proxy": (options.proxy, ("ar",))} if options.train == "dlm" else {"dlm": (options.dlm, ("absorbing",))}
 
     # -- wiring ---------------------------------------------------------------------------------
     def wrap(self, net):
         """The fine-tuned network as a sampler-facing object (a denoiser or an AR proxy)."""
-        return ARModel(net, self.bos_id, self.mask_id) if self.train == "ar" else MDLMDenoiser(net, self.mask_id, self.blocked)
+        return ARModel(net, self.bos_id, self.mask_id, self.blocked) if self.train == "ar" else MDLMDenoiser(net, self.mask_id, self.blocked)
 
     def prepare(self, net, models: dict, device="cpu", log=print):
         """Attach the frozen partner (``models['proxy']`` or ``models['dlm']``, already wrapped)."""
@@ -90,7 +120,7 @@ class NCE:
         else:
             with torch.no_grad():
                 logp = self.partner.logp_x0(xt)
-            proxy = ARModel(net, self.bos_id, self.mask_id)  # differentiable p_AR
+            proxy = ARModel(net, self.bos_id, self.mask_id, self.blocked)  # differentiable p_AR
         with torch.no_grad():  # l.8: x̂0 ~ p_theta(x0 | xt) (one draw per masked position)
             neg = gumbel_argmax(logp.detach(), generator).to(x0.device)
             neg = torch.where(xt == self.mask_id, neg, xt)

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from ..data.tokenizer import WordTokenizer
+from ..data.tokenizer import word_tokenizer
 from ..data.toy_world import HMM, OracleAR, OracleDenoiser
 from .energies import ARTerms, log_partition, logp_dlm_x0, uni_energy
 
@@ -31,7 +31,7 @@ def tiny_world(seed: int = 0, S: int = 2, V: int = 3):
     T = torch.rand(S, S, generator=g, dtype=torch.float64) + 0.2
     E = torch.rand(S, V, generator=g, dtype=torch.float64) + 0.2
     hmm = HMM.from_matrices(T / T.sum(1, keepdim=True), E / E.sum(1, keepdim=True))
-    tok = WordTokenizer([f"w{i}" for i in range(V - 1)])
+    tok = word_tokenizer([f"w{i}" for i in range(V - 1)])
     return hmm, tok
 
 

@@ -15,13 +15,16 @@ choice) — an exact saving, not an approximation.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..core.gumbel import gumbel_argmax, uniform
-from ..core.registry import ENERGIES, SAMPLERS
+from ..core.config import ConfigError, make_options
+from ..core.registry import ENERGIES, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import make_schedule, Schedule
-from .energies import AR_CONTEXTS, energy as energy_fn, select
+from .energies import AR_CONTEXTS, SELECTIONS, energy as energy_fn, select
 from ..methods.mdlm import CachedDenoiser, fill_remaining, mdlm_step, reveal_mask, transition
 
 
@@ -37,32 +40,46 @@ def in_window(t: float, w: float) -> bool:
     return t > 1.0 - w
 
 
+@dataclass(frozen=True)
+class EnergyOptions:
+    """Algorithm 2's options: the ``energy`` (a key of ``ENERGIES``), ``K`` candidates, the window ``w``
+    (``t ∈ (1 - w, 1]``), how the proxy reads a partial state (``ar_context``), the ``selection`` rule
+    (``argmin``, the paper; ``resample`` from ``softmax(-E/temperature)``, the released code) and ``eps``,
+    the end of the time grid."""
+
+    energy: str = "uni"
+    K: int = 2
+    w: float = 0.2
+    ar_context: str = "masked"
+    selection: str = "argmin"
+    temperature: float = 1.0
+    eps: float = 1e-5
+
+    def __post_init__(self):
+        if self.energy not in ENERGIES:
+            raise ConfigError(ENERGIES.unknown_message(self.energy))
+        if self.ar_context not in AR_CONTEXTS:
+            raise ConfigError(f"unknown ar_context {self.ar_context!r}; known: {', '.join(AR_CONTEXTS)}")
+        if self.K < 1 or not 0.0 <= self.w <= 1.0:
+            raise ConfigError(f"need K >= 1 and 0 <= w <= 1, got K={self.K}, w={self.w}")
+        if self.selection not in SELECTIONS:
+            raise ConfigError(f"unknown selection {self.selection!r}; known: {', '.join(SELECTIONS)}")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+
+
 @torch.no_grad()
-def sample_energy(
-    denoiser,
-    proxy,
-    n: int,
-    L: int,
-    steps: int,
-    generator: torch.Generator,
-    energy: str = "uni",
-    K: int = 2,
-    w: float = 0.2,
-    ar_context: str = "masked",
-    selection: str = "argmin",
-    temperature: float = 1.0,
-    schedule: Schedule | None = None,
-    batch_size: int = 256,
-    eps: float = 1e-5,
-    device="cpu",
-) -> tuple[torch.Tensor, dict]:
-    """Algorithm 2 for ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``."""
-    if energy not in ENERGIES:
-        raise KeyError(ENERGIES.unknown_message(energy))
-    if ar_context not in AR_CONTEXTS:
-        raise ValueError(f"unknown ar_context {ar_context!r}; known: {', '.join(AR_CONTEXTS)}")
-    if K < 1 or not 0.0 <= w <= 1.0:
-        raise ValueError(f"need K >= 1 and 0 <= w <= 1, got K={K}, w={w}")
+def sample_energy(denoiser, proxy, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+                  schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
+                  **kwargs) -> tuple[torch.Tensor, dict]:
+    """Algorithm 2 for ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
+
+    ``denoiser``: a :class:`~unie.core.protocols.Denoiser`; ``proxy``: a :class:`~unie.core.protocols.Proxy`
+    (for ``ar_context: exact``, the toy world's :class:`~unie.data.toy_world.OracleAR`); options:
+    :class:`EnergyOptions` or its fields as keywords."""
+    opts = make_options(EnergyOptions, options, "energy sampler options", **kwargs)
+    energy, K, w, ar_context = opts.energy, opts.K, opts.w, opts.ar_context
+    selection, temperature, eps = opts.selection, opts.temperature, opts.eps
     schedule = schedule or make_schedule("loglinear")
     mask_id = denoiser.mask_id
     ts = time_grid(steps, eps)
@@ -100,19 +117,18 @@ def sample_energy(
     return in_batches(n, batch_size, one_batch)
 
 
-@SAMPLERS.register("energy")
-def energy_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, device="cpu",
-                   energy: str = "uni", K: int = 2, w: float = 0.2, ar_context: str = "masked",
-                   selection: str = "argmin", temperature: float = 1.0, domain: str = "owt", eps: float = 1e-5, **_):
-    """Registry entry: ``models['dlm']`` (denoiser) and ``models['proxy']`` (AR); ``ar_context: exact`` uses the
-    toy world's exact conditionals for ``domain`` instead of a proxy."""
-    proxy = models.get("proxy")
-    if ar_context == "exact":
-        from ..data.toy_world import HMM, OracleAR
+def needs(options: EnergyOptions) -> tuple[str, ...]:
+    """Roles a run names: the proxy is the toy world's exact model for ``ar_context: exact`` (supplied by the
+    pipeline), a trained AR otherwise."""
+    return ("dlm",) if options.ar_context == "exact" else ("dlm", "proxy")
 
-        proxy = OracleAR(HMM(domain), models["tokenizer"])
-    if proxy is None:
-        raise ValueError("the energy sampler needs a proxy model (models: {proxy: ...}) unless ar_context is exact")
-    return sample_energy(models["dlm"], proxy, n, L, steps, generator, energy=energy, K=K, w=w,
-                         ar_context=ar_context, selection=selection, temperature=temperature,
-                         batch_size=batch_size, eps=eps, device=device)
+
+@register_sampler("energy", EnergyOptions, roles={"dlm": ("absorbing",), "proxy": ("ar",)}, needs=needs)
+def energy_sampler(models: dict, n: int, L: int, steps: int, generator, options: EnergyOptions, batch_size: int,
+                   device):
+    """Registry entry: ``models['dlm']`` (denoiser) and ``models['proxy']`` (an AR, or the toy world's exact
+    model for ``ar_context: exact``)."""
+    if "proxy" not in models:
+        raise ValueError("the energy sampler needs models['proxy'] (for ar_context 'exact': the toy world's OracleAR)")
+    return sample_energy(models["dlm"], models["proxy"], n, L, steps, generator, options, batch_size=batch_size,
+                         device=device)

@@ -1,29 +1,24 @@
-"""Generative-perplexity evaluators, loaded once per job.
+"""Generative-perplexity evaluators (each built once per job by the pipeline and passed all samples).
 
-Every evaluator takes *text* (samples are decoded with the generator's tokenizer and re-encoded with
-the evaluator's own) and returns per-sequence NLLs and token counts, which are pooled over all
-samples.  Kinds:
+Every evaluator takes *text* (samples are decoded with the generator's tokenizer and re-encoded with the
+evaluator's own) and returns per-sequence NLLs and token counts, which are pooled over all samples
+(:func:`unie.eval.metrics.ppl_with_se`).  Kinds (registry :data:`unie.core.registry.EVALUATORS`):
 
 * ``exact``: the toy world's true distribution ``pi`` (the "Data distribution itself").
 * ``model``: one of our trained AR checkpoints (the toy profile's GPT-2-size proxy and large AR).
-* ``hf``: a local Hugging Face causal LM (GPT-2-large, Llama-2/3 in the paper profile).
+* ``hf``: a Hugging Face causal LM (GPT-2-large, Llama-2/3 in the paper profile), scored in batches.
 
-EOS rule (``eos_rule``): ``all`` scores every token, including each ``<eos>`` and all text after the
-first one (the toy world's windows are stationary streams whose ``<eos>`` tokens are document
-boundaries); ``first`` follows MDLM: ``<eos>`` targets after the first one get weight 0, non-EOS text
-after it is still scored.
+EOS rule (``eos_rule``): ``all`` scores every token, including each ``<eos>`` and all text after the first
+one (the toy world's windows are stationary streams whose ``<eos>`` tokens are document boundaries);
+``first`` follows MDLM: ``<eos>`` targets after the first one get weight 0, non-EOS text after it is
+still scored.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from ..core.registry import Registry
-
-
-EVALUATORS = Registry("evaluator")
+from ..core.registry import EVALUATORS
 
 
 def eos_weights(ids: torch.Tensor, eos_id: int, rule: str) -> torch.Tensor:
@@ -41,7 +36,7 @@ def eos_weights(ids: torch.Tensor, eos_id: int, rule: str) -> torch.Tensor:
 class ExactEvaluator:
     """``-log pi(x)`` under the toy world's HMM for a domain."""
 
-    def __init__(self, tokenizer, domain: str = "owt", eos_rule: str = "all", **_):
+    def __init__(self, tokenizer, domain: str = "owt", eos_rule: str = "all"):
         from ..data.toy_world import HMM
 
         if eos_rule != "all":
@@ -53,7 +48,7 @@ class ExactEvaluator:
 
     def score(self, texts: list[str], batch_size: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
         nll, ntok = [], []
-        for group, idx in _by_length([self.tok.encode(t) for t in texts]):
+        for group, idx in _by_length(self.tok.encode_batch(texts)):
             x = torch.tensor(group)
             if (x >= self.hmm.V).any():
                 raise ValueError("a sample contains <bos>/<mask>: it is not a finished sequence")
@@ -65,23 +60,15 @@ class ExactEvaluator:
 
 @EVALUATORS.register("model")
 class ModelEvaluator:
-    """One of our AR checkpoints (with its own tokenizer directory)."""
+    """One of our AR models (``model.logp_next``) with its own tokenizer."""
 
-    def __init__(self, tokenizer, path: str, tokenizer_dir: str | None = None, eos_rule: str = "all",
-                 device: str = "cpu", **_):
-        from ..methods.ar import ARModel
-        from ..models.checkpoint import load_model
-        from ..data.tokenizer import load_tokenizer
-
-        self.tok = load_tokenizer(tokenizer_dir) if tokenizer_dir else tokenizer
-        net, meta = load_model(path, device=device, tokenizer_info=self.tok.info(), expect_method="ar")
-        self.model = ARModel(net, self.tok.bos_id, self.tok.mask_id)
-        self.eos_rule = eos_rule
+    def __init__(self, tokenizer, model, eos_rule: str = "all"):
+        self.tok, self.model, self.eos_rule = tokenizer, model, eos_rule
 
     @torch.no_grad()
     def score(self, texts: list[str], batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
         nll, ntok = [], []
-        for group, idx in _by_length([self.tok.encode(t) for t in texts]):
+        for group, idx in _by_length(self.tok.encode_batch(texts)):
             x = torch.tensor(group)
             for s in range(0, len(x), batch_size):
                 xb = x[s:s + batch_size]
@@ -94,36 +81,38 @@ class ModelEvaluator:
 
 @EVALUATORS.register("hf")
 class HFEvaluator:
-    """A local Hugging Face causal LM (never downloads).  Texts are encoded with its tokenizer, a BOS is
-    prepended when the tokenizer has one (else EOS, as for GPT-2) so the first token is scored too, and
-    sequences are truncated to ``max_length`` tokens (MDLM's protocol truncates at 1024)."""
+    """A Hugging Face causal LM and its tokenizer.  Texts are encoded with its tokenizer, a BOS is prepended
+    when the tokenizer has one (else EOS, as for GPT-2) so the first token is scored too, and sequences are
+    truncated to ``max_length`` tokens (MDLM's protocol truncates at 1024).  ``batch_size`` texts go through
+    one forward pass, right-padded with an attention mask (padding never changes a causal LM's scores of
+    the real tokens; padded targets get weight 0)."""
 
-    def __init__(self, tokenizer, path: str, eos_rule: str = "first", device: str = "cpu",
-                 max_length: int = 1024, dtype: str = "float32", **_):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if not Path(path).exists():
-            raise FileNotFoundError(f"evaluator {path} does not exist locally (the workflow never downloads it)")
-        self.tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                          dtype=getattr(torch, dtype)).to(device).eval()
-        self.device = device
-        self.max_length = max_length
-        self.eos_rule = eos_rule
+    def __init__(self, model, hf_tokenizer, eos_rule: str = "first", max_length: int = 1024, batch_size: int = 8):
+        self.model, self.tok = model.eval(), hf_tokenizer
+        self.device = next(model.parameters()).device
+        self.max_length, self.eos_rule, self.batch_size = max_length, eos_rule, batch_size
         self.start = self.tok.bos_token_id if self.tok.bos_token_id is not None else self.tok.eos_token_id
 
     @torch.no_grad()
-    def score(self, texts: list[str], batch_size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    def score(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        seqs = [[self.start] + ids[: self.max_length - 1]
+                for ids in self.tok(list(texts), add_special_tokens=False)["input_ids"]]
         nll = torch.zeros(len(texts), dtype=torch.float64)
         ntok = torch.zeros(len(texts), dtype=torch.float64)
-        for i, text in enumerate(texts):
-            ids = self.tok(text, add_special_tokens=False)["input_ids"][: self.max_length - 1]
-            x = torch.tensor([[self.start] + ids], device=self.device)
-            logits = self.model(x).logits.float()
-            lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, x[:, 1:, None]).squeeze(-1).double().cpu()
-            w = eos_weights(x[:, 1:].cpu(), self.tok.eos_token_id, self.eos_rule)
-            nll[i] = -(lp * w).sum()
-            ntok[i] = w.sum()
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s:s + self.batch_size]
+            width = max(len(seqs[i]) for i in idx)
+            x = torch.zeros(len(idx), width, dtype=torch.long)
+            real = torch.zeros(len(idx), width, dtype=torch.bool)
+            for r, i in enumerate(idx):
+                x[r, :len(seqs[i])] = torch.tensor(seqs[i])
+                real[r, :len(seqs[i])] = True
+            logits = self.model(x.to(self.device), attention_mask=real.long().to(self.device)).logits.float()
+            lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, x[:, 1:, None].to(self.device)).squeeze(-1)
+            w = eos_weights(x[:, 1:], self.tok.eos_token_id, self.eos_rule) * real[:, 1:].double()
+            nll[idx] = -(lp.double().cpu() * w).sum(-1)
+            ntok[idx] = w.sum(-1)
         return nll, ntok
 
 
@@ -140,11 +129,3 @@ def _reorder(parts, n):
     for idx, vals in parts:
         out[torch.tensor(idx)] = vals.double()
     return out
-
-
-def make_evaluator(spec: dict, tokenizer, device: str = "cpu"):
-    """Build an evaluator from a config entry ``{kind: exact|model|hf, ...}``."""
-    spec = dict(spec)
-    kind = spec.pop("kind")
-    spec.pop("label", None)
-    return EVALUATORS[kind](tokenizer, device=device, **spec)

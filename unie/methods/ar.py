@@ -8,26 +8,36 @@ internally, so every position of a length-``L`` sequence is predicted:
 rate ``t ~ U(0, 1)`` per sequence) while the targets stay clean, so conditioning on a partially masked
 state (``ar_context: masked``) is in distribution.
 
-**Sampler.** Registry entries for the reference rows of Table 2: the AR model and the data itself."""
+Ids the model never predicts (``blocked``) are the tokenizer's :func:`~unie.data.tokenizer.blocked_ids`:
+the mask, and ``<bos>`` only when it is an input-only token.  GPT-2's BOS is its EOS, a real data token
+that the AR must be able to emit (it ends documents).
+
+**Sampler** (``ar``): left to right with a KV cache, float64 Gumbel-max, always ``L`` steps."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ..core.config import make_options
 from ..core.gumbel import gumbel_argmax, uniform
-from ..core.registry import METHODS, SAMPLERS
+from ..core.registry import METHODS, register_sampler
+from ..data.tokenizer import blocked_ids
 
 
 class ARModel:
     """A trained causal network with the proxy/evaluator interface (``logp_next``, ``log_prob``, ``sample``)."""
 
-    def __init__(self, net, bos_id: int, mask_id: int | None = None):
+    def __init__(self, net, bos_id: int, mask_id: int | None = None, blocked=None):
+        """``blocked``: ids never predicted (default: the mask and ``bos_id``, for a tokenizer whose BOS is an
+        input-only token; pass :func:`~unie.data.tokenizer.blocked_ids` of the tokenizer)."""
         self.net = net
         self.bos_id = bos_id
         self.mask_id = mask_id
+        self.blocked = tuple(i for i in (mask_id, bos_id) if i is not None) if blocked is None else tuple(blocked)
         self.vocab_size = net.cfg.vocab_size
 
     def _inputs(self, ctx: torch.Tensor) -> torch.Tensor:
@@ -35,12 +45,11 @@ class ARModel:
         return torch.cat([bos, ctx[:, :-1]], dim=1)
 
     def normalise(self, logits: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities from raw logits, with the mask and <bos> excluded (never predicted)."""
+        """Log-probabilities from raw logits, with the ``blocked`` ids excluded (never predicted)."""
         logits = logits.float()
-        specials = [i for i in (self.mask_id, self.bos_id) if i is not None]
-        if specials:
+        if self.blocked:
             block = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
-            block[specials] = True
+            block[list(self.blocked)] = True
             logits = logits.masked_fill(block, -math.inf)
         return F.log_softmax(logits, dim=-1)
 
@@ -83,23 +92,37 @@ class ARModel:
         return torch.cat(out)
 
 
+@dataclass(frozen=True)
+class AROptions:
+    """``mask_inputs``: train a mask-aware proxy (contexts randomly masked, targets clean)."""
+
+    mask_inputs: bool = False
+
+
 @METHODS.register("ar")
 class AR:
-    """Next-token cross-entropy; ``nll`` is the exact teacher-forced NLL.  Option ``mask_inputs`` (mask-aware proxy)."""
+    """Next-token cross-entropy; ``nll`` is the exact teacher-forced NLL (options: :class:`AROptions`)."""
 
+    Options = AROptions
     causal = True
     time_conditioned = False
     has_likelihood = True
     stochastic_nll = False
 
-    def __init__(self, tokenizer_info: dict, mask_inputs: bool = False):
+    def __init__(self, tokenizer_info: dict, options: AROptions | dict | None = None, **kwargs):
+        self.options = make_options(AROptions, options, "ar options", **kwargs)
         self.bos_id = tokenizer_info["bos_id"]
         self.mask_id = tokenizer_info["mask_id"]
-        self.mask_inputs = mask_inputs
+        self.blocked = blocked_ids(tokenizer_info)
+        self.mask_inputs = self.options.mask_inputs
+
+    @staticmethod
+    def kind(options: AROptions) -> str:
+        return "ar"
 
     def wrap(self, net) -> ARModel:
         """The trained network as a proxy/evaluator (``logp_next``, ``log_prob``, ``sample``)."""
-        return ARModel(net, self.bos_id, self.mask_id)
+        return ARModel(net, self.bos_id, self.mask_id, self.blocked)
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
         ctx = x0
@@ -117,22 +140,17 @@ class AR:
         return -self.wrap(net).log_prob(x0)
 
 
-# -------------------------------------------------------------------------------------- sampler
-@SAMPLERS.register("ar")
-def ar_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, **_):
+# ---------------------------------------------------------------------- sampler
+@dataclass(frozen=True)
+class ARSamplerOptions:
+    """The AR sampler has no options (it always decodes ``L`` tokens, one per step)."""
+
+
+@register_sampler("ar", ARSamplerOptions, roles={"ar": ("ar",)}, fixed_steps=True)
+def ar_sampler(models: dict, n: int, L: int, steps: int, generator, options: ARSamplerOptions, batch_size: int,
+               device):
     """Left-to-right sampling with a KV cache; always ``L`` steps (``steps`` must equal ``L``)."""
     if steps != L:
         raise ValueError(f"the AR sampler decodes one token per step: steps must be L={L}, got {steps}")
     x = models["ar"].sample(n, L, generator, batch_size=batch_size)
     return x, {"nfe": L * ((n + batch_size - 1) // batch_size)}
-
-
-@SAMPLERS.register("data")
-def data_sampler(models: dict, n: int, L: int, steps: int, generator, **_):
-    """Real held-out sequences (the "Data" row): the first ``n`` rows of ``models['data']`` ``(N, L)``."""
-    data = models["data"]
-    if data.shape[0] < n:
-        raise ValueError(f"the data split has {data.shape[0]} sequences, {n} requested")
-    if data.shape[1] != L:
-        raise ValueError(f"data sequences have length {data.shape[1]}, expected {L}")
-    return data[:n].clone(), {"nfe": 0}

@@ -14,7 +14,7 @@ One ``t`` per block, antithetic over batch x blocks (laid out ``(B, n_blocks)`` 
     NELBO(x0) = sum_b w(t_b) * sum_{i in block b, xt_i = m} -log p_theta(x0_i | xt^b, x0^{<b}),
 
 ``w(t) = -alpha'_t / (1 - alpha_t)``.  The loss is its mean per token over the batch; ``nll`` returns
-the per-sequence sum ``(B,)`` with ``t ~ U[t_eps, 1]`` (unclipped), exactly like :class:`~unie.mdlm.MDLM`.
+the per-sequence sum ``(B,)`` with ``t ~ U[t_eps, 1]`` (unclipped), exactly like :class:`~unie.methods.mdlm.MDLM`.
 
 Choices (documented deviations from the released code):
 
@@ -28,16 +28,16 @@ Choices (documented deviations from the released code):
 * **``ignore_bos``.** Not applied: our corpora have no chunk-leading BOS in the toy profile, and our
   MDLM scores every position too (same token counts in Table 1).
 
-Sampling (§4.3) is :mod:`unie.samplers.bd3_sampler`; :meth:`BD3LM.wrap` gives it a
+Sampling (§4.3) is the sampler below; :meth:`BD3LM.wrap` gives it a
 :class:`BD3Denoiser` (exact: the same attention pattern with the prefix as the clean stream, either
 as explicit keys or as a KV cache).
 
 **Sampler.** BD3-LM's semi-autoregressive sampler with a fixed total number of denoising steps (``notes/baselines.md`` §4.3).
 
 Blocks of ``L'`` tokens are generated left to right; each block starts fully masked and is denoised by
-MDLM ancestral updates (:func:`unie.samplers.ancestral.mdlm_step`, float64 Gumbel-max, caching of
+MDLM ancestral updates (:func:`unie.methods.mdlm.mdlm_step`, float64 Gumbel-max, caching of
 unchanged rows, noise removal at the end) conditioned on the clean earlier blocks, which live in a KV
-cache (exact, see :class:`unie.bd3lm.BD3Denoiser`).
+cache (exact, see :class:`unie.methods.bd3lm.BD3Denoiser`).
 
 **Step allocation: ``S`` is the total number of denoising steps for the whole sequence**, as for MDLM's
 ``S`` (the released sampler uses first-hitting, one token per call, and ignores ``S``; §4.3's caution).
@@ -68,16 +68,19 @@ So every sequence gets exactly ``S`` calls of the ancestral step and at most ``S
 plus rare noise-removal passes (``nfe`` counts the real passes; caching skips a pass when no token of
 the current block changed).  The clean keys/values of a finished unit are committed to the cache inside
 the first evaluation of the next unit (one fused pass), so there is no extra pass per block.  With
-``L' = L`` there is one unit and the sampler is :func:`~unie.samplers.ancestral.sample_mdlm` bit for bit
+``L' = L`` there is one unit and the sampler is :func:`~unie.methods.mdlm.sample_mdlm` bit for bit
 (tested).  Not reproduced: the forced BOS at position 0, nucleus filtering, the entropy-based early stop.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from ..core.registry import METHODS, SAMPLERS
+from ..core.config import ConfigError, make_options
+from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import antithetic_t, make_schedule, Schedule
 from ..data.tokenizer import blocked_ids
@@ -242,27 +245,47 @@ class BD3Denoiser:
 
 
 # ---------------------------------------------------------------------- the method
+@dataclass(frozen=True)
+class BD3LMOptions:
+    """``block_size`` (L'), the noise ``schedule`` and its ``eps``, the time floor ``t_eps`` and the clipped
+    training interval ``train_t = [beta_min, beta_max]`` (None: ``[t_eps, 1]``)."""
+
+    block_size: int = 4
+    schedule: str = "loglinear"
+    eps: float = 1e-3
+    t_eps: float = 1e-3
+    train_t: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        if self.block_size < 1:
+            raise ConfigError(f"block_size must be >= 1, got {self.block_size}")
+        t = self.train_t
+        if t is not None and not (len(t) == 2 and 0.0 < float(t[0]) < float(t[1]) <= 1.0):
+            raise ConfigError(f"train_t must be [beta_min, beta_max] with 0 < beta_min < beta_max <= 1, got {t}")
+
+
 @METHODS.register("bd3lm")
 class BD3LM:
-    """Block diffusion (§4).  Options: ``block_size`` (L'), ``schedule``, ``eps``, ``t_eps``, ``train_t``."""
+    """Block diffusion (§4; options: :class:`BD3LMOptions`)."""
 
+    Options = BD3LMOptions
     causal = False
     time_conditioned = False
     has_likelihood = True
     stochastic_nll = True
 
-    def __init__(self, tokenizer_info: dict, block_size: int = 4, schedule: str = "loglinear", eps: float = 1e-3,
-                 t_eps: float = 1e-3, train_t: list | None = None):
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        if train_t is not None and not (0.0 < float(train_t[0]) < float(train_t[1]) <= 1.0):
-            raise ValueError(f"train_t must be [beta_min, beta_max] with 0 < beta_min < beta_max <= 1, got {train_t}")
+    def __init__(self, tokenizer_info: dict, options: BD3LMOptions | dict | None = None, **kwargs):
+        self.options = o = make_options(BD3LMOptions, options, "bd3lm options", **kwargs)
         self.mask_id = tokenizer_info["mask_id"]
         self.blocked = blocked_ids(tokenizer_info)
-        self.block_size = int(block_size)
-        self.schedule = make_schedule(schedule, eps)
-        self.t_eps = t_eps
-        self.train_t = None if train_t is None else (float(train_t[0]), float(train_t[1]))
+        self.block_size = int(o.block_size)
+        self.schedule = make_schedule(o.schedule, o.eps)
+        self.t_eps = o.t_eps
+        self.train_t = None if o.train_t is None else (float(o.train_t[0]), float(o.train_t[1]))
+
+    @staticmethod
+    def kind(options: BD3LMOptions) -> str:
+        return "bd3lm"
 
     def _n_blocks(self, L: int) -> int:
         if L % self.block_size:
@@ -321,24 +344,25 @@ def unit_cache(denoiser, kv_cache: list, commit: torch.Tensor | None, joint: boo
     return CachedDenoiser(denoiser, evaluate)
 
 
+@dataclass(frozen=True)
+class BD3SamplerOptions:
+    """``eps``: end of each unit's time grid; ``joint_blocks``: blocks decoded in one step attend to each other."""
+
+    eps: float = 1e-5
+    joint_blocks: bool = False
+
+
 @torch.no_grad()
-def sample_bd3(
-    denoiser,
-    n: int,
-    L: int,
-    steps: int,
-    generator: torch.Generator,
-    schedule: Schedule | None = None,
-    batch_size: int = 256,
-    eps: float = 1e-5,
-    joint_blocks: bool = False,
-    device="cpu",
-) -> tuple[torch.Tensor, dict]:
+def sample_bd3(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+               schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
+               **kwargs) -> tuple[torch.Tensor, dict]:
     """Block-by-block sampling of ``n`` sequences of length ``L`` in ``steps`` total denoising steps.
 
-    ``denoiser`` is a :class:`unie.bd3lm.BD3Denoiser`. Returns ``(x (n, L) int64 cpu, stats)`` with
-    ``nfe`` (network passes), ``rows_evaluated``, ``steps`` (ancestral steps taken per sequence, = ``steps``)
-    and ``units`` (decode units per sequence)."""
+    ``denoiser`` is a :class:`BD3Denoiser`; options: :class:`BD3SamplerOptions`.  Returns
+    ``(x (n, L) int64 cpu, stats)`` with ``nfe`` (network passes), ``rows_evaluated``, ``steps`` (ancestral
+    steps taken per sequence, = ``steps``) and ``units`` (decode units per sequence)."""
+    opts = make_options(BD3SamplerOptions, options, "bd3lm sampler options", **kwargs)
+    eps, joint_blocks = opts.eps, opts.joint_blocks
     schedule = schedule or make_schedule("loglinear")
     mask_id, bs = denoiser.mask_id, denoiser.block_size
     if L % bs:
@@ -368,9 +392,8 @@ def sample_bd3(
     return x, {**stats, "steps": sum(u[2] for u in units), "units": len(units)}
 
 
-@SAMPLERS.register("bd3lm")
-def bd3lm_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, device="cpu",
-                  eps: float = 1e-5, joint_blocks: bool = False, **_):
-    """Registry entry: ``models['dlm']`` is a :class:`unie.bd3lm.BD3Denoiser` (block size from its checkpoint)."""
-    return sample_bd3(models["dlm"], n, L, steps, generator, batch_size=batch_size, eps=eps,
-                      joint_blocks=joint_blocks, device=device)
+@register_sampler("bd3lm", BD3SamplerOptions, roles={"dlm": ("bd3lm",)})
+def bd3lm_sampler(models: dict, n: int, L: int, steps: int, generator, options: BD3SamplerOptions, batch_size: int,
+                  device):
+    """Registry entry: ``models['dlm']`` is a :class:`BD3Denoiser` (block size from its checkpoint)."""
+    return sample_bd3(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

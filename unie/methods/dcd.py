@@ -21,17 +21,19 @@ The sampled law is the I-projection of the AR distribution onto the DM's margina
 Steps whose chunk is empty (rounding, ``S`` close to ``L``) make no DM pass.  Cost: ``2 x`` (non-empty
 steps) DM passes (``nfe``) plus ``L`` sequential AR passes (``ar_steps``) per batch: an AR model's
 wall-clock plus DM overhead.  With ``alpha = 0`` the sampler is exactly the proxy's ancestral sampler
-(:meth:`unie.ar.ARModel.sample`): the same Gumbel draws in the same order give the same tokens (tested).
+(:meth:`unie.methods.ar.ARModel.sample`): the same Gumbel draws in the same order give the same tokens (tested).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..core.gumbel import gumbel_argmax
-from ..core.registry import SAMPLERS
+from ..core.config import make_options
+from ..core.registry import register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import make_schedule, Schedule
 from .mdlm import fill_remaining, subs_logp
@@ -63,25 +65,27 @@ def dm_chunk_logratio(dlm, x: torch.Tensor, sid: int, eid: int, clip: float = 1e
     return nc.double().clamp(min=floor) - c.double().clamp(min=floor)
 
 
-@torch.no_grad()
-def sample_dcd(
-    dlm,
-    proxy,
-    n: int,
-    L: int,
-    steps: int,
-    generator: torch.Generator,
-    alpha: float = 1.0,
-    schedule: Schedule | None = None,
-    batch_size: int = 256,
-    eps: float = 1e-5,
-    clip: float = 1e-16,
-    device="cpu",
-) -> tuple[torch.Tensor, dict]:
-    """DCD_autoregressive with ``steps`` DM steps. ``dlm``: an :class:`~unie.mdlm.MDLMDenoiser` (its ``.net`` is
-    the bidirectional transformer); ``proxy``: an :class:`~unie.ar.ARModel` (KV cache).
+@dataclass(frozen=True)
+class DCDOptions:
+    """``alpha``: weight of the DM's log-ratio on the AR logits (1 in the released code; 0 = the AR alone);
+    ``eps``: end of the time grid; ``clip``: probability floor before the logs."""
 
-    Returns ``(x (n, L) int64 cpu, stats)`` with ``nfe`` (DM passes) and ``ar_steps`` (AR passes)."""
+    alpha: float = 1.0
+    eps: float = 1e-5
+    clip: float = 1e-16
+
+
+@torch.no_grad()
+def sample_dcd(dlm, proxy, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+               schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
+               **kwargs) -> tuple[torch.Tensor, dict]:
+    """DCD_autoregressive with ``steps`` DM steps. ``dlm``: an :class:`~unie.methods.mdlm.MDLMDenoiser` (its ``.net`` is
+    the bidirectional transformer); ``proxy``: an :class:`~unie.methods.ar.ARModel` (KV cache).
+
+    Options: :class:`DCDOptions`.  Returns ``(x (n, L) int64 cpu, stats)`` with ``nfe`` (DM passes) and
+    ``ar_steps`` (AR passes)."""
+    opts = make_options(DCDOptions, options, "dcd options", **kwargs)
+    alpha, eps, clip = opts.alpha, opts.eps, opts.clip
     schedule = schedule or make_schedule("loglinear")
     mask_id = dlm.mask_id
     bounds = chunk_bounds(steps, L, schedule, eps)
@@ -112,9 +116,8 @@ def sample_dcd(
     return in_batches(n, batch_size, one_batch)
 
 
-@SAMPLERS.register("dcd")
-def dcd_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, device="cpu",
-                alpha: float = 1.0, eps: float = 1e-5, clip: float = 1e-16, **_):
+@register_sampler("dcd", DCDOptions, roles={"dlm": ("absorbing",), "proxy": ("ar",)})
+def dcd_sampler(models: dict, n: int, L: int, steps: int, generator, options: DCDOptions, batch_size: int, device):
     """Registry entry: ``models['dlm']`` an MDLM denoiser, ``models['proxy']`` the AR copula."""
-    return sample_dcd(models["dlm"], models["proxy"], n, L, steps, generator, alpha=alpha, batch_size=batch_size,
-                      eps=eps, clip=clip, device=device)
+    return sample_dcd(models["dlm"], models["proxy"], n, L, steps, generator, options, batch_size=batch_size,
+                      device=device)

@@ -4,7 +4,7 @@
 is left out; so are the Ψ-samplers and Duo++'s polynomial table / top-k inputs.
 
 **Vocabulary.**  A uniform-state process has no mask: its states are the tokenizer's *real* tokens,
-every id except :func:`unie.tokenizer.blocked_ids` (the mask and an input-only ``<bos>``).  The
+every id except :func:`unie.data.tokenizer.blocked_ids` (the mask and an input-only ``<bos>``).  The
 method works on that sub-vocabulary of size ``V`` (toy world: 198 words + ``<eos>`` = 199; GPT-2:
 50,257) through the index maps ``sub_to_tok (V,)`` and ``tok_to_sub (V_full,)`` (-1 on blocked
 ids).  The shared network still embeds and predicts the full tokenizer vocabulary: its inputs are
@@ -53,8 +53,8 @@ Afterwards: plain UDLM.  ``nll`` always uses the plain UDLM bound (the reference
 *Which step?*  The training loop (:func:`unie.train.train`) calls ``loss(net, x0, generator)`` once per
 optimisation step, so the method counts its ``loss`` calls (``self.calls``).  Calling ``loss`` for
 anything else (a dev loss) advances the count; a resumed run restarts the count at 0 unless the loop
-calls :meth:`Duo.set_step` with the true step before each ``loss`` (the loop does not do so yet: a
-resumed run would repeat up to ``curriculum_steps`` curriculum steps).
+calls :meth:`Duo.set_step` with the true step before each ``loss`` (the loop does, so a resumed run
+continues the curriculum where it stopped).
 
 **Settings at our scale.**
 * ``gamma_min``/``gamma_max``: the reference's (-3.55, -1.85) are tuned to GPT-2's ``V = 50,257``,
@@ -81,11 +81,11 @@ i.e. ``q(xt | xs) q(xs | x_theta) / q(xt | x_theta)`` with ``x_theta`` as a soft
 change at any step (no carry-over), and there is no caching: the denoiser is time-conditioned, so
 every step is one network evaluation.  Final noise removal at ``t = eps``: ``ancestral`` (default,
 the same posterior with ``alpha_s = 1``) or ``greedy`` (``argmax x_theta``).  Every draw is float64
-Gumbel-max (:func:`unie.gumbel.gumbel_argmax`); the uniform start is ``floor(V U)`` with float64 ``U``
-(:func:`unie.duo.uniform_tokens`).  Distillation (§3.4), nucleus filtering and the Ψ-samplers are
+Gumbel-max (:func:`unie.core.gumbel.gumbel_argmax`); the uniform start is ``floor(V U)`` with float64 ``U``
+(:func:`unie.methods.duo.uniform_tokens`).  Distillation (§3.4), nucleus filtering and the Ψ-samplers are
 left out.
 
-The denoiser is a :class:`unie.duo.DuoDenoiser` (or anything with ``x_theta(xt, t) -> (B, L, V)``
+The denoiser is a :class:`unie.methods.duo.DuoDenoiser` (or anything with ``x_theta(xt, t) -> (B, L, V)``
 probabilities over the real tokens, ``V``, ``sub_to_tok`` and ``schedule``); samples are returned as
 tokenizer ids (never the mask or an input-only ``<bos>``).
 """
@@ -94,13 +94,14 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from ..core.config import ConfigError
+from ..core.config import ConfigError, make_options
 from ..core.gumbel import gumbel_argmax, uniform
-from ..core.registry import METHODS, SAMPLERS
+from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import antithetic_t, make_schedule, Schedule
 from ..data.tokenizer import blocked_ids
@@ -306,31 +307,46 @@ class DuoDenoiser:
 
 
 # ---------------------------------------------------------------------- the method
+@dataclass(frozen=True)
+class DuoOptions:
+    """Duo's training options: ``curriculum_steps`` (0 = plain UDLM), ``tau`` (soft-input temperature),
+    ``gamma_min``/``gamma_max`` (None = matched to the reference's alpha range, see the module doc),
+    ``n_gamma`` (duality table points), ``schedule``/``eps`` (noise schedule), ``t_eps`` (time floor)."""
+
+    curriculum_steps: int = 0
+    tau: float = 1e-3
+    gamma_min: float | None = None
+    gamma_max: float | None = None
+    n_gamma: int = 2001
+    schedule: str = "loglinear"
+    eps: float = 1e-3
+    t_eps: float = 1e-3
+
+    def __post_init__(self):
+        if self.curriculum_steps < 0 or self.tau <= 0 or self.n_gamma < 2:
+            raise ConfigError(f"Duo: need curriculum_steps >= 0, tau > 0, n_gamma >= 2 "
+                              f"(got {self.curriculum_steps}, {self.tau}, {self.n_gamma})")
+
+
 @METHODS.register("duo")
 class Duo:
-    """Duo's training loss (curriculum, then UDLM) and UDLM likelihood bound.
+    """Duo's training loss (curriculum, then UDLM) and UDLM likelihood bound (options: :class:`DuoOptions`)."""
 
-    Options: ``curriculum_steps`` (0), ``tau`` (1e-3), ``gamma_min``/``gamma_max`` (None = matched to
-    the reference's alpha range, see the module doc), ``n_gamma`` (2001 table points), ``schedule``
-    ("loglinear"), ``eps`` (1e-3, schedule), ``t_eps`` (1e-3, time floor)."""
-
+    Options = DuoOptions
     causal = False
     time_conditioned = True
     has_likelihood = True
     stochastic_nll = True
 
-    def __init__(self, tokenizer_info: dict, curriculum_steps: int = 0, tau: float = 1e-3,
-                 gamma_min: float | None = None, gamma_max: float | None = None, n_gamma: int = 2001,
-                 schedule: str = "loglinear", eps: float = 1e-3, t_eps: float = 1e-3):
-        if curriculum_steps < 0 or tau <= 0 or n_gamma < 2:
-            raise ConfigError(f"Duo: need curriculum_steps >= 0, tau > 0, n_gamma >= 2 "
-                              f"(got {curriculum_steps}, {tau}, {n_gamma})")
+    def __init__(self, tokenizer_info: dict, options: DuoOptions | dict | None = None, **kwargs):
+        self.options = o = make_options(DuoOptions, options, "duo options", **kwargs)
         self.sub_to_tok, self.tok_to_sub = sub_vocab(tokenizer_info)
         self.V = len(self.sub_to_tok)
-        self.schedule = make_schedule(schedule, eps)
-        self.t_eps = t_eps
-        self.curriculum_steps = int(curriculum_steps)
-        self.tau = float(tau)
+        self.schedule = make_schedule(o.schedule, o.eps)
+        self.t_eps = o.t_eps
+        self.curriculum_steps = int(o.curriculum_steps)
+        self.tau = float(o.tau)
+        gamma_min, gamma_max, n_gamma = o.gamma_min, o.gamma_max, o.n_gamma
         if gamma_min is None or gamma_max is None:
             g_lo, g_hi = matched_gamma_range(self.V)
             gamma_min = g_lo if gamma_min is None else gamma_min
@@ -339,6 +355,10 @@ class Duo:
         if not self.gamma_min < self.gamma_max:
             raise ConfigError(f"Duo: gamma_min={gamma_min} must be below gamma_max={gamma_max}")
         self.calls = 0  # loss() calls so far = the optimisation step (see the module doc)
+
+    @staticmethod
+    def kind(options: DuoOptions) -> str:
+        return "duo"
 
     def set_step(self, step: int) -> None:
         """Set the optimisation step (for a training loop that resumes; otherwise ``loss`` counts calls)."""
@@ -414,17 +434,30 @@ def duo_step(x_theta: torch.Tensor, xt: torch.Tensor, alpha_t: float, alpha_s: f
     return gumbel_argmax(torch.log(duo_posterior(x_theta, xt, alpha_t, alpha_s)), generator).to(xt.device)
 
 
+@dataclass(frozen=True)
+class DuoSamplerOptions:
+    """``eps``: end of the time grid; ``noise_removal``: the last step, ``ancestral`` or ``greedy``."""
+
+    eps: float = 1e-5
+    noise_removal: str = "ancestral"
+
+    def __post_init__(self):
+        if self.noise_removal not in NOISE_REMOVAL:
+            raise ConfigError(f"noise_removal {self.noise_removal!r}: expected one of {NOISE_REMOVAL}")
+
+
 @torch.no_grad()
-def sample_duo(denoiser, n: int, L: int, steps: int, generator: torch.Generator, batch_size: int = 256,
-               eps: float = 1e-5, noise_removal: str = "ancestral", device="cpu") -> tuple[torch.Tensor, dict]:
+def sample_duo(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+               batch_size: int = 256, device="cpu", **kwargs) -> tuple[torch.Tensor, dict]:
     """Sample ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L) tokenizer ids, stats)``.
 
-    ``stats["nfe"]``: network evaluations summed over batches (``steps + 1`` per batch)."""
-    if noise_removal not in NOISE_REMOVAL:
-        raise ValueError(f"noise_removal {noise_removal!r}: expected one of {NOISE_REMOVAL}")
+    Options: :class:`DuoSamplerOptions`.  ``stats["nfe"]``: network evaluations summed over batches
+    (``steps + 1`` per batch)."""
+    opts = make_options(DuoSamplerOptions, options, "duo sampler options", **kwargs)
+    noise_removal = opts.noise_removal
     schedule = getattr(denoiser, "schedule", None) or make_schedule("loglinear")
     V = denoiser.V
-    ts = time_grid(steps, eps)
+    ts = time_grid(steps, opts.eps)
 
     def one_batch(b):
         x = uniform_tokens((b, L), V, generator, device)
@@ -442,9 +475,8 @@ def sample_duo(denoiser, n: int, L: int, steps: int, generator: torch.Generator,
     return in_batches(n, batch_size, one_batch)
 
 
-@SAMPLERS.register("duo")
-def duo_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, device="cpu",
-                eps: float = 1e-5, noise_removal: str = "ancestral", **_):
+@register_sampler("duo", DuoSamplerOptions, roles={"dlm": ("duo",)})
+def duo_sampler(models: dict, n: int, L: int, steps: int, generator, options: DuoSamplerOptions, batch_size: int,
+                device):
     """Registry entry: ``models['dlm']`` is a Duo denoiser (``Duo.wrap``)."""
-    return sample_duo(models["dlm"], n, L, steps, generator, batch_size=batch_size, eps=eps,
-                      noise_removal=noise_removal, device=device)
+    return sample_duo(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

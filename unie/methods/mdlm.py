@@ -1,39 +1,45 @@
-"""MDLM: masked diffusion with the SUBS parameterisation and the continuous-time NELBO.
+"""MDLM: masked diffusion with the SUBS parameterisation, the continuous-time NELBO and the ancestral sampler.
 
-Sahoo et al. 2024 (``notes/baselines.md`` §1).  Forward process: each token of ``x0`` is replaced by
-the mask independently with probability ``1 - alpha_t``.  SUBS: the denoiser never predicts the mask
-(its logit is -inf) and unmasked positions copy their token (carry-over).  NELBO per sequence:
-``w(t) * sum_{i in M_t} -log p_theta(x0_i | xt)`` with ``w(t) = -alpha'_t / (1 - alpha_t)`` (= 1/t for
-the log-linear schedule).  No time conditioning: with SUBS the mask fraction carries the time.
+Sahoo et al. 2024 (``notes/baselines.md`` §1).
 
-**Sampler.** MDLM's ancestral sampler with caching (Sahoo et al. 2024; ``notes/baselines.md`` §1.5).
-
-Time grid ``t_k = linspace(1, eps, S + 1)``.  One step from ``t`` to ``s`` draws from the reverse kernel
-``q(xs | xt, x0)`` with ``x0 ~ p_theta(x0 | xt)`` (Eq. mdlm_reverse_true): every masked position is
-revealed with probability ``(alpha_s - alpha_t) / (1 - alpha_t)`` and takes the token ``x0_i``; unmasked
-positions are carried over.  This factorisation is the same distribution as MDLM's
-``p_v (alpha_s - alpha_t)`` / ``1 - alpha_s`` mixture, and it is the form Algorithm 2 needs (the step is
-taken with a chosen candidate ``x0``).
-
-Caching: the denoiser has no time input, so a row whose state did not change keeps its
-``log p_theta(x0 | xt)``; only rows that changed are re-evaluated (no forward pass when nothing
-changed).  After the last step any remaining masks are filled from ``p_theta`` (alpha_s = 1).
+* **Forward process** ``q(xt | x0)``: each token of ``x0`` becomes the mask independently with probability
+  ``1 - alpha_t`` (log-linear ``alpha_t = 1 - (1 - eps) t``).
+* **SUBS**: the denoiser never predicts the mask (its logit is -inf) and unmasked positions copy their
+  token (carry-over).  No time conditioning: with SUBS the mask fraction carries the time.
+* **NELBO** per sequence: ``w(t) * sum_{i in M_t} -log p_theta(x0_i | xt)``, ``w(t) = -alpha'_t / (1 - alpha_t)``
+  (= 1/t for the log-linear schedule), ``t ~ U[t_eps, 1]`` (antithetic over a batch).  It is an upper bound
+  on ``-log p_theta(x0)`` only up to the terms the ``eps`` convention drops (the prior at ``alpha_1 = eps``
+  and the reconstruction below ``t_eps``): with a *perfect* denoiser its expectation sits slightly below
+  ``-log pi(x0)`` (an outside review measured up to ~0.4 % on the toy world), so a trained model's
+  "bound" can undercut the data's exact perplexity by that much without any error.
+* **Reverse kernel** ``q(xs | xt, x0)`` (Eq. mdlm_reverse_true): every masked position is revealed with
+  probability ``(alpha_s - alpha_t) / (1 - alpha_t)`` and takes the token ``x0_i``; unmasked positions are
+  carried over.  This is the same distribution as MDLM's ``p_v (alpha_s - alpha_t)`` / ``1 - alpha_s``
+  mixture, and the form Algorithms 1-2 need (the step is taken with a chosen candidate ``x0``).
+* **Ancestral sampler** (§1.5): time grid ``t_k = linspace(1, eps, S + 1)``; one step from ``t`` to ``s``
+  draws ``xs ~ q(xs | xt, x0)`` with ``x0 ~ p_theta(x0 | xt)``.  Caching: the denoiser has no time input, so
+  a row whose state did not change keeps its ``log p_theta(x0 | xt)``; only rows that changed are
+  re-evaluated (no forward pass when nothing changed).  After the last step any remaining masks are
+  filled from ``p_theta`` (``alpha_s = 1``).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ..core.config import make_options
 from ..core.gumbel import gumbel_argmax, uniform
-from ..core.registry import METHODS, SAMPLERS
+from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
-from ..core.schedule import antithetic_t, make_schedule, Schedule
+from ..core.schedule import Schedule, antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
 
 
+# ---------------------------------------------------------------------- forward process, SUBS, NELBO
 def q_xt(x0: torch.Tensor, mask_prob: torch.Tensor, mask_id: int, generator=None) -> torch.Tensor:
     """Forward process ``q(xt | x0)``: mask each token w.p. ``mask_prob`` ``(B,)`` or ``(B, L)``. Returns ``(B, L)``."""
     p = mask_prob if mask_prob.dim() == 2 else mask_prob[:, None]
@@ -83,7 +89,7 @@ def masked_nll(logp_x0: torch.Tensor, x0: torch.Tensor, xt: torch.Tensor, mask_i
 
 
 def nelbo(denoiser, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_id: int, generator=None) -> torch.Tensor:
-    """Single-sample continuous-time NELBO per sequence ``(B,)`` in nats (an upper bound on -log p in expectation).
+    """Single-sample continuous-time NELBO per sequence ``(B,)`` in nats (how tight it is: module doc).
 
     ``denoiser`` is anything with ``logp_x0`` (a trained MDLM or the toy world's oracle)."""
     xt = q_xt(x0, schedule.mask_prob(t.double()), mask_id, generator)
@@ -91,20 +97,35 @@ def nelbo(denoiser, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_
     return schedule.weight(t.double()).to(logp.device) * masked_nll(logp.double(), x0.to(logp.device), xt.to(logp.device), mask_id)
 
 
+@dataclass(frozen=True)
+class MDLMOptions:
+    """MDLM's training options: the noise ``schedule`` and its ``eps``, and the time floor ``t_eps``."""
+
+    schedule: str = "loglinear"
+    eps: float = 1e-3
+    t_eps: float = 1e-3
+
+
 @METHODS.register("mdlm")
 class MDLM:
-    """Training loss and likelihood bound of MDLM.  Options: ``schedule``, ``eps`` (schedule), ``t_eps`` (time floor)."""
+    """Training loss and NELBO of MDLM (options: :class:`MDLMOptions`)."""
 
+    Options = MDLMOptions
     causal = False
     time_conditioned = False
     has_likelihood = True
     stochastic_nll = True
 
-    def __init__(self, tokenizer_info: dict, schedule: str = "loglinear", eps: float = 1e-3, t_eps: float = 1e-3):
+    def __init__(self, tokenizer_info: dict, options: MDLMOptions | dict | None = None, **kwargs):
+        self.options = make_options(MDLMOptions, options, "mdlm options", **kwargs)
         self.mask_id = tokenizer_info["mask_id"]
         self.blocked = blocked_ids(tokenizer_info)
-        self.schedule = make_schedule(schedule, eps)
-        self.t_eps = t_eps
+        self.schedule = make_schedule(self.options.schedule, self.options.eps)
+        self.t_eps = self.options.t_eps
+
+    @staticmethod
+    def kind(options: MDLMOptions) -> str:
+        return "absorbing"
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
         """Mean per-token NELBO over the batch (antithetic t)."""
@@ -126,9 +147,7 @@ class MDLM:
         return MDLMDenoiser(net, self.mask_id, self.blocked)
 
 
-# -------------------------------------------------------------------------------------- sampler
-
-
+# ---------------------------------------------------------------------- reverse kernel and sampler
 def reveal_mask(xt: torch.Tensor, alpha_t: float, alpha_s: float, mask_id: int, generator) -> torch.Tensor:
     """Positions revealed between t and s: masked in ``xt`` and ``U < (alpha_s - alpha_t)/(1 - alpha_t)``. ``(B, L)`` bool."""
     p = (alpha_s - alpha_t) / (1.0 - alpha_t)
@@ -157,6 +176,15 @@ def transition(xt, x0, alpha_t, alpha_s, mask_id, generator):
     xt = xt if x0.dim() == xt.dim() else xt[:, None, :].expand_as(x0)
     reveal = (xt == mask_id) & (uniform(x0.shape, generator, x0.device) < p.to(x0.device))
     return torch.where(reveal, x0, xt)
+
+
+def fill_remaining(x, logp, mask_id, generator):
+    """Noise removal: draw every still-masked position from ``p_theta`` (alpha_s = 1)."""
+    m = x == mask_id
+    if m.any():
+        x = x.clone()
+        x[m] = gumbel_argmax(logp[m], generator).to(x.device)
+    return x
 
 
 class CachedDenoiser:
@@ -195,33 +223,23 @@ class CachedDenoiser:
         return self.logp
 
 
+@dataclass(frozen=True)
+class AncestralOptions:
+    """MDLM's ancestral sampler: ``eps`` is the end of the time grid ``linspace(1, eps, S + 1)``."""
 
-
-def fill_remaining(x, logp, mask_id, generator):
-    """Noise removal: draw every still-masked position from ``p_theta`` (alpha_s = 1)."""
-    m = x == mask_id
-    if m.any():
-        x = x.clone()
-        x[m] = gumbel_argmax(logp[m], generator).to(x.device)
-    return x
+    eps: float = 1e-5
 
 
 @torch.no_grad()
-def sample_mdlm(
-    denoiser,
-    n: int,
-    L: int,
-    steps: int,
-    generator: torch.Generator,
-    schedule: Schedule | None = None,
-    batch_size: int = 256,
-    eps: float = 1e-5,
-    device="cpu",
-) -> tuple[torch.Tensor, dict]:
-    """Ancestral MDLM sampling of ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``."""
+def sample_mdlm(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+                schedule: Schedule | None = None, batch_size: int = 256, device="cpu", **kwargs) -> tuple[torch.Tensor, dict]:
+    """Ancestral MDLM sampling of ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
+
+    ``denoiser``: a :class:`~unie.core.protocols.Denoiser`; options: :class:`AncestralOptions` (or keywords)."""
+    opts = make_options(AncestralOptions, options, "ancestral options", **kwargs)
     schedule = schedule or make_schedule("loglinear")
     mask_id = denoiser.mask_id
-    ts = time_grid(steps, eps)
+    ts = time_grid(steps, opts.eps)
 
     def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
@@ -237,8 +255,8 @@ def sample_mdlm(
     return in_batches(n, batch_size, one_batch)
 
 
-@SAMPLERS.register("ancestral")
-def ancestral_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, device="cpu",
-                      eps: float = 1e-5, **_):
+@register_sampler("ancestral", AncestralOptions, roles={"dlm": ("absorbing",)})
+def ancestral_sampler(models: dict, n: int, L: int, steps: int, generator, options: AncestralOptions, batch_size: int,
+                      device):
     """Registry entry: ``models['dlm']`` is the denoiser."""
-    return sample_mdlm(models["dlm"], n, L, steps, generator, batch_size=batch_size, eps=eps, device=device)
+    return sample_mdlm(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

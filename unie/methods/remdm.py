@@ -13,12 +13,12 @@ Time grid ``t_k = linspace(1, eps, S + 1)`` (as MDLM), ``alpha`` from the log-li
 marginals are those of MDLM, so the pretrained denoiser is reused as is.  With ``sigma_t = 0`` the step is
 MDLM's.
 
-**RNG layout.** Like :func:`unie.samplers.ancestral.mdlm_step`, a step draws one float64 uniform ``U_i``
+**RNG layout.** Like :func:`unie.methods.mdlm.mdlm_step`, a step draws one float64 uniform ``U_i``
 per position (shape ``(B, L)``) and then one float64 Gumbel-max per revealed position.  A masked position
 is revealed iff ``U_i < (alpha_s - (1 - sigma_t) alpha_t) / (1 - alpha_t)``; a decoded one is remasked iff
 ``U_i < sigma_t`` (each position uses its own ``U_i`` once, so the decisions stay independent).  With
 ``sigma_t = 0`` the reveal threshold is bit-for-bit MDLM's and no position is remasked, so ``eta = 0``
-reproduces :func:`~unie.samplers.ancestral.sample_mdlm` exactly under the same seed.
+reproduces :func:`~unie.methods.mdlm.sample_mdlm` exactly under the same seed.
 
 **Schedules** (§5.2; option ``strategy``):
 
@@ -39,7 +39,7 @@ implemented (the paper does not use them).
 **Differences from the reference code**, all documented choices: ``alpha_t`` comes from our log-linear
 schedule (the reference writes ``alpha_t = 1 - t``); the reference's last step takes the argmax of
 ``p_theta``, here the masks left after the last step are *drawn* from ``p_theta`` (nucleus-filtered when
-``nucleus < 1``), like MDLM's :func:`~unie.samplers.ancestral.fill_remaining`.  ``nucleus`` follows the
+``nucleus < 1``), like MDLM's :func:`~unie.methods.mdlm.fill_remaining`.  ``nucleus`` follows the
 reference rule: keep the tokens whose sorted cumulative probability is ``<= nucleus`` plus always the most
 likely one, renormalise (default 1.0 = off; the official ReMDM runs all use 0.9, the paper does not say).
 
@@ -50,11 +50,13 @@ remasking on, rows change at almost every step, so expect about one call per ste
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..core.gumbel import gumbel_argmax, uniform
-from ..core.registry import SAMPLERS
+from ..core.config import ConfigError, make_options
+from ..core.registry import register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import make_schedule, Schedule
 from .mdlm import CachedDenoiser, fill_remaining
@@ -81,13 +83,24 @@ def remask_sigma(strategy: str, alpha_t: float, alpha_s: float, eta_cap: float =
     raise ValueError(f"unknown ReMDM strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
 
 
-def check_options(strategy: str, eta_cap: float, eta_rescale: float, nucleus: float) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown ReMDM strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-    if eta_cap < 0.0 or not 0.0 <= eta_rescale <= 1.0:
-        raise ValueError(f"need eta_cap >= 0 and 0 <= eta_rescale <= 1, got {eta_cap}, {eta_rescale}")
-    if not 0.0 < nucleus <= 1.0:
-        raise ValueError(f"need 0 < nucleus <= 1, got {nucleus}")
+@dataclass(frozen=True)
+class ReMDMOptions:
+    """The remasking schedule ``strategy`` with ``eta_cap`` / ``eta_rescale`` (module doc), top-p ``nucleus``
+    (1 = off) and ``eps``, the end of the time grid."""
+
+    strategy: str = "cap_rescale"
+    eta_cap: float = 0.05
+    eta_rescale: float = 0.5
+    nucleus: float = 1.0
+    eps: float = 1e-5
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown ReMDM strategy {self.strategy!r}; known: {', '.join(STRATEGIES)}")
+        if self.eta_cap < 0.0 or not 0.0 <= self.eta_rescale <= 1.0:
+            raise ConfigError(f"need eta_cap >= 0 and 0 <= eta_rescale <= 1, got {self.eta_cap}, {self.eta_rescale}")
+        if not 0.0 < self.nucleus <= 1.0:
+            raise ConfigError(f"need 0 < nucleus <= 1, got {self.nucleus}")
 
 
 def nucleus_filter(logp: torch.Tensor, p: float) -> torch.Tensor:
@@ -107,7 +120,7 @@ def remdm_step(xt: torch.Tensor, logp: torch.Tensor, alpha_t: float, alpha_s: fl
                generator, nucleus: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """One ReMDM step (§5.1). ``xt`` ``(B, L)``, ``logp`` ``(B, L, V)`` -> ``(xs (B, L), remasked (B, L) bool)``.
 
-    Draw order as :func:`~unie.samplers.ancestral.mdlm_step` (one uniform per position, then Gumbel at the
+    Draw order as :func:`~unie.methods.mdlm.mdlm_step` (one uniform per position, then Gumbel at the
     revealed positions), so ``sigma_t = 0`` gives MDLM's step bit for bit."""
     u = uniform(xt.shape, generator, xt.device)
     masked = xt == mask_id
@@ -121,28 +134,18 @@ def remdm_step(xt: torch.Tensor, logp: torch.Tensor, alpha_t: float, alpha_s: fl
 
 
 @torch.no_grad()
-def sample_remdm(
-    denoiser,
-    n: int,
-    L: int,
-    steps: int,
-    generator: torch.Generator,
-    strategy: str = "cap_rescale",
-    eta_cap: float = 0.05,
-    eta_rescale: float = 0.5,
-    nucleus: float = 1.0,
-    schedule: Schedule | None = None,
-    batch_size: int = 256,
-    eps: float = 1e-5,
-    device="cpu",
-) -> tuple[torch.Tensor, dict]:
+def sample_remdm(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+                 schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
+                 **kwargs) -> tuple[torch.Tensor, dict]:
     """ReMDM sampling of ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
 
-    ``stats``: ``nfe`` (network calls), ``rows_evaluated``, ``remasked`` (tokens remasked over the run)."""
-    check_options(strategy, eta_cap, eta_rescale, nucleus)
+    Options: :class:`ReMDMOptions` (or keywords).  ``stats``: ``nfe`` (network calls), ``rows_evaluated``,
+    ``remasked`` (tokens remasked over the run)."""
+    opts = make_options(ReMDMOptions, options, "remdm options", **kwargs)
+    strategy, eta_cap, eta_rescale, nucleus = opts.strategy, opts.eta_cap, opts.eta_rescale, opts.nucleus
     schedule = schedule or make_schedule("loglinear")
     mask_id = denoiser.mask_id
-    ts = time_grid(steps, eps)
+    ts = time_grid(steps, opts.eps)
 
     def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
@@ -161,10 +164,8 @@ def sample_remdm(
     return in_batches(n, batch_size, one_batch)
 
 
-@SAMPLERS.register("remdm")
-def remdm_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, device="cpu",
-                  strategy: str = "cap_rescale", eta_cap: float = 0.05, eta_rescale: float = 0.5,
-                  nucleus: float = 1.0, eps: float = 1e-5, **_):
+@register_sampler("remdm", ReMDMOptions, roles={"dlm": ("absorbing",)})
+def remdm_sampler(models: dict, n: int, L: int, steps: int, generator, options: ReMDMOptions, batch_size: int,
+                  device):
     """Registry entry: ``models['dlm']`` is a trained MDLM denoiser (``MDLM.wrap``)."""
-    return sample_remdm(models["dlm"], n, L, steps, generator, strategy=strategy, eta_cap=eta_cap,
-                        eta_rescale=eta_rescale, nucleus=nucleus, batch_size=batch_size, eps=eps, device=device)
+    return sample_remdm(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

@@ -58,15 +58,17 @@ call and no draw, only when no mask is left: then every later step is a carry-ov
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..core.gumbel import gumbel_argmax
-from ..core.registry import METHODS, SAMPLERS
+from ..core.config import make_options
+from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import antithetic_t, make_schedule, Schedule
 from ..data.tokenizer import blocked_ids
-from .mdlm import q_xt
+from .mdlm import MDLMOptions, q_xt
 
 
 def log_expm1(sigma: torch.Tensor) -> torch.Tensor:
@@ -151,20 +153,31 @@ def sedd_nelbo(score_model, x0: torch.Tensor, t: torch.Tensor, schedule: Schedul
     return schedule.dsigma(td).to(ls.device) * dse.sum(-1)
 
 
+@dataclass(frozen=True)
+class SEDDOptions(MDLMOptions):
+    """SEDD's training options: the same forward process as MDLM (``schedule``, ``eps``, ``t_eps``)."""
+
+
 @METHODS.register("sedd")
 class SEDD:
-    """Training loss and likelihood bound of SEDD (absorbing).  Options: ``schedule``, ``eps``, ``t_eps``."""
+    """Training loss and likelihood bound of SEDD, absorbing graph (options: :class:`SEDDOptions`)."""
 
+    Options = SEDDOptions
     causal = False
     time_conditioned = True
     has_likelihood = True
     stochastic_nll = True
 
-    def __init__(self, tokenizer_info: dict, schedule: str = "loglinear", eps: float = 1e-3, t_eps: float = 1e-3):
+    def __init__(self, tokenizer_info: dict, options: SEDDOptions | dict | None = None, **kwargs):
+        self.options = make_options(SEDDOptions, options, "sedd options", **kwargs)
         self.mask_id = tokenizer_info["mask_id"]
         self.blocked = blocked_ids(tokenizer_info)
-        self.schedule = make_schedule(schedule, eps)
-        self.t_eps = t_eps
+        self.schedule = make_schedule(self.options.schedule, self.options.eps)
+        self.t_eps = self.options.t_eps
+
+    @staticmethod
+    def kind(options: SEDDOptions) -> str:
+        return "sedd"
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
         """Mean per-token DSE bound over the batch (antithetic t), ``dsigma/dt`` weighted (§2.2)."""
@@ -225,25 +238,25 @@ def denoise_step(xt: torch.Tensor, log_s: torch.Tensor, mask_id: int, generator)
     return xs
 
 
+@dataclass(frozen=True)
+class SEDDSamplerOptions:
+    """``eps``: the end of the time grid ``linspace(1, eps, S + 1)``."""
+
+    eps: float = 1e-5
+
+
 @torch.no_grad()
-def sample_sedd(
-    score_model,
-    n: int,
-    L: int,
-    steps: int,
-    generator: torch.Generator,
-    schedule: Schedule | None = None,
-    batch_size: int = 256,
-    eps: float = 1e-5,
-    device="cpu",
-) -> tuple[torch.Tensor, dict]:
+def sample_sedd(score_model, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+                schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
+                **kwargs) -> tuple[torch.Tensor, dict]:
     """Analytic SEDD sampling of ``n`` sequences of length ``L`` in ``steps`` steps (+ the final denoise).
 
     ``score_model`` has ``mask_id`` and ``log_score(xt, sigma) -> (B, L, V)``.  Returns ``(x (n, L), stats)``;
     ``stats['nfe']`` counts network calls (at most ``steps + 1`` per batch)."""
+    opts = make_options(SEDDSamplerOptions, options, "sedd sampler options", **kwargs)
     schedule = schedule or make_schedule("loglinear")
     mask_id = score_model.mask_id
-    sig = schedule.sigma(time_grid(steps, eps))  # (S + 1,) float64, decreasing
+    sig = schedule.sigma(time_grid(steps, opts.eps))  # (S + 1,) float64, decreasing
 
     def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
@@ -262,10 +275,10 @@ def sample_sedd(
     return in_batches(n, batch_size, one_batch)
 
 
-@SAMPLERS.register("sedd")
-def sedd_sampler(models: dict, n: int, L: int, steps: int, generator, batch_size: int = 256, device="cpu",
-                 eps: float = 1e-5, **_):
+@register_sampler("sedd", SEDDSamplerOptions, roles={"dlm": ("sedd",)})
+def sedd_sampler(models: dict, n: int, L: int, steps: int, generator, options: SEDDSamplerOptions, batch_size: int,
+                 device):
     """Registry entry: ``models['dlm']`` is the score model (``SEDD.wrap``); its schedule is used if it has one."""
     score_model = models["dlm"]
-    return sample_sedd(score_model, n, L, steps, generator, schedule=getattr(score_model, "schedule", None),
-                       batch_size=batch_size, eps=eps, device=device)
+    return sample_sedd(score_model, n, L, steps, generator, options, schedule=getattr(score_model, "schedule", None),
+                       batch_size=batch_size, device=device)

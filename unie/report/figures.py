@@ -1,10 +1,10 @@
-"""Figures generated from result files (never from hand-typed numbers)."""
+"""Figures from the workflow's result records (never from hand-typed numbers).
+
+Each function takes parsed result JSONs (which carry their identity) and returns the matplotlib figure
+and the ``DataFrame`` of the plotted points; the pipeline writes the PDF/PNG/CSV files.
+"""
 
 from __future__ import annotations
-
-import json
-import re
-from pathlib import Path
 
 import pandas as pd
 
@@ -13,29 +13,29 @@ CONTEXT_TITLES = {"teacher_forced": "AR context: teacher forced", "masked": "AR 
                   "exact": r"AR context: exact $\pi$ (oracle)"}
 
 
-def _read(paths) -> pd.DataFrame:
+def genppl_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per (run, steps, evaluator) of Gen PPL result records."""
     rows = []
-    for p in paths:
-        m = re.search(r"genppl/(?P<run>[^/]+)/steps(?P<steps>\d+)\.json$", str(p))
-        r = json.loads(Path(p).read_text())
+    for r in records:
         for ev, g in r["genppl"].items():
-            rows.append({"run": m["run"], "steps": int(m["steps"]), "evaluator": ev, "genppl": g["ppl"],
-                         "nll_se": g["nll_se"], "nll": g["nll_per_token"]})
+            rows.append({"run": r["sampling"]["run"], "steps": int(r["sampling"]["steps"]), "evaluator": ev,
+                         "genppl": g["ppl"], "nll_se": g["nll_se"], "nll": g["nll_per_token"],
+                         "entropy_bits": r["entropy_bits"], "seconds": r["sampling"].get("seconds")})
     return pd.DataFrame(rows)
 
 
-def fig2_ablation(fig: dict, inputs: list[str], pdf_path, png_path, csv_path=None) -> pd.DataFrame:
+def fig2_ablation(fig: dict, records: list[dict]):
     """Gen PPL vs steps for no energy, Inv-E only, Ind-E only and Uni-E; one panel per ``ar_context``.
 
-    ``fig`` is ``config['figures']['fig2_ablation']``; ``inputs`` the Gen PPL result files of its runs.
-    Error bars: ±2 s.e. of the pooled NLL, mapped to perplexity."""
+    ``fig`` is ``config['figures']['fig2_ablation']``; ``records`` the Gen PPL results of its runs.
+    Error bars: ±2 s.e. of the pooled NLL, mapped to perplexity.  Returns ``(figure, points)``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    df = _read(inputs)
+    df = genppl_frame(records)
     df = df[df.evaluator == fig["evaluator"]]
     contexts = fig["contexts"]
     curves = {"No energy": lambda ctx: fig["baseline"]}
@@ -63,11 +63,4 @@ def fig2_ablation(fig: dict, inputs: list[str], pdf_path, png_path, csv_path=Non
     axes[0][-1].legend(fontsize=8)
     figure.suptitle(f"Ablation (K={fig['K']}, w={fig['w']})", fontsize=10)
     figure.tight_layout()
-    Path(pdf_path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(pdf_path)
-    figure.savefig(png_path, dpi=150)
-    plt.close(figure)
-    table = pd.DataFrame(out)
-    if csv_path:
-        table.to_csv(csv_path, index=False)
-    return table
+    return figure, pd.DataFrame(out)

@@ -1,14 +1,15 @@
 """LaTeX and CSV tables with the row/column structure of the paper's Tables 1 and 2.
 
-Every cell is read from a result file written by a workflow rule; nothing is typed in.  A missing
-value is printed as "--" (as the paper does for methods without a likelihood).
+Each function takes the result records written by the workflow's rules (parsed JSON; they carry their
+own identity: ``source`` for Table 1, ``sampling.run``/``sampling.steps`` for Table 2) and returns the
+LaTeX text and the long-format ``DataFrame`` of every cell; nothing is typed in and nothing is read
+from a file name.  A missing value is printed as "--" (as the paper does for methods without a
+likelihood).  Writing the files is the pipeline's job (:mod:`unie.pipeline.report`).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import pandas as pd
 
@@ -22,15 +23,10 @@ def _fmt(v, nd=2) -> str:
     return DASH if v is None or v != v else f"{v:.{nd}f}"
 
 
-def _write(tex: str, df: pd.DataFrame, tex_path, csv_path) -> None:
-    Path(tex_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(tex_path).write_text(tex)
-    df.to_csv(csv_path, index=False)
-
-
-def table1(rows: dict, domains: list[str], inputs: list[str], tex_path, csv_path) -> pd.DataFrame:
-    """Perplexity per domain.  ``rows``: label -> source (model name or ``exact``); ``inputs``: results/ppl/*.json."""
-    results = {Path(p).stem: json.loads(Path(p).read_text()) for p in inputs}
+def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd.DataFrame]:
+    """Perplexity per domain.  ``rows``: label -> source (model name, likelihood entry or ``exact``);
+    ``records``: the ``results/ppl/*.json`` results (each with its ``source``)."""
+    results = {r["source"]: r for r in records}
     records = []
     for label, src in rows.items():
         res = results.get(src) if src else None
@@ -50,27 +46,17 @@ def table1(rows: dict, domains: list[str], inputs: list[str], tex_path, csv_path
         sub = df[df.row == label].set_index("domain")
         lines.append(" & ".join([label] + [_fmt(sub.loc[d, "ppl"]) for d in domains]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
-    _write("\n".join(lines), df, tex_path, csv_path)
-    return df
+    return "\n".join(lines), df
 
 
-def _parse_genppl_path(p: str) -> tuple[str, int]:
-    m = re.search(r"genppl/(?P<run>[^/]+)/steps(?P<steps>\d+)\.json$", str(p))
-    if not m:
-        raise ValueError(f"unexpected Gen PPL result path {p}")
-    return m["run"], int(m["steps"])
-
-
-def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path, csv_path,
-           entropy_rate: float | None = None) -> pd.DataFrame:
+def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
+           entropy_rate: float | None = None) -> tuple[str, pd.DataFrame]:
     """Gen PPL per step count and evaluator, and entropy (bits).  ``rows``: label -> sampling run.
 
     With an ``exact`` evaluator and ``entropy_rate`` (pi's entropy per token, nats), the exact KL-to-data
     column is ``E_q[-log pi(x)]/L - H_pi/L``: the samples' excess NLL under pi over pi's own entropy."""
     exact = next((e for e, spec in evaluators.items() if spec["kind"] == "exact"), None)
-    results = {}
-    for p in inputs:
-        results[_parse_genppl_path(p)] = json.loads(Path(p).read_text())
+    results = {(r["sampling"]["run"], int(r["sampling"]["steps"])): r for r in records}
     records = []
     for label, run in rows.items():
         for (r, steps), res in sorted(results.items()):
@@ -111,5 +97,18 @@ def table2(rows: dict, runs: dict, evaluators: dict, inputs: list[str], tex_path
         ent = " / ".join(_fmt(sub[sub.steps == s].entropy_bits.iloc[0], 2) for s in steps) or DASH
         lines.append(" & ".join([label, ts] + cells + [ent]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
-    _write("\n".join(lines), df, tex_path, csv_path)
-    return df
+    return "\n".join(lines), df
+
+
+def partition_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """The brute-force partition check (:func:`unie.energy.partition.check_partition` records) per AR context
+    and number of revealed tokens: the mass with ``xs`` fixed and with ``xs`` derived from ``x0``."""
+    summary = df.groupby(["ar_context", "revealed"]).agg(
+        fixed_xs=("fixed_xs_max", "max"), derived_xs=("derived_xs", "mean"), V_pow_D=("V_pow_D", "first")).reset_index()
+    lines = [r"\begin{tabular}{l|c|c|c|c}", r"\toprule",
+             r"AR context & $|D|$ & mass, $x_s$ fixed & mass, $x_s$ from $x_0$ & $3^{|D|}$ \\", r"\midrule"]
+    for r in summary.itertuples():
+        lines.append(f"{r.ar_context.replace('_', ' ')} & {r.revealed} & {r.fixed_xs:.6f} & {r.derived_xs:.6f} & "
+                     f"{r.V_pow_D} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines), summary

@@ -4,7 +4,7 @@ Toy world: generate stationary windows (a pure function of seed, domain, split, 
 Paper profile: a Hugging Face dataset (or a local file) with the paper's detokeniser."""
 
 from unie.data.corpus import write_text_parquet
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job
 
 with job(snakemake) as log:
     data = snakemake.params.data

@@ -1,7 +1,7 @@
 """Rule download_hf_model: a Hugging Face model snapshot (config, tokenizer, safetensors) into
 ``resources/hf/{hf_model}`` for the HF evaluators of Table 2 (needs internet; a localrule)."""
 
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job
 
 with job(snakemake) as log:
     from unie.data.hf import fetch_model

@@ -1,10 +1,9 @@
 """Rule fig2_ablation: Figure 2 (energy ablation per AR context) from results/genppl/."""
 
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.report.figures import fig2_ablation
+    from unie.pipeline.report import fig2
 
-    table = fig2_ablation(dict(snakemake.params.fig), list(snakemake.input.genppl), snakemake.output.pdf,
-                          snakemake.output.png, snakemake.output.csv)
-    log(table.to_string())
+    o = snakemake.output
+    log(fig2(dict(snakemake.params.fig), list(snakemake.input.genppl), o.pdf, o.png, o.csv).to_string())

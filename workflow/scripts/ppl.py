@@ -1,14 +1,13 @@
 """Rule ppl: a model's perplexity (bound) on the evaluation split of every domain (Table 1)."""
 
-import json
-
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job, write_json
 
 with job(snakemake) as log:
-    from unie.eval.likelihood import model_ppl
+    from unie.pipeline.ppl import model_ppl
 
     p = snakemake.params
     result = model_ppl(
+        source=snakemake.wildcards.ppl_model,
         model_dir=snakemake.input.model[0].rsplit("/", 1)[0],
         tokenizer_dir=snakemake.input.tokenizer,
         data_paths=dict(zip(p.domains, snakemake.input.data)),
@@ -19,5 +18,4 @@ with job(snakemake) as log:
         device=p.device,
         log=log,
     )
-    with open(snakemake.output[0], "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(result, snakemake.output[0])

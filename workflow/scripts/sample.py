@@ -1,13 +1,12 @@
 """Rule sample: ``n_samples`` sequences from one sampling run at one step count, then their generative
 perplexity under every evaluator (each loaded once) and their entropy in bits."""
 
-import json
 from pathlib import Path
 
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job, write_json
 
 with job(snakemake) as log:
-    from unie.pipeline.jobs import evaluate_samples, run_sampler
+    from unie.pipeline.sample import evaluate_samples, run_sampler
 
     p = snakemake.params
     run_sampler(
@@ -21,6 +20,7 @@ with job(snakemake) as log:
         seq_len=p.seq_len,
         seed=p.seed,
         device=p.device,
+        domain=p.train_domain,
         log=log,
     )
     paths = {}
@@ -38,5 +38,4 @@ with job(snakemake) as log:
         device=p.device,
         log=log,
     )
-    with open(snakemake.output.genppl, "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(result, snakemake.output.genppl)

@@ -2,7 +2,7 @@
 
 from unie.data.corpus import tokenize_corpus
 from unie.data.tokenizer import load_tokenizer
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job
 
 with job(snakemake) as log:
     tok = load_tokenizer(snakemake.input.tokenizer)

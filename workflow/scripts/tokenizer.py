@@ -1,14 +1,14 @@
 """Rule tokenizer: the word-level toy vocabulary, or a Hugging Face tokenizer saved locally."""
 
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job
 
 with job(snakemake) as log:
     spec = snakemake.params.tokenizer
     if spec["kind"] == "word":
-        from unie.data.tokenizer import WordTokenizer
+        from unie.data.tokenizer import word_tokenizer
         from unie.data.toy_world import word_list
 
-        tok = WordTokenizer(word_list())
+        tok = word_tokenizer(word_list())
     else:
         from unie.data.hf import fetch_tokenizer
 

@@ -1,9 +1,9 @@
 """Rule train: one model of config['models'] with its method's loss; EMA weights -> safetensors."""
 
-from unie.pipeline.checks import job
+from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.jobs import train_from_spec
+    from unie.pipeline.models import train_from_spec
 
     train_from_spec(
         name=snakemake.wildcards.model,
