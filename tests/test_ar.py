@@ -10,7 +10,9 @@ import torch.nn.functional as F
 
 from unie.methods.ar import AR, ARModel
 from unie.core.gumbel import gumbel_argmax
+from unie.core.config import ModelConfig
 from unie.core.registry import METHODS, SAMPLERS
+from unie.models.transformer import Transformer
 
 
 @pytest.fixture
@@ -164,3 +166,34 @@ def test_armodel_without_mask_id(causal_net, tok_info, random_words):
     assert torch.isneginf(logp[..., tok_info["bos_id"]]).all()
     assert torch.isfinite(logp[..., tok_info["mask_id"]]).all()
     assert math.isclose(logp.exp().sum(-1).mean().item(), 1.0, rel_tol=1e-5)
+
+
+def test_ar_with_bos_equal_to_eos_can_score_and_emit_eos():
+    """GPT-2's BOS is its EOS (50256), a real data token: the AR must not block it.  A tokenizer with BOS = EOS:
+    the training loss on data full of EOS is finite, and the sampler emits EOS."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from unie.data.tokenizer import Tokenizer, blocked_ids
+    from unie.methods.ar import AR
+
+    vocab = {w: i for i, w in enumerate(["a", "b", "c", "<|endoftext|>", "<|mask|>"])}
+    rust = RustTokenizer(models.WordLevel(vocab, unk_token=None))
+    rust.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf = PreTrainedTokenizerFast(tokenizer_object=rust, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                 mask_token="<|mask|>")
+    tok = Tokenizer(hf, "hf")
+    assert tok.bos_id == tok.eos_id == 3 and blocked_ids(tok.info()) == [4]
+    method = AR(tok.info())
+    torch.manual_seed(0)
+    net = Transformer(ModelConfig(vocab_size=5, d_model=16, n_layers=1, n_heads=2, max_len=8, causal=True))
+    x0 = torch.tensor([[0, 1, 3, 2, 0, 3, 3, 1]] * 4)  # documents end with EOS
+    loss = method.loss(net, x0, torch.Generator().manual_seed(0))
+    assert torch.isfinite(loss)
+    with torch.no_grad():  # make EOS the likeliest next token everywhere
+        net.head.weight.zero_()
+        net.head.weight[3] = 1.0
+        net.ln_f.bias.fill_(1.0)
+    x = method.wrap(net).sample(4, 6, torch.Generator().manual_seed(0))
+    assert (x == 3).any() and not (x == 4).any()

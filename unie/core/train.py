@@ -67,7 +67,8 @@ def train(
         params: the parameters to optimise (default: all of ``net``; NCE passes the trainable subset).
         eval_fn: ``ema_net -> dict`` with a ``loss`` (lower is better) on a held-out dev split, run before
             training and at every checkpoint; the EMA weights with the best dev loss are returned
-            (model selection on dev, as the paper does for NCE).
+            (model selection on dev, as the paper does for NCE).  If the dict has a ``guard``, a checkpoint
+            is admissible only when its guard is not above the initial one's (step 0 is always admissible).
     """
     device = next(net.parameters()).device
     ckpt_dir = Path(ckpt_dir)
@@ -115,9 +116,11 @@ def train(
     def evaluate(step: int):
         nonlocal best
         dev = eval_fn(ema)
+        initial = next((h["dev"] for h in history if "dev" in h), dev)
+        dev["admissible"] = "guard" not in dev or dev["guard"] <= initial["guard"]
         history.append({"step": step, "dev": dev})
         log(json.dumps(history[-1]))
-        if best is None or dev["loss"] < best[0]:
+        if dev["admissible"] and (best is None or dev["loss"] < best[0]):
             best = (dev["loss"], {k: v.detach().clone() for k, v in ema.state_dict().items()})
 
     if eval_fn is not None and step == 0:

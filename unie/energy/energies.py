@@ -1,4 +1,5 @@
-"""The energies of Uni-E: Ind-E (Eq. id_energy), Inv-E (Eq. inv_energy) and Uni-E (Eq. uni_ebm).
+"""The energies of Uni-E: Ind-E (Eq. id_energy), Inv-E (Eq. inv_energy) and Uni-E (Eq. uni_ebm), plus
+EDLM's learned energy network (``ebm``, EDLM-NCE).
 
 One sign everywhere: ``p(x0 | xt) ∝ p_theta(x0 | xt) · exp(-E)``.  Lower energy = preferred; the
 importance log-weight is ``-E / temperature``; a variable named ``energy`` never holds a log-probability.
@@ -7,26 +8,43 @@ Shapes: ``xt`` ``(B, L)``; candidates ``x0`` and intermediate states ``xs`` ``(B
 ``logp_dlm`` ``(B, L, V)`` = ``log p_theta(x0_i = v | xt)`` (SUBS); energies ``(B, K)``.
 
 Position sets (explicit boolean masks, never -1e6 penalties): ``M_t`` = masked in ``xt``;
-``M_s ⊆ M_t`` = still masked in ``xs``; ``D = M_t \\ M_s`` = revealed between t and s.  Positions
-already unmasked in ``xt`` are excluded from every sum (exact carry-over).
+``M_s ⊆ M_t`` = still masked in ``xs``; ``D = M_t \\ M_s`` = revealed between t and s.
 
 * ``log p_theta(x0 | xt) = Σ_{M_t} logp_dlm_i(x0_i)``; ``log p_theta(xs | xt) = Σ_D logp_dlm_i(xs_i)``
   (the reverse-kernel factors (t-s)/t and s/t are the same for every candidate and are dropped).
-* How the AR proxy scores a partially masked state is the option ``ar_context``
-  (``../shared/spec/uni-e.md``):
+* The proxy's conditionals follow the paper's identity ``p_AR(a | b) = p_AR(a) / p_AR(b)`` (``b`` a partial
+  state, ``p_AR(b)`` the AR's marginal of its visible tokens).  How the proxy reads a partially masked
+  state is the option ``ar_context`` (``../shared/spec/uni-e.md``):
 
-  ==================  ==========================================  ==========================================
-  ``ar_context``      ``log p_AR(x0|xt)`` / ``log p_AR(xs|xt)``   ``log p_AR(x0|xs)``
-  ==================  ==========================================  ==========================================
-  ``teacher_forced``  ``Σ_{M_t}`` / ``Σ_D  log p_AR(x0_i|x0_<i)``  ``Σ_{M_s} log p_AR(x0_i | x0_<i)``
-  ``masked``          ``Σ_{M_t}`` / ``Σ_D  log p_AR(·_i | xt_<i)``  ``Σ_{M_s} log p_AR(x0_i | xs_<i)``
-  ``exact``           ``log pi(x0_{M_t} | xt)`` / ``log pi(xs_D | xt)``  ``log pi(x0_{M_s} | xs)``
-  ==================  ==========================================  ==========================================
+  ==============================  ==================================================================
+  ``ar_context``                  ``log p_AR(x0|xt)`` / ``log p_AR(xs|xt)`` / ``log p_AR(x0|xs)``
+  ==============================  ==================================================================
+  ``teacher_forced`` (default)    ``TF(x0) - A(xt)`` / ``A(xs) - A(xt)`` / ``TF(x0) - A(xs)``, with
+                                  ``TF(x0) = Σ_{i=1..L} log p_AR(x0_i | x0_<i)`` (the **whole** candidate:
+                                  visible positions' conditionals depend on candidate tokens to their
+                                  left, the paper's "car/cat" case) and ``A(y) = log p_AR(y)``
+  ``teacher_forced_carry_over``   ``Σ_{M_t}`` / ``Σ_D`` / ``Σ_{M_s}`` of ``log p_AR(x0_i | x0_<i)``: EDLM's
+                                  "coAR" (the released code): only masked positions count
+  ``masked``                      ``Σ_{M_t}`` / ``Σ_D log p_AR(·_i | xt_<i)``, ``Σ_{M_s} log p_AR(x0_i | xs_<i)``:
+                                  the state itself is the context (a mask-aware proxy)
+  ``exact``                       ``log pi(x0) - log pi(xt_vis)`` etc.: the toy world's true conditionals
+  ==============================  ==================================================================
 
-  With ``teacher_forced`` (and with ``exact``, or any proxy obeying the chain rule
-  ``p(xs|xt) p(x0|xs) = p(x0|xt)``) Inv-E collapses to ``log p_theta(xs|xt)`` and Uni-E to
-  ``E_ind + Σ_D logp_dlm``; only ``masked`` (a product of per-position predictions from a partially
-  masked context) makes the invariance term non-trivial.  Tests state these identities.
+  **The marginals ``A(xt)``, ``A(xs)`` under teacher forcing.**  A learned AR cannot compute the marginal of a
+  partially visible sequence, and no energy needs it: ``A(xs)`` enters Inv-E and Uni-E once with each
+  sign and cancels exactly, and ``A(xt)`` is the same for every candidate of a row (it shifts all ``K``
+  energies of the row by one constant, which changes neither ``argmin`` nor ``softmax(-E)``).  The energies
+  therefore take ``A(xt) = A(xs) = 0``: they are exact up to that per-row constant (a test holds them
+  against the ``exact`` context).  An estimator that needs absolute values (Table 1, the partition check)
+  cannot use ``teacher_forced`` and says so; Table 1's teacher-forced rows use the carry-over reading,
+  which is the plug-in ``A(y) ≈ Σ_{i visible in y} log p_AR(x0_i | x0_<i)`` along the data sequence.
+
+  With ``teacher_forced`` or ``exact`` (or any proxy obeying the chain rule) Inv-E collapses to
+  ``log p_theta(xs|xt)`` + const and Uni-E to ``E_ind + Σ_D logp_dlm`` + const; the carry-over reading
+  drops candidate-dependent terms (the visible positions' conditionals); only ``masked`` makes the
+  invariance term non-trivial.  Tests state these identities.
+* ``ebm``: EDLM's energy network ``E_phi(x0, xt)`` (``notes/baselines.md`` §7.1), trained by NCE with
+  ``p_theta`` and the AR frozen (:mod:`unie.energy.nce`, ``train: energy_net``); it needs no AR context.
 """
 
 from __future__ import annotations
@@ -36,9 +54,20 @@ import torch
 from ..core.gumbel import gumbel_argmax
 from ..core.registry import ENERGIES
 
-
-AR_CONTEXTS = ("teacher_forced", "masked", "exact")
+AR_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over", "masked", "exact")
 SELECTIONS = ("argmin", "resample")
+
+
+def register_energy(name: str, scorer: str):
+    """Register an energy ``fn(xt, x0, xs, logp_dlm, terms, mask_id) -> (B, K)``; ``scorer`` says what
+    ``terms`` is: ``proxy`` (an :class:`ARTerms` over an AR proxy) or ``ebm`` (an energy network)."""
+
+    def deco(fn):
+        fn.scorer = scorer
+        ENERGIES.add(name, fn)
+        return fn
+
+    return deco
 
 
 def position_sets(xt: torch.Tensor, xs: torch.Tensor, mask_id: int):
@@ -102,7 +131,7 @@ class ARTerms:
         return self._memo[key]
 
     # -- per-position tables ------------------------------------------------------------------
-    def _tf(self):  # log p_AR(x0_i | x0_<i) of each candidate, (B, K, L)
+    def _tf(self):  # log p_AR(x0_i | x0_<i) of each candidate, (B, K, L): one pass per candidate
         def f():
             x0 = _flat(self.x0)
             return self.proxy.token_logp(x0, x0[:, None]).view(self.B, self.K, self.L).to(self.x0.device)
@@ -117,8 +146,16 @@ class ARTerms:
             return out.view(self.B, self.K, self.L).to(self.x0.device)
         return self._memo_get("xs", f)
 
-    def _joint(self, which):  # exact log pi of the visible tokens of x0, xs or xt
+    def log_marginal(self, which: str) -> torch.Tensor:
+        """``log p_AR`` of the visible tokens of ``x0``, ``xs`` or ``xt`` ``(B, K)`` (``teacher_forced``, ``exact``).
+
+        ``teacher_forced``: ``x0`` is scored whole by teacher forcing; the marginals of ``xs`` and ``xt`` are
+        not computable and are taken as 0 (they cancel, or are constant per row: module doc)."""
         def f():
+            if self.ctx == "teacher_forced":
+                if which == "x0":
+                    return self._tf().sum(-1)
+                return torch.zeros(self.B, self.K, device=self.x0.device)
             if which == "x0":
                 x = _flat(self.x0)
                 return self.proxy.log_joint(x, torch.ones_like(x, dtype=torch.bool)).view(self.B, self.K)
@@ -131,27 +168,27 @@ class ARTerms:
     # -- the three conditionals (B, K) ----------------------------------------------------------
     def x0_given_xt(self) -> torch.Tensor:
         """``log p_AR(x0 | xt)``."""
-        if self.ctx == "teacher_forced":
+        if self.ctx == "teacher_forced_carry_over":
             return masked_sum(self._tf(), self.M_t)
         if self.ctx == "masked":
             return masked_sum(self._from_xt(), self.M_t)
-        return self._joint("x0") - self._joint("xt")
+        return self.log_marginal("x0") - self.log_marginal("xt")
 
     def xs_given_xt(self) -> torch.Tensor:
         """``log p_AR(xs | xt)`` (the tokens revealed in ``D``; ``xs = x0`` there)."""
-        if self.ctx == "teacher_forced":
+        if self.ctx == "teacher_forced_carry_over":
             return masked_sum(self._tf(), self.D)
         if self.ctx == "masked":
             return masked_sum(self._from_xt(), self.D)
-        return self._joint("xs") - self._joint("xt")
+        return self.log_marginal("xs") - self.log_marginal("xt")
 
     def x0_given_xs(self) -> torch.Tensor:
         """``log p_AR(x0 | xs)``."""
-        if self.ctx == "teacher_forced":
+        if self.ctx == "teacher_forced_carry_over":
             return masked_sum(self._tf(), self.M_s)
         if self.ctx == "masked":
             return masked_sum(self._from_xs(), self.M_s)
-        return self._joint("x0") - self._joint("xs")
+        return self.log_marginal("x0") - self.log_marginal("xs")
 
 
 def _check_consistent(xt, x0, xs, mask_id):
@@ -164,28 +201,39 @@ def _check_consistent(xt, x0, xs, mask_id):
         raise ValueError("xs reveals a token that differs from its candidate x0")
 
 
-@ENERGIES.register("ind")
+@register_energy("ind", scorer="proxy")
 def ind_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
     """Ind-E (EDLM, Eq. id_energy): ``log p_theta(x0|xt) - log p_AR(x0|xt)``. ``(B, K)``."""
     return logp_dlm_x0(logp_dlm, xt, x0, mask_id) - ar.x0_given_xt()
 
 
-@ENERGIES.register("inv")
+@register_energy("inv", scorer="proxy")
 def inv_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
     """Inv-E (Eq. inv_energy): ``[log p_theta(xs|xt) - log p_AR(xs|xt)] + [log p_AR(x0|xt) - log p_AR(x0|xs)]``."""
     return (logp_dlm_xs(logp_dlm, xt, xs, mask_id) - ar.xs_given_xt()) + (ar.x0_given_xt() - ar.x0_given_xs())
 
 
-@ENERGIES.register("uni")
+@register_energy("uni", scorer="proxy")
 def uni_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
     """Uni-E (Eq. uni_ebm): ``[log p_theta(xs|xt) - log p_AR(xs|xt)] + [log p_theta(x0|xt) - log p_AR(x0|xs)]``."""
     return (logp_dlm_xs(logp_dlm, xt, xs, mask_id) - ar.xs_given_xt()) + (
         logp_dlm_x0(logp_dlm, xt, x0, mask_id) - ar.x0_given_xs())
 
 
+@register_energy("ebm", scorer="ebm")
+def ebm_energy(xt, x0, xs, logp_dlm, ebm, mask_id: int) -> torch.Tensor:
+    """EDLM-NCE: the learned energy ``E_phi(x0, xt)`` ``(B, K)`` (``ebm``: an energy network's scorer)."""
+    return ebm.energy(xt, x0)
+
+
 def log_partition(name: str, xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
     """The paper's closed-form ``log F`` ``(B, K)``: Uni-E ``log p_AR(xs|xt) - log p_theta(xs|xt)``
-    (Eq. partition_calculation); Ind-E is taken as self-normalised (``log F = 0``, EDLM's choice)."""
+    (Eq. partition_calculation); Ind-E is taken as self-normalised (``log F = 0``, EDLM's choice).
+
+    Needs the proxy's marginals, so not for ``teacher_forced`` (module doc)."""
+    if ar.ctx == "teacher_forced":
+        raise ValueError("log F needs log p_AR(xs) and log p_AR(xt), which teacher forcing cannot compute; use "
+                         "ar_context 'teacher_forced_carry_over' (EDLM's CoAR estimator), 'masked' or 'exact'")
     if name == "uni":
         return ar.xs_given_xt() - logp_dlm_xs(logp_dlm, xt, xs, mask_id)
     if name == "ind":
@@ -193,15 +241,20 @@ def log_partition(name: str, xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) ->
     raise ValueError(f"no closed-form partition for energy {name!r}")
 
 
-def energy(name: str, xt, x0, xs, logp_dlm, proxy, ar_context: str, mask_id: int, check: bool = True) -> torch.Tensor:
-    """Energies ``(B, K)`` of candidates ``x0`` / states ``xs`` ``(B, K, L)`` given ``xt`` ``(B, L)``."""
+def energy(name: str, xt, x0, xs, logp_dlm, scorer, ar_context: str | None, mask_id: int,
+           check: bool = True) -> torch.Tensor:
+    """Energies ``(B, K)`` of candidates ``x0`` / states ``xs`` ``(B, K, L)`` given ``xt`` ``(B, L)``.
+
+    ``scorer``: the AR proxy (read with ``ar_context``) for ``ind``/``inv``/``uni``; the energy network's
+    scorer for ``ebm``."""
     if x0.dim() != 3 or xs.shape != x0.shape or xt.shape != (x0.shape[0], x0.shape[2]):
         raise ValueError(f"shapes: xt {tuple(xt.shape)}, x0 {tuple(x0.shape)}, xs {tuple(xs.shape)}; "
                          "expected (B, L), (B, K, L), (B, K, L)")
     if check:
         _check_consistent(xt, x0, xs, mask_id)
-    ar = ARTerms(proxy, ar_context, xt, x0, xs, mask_id)
-    return ENERGIES[name](xt, x0, xs, logp_dlm, ar, mask_id)
+    fn = ENERGIES[name]
+    terms = ARTerms(scorer, ar_context, xt, x0, xs, mask_id) if fn.scorer == "proxy" else scorer
+    return fn(xt, x0, xs, logp_dlm, terms, mask_id)
 
 
 def log_importance_weights(energy: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -1,17 +1,26 @@
 """Algorithm 1: fine-tuning with noise-contrastive estimation (EDLM-NCE, Uni-EDLM-NCE).
 
 Positives ``(x0, xs, xt)`` from data (``x0 -> xt`` by forward masking, ``xs ~ q(xs | xt, x0)``);
-negatives ``x̂0 ~ p_theta(x0 | xt)`` and ``x̂s`` derived from ``x̂0`` and ``xt`` the same way.  Loss
-(Eq. nce_loss): ``softplus(E_pos) + softplus(-E_neg)`` (log-sigmoid form, never ``log(sigmoid + 1e-8)``),
-so data gets low energy.  Option ``train`` picks what is trained: ``dlm`` (the paper's text: the AR
-proxy is frozen and the diffusion model is fine-tuned) or ``ar`` (the released code: the diffusion
-model is frozen and the proxy is fine-tuned).  The energy (``uni`` or ``ind``) and its ``ar_context``
-are options too.  The frozen partner model is named in the options (``proxy`` or ``dlm``) and loaded
-by the training job.
+negatives ``x̂0 ~ p_theta(x0 | xt)`` (one draw per masked position) and ``x̂s`` derived from ``x̂0`` and
+``xt`` the same way.  Loss (Eq. nce_loss): ``softplus(E_pos) + softplus(-E_neg)`` (log-sigmoid form, never
+``log(sigmoid + 1e-8)``), so data gets low energy.  What is trained is the option ``train``:
 
-``dev_metrics`` reports the energy separation on a held-out dev split (the train domain's ``valid``
-split, disjoint from the ``test`` split Table 1 reports on); the training loop keeps the checkpoint
-with the lowest dev NCE loss.
+* ``energy_net`` (EDLM's own NCE, the EDLM-NCE rows; ``notes/baselines.md`` §7.1): a separate energy
+  network ``E_phi(x0, xt)`` (:class:`unie.models.energy_net.EnergyNet`, a copy of the denoiser's backbone
+  reading ``xt`` and ``x0``), with ``p_theta`` frozen (option ``dlm``) and no AR at all.  Its energy is
+  the ``ebm`` energy; its likelihood is EDLM's plug-in (:mod:`unie.energy.likelihood`).
+* ``dlm`` (the Uni-E paper's text, Uni-EDLM-NCE): fine-tune ``p_theta`` with the AR proxy frozen (option
+  ``proxy``), for the energy ``energy`` read with ``ar_context``.  Beware: for Ind-E,
+  ``p_theta · e^{-E_ind} = p_AR`` does not depend on theta, so this objective can only move the proposal,
+  and it is minimised by collapsing it.  Hence the selection guard below.
+* ``ar`` (the released code): fine-tune the AR proxy with ``p_theta`` frozen (option ``dlm``).
+
+**Checkpoint selection** on a held-out dev split (the train domain's ``valid``, disjoint from Table 1's
+``test``): the lowest dev NCE loss among the admissible checkpoints.  For ``train: dlm`` a checkpoint is
+admissible only if ``p_theta``'s dev NELBO per token (``guard``, the same masks and times at every
+evaluation, so the comparison is paired) is not above the initial model's: a lower NCE loss bought by
+making ``p_theta`` a worse model of the data, which is what a collapsing proposal does, cannot be
+selected.  The initial checkpoint is always admissible.
 """
 
 from __future__ import annotations
@@ -21,25 +30,30 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.gumbel import gumbel_argmax, uniform
 from ..core.config import ConfigError, make_options
+from ..core.gumbel import gumbel_argmax, uniform
 from ..core.registry import ENERGIES, METHODS
 from ..core.schedule import antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
-from .energies import AR_CONTEXTS, energy as energy_fn
 from ..methods.ar import ARModel
-from ..methods.mdlm import MDLMDenoiser, q_xt, subs_logp, transition
+from ..methods.mdlm import MDLMDenoiser, nelbo, q_xt, subs_logp, transition
+from ..models.energy_net import EnergyNet
+from ..models.transformer import Transformer
+from .energies import AR_CONTEXTS
+from .energies import energy as energy_fn
+
+TRAINS = ("energy_net", "dlm", "ar")
 
 
 @dataclass(frozen=True)
 class NCEOptions:
-    """What Algorithm 1 trains (``train``), for which ``energy`` and ``ar_context``; the frozen partner's model
-    name (``proxy`` for ``train: dlm``, ``dlm`` for ``train: ar``); the forward process (``schedule``, ``eps``,
-    ``t_eps``)."""
+    """What Algorithm 1 trains (``train``), for which ``energy`` and ``ar_context`` (``train: dlm|ar``); the
+    frozen partners' model names (``proxy`` for ``train: dlm``; ``dlm`` for ``train: ar|energy_net``); the
+    forward process (``schedule``, ``eps``, ``t_eps``)."""
 
-    energy: str = "uni"
     train: str = "dlm"
-    ar_context: str = "masked"
+    energy: str = "uni"
+    ar_context: str | None = "teacher_forced"
     proxy: str | None = None
     dlm: str | None = None
     schedule: str = "loglinear"
@@ -47,21 +61,44 @@ class NCEOptions:
     t_eps: float = 1e-3
 
     def __post_init__(self):
-        if self.energy not in ENERGIES:
-            raise ConfigError(ENERGIES.unknown_message(self.energy))
-        if self.train not in ("dlm", "ar"):
-            raise ConfigError(f"nce train must be 'dlm' or 'ar', got {self.train!r}")
+        if self.train not in TRAINS:
+            raise ConfigError(f"nce train must be one of {', '.join(TRAINS)}, got {self.train!r}")
+        if self.train == "energy_net":
+            if self.energy != "ebm" or self.ar_context is not None or self.proxy is not None:
+                raise ConfigError("nce with train: energy_net learns E_phi(x0, xt) itself: set energy: ebm, "
+                                  "ar_context: null and no proxy")
+            if not self.dlm:
+                raise ConfigError("nce with train: energy_net needs the frozen diffusion model's name (option dlm)")
+            return
+        if self.energy not in ENERGIES or ENERGIES[self.energy].scorer != "proxy":
+            raise ConfigError(f"nce train: {self.train} fine-tunes a model inside a proxy energy (ind, inv, uni), "
+                              f"got {self.energy!r}")
         if self.ar_context not in AR_CONTEXTS or self.ar_context == "exact":
-            raise ConfigError(f"NCE needs a learned proxy: ar_context teacher_forced or masked, got {self.ar_context!r}")
+            raise ConfigError(f"NCE needs a learned proxy: ar_context teacher_forced, teacher_forced_carry_over or "
+                              f"masked, got {self.ar_context!r}")
         if self.train == "dlm" and not self.proxy:
             raise ConfigError("nce with train: dlm needs the frozen proxy's model name (option proxy)")
         if self.train == "ar" and not self.dlm:
             raise ConfigError("nce with train: ar needs the frozen diffusion model's name (option dlm)")
 
 
+class EBMScorer:
+    """A trained :class:`EnergyNet` as the ``ebm`` energy's scorer: ``energy(xt (B, L), x0 (B, K, L)) -> (B, K)``."""
+
+    def __init__(self, net: EnergyNet):
+        self.net = net
+
+    @torch.no_grad()
+    def energy(self, xt: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        B, K, L = x0.shape
+        dev = self.net.device
+        xt_k = xt[:, None, :].expand(B, K, L).reshape(B * K, L).to(dev)
+        return self.net(xt_k, x0.reshape(B * K, L).to(dev)).view(B, K).to(x0.device)
+
+
 @METHODS.register("nce")
 class NCE:
-    """NCE fine-tuning of a DLM (``train: dlm``) or of the AR proxy (``train: ar``) for an energy."""
+    """Algorithm 1 (options: :class:`NCEOptions`): trains an energy network, a DLM or the AR proxy."""
 
     Options = NCEOptions
     time_conditioned = False
@@ -73,7 +110,6 @@ class NCE:
         self.mask_id, self.bos_id = tokenizer_info["mask_id"], tokenizer_info["bos_id"]
         self.blocked = blocked_ids(tokenizer_info)
         self.energy, self.train, self.ar_context = o.energy, o.train, o.ar_context
-        self.partner_names = {"proxy": o.proxy} if o.train == "dlm" else {"dlm": o.dlm}
         self.schedule = make_schedule(o.schedule, o.eps)
         self.t_eps = o.t_eps
         self.causal = o.train == "ar"
@@ -81,32 +117,45 @@ class NCE:
 
     @staticmethod
     def kind(options: NCEOptions) -> str:
-        return "ar" if options.train == "ar" else "absorbing"
+        return {"ar": "ar", "dlm": "absorbing", "energy_net": "ebm"}[options.train]
 
     @staticmethod
     def partners(options: NCEOptions) -> dict:
         """Frozen models this method needs while training: role -> (model name, the model kinds it may be)."""
-        return {"proxy": (options.proxy, ("ar",))} if options.train == "dlm" else {"dlm": (options.dlm, ("absorbing",))}
+        if options.train == "dlm":
+            return {"proxy": (options.proxy, ("ar",))}
+        return {"dlm": (options.dlm, ("absorbing",))}
 
     # -- wiring ---------------------------------------------------------------------------------
+    def build_net(self, cfg):
+        """The network this method trains: :class:`EnergyNet` for ``train: energy_net``, else a transformer."""
+        return EnergyNet(cfg) if self.train == "energy_net" else Transformer(cfg)
+
+    def init_from(self, net, init_net) -> None:
+        """Start from ``init_net`` (``init_from``): the energy network takes the denoiser as its backbone."""
+        if self.train == "energy_net":
+            net.load_backbone(init_net)
+        else:
+            net.load_state_dict(init_net.state_dict())
+
     def wrap(self, net):
-        """The fine-tuned network as a sampler-facing object (a denoiser or an AR proxy)."""
-        return ARModel(net, self.bos_id, self.mask_id, self.blocked) if self.train == "ar" else MDLMDenoiser(net, self.mask_id, self.blocked)
+        """The trained network as a sampler-facing object (an energy scorer, a denoiser or an AR proxy)."""
+        if self.train == "energy_net":
+            return EBMScorer(net)
+        if self.train == "ar":
+            return ARModel(net, self.bos_id, self.mask_id, self.blocked)
+        return MDLMDenoiser(net, self.mask_id, self.blocked)
 
     def prepare(self, net, models: dict, device="cpu", log=print):
         """Attach the frozen partner (``models['proxy']`` or ``models['dlm']``, already wrapped)."""
-        role = "proxy" if self.train == "dlm" else "dlm"
+        (role, (name, _)), = self.partners(self.options).items()
         if role not in models:
-            raise ValueError(f"nce (train: {self.train}) needs the frozen {role} model {self.partner_names[role]!r}")
+            raise ValueError(f"nce (train: {self.train}) needs the frozen {role} model {name!r}")
         self.partner = models[role]
         for p in self.partner.net.parameters():
             p.requires_grad_(False)
         self.partner.net.eval()
-        log(f"NCE: training the {self.train}, frozen {role} = {self.partner_names[role]}, energy {self.energy}, "
-            f"ar_context {self.ar_context}")
-
-    def parameters(self, net):
-        return list(net.parameters())
+        log(f"NCE: training the {self.train}, frozen {role} = {name}, energy {self.energy}, ar_context {self.ar_context}")
 
     # -- Algorithm 1 ------------------------------------------------------------------------------
     def _energies(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
@@ -116,18 +165,19 @@ class NCE:
         xt = q_xt(x0, self.schedule.mask_prob(t), self.mask_id, generator)  # l.4: xt ~ q(xt | x0)
         if self.train == "dlm":
             logp = subs_logp(net(xt), xt, self.mask_id, self.blocked)  # differentiable p_theta
-            proxy = self.partner
         else:
             with torch.no_grad():
                 logp = self.partner.logp_x0(xt)
-            proxy = ARModel(net, self.bos_id, self.mask_id, self.blocked)  # differentiable p_AR
         with torch.no_grad():  # l.8: x̂0 ~ p_theta(x0 | xt) (one draw per masked position)
             neg = gumbel_argmax(logp.detach(), generator).to(x0.device)
             neg = torch.where(xt == self.mask_id, neg, xt)
         x0c = torch.stack([x0, neg], dim=1)  # (B, 2, L)
+        if self.train == "energy_net":  # EDLM: E_phi(x0, xt), no xs
+            return net(xt[:, None].expand(B, 2, L).reshape(2 * B, L), x0c.reshape(2 * B, L)).view(B, 2)
         s = uniform((B,), generator, x0.device) * t.double()  # l.5: s < t
         a_t, a_s = self.schedule.alpha(t.double()), self.schedule.alpha(s)
         xsc = transition(xt, x0c, a_t, a_s, self.mask_id, generator)  # l.5/l.9: xs, x̂s from their own x0
+        proxy = self.partner if self.train == "dlm" else ARModel(net, self.bos_id, self.mask_id, self.blocked)
         return energy_fn(self.energy, xt, x0c, xsc, logp, proxy, self.ar_context, self.mask_id, check=False)
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
@@ -137,10 +187,18 @@ class NCE:
 
     @torch.no_grad()
     def dev_metrics(self, net, x0: torch.Tensor, generator, batch_size: int = 256) -> dict:
-        """Energy separation on held-out sequences: mean ``E_pos``, ``E_neg``, ``E_neg - E_pos``, the fraction of
-        rows with ``E_pos < E_neg`` and the NCE loss (``loss``, used for model selection)."""
+        """On held-out sequences: the NCE ``loss`` (model selection), mean ``E_pos``, ``E_neg``, their
+        ``separation`` ``E_neg - E_pos``, the ``accuracy`` ``P(E_pos < E_neg)``; for ``train: dlm`` also the
+        ``guard``: ``p_theta``'s NELBO per token with fixed masks and times (module doc)."""
         E = torch.cat([self._energies(net, x0[i:i + batch_size], generator) for i in range(0, len(x0), batch_size)])
         pos, neg = E[:, 0].double(), E[:, 1].double()
-        return {"loss": (F.softplus(pos) + F.softplus(-neg)).mean().item(), "energy_pos": pos.mean().item(),
-                "energy_neg": neg.mean().item(), "separation": (neg - pos).mean().item(),
-                "accuracy": (pos < neg).double().mean().item(), "n": len(x0)}
+        out = {"loss": (F.softplus(pos) + F.softplus(-neg)).mean().item(), "energy_pos": pos.mean().item(),
+               "energy_neg": neg.mean().item(), "separation": (neg - pos).mean().item(),
+               "accuracy": (pos < neg).double().mean().item(), "n": len(x0)}
+        if self.train == "dlm":
+            g = torch.Generator(device=x0.device).manual_seed(20240511)  # the same draws at every evaluation
+            den = MDLMDenoiser(net, self.mask_id, self.blocked)
+            total = sum(nelbo(den, xb, antithetic_t(len(xb), g, self.t_eps, x0.device), self.schedule, self.mask_id, g)
+                        .sum().item() for xb in x0.split(batch_size))
+            out["guard"] = total / x0.numel()
+        return out

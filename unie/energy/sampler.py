@@ -43,14 +43,14 @@ def in_window(t: float, w: float) -> bool:
 @dataclass(frozen=True)
 class EnergyOptions:
     """Algorithm 2's options: the ``energy`` (a key of ``ENERGIES``), ``K`` candidates, the window ``w``
-    (``t ∈ (1 - w, 1]``), how the proxy reads a partial state (``ar_context``), the ``selection`` rule
-    (``argmin``, the paper; ``resample`` from ``softmax(-E/temperature)``, the released code) and ``eps``,
-    the end of the time grid."""
+    (``t ∈ (1 - w, 1]``), how the proxy reads a partial state (``ar_context``; default ``teacher_forced``
+    for the proxy energies, none for ``ebm``), the ``selection`` rule (``argmin``, the paper; ``resample``
+    from ``softmax(-E/temperature)``, the released code) and ``eps``, the end of the time grid."""
 
     energy: str = "uni"
     K: int = 2
     w: float = 0.2
-    ar_context: str = "masked"
+    ar_context: str | None = None
     selection: str = "argmin"
     temperature: float = 1.0
     eps: float = 1e-5
@@ -58,7 +58,12 @@ class EnergyOptions:
     def __post_init__(self):
         if self.energy not in ENERGIES:
             raise ConfigError(ENERGIES.unknown_message(self.energy))
-        if self.ar_context not in AR_CONTEXTS:
+        if ENERGIES[self.energy].scorer == "ebm":
+            if self.ar_context is not None:
+                raise ConfigError(f"energy {self.energy!r} is a learned energy network: it takes no ar_context")
+        elif self.ar_context is None:
+            object.__setattr__(self, "ar_context", "teacher_forced")
+        elif self.ar_context not in AR_CONTEXTS:
             raise ConfigError(f"unknown ar_context {self.ar_context!r}; known: {', '.join(AR_CONTEXTS)}")
         if self.K < 1 or not 0.0 <= self.w <= 1.0:
             raise ConfigError(f"need K >= 1 and 0 <= w <= 1, got K={self.K}, w={self.w}")
@@ -67,15 +72,21 @@ class EnergyOptions:
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
 
+    @property
+    def scorer_role(self) -> str:
+        """The model role that scores candidates: ``proxy`` (an AR) or ``ebm`` (EDLM's energy network)."""
+        return "ebm" if ENERGIES[self.energy].scorer == "ebm" else "proxy"
+
 
 @torch.no_grad()
-def sample_energy(denoiser, proxy, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
+def sample_energy(denoiser, scorer, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
                   schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
                   **kwargs) -> tuple[torch.Tensor, dict]:
     """Algorithm 2 for ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
 
-    ``denoiser``: a :class:`~unie.core.protocols.Denoiser`; ``proxy``: a :class:`~unie.core.protocols.Proxy`
-    (for ``ar_context: exact``, the toy world's :class:`~unie.data.toy_world.OracleAR`); options:
+    ``denoiser``: a :class:`~unie.core.protocols.Denoiser`; ``scorer``: the AR proxy
+    (:class:`~unie.core.protocols.Proxy`; for ``ar_context: exact`` the toy world's
+    :class:`~unie.data.toy_world.OracleAR`), or EDLM's energy network for ``energy: ebm``; options:
     :class:`EnergyOptions` or its fields as keywords."""
     opts = make_options(EnergyOptions, options, "energy sampler options", **kwargs)
     energy, K, w, ar_context = opts.energy, opts.K, opts.w, opts.ar_context
@@ -103,7 +114,7 @@ def sample_energy(denoiser, proxy, n: int, L: int, steps: int, generator: torch.
             j = torch.zeros(b, dtype=torch.long, device=x.device)
             rows = reveal.any(-1)  # the choice only matters where the step reveals something
             if rows.any():
-                E = energy_fn(energy, x[rows], x0[rows], xs[rows], logp[rows], proxy, ar_context, mask_id,
+                E = energy_fn(energy, x[rows], x0[rows], xs[rows], logp[rows], scorer, ar_context, mask_id,
                               check=False)  # l.5: E^j for every (x0^j, xs^j), one batched call
                 j[rows] = select(E, selection, temperature, generator)  # l.6: j* = argmin_j E^j
                 stats["energy_rows"] += int(rows.sum())
@@ -118,17 +129,22 @@ def sample_energy(denoiser, proxy, n: int, L: int, steps: int, generator: torch.
 
 
 def needs(options: EnergyOptions) -> tuple[str, ...]:
-    """Roles a run names: the proxy is the toy world's exact model for ``ar_context: exact`` (supplied by the
-    pipeline), a trained AR otherwise."""
+    """Roles a run names: the denoiser, and the scorer: EDLM's energy network for ``energy: ebm``, else an AR
+    proxy, which for ``ar_context: exact`` is the toy world's exact model (supplied by the pipeline)."""
+    if options.scorer_role == "ebm":
+        return ("dlm", "ebm")
     return ("dlm",) if options.ar_context == "exact" else ("dlm", "proxy")
 
 
-@register_sampler("energy", EnergyOptions, roles={"dlm": ("absorbing",), "proxy": ("ar",)}, needs=needs)
+@register_sampler("energy", EnergyOptions, roles={"dlm": ("absorbing",), "proxy": ("ar",), "ebm": ("ebm",)},
+                  needs=needs)
 def energy_sampler(models: dict, n: int, L: int, steps: int, generator, options: EnergyOptions, batch_size: int,
                    device):
-    """Registry entry: ``models['dlm']`` (denoiser) and ``models['proxy']`` (an AR, or the toy world's exact
-    model for ``ar_context: exact``)."""
-    if "proxy" not in models:
-        raise ValueError("the energy sampler needs models['proxy'] (for ar_context 'exact': the toy world's OracleAR)")
-    return sample_energy(models["dlm"], models["proxy"], n, L, steps, generator, options, batch_size=batch_size,
+    """Registry entry: ``models['dlm']`` (denoiser) and the scorer: ``models['proxy']`` (an AR, or the toy
+    world's exact model for ``ar_context: exact``) or ``models['ebm']`` (``energy: ebm``)."""
+    role = options.scorer_role
+    if role not in models:
+        raise ValueError(f"the energy sampler with energy {options.energy!r} needs models[{role!r}]"
+                         + (" (for ar_context 'exact': the toy world's OracleAR)" if role == "proxy" else ""))
+    return sample_energy(models["dlm"], models[role], n, L, steps, generator, options, batch_size=batch_size,
                          device=device)

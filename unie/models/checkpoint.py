@@ -32,7 +32,7 @@ def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict,
     save_file(state, str(tmp))
     os.replace(tmp, out / "model.safetensors")
     meta = {
-        "backbone": "transformer",
+        "backbone": getattr(net, "registry_name", "transformer"),
         "model": dataclasses.asdict(net.cfg),
         "method": method,
         "tokenizer": tokenizer_info,

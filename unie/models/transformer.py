@@ -131,7 +131,11 @@ class Transformer(nn.Module):
     def device(self):
         return self.embed.weight.device
 
-    def forward(
+    def forward(self, x: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        """Logits ``(B, L, V)`` float32: the output head on :meth:`hidden` (same arguments)."""
+        return self.head(self.hidden(x, **kwargs)).float()
+
+    def hidden(
         self,
         x: torch.Tensor | None = None,
         sigma: torch.Tensor | None = None,
@@ -141,7 +145,7 @@ class Transformer(nn.Module):
         cache: list | None = None,
         causal: bool | None = None,
     ) -> torch.Tensor:
-        """Logits ``(B, L, V)``.
+        """Final hidden states ``(B, L, d_model)`` (after the last LayerNorm).
 
         Args:
             x: tokens ``(B, L)`` int64 (or ``inputs_embeds`` ``(B, L, d_model)``, e.g. Duo's soft inputs).
@@ -165,7 +169,7 @@ class Transformer(nn.Module):
             c = F.silu(self.cond(timestep_embedding(sigma, self.cfg.cond_dim)))
         for i, blk in enumerate(self.blocks):
             h = blk(h, cos, sin, causal, c, attn_mask, None if cache is None else cache[i])
-        return self.head(self.ln_f(h)).float()
+        return self.ln_f(h)
 
     def new_cache(self) -> list:
         return [dict() for _ in self.blocks]

@@ -69,6 +69,21 @@ def model_kind(config: dict, name: str) -> str:
     return METHODS[config["models"][name]["method"]].kind(method_options(config, name))
 
 
+def partner_models(config: dict, name: str) -> dict[str, str]:
+    """The frozen models model ``name`` trains against (NCE's proxy or DLM): role -> model name."""
+    from ..core.registry import METHODS
+
+    cls = METHODS[config["models"][name]["method"]]
+    return {role: partner for role, (partner, _) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items()}
+
+
+def selects_on_dev(config: dict, name: str) -> bool:
+    """Whether model ``name``'s method selects its checkpoint on the dev split (``dev_metrics``)."""
+    from ..core.registry import METHODS
+
+    return hasattr(METHODS[config["models"][name]["method"]], "dev_metrics")
+
+
 def has_likelihood(config: dict, name: str) -> bool:
     from ..core.registry import METHODS
 
@@ -188,9 +203,20 @@ def check_config(config: dict) -> None:
             _err(f"likelihood.{name}.energy", ENERGIES.unknown_message(spec["energy"]))
         if spec["dlm"] not in models or kinds[spec["dlm"]] != "absorbing":
             _err(f"likelihood.{name}.dlm", f"{spec['dlm']!r} is not a defined masked diffusion model")
-        if spec["ar_context"] not in AR_CONTEXTS:
-            _err(f"likelihood.{name}.ar_context", f"unknown ar_context {spec['ar_context']!r}")
-        if spec["ar_context"] == "exact":
+        ctx = spec.get("ar_context")
+        if ENERGIES[spec["energy"]].scorer == "ebm":
+            if spec.get("ebm") not in models or kinds[spec["ebm"]] != "ebm":
+                _err(f"likelihood.{name}.ebm", f"{spec.get('ebm')!r} is not a defined energy network "
+                     "(a model trained with nce, train: energy_net)")
+            if ctx is not None or spec.get("proxy") is not None:
+                _err(f"likelihood.{name}", "energy 'ebm' takes no proxy and no ar_context")
+            continue
+        if ctx == "teacher_forced":
+            _err(f"likelihood.{name}.ar_context", "a likelihood needs log p_AR(xt), which teacher forcing cannot "
+                 "compute; 'teacher_forced_carry_over' is EDLM's CoAR estimator (its plug-in)")
+        if ctx not in AR_CONTEXTS:
+            _err(f"likelihood.{name}.ar_context", f"unknown ar_context {ctx!r}; known: {', '.join(AR_CONTEXTS)}")
+        if ctx == "exact":
             if not toy:
                 _err(f"likelihood.{name}.ar_context", "'exact' needs the toy world")
         elif spec.get("proxy") not in models or kinds[spec["proxy"]] != "ar":

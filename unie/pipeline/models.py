@@ -51,12 +51,15 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     tcfg = from_dict(TrainConfig, spec["train"], f"models.{name}.train")
     with torch.random.fork_rng(devices=[]):  # initial weights are a function of the config's seed
         torch.manual_seed(tcfg.seed)
-        net = Transformer(cfg).to(device)
+        net = (method.build_net(cfg) if hasattr(method, "build_net") else Transformer(cfg)).to(device)
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         if meta["model"] != dataclasses.asdict(cfg):
             raise CheckpointError(f"init_from {init_dir}: architecture {meta['model']} differs from {dataclasses.asdict(cfg)}")
-        net.load_state_dict(init.state_dict())
+        if hasattr(method, "init_from"):
+            method.init_from(net, init)
+        else:
+            net.load_state_dict(init.state_dict())
         log(f"initialised from {init_dir}")
     data = load_tokens(train_path)
     if data.shape[1] != seq_len:
@@ -84,8 +87,9 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     dev = [h for h in history if "dev" in h]
     extra = {"options": options, "train": spec["train"], "final": next((h for h in reversed(history) if "loss" in h), {})}
     if dev:
-        best = min(dev, key=lambda h: h["dev"]["loss"])
-        extra["dev"] = {"initial": dev[0], "selected": best, "dev_split": str(dev_path)}
+        best = min((h for h in dev if h["dev"]["admissible"]), key=lambda h: h["dev"]["loss"])
+        extra["dev"] = {"initial": dev[0], "selected": best, "dev_split": str(dev_path),
+                        "rule": "lowest dev NCE loss among admissible checkpoints (guard not above the initial)"}
         log(f"dev energy separation: initial {dev[0]['dev']['separation']:.3f} -> selected (step {best['step']}) "
             f"{best['dev']['separation']:.3f}; accuracy {dev[0]['dev']['accuracy']:.3f} -> {best['dev']['accuracy']:.3f}")
     save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)

@@ -60,24 +60,31 @@ def exact_ppl(data_paths: dict, tokenizer_dir, max_sequences: int | None = None,
 def energy_ppl(source: str, spec: dict, model_dirs: dict, tokenizer_dir, data_paths: dict, n_mc: int = 1,
                batch_size: int = 256, max_sequences: int | None = None, seed: int = 0, device: str = "cpu",
                log=print) -> dict:
-    """Table 1 perplexity of an energy-corrected model (``spec``: energy, dlm, proxy, ar_context) on each domain."""
+    """Table 1 perplexity of an energy-corrected model (``spec``: energy, dlm, and proxy + ar_context or ebm) on
+    each domain."""
     tok = load_tokenizer(tokenizer_dir)
     dlm = load_wrapped(model_dirs["dlm"], tok, device)
-    if spec["ar_context"] == "exact":
+    ar_context = spec.get("ar_context")
+    if spec["energy"] == "ebm":
+        ebm = load_wrapped(model_dirs["ebm"], tok, device)
+        scorer_for = lambda domain: ebm
+        estimator = "EDLM's plug-in (log F = -E_phi(x̂0, xt), x̂0 ~ p_theta)"
+    elif ar_context == "exact":
         from ..data.toy_world import HMM, OracleAR
 
-        proxy_for = lambda domain: OracleAR(HMM(domain), tok)
+        scorer_for = lambda domain: OracleAR(HMM(domain), tok)
+        estimator = "paper (energy-corrected conditional, closed-form log F)"
     else:
         proxy = load_wrapped(model_dirs["proxy"], tok, device)
-        proxy_for = lambda domain: proxy
+        scorer_for = lambda domain: proxy
+        estimator = "paper (energy-corrected conditional, closed-form log F)"
     schedule = make_schedule("loglinear")
-    out = {"source": source, "spec": spec, "n_mc": n_mc,
-           "estimator": "paper (energy-corrected conditional, closed-form log F)", "domains": {}}
+    out = {"source": source, "spec": spec, "n_mc": n_mc, "estimator": estimator, "domains": {}}
     with torch.no_grad():
         for domain, path in data_paths.items():
             x = load_tokens(path, max_sequences)
-            proxy = proxy_for(domain)
-            nll = mc_nll(x, lambda xb, g: energy_corrected_nelbo(dlm, proxy, spec["energy"], spec["ar_context"], xb,
+            scorer = scorer_for(domain)
+            nll = mc_nll(x, lambda xb, g: energy_corrected_nelbo(dlm, scorer, spec["energy"], ar_context, xb,
                                                                  schedule, tok.mask_id, g),
                          n_mc, batch_size, seed, domain, device)
             out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))

@@ -39,7 +39,7 @@ def oracle_models(options, tokenizer, domain: str) -> dict:
 
 
 def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samples: int, batch_size: int,
-                seq_len: int, seed: int = 0, device: str = "cpu", domain: str = "owt", log=print) -> dict:
+                seq_len: int, *, domain: str, seed: int = 0, device: str = "cpu", log=print) -> dict:
     """Draw ``n_samples`` sequences for sampling run ``run`` at ``steps`` steps and write them to ``out_path``.
 
     ``inputs``: ``tokenizer`` dir, one checkpoint file per model role, ``data`` for the data run;
@@ -106,8 +106,8 @@ def make_evaluator(ev: dict, path, tokenizer, eos_rule: str, domain: str, device
     raise KeyError(EVALUATORS.unknown_message(kind))
 
 
-def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: str, evaluator_paths: dict,
-                     domain: str = "owt", device: str = "cpu", log=print) -> dict:
+def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: str, evaluator_paths: dict, *,
+                     domain: str, device: str = "cpu", log=print) -> dict:
     """Gen PPL of the samples under each evaluator (decode -> re-encode with the evaluator's tokenizer)."""
     tok = load_tokenizer(tokenizer_dir)
     x = load_tokens(samples_path)

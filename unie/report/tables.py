@@ -53,8 +53,11 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
            entropy_rate: float | None = None) -> tuple[str, pd.DataFrame]:
     """Gen PPL per step count and evaluator, and entropy (bits).  ``rows``: label -> sampling run.
 
-    With an ``exact`` evaluator and ``entropy_rate`` (pi's entropy per token, nats), the exact KL-to-data
-    column is ``E_q[-log pi(x)]/L - H_pi/L``: the samples' excess NLL under pi over pi's own entropy."""
+    With an ``exact`` evaluator and ``entropy_rate`` (pi's entropy per token, nats), the column
+    ``excess_nll`` is ``E_q[-log pi(x)]/L - H_pi/L``: the samples' NLL under pi in excess of pi's own
+    entropy rate, in nats per token.  It is **not** ``KL(q || pi)``: that is ``E_q[-log pi] - H(q)``, and
+    ``excess_nll = KL(q || pi)/L + (H(q) - H_pi)/L`` can be negative for a low-entropy sampler (it rewards
+    collapse).  It orders samplers by the exact cross-entropy, like the ``pi`` Gen PPL column."""
     exact = next((e for e, spec in evaluators.items() if spec["kind"] == "exact"), None)
     results = {(r["sampling"]["run"], int(r["sampling"]["steps"])): r for r in records}
     records = []
@@ -63,23 +66,23 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
             if r != run:
                 continue
             samp = res.get("sampling", {})
-            kl = None
+            excess = None
             if exact is not None and entropy_rate is not None:
-                kl = res["genppl"][exact]["nll_per_token"] - entropy_rate
+                excess = res["genppl"][exact]["nll_per_token"] - entropy_rate
             for ev in evaluators:
                 g = res["genppl"].get(ev)
                 records.append({"row": label, "run": run, "sampler": runs[run]["sampler"], "steps": steps,
                                 "evaluator": ev, "genppl": g["ppl"] if g else None,
                                 "nll_per_token": g["nll_per_token"] if g else None,
                                 "nll_se": g["nll_se"] if g else None, "entropy_bits": res["entropy_bits"],
-                                "kl_to_data": kl, "seconds": samp.get("seconds"), "nfe": samp.get("nfe"),
+                                "excess_nll": excess, "seconds": samp.get("seconds"), "nfe": samp.get("nfe"),
                                 "options": json.dumps(samp.get("options", {}), sort_keys=True)})
     df = pd.DataFrame.from_records(records)
     ev_names = list(evaluators)
-    with_kl = len(df) > 0 and df.kl_to_data.notna().any()
+    with_excess = len(df) > 0 and df.excess_nll.notna().any()
     head = ["Method", "Timesteps"] + [evaluators[e]["label"] + r"$\downarrow$" for e in ev_names]
-    head += ([r"KL$_\pi$$\downarrow$"] if with_kl else []) + ["Entropy"]
-    spec = "l|c|" + "c" * len(ev_names) + ("|c" if with_kl else "") + "|c"
+    head += ([r"Excess NLL$_\pi$$\downarrow$"] if with_excess else []) + ["Entropy"]
+    spec = "l|c|" + "c" * len(ev_names) + ("|c" if with_excess else "") + "|c"
     lines = [r"\begin{tabular}{" + spec + "}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
     for label, run in rows.items():
         sub = df[df.row == label] if len(df) else df
@@ -92,8 +95,8 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
         for e in ev_names:
             vals = [sub[(sub.steps == s) & (sub.evaluator == e)].genppl for s in steps]
             cells.append(" / ".join(_fmt(v.iloc[0], 1) if len(v) else DASH for v in vals) or DASH)
-        if with_kl:
-            cells.append(" / ".join(_fmt(sub[sub.steps == s].kl_to_data.iloc[0], 3) for s in steps) or DASH)
+        if with_excess:
+            cells.append(" / ".join(_fmt(sub[sub.steps == s].excess_nll.iloc[0], 3) for s in steps) or DASH)
         ent = " / ".join(_fmt(sub[sub.steps == s].entropy_bits.iloc[0], 2) for s in steps) or DASH
         lines.append(" & ".join([label, ts] + cells + [ent]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]

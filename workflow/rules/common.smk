@@ -2,7 +2,15 @@
 
 import os
 
-from unie.pipeline.checks import check_config, expand_config, likelihood_sources, run_n_samples, run_steps
+from unie.pipeline.checks import (
+    check_config,
+    expand_config,
+    likelihood_sources,
+    partner_models,
+    run_n_samples,
+    run_steps,
+    selects_on_dev,
+)
 
 expand_config(config)  # adds the sampling runs generated from figures.fig2_ablation
 check_config(config)

@@ -48,13 +48,14 @@ def estimator_inputs(wc):
         "data": expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
         "dlm": model_files(spec["dlm"]),
     }
-    if spec["ar_context"] != "exact":
-        inputs["proxy"] = model_files(spec["proxy"])
+    for role in ("proxy", "ebm"):  # the AR proxy (not for the exact context) or EDLM's energy network
+        if spec.get(role):
+            inputs[role] = model_files(spec[role])
     return inputs
 
 
 rule ppl_energy:
-    # EDLM / Uni-EDLM rows of Table 1: the bound with the energy-corrected conditional (Eq. uni_edlm)
+    # EDLM / Uni-EDLM rows of Table 1: the NELBO with the energy-corrected conditional (Eq. uni_edlm)
     input:
         unpack(estimator_inputs),
     output:

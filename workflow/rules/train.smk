@@ -10,11 +10,9 @@ def train_inputs(wc):
     }
     if spec.get("init_from"):
         inputs["init"] = model_files(spec["init_from"])[0]
-    for role in ("proxy", "dlm"):  # frozen partners of NCE fine-tuning
-        partner = spec.get("options", {}).get(role)
-        if partner:
-            inputs[f"partner_{role}"] = model_files(partner)[0]
-    if spec["method"] == "nce":  # model selection on the dev split (disjoint from Table 1's test split)
+    for role, partner in partner_models(config, wc.model).items():  # frozen partners (NCE's proxy or DLM)
+        inputs[f"partner_{role}"] = model_files(partner)[0]
+    if selects_on_dev(config, wc.model):  # model selection on the dev split (disjoint from Table 1's test split)
         inputs["dev"] = f"resources/tokenized/{TRAIN_DOMAIN}/valid.parquet"
     return inputs
 
