@@ -37,6 +37,36 @@ def model_config(arch: dict, vocab_size: int, seq_len: int, method) -> ModelConf
                                    "causal": bool(method.causal)}, "arch")
 
 
+def warm_start(net, init, init_meta: dict, cfg: ModelConfig, method, where: str, log=print) -> None:
+    """Initialise ``net`` from a trained network ``init`` (``init_from``).
+
+    The same architecture: every weight is copied (or the method's ``init_from`` decides, e.g. the energy
+    network takes the denoiser as its backbone).  The same backbone with or without time conditioning
+    (an MDLM's weights for SEDD or Duo, which add adaLN conditioning on ``sigma``): every tensor whose name
+    and shape match is copied, the conditioning layers start as initialised (adaLN at zero, so the
+    conditioned network starts as the unconditioned one without its LayerNorm affine parameters), and
+    the log lists what was not copied.  Any other difference is an error."""
+    saved = init_meta["model"]
+    if saved == dataclasses.asdict(cfg):
+        if hasattr(method, "init_from"):
+            method.init_from(net, init)
+        else:
+            net.load_state_dict(init.state_dict())
+        log(f"initialised from {where}")
+        return
+    if {k: v for k, v in saved.items() if k != "cond_dim"} != {k: v for k, v in dataclasses.asdict(cfg).items()
+                                                             if k != "cond_dim"}:
+        raise CheckpointError(f"init_from {where}: architecture {saved} differs from {dataclasses.asdict(cfg)} "
+                              "(only the time conditioning, cond_dim, may differ)")
+    own, theirs = net.state_dict(), init.state_dict()
+    copied = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
+    net.load_state_dict(copied, strict=False)
+    fresh = sorted(set(own) - set(copied))
+    dropped = sorted(set(theirs) - set(copied))
+    log(f"warm start from {where}: {len(copied)} tensors copied; kept as initialised: {fresh}; "
+        f"not used: {dropped}")
+
+
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
                     device: str = "cpu", init_dir=None, log=print, stop_after: int | None = None,
                     partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512):
@@ -54,13 +84,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
         net = (method.build_net(cfg) if hasattr(method, "build_net") else Transformer(cfg)).to(device)
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
-        if meta["model"] != dataclasses.asdict(cfg):
-            raise CheckpointError(f"init_from {init_dir}: architecture {meta['model']} differs from {dataclasses.asdict(cfg)}")
-        if hasattr(method, "init_from"):
-            method.init_from(net, init)
-        else:
-            net.load_state_dict(init.state_dict())
-        log(f"initialised from {init_dir}")
+        warm_start(net, init, meta, cfg, method, str(init_dir), log)
     data = load_tokens(train_path)
     if data.shape[1] != seq_len:
         raise ConfigError(f"{train_path}: sequences have length {data.shape[1]}, config says seq_len={seq_len}")
