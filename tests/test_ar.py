@@ -183,7 +183,7 @@ def test_ar_with_bos_equal_to_eos_can_score_and_emit_eos():
     rust.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     hf = PreTrainedTokenizerFast(tokenizer_object=rust, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                                  mask_token="<|mask|>")
-    tok = Tokenizer(hf, "hf")
+    tok = Tokenizer("hf", hf=hf)
     assert tok.bos_id == tok.eos_id == 3 and blocked_ids(tok.info()) == [4]
     method = AR(tok.info())
     torch.manual_seed(0)

@@ -97,6 +97,11 @@ def test_word_tokenizer_round_trip_and_specials(tmp_path):
     from transformers import PreTrainedTokenizerFast
 
     assert isinstance(back.hf, PreTrainedTokenizerFast) and back.hf.mask_token == "<mask>"
+    # the Rust fast path and the PreTrainedTokenizerFast give the same ids and the same text
+    texts = [text, "a dog . <eos> <eos> the", "the  cat\tsees"]
+    assert back.encode_batch(texts) == back.hf(texts, add_special_tokens=False)["input_ids"]
+    assert [back.decode(i) for i in back.encode_batch(texts)] == [back.hf.decode(i) for i in back.encode_batch(texts)]
+    assert (back.hf.eos_token_id, back.hf.bos_token_id, back.hf.mask_token_id) == (tok.eos_id, tok.bos_id, tok.mask_id)
     other = word_tokenizer(word_list()[::-1])
     assert other.info()["fingerprint"] != tok.info()["fingerprint"]
     with pytest.raises(ValueError):

@@ -26,18 +26,39 @@ class Tokenizer:
     """``encode``/``decode`` text, ``vocab_size``, ``mask_id``, ``bos_id``, ``eos_id`` over a fast HF tokenizer.
 
     ``kind`` is ``word`` (the toy world) or ``hf`` (a pretrained tokenizer).  ``bos_id`` is the tokenizer's
-    BOS, or its EOS when it has none (GPT-2's BOS is its EOS)."""
+    BOS, or its EOS when it has none (GPT-2's BOS is its EOS).  ``hf`` is the ``PreTrainedTokenizerFast``.
+    A word-level tokenizer encodes and decodes with its Rust ``tokenizers`` model directly and builds the
+    ``PreTrainedTokenizerFast`` only when asked for it (importing ``transformers`` costs ~1 s in every
+    workflow job, and the two give the same ids and text: a test checks it)."""
 
-    def __init__(self, hf, kind: str):
-        if hf.mask_token_id is None:
-            raise ValueError("the tokenizer has no mask token (use word_tokenizer or hf_tokenizer)")
-        if hf.eos_token_id is None:
-            raise ValueError("the tokenizer has no EOS token")
-        self.hf, self.kind = hf, kind
-        self.mask_id = hf.mask_token_id
-        self.eos_id = hf.eos_token_id
-        self.bos_id = hf.bos_token_id if hf.bos_token_id is not None else self.eos_id
-        self.vocab_size = len(hf)
+    def __init__(self, kind: str, hf=None, rust=None, specials: dict | None = None):
+        if hf is None and rust is None:
+            raise ValueError("give a PreTrainedTokenizerFast (hf) or a word-level Rust tokenizer and its specials")
+        self.kind, self._hf, self._rust = kind, hf, rust
+        if hf is not None:
+            if hf.mask_token_id is None:
+                raise ValueError("the tokenizer has no mask token (use word_tokenizer or hf_tokenizer)")
+            if hf.eos_token_id is None:
+                raise ValueError("the tokenizer has no EOS token")
+            self.specials = {"mask_token": hf.mask_token, "eos_token": hf.eos_token, "bos_token": hf.bos_token}
+            self.mask_id, self.eos_id = hf.mask_token_id, hf.eos_token_id
+            self.bos_id = hf.bos_token_id if hf.bos_token_id is not None else self.eos_id
+            self.vocab_size = len(hf)
+        else:
+            self.specials = dict(specials)
+            self.mask_id, self.eos_id, self.bos_id = (rust.token_to_id(self.specials[k]) for k in
+                                                      ("mask_token", "eos_token", "bos_token"))
+            self.vocab_size = rust.get_vocab_size()
+
+    @property
+    def hf(self):
+        """The ``transformers.PreTrainedTokenizerFast`` (built on first use for a word-level tokenizer)."""
+        if self._hf is None:
+            from transformers import PreTrainedTokenizerFast
+
+            self._hf = PreTrainedTokenizerFast(tokenizer_object=self._rust, clean_up_tokenization_spaces=False,
+                                               **self.specials)
+        return self._hf
 
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0]
@@ -45,33 +66,42 @@ class Tokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text (no special tokens added); an out-of-vocabulary word is a ``ValueError`` naming it."""
         try:
+            if self._rust is not None:
+                return [e.ids for e in self._rust.encode_batch(list(texts), add_special_tokens=False)]
             return self.hf(list(texts), add_special_tokens=False)["input_ids"]
         except Exception as e:  # WordLevel without an unknown token refuses unknown words
             if self.kind != "word":
                 raise
-            vocab = self.hf.get_vocab()
+            vocab = self._rust.get_vocab()
             unknown = sorted({w for t in texts for w in t.split() if w not in vocab})
             raise ValueError(f"word {unknown[0]!r} is not in the vocabulary" if unknown else str(e)) from None
 
     def decode(self, ids) -> str:
         """Text of ``ids``; mask ids are dropped (a finished sample has none)."""
-        return self.hf.decode([int(i) for i in ids if int(i) != self.mask_id], clean_up_tokenization_spaces=False)
+        ids = [int(i) for i in ids if int(i) != self.mask_id]
+        if self._rust is not None:
+            return self._rust.decode(ids, skip_special_tokens=False)
+        return self.hf.decode(ids, clean_up_tokenization_spaces=False)
 
     @property
     def tokens(self) -> list[str]:
         """Every token string in id order."""
+        if self._rust is not None:
+            return [self._rust.id_to_token(i) for i in range(self.vocab_size)]
         return self.hf.convert_ids_to_tokens(list(range(self.vocab_size)))
 
     def info(self) -> dict:
-        fp = hashlib.sha256(json.dumps(sorted(self.hf.get_vocab().items())).encode()).hexdigest()[:16]
+        vocab = self._rust.get_vocab() if self._rust is not None else self.hf.get_vocab()
+        fp = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:16]
         return dict(kind=self.kind, vocab_size=self.vocab_size, mask_id=self.mask_id, bos_id=self.bos_id,
                     eos_id=self.eos_id, fingerprint=fp)
 
     def save(self, out_dir) -> None:
+        """``save_pretrained`` (``tokenizer.json`` + configs) and the kind and special tokens (``unie_tokenizer.json``)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.hf.save_pretrained(out)
-        (out / META).write_text(json.dumps({"kind": self.kind}))
+        (out / META).write_text(json.dumps({"kind": self.kind, "specials": self.specials}))
 
     def __repr__(self) -> str:
         return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, mask={self.mask_id}, eos={self.eos_id})"
@@ -81,7 +111,6 @@ def word_tokenizer(words: list[str]) -> Tokenizer:
     """The toy world's word-level tokenizer: ``words`` in id order, then ``<eos>``, ``<bos>``, ``<mask>``."""
     from tokenizers import Tokenizer as RustTokenizer
     from tokenizers import models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     specials = {EOS, BOS, MASK}
     if any(w in specials for w in words):
@@ -93,9 +122,8 @@ def word_tokenizer(words: list[str]) -> Tokenizer:
     vocab = {w: i for i, w in enumerate(list(words) + [EOS, BOS, MASK])}
     rust = RustTokenizer(models.WordLevel(vocab, unk_token=None))
     rust.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    hf = PreTrainedTokenizerFast(tokenizer_object=rust, eos_token=EOS, bos_token=BOS, mask_token=MASK,
-                                 clean_up_tokenization_spaces=False)
-    return Tokenizer(hf, "word")
+    rust.add_special_tokens([EOS, BOS, MASK])
+    return Tokenizer("word", rust=rust, specials={"eos_token": EOS, "bos_token": BOS, "mask_token": MASK})
 
 
 def hf_tokenizer(path) -> Tokenizer:
@@ -110,7 +138,7 @@ def hf_tokenizer(path) -> Tokenizer:
         raise ValueError(f"tokenizer at {p} is not a fast (Rust) tokenizer")
     if hf.mask_token_id is None:
         hf.add_special_tokens({"mask_token": HF_MASK})
-    tok = Tokenizer(hf, "hf")
+    tok = Tokenizer("hf", hf=hf)
     tok.path = str(p)
     return tok
 
@@ -120,11 +148,11 @@ def load_tokenizer(path) -> Tokenizer:
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"tokenizer directory {p} does not exist")
-    kind = json.loads((p / META).read_text())["kind"] if (p / META).exists() else "hf"
-    if kind == "word":
-        from transformers import PreTrainedTokenizerFast
+    meta = json.loads((p / META).read_text()) if (p / META).exists() else {"kind": "hf"}
+    if meta["kind"] == "word":
+        from tokenizers import Tokenizer as RustTokenizer
 
-        tok = Tokenizer(PreTrainedTokenizerFast.from_pretrained(str(p), local_files_only=True), "word")
+        tok = Tokenizer("word", rust=RustTokenizer.from_file(str(p / "tokenizer.json")), specials=meta["specials"])
         tok.path = str(p)
         return tok
     return hf_tokenizer(p)

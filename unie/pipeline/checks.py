@@ -29,20 +29,40 @@ def run_steps(config: dict, run: str) -> list[int]:
     return list(spec.get("steps", config["sampling"]["steps"]))
 
 
-def figure_runs(config: dict) -> dict:
-    """The sampling runs Figure 2 needs (``fig2_{energy}_{context}``), generated from its compact spec."""
+def _fig2_spec(fig: dict, energy: str, context: str) -> dict:
+    models = {"dlm": fig["dlm"]} if context == "exact" else {"dlm": fig["dlm"], "proxy": fig["proxy"]}
+    return {"sampler": "energy", "models": models,
+            "options": {"energy": energy, "K": fig["K"], "w": fig["w"], "ar_context": context}}
+
+
+def fig2_runs(config: dict) -> dict:
+    """Figure 2's sampling run per curve: context -> energy -> run name.  A curve whose sampler, models and
+    options are exactly those of a configured run (e.g. Uni-E with the mask-aware proxy = Table 2's
+    Uni-EDLM-AR) reuses that run's samples; the others get a generated run ``fig2_{energy}_{context}``."""
     fig = config.get("figures", {}).get("fig2_ablation")
     if not fig:
         return {}
-    runs = {}
+    own = {name: spec for name, spec in config["sampling"]["runs"].items() if not name.startswith("fig2_")}
+    out = {}
     for context in fig["contexts"]:
         for energy in fig["energies"].values():
-            models = {"dlm": fig["dlm"]} if context == "exact" else {"dlm": fig["dlm"], "proxy": fig["proxy"]}
-            spec = {"sampler": "energy", "models": models,
-                    "options": {"energy": energy, "K": fig["K"], "w": fig["w"], "ar_context": context}}
-            if "n_samples" in fig:
-                spec["n_samples"] = fig["n_samples"]
-            runs[f"fig2_{energy}_{context}"] = spec
+            spec = _fig2_spec(fig, energy, context)
+            same = [n for n, r in own.items() if {k: r.get(k, {}) for k in spec} == spec]
+            out.setdefault(context, {})[energy] = same[0] if same else f"fig2_{energy}_{context}"
+    return out
+
+
+def figure_runs(config: dict) -> dict:
+    """The sampling runs Figure 2 adds (``fig2_{energy}_{context}``), generated from its compact spec."""
+    fig = config.get("figures", {}).get("fig2_ablation")
+    runs = {}
+    for context, by_energy in fig2_runs(config).items():
+        for energy, name in by_energy.items():
+            if name.startswith("fig2_"):
+                spec = _fig2_spec(fig, energy, context)
+                if "n_samples" in fig:
+                    spec["n_samples"] = fig["n_samples"]
+                runs[name] = spec
     return runs
 
 

@@ -27,7 +27,8 @@ def genppl_frame(records: list[dict]) -> pd.DataFrame:
 def fig2_ablation(fig: dict, records: list[dict]):
     """Gen PPL vs steps for no energy, Inv-E only, Ind-E only and Uni-E; one panel per ``ar_context``.
 
-    ``fig`` is ``config['figures']['fig2_ablation']``; ``records`` the Gen PPL results of its runs.
+    ``fig`` is ``config['figures']['fig2_ablation']`` plus ``runs``: context -> energy -> the sampling run of
+    that curve (:func:`unie.pipeline.checks.fig2_runs`); ``records`` the Gen PPL results of its runs.
     Error bars: ±2 s.e. of the pooled NLL, mapped to perplexity.  Returns ``(figure, points)``."""
     import matplotlib
 
@@ -40,7 +41,7 @@ def fig2_ablation(fig: dict, records: list[dict]):
     contexts = fig["contexts"]
     curves = {"No energy": lambda ctx: fig["baseline"]}
     for label, energy in fig["energies"].items():
-        curves[label] = lambda ctx, e=energy: f"fig2_{e}_{ctx}"
+        curves[label] = lambda ctx, e=energy: fig["runs"][ctx][e]
     out = []
     figure, axes = plt.subplots(1, len(contexts), figsize=(4.2 * len(contexts), 3.4), sharey=True, squeeze=False)
     for ax, ctx in zip(axes[0], contexts):

@@ -5,6 +5,7 @@ import os
 from unie.pipeline.checks import (
     check_config,
     expand_config,
+    fig2_runs,
     likelihood_sources,
     partner_models,
     run_n_samples,

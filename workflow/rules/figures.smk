@@ -3,7 +3,7 @@
 
 def fig2_inputs(wc):
     fig = config["figures"]["fig2_ablation"]
-    runs = [fig["baseline"]] + [f"fig2_{e}_{c}" for c in fig["contexts"] for e in fig["energies"].values()]
+    runs = [fig["baseline"]] + [run for by_energy in fig2_runs(config).values() for run in by_energy.values()]
     files = {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
     return {**files, "dirs": result_dirs(files["genppl"] + files["samples"])}
 
@@ -18,7 +18,7 @@ rule fig2_ablation:
     log:
         "logs/figures/fig2_ablation.log",
     params:
-        fig=config.get("figures", {}).get("fig2_ablation"),
+        fig=dict(config.get("figures", {}).get("fig2_ablation") or {}, runs=fig2_runs(config)),
     localrule: True
     script:
         "../scripts/fig2.py"
