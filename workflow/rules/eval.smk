@@ -3,6 +3,7 @@
 
 
 rule ppl:
+    priority: 10  # long jobs first, so that short sample jobs fill the end of the run
     input:
         model=lambda wc: model_files(wc.ppl_model),
         tokenizer="resources/tokenizer",
@@ -56,6 +57,7 @@ def estimator_inputs(wc):
 
 rule ppl_energy:
     # EDLM / Uni-EDLM rows of Table 1: the NELBO with the energy-corrected conditional (Eq. uni_edlm)
+    priority: 10  # long jobs first, so that short sample jobs fill the end of the run
     input:
         unpack(estimator_inputs),
     output:

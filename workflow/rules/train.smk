@@ -18,6 +18,7 @@ def train_inputs(wc):
 
 
 rule train:
+    priority: 20  # every other job waits for a model: train first
     input:
         unpack(train_inputs),
     output:
