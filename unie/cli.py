@@ -81,12 +81,12 @@ def _parse_value(v: str):
 def cmd_sample(args) -> int:
     import torch
 
+    import unie  # noqa: F401
+
     from .core.registry import SAMPLERS
     from .data.tokenizer import load_tokenizer
     from .pipeline.models import load_wrapped
     from .pipeline.sample import oracle_models
-
-    import unie  # noqa: F401
 
     entry = SAMPLERS[args.sampler]
     options = entry.options({k: _parse_value(v) for k, v in (o.split("=", 1) for o in args.option)}, where="--option")

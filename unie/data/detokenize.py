@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-
 # A rule is (pattern, replacement, is_regex).  Plain rules use str.replace (all non-overlapping
 # occurrences, left to right); regex rules use re.sub.
 Rule = tuple[str, str, bool]

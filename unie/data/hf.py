@@ -17,7 +17,6 @@ from pathlib import Path
 
 from .detokenize import get_detokenizer
 
-
 # spec["format"] -> the `datasets` packaged builder that reads it
 LOCAL_FORMATS = {"parquet": "parquet", "json": "json", "jsonl": "json", "text": "text"}
 _SUFFIXES = {"parquet": (".parquet",), "json": (".json", ".jsonl"), "text": (".txt", ".text")}

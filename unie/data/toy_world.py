@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 SCENES = ("cat", "dog", "car", "cook", "bird", "ship", "farm", "school")
 
 SCENE_WORDS = {

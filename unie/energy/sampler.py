@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.gumbel import gumbel_argmax, uniform
 from ..core.config import ConfigError, make_options
+from ..core.gumbel import gumbel_argmax, uniform
 from ..core.registry import ENERGIES, register_sampler
 from ..core.sampling import in_batches, time_grid
-from ..core.schedule import make_schedule, Schedule
-from .energies import AR_CONTEXTS, SELECTIONS, energy as energy_fn, select
+from ..core.schedule import Schedule, make_schedule
 from ..methods.mdlm import CachedDenoiser, fill_remaining, mdlm_step, reveal_mask, transition
+from .energies import AR_CONTEXTS, SELECTIONS, select
+from .energies import energy as energy_fn
 
 
 def propose(logp: torch.Tensor, xt: torch.Tensor, K: int, mask_id: int, generator) -> torch.Tensor:

@@ -82,9 +82,9 @@ import torch.nn.functional as F
 from ..core.config import ConfigError, make_options
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
-from ..core.schedule import antithetic_t, make_schedule, Schedule
+from ..core.schedule import Schedule, antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
-from .mdlm import block_logits, CachedDenoiser, fill_remaining, mdlm_step, q_xt, subs_logp
+from .mdlm import CachedDenoiser, block_logits, fill_remaining, mdlm_step, q_xt, subs_logp
 
 
 # ---------------------------------------------------------------------- attention pattern (§4.2)

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.gumbel import gumbel_argmax
 from ..core.config import make_options
+from ..core.gumbel import gumbel_argmax
 from ..core.registry import register_sampler
 from ..core.sampling import in_batches, time_grid
-from ..core.schedule import make_schedule, Schedule
+from ..core.schedule import Schedule, make_schedule
 from .mdlm import fill_remaining, subs_logp
 
 

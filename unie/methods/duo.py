@@ -103,9 +103,8 @@ from ..core.config import ConfigError, make_options
 from ..core.gumbel import gumbel_argmax, uniform
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
-from ..core.schedule import antithetic_t, make_schedule, Schedule
+from ..core.schedule import Schedule, antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
-
 
 # The reference's curriculum range (scripts/train_owt_duo.sh) and the vocabulary it was tuned for.
 REF_GAMMA_MIN, REF_GAMMA_MAX, REF_VOCAB = -3.55, -1.85, 50257

@@ -54,13 +54,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.gumbel import gumbel_argmax, uniform
 from ..core.config import ConfigError, make_options
+from ..core.gumbel import gumbel_argmax, uniform
 from ..core.registry import register_sampler
 from ..core.sampling import in_batches, time_grid
-from ..core.schedule import make_schedule, Schedule
+from ..core.schedule import Schedule, make_schedule
 from .mdlm import CachedDenoiser, fill_remaining
-
 
 STRATEGIES = ("cap", "rescale", "cap_rescale")
 

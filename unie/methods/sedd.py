@@ -62,11 +62,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.gumbel import gumbel_argmax
 from ..core.config import make_options
+from ..core.gumbel import gumbel_argmax
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
-from ..core.schedule import antithetic_t, make_schedule, Schedule
+from ..core.schedule import Schedule, antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
 from .mdlm import MDLMOptions, q_xt
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..core.config import from_dict, ModelConfig
+from ..core.config import ModelConfig, from_dict
 from ..core.registry import BACKBONES
 
 

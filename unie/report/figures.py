@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-
 CONTEXT_TITLES = {"teacher_forced": "AR context: teacher forced", "masked": "AR context: masked state",
                   "exact": r"AR context: exact $\pi$ (oracle)"}
 

@@ -13,7 +13,6 @@ import json
 
 import pandas as pd
 
-
 DOMAIN_LABELS = {"owt": "OWT", "ptb": "PTB", "wikitext": "WikiText", "lm1b": "LM1B", "lambada": "Lambada",
                  "ag_news": "AG News", "pubmed": "Pubmed", "arxiv": "Arxiv"}
 DASH = "--"
