@@ -31,6 +31,7 @@ include: "workflow/rules/sample.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/hf.smk"
+include: "workflow/rules/dllm.smk"
 
 
 rule all:
@@ -47,6 +48,11 @@ rule table1:
 rule table2:
     input:
         "results/tables/table2_genppl.tex",
+
+
+rule table3:
+    input:
+        "results/tables/table3_dllm.tex",
 
 
 rule fig2:

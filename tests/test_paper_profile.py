@@ -443,7 +443,11 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
         res = re.search(r"resources: (.*)", block).group(1)
         assert "gpu=1" in res and "slurm_partition=gpu" in res and "mem_mb=128000" in res
     hf = _job_blocks(out, "download_hf_model")
-    assert sorted(re.search(r"hf_model=(\w+)", b).group(1) for b in hf) == ["gpt2_large", "llama2", "llama3"]
+    assert sorted(re.search(r"hf_model=(\w+)", b).group(1) for b in hf) == sorted(_paper_config()["hf_models"])
+    # Table 3: one lm-eval run per row on the Hugging Face DLLMs, AR rows and proxy, nothing trained
+    evals = _job_blocks(out, "dllm_eval")
+    assert len(evals) == len(_paper_config()["dllm"]["rows"]) and not _job_blocks(out, "dllm_train")
+    assert _job_blocks(out, "table3_dllm") and not _job_blocks(out, "dllm_tasks")
     downloads = {re.search(r"domain=(\w+), split=(\w+)", b).groups() for b in _job_blocks(out, "download")}
     # OWT train, OWT valid (the NCE dev split) and the `test` split of all 8 domains
     assert ("owt", "train") in downloads and ("owt", "valid") in downloads and ("lambada", "test") in downloads

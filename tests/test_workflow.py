@@ -172,3 +172,30 @@ def test_bad_config_fails_before_any_job(tmp_path, mutate, expected):
     assert r.returncode != 0
     assert expected in out, out[-3000:]
     assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()
+
+
+def test_table3_cells_are_lm_eval_values(smoke_run):
+    """Every Table 3 cell equals the metric lm-eval wrote in its own results JSON (x 100), and the JSON kept
+    under results/dllm/rows/{row}/ is byte-identical to the results_*.json lm-eval's tracker wrote."""
+    from unie.data.tasks import PRIMARY_METRIC
+
+    df = pd.read_csv(smoke_run / "results" / "tables" / "table3_dllm.csv")
+    rows = sorted(df.row.unique())
+    assert rows == sorted(["proxy", "llada", "llada_uni", "dream", "dream_ind"])
+    for row in rows:
+        d = smoke_run / "results" / "dllm" / "rows" / row
+        kept = (d / "results.json").read_bytes()
+        written = list(d.rglob("results_*.json"))
+        assert len(written) == 1 and written[0].read_bytes() == kept
+        res = json.loads(kept)
+        assert res["lm_eval_version"] == "0.4.13"
+        for _, cell in df[df.row == row].iterrows():
+            m = f"{PRIMARY_METRIC[cell.task]},none"
+            assert cell.metric == m
+            assert cell.value == pytest.approx(100 * res["results"][cell.task][m], abs=1e-9)
+            assert res["n-samples"][cell.task]["effective"] == 8
+        assert list(d.rglob("samples_toy_mbpp_*.jsonl"))  # --log_samples
+        tp = json.loads((d / "throughput.json").read_text())
+        assert tp["warmup_excluded"] and tp["requests"] == 7 * 8 and tp["tokens_per_s"] > 0
+    tex = (smoke_run / "results" / "tables" / "table3_dllm.tex").read_text()
+    assert "MATH500" in tex and "+Uni-Energy" in tex

@@ -44,3 +44,48 @@ class Method(Protocol):
 
     def wrap(self, net: torch.nn.Module):
         """The trained network as the object samplers and estimators use (a :class:`Denoiser`, a :class:`Proxy`, ...)."""
+
+
+# ---------------------------------------------------------------------- the DLLM half (Table 3)
+@runtime_checkable
+class DLLMBackbone(Protocol):
+    """A diffusion LLM (LLaDA-like, Dream-like, or a Hugging Face checkpoint) as Algorithm 3 reads it.
+
+    ``logits(x)`` is *aligned*: position ``i``'s logits predict token ``i`` (a Dream-style model's shifted
+    logits are re-aligned inside); the mask is never predicted by the caller's normalisation."""
+
+    mask_id: int
+    eos_id: int
+    tokenizer: object  # unie.data.tokenizer.Tokenizer
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` int64 (masks included) -> ``(B, L, V)`` float32."""
+
+
+@runtime_checkable
+class CausalLM(Protocol):
+    """An autoregressive LM (the proxy, or an AR row of Table 3): Hugging Face's causal convention."""
+
+    bos_id: int
+    eos_id: int
+    tokenizer: object  # unie.data.tokenizer.Tokenizer
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L)`` -> ``(N, L, V)``: ``logits[:, i]`` scores token ``i + 1`` given ``x[:, :i+1]``."""
+
+
+@runtime_checkable
+class TextDecoder(Protocol):
+    """What the lm-eval adapter (:mod:`unie.lmeval`) drives: prompts in, completions out.
+
+    ``generate`` returns the completion texts (cut at the model's end of sequence, not yet at lm-eval's
+    ``until`` strings) and counters ``{"nfe": int, "generated_tokens": int}`` for that call;
+    ``loglikelihood`` returns ``log p(continuation | context)`` per pair (an MC-ELBO for a DLLM)."""
+
+    name: str
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
+        ...
+
+    def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
+        ...

@@ -24,6 +24,7 @@ T = TypeVar("T")
 MODEL_KINDS = {
     "absorbing": "masked diffusion denoiser with SUBS (logp_x0)",
     "ar": "autoregressive model (token_logp, logp_next, sample)",
+    "dllm": "diffusion LLM mask predictor with aligned logits (Table 3's LLaDA-like and Dream-like)",
     "sedd": "SEDD score model (log_score)",
     "duo": "uniform-state denoiser (x_theta)",
     "bd3lm": "block diffusion denoiser (evaluate, logp_block)",

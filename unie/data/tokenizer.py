@@ -17,7 +17,7 @@ import hashlib
 import json
 from pathlib import Path
 
-EOS, BOS, MASK = "<eos>", "<bos>", "<mask>"
+EOS, BOS, MASK, UNK = "<eos>", "<bos>", "<mask>", "<unk>"
 HF_MASK = "<|mask|>"  # the mask token appended to a Hugging Face vocabulary that has none
 META = "unie_tokenizer.json"  # which kind of tokenizer a directory holds (word or hf)
 
@@ -71,10 +71,27 @@ class Tokenizer:
             return self.hf(list(texts), add_special_tokens=False)["input_ids"]
         except Exception as e:  # WordLevel without an unknown token refuses unknown words
             if self.kind != "word":
-                raise
+                raise ValueError(f"cannot encode with the {self.kind} tokenizer: {e}") from None
             vocab = self._rust.get_vocab()
             unknown = sorted({w for t in texts for w in t.split() if w not in vocab})
             raise ValueError(f"word {unknown[0]!r} is not in the vocabulary" if unknown else str(e)) from None
+
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """``(ids, char offsets)`` of each text (no special tokens): token ``k`` covers ``text[a:b]``."""
+        if self._rust is not None:
+            self.encode_batch(texts)  # a clear error for an out-of-vocabulary word
+            return [(e.ids, list(e.offsets)) for e in self._rust.encode_batch(list(texts), add_special_tokens=False)]
+        enc = self.hf(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+        return [(ids, [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+
+    def surfaces(self) -> list[str]:
+        """The text each id adds when it follows another token (``" word"``, ``" ba"``, ``"k"``): decoding is the
+        concatenation of surfaces, less the first one's leading space (cached)."""
+        if getattr(self, "_surfaces", None) is None:
+            anchor = next(i for i in range(self.vocab_size) if i not in (self.eos_id, self.bos_id, self.mask_id))
+            base = self.decode([anchor])
+            self._surfaces = [self.decode([anchor, i])[len(base):] for i in range(self.vocab_size)]
+        return self._surfaces
 
     def decode(self, ids) -> str:
         """Text of ``ids``; mask ids are dropped (a finished sample has none)."""
@@ -107,23 +124,43 @@ class Tokenizer:
         return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, mask={self.mask_id}, eos={self.eos_id})"
 
 
-def word_tokenizer(words: list[str]) -> Tokenizer:
-    """The toy world's word-level tokenizer: ``words`` in id order, then ``<eos>``, ``<bos>``, ``<mask>``."""
+def word_tokenizer(words: list[str], unk: bool = False) -> Tokenizer:
+    """The toy world's word-level tokenizer: ``words`` in id order, then ``<eos>``, ``<bos>``, ``<mask>`` (and
+    ``<unk>`` with ``unk=True``: the DLLM half's proxy must read any text a DLLM with another tokenizer writes,
+    including words that do not exist; without it an unknown word is an error)."""
     from tokenizers import Tokenizer as RustTokenizer
     from tokenizers import models, pre_tokenizers
 
-    specials = {EOS, BOS, MASK}
+    specials = {EOS, BOS, MASK, UNK}
     if any(w in specials for w in words):
         raise ValueError("word list must not contain the special tokens")
     if len(set(words)) != len(words):
         raise ValueError("word list has duplicates")
     if any(not w or w.split() != [w] for w in words):
         raise ValueError("words must be non-empty and contain no whitespace")
-    vocab = {w: i for i, w in enumerate(list(words) + [EOS, BOS, MASK])}
-    rust = RustTokenizer(models.WordLevel(vocab, unk_token=None))
+    extra = [EOS, BOS, MASK] + ([UNK] if unk else [])
+    vocab = {w: i for i, w in enumerate(list(words) + extra)}
+    rust = RustTokenizer(models.WordLevel(vocab, unk_token=UNK if unk else None))
     rust.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    rust.add_special_tokens([EOS, BOS, MASK])
+    rust.add_special_tokens(extra)
     return Tokenizer("word", rust=rust, specials={"eos_token": EOS, "bos_token": BOS, "mask_token": MASK})
+
+
+def bpe_tokenizer(texts, vocab_size: int) -> Tokenizer:
+    """A byte-pair-encoding tokenizer trained with the ``tokenizers`` library on ``texts`` (the LLaDA-like
+    model's: it splits words differently from the word-level one, so Algorithm 3 must bridge the two).
+
+    Metaspace pre-tokenisation (a piece never crosses a space; ``▁`` marks a word start), the three
+    specials ``<eos>``, ``<bos>``, ``<mask>`` first; deterministic for the same texts."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    rust = RustTokenizer(models.BPE(unk_token=None))
+    rust.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    rust.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, BOS, MASK], show_progress=False)
+    rust.train_from_iterator(texts, trainer=trainer)
+    return Tokenizer("bpe", rust=rust, specials={"eos_token": EOS, "bos_token": BOS, "mask_token": MASK})
 
 
 def hf_tokenizer(path) -> Tokenizer:
@@ -149,10 +186,10 @@ def load_tokenizer(path) -> Tokenizer:
     if not p.is_dir():
         raise FileNotFoundError(f"tokenizer directory {p} does not exist")
     meta = json.loads((p / META).read_text()) if (p / META).exists() else {"kind": "hf"}
-    if meta["kind"] == "word":
+    if meta["kind"] in ("word", "bpe"):
         from tokenizers import Tokenizer as RustTokenizer
 
-        tok = Tokenizer("word", rust=RustTokenizer.from_file(str(p / "tokenizer.json")), specials=meta["specials"])
+        tok = Tokenizer(meta["kind"], rust=RustTokenizer.from_file(str(p / "tokenizer.json")), specials=meta["specials"])
         tok.path = str(p)
         return tok
     return hf_tokenizer(p)

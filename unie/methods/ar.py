@@ -25,17 +25,19 @@ import torch.nn.functional as F
 from ..core.config import make_options
 from ..core.gumbel import gumbel_argmax, uniform
 from ..core.registry import METHODS, register_sampler
+from ..data.dllm_format import split_rows
 from ..data.tokenizer import blocked_ids
 
 
 class ARModel:
     """A trained causal network with the proxy/evaluator interface (``logp_next``, ``log_prob``, ``sample``)."""
 
-    def __init__(self, net, bos_id: int, mask_id: int | None = None, blocked=None):
+    def __init__(self, net, bos_id: int, mask_id: int | None = None, blocked=None, eos_id: int | None = None):
         """``blocked``: ids never predicted (default: the mask and ``bos_id``, for a tokenizer whose BOS is an
         input-only token; pass :func:`~unie.data.tokenizer.blocked_ids` of the tokenizer)."""
         self.net = net
         self.bos_id = bos_id
+        self.eos_id = eos_id
         self.mask_id = mask_id
         self.blocked = tuple(i for i in (mask_id, bos_id) if i is not None) if blocked is None else tuple(blocked)
         self.vocab_size = net.cfg.vocab_size
@@ -52,6 +54,33 @@ class ARModel:
             block[list(self.blocked)] = True
             logits = logits.masked_fill(block, -math.inf)
         return F.log_softmax(logits, dim=-1)
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Hugging Face's causal convention (:class:`~unie.core.protocols.CausalLM`): ``x`` ``(N, L)`` includes its
+        own ``<bos>``; ``logits[:, i]`` scores token ``i + 1`` (blocked ids at -inf)."""
+        x = x.to(self.net.device)
+        return self.normalise(self.net(x))
+
+    @torch.no_grad()
+    def greedy_continue(self, prompts: list[list[int]], gen_len: int) -> torch.Tensor:
+        """Greedy continuations ``(B, gen_len)`` of token-id prompts of any lengths (an AR row of Table 3).
+
+        Right-padded batch, one full forward per new token (a causal model's conditionals never see the
+        padding to their right); ties are broken by the lowest id (``argmax``), no sampling."""
+        lengths = torch.tensor([len(p) for p in prompts])
+        T = int(lengths.max()) + gen_len
+        fill = self.eos_id if self.eos_id is not None else self.bos_id
+        x = torch.full((len(prompts), T), fill, dtype=torch.long, device=self.net.device)
+        for b, p in enumerate(prompts):
+            x[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        rows = torch.arange(len(prompts), device=x.device)
+        pos = lengths.to(x.device)
+        for g in range(gen_len):
+            logp = self.logp_next(x[:, : int(pos.max()) + 1])
+            x[rows, pos] = logp[rows, pos].argmax(-1)
+            pos = pos + 1
+        return torch.stack([x[b, lengths[b]: lengths[b] + gen_len] for b in range(len(prompts))]).cpu()
 
     @torch.no_grad()
     def logp_next(self, ctx: torch.Tensor) -> torch.Tensor:
@@ -112,6 +141,7 @@ class AR:
     def __init__(self, tokenizer_info: dict, options: AROptions | dict | None = None, **kwargs):
         self.options = make_options(AROptions, options, "ar options", **kwargs)
         self.bos_id = tokenizer_info["bos_id"]
+        self.eos_id = tokenizer_info["eos_id"]
         self.mask_id = tokenizer_info["mask_id"]
         self.blocked = blocked_ids(tokenizer_info)
         self.mask_inputs = self.options.mask_inputs
@@ -122,9 +152,17 @@ class AR:
 
     def wrap(self, net) -> ARModel:
         """The trained network as a proxy/evaluator (``logp_next``, ``log_prob``, ``sample``)."""
-        return ARModel(net, self.bos_id, self.mask_id, self.blocked)
+        return ARModel(net, self.bos_id, self.mask_id, self.blocked, eos_id=self.eos_id)
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
+        """Mean next-token NLL over the targets: every position of pretraining rows ``(B, L)``, the loss-mask
+        positions of SFT rows ``(B, 2, L)`` (:mod:`unie.data.dllm_format`: the answer and its ``<eos>``)."""
+        if x0.dim() == 3:
+            x0, target = split_rows(x0)
+            model = self.wrap(net)
+            logp = model.normalise(net(model._inputs(x0)))
+            nll = -logp.gather(-1, x0[..., None]).squeeze(-1)
+            return torch.where(target, nll, torch.zeros_like(nll)).sum() / target.sum().clamp(min=1)
         ctx = x0
         if self.mask_inputs:
             # half the batch keeps a clean context so the plain teacher-forced use stays in distribution

@@ -253,6 +253,7 @@ def check_config(config: dict) -> None:
             why = (f"method {models[src]['method']!r} has no likelihood; add a `likelihood:` entry for it"
                    if src in models else f"unknown source {src!r}")
             _err(f"tables.table1_ppl.{label}", f"{why}; usable: {', '.join(sources)}")
+    check_dllm(config)
     for label, run in config["tables"]["table2_genppl"].items():
         if run not in runs:
             _err(f"tables.table2_genppl.{label}", f"unknown sampling run {run!r}; defined: {', '.join(runs)}")
@@ -265,3 +266,80 @@ def check_config(config: dict) -> None:
         for label, e in fig["energies"].items():
             if e not in ENERGIES:
                 _err(f"figures.fig2_ablation.energies.{label}", ENERGIES.unknown_message(e))
+
+
+def check_dllm(config: dict) -> None:
+    """Cross-checks of ``config['dllm']`` (Table 3), before any job: task names, methods and their options,
+    ``init_from`` targets, rows' models and proxies, decoding and energy options, Hugging Face rows'
+    ``trust_remote_code``.  Each error names its key."""
+    import dataclasses
+
+    from ..core.config import from_dict
+    from ..core.registry import METHODS
+    from ..data.tasks import TASKS
+    from ..energy.dllm import DLLMEnergyOptions
+    from ..methods.dllm import DecodeOptions
+    from .dllm import LAYOUTS
+
+    d = config.get("dllm")
+    if not d:
+        return
+    toy_tasks = d["tasks"].get("source", "toy") == "toy"
+    for i, t in enumerate(d["tasks"]["names"]):
+        if toy_tasks and t not in TASKS:
+            _err(f"dllm.tasks.names[{i}]", f"unknown task {t!r}; known: {', '.join(TASKS)}")
+        if not toy_tasks:
+            for key in ("metrics", "columns"):
+                if t not in d["tasks"].get(key, {}):
+                    _err(f"dllm.tasks.{key}", f"built-in task {t!r} needs an entry (its lm-eval result key / column)")
+    models = d.get("models", {})
+    for name, spec in models.items():
+        where = f"dllm.models.{name}"
+        if spec["method"] not in LAYOUTS:
+            _err(f"{where}.method", f"{spec['method']!r} is not a DLLM-half method; known: {', '.join(LAYOUTS)}")
+        from_dict(METHODS[spec["method"]].Options, spec.get("options", {}), f"{where}.options")
+        init = spec.get("init_from")
+        if init and init not in models and init not in config.get("models", {}):
+            _err(f"{where}.init_from", f"unknown model {init!r} (neither in dllm.models nor in models)")
+        if init == name:
+            _err(f"{where}.init_from", "a model cannot start from itself")
+    try:
+        base = from_dict(DecodeOptions, d["decoding"], "dllm.decoding")
+    except ValueError as e:
+        _err("dllm.decoding", str(e))
+    energy = d.get("energy", {})
+    hf = set(config.get("hf_models", {}))
+    dec_fields = {f.name for f in dataclasses.fields(DecodeOptions)}
+    e_fields = {f.name for f in dataclasses.fields(DLLMEnergyOptions)}
+    for name, row in d["rows"].items():
+        where = f"dllm.rows.{name}"
+        for role in ("model", "proxy"):
+            m = row.get(role)
+            if m is None:
+                continue
+            if m in models:
+                if role == "proxy" and LAYOUTS[models[m]["method"]] != "ar":
+                    _err(f"{where}.proxy", f"{m!r} is not an autoregressive model")
+            elif m not in hf:
+                _err(f"{where}.{role}", f"unknown model {m!r}: not in dllm.models nor in hf_models")
+        if row.get("delta_to") and row["delta_to"] not in d["rows"]:
+            _err(f"{where}.delta_to", f"unknown row {row['delta_to']!r}")
+        opts = dict(row.get("options", {}))
+        unknown = sorted(set(opts) - dec_fields - e_fields - {"seed", "mc_num"})
+        if unknown:
+            _err(f"{where}.options", f"unknown option(s) {unknown}; decoding: {sorted(dec_fields)}, "
+                                     f"energy: {sorted(e_fields)}")
+        try:
+            from_dict(DecodeOptions, {**dataclasses.asdict(base), **{k: v for k, v in opts.items() if k in dec_fields}},
+                      f"{where}.options")
+            if row.get("proxy"):
+                from_dict(DLLMEnergyOptions, {**energy, **{k: v for k, v in opts.items() if k in e_fields}},
+                          f"{where}.options")
+            elif any(k in e_fields for k in opts):
+                _err(f"{where}.options", "energy options need a proxy (row key `proxy`)")
+        except ValueError as e:
+            if isinstance(e, ConfigError):
+                raise
+            _err(f"{where}.options", str(e))
+        if row.get("kind", "unie") != "unie" and row["model"] not in hf:
+            _err(f"{where}.kind", f"a Hugging Face row needs its model in hf_models, got {row['model']!r}")

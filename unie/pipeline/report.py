@@ -82,3 +82,28 @@ def partition_check(tex_path, csv_path):
     tex, summary = partition_table(df)
     write_table(tex, df, tex_path, csv_path)
     return summary
+
+
+def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path) -> str:
+    """Table 3 from the ``results/dllm/rows/{row}/results.json`` files (lm-eval's own JSON).  ``tasks``: config
+    ``dllm.tasks`` (toy tasks: metric and column from :mod:`unie.data.tasks`; built-in tasks: ``metrics`` and
+    ``columns`` from the config)."""
+    import json
+    from pathlib import Path
+
+    from ..data.tasks import PAPER_COLUMNS, PRIMARY_METRIC
+    from ..report.tables import table3 as build
+
+    results = {}
+    for p in result_paths:
+        name = Path(p).parent.name
+        results[name] = json.loads(Path(p).read_text())
+    missing = sorted(set(rows) - set(results))
+    if missing:
+        raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
+    names = list(tasks["names"])
+    metrics = tasks.get("metrics") or {t: f"{PRIMARY_METRIC[t]},none" for t in names}
+    columns = tasks.get("columns") or {t: PAPER_COLUMNS[t] for t in names}
+    tex, df = build(rows, names, results, metrics, columns)
+    write_table(tex, df, tex_path, csv_path)
+    return tex

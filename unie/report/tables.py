@@ -114,3 +114,57 @@ def partition_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
                      f"{r.V_pow_D} \\\\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines), summary
+
+
+def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: dict) -> tuple[str, pd.DataFrame]:
+    """Table 3: accuracy (%) per benchmark, the paper's column order, one row per Table 3 row.
+
+    ``rows``: row name -> ``{label, delta_to?}`` (config ``dllm.rows``); ``results``: row name -> lm-eval's
+    results JSON (parsed); ``metrics``: task -> lm-eval's result key ``<metric>,<filter>`` (``acc,none``,
+    ``exact_match,flexible-extract``); ``columns``: task -> the paper's column name.  A cell is that value x 100; an energy row
+    shows its delta to its backbone (``delta_to``) in green (gain) or red (loss), as the paper does; the CSV
+    holds lm-eval's standard error."""
+    records = []
+    for name, row in rows.items():
+        res = results[name]["results"]
+        for task in tasks:
+            m = metrics[task]
+            metric, filt = m.split(",", 1)
+            r = res[task]
+            se = r.get(f"{metric}_stderr,{filt}")
+            records.append({"row": name, "label": row["label"], "task": task, "column": columns[task],
+                            "metric": m, "value": 100 * float(r[m]),
+                            "stderr": 100 * float(se) if isinstance(se, (int, float)) else None,
+                            "n": results[name]["n-samples"][task]["effective"]})
+    df = pd.DataFrame.from_records(records)
+    avg = df.groupby("row", sort=False)["value"].mean()
+    for name, row in rows.items():
+        base = row.get("delta_to")
+        if base:
+            cur = df.loc[df.row == name, "value"].to_numpy()
+            ref = df.loc[df.row == base, "value"].to_numpy()
+            df.loc[df.row == name, "delta"] = cur - ref
+    head = " & ".join(["Methods"] + [columns[t] for t in tasks] + ["Avg."])
+    lines = [r"\begin{tabular}{l" + "c" * (len(tasks) + 1) + "}", r"\toprule", head + r" \\", r"\midrule"]
+    for name, row in rows.items():
+        cells = []
+        sub = df[df.row == name].set_index("task")
+        for t in tasks:
+            v = sub.loc[t, "value"]
+            cell = f"{v:.1f}"
+            if row.get("delta_to"):
+                d = sub.loc[t, "delta"]
+                colour = "green!50!black" if d > 0 else ("red" if d < 0 else "black")
+                cell += rf" \textcolor{{{colour}}}{{({d:+.1f})}}"
+            cells.append(cell)
+        a = avg[name]
+        if row.get("delta_to"):
+            d = a - avg[row["delta_to"]]
+            colour = "green!50!black" if d > 0 else ("red" if d < 0 else "black")
+            cells.append(f"{a:.1f}" + rf" \textcolor{{{colour}}}{{({d:+.1f})}}")
+        else:
+            cells.append(f"{a:.1f}")
+        label = row["label"].replace("%", r"\%")
+        lines.append(" & ".join([label] + cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n", df

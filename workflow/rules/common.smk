@@ -62,6 +62,8 @@ def final_outputs():
     ]
     if config["data"]["source"] == "toy":
         out += ["results/tables/partition_check.csv", "results/tables/partition_check.tex"]
+    if config.get("dllm"):
+        out += ["results/tables/table3_dllm.tex", "results/tables/table3_dllm.csv"]
     if config.get("figures", {}).get("fig2_ablation"):
         out += ["results/figures/fig2_ablation.pdf", "results/figures/fig2_ablation.png"]
     return out

@@ -1,0 +1,289 @@
+"""The DLLM half's pieces: layouts, LLaDA/Dream losses, the backbones' decoder, Algorithm 3, the tokenizer
+bridge, LLaDA's MC-ELBO and the decoders lm-eval drives (tiny random models, no training)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from unie.core.config import ConfigError, ModelConfig
+from unie.data.dllm_format import (
+    ar_sft_rows,
+    dllm_prompt_rows,
+    dllm_sft_rows,
+    split_rows,
+)
+from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
+from unie.energy.bridge import BridgeError, ProxyBridge
+from unie.energy.dllm import DLLMEnergyOptions, energy_decode, in_window
+from unie.energy.energies import energy as energy_fn
+from unie.methods.ar import AR
+from unie.methods.dllm import (
+    DLLM,
+    DecodeOptions,
+    Dream,
+    LLaDA,
+    decode,
+    mc_loglikelihood,
+    normalise,
+)
+from unie.models.transformer import Transformer
+
+WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",
+         "sort", "then", "A", "B"]
+TEXTS = ["question : the baker bakes the onion pie answer : 1 2", "question : sort [ 3 1 2 ] answer : [ 1 2 3 ]",
+         "question : the pie answer : A", "question : the onion answer : B"] * 20
+
+
+@pytest.fixture(scope="module")
+def word():
+    return word_tokenizer(WORDS, unk=True)
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    tok = bpe_tokenizer(TEXTS, 40)  # small: splits "baker", "bakes", "onion" into pieces
+    assert any(len(tok.encode(w)) > 1 for w in ("baker", "onion", "bakes"))
+    return tok
+
+
+def net_for(tok, causal=False, T=32, seed=0):
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=T,
+                                   causal=causal)).eval()
+
+
+def backbone(tok, shift=False, seed=0):
+    b = DLLM(net_for(tok, seed=seed), tok.info(), shift=shift)
+    b.tokenizer = tok
+    return b
+
+
+def proxy(tok, seed=1):
+    m = AR(tok.info()).wrap(net_for(tok, causal=True, seed=seed))
+    m.tokenizer = tok
+    return m
+
+
+PROMPTS = ["question : the baker bakes the pie answer :", "question : sort [ 3 1 ] answer :"]
+
+
+# ---------------------------------------------------------------------- layouts and losses
+def test_layouts(word):
+    x = dllm_sft_rows(word, PROMPTS, ["1 2", "[ 1 3 ]"], prompt_len=12, gen_len=8)
+    assert x.shape == (2, 2, 20)
+    tokens, target = split_rows(x)
+    assert (target[:, 12:]).all() and not target[:, :12].any()
+    assert tokens[0, 12:].tolist() == word.encode("1 2") + [word.eos_id] * 6
+    assert (tokens[:, :12] == word.bos_id).sum(-1).tolist() == [1, 1]  # one <bos> after the left pads
+    r = ar_sft_rows(word, PROMPTS, ["1 2", "[ 1 3 ]"], 20)
+    assert r[0, 1].tolist() == [0] * 9 + [1] * 3 + [0] * 8  # "1 2" and its <eos>
+    with pytest.raises(ValueError, match="does not fit"):
+        dllm_prompt_rows(word, PROMPTS, prompt_len=5, gen_len=8)
+
+
+def test_sft_loss_ignores_prompt_and_dream_shift(word):
+    net = net_for(word, T=20)
+    x = dllm_sft_rows(word, PROMPTS, ["1 2", "[ 1 3 ]"], 12, 8)
+    no_target = x.clone()
+    no_target[:, 1] = 0
+    g = torch.Generator().manual_seed(0)
+    assert LLaDA(word.info()).loss(net, no_target, g).item() == 0.0
+    assert LLaDA(word.info()).loss(net, x, torch.Generator().manual_seed(0)).item() > 0
+    raw = net(x[:, 0])
+    aligned = Dream(word.info()).wrap(net).logits(x[:, 0])
+    assert torch.equal(aligned[:, 1:], raw[:, :-1]) and torch.equal(aligned[:, 0], raw[:, 0])
+
+
+# ---------------------------------------------------------------------- the backbones' decoder
+@pytest.mark.parametrize("rule", ["low_confidence", "entropy"])
+def test_decode_commits_m_per_step_and_never_revises(word, rule):
+    b = backbone(word)
+    opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2, confidence=rule)
+    x = dllm_prompt_rows(word, PROMPTS, 12, 8)
+    out, stats = decode(b, x, opts)
+    assert stats["nfe"] == 4 and not (out == word.mask_id).any()
+    assert torch.equal(out[:, :12], x[:, :12])
+    # the states the backbone saw: m new tokens per iteration, inside the current block, never revised
+    seen = []
+
+    class Spy:
+        mask_id, blocked = b.mask_id, b.blocked
+
+        def logits(self, x):
+            seen.append(x.clone())
+            return b.logits(x)
+
+    again, _ = decode(Spy(), x, opts)
+    assert torch.equal(again, out) and len(seen) == 4
+    states = seen + [out]
+    for n in range(4):
+        new = (states[n] == word.mask_id) & (states[n + 1] != word.mask_id)
+        assert new.sum(-1).tolist() == [2, 2]
+        block = 12 + 4 * (n // 2)
+        assert new[:, block:block + 4].sum().item() == 4
+        keep = states[n] != word.mask_id
+        assert torch.equal(states[n + 1][keep], states[n][keep])
+
+
+def test_k1_and_w0_reproduce_the_backbone_bit_for_bit(word, bpe):
+    for tok, shift, rule in ((word, True, "entropy"), (bpe, False, "low_confidence")):
+        b, p = backbone(tok, shift=shift), proxy(word)
+        opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2, confidence=rule)
+        x = dllm_prompt_rows(tok, PROMPTS, 30, 8)
+        plain, _ = decode(b, x, opts)
+        for K, w in ((1, 1.0), (3, 0.0)):
+            out, stats = energy_decode(b, ProxyBridge(p, tok), x, opts, DLLMEnergyOptions(energy="uni", K=K, w=w),
+                                       torch.Generator().manual_seed(0))
+            assert torch.equal(out, plain), (K, w)
+        assert stats["window_iterations"] == 0
+
+
+def test_window_is_the_first_w_of_the_iterations():
+    assert [in_window(n, 4, 0.2) for n in range(4)] == [True, False, False, False]
+    assert [in_window(n, 4, 0.0) for n in range(4)] == [False] * 4
+    assert [in_window(n, 10, 0.2) for n in range(10)] == [True, True] + [False] * 8
+
+
+def test_algorithm3_changes_decoding_and_is_seeded(word, bpe):
+    b, p = backbone(bpe), proxy(word)
+    opts = DecodeOptions(gen_length=8, block_length=8, tokens_per_step=2)
+    x = dllm_prompt_rows(bpe, PROMPTS * 4, 30, 8)
+    e = DLLMEnergyOptions(energy="ind", K=3, w=1.0)
+    a, sa = energy_decode(b, ProxyBridge(p, bpe), x, opts, e, torch.Generator().manual_seed(0))
+    c, _ = energy_decode(b, ProxyBridge(p, bpe), x, opts, e, torch.Generator().manual_seed(0))
+    plain, _ = decode(b, x, opts)
+    assert torch.equal(a, c) and not (a == bpe.mask_id).any()
+    assert not torch.equal(a, plain)
+    assert sa["window_iterations"] == 4 and sa["proxy_forwards"] >= 4
+
+
+def test_energies_b2_k3_match_row_by_row(word, bpe):
+    """B=2, K=3: each row's energies equal those computed for that row alone (no mixing across B or K)."""
+    b, p = backbone(bpe), proxy(word)
+    x = dllm_prompt_rows(bpe, PROMPTS, 30, 8)
+    logp = normalise(b.logits(x), (bpe.mask_id, *b.blocked))
+    g = torch.Generator().manual_seed(3)
+    from unie.core.gumbel import gumbel_argmax
+
+    x0 = torch.stack([gumbel_argmax(logp, g) for _ in range(3)], 1)
+    x0 = torch.where(x[:, None] == bpe.mask_id, x0, x[:, None])
+    xs = torch.where(torch.arange(38) < 34, x0, x[:, None])
+    bridge = ProxyBridge(p, bpe)
+    for name in ("ind", "inv", "uni"):
+        for ctx in ("teacher_forced", "teacher_forced_carry_over"):
+            E = energy_fn(name, x, x0, xs, logp, bridge, ctx, bpe.mask_id)
+            assert E.shape == (2, 3) and torch.isfinite(E).all()
+            for r in range(2):
+                Er = energy_fn(name, x[r:r + 1], x0[r:r + 1], xs[r:r + 1], logp[r:r + 1], bridge, ctx, bpe.mask_id)
+                assert torch.allclose(E[r:r + 1], Er, atol=1e-9), (name, ctx)
+
+
+# ---------------------------------------------------------------------- the tokenizer bridge
+class UnigramAR:
+    """A proxy whose next-token distribution ignores the context: log p(word) is known exactly."""
+
+    def __init__(self, tok):
+        self.tokenizer, self.bos_id, self.eos_id = tok, tok.bos_id, tok.eos_id
+        g = torch.Generator().manual_seed(0)
+        self.table = torch.randn(tok.vocab_size, generator=g, dtype=torch.float64).log_softmax(-1)
+
+    def logits(self, x):
+        return self.table.expand(x.shape[0], x.shape[1], -1).clone()
+
+
+def test_bridge_maps_word_scores_to_the_last_piece(word, bpe):
+    ar = UnigramAR(word)
+    text = "the baker bakes the onion pie"
+    ids = [bpe.eos_id, bpe.bos_id] + bpe.encode(text) + [bpe.eos_id, bpe.eos_id]
+    pieces = [bpe.surfaces()[i] for i in ids]
+    lp = ProxyBridge(ar, bpe).position_logp(torch.tensor([ids]))[0]
+    # expected: each word's log p at the DLLM position of its last piece, <eos> at the first <eos>
+    expected = torch.zeros(len(ids), dtype=torch.float64)
+    words = text.split()
+    w = 0
+    for i in range(2, len(ids) - 2):
+        nxt = pieces[i + 1] if i + 1 < len(ids) - 2 else " "
+        if nxt.startswith(" ") or i == len(ids) - 3:
+            expected[i] = ar.table[word.encode(words[w])[0]]
+            w += 1
+    expected[len(ids) - 2] = ar.table[word.eos_id]
+    assert w == len(words)
+    assert torch.allclose(lp, expected)
+    assert len(ids) - 4 > len(words)  # the two tokenizers really split differently
+    # the same tokenizer on both sides: the identity map
+    wid = [word.bos_id] + word.encode(text) + [word.eos_id]
+    lpw = ProxyBridge(ar, word).position_logp(torch.tensor([wid]))[0]
+    assert torch.allclose(lpw[1:], ar.table[torch.tensor(wid[1:])])
+    # score_until cuts the scores (a word split by the cut is left to the block that completes it)
+    br = ProxyBridge(ar, bpe)
+    br.score_until = 5
+    assert (br.position_logp(torch.tensor([ids]))[0, 5:] == 0).all()
+
+
+def test_bridge_refuses_what_it_cannot_read(word, bpe):
+    small = word_tokenizer([w for w in WORDS if w != "onion"], unk=True)
+    br = ProxyBridge(UnigramAR(small), bpe)
+    with pytest.raises(BridgeError, match="onion"):
+        br.check(["question : the onion pie answer :"])
+    with pytest.raises(BridgeError, match="teacher-forced"):
+        br.token_logp(torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="cannot be read through a tokenizer bridge"):
+        DLLMEnergyOptions(ar_context="masked")
+
+
+# ---------------------------------------------------------------------- likelihood and AR decoding
+class FixedDLLM:
+    """Context-free mask predictor: every masked position has the same distribution q."""
+
+    def __init__(self, V, mask_id):
+        self.mask_id, self.blocked = mask_id, ()
+        self.q = torch.randn(V, generator=torch.Generator().manual_seed(1)).log_softmax(-1)
+        self.q[mask_id] = -30
+
+    def logits(self, x):
+        return self.q.expand(x.shape[0], x.shape[1], -1).clone()
+
+
+def test_mc_elbo_is_exact_for_a_context_free_model():
+    m = FixedDLLM(10, 9)
+    q = normalise(m.logits(torch.zeros(1, 1, dtype=torch.long)), (9,))[0, 0]
+    target = [1, 4, 4, 7, 2]
+    exact = float(q[target].sum())
+    est = mc_loglikelihood(m, [3, 3], target, mc_num=256, batch_size=32, generator=torch.Generator().manual_seed(0))
+    assert abs(est - exact) < 0.05 * abs(exact)
+
+
+def test_ar_greedy_batches_prompts_of_any_length(word):
+    ar = proxy(word)
+    prompts = [word.encode(p) for p in PROMPTS + ["the pie"]]
+    batched = ar.greedy_continue(prompts, 5)
+    for i, p in enumerate(prompts):
+        assert torch.equal(batched[i], ar.greedy_continue([p], 5)[0])
+
+
+# ---------------------------------------------------------------------- decoders and their errors
+def test_build_decoder_errors(tmp_path):
+    from unie.pipeline.dllm import build_decoder
+
+    with pytest.raises(ConfigError, match="unknown model_args"):
+        build_decoder({"pretrained": "x", "Kk": 3})
+    with pytest.raises(Exception, match="missing checkpoint"):
+        build_decoder({"pretrained": str(tmp_path / "nope")})
+
+
+def test_transfer_weights_by_token_string(word):
+    from unie.pipeline.dllm import transfer_weights
+
+    small = word_tokenizer(WORDS[:10])
+    old = net_for(small, causal=True)
+    new = Transformer(ModelConfig(vocab_size=word.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=32,
+                                  causal=False))
+    transfer_weights(new, old, word, small, log=lambda s: None)
+    for t in ("baker", "<eos>", "<mask>"):
+        assert torch.equal(new.embed.weight[word.tokens.index(t)], old.embed.weight[small.tokens.index(t)])
+    assert torch.equal(new.blocks[0].attn.qkv.weight, old.blocks[0].attn.qkv.weight)
+    with torch.no_grad():
+        assert math.isfinite(float(new(torch.zeros(1, 4, dtype=torch.long)).sum()))

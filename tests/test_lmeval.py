@@ -1,0 +1,299 @@
+"""The lm-eval adapter (:mod:`unie.lmeval`), the offline toy tasks (:mod:`unie.pipeline.tasks`) and their
+scoring (:func:`unie.data.tasks.score`), driven through the real ``lm_eval.simple_evaluate`` with fake
+decoders (no model): an oracle scores 1, garbage 0, a decoder right on a known subset scores exactly
+that fraction; ``until`` truncation, input order, warm-up-free throughput; deterministic task files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unie.data.tasks import (
+    LIST_TASKS,
+    PRIMARY_METRIC,
+    TASKS,
+    apply_ops,
+    generate_task,
+    parse_list,
+    reference_list,
+    score,
+)
+from unie.lmeval import UnieLM, truncate_at
+from unie.pipeline.tasks import GROUP, write_lmeval_tasks
+
+N_TEST, N_TRAIN, SEED = 20, 3, 0
+RIGHT = {0, 3, 6, 9, 12, 15, 18}  # the documents the "subset" decoder answers correctly (7 of 20)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    """No network, no writes to the user's Hugging Face cache."""
+    import datasets.config
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # datasets reads these once at import; patch the live values too (load_dataset reads them per call)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tasks")
+    assert write_lmeval_tasks(out, N_TRAIN, N_TEST, SEED) == list(TASKS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def docs(task_dir) -> dict[str, tuple[str, dict]]:
+    """question (the prompt lm-eval sends) -> (task, document), read back from the written test files."""
+    table = {}
+    for task in TASKS:
+        for line in (task_dir / "data" / f"{task}_test.jsonl").read_text().splitlines():
+            doc = json.loads(line)
+            assert doc["question"] not in table, doc["question"]
+            table[doc["question"]] = (task, doc)
+    return table
+
+
+class FakeDecoder:
+    """A :class:`~unie.core.protocols.TextDecoder` answering ``answer(prompt)``; counts calls and prompts."""
+
+    def __init__(self, answer, name="fake"):
+        self.answer, self.name = answer, name
+        self.calls, self.max_new = [], []
+
+    def generate(self, prompts, max_new_tokens):
+        self.calls.append(list(prompts))
+        self.max_new.append(max_new_tokens)
+        texts = [self.answer(p) for p in prompts]
+        return texts, {"nfe": 2 * len(prompts), "generated_tokens": max_new_tokens * len(prompts)}
+
+    def loglikelihood(self, contexts, continuations):
+        return [-float(len(c) + len(x)) for c, x in zip(contexts, continuations)]
+
+
+def _index(doc: dict) -> int:
+    return int(doc["id"].rsplit("/", 1)[1])
+
+
+def evaluate(task_dir: Path, decoder, tasks=(GROUP,), **lm_kwargs):
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    lm = UnieLM(decoder=decoder, **lm_kwargs)
+    res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), bootstrap_iters=0, log_samples=True,
+                                  task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
+    scores = {t: float(res["results"][t][f"{PRIMARY_METRIC[t]},none"]) for t in TASKS if t in res["results"]}
+    return lm, res, scores
+
+
+# ---------------------------------------------------------------------- (a) scores through lm-eval
+def test_oracle_scores_one_garbage_zero(task_dir, docs):
+    oracle = FakeDecoder(lambda p: " " + docs[p][1]["answer"] + " <eos> <eos>")
+    _, res, scores = evaluate(task_dir, oracle, batch_size=16)
+    assert scores == {t: 1.0 for t in TASKS}
+    assert all(res["n-samples"][t]["effective"] == N_TEST for t in TASKS)
+    _, _, scores = evaluate(task_dir, FakeDecoder(lambda p: "zzz 1 ["), batch_size=16)
+    assert scores == {t: 0.0 for t in TASKS}
+
+
+def test_known_subset_scores_its_fraction_with_truncation_and_order(task_dir, docs):
+    """Right exactly on RIGHT; every completion carries a tail after a newline that must be cut, and
+    batches (3) are smaller than the request count (140), so a mix-up of order changes the scores."""
+
+    def answer(p):
+        _, doc = docs[p]
+        if _index(doc) in RIGHT:
+            return " " + doc["answer"] + "\nxyz " + doc["answer"]
+        return " 0 0 0\n" + doc["answer"]  # wrong before the newline, right after it
+
+    dec = FakeDecoder(answer)
+    _, res, scores = evaluate(task_dir, dec, batch_size=3)
+    assert scores == {t: len(RIGHT) / N_TEST for t in TASKS}
+    assert all(len(c) <= 3 for c in dec.calls) and sum(map(len, dec.calls)) == 7 * N_TEST + 3  # + warm-up
+    assert set(dec.max_new) == {16}  # the YAML's max_gen_toks reaches the decoder
+    for task in TASKS:
+        for s in res["samples"][task]:
+            expected = answer(s["doc"]["question"]).split("\n")[0]
+            assert s["resps"] == [[expected]] and "xyz" not in s["resps"][0][0]
+
+
+# ---------------------------------------------------------------------- (b) the adapter directly
+def _gen_request(prompt, gen_kwargs, idx):
+    from lm_eval.api.instance import Instance
+
+    return Instance(request_type="generate_until", doc={}, arguments=(prompt, gen_kwargs), idx=idx)
+
+
+def test_generate_until_groups_by_gen_kwargs_keeps_order_and_cuts():
+    a = {"until": ["\n", "STOP"], "max_gen_toks": 5}
+    b = {"until": "END", "max_gen_toks": 9}
+    reqs = [_gen_request(f"p{i}", a if i % 3 else b, i) for i in range(11)]
+    dec = FakeDecoder(lambda p: f"{p} ok STOP x\nxyz END")
+    lm = UnieLM(decoder=dec, batch_size=2)
+    out = lm.generate_until(reqs)
+    assert out == [f"p{i} ok STOP x\nxyz " if i % 3 == 0 else f"p{i} ok " for i in range(11)]
+    assert dec.calls[0] == dec.calls[1]  # the warm-up repeats the first batch
+    for batch, max_new in zip(dec.calls, dec.max_new):  # one gen_kwargs group per batch
+        assert len(batch) <= 2 and {int(p[1:]) % 3 == 0 for p in batch} == {max_new == 9}
+    assert truncate_at("abc", []) == "abc" and truncate_at("a\nb END", ["END", "\n", ""]) == "a"
+
+
+def test_throughput_json_excludes_the_warmup(tmp_path):
+    dec = FakeDecoder(lambda p: "1 2")
+    path = tmp_path / "sub" / "throughput.json"
+    lm = UnieLM(decoder=dec, batch_size=4, throughput_path=str(path))
+    gk = {"until": ["\n"], "max_gen_toks": 3}
+    lm.generate_until([_gen_request(f"q{i}", gk, i) for i in range(10)])
+    tp = json.loads(path.read_text())
+    assert len(dec.calls) == 3 + 1  # ceil(10 / 4) timed calls + one untimed warm-up
+    assert tp["requests"] == 10 and tp["nfe"] == 20 and tp["generated_tokens"] == 30
+    assert tp["warmup_excluded"] is True and tp["batch_size"] == 4 and tp["decoder"] == "fake"
+    assert tp["seconds"] > 0 and tp["tokens_per_s"] == pytest.approx(30 / tp["seconds"])
+    assert tp["requests_per_s"] == pytest.approx(10 / tp["seconds"])
+    lm.generate_until([_gen_request("again", gk, 0)])  # counters accumulate, no second warm-up
+    tp = json.loads(path.read_text())
+    assert len(dec.calls) == 5 and tp["requests"] == 11
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_throughput_through_simple_evaluate(task_dir, docs, tmp_path):
+    dec = FakeDecoder(lambda p: docs[p][1]["answer"])
+    path = tmp_path / "tp.json"
+    _, _, scores = evaluate(task_dir, dec, tasks=["toy_math"], batch_size=8, throughput_path=path)
+    tp = json.loads(path.read_text())
+    assert scores == {"toy_math": 1.0} and len(dec.calls) == 3 + 1
+    assert tp["requests"] == N_TEST and tp["nfe"] == 2 * N_TEST and tp["generated_tokens"] == 16 * N_TEST
+
+
+def test_loglikelihood_and_rolling():
+    from lm_eval.api.instance import Instance
+
+    reqs = [Instance(request_type="loglikelihood", doc={}, arguments=(f"ctx{i}", " a" * i), idx=0) for i in range(5)]
+    lm = UnieLM(decoder=FakeDecoder(lambda p: ""), batch_size=2)
+    assert lm.loglikelihood(reqs) == [(-float(4 + 2 * i), False) for i in range(5)]
+    with pytest.raises(NotImplementedError, match="loglikelihood_rolling"):
+        lm.loglikelihood_rolling(reqs)
+
+
+def test_registration_and_bad_arguments():
+    from lm_eval.api.registry import get_model
+
+    assert get_model("unie_dllm") is UnieLM and get_model("unie_ar") is UnieLM
+    with pytest.raises(ValueError, match="batch_size"):
+        UnieLM(decoder=FakeDecoder(str), batch_size=0)
+    with pytest.raises(TypeError, match="TextDecoder"):
+        UnieLM(decoder=object())
+    with pytest.raises(ValueError, match="steps"):
+        UnieLM(decoder=FakeDecoder(str), steps=4)
+    assert UnieLM(decoder=FakeDecoder(str), batch_size="auto", max_batch_size=5).batch_size == 5
+
+
+# ---------------------------------------------------------------------- (d) scoring
+def test_score_numbers_and_choices():
+    doc = {"id": "x", "question": "q", "answer": "7 3"}
+    assert score("toy_math", doc, "7 3") == 1.0 and score("toy_gsm8k", doc, " 7 3 <eos> 9 9") == 1.0
+    assert score("toy_math", doc, "7 3 1") == 0.0 and score("toy_math", doc, "") == 0.0
+    assert score("toy_math", doc, "73") == 0.0
+    mc = {"id": "y", "answer": "B"}
+    assert score("toy_mmlu", mc, " B") == 1.0 and score("toy_hellaswag", mc, "B C <eos>") == 1.0
+    assert score("toy_mmlu", mc, "C B") == 0.0 and score("toy_mmlu", mc, "b") == 0.0 and score("toy_mmlu", mc, "") == 0.0
+    with pytest.raises(KeyError, match="toy_nope"):
+        score("toy_nope", doc, "7 3")
+
+
+def test_score_lists_execute_the_reference():
+    doc = {"id": "l", "answer": "[ 9 5 2 ]", "program": "sort reverse | 5 2 9"}
+    assert reference_list(doc["program"]) == apply_ops(["sort", "reverse"], [5, 2, 9]) == [9, 5, 2]
+    assert score("toy_lcb", doc, "[ 9 5 2 ]") == 1.0 and score("toy_lcb", doc, "[ 9 5 2 ] <eos>") == 1.0
+    assert score("toy_lcb", doc, "[ 2 5 9 ]") == 0.0  # the right elements in the wrong order fail
+    assert score("toy_lcb", doc, "[ 9 5 2") == 0.0 and score("toy_lcb", doc, "<eos> [ 9 5 2 ]") == 0.0
+    # the reference is executed, not read from the stored answer
+    assert score("toy_lcb", {**doc, "answer": "[ 0 ]"}, "[ 9 5 2 ]") == 1.0
+    with pytest.raises(KeyError, match="program"):
+        score("toy_mbpp", {"id": "l", "answer": "[ 1 ]"}, "[ 1 ]")
+    with pytest.raises(ValueError, match="ops \\| xs"):
+        reference_list("sort 5 2 9")
+    for task in (*LIST_TASKS, "toy_livebench"):  # every generated list document: reference == answer
+        for d in generate_task(task, "test", 30, seed=1):
+            if "program" in d:
+                assert parse_list(d["answer"]) == reference_list(d["program"])
+                assert score(task, d, d["answer"]) == 1.0
+
+
+def test_score_livebench_by_kind():
+    lb = generate_task("toy_livebench", "test", 30, seed=2)
+    assert {d["kind"] for d in lb} == {"math", "gsm8k", "list"}
+    for d in lb:
+        assert score("toy_livebench", d, d["answer"]) == 1.0
+        assert score("toy_livebench", d, d["answer"] + " 1") == (1.0 if d["kind"] == "list" else 0.0)
+    with pytest.raises(KeyError, match="kind"):
+        score("toy_livebench", {"id": "z", "answer": "1", "kind": "poem"}, "1")
+
+
+# ---------------------------------------------------------------------- (e) files
+def test_task_files_are_deterministic(task_dir, tmp_path):
+    def snapshot(root: Path) -> dict[str, str]:
+        return {str(p.relative_to(root)): p.read_text().replace(str(root), "<ROOT>")
+                for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+    before = snapshot(task_dir)
+    write_lmeval_tasks(task_dir, N_TRAIN, N_TEST, SEED)
+    assert snapshot(task_dir) == before
+    write_lmeval_tasks(tmp_path / "again", N_TRAIN, N_TEST, SEED)
+    assert snapshot(tmp_path / "again") == before
+    assert "toy_livebench_train.jsonl" not in {Path(k).name for k in before}
+    assert len((task_dir / "data" / "toy_math_train.jsonl").read_text().splitlines()) == N_TRAIN
+    yaml_text = (task_dir / "toy_mbpp.yaml").read_text()
+    assert f'test: "{task_dir.resolve()}/data/toy_mbpp_test.jsonl"' in yaml_text
+    assert "output_type: generate_until" in yaml_text and "unsafe_code: true" not in yaml_text
+    with pytest.raises(ValueError, match="n_test"):
+        write_lmeval_tasks(tmp_path / "bad", N_TRAIN, 0, SEED)
+
+
+# ---------------------------------------------------------------------- (f) command line
+def test_module_cli_help():
+    r = subprocess.run([sys.executable, "-m", "unie.lmeval", "--help"], capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    assert "run" in r.stdout
+
+
+def test_module_cli_end_to_end(task_dir, docs, tmp_path):
+    """``python -m unie.lmeval --model unie_dllm --model_args ...`` as LLaDA/Dream run their scripts; the
+    decoder factory (``unie.pipeline.dllm.build_decoder``) is replaced by a fake that answers correctly
+    and records the literal-eval'd model arguments it received (``--device`` included)."""
+    gold = {q: doc["answer"] for q, (task, doc) in docs.items() if task == "toy_math"}
+    driver = tmp_path / "driver.py"
+    driver.write_text(f"""
+import json, runpy, sys, types
+GOLD = {gold!r}
+class Decoder:
+    def __init__(self, args):
+        self.name = "fake"
+        json.dump(args, open({str(tmp_path / "args.json")!r}, "w"))
+    def generate(self, prompts, max_new_tokens):
+        return [GOLD[p] for p in prompts], {{"nfe": 1, "generated_tokens": max_new_tokens * len(prompts)}}
+    def loglikelihood(self, contexts, continuations):
+        return [0.0] * len(contexts)
+fake = types.ModuleType("unie.pipeline.dllm")
+fake.build_decoder = Decoder
+sys.modules["unie.pipeline.dllm"] = fake
+runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
+""")
+    tp = tmp_path / "tp.json"
+    cmd = [sys.executable, str(driver), "--model", "unie_dllm", "--device", "cpu", "--batch_size", "8",
+           "--model_args", f"pretrained=toy,steps=4,throughput_path={tp}", "--tasks", "toy_math",
+           "--include_path", str(task_dir), "--output_path", str(tmp_path / "out")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "args.json").read_text()) == {"pretrained": "toy", "steps": 4, "device": "cpu"}
+    (results,) = (tmp_path / "out" / "toy").glob("results_*.json")
+    assert json.loads(results.read_text())["results"]["toy_math"]["exact_match,none"] == 1.0
+    assert json.loads(tp.read_text())["requests"] == N_TEST

@@ -1,0 +1,286 @@
+"""Seven toy benchmarks, one per column of the paper's Table 3 (``../shared/spec/toy-world.md`` §Tasks).
+
+Every task is a pure function of ``(task, split, n, seed)`` and writes plain whitespace-separated text:
+each token of the word-level tokenizer is one word, numbers are written digit by digit ("4 7" is 47),
+so an answer spans several interdependent tokens (digits with carries, list elements) and decoding
+them in parallel can fail the way the paper describes.
+
+=====================  ==========================================================================
+paper column           toy analogue (prompt ... ``answer :`` -> target)
+=====================  ==========================================================================
+MATH500                ``toy_math``: three-term arithmetic, ``4 7 + 3 8 - 1 2 = ?`` -> ``7 3``
+GSM8K                  ``toy_gsm8k``: word problems over toy-world entities -> a number
+MBPP                   ``toy_mbpp``: one list operation, ``sort [ 5 2 9 1 ]`` -> ``[ 1 2 5 9 ]``
+LiveCodeBench v2       ``toy_lcb``: a composition of two list operations
+LiveBench              ``toy_livebench``: a held-out mixture of the above with shifted templates
+MMLU                   ``toy_mmlu``: 4-way multiple choice over toy-world facts -> a letter
+HellaSwag              ``toy_hellaswag``: 4-way choice of the continuation consistent with the scene
+=====================  ==========================================================================
+
+The list tasks are scored by *executing the reference operation* on the input (:func:`apply_ops`) and
+comparing with the parsed answer; the others by exact match.  The multiple-choice tasks are scored
+generatively (the model writes its letter): a decoding strategy cannot change a log-likelihood score,
+and the paper reports decoding gains on MMLU and HellaSwag.  ``toy_livebench`` is test-only: its
+templates never appear in the fine-tuning data.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+from .tokenizer import EOS
+from .toy_world import SCENE_WORDS, SCENES, SHARED_WORDS, word_list
+
+TASKS = ("toy_math", "toy_gsm8k", "toy_mbpp", "toy_lcb", "toy_livebench", "toy_mmlu", "toy_hellaswag")
+PAPER_COLUMNS = {"toy_math": "MATH500", "toy_gsm8k": "GSM8K", "toy_mbpp": "MBPP", "toy_lcb": "LCB V2",
+                 "toy_livebench": "LiveBench", "toy_mmlu": "MMLU", "toy_hellaswag": "HellaSwag"}
+LIST_TASKS = ("toy_mbpp", "toy_lcb")
+LETTERS = ("A", "B", "C", "D")
+DIGITS = tuple(str(d) for d in range(10))
+LIST_OPS = ("sort", "reverse", "rotate", "swap")
+TASK_WORDS = (
+    "question", "answer", "problem", ":", "=", "+", "-", "[", "]", "then", "apply", "to", "gives", "takes",
+    "how", "many", "does", "have", "which", "thing", "goes", "with", "what", "comes", "next", "plus", "minus",
+    "from", *LETTERS, *DIGITS, *LIST_OPS,
+)
+
+
+def task_vocabulary() -> list[str]:
+    """The toy world's words followed by every word the tasks add (no duplicates, fixed order)."""
+    words = list(word_list())
+    return words + [w for w in TASK_WORDS if w not in words]
+
+
+def digits(n: int) -> str:
+    return " ".join(str(n))
+
+
+def apply_ops(ops: list[str], xs: list[int]) -> list[int]:
+    """The reference program of a list task: apply ``ops`` left to right to the list ``xs``."""
+    for op in ops:
+        if op == "sort":
+            xs = sorted(xs)
+        elif op == "reverse":
+            xs = xs[::-1]
+        elif op == "rotate":  # the first element moves to the end
+            xs = xs[1:] + xs[:1]
+        elif op == "swap":  # the first and the last element change places
+            xs = xs[-1:] + xs[1:-1] + xs[:1] if len(xs) > 1 else xs
+        else:
+            raise ValueError(f"unknown list operation {op!r}; known: {', '.join(LIST_OPS)}")
+    return xs
+
+
+def parse_list(text: str) -> list[int] | None:
+    """The digits between the first ``[`` and the next ``]`` of a generated answer, or None."""
+    words = text.split()
+    if "[" not in words:
+        return None
+    rest = words[words.index("[") + 1:]
+    if "]" not in rest:
+        return None
+    body = rest[:rest.index("]")]
+    return [int(w) for w in body] if all(w in DIGITS for w in body) else None
+
+
+def _fmt_list(xs: list[int]) -> str:
+    return "[ " + " ".join(map(str, xs)) + " ]"
+
+
+def _subject(rng, scene: str) -> str:
+    return rng.choice(SCENE_WORDS[scene]["subj"])
+
+
+def _object(rng, scene: str) -> str:
+    return rng.choice(SCENE_WORDS[scene]["obj"])
+
+
+def _sentence(rng, scene: str) -> str:
+    """A toy-world sentence of one scene: ``det subj verb det obj .``."""
+    det = rng.choice(SHARED_WORDS["det"][:2])
+    return f"{det} {_subject(rng, scene)} {rng.choice(SCENE_WORDS[scene]['verb'])} the {_object(rng, scene)} ."
+
+
+def _math(rng, header="question"):
+    a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(1, 99)
+    op1, op2 = rng.choice("+-"), rng.choice("+-")
+    val = a + b if op1 == "+" else a - b
+    if val < 0:
+        a, b, val = b, a, b - a
+    val2 = val + c if op2 == "+" else val - c
+    if val2 < 0:
+        op2, val2 = "+", val + c
+    q = f"{header} : {digits(a)} {op1} {digits(b)} {op2} {digits(c)} = ? answer :"
+    return {"question": q, "answer": digits(val2), "value": val2}
+
+
+def _gsm8k(rng, header="question"):
+    scene = rng.choice(SCENES)
+    other = rng.choice([s for s in SCENES if s != scene])
+    subj, giver, obj = _subject(rng, scene), _subject(rng, other), _object(rng, scene)
+    a, b = rng.randint(10, 59), rng.randint(10, 39)
+    if rng.random() < 0.5 or a < b:  # the other one gives some more
+        val, event = a + b, f"the {giver} gives the {subj} {digits(b)} {obj} ."
+    else:  # or takes some away
+        val, event = a - b, f"the {giver} takes {digits(b)} {obj} from the {subj} ."
+    q = f"{header} : the {subj} has {digits(a)} {obj} . {event} how many {obj} does the {subj} have ? answer :"
+    return {"question": q, "answer": digits(val), "value": val}
+
+
+def _list(rng, n_ops: int, template="question : {ops} {xs} answer :"):
+    ops = rng.sample(LIST_OPS, n_ops)
+    xs = [rng.randint(0, 9) for _ in range(rng.randint(3, 5))]
+    q = template.format(ops=" then ".join(ops), xs=_fmt_list(xs))
+    return {"question": q, "answer": _fmt_list(apply_ops(ops, xs)), "program": " ".join(ops) + " | " +
+            " ".join(map(str, xs))}
+
+
+def _choices(rng, right: str, wrong: list[str]):
+    options = [right] + wrong
+    rng.shuffle(options)
+    return options, LETTERS[options.index(right)]
+
+
+def _mmlu(rng):
+    scene = rng.choice(SCENES)
+    others = rng.sample([s for s in SCENES if s != scene], 3)
+    options, gold = _choices(rng, _object(rng, scene), [_object(rng, s) for s in others])
+    q = (f"question : which thing goes with the {_subject(rng, scene)} ? "
+         + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
+    return {"question": q, "answer": gold}
+
+
+def _hellaswag(rng):
+    scene = rng.choice(SCENES)
+    others = rng.sample([s for s in SCENES if s != scene], 3)
+    options, gold = _choices(rng, _sentence(rng, scene), [_sentence(rng, s) for s in others])
+    q = (f"question : {_sentence(rng, scene)} what comes next ? "
+         + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
+    return {"question": q, "answer": gold}
+
+
+def _livebench(rng):
+    """Held-out templates: other headers and phrasings of the arithmetic, word-problem and list tasks."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        return {**_math(rng, header="problem"), "kind": "math"}
+    if kind == 1:
+        return {**_gsm8k(rng, header="problem"), "kind": "gsm8k"}
+    return {**_list(rng, rng.choice((1, 2)), template="problem : apply {ops} to {xs} answer :"), "kind": "list"}
+
+
+GENERATORS = {
+    "toy_math": _math,
+    "toy_gsm8k": _gsm8k,
+    "toy_mbpp": lambda rng: _list(rng, 1),
+    "toy_lcb": lambda rng: _list(rng, 2),
+    "toy_livebench": _livebench,
+    "toy_mmlu": _mmlu,
+    "toy_hellaswag": _hellaswag,
+}
+
+
+def task_seed(seed: int, task: str, split: str) -> int:
+    return zlib.crc32(f"{seed}/{task}/{split}".encode())
+
+
+def generate_task(task: str, split: str, n: int, seed: int = 0) -> list[dict]:
+    """``n`` documents ``{id, question, answer, ...}`` of ``task``'s ``split`` (``train`` or ``test``).
+
+    Test documents never repeat a training question (they are drawn from another seed and any question
+    also seen in the first 20,000 training documents is redrawn)."""
+    if task not in GENERATORS:
+        raise KeyError(f"unknown toy task {task!r}; known: {', '.join(TASKS)}")
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be train or test, got {split!r}")
+    rng = random.Random(task_seed(seed, task, split))
+    seen = set()
+    if split == "test" and task != "toy_livebench":
+        train_rng = random.Random(task_seed(seed, task, "train"))
+        seen = {GENERATORS[task](train_rng)["question"] for _ in range(20000)}
+    docs = []
+    while len(docs) < n:
+        doc = GENERATORS[task](rng)
+        if doc["question"] in seen:
+            continue
+        seen.add(doc["question"])
+        docs.append({"id": f"{task}/{split}/{len(docs)}", **doc})
+    return docs
+
+
+# ---------------------------------------------------------------------- scoring (one number per document)
+PRIMARY_METRIC = {
+    "toy_math": "exact_match",
+    "toy_gsm8k": "exact_match",
+    "toy_mbpp": "pass_at_1",
+    "toy_lcb": "pass_at_1",
+    "toy_livebench": "acc",
+    "toy_mmlu": "acc",
+    "toy_hellaswag": "acc",
+}
+MC_TASKS = ("toy_mmlu", "toy_hellaswag")
+
+
+def _answer_words(completion: str) -> list[str]:
+    """The completion's words up to (not including) the first ``<eos>`` word."""
+    words = completion.split()
+    return words[: words.index(EOS)] if EOS in words else words
+
+
+def reference_list(program: str) -> list[int]:
+    """Execute a list document's ``program`` (``"ops | xs"``, e.g. ``"sort reverse | 5 2 9"``) -> ``[9, 5, 2]``."""
+    if not isinstance(program, str) or program.count("|") != 1:
+        raise ValueError(f"a list program is 'ops | xs', got {program!r}")
+    ops_text, xs_text = program.split("|")
+    ops, xs_words = ops_text.split(), xs_text.split()
+    if not ops or not all(w.lstrip("-").isdigit() for w in xs_words):
+        raise ValueError(f"a list program needs at least one op and integer elements, got {program!r}")
+    return apply_ops(ops, [int(w) for w in xs_words])
+
+
+def _score_numbers(doc: dict, completion: str) -> float:
+    return float(_answer_words(completion) == str(doc["answer"]).split())
+
+
+def _score_list(doc: dict, completion: str) -> float:
+    if "program" not in doc or doc["program"] is None:
+        raise KeyError(f"list document {doc.get('id')!r} has no 'program' to execute")
+    return float(parse_list(" ".join(_answer_words(completion))) == reference_list(doc["program"]))
+
+
+def _score_choice(doc: dict, completion: str) -> float:
+    words = completion.split()
+    return float(bool(words) and words[0] == str(doc["answer"]).strip())
+
+
+def score(task: str, doc: dict, completion: str) -> float:
+    """1.0 if ``completion`` (the generated text after the prompt) answers ``doc`` of ``task``, else 0.0.
+
+    * ``toy_math``, ``toy_gsm8k``: exact match of the words before the first ``<eos>`` with the answer's
+      words (``"7 3"``; ``" 7 3 <eos> junk"`` counts, ``"7 3 1"`` does not);
+    * ``toy_mbpp``, ``toy_lcb``: *execution* of the reference program (:func:`reference_list`, i.e.
+      :func:`apply_ops` on the document's ``program``) compared with :func:`parse_list` of the completion
+      (before ``<eos>``); only integers parsed from the model's text reach :func:`apply_ops`, no model text
+      is executed;
+    * ``toy_mmlu``, ``toy_hellaswag``: the completion's first word equals the gold letter;
+    * ``toy_livebench``: per the document's ``kind`` (``math``/``gsm8k``: exact match, ``list``: execution).
+
+    Raises ``KeyError`` for an unknown task (or a livebench ``kind``) and ``TypeError`` if ``completion``
+    is not a string."""
+    if task not in PRIMARY_METRIC:
+        raise KeyError(f"unknown toy task {task!r}; known: {', '.join(TASKS)}")
+    if not isinstance(completion, str):
+        raise TypeError(f"completion for {task} must be a str, got {type(completion).__name__}")
+    if task in ("toy_math", "toy_gsm8k"):
+        return _score_numbers(doc, completion)
+    if task in LIST_TASKS:
+        return _score_list(doc, completion)
+    if task in MC_TASKS:
+        return _score_choice(doc, completion)
+    kind = doc.get("kind")
+    if kind in ("math", "gsm8k"):
+        return _score_numbers(doc, completion)
+    if kind == "list":
+        return _score_list(doc, completion)
+    raise KeyError(f"toy_livebench document {doc.get('id')!r} has unknown kind {kind!r}; known: math, gsm8k, list")

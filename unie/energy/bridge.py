@@ -1,0 +1,123 @@
+"""The tokenizer bridge of Algorithm 3: an AR proxy scores a DLLM's candidates through text.
+
+LLaDA and Qwen2.5 (the paper's proxy) use different tokenizers, so the proxy cannot read the DLLM's ids
+(the released code scores them anyway, ``notes/official-code.md``).  For each candidate row
+``ids (L,)`` in the DLLM layout (:mod:`unie.data.dllm_format`):
+
+1. the text is the DLLM tokens after the first ``<bos>`` and before the first ``<eos>`` that follows it,
+   decoded piece by piece, so every DLLM position ``i`` owns a character span ``[a_i, b_i)``;
+2. the proxy encodes that text with character offsets, gets ``<bos>`` in front and its ``<eos>`` behind when
+   the row has one, and scores every proxy token by teacher forcing (one batched forward over all rows);
+3. each proxy token's ``log p_AR`` is **assigned to the DLLM position holding its last character**
+   (a word the DLLM splits into ``▁ba`` ``k`` ``er`` is scored at ``er``); the proxy's ``<eos>`` goes to the
+   DLLM's first ``<eos>``.  Positions before ``<bos>`` (left padding), the DLLM's later ``<eos>`` padding and
+   positions at or after ``score_until`` get 0.
+
+Summed over positions this is the proxy's teacher-forced log-probability of the candidate's text (what the
+``teacher_forced`` energies need); per position it is what the carry-over reading sums over ``M_t``, ``D``,
+``M_s``.  A word cut by ``score_until`` (its last piece lies in a later block) is scored with the block that
+completes it.  Only teacher-forced readings can be bridged: a proxy cannot read another tokenizer's masks.
+With the same tokenizer on both sides the bridge is the identity map (a test checks it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class BridgeError(ValueError):
+    pass
+
+
+class ProxyBridge:
+    """A :class:`~unie.core.protocols.Proxy` over DLLM ids backed by a :class:`~unie.core.protocols.CausalLM`
+    with its own tokenizer.  ``score_until`` (a position, or None) limits the scored positions."""
+
+    def __init__(self, proxy, dllm_tokenizer, batch_size: int = 256):
+        self.proxy, self.dtok, self.ptok = proxy, dllm_tokenizer, proxy.tokenizer
+        self.batch_size = batch_size
+        self.score_until: int | None = None
+        self.forwards = 0
+        self._surf = dllm_tokenizer.surfaces()
+
+    # -- checks ---------------------------------------------------------------------------------
+    def check(self, texts: list[str]) -> None:
+        """Refuse a proxy that cannot read the DLLM's text: every text must survive DLLM encode -> decode and be
+        encodable by the proxy's tokenizer with the same text back (a :class:`BridgeError` naming the text)."""
+        for text in texts:
+            back = self.dtok.decode(self.dtok.encode(text))
+            try:
+                ids = self.ptok.encode(back)
+            except ValueError as e:
+                raise BridgeError(f"the proxy's tokenizer cannot encode the DLLM's text {back[:80]!r}: {e}") from None
+            if self.ptok.decode(ids).strip() != back.strip():
+                raise BridgeError(f"the proxy's tokenizer does not round-trip the DLLM's text {back[:80]!r} "
+                                  f"(got {self.ptok.decode(ids)[:80]!r}): the two tokenizers cannot be bridged")
+
+    # -- the map ----------------------------------------------------------------------------------
+    def _row_text(self, ids: list[int]):
+        """``(text, spans, eos_pos)``: text after ``<bos>``, DLLM position -> char span, first ``<eos>`` position."""
+        if self.dtok.mask_id in ids:
+            raise BridgeError("the bridge scores complete candidates; this row still holds a mask")
+        try:
+            start = ids.index(self.dtok.bos_id) + 1
+        except ValueError:
+            start = 0
+        eos = next((i for i in range(start, len(ids)) if ids[i] == self.dtok.eos_id), None)
+        stop = len(ids) if eos is None else eos
+        spans, text = {}, ""
+        for i in range(start, stop):
+            piece = self._surf[ids[i]]
+            if not text:
+                piece = piece.lstrip()
+            spans[i] = (len(text), len(text) + len(piece))
+            text += piece
+        return text, spans, eos
+
+    def position_logp(self, ids: torch.Tensor) -> torch.Tensor:
+        """Per-DLLM-position teacher-forced proxy log-probabilities ``(N, L)`` float64 of DLLM rows ``ids (N, L)``."""
+        rows = ids.tolist()
+        N, L = ids.shape
+        out = torch.zeros(N, L, dtype=torch.float64)
+        parsed = [self._row_text(r) for r in rows]
+        encoded = self.ptok.encode_with_offsets([p[0] for p in parsed])
+        for lo in range(0, N, self.batch_size):
+            hi = min(N, lo + self.batch_size)
+            seqs = []
+            for n in range(lo, hi):
+                pids = [self.ptok.bos_id] + encoded[n][0] + ([self.ptok.eos_id] if parsed[n][2] is not None else [])
+                seqs.append(pids)
+            width = max(len(s) for s in seqs)
+            x = torch.full((hi - lo, width), self.ptok.eos_id, dtype=torch.long)
+            for r, s in enumerate(seqs):
+                x[r, : len(s)] = torch.tensor(s)
+            logp = self.proxy.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
+            self.forwards += 1
+            tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1)  # (n, width - 1): score of token k + 1
+            for r, n in enumerate(range(lo, hi)):
+                text, spans, eos = parsed[n]
+                owner = {}
+                for i, (a, b) in spans.items():
+                    for c in range(a, b):
+                        owner[c] = i
+                for k, (a, b) in enumerate(encoded[n][1]):
+                    if b <= a:
+                        continue
+                    i = owner.get(b - 1)
+                    if i is None:
+                        raise BridgeError(f"proxy token {k} of {text[:60]!r} ends on whitespace the DLLM does not own")
+                    out[n, i] += tok_lp[r, k]
+                if eos is not None:
+                    out[n, eos] += tok_lp[r, len(encoded[n][0])]
+        if self.score_until is not None:
+            out[:, self.score_until:] = 0.0
+        return out
+
+    def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The :class:`~unie.core.protocols.Proxy` interface for teacher-forced readings only (``tokens`` is
+        ``ctx[:, None]``): ``(N, 1, L)``."""
+        if tokens.shape[1] != 1 or not torch.equal(tokens[:, 0].cpu(), ctx.cpu()):
+            raise BridgeError("the tokenizer bridge supports only teacher-forced readings of the proxy "
+                              "(ar_context teacher_forced or teacher_forced_carry_over): a proxy cannot read "
+                              "another tokenizer's masked state")
+        return self.position_logp(ctx)[:, None].to(ctx.device)

@@ -1,0 +1,122 @@
+"""Algorithm 3 (the paper's appendix, "Energy-Guided Inference for DLLMs"): Uni-E decoding of a diffusion LLM
+with an AR proxy.
+
+The loop mirrors the algorithm.  Iterations ``n = 0..N-1`` walk the paper's grid ``t = 1 - n m / L`` with
+``N = L / m`` (``L = gen_length``, ``m = tokens_per_step``), semi-autoregressively over blocks
+(:func:`~unie.methods.dllm.block_bounds`).  At each iteration:
+
+1. one DLLM forward pass: ``logp_dlm = log p_theta(x0 | xt)`` ``(B, T, V)``;
+2. **inside the window** ``t ∈ (1 - w, 1]`` (``n < w N``):
+   a. ``K`` candidates ``x0^j`` ``(B, K, T)``: ``j = 0`` is the backbone's greedy ``x0_hat`` (so ``K = 1`` is the
+      backbone's own decoder bit for bit), ``j >= 1`` are drawn from ``p_theta`` at ``temperature`` (float64
+      Gumbel-max); every candidate carries ``xt``'s unmasked tokens;
+   b. ``xs^j``: the top-``m`` masked positions of the current block by the candidate's confidence under the
+      backbone's rule (``low_confidence``: ``p_theta(x0^j_i)``, the paper's "highest logit"; ``entropy``: Dream's
+      ``-H_i``) are revealed from ``x0^j``, the rest stay masked;
+   c. energies ``E^j`` ``(B, K)`` (Ind-E, Inv-E or Uni-E, :mod:`unie.energy.energies`) **over the current
+      block**, with the prompt and earlier blocks as the proxy's prefix: positions after the block are
+      filled with ``x0^0``'s tokens for every candidate (identical across ``j``, so they are not ``M_t``) and the
+      proxy's scores are cut at the block's end (``score_until``); a word the block boundary splits is scored
+      with the block that completes it (:mod:`unie.energy.bridge`);
+   d. ``j* = argmin_j E^j``; ``xt <- xs^{j*}``;
+3. **outside the window**: the backbone's own rule (commit ``m`` tokens by confidence, greedy tokens).
+
+The proxy is read through :class:`~unie.energy.bridge.ProxyBridge` (decode the candidate to text, re-encode,
+map the scores back to DLLM positions), also when both sides share a tokenizer, so the two backbones are
+scored the same way.  All ``B·K`` candidates go through one batched proxy call per window iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.gumbel import gumbel_argmax
+from ..core.registry import ENERGIES
+from ..methods.dllm import (
+    DecodeOptions,
+    block_bounds,
+    commit_top,
+    confidence,
+    normalise,
+)
+from .energies import energy as energy_fn
+
+BRIDGEABLE_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over")
+
+
+@dataclass(frozen=True)
+class DLLMEnergyOptions:
+    """Algorithm 3's options; defaults from the paper (``K = 3``, ``w = 0.2``; ``m`` is the decoder's
+    ``tokens_per_step``).  ``temperature``: of the candidates ``j >= 1``."""
+
+    energy: str = "uni"
+    K: int = 3
+    w: float = 0.2
+    ar_context: str = "teacher_forced"
+    temperature: float = 1.0
+
+    def __post_init__(self):
+        if self.energy not in ENERGIES or ENERGIES[self.energy].scorer != "proxy":
+            raise ValueError(f"Algorithm 3 needs a proxy energy (ind, inv, uni), got {self.energy!r}")
+        if self.ar_context not in BRIDGEABLE_CONTEXTS:
+            raise ValueError(f"ar_context {self.ar_context!r} cannot be read through a tokenizer bridge; "
+                             f"use one of {', '.join(BRIDGEABLE_CONTEXTS)}")
+        if self.K < 1 or not 0.0 <= self.w <= 1.0 or self.temperature <= 0:
+            raise ValueError(f"need K >= 1, 0 <= w <= 1, temperature > 0; got K={self.K}, w={self.w}, "
+                             f"temperature={self.temperature}")
+
+
+def in_window(n: int, N: int, w: float) -> bool:
+    """``t_n = 1 - n/N ∈ (1 - w, 1]``  <=>  ``n < w N``."""
+    return n < w * N
+
+
+@torch.no_grad()
+def energy_decode(backbone, bridge, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions,
+                  generator=None) -> tuple[torch.Tensor, dict]:
+    """Algorithm 3 on prompts ``x`` ``(B, T)`` (DLLM layout, ``gen_length`` trailing masks).
+
+    ``bridge``: a :class:`~unie.energy.bridge.ProxyBridge` over the AR proxy.  Returns the decoded ``(B, T)`` and
+    ``{"nfe": DLLM forwards, "proxy_forwards": ..., "window_iterations": ...}``."""
+    x = x.clone()
+    B, T = x.shape
+    K, m, mask_id = options.K, decode.tokens_per_step, backbone.mask_id
+    prompt_len = T - decode.gen_length
+    N = decode.iterations
+    blocked = (mask_id, *getattr(backbone, "blocked", ()))
+    pos = torch.arange(T, device=x.device)
+    rows = torch.arange(B, device=x.device)
+    proxy_before, window = bridge.forwards, 0
+    for n in range(N):
+        start, end = block_bounds(prompt_len, decode, n)
+        logp_dlm = normalise(backbone.logits(x), blocked).to(x.device)  # (B, T, V)
+        x0_hat = logp_dlm.argmax(-1)  # the backbone's greedy x0
+        masked = x == mask_id
+        allowed = masked & (pos >= start) & (pos < end)  # masked positions of the current block
+        if in_window(n, N, options.w):
+            window += 1
+            # (a) K candidates x0^j (B, K, T): j = 0 greedy, j >= 1 ~ p_theta at the temperature
+            draws = [x0_hat] + [gumbel_argmax(logp_dlm / options.temperature, generator).to(x.device)
+                                for _ in range(K - 1)]
+            x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
+            # (b) xs^j: top-m masked positions of the block by each candidate's confidence
+            conf = confidence(logp_dlm, x0, decode.confidence)
+            xs = commit_top(x[:, None].expand(-1, K, -1), x0, conf, allowed[:, None].expand(-1, K, -1), m)
+            # (c) energies over the current block: later positions hold x0^0's tokens for every candidate
+            later = masked & (pos >= end)
+            xt_b = torch.where(later, x0_hat, x)
+            x0_b = torch.where(later[:, None], x0_hat[:, None], x0)
+            xs_b = torch.where(later[:, None], x0_hat[:, None], xs)
+            bridge.score_until = end
+            try:
+                E = energy_fn(options.energy, xt_b, x0_b, xs_b, logp_dlm, bridge, options.ar_context, mask_id)
+            finally:
+                bridge.score_until = None
+            # (d) j* = argmin_j E^j; xt <- xs^{j*}
+            j_star = E.argmin(-1)
+            x = xs[rows, j_star]
+        else:
+            x = commit_top(x, x0_hat, confidence(logp_dlm, x0_hat, decode.confidence), allowed, m)
+    return x, {"nfe": N, "proxy_forwards": bridge.forwards - proxy_before, "window_iterations": window}

@@ -1,0 +1,228 @@
+"""The two tiny DLLM backbones of Table 3 and their own decoders (``notes/baselines.md`` §8 LLaDA, §9 Dream).
+
+* **LLaDA-like** (``llada``): a bidirectional mask predictor with SUBS, LLaDA's loss
+  (``t ~ U(0, 1)``, ``p_mask = (1 - eps) t + eps``, each target masked independently,
+  ``Σ_masked CE / p_mask``), normalised by ``B·L`` in pretraining and by the answer length in SFT (LLaDA's
+  SFT: the prompt is never masked; the ``<eos>`` padding of the answer is trained).
+* **Dream-like** (``dream``): the same loss with Dream's *shifted* prediction: the network's output at
+  position ``i`` predicts token ``i + 1`` (it is initialised from an AR checkpoint, whose head does exactly
+  that); every caller re-aligns with ``logits <- [logits[:, :1], logits[:, :-1]]`` (Dream issue #31).
+
+Decoding (:func:`decode`) is semi-autoregressive over blocks of ``block_length`` (TraceRL's static decoding,
+the Uni-E paper's DLLM setting): inside a block, ``m = tokens_per_step`` masked positions are committed per
+iteration, chosen by the backbone's confidence rule -- ``low_confidence`` (LLaDA: the probability of the
+greedy token) or ``entropy`` (Dream: the negative entropy of the position's distribution) -- with greedy
+tokens (temperature 0, LLaDA's and Dream's evaluation default).  Committed tokens are never revised.
+
+:func:`mc_loglikelihood` is LLaDA's Monte-Carlo ELBO of a continuation (stratified masked counts).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..core.config import make_options
+from ..core.gumbel import uniform
+from ..core.registry import METHODS
+from ..data.dllm_format import split_rows
+from ..data.tokenizer import blocked_ids
+
+CONFIDENCES = ("low_confidence", "entropy")
+
+
+class DLLM:
+    """A trained network as a :class:`~unie.core.protocols.DLLMBackbone`: ``logits(x)`` aligned (position ``i``
+    predicts token ``i``), ``mask_id``, ``eos_id``, ``bos_id``; ``tokenizer`` is attached by the loader."""
+
+    def __init__(self, net, tokenizer_info: dict, shift: bool):
+        self.net, self.shift = net, shift
+        self.mask_id, self.eos_id, self.bos_id = (tokenizer_info[k] for k in ("mask_id", "eos_id", "bos_id"))
+        self.blocked = tuple(blocked_ids(tokenizer_info))
+        self.vocab_size = net.cfg.vocab_size
+        self.tokenizer = None
+
+    def aligned(self, raw: torch.Tensor) -> torch.Tensor:
+        return torch.cat([raw[:, :1], raw[:, :-1]], dim=1) if self.shift else raw
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.aligned(self.net(x.to(self.net.device))).float()
+
+
+def normalise(logits: torch.Tensor, blocked) -> torch.Tensor:
+    """``log p_theta(x0_i = v | xt)`` ``(B, L, V)`` with the ``blocked`` ids (mask, input-only ``<bos>``) at -inf."""
+    logits = logits.float().clone()
+    logits[..., list(blocked)] = -math.inf
+    return F.log_softmax(logits, dim=-1)
+
+
+@dataclass(frozen=True)
+class DLLMOptions:
+    """LLaDA's loss: ``p_mask = (1 - eps) t + eps``."""
+
+    eps: float = 1e-3
+
+
+class _MaskPredictor:
+    Options = DLLMOptions
+    causal = False
+    time_conditioned = False
+    has_likelihood = False
+    shift = False
+
+    def __init__(self, tokenizer_info: dict, options: DLLMOptions | dict | None = None, **kwargs):
+        self.options = make_options(DLLMOptions, options, f"{type(self).__name__.lower()} options", **kwargs)
+        self.info = tokenizer_info
+        self.mask_id = tokenizer_info["mask_id"]
+        self.blocked = tuple(blocked_ids(tokenizer_info))
+
+    @staticmethod
+    def kind(options) -> str:
+        return "dllm"
+
+    def wrap(self, net) -> DLLM:
+        return DLLM(net, self.info, self.shift)
+
+    def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
+        """LLaDA's loss on pretraining rows ``(B, L)`` (per ``B·L``) or SFT rows ``(B, 2, L)`` (per answer token)."""
+        sft = x0.dim() == 3
+        x0, target = split_rows(x0)
+        eps = self.options.eps
+        t = uniform((x0.shape[0], 1), generator, x0.device)
+        p_mask = (1 - eps) * t + eps
+        masked = (uniform(x0.shape, generator, x0.device) < p_mask) & target
+        xt = torch.where(masked, torch.full_like(x0, self.mask_id), x0)
+        logp = normalise(self.wrap(net).aligned(net(xt)), self.blocked)
+        ce = -logp.gather(-1, x0[..., None]).squeeze(-1)
+        per_token = torch.where(masked, ce / p_mask.float(), torch.zeros_like(ce))
+        if sft:
+            return (per_token.sum(-1) / target.sum(-1).clamp(min=1)).mean()
+        return per_token.sum() / x0.numel()
+
+
+@METHODS.register("llada")
+class LLaDA(_MaskPredictor):
+    """LLaDA-like mask predictor (options: :class:`DLLMOptions`)."""
+
+
+@METHODS.register("dream")
+class Dream(_MaskPredictor):
+    """Dream-like mask predictor with shifted prediction (options: :class:`DLLMOptions`)."""
+
+    shift = True
+
+
+# ---------------------------------------------------------------------- decoding
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The backbone's own decoder: ``gen_length`` new tokens in blocks of ``block_length``, ``tokens_per_step``
+    (the paper's static ``m = 4``) committed per iteration by the ``confidence`` rule."""
+
+    gen_length: int = 16
+    block_length: int = 8
+    tokens_per_step: int = 4
+    confidence: str = "low_confidence"
+
+    def __post_init__(self):
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"unknown confidence rule {self.confidence!r}; known: {', '.join(CONFIDENCES)}")
+        if self.gen_length % self.block_length or self.block_length % self.tokens_per_step:
+            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length}) "
+                             f"and block_length of tokens_per_step ({self.tokens_per_step})")
+
+    @property
+    def iterations(self) -> int:
+        """Decoding iterations ``N = gen_length / m`` (the paper's grid ``t = 1, 1 - m/L, ..., m/L``)."""
+        return self.gen_length // self.tokens_per_step
+
+
+def confidence(logp: torch.Tensor, tokens: torch.Tensor, rule: str) -> torch.Tensor:
+    """Confidence ``(..., L)`` of committing ``tokens`` ``(..., L)`` under ``logp`` ``(B, L, V)``.
+
+    ``low_confidence``: ``p_theta(token)`` (LLaDA); ``entropy``: ``-H(p_theta)`` of the position (Dream; the same
+    for every candidate token)."""
+    if tokens.dim() == 3:  # (B, K, L) candidates
+        logp_k = logp[:, None].expand(-1, tokens.shape[1], -1, -1)
+    else:
+        logp_k = logp
+    if rule == "low_confidence":
+        return logp_k.gather(-1, tokens[..., None]).squeeze(-1).exp()
+    p = logp.exp()
+    neg_h = torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1)
+    return neg_h[:, None].expand_as(tokens) if tokens.dim() == 3 else neg_h
+
+
+def block_bounds(prompt_len: int, options: DecodeOptions, n: int) -> tuple[int, int]:
+    """``[start, end)`` of the block decoded at iteration ``n``."""
+    per_block = options.block_length // options.tokens_per_step
+    start = prompt_len + (n // per_block) * options.block_length
+    return start, start + options.block_length
+
+
+def commit_top(x: torch.Tensor, tokens: torch.Tensor, conf: torch.Tensor, allowed: torch.Tensor, m: int) -> torch.Tensor:
+    """Commit ``tokens`` at the ``m`` ``allowed`` positions of highest ``conf`` (ties: lowest index), per row.
+
+    ``x``, ``tokens``, ``conf``, ``allowed``: ``(..., L)``; returns the new state (out of place)."""
+    conf = torch.where(allowed, conf.double(), torch.full_like(conf, -math.inf, dtype=torch.float64))
+    k = torch.minimum(allowed.sum(-1), torch.tensor(m, device=x.device))
+    order = conf.argsort(dim=-1, descending=True, stable=True)
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(x.shape[-1], device=x.device).expand_as(order))
+    pick = (rank < k[..., None]) & allowed
+    return torch.where(pick, tokens, x)
+
+
+@torch.no_grad()
+def decode(backbone, x: torch.Tensor, options: DecodeOptions) -> tuple[torch.Tensor, dict]:
+    """The backbone's own semi-autoregressive decoder.
+
+    ``x`` ``(B, T)``: prompts in the DLLM layout followed by ``gen_length`` masks.  Per iteration: one forward
+    pass, greedy ``x0_hat``, commit ``m`` positions of the current block by confidence.  Returns the final
+    ``(B, T)`` and ``{"nfe": N}``."""
+    x = x.clone()
+    prompt_len = x.shape[1] - options.gen_length
+    blocked = (backbone.mask_id, *getattr(backbone, "blocked", ()))
+    pos = torch.arange(x.shape[1], device=x.device)
+    for n in range(options.iterations):
+        start, end = block_bounds(prompt_len, options, n)
+        logp = normalise(backbone.logits(x), blocked).to(x.device)
+        x0_hat = logp.argmax(-1)
+        allowed = (x == backbone.mask_id) & (pos >= start) & (pos < end)
+        x = commit_top(x, x0_hat, confidence(logp, x0_hat, options.confidence), allowed, options.tokens_per_step)
+    return x, {"nfe": options.iterations}
+
+
+# ---------------------------------------------------------------------- likelihood (lm-eval's loglikelihood)
+@torch.no_grad()
+def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int = 32, batch_size: int = 32,
+                     generator=None) -> float:
+    """LLaDA's Monte-Carlo ELBO of ``log p(target | prefix)`` (``eval_llada.py::get_loglikelihood``).
+
+    ``b = batch_size`` copies per pass: ``k ~ U{1..T}``, masked counts ``n_j = round(linspace(k, k + (b-1) T/b))``
+    wrapped into ``[1, T]``; exactly ``n_j`` target positions masked (random permutation); the prefix is never
+    masked; ``loss_j = Σ_masked CE / (n_j / T)``; the estimate is ``-mean_j loss_j`` over ``mc_num`` copies."""
+    T = len(target)
+    if T == 0:
+        return 0.0
+    dev = backbone.net.device if hasattr(backbone, "net") else "cpu"
+    seq = torch.tensor(prefix + target, dtype=torch.long, device=dev)
+    blocked = (backbone.mask_id, *getattr(backbone, "blocked", ()))
+    losses = []
+    for _ in range(max(1, mc_num // batch_size)):
+        k = int(torch.randint(1, T + 1, (1,), generator=generator))
+        n = torch.linspace(k, k + (batch_size - 1) * T / batch_size, batch_size).round().long()
+        n = ((n - 1) % T) + 1
+        perm = torch.stack([torch.randperm(T, generator=generator) for _ in range(batch_size)])
+        masked_t = perm < n[:, None]
+        x = seq.expand(batch_size, -1).clone()
+        masked = torch.zeros_like(x, dtype=torch.bool)
+        masked[:, len(prefix):] = masked_t.to(dev)
+        x[masked] = backbone.mask_id
+        logp = normalise(backbone.logits(x), blocked)
+        ce = -logp.gather(-1, seq.expand(batch_size, -1)[..., None]).squeeze(-1)
+        loss = torch.where(masked, ce, torch.zeros_like(ce)).sum(-1) / (n.to(dev).float() / T)
+        losses.append(loss)
+    return -float(torch.cat(losses).mean())

@@ -1,0 +1,259 @@
+"""Paper profile: the Hugging Face checkpoints Uni-E decodes (LLaDA-8B, Dream-7B) and its AR proxy (Qwen2.5-0.5B).
+
+* :func:`load_hf_dllm` gives an :class:`HFDiffusionLM` (a :class:`unie.core.protocols.DLLMBackbone`) whose
+  ``logits(x)`` are *aligned*: position ``i`` predicts token ``i``.  ``style="llada"`` is aligned as it
+  comes; ``style="dream"`` predicts token ``i + 1`` at position ``i`` (its AR initialisation), so the
+  logits are shifted right by one, ``[logits[:, :1], logits[:, :-1]]``, as every Dream caller does
+  (``notes/baselines.md`` §9.1, Dream issue #31).
+* :func:`load_hf_causal` gives an :class:`HFCausalLM` (a :class:`unie.core.protocols.CausalLM`), Hugging
+  Face's causal convention unchanged.
+
+Loading is local only (``local_files_only=True``): the directory is a snapshot the paper profile's
+download rule wrote; a missing directory, ``config.json`` or weight file is a ``FileNotFoundError``.
+
+Which class loads a checkpoint: a ``config.json`` with an ``auto_map`` ships its own modeling code (LLaDA,
+Dream) and is loaded with ``trust_remote_code=True`` through ``AutoModel`` when ``auto_map`` names
+``AutoModel`` (both do), else through the ``auto_map`` class it names for ``AutoModelForCausalLM``; that
+needs the profile's explicit grant (``trust_remote_code: true`` for the model in ``config/paper.yaml``),
+checked from ``config.json`` alone, before any weights are read.  A checkpoint without ``auto_map`` (a
+transformers-native architecture, e.g. Qwen2.5 or a test's tiny Llama stand-in) loads with
+``AutoModelForCausalLM``.
+
+The forward pass gets no attention mask: LLaDA's ``generate.py`` and Dream's ``eval.py`` call
+``model(x).logits`` on unpadded rows, and both models attend bidirectionally by construction (Dream's SDPA
+hard-codes ``is_causal=False`` and ignores a non-tensor mask).  A causal stand-in therefore stays causal.
+
+``transformers`` is imported inside the functions (importing it costs ~1 s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..data.tokenizer import HF_MASK, Tokenizer
+
+STYLES = ("llada", "dream")
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+# files that hold a checkpoint's weights (a single file or a sharded index)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+_DOWNLOAD_HINT = "run the paper profile's download rule for this model first (nothing is downloaded here)"
+
+
+# ------------------------------------------------------------------------------------------------ wrappers
+class HFDiffusionLM:
+    """A Hugging Face diffusion LM as :class:`unie.core.protocols.DLLMBackbone`.
+
+    ``model`` is any module whose ``model(x).logits`` is ``(B, L, V)``.  ``shift=True`` (Dream) means the
+    raw logit at position ``i`` predicts token ``i + 1``; :meth:`logits` re-aligns it.  ``vocab_size`` is
+    the model's output width ``V`` (LLaDA pads 126,464 > its tokenizer's length; ids at or above the
+    tokenizer's length are never real tokens)."""
+
+    def __init__(self, model, tokenizer: Tokenizer, *, mask_id: int, eos_id: int, shift: bool, vocab_size: int,
+                 style: str | None = None, path: str | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        self.mask_id, self.eos_id = int(mask_id), int(eos_id)
+        self.shift, self.vocab_size, self.style, self.path = bool(shift), int(vocab_size), style, path
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` int64 (masks included) -> aligned ``(B, L, V)`` float32 on ``x``'s device."""
+        if x.dim() != 2:
+            raise ValueError(f"logits expects (B, L) token ids, got shape {tuple(x.shape)}")
+        out = self.model(x.to(self.device)).logits
+        if self.shift:  # Dream: position i's raw logits predict token i + 1 (issue #31)
+            out = torch.cat([out[:, :1], out[:, :-1]], dim=1)
+        return out.float().to(x.device)
+
+    def __repr__(self) -> str:
+        return (f"HFDiffusionLM(style={self.style!r}, path={self.path!r}, V={self.vocab_size}, "
+                f"mask={self.mask_id}, eos={self.eos_id}, shift={self.shift})")
+
+
+class HFCausalLM:
+    """A Hugging Face causal LM as :class:`unie.core.protocols.CausalLM`: ``logits(x)[:, i]`` scores token
+    ``i + 1`` given ``x[:, :i+1]`` (no re-alignment).  ``vocab_size`` is the model's output width."""
+
+    def __init__(self, model, tokenizer: Tokenizer, *, bos_id: int, eos_id: int, vocab_size: int,
+                 path: str | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        self.bos_id, self.eos_id, self.vocab_size, self.path = int(bos_id), int(eos_id), int(vocab_size), path
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L)`` int64 -> ``(N, L, V)`` float32 on ``x``'s device (all-ones attention: unpadded rows)."""
+        if x.dim() != 2:
+            raise ValueError(f"logits expects (N, L) token ids, got shape {tuple(x.shape)}")
+        return self.model(x.to(self.device)).logits.float().to(x.device)
+
+    def __repr__(self) -> str:
+        return f"HFCausalLM(path={self.path!r}, V={self.vocab_size}, bos={self.bos_id}, eos={self.eos_id})"
+
+
+# ------------------------------------------------------------------------------------------------ checks
+def read_config(path) -> dict:
+    """``path/config.json`` as a dict; a missing directory or file is a ``FileNotFoundError`` naming it."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"model directory {p} does not exist; {_DOWNLOAD_HINT}")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise FileNotFoundError(f"model directory {p} has no config.json; {_DOWNLOAD_HINT}")
+    return json.loads(cfg.read_text())
+
+
+def check_trust(config: dict, path, trust_remote_code: bool) -> bool:
+    """Whether the checkpoint needs its own modeling code (``auto_map`` in ``config.json``); a
+    ``PermissionError`` when it does and the profile did not grant ``trust_remote_code``."""
+    needs = bool(config.get("auto_map"))
+    if needs and not trust_remote_code:
+        raise PermissionError(
+            f"model at {path} needs trust_remote_code (its config.json has auto_map) but config/paper.yaml does "
+            f"not grant it for this model; set trust_remote_code: true for it")
+    return needs
+
+
+def check_weights(path) -> None:
+    """A ``FileNotFoundError`` naming ``path`` when it holds no weight file (e.g. only the tokenizer was fetched)."""
+    p = Path(path)
+    if any((p / f).is_file() for f in WEIGHT_FILES) or any(p.glob("*.safetensors")):
+        return
+    raise FileNotFoundError(f"model directory {p} has no weights (none of {', '.join(WEIGHT_FILES)}); "
+                            f"{_DOWNLOAD_HINT}")
+
+
+def model_vocab_size(model) -> int:
+    """The model's vocabulary: ``config.vocab_size``, else its output embedding's rows."""
+    v = getattr(getattr(model, "config", None), "vocab_size", None)
+    if v is None:
+        v = model.get_output_embeddings().weight.shape[0]
+    return int(v)
+
+
+def check_vocab(model, tokenizer, path, n_tokens: int | None = None) -> int:
+    """The model's vocabulary size, after checking the tokenizer fits it.
+
+    ``tokenizer`` is our :class:`Tokenizer` or a Hugging Face tokenizer; ``n_tokens`` overrides its length
+    (the ids the model may actually be fed).  A tokenizer longer than ``config.vocab_size`` (a tokenizer
+    from another model, or a mask token appended past the model's vocabulary) is a ``ValueError``: such ids
+    would index past the embedding table."""
+    v = model_vocab_size(model)
+    if n_tokens is None:
+        n_tokens = tokenizer.vocab_size if isinstance(tokenizer, Tokenizer) else len(tokenizer)
+    if n_tokens > v:
+        raise ValueError(
+            f"tokenizer mismatch for model at {path}: the tokenizer has {n_tokens} tokens but the model's "
+            f"vocabulary (config.vocab_size) has only {v}; ids >= {v} cannot be embedded (a tokenizer from "
+            f"another model, or a mask token appended past the model's vocabulary)")
+    return v
+
+
+def _dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _raw_tokenizer(path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def _load_model(path, config: dict, remote: bool, dtype, device, prefer_auto_model: bool):
+    """Load the weights: ``AutoModel`` + remote code when ``auto_map`` names ``AutoModel`` (and a DLLM is
+    wanted), the ``auto_map``'s ``AutoModelForCausalLM`` otherwise, and ``AutoModelForCausalLM`` for a
+    transformers-native checkpoint (no ``auto_map``)."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    auto_map = config.get("auto_map") or {}
+    use_auto_model = remote and "AutoModel" in auto_map and (prefer_auto_model or
+                                                             "AutoModelForCausalLM" not in auto_map)
+    cls = AutoModel if use_auto_model else AutoModelForCausalLM
+    model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=remote, dtype=_dtype(dtype))
+    return model.to(device).eval()
+
+
+def _config_mask_ids(path, config: dict) -> set[int]:
+    """``mask_token_id`` as ``config.json`` / ``generation_config.json`` declare it (LLaDA, Dream), if they do."""
+    ids = {config.get("mask_token_id")}
+    gen = Path(path) / "generation_config.json"
+    if gen.is_file():
+        ids.add(json.loads(gen.read_text()).get("mask_token_id"))
+    return {int(i) for i in ids if i is not None}
+
+
+# ------------------------------------------------------------------------------------------------ loaders
+def load_hf_dllm(path, *, style: str, trust_remote_code: bool, mask_token: str | None = None,
+                 dtype="float32", device="cpu") -> HFDiffusionLM:
+    """A local LLaDA- or Dream-style checkpoint as an aligned :class:`HFDiffusionLM`.
+
+    Order: ``config.json`` and the ``trust_remote_code`` grant (no weights touched), the weight files,
+    the tokenizer and its mask, the weights, the vocabulary check.  The mask id is ``mask_token``'s id
+    when given (LLaDA: ``<|mdm_mask|>``, 126336; it must already be in the tokenizer's vocabulary: a
+    freshly appended token would be one the model never saw), else the tokenizer's own mask token (Dream:
+    ``<|mask|>``, 151666); a tokenizer without one is a ``ValueError`` (no mask is appended for a DLLM).
+    A ``mask_token_id`` in ``config.json``/``generation_config.json`` must agree.  EOS is the tokenizer's."""
+    if style not in STYLES:
+        raise ValueError(f"style {style!r}: expected one of {STYLES}")
+    config = read_config(path)
+    remote = check_trust(config, path, trust_remote_code)
+    check_weights(path)
+
+    hf = _raw_tokenizer(path)
+    if mask_token is not None:
+        mid = hf.convert_tokens_to_ids(mask_token)
+        if mid is None or mid == hf.unk_token_id or hf.convert_ids_to_tokens(mid) != mask_token:
+            raise ValueError(f"mask token {mask_token!r} is not in the vocabulary of the tokenizer at {path}")
+        if hf.mask_token != mask_token:
+            hf.mask_token = mask_token  # names an existing token: the vocabulary does not grow
+    elif hf.mask_token_id is None:
+        raise ValueError(f"the tokenizer at {path} has no mask token and no mask_token was given: a diffusion LM "
+                         f"cannot be decoded without its mask (LLaDA: mask_token '<|mdm_mask|>')")
+    tok = Tokenizer("hf", hf=hf)
+    tok.path = str(path)
+    declared = _config_mask_ids(path, config)
+    if declared and declared != {tok.mask_id}:
+        raise ValueError(f"mask id {tok.mask_id} ({hf.mask_token!r}) disagrees with mask_token_id "
+                         f"{sorted(declared)} in the config of the model at {path}")
+
+    model = _load_model(path, config, remote, dtype, device, prefer_auto_model=True)
+    v = check_vocab(model, tok, path)
+    return HFDiffusionLM(model, tok, mask_id=tok.mask_id, eos_id=tok.eos_id, shift=(style == "dream"),
+                         vocab_size=v, style=style, path=str(path))
+
+
+def load_hf_causal(path, *, trust_remote_code: bool, dtype="float32", device="cpu") -> HFCausalLM:
+    """A local causal LM (the Qwen2.5-0.5B proxy, an AR row) as :class:`HFCausalLM`.
+
+    Its :class:`Tokenizer` gets ``<|mask|>`` appended when the tokenizer has none (our class needs one;
+    the causal model is never fed it), so the vocabulary check counts the tokenizer's own tokens only.
+    ``bos_id`` is the tokenizer's BOS, or its EOS when it has none (Qwen2.5, GPT-2)."""
+    config = read_config(path)
+    remote = check_trust(config, path, trust_remote_code)
+    check_weights(path)
+
+    hf = _raw_tokenizer(path)
+    n_real = len(hf)
+    if hf.mask_token_id is None:
+        hf.add_special_tokens({"mask_token": HF_MASK})
+    tok = Tokenizer("hf", hf=hf)
+    tok.path = str(path)
+
+    model = _load_model(path, config, remote, dtype, device, prefer_auto_model=False)
+    v = check_vocab(model, tok, path, n_tokens=n_real)
+    return HFCausalLM(model, tok, bos_id=tok.bos_id, eos_id=tok.eos_id, vocab_size=v, path=str(path))

@@ -1,0 +1,334 @@
+"""The DLLM half's file I/O: task data -> tokenizers and training tensors, training the tiny DLLMs, AR rows and
+proxy, and the decoders the lm-eval adapter (:mod:`unie.lmeval`) drives.
+
+Directory ``resources/dllm/`` (written by :func:`prepare_dllm_data`):
+``tokenizers/{word,bpe}/``, ``{tokenizer}_{layout}_{data}.pt`` tensors (layout ``dllm`` or ``ar``; data ``sft``,
+``pretrain`` or ``mix``) and ``meta.json`` (prompt lengths per tokenizer, ``gen_length``).
+A trained model directory holds ``model.safetensors``, ``config.json`` (with ``extra.layout``: the
+tokenizer, prompt and generation lengths the model was trained with) and ``tokenizer/`` (self-contained,
+so ``--model_args pretrained=results/models/llada`` is all lm-eval needs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from ..core.config import ConfigError, TrainConfig, from_dict
+from ..core.train import run_signature, train
+from ..data.dllm_format import ar_sft_rows, dllm_prompt_rows, dllm_sft_rows, pack_text
+from ..data.tasks import task_vocabulary
+from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
+from ..energy.bridge import ProxyBridge
+from ..energy.dllm import DLLMEnergyOptions, energy_decode
+from ..methods.dllm import DecodeOptions, decode, mc_loglikelihood
+from ..models.checkpoint import CheckpointError, load_model, read_meta, save_model
+from ..models.transformer import Transformer
+from .models import build_method, model_config
+
+LAYOUTS = {"llada": "dllm", "dream": "dllm", "ar": "ar"}
+
+
+def read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------- data
+def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], out_dir, gen_length: int,
+                      bpe_vocab_size: int, n_pretrain_texts: int, log=print) -> dict:
+    """Tokenizers and training tensors of the DLLM half.
+
+    ``task_files``: task -> train JSONL (the fine-tuning mix); ``test_files``: task -> test JSONL (only to size
+    the prompt length); ``toy_texts``: toy-world text (pretraining, and the proxy's mix)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train_docs = [d for t in sorted(task_files) for d in read_jsonl(task_files[t])]
+    all_prompts = [d["question"] for d in train_docs] + [d["question"] for t in sorted(test_files)
+                                                          for d in read_jsonl(test_files[t])]
+    prompts, answers = [d["question"] for d in train_docs], [d["answer"] for d in train_docs]
+    toy = toy_texts[:n_pretrain_texts]
+    toks = {
+        "word": word_tokenizer(task_vocabulary(), unk=True),
+        # the LLaDA-like model's own tokenizer: BPE on the same text (it splits many words into pieces)
+        "bpe": bpe_tokenizer(toy + [p + " " + a for p, a in zip(prompts, answers)], bpe_vocab_size),
+    }
+    meta = {"gen_length": gen_length, "prompt_len": {}, "n_sft": len(train_docs), "tasks": sorted(task_files),
+            "n_pretrain_texts": len(toy)}
+    g = torch.Generator().manual_seed(0)
+    for name, tok in toks.items():
+        tok.save(out / "tokenizers" / name)
+        P = 1 + max(len(ids) for ids in tok.encode_batch(all_prompts))
+        T = P + gen_length
+        meta["prompt_len"][name] = P
+        dllm = dllm_sft_rows(tok, prompts, answers, P, gen_length)
+        ar = ar_sft_rows(tok, prompts, answers, T)
+        pre = pack_text(tok, toy, T)
+        pre3 = torch.stack([pre, torch.ones_like(pre)], dim=1)
+        tensors = {"dllm_sft": dllm, "ar_sft": ar, "dllm_pretrain": pre, "ar_pretrain": pre,
+                   "ar_mix": torch.cat([ar, pre3])[torch.randperm(len(ar) + len(pre3), generator=g)]}
+        for key, x in tensors.items():
+            torch.save(x, out / f"{name}_{key}.pt")
+        log(f"{name} tokenizer: {tok.vocab_size} tokens, prompt_len {P}, T {T}; sft {tuple(dllm.shape)}, "
+            f"pretrain {tuple(pre.shape)}")
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+# ---------------------------------------------------------------------- training
+def transfer_weights(net, init, new_tok, old_tok, log=print) -> None:
+    """Initialise ``net`` from ``init`` (another vocabulary, or another attention direction: an AR's weights
+    for the Dream-like model).  Every tensor of the same name and shape is copied; the embedding and the
+    output head are copied row by row for the tokens both vocabularies share (matched by their string);
+    new tokens keep their initialisation.  Any other shape difference is an error."""
+    own, theirs = net.state_dict(), init.state_dict()
+    new_index = {t: i for i, t in enumerate(new_tok.tokens)}
+    shared = [(new_index[t], j) for j, t in enumerate(old_tok.tokens) if t in new_index]
+    copied = []
+    with torch.no_grad():
+        for k, v in theirs.items():
+            if k not in own:
+                raise CheckpointError(f"init weights have {k!r}, which the new network lacks")
+            if own[k].shape == v.shape and k not in ("embed.weight", "head.weight"):
+                own[k].copy_(v)
+            elif k in ("embed.weight", "head.weight") and own[k].shape[1:] == v.shape[1:]:
+                ni, oi = torch.tensor([a for a, _ in shared]), torch.tensor([b for _, b in shared])
+                own[k][ni] = v[oi]
+            else:
+                raise CheckpointError(f"init weights {k!r} have shape {tuple(v.shape)}, the new network "
+                                      f"{tuple(own[k].shape)}")
+            copied.append(k)
+    net.load_state_dict(own)
+    log(f"initialised from another checkpoint: {len(copied)} tensors; {len(shared)} of {len(new_tok.tokens)} "
+        f"token rows shared by string")
+
+
+def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device: str = "cpu",
+                     init_dir=None, init_tokenizer_dir=None, log=print):
+    """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt``."""
+    data_dir = Path(data_dir)
+    tok_name, data_kind = spec["tokenizer"], spec["data"]
+    tok = load_tokenizer(data_dir / "tokenizers" / tok_name)
+    meta = json.loads((data_dir / "meta.json").read_text())
+    method = build_method(spec["method"], tok.info(), spec.get("options", {}), f"dllm.models.{name}.options")
+    layout = LAYOUTS[spec["method"]]
+    path = data_dir / f"{tok_name}_{layout}_{data_kind}.pt"
+    if not path.exists():
+        raise ConfigError(f"dllm.models.{name}: no {data_kind!r} data for layout {layout!r} ({path})")
+    data = torch.load(path)
+    seq_len = data.shape[-1]
+    cfg = model_config(spec["arch"], tok.vocab_size, seq_len, method)
+    tcfg = from_dict(TrainConfig, spec["train"], f"dllm.models.{name}.train")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(tcfg.seed)
+        net = Transformer(cfg).to(device)
+    if init_dir:
+        init, init_meta = load_model(init_dir, device)
+        old_tok = load_tokenizer(init_tokenizer_dir)
+        if init_meta["tokenizer"]["fingerprint"] != old_tok.info()["fingerprint"]:
+            raise CheckpointError(f"{init_dir} was not trained with the tokenizer at {init_tokenizer_dir}")
+        transfer_weights(net, init, tok, old_tok, log)
+    sig = run_signature(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"],
+                               "options": spec.get("options", {}), "data": [str(path), list(data.shape)],
+                               "init": str(init_dir)})
+    log(f"training {name} ({spec['method']}, {tok_name} tokenizer, {data_kind} data {tuple(data.shape)}): "
+        f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters")
+    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log)
+    extra = {"options": spec.get("options", {}), "train": spec["train"], "data": str(path),
+             "layout": {"kind": layout, "tokenizer": tok_name, "prompt_len": meta["prompt_len"][tok_name],
+                        "gen_length": meta["gen_length"]},
+             "final": next((h for h in reversed(history) if "loss" in h), {})}
+    save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
+    shutil.copytree(data_dir / "tokenizers" / tok_name, Path(out_dir) / "tokenizer", dirs_exist_ok=True)
+    Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
+    return ema, history
+
+
+# ---------------------------------------------------------------------- decoders (what lm-eval drives)
+def load_trained(model_dir, device: str = "cpu"):
+    """``(wrapped model, tokenizer, layout)`` of a directory written by :func:`train_dllm_model`."""
+    meta = read_meta(model_dir)
+    tok = load_tokenizer(Path(model_dir) / "tokenizer")
+    net, meta = load_model(model_dir, device, tokenizer_info=tok.info())
+    method = build_method(meta["method"], tok.info(), meta.get("extra", {}).get("options", {}),
+                          f"checkpoint {model_dir} options")
+    wrapped = method.wrap(net)
+    wrapped.tokenizer = tok
+    layout = meta.get("extra", {}).get("layout")
+    if layout is None:
+        raise CheckpointError(f"{model_dir}: not a DLLM-half checkpoint (no layout in its config.json)")
+    return wrapped, tok, layout
+
+
+def completion_text(tok, ids: list[int]) -> str:
+    """The generated text up to the first ``<eos>`` (masks never remain after decoding)."""
+    ids = list(ids)
+    if tok.eos_id in ids:
+        ids = ids[: ids.index(tok.eos_id)]
+    return tok.decode(ids).strip()
+
+
+class DLLMDecoder:
+    """A :class:`~unie.core.protocols.TextDecoder` over a DLLM backbone: its own decoder, or Algorithm 3 with a
+    proxy (``energy`` options given)."""
+
+    def __init__(self, backbone, tokenizer, prompt_len: int | None, decode_options: DecodeOptions,
+                 energy_options: DLLMEnergyOptions | None = None, bridge: ProxyBridge | None = None,
+                 seed: int = 0, mc_num: int = 32, name: str = "dllm"):
+        if (energy_options is None) != (bridge is None):
+            raise ValueError("Algorithm 3 needs both energy options and a proxy")
+        self.backbone, self.tok, self.prompt_len = backbone, tokenizer, prompt_len
+        self.decode_options, self.energy_options, self.bridge = decode_options, energy_options, bridge
+        self.generator = torch.Generator().manual_seed(seed)
+        self.mc_num, self.name = mc_num, name
+
+    def check(self, prompts: list[str]) -> None:
+        """Errors before any generation: prompts that do not fit, text the proxy cannot read."""
+        lengths = [len(ids) + 1 for ids in self.tok.encode_batch(prompts)]
+        if self.prompt_len is not None and max(lengths) > self.prompt_len:
+            raise ValueError(f"a prompt needs {max(lengths)} positions; the model was trained with prompt_len "
+                             f"{self.prompt_len}")
+        if self.bridge is not None:
+            self.bridge.check(prompts)
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
+        G = self.decode_options.gen_length
+        P = self.prompt_len or 1 + max(len(ids) for ids in self.tok.encode_batch(prompts))
+        x = dllm_prompt_rows(self.tok, prompts, P, G)
+        device = getattr(getattr(self.backbone, "net", None), "device", "cpu")
+        x = x.to(device)
+        if self.energy_options is None:
+            out, stats = decode(self.backbone, x, self.decode_options)
+        else:
+            out, stats = energy_decode(self.backbone, self.bridge, x, self.decode_options, self.energy_options,
+                                       self.generator)
+        gen = out[:, P:P + min(G, max_new_tokens)].tolist()
+        return [completion_text(self.tok, g) for g in gen], {"nfe": stats["nfe"], "generated_tokens": G * len(prompts),
+                                                             "proxy_forwards": stats.get("proxy_forwards", 0)}
+
+    def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
+        out = []
+        for c, t in zip(contexts, continuations):
+            out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t),
+                                        mc_num=self.mc_num, batch_size=min(self.mc_num, 32),
+                                        generator=self.generator))
+        return out
+
+
+class ARDecoder:
+    """A :class:`~unie.core.protocols.TextDecoder` over an AR model (greedy, ``gen_length`` tokens)."""
+
+    def __init__(self, model, tokenizer, gen_length: int, name: str = "ar"):
+        self.model, self.tok, self.gen_length, self.name = model, tokenizer, gen_length, name
+
+    def check(self, prompts: list[str]) -> None:
+        self.tok.encode_batch(prompts)
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
+        G = min(self.gen_length, max_new_tokens)
+        gen = self.model.greedy_continue(self.tok.encode_batch(prompts), G).tolist()
+        return [completion_text(self.tok, g) for g in gen], {"nfe": G, "generated_tokens": G * len(prompts)}
+
+    @torch.no_grad()
+    def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
+        out = []
+        for c, t in zip(contexts, continuations):
+            ctx, tgt = self.tok.encode(c), self.tok.encode(t)
+            x = torch.tensor([[self.tok.bos_id] + ctx + tgt])
+            lp = self.model.logits(x).log_softmax(-1)[0, :-1].gather(-1, x[0, 1:, None]).squeeze(-1)
+            out.append(float(lp[len(ctx):].double().sum()))
+        return out
+
+
+DECODER_KEYS = {"pretrained", "proxy", "energy", "K", "w", "ar_context", "temperature", "gen_length", "block_length",
+                "tokens_per_step", "confidence", "seed", "mc_num", "device", "kind", "style", "trust_remote_code",
+                "mask_token", "proxy_trust_remote_code", "prompt_len", "name"}
+
+
+def build_decoder(args: dict):
+    """A decoder from lm-eval's ``--model_args`` (a dict).  Keys: ``pretrained`` (a model directory),
+    ``kind`` (``unie``, default: our checkpoints; ``hf_dllm``/``hf_ar``: Hugging Face checkpoints with ``style``
+    llada|dream, ``trust_remote_code``, ``mask_token``), decoding options (``gen_length``, ``block_length``,
+    ``tokens_per_step``, ``confidence``), and for Algorithm 3 ``proxy`` (a directory) with ``energy`` and
+    optionally ``K``, ``w``, ``ar_context``, ``temperature``, ``proxy_trust_remote_code``.  An unknown key,
+    a missing checkpoint or an unbridgeable proxy is an error before any generation."""
+    args = dict(args)
+    unknown = sorted(set(args) - DECODER_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown model_args {unknown}; known: {sorted(DECODER_KEYS)}")
+    if "pretrained" not in args:
+        raise ConfigError("model_args needs pretrained=<model directory>")
+    device, kind = args.get("device", "cpu"), args.get("kind", "unie")
+    seed = int(args.get("seed", 0))
+    name = str(args.get("name", Path(str(args["pretrained"])).name))
+    if kind == "unie":
+        model, tok, layout = load_trained(args["pretrained"], device)
+        prompt_len = args.get("prompt_len", layout["prompt_len"])
+        default_gen = layout["gen_length"]
+        is_ar = layout["kind"] == "ar"
+    elif kind in ("hf_dllm", "hf_ar"):
+        from ..models.hf import load_hf_causal, load_hf_dllm
+
+        trust = bool(args.get("trust_remote_code", False))
+        if kind == "hf_ar":
+            model = load_hf_causal(args["pretrained"], trust_remote_code=trust, device=device)
+        else:
+            model = load_hf_dllm(args["pretrained"], style=args.get("style", "llada"), trust_remote_code=trust,
+                                 mask_token=args.get("mask_token"), device=device)
+        tok, prompt_len, default_gen, is_ar = model.tokenizer, args.get("prompt_len"), 256, kind == "hf_ar"
+    else:
+        raise ConfigError(f"unknown decoder kind {kind!r}; known: unie, hf_dllm, hf_ar")
+    gen_length = int(args.get("gen_length", default_gen))
+    if is_ar:
+        if "proxy" in args or "energy" in args:
+            raise ConfigError("an AR model decodes left to right: proxy/energy options apply to DLLMs only")
+        return ARDecoder(model, tok, gen_length, name=name)
+    dec_fields = {f.name for f in dataclasses.fields(DecodeOptions)}
+    d_opts = from_dict(DecodeOptions, {**{k: args[k] for k in dec_fields if k in args}, "gen_length": gen_length},
+                       "decoding options")
+    if "proxy" not in args:
+        if "energy" in args:
+            raise ConfigError("energy decoding (Algorithm 3) needs proxy=<AR proxy directory>")
+        return DLLMDecoder(model, tok, prompt_len, d_opts, seed=seed, mc_num=int(args.get("mc_num", 32)), name=name)
+    e_fields = {f.name for f in dataclasses.fields(DLLMEnergyOptions)}
+    e_opts = from_dict(DLLMEnergyOptions, {k: args[k] for k in e_fields if k in args}, "energy options")
+    if Path(str(args["proxy"]), "tokenizer").exists():
+        proxy, _, proxy_layout = load_trained(args["proxy"], device)
+        if proxy_layout["kind"] != "ar":
+            raise ConfigError(f"proxy {args['proxy']} is not an autoregressive model")
+    else:
+        from ..models.hf import load_hf_causal
+
+        proxy = load_hf_causal(args["proxy"], trust_remote_code=bool(args.get("proxy_trust_remote_code", False)),
+                               device=device)
+    if not hasattr(proxy, "logits") or not hasattr(proxy, "bos_id"):
+        raise ConfigError(f"proxy {args['proxy']} is not an autoregressive model")
+    return DLLMDecoder(model, tok, prompt_len, d_opts, e_opts, ProxyBridge(proxy, tok), seed=seed,
+                       mc_num=int(args.get("mc_num", 32)), name=name)
+
+
+def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) -> dict:
+    """lm-eval ``model_args`` of a Table 3 row (config ``dllm.rows``): the model (and proxy) directories from
+    the rule's inputs, the shared decoding options, the shared energy options (``dllm.energy``) for a row
+    with a proxy, then the row's own ``options``."""
+    from pathlib import Path as _P
+
+    def directory(path):
+        p = _P(path)
+        return str(p.parent if p.suffix else p)
+
+    args = {"pretrained": directory(inputs["model"]), "name": name, "device": device}
+    for key in ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code"):
+        if key in row:
+            args[key] = row[key]
+    args.update(dllm.get("decoding", {}))
+    if row.get("ar"):
+        args = {k: v for k, v in args.items() if k not in ("block_length", "tokens_per_step", "confidence")}
+    if row.get("proxy"):
+        args["proxy"] = directory(inputs["proxy"])
+        args.update(dllm.get("energy", {}))
+    args.update(row.get("options", {}))
+    return args

@@ -1,0 +1,136 @@
+"""The seven toy benchmarks as offline lm-eval tasks (``../shared/spec/notes/lm-eval.md`` §3).
+
+:func:`write_lmeval_tasks` writes, deterministically (same arguments -> byte-identical files)::
+
+    out_dir/data/{task}_train.jsonl   fine-tuning documents (not for toy_livebench, which is test-only)
+    out_dir/data/{task}_test.jsonl    evaluation documents
+    out_dir/{task}.yaml               one lm-eval task per benchmark (absolute data paths)
+    out_dir/toy_dllm.yaml             the group of the seven tasks
+    out_dir/utils.py                  the ``process_results`` hooks, scoring with :func:`unie.data.tasks.score`
+
+Every task is ``generate_until``, 0-shot, greedy, stopped at a newline after at most 16 tokens; the
+multiple-choice tasks too, on purpose: the model writes its letter, so a decoding strategy can change the
+score (a log-likelihood score cannot see the decoder).  Load with
+``TaskManager(include_path=out_dir, include_defaults=False)`` or ``--include_path out_dir``.
+
+The list tasks (toy_mbpp, toy_lcb, and toy_livebench's list documents) are scored by executing the
+*reference* program (:func:`unie.data.tasks.apply_ops` on the document's integers) and comparing it with
+the integers parsed from the completion: no model-written text is ever executed, so the tasks are not
+marked ``unsafe_code`` and need neither ``--confirm_run_unsafe_code`` nor ``HF_ALLOW_CODE_EVAL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..data.tasks import PRIMARY_METRIC, TASKS, generate_task
+
+GROUP = "toy_dllm"
+TEST_ONLY = ("toy_livebench",)  # held-out templates: never in the fine-tuning data
+GENERATION_KWARGS = {"until": ["\n"], "do_sample": False, "max_gen_toks": 16}
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a reader never sees half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _jsonl(docs: list[dict]) -> str:
+    return "".join(json.dumps(doc) + "\n" for doc in docs)
+
+
+def _q(text: str) -> str:
+    """A YAML double-quoted scalar (JSON string syntax is valid YAML)."""
+    return json.dumps(text)
+
+
+def task_yaml(task: str, test_path: Path, n_test: int, seed: int) -> str:
+    """The lm-eval YAML of ``task`` reading its test documents from ``test_path`` (made absolute)."""
+    if task not in PRIMARY_METRIC:
+        raise KeyError(f"unknown toy task {task!r}; known: {', '.join(TASKS)}")
+    g = GENERATION_KWARGS
+    lines = [
+        f"# {task}: written by unie.pipeline.tasks.write_lmeval_tasks; regenerate rather than edit.",
+        "# Scored generatively by utils.process_results_* (unie.data.tasks.score). List answers are checked by",
+        "# executing the reference program on integers only (no model text is run), hence no unsafe_code.",
+        f"task: {task}",
+        "dataset_path: json",
+        "dataset_name: null",
+        "dataset_kwargs:",
+        "  data_files:",
+        f"    test: {_q(str(Path(test_path).resolve()))}",
+        "output_type: generate_until",
+        "test_split: test",
+        f"doc_to_text: {_q('{{question}}')}",
+        f"doc_to_target: {_q('{{answer}}')}",
+        f"target_delimiter: {_q(' ')}",
+        "num_fewshot: 0",
+        "generation_kwargs:",
+        f"  until: [{', '.join(_q(s) for s in g['until'])}]",
+        f"  do_sample: {str(g['do_sample']).lower()}",
+        f"  max_gen_toks: {g['max_gen_toks']}",
+        f"process_results: !function utils.process_results_{task}",
+        "metric_list:",
+        f"  - metric: {PRIMARY_METRIC[task]}",
+        "    aggregation: mean",
+        "    higher_is_better: true",
+        "metadata:",
+        "  version: 1.0",
+        f"  n_test: {n_test}",
+        f"  seed: {seed}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def group_yaml(tasks: list[str]) -> str:
+    """The group ``toy_dllm`` over ``tasks`` (no aggregate: the tasks' metrics differ)."""
+    return "\n".join([f"group: {GROUP}", "task:", *[f"  - {t}" for t in tasks], "metadata:", "  version: 1.0"]) + "\n"
+
+
+def utils_py(tasks: list[str]) -> str:
+    """The ``utils.py`` next to the YAMLs: one ``process_results_<task>(doc, results)`` per task."""
+    head = '''"""lm-eval hooks of the toy tasks, written by unie.pipeline.tasks.write_lmeval_tasks (regenerate, don't edit).
+
+lm-eval calls ``process_results(doc, results)`` with ``results`` = [the completion string] and averages the
+returned ``{metric: 0.0 or 1.0}`` per task."""
+
+from unie.data.tasks import PRIMARY_METRIC, score
+
+
+def process_results(task, doc, results):
+    """``{PRIMARY_METRIC[task]: score(task, doc, completion)}`` for ``results == [completion]``."""
+    if len(results) != 1:
+        raise ValueError(f"{task}: expected one completion per document, got {len(results)}: {results!r}")
+    return {PRIMARY_METRIC[task]: score(task, doc, results[0])}
+'''
+    funcs = [f"\n\ndef process_results_{t}(doc, results):\n    return process_results({t!r}, doc, results)\n"
+             for t in tasks]
+    return head + "".join(funcs)
+
+
+def write_lmeval_tasks(out_dir, n_train: int, n_test: int, seed: int) -> list[str]:
+    """Write the seven toy tasks' data, YAMLs, group and hooks under ``out_dir``; return the task names.
+
+    ``n_train`` (>= 0) training and ``n_test`` (>= 1) test documents per task (``toy_livebench``: test
+    only) from :func:`unie.data.tasks.generate_task` with ``seed``.  Deterministic: the same arguments
+    give byte-identical files.  Returns ``list(TASKS)`` (the group is named :data:`GROUP`)."""
+    for name, value, low in (("n_train", n_train, 0), ("n_test", n_test, 1), ("seed", seed, None)):
+        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+            raise ValueError(f"{name} must be an int{f' >= {low}' if low is not None else ''}, got {value!r}")
+    out = Path(out_dir).resolve()
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    tasks = list(TASKS)
+    for task in tasks:
+        if task not in TEST_ONLY:
+            _write_text(data / f"{task}_train.jsonl", _jsonl(generate_task(task, "train", n_train, seed)))
+        test_path = data / f"{task}_test.jsonl"
+        _write_text(test_path, _jsonl(generate_task(task, "test", n_test, seed)))
+        _write_text(out / f"{task}.yaml", task_yaml(task, test_path, n_test, seed))
+    _write_text(out / f"{GROUP}.yaml", group_yaml(tasks))
+    _write_text(out / "utils.py", utils_py(tasks))
+    return tasks

@@ -1,0 +1,136 @@
+# The DLLM half (Table 3): toy benchmarks as local lm-eval tasks, the tiny LLaDA-like and Dream-like backbones,
+# the AR rows and the proxy, one lm-eval run per Table 3 row, and the table.
+#
+#   resources/dllm/tasks/            lm-eval task YAMLs + JSONL (rule dllm_tasks)
+#   resources/dllm/meta.json         tokenizers and training tensors (rule dllm_data)
+#   results/dllm/models/{dmodel}/    trained DLLM-half models (rule dllm_train)
+#   results/dllm/rows/{row}/         lm-eval's results_*.json, samples_*.jsonl, throughput.json (rule dllm_eval)
+
+DLLM = config.get("dllm", {})
+DLLM_MODELS = list(DLLM.get("models", {}))
+DLLM_ROWS = list(DLLM.get("rows", {}))
+TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
+
+
+wildcard_constraints:
+    dmodel="|".join(DLLM_MODELS) or "(?!)",
+    row="|".join(DLLM_ROWS) or "(?!)",
+
+
+rule dllm_tasks:
+    output:
+        yamls=expand("resources/dllm/tasks/{task}.yaml", task=DLLM.get("tasks", {}).get("names", [])),
+        utils="resources/dllm/tasks/utils.py",
+    log:
+        "logs/dllm/tasks.log",
+    params:
+        tasks=DLLM.get("tasks", {}),
+    threads: 1
+    script:
+        "../scripts/dllm_tasks.py"
+
+
+rule dllm_data:
+    input:
+        yamls=rules.dllm_tasks.output.yamls,
+        tokenizer="resources/tokenizer",
+        toy=f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+    output:
+        meta="resources/dllm/meta.json",
+    log:
+        "logs/dllm/data.log",
+    params:
+        dllm=DLLM,
+    threads: 1
+    script:
+        "../scripts/dllm_data.py"
+
+
+def dllm_init(wc):
+    init = DLLM["models"][wc.dmodel].get("init_from")
+    if not init:
+        return {}
+    if init in DLLM_MODELS:
+        return {"init": f"results/dllm/models/{init}/model.safetensors"}
+    return {"init": model_files(init)[0], "init_tokenizer": "resources/tokenizer"}  # a DLM-half model
+
+
+rule dllm_train:
+    priority: 20
+    input:
+        unpack(dllm_init),
+        meta="resources/dllm/meta.json",
+    output:
+        weights="results/dllm/models/{dmodel}/model.safetensors",
+        config="results/dllm/models/{dmodel}/config.json",
+    log:
+        "logs/train/dllm_{dmodel}.log",
+    benchmark:
+        "benchmarks/train/dllm_{dmodel}.tsv"
+    params:
+        spec=lambda wc: DLLM["models"][wc.dmodel],
+        ckpt_dir=lambda wc: f"results/checkpoints/dllm_{wc.dmodel}",
+        device=config["device"],
+    threads: config["threads"]
+    resources:
+        gpu=res("dllm_train", "gpu", 0),
+        mem_mb=res("dllm_train", "mem_mb", 4000),
+        runtime=res("dllm_train", "runtime", 120),
+    script:
+        "../scripts/dllm_train.py"
+
+
+def dllm_row_inputs(wc):
+    row = DLLM["rows"][wc.row]
+    out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else {}
+    for role in ("model", "proxy"):
+        name = row.get(role)
+        if name in DLLM_MODELS:
+            out[role] = f"results/dllm/models/{name}/model.safetensors"
+        elif name:
+            out[role] = f"resources/hf/{name}"  # a Hugging Face checkpoint (paper profile)
+    return out
+
+
+rule dllm_eval:
+    input:
+        unpack(dllm_row_inputs),
+    output:
+        results="results/dllm/rows/{row}/results.json",
+        throughput="results/dllm/rows/{row}/throughput.json",
+    log:
+        "logs/dllm/eval_{row}.log",
+    benchmark:
+        "benchmarks/dllm/eval_{row}.tsv"
+    params:
+        row=lambda wc: DLLM["rows"][wc.row],
+        dllm=DLLM,
+        device=config["device"],
+    threads: config["threads"]
+    resources:
+        gpu=res("dllm_eval", "gpu", 0),
+        mem_mb=res("dllm_eval", "mem_mb", 4000),
+        runtime=res("dllm_eval", "runtime", 120),
+    script:
+        "../scripts/dllm_eval.py"
+
+
+def table3_inputs(wc):
+    files = [f"results/dllm/rows/{row}/results.json" for row in DLLM_ROWS]
+    return {"results": files, "dirs": result_dirs(files)}
+
+
+rule table3_dllm:
+    input:
+        unpack(table3_inputs),
+    output:
+        tex="results/tables/table3_dllm.tex",
+        csv="results/tables/table3_dllm.csv",
+    log:
+        "logs/tables/table3_dllm.log",
+    params:
+        rows=DLLM.get("rows", {}),
+        tasks=DLLM.get("tasks", {}),
+    localrule: True
+    script:
+        "../scripts/table3.py"

@@ -1,0 +1,21 @@
+"""Rule dllm_eval: one Table 3 row = one lm-eval run over the seven tasks (lm-eval writes the JSONs)."""
+
+from unie.pipeline.rule import job
+
+with job(snakemake) as log:
+    import os
+    import shutil
+
+    from unie.lmeval import evaluate
+    from unie.pipeline.dllm import row_model_args
+
+    d = snakemake.params.dllm
+    out_dir = os.path.dirname(snakemake.output.results)
+    args = row_model_args(snakemake.wildcards.row, snakemake.params.row, d, dict(snakemake.input.items()),
+                          snakemake.params.device)
+    log(f"model_args: {args}")
+    include = os.path.dirname(snakemake.input.tasks[0]) if snakemake.input.get("tasks") else None
+    found = evaluate(args, d["tasks"]["names"], include, out_dir,
+                     batch_size=d["batch_size"], include_defaults=d.get("include_default_tasks", False),
+                     limit=d.get("limit"), seed=d.get("seed", 0), log=log)
+    shutil.copyfile(found, snakemake.output.results)  # lm-eval's JSON, byte for byte, at a deterministic path
