@@ -8,18 +8,18 @@ them in parallel can fail the way the paper describes.
 =====================  ==========================================================================
 paper column           toy analogue (prompt ... ``answer :`` -> target)
 =====================  ==========================================================================
-MATH500                ``toy_math``: three-term arithmetic, ``4 7 + 3 8 - 1 2 = ?`` -> ``7 3``
+MATH500                ``toy_math``: arithmetic with a carry or borrow, ``4 7 + 8 = ?`` -> ``5 5``
 GSM8K                  ``toy_gsm8k``: word problems over toy-world entities -> a number
 MBPP                   ``toy_mbpp``: one list operation, ``sort [ 5 2 9 1 ]`` -> ``[ 1 2 5 9 ]``
 LiveCodeBench v2       ``toy_lcb``: a composition of two list operations
 LiveBench              ``toy_livebench``: a held-out mixture of the above with shifted templates
-MMLU                   ``toy_mmlu``: 4-way multiple choice over toy-world facts -> a letter
-HellaSwag              ``toy_hellaswag``: 4-way choice of the continuation consistent with the scene
+MMLU                   ``toy_mmlu``: 4-way multiple choice over toy-world facts -> the chosen object
+HellaSwag              ``toy_hellaswag``: 4-way choice of the continuation consistent with the scene -> its subject
 =====================  ==========================================================================
 
 The list tasks are scored by *executing the reference operation* on the input (:func:`apply_ops`) and
 comparing with the parsed answer; the others by exact match.  The multiple-choice tasks are scored
-generatively (the model writes its letter): a decoding strategy cannot change a log-likelihood score,
+generatively (the model writes the chosen option's word: its object, or its sentence's subject): a decoding strategy cannot change a log-likelihood score,
 and the paper reports decoding gains on MMLU and HellaSwag.  ``toy_livebench`` is test-only: its
 templates never appear in the fine-tuning data.
 """
@@ -96,31 +96,29 @@ def _object(rng, scene: str) -> str:
     return rng.choice(SCENE_WORDS[scene]["obj"])
 
 
-def _sentence(rng, scene: str) -> str:
+def _sentence(rng, scene: str, subject: str | None = None) -> str:
     """A toy-world sentence of one scene: ``det subj verb det obj .``."""
     det = rng.choice(SHARED_WORDS["det"][:2])
-    return f"{det} {_subject(rng, scene)} {rng.choice(SCENE_WORDS[scene]['verb'])} the {_object(rng, scene)} ."
+    subject = subject or _subject(rng, scene)
+    return f"{det} {subject} {rng.choice(SCENE_WORDS[scene]['verb'])} the {_object(rng, scene)} ."
 
 
 def _math(rng, header="question"):
-    a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(1, 99)
-    op1, op2 = rng.choice("+-"), rng.choice("+-")
-    val = a + b if op1 == "+" else a - b
-    if val < 0:
-        a, b, val = b, a, b - a
-    val2 = val + c if op2 == "+" else val - c
-    if val2 < 0:
-        op2, val2 = "+", val + c
-    q = f"{header} : {digits(a)} {op1} {digits(b)} {op2} {digits(c)} = ? answer :"
-    return {"question": q, "answer": digits(val2), "value": val2}
+    """``a ± b = ?`` with ``a`` in 10..999 and a one-digit ``b``: a carry or borrow ties the answer's digits
+    (``9 9 + 5`` -> ``1 0 4``)."""
+    a, b = rng.randint(10, 999), rng.randint(1, 9)
+    op = rng.choice("+-")
+    val = a + b if op == "+" else a - b
+    q = f"{header} : {digits(a)} {op} {digits(b)} = ? answer :"
+    return {"question": q, "answer": digits(val), "value": val}
 
 
 def _gsm8k(rng, header="question"):
     scene = rng.choice(SCENES)
     other = rng.choice([s for s in SCENES if s != scene])
     subj, giver, obj = _subject(rng, scene), _subject(rng, other), _object(rng, scene)
-    a, b = rng.randint(10, 59), rng.randint(10, 39)
-    if rng.random() < 0.5 or a < b:  # the other one gives some more
+    a, b = rng.randint(10, 59), rng.randint(1, 9)
+    if rng.random() < 0.5:  # the other one gives some more
         val, event = a + b, f"the {giver} gives the {subj} {digits(b)} {obj} ."
     else:  # or takes some away
         val, event = a - b, f"the {giver} takes {digits(b)} {obj} from the {subj} ."
@@ -143,21 +141,26 @@ def _choices(rng, right: str, wrong: list[str]):
 
 
 def _mmlu(rng):
+    """Which object belongs to the subject's scene; the model writes the object (a generative choice)."""
     scene = rng.choice(SCENES)
     others = rng.sample([s for s in SCENES if s != scene], 3)
-    options, gold = _choices(rng, _object(rng, scene), [_object(rng, s) for s in others])
+    right = _object(rng, scene)
+    options, gold = _choices(rng, right, [_object(rng, s) for s in others])
     q = (f"question : which thing goes with the {_subject(rng, scene)} ? "
          + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
-    return {"question": q, "answer": gold}
+    return {"question": q, "answer": right, "gold": gold}
 
 
 def _hellaswag(rng):
+    """Which of four sentences continues the scene; the model writes that sentence's subject."""
     scene = rng.choice(SCENES)
     others = rng.sample([s for s in SCENES if s != scene], 3)
-    options, gold = _choices(rng, _sentence(rng, scene), [_sentence(rng, s) for s in others])
+    subjects = [_subject(rng, s) for s in [scene] + others]
+    sentences = [_sentence(rng, s, subj) for s, subj in zip([scene] + others, subjects)]
+    options, gold = _choices(rng, sentences[0], sentences[1:])
     q = (f"question : {_sentence(rng, scene)} what comes next ? "
          + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
-    return {"question": q, "answer": gold}
+    return {"question": q, "answer": subjects[0], "gold": gold}
 
 
 def _livebench(rng):
@@ -181,6 +184,9 @@ GENERATORS = {
 }
 
 
+MAX_TRAIN = 5000  # training documents per task at most; the test split excludes the first MAX_TRAIN
+
+
 def task_seed(seed: int, task: str, split: str) -> int:
     return zlib.crc32(f"{seed}/{task}/{split}".encode())
 
@@ -188,8 +194,9 @@ def task_seed(seed: int, task: str, split: str) -> int:
 def generate_task(task: str, split: str, n: int, seed: int = 0) -> list[dict]:
     """``n`` documents ``{id, question, answer, ...}`` of ``task``'s ``split`` (``train`` or ``test``).
 
-    Test documents never repeat a training question (they are drawn from another seed and any question
-    also seen in the first 20,000 training documents is redrawn)."""
+    Documents of a split are distinct questions.  Test documents never repeat a training question: any of
+    the first :data:`MAX_TRAIN` training questions is redrawn (a train split of ``n <= MAX_TRAIN`` is exactly
+    those first ``n``)."""
     if task not in GENERATORS:
         raise KeyError(f"unknown toy task {task!r}; known: {', '.join(TASKS)}")
     if split not in ("train", "test"):
@@ -197,12 +204,16 @@ def generate_task(task: str, split: str, n: int, seed: int = 0) -> list[dict]:
     rng = random.Random(task_seed(seed, task, split))
     seen = set()
     if split == "test" and task != "toy_livebench":
-        train_rng = random.Random(task_seed(seed, task, "train"))
-        seen = {GENERATORS[task](train_rng)["question"] for _ in range(20000)}
-    docs = []
+        seen = {d["question"] for d in generate_task(task, "train", MAX_TRAIN, seed)}
+    if split == "train" and n > MAX_TRAIN:
+        raise ValueError(f"at most {MAX_TRAIN} training documents per task (the test split excludes those)")
+    docs, misses = [], 0
     while len(docs) < n:
         doc = GENERATORS[task](rng)
         if doc["question"] in seen:
+            misses += 1
+            if misses > 200_000:
+                raise RuntimeError(f"{task}: cannot draw {n} distinct {split} questions (only {len(docs)})")
             continue
         seen.add(doc["question"])
         docs.append({"id": f"{task}/{split}/{len(docs)}", **doc})
@@ -263,7 +274,7 @@ def score(task: str, doc: dict, completion: str) -> float:
       :func:`apply_ops` on the document's ``program``) compared with :func:`parse_list` of the completion
       (before ``<eos>``); only integers parsed from the model's text reach :func:`apply_ops`, no model text
       is executed;
-    * ``toy_mmlu``, ``toy_hellaswag``: the completion's first word equals the gold letter;
+    * ``toy_mmlu``, ``toy_hellaswag``: the completion's first word equals the chosen option's word (``answer``);
     * ``toy_livebench``: per the document's ``kind`` (``math``/``gsm8k``: exact match, ``list``: execution).
 
     Raises ``KeyError`` for an unknown task (or a livebench ``kind``) and ``TypeError`` if ``completion``
