@@ -287,3 +287,28 @@ def test_transfer_weights_by_token_string(word):
     assert torch.equal(new.blocks[0].attn.qkv.weight, old.blocks[0].attn.qkv.weight)
     with torch.no_grad():
         assert math.isfinite(float(new(torch.zeros(1, 4, dtype=torch.long)).sum()))
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d["tasks"]["names"].__setitem__(0, "toy_maths"), r"dllm.tasks.names\[0\]'.*toy_maths"),
+    (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "nope"), r"dllm.rows.llada_uni.proxy'.*nope"),
+    (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "llada"), "not an autoregressive model"),
+    (lambda d: d["rows"]["llada"]["options"].__setitem__("energy", "uni"), "energy options need a proxy"),
+    (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("ar_context", "masked"), "tokenizer bridge"),
+    (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("K_", 3), "unknown option"),
+    (lambda d: d["models"]["dream"].__setitem__("init_from", "nothing"), "init_from'.*nothing"),
+])
+def test_bad_dllm_config_names_the_key(mutate, expected):
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from unie.pipeline.checks import check_dllm
+
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "smoke.yaml").read_text())
+    check_dllm(cfg)
+    bad = copy.deepcopy(cfg)
+    mutate(bad["dllm"])
+    with pytest.raises(ConfigError, match=expected):
+        check_dllm(bad)

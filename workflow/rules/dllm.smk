@@ -39,8 +39,8 @@ rule dllm_data:
         meta="resources/dllm/meta.json",
     log:
         "logs/dllm/data.log",
-    params:
-        dllm=DLLM,
+    params:  # only what the data depend on (a model's training settings must not rebuild the data)
+        dllm={k: DLLM.get(k) for k in ("tasks", "pretrain_texts", "bpe_vocab_size", "decoding")},
     threads: 1
     script:
         "../scripts/dllm_data.py"
@@ -102,9 +102,10 @@ rule dllm_eval:
         "logs/dllm/eval_{row}.log",
     benchmark:
         "benchmarks/dllm/eval_{row}.tsv"
-    params:
+    params:  # the row, and the shared settings it reads (not the other rows' or the models' settings)
         row=lambda wc: DLLM["rows"][wc.row],
-        dllm=DLLM,
+        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
+                                       "seed")},
         device=config["device"],
     threads: config["threads"]
     resources:
