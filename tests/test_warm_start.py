@@ -29,3 +29,19 @@ def test_warm_start_copies_the_shared_backbone_and_keeps_conditioning_fresh(tok_
     other = ModelConfig(vocab_size=tok_info["vocab_size"], d_model=32, n_layers=2, n_heads=2, max_len=8, cond_dim=8)
     with pytest.raises(CheckpointError, match="cond_dim"):
         warm_start(Transformer(other), mdlm, {"model": mdlm.cfg.__dict__}, other, MDLM(tok_info), "mdlm", print)
+
+
+def test_retrained_init_model_is_not_resumed_from_a_stale_checkpoint(tmp_path):
+    """A checkpoint left by a run that started from other initial weights must not be resumed: the resume
+    signature holds a hash of the init_from weights (a retrained init model retrains what starts from it)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from unie.pipeline.models import init_fingerprint
+
+    d = tmp_path / "init"
+    d.mkdir()
+    save_file({"w": torch.zeros(3)}, str(d / "model.safetensors"))
+    a = init_fingerprint(d)
+    save_file({"w": torch.ones(3)}, str(d / "model.safetensors"))
+    assert init_fingerprint(d) != a and init_fingerprint(None) is None

@@ -28,7 +28,7 @@ from ..energy.dllm import DLLMEnergyOptions, energy_decode
 from ..methods.dllm import DecodeOptions, decode, mc_loglikelihood
 from ..models.checkpoint import CheckpointError, load_model, read_meta, save_model
 from ..models.transformer import Transformer
-from .models import build_method, model_config
+from .models import build_method, init_fingerprint, model_config
 
 LAYOUTS = {"llada": "dllm", "dream": "dllm", "ar": "ar"}
 
@@ -133,7 +133,7 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
         transfer_weights(net, init, tok, old_tok, log)
     sig = run_signature(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"],
                                "options": spec.get("options", {}), "data": [str(path), list(data.shape)],
-                               "init": str(init_dir)})
+                               "init": init_fingerprint(init_dir)})
     log(f"training {name} ({spec['method']}, {tok_name} tokenizer, {data_kind} data {tuple(data.shape)}): "
         f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters")
     ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log)

@@ -67,6 +67,18 @@ def warm_start(net, init, init_meta: dict, cfg: ModelConfig, method, where: str,
         f"not used: {dropped}")
 
 
+def init_fingerprint(init_dir) -> str | None:
+    """The identity of an ``init_from`` checkpoint for the resume signature: its path and a hash of its weights,
+    so a checkpoint left by a run that started from *other* initial weights is never resumed (retraining the
+    init model must retrain what starts from it)."""
+    if not init_dir:
+        return None
+    import hashlib
+
+    digest = hashlib.sha256(Path(init_dir, "model.safetensors").read_bytes()).hexdigest()[:16]
+    return f"{init_dir}@{digest}"
+
+
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
                     device: str = "cpu", init_dir=None, log=print, stop_after: int | None = None,
                     partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512):
@@ -100,7 +112,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
         dev = load_tokens(dev_path, n_dev).to(device)
         eval_fn = lambda ema: method.dev_metrics(ema, dev, torch.Generator(device=device).manual_seed(tcfg.seed + 4242))
     sig = run_signature(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"], "options": options,
-                               "data": [str(train_path), list(data.shape)], "init": str(init_dir)})
+                               "data": [str(train_path), list(data.shape)], "init": init_fingerprint(init_dir)})
     n_params = sum(p.numel() for p in net.parameters())
     log(f"training {name} ({spec['method']}): {n_params/1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
     params = method.parameters(net) if hasattr(method, "parameters") else None
