@@ -79,8 +79,12 @@ class Tokenizer:
     def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """``(ids, char offsets)`` of each text (no special tokens): token ``k`` covers ``text[a:b]``."""
         if self._rust is not None:
-            self.encode_batch(texts)  # a clear error for an out-of-vocabulary word
-            return [(e.ids, list(e.offsets)) for e in self._rust.encode_batch(list(texts), add_special_tokens=False)]
+            try:
+                encodings = self._rust.encode_batch(list(texts), add_special_tokens=False)
+            except Exception:
+                self.encode_batch(texts)  # raises the clear error (an out-of-vocabulary word named)
+                raise
+            return [(e.ids, list(e.offsets)) for e in encodings]
         enc = self.hf(list(texts), add_special_tokens=False, return_offsets_mapping=True)
         return [(ids, [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
 

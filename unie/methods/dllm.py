@@ -30,6 +30,7 @@ from ..core.gumbel import uniform
 from ..core.registry import METHODS
 from ..data.dllm_format import split_rows
 from ..data.tokenizer import blocked_ids
+from .mdlm import block_logits
 
 CONFIDENCES = ("low_confidence", "entropy")
 
@@ -55,9 +56,7 @@ class DLLM:
 
 def normalise(logits: torch.Tensor, blocked) -> torch.Tensor:
     """``log p_theta(x0_i = v | xt)`` ``(B, L, V)`` with the ``blocked`` ids (mask, input-only ``<bos>``) at -inf."""
-    logits = logits.float().clone()
-    logits[..., list(blocked)] = -math.inf
-    return F.log_softmax(logits, dim=-1)
+    return F.log_softmax(block_logits(logits, blocked), dim=-1)
 
 
 @dataclass(frozen=True)

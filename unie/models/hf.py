@@ -45,7 +45,22 @@ _DOWNLOAD_HINT = "run the paper profile's download rule for this model first (no
 
 
 # ------------------------------------------------------------------------------------------------ wrappers
-class HFDiffusionLM:
+class _HFWrapped:
+    """What both wrappers share: the model's device and its raw forward on ``(B, L)`` token ids."""
+
+    model: torch.nn.Module
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def raw_logits(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2:
+            raise ValueError(f"logits expects (B, L) token ids, got shape {tuple(x.shape)}")
+        return self.model(x.to(self.device)).logits
+
+
+class HFDiffusionLM(_HFWrapped):
     """A Hugging Face diffusion LM as :class:`unie.core.protocols.DLLMBackbone`.
 
     ``model`` is any module whose ``model(x).logits`` is ``(B, L, V)``.  ``shift=True`` (Dream) means the
@@ -59,16 +74,10 @@ class HFDiffusionLM:
         self.mask_id, self.eos_id = int(mask_id), int(eos_id)
         self.shift, self.vocab_size, self.style, self.path = bool(shift), int(vocab_size), style, path
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, L)`` int64 (masks included) -> aligned ``(B, L, V)`` float32 on ``x``'s device."""
-        if x.dim() != 2:
-            raise ValueError(f"logits expects (B, L) token ids, got shape {tuple(x.shape)}")
-        out = self.model(x.to(self.device)).logits
+        out = self.raw_logits(x)
         if self.shift:  # Dream: position i's raw logits predict token i + 1 (issue #31)
             out = torch.cat([out[:, :1], out[:, :-1]], dim=1)
         return out.float().to(x.device)
@@ -78,7 +87,7 @@ class HFDiffusionLM:
                 f"mask={self.mask_id}, eos={self.eos_id}, shift={self.shift})")
 
 
-class HFCausalLM:
+class HFCausalLM(_HFWrapped):
     """A Hugging Face causal LM as :class:`unie.core.protocols.CausalLM`: ``logits(x)[:, i]`` scores token
     ``i + 1`` given ``x[:, :i+1]`` (no re-alignment).  ``vocab_size`` is the model's output width."""
 
@@ -87,16 +96,10 @@ class HFCausalLM:
         self.model, self.tokenizer = model, tokenizer
         self.bos_id, self.eos_id, self.vocab_size, self.path = int(bos_id), int(eos_id), int(vocab_size), path
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """``(N, L)`` int64 -> ``(N, L, V)`` float32 on ``x``'s device (all-ones attention: unpadded rows)."""
-        if x.dim() != 2:
-            raise ValueError(f"logits expects (N, L) token ids, got shape {tuple(x.shape)}")
-        return self.model(x.to(self.device)).logits.float().to(x.device)
+        return self.raw_logits(x).float().to(x.device)
 
     def __repr__(self) -> str:
         return f"HFCausalLM(path={self.path!r}, V={self.vocab_size}, bos={self.bos_id}, eos={self.eos_id})"

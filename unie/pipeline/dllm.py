@@ -2,8 +2,8 @@
 proxy, and the decoders the lm-eval adapter (:mod:`unie.lmeval`) drives.
 
 Directory ``resources/dllm/`` (written by :func:`prepare_dllm_data`):
-``tokenizers/{word,bpe}/``, ``{tokenizer}_{layout}_{data}.pt`` tensors (layout ``dllm`` or ``ar``; data ``sft``,
-``pretrain`` or ``mix``) and ``meta.json`` (prompt lengths per tokenizer, ``gen_length``).
+``tokenizers/{word,bpe}/``, ``{tokenizer}_{layout}_{data}.pt`` tensors (layout ``dllm`` or ``ar``; data ``sft``
+or ``mix``), ``{tokenizer}_pretrain.pt`` (pretraining rows, either layout) and ``meta.json`` (prompt lengths per tokenizer, ``gen_length``).
 A trained model directory holds ``model.safetensors``, ``config.json`` (with ``extra.layout``: the
 tokenizer, prompt and generation lengths the model was trained with) and ``tokenizer/`` (self-contained,
 so ``--model_args pretrained=results/models/llada`` is all lm-eval needs).
@@ -68,7 +68,7 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
         ar = ar_sft_rows(tok, prompts, answers, T)
         pre = pack_text(tok, toy, T)
         pre3 = torch.stack([pre, torch.ones_like(pre)], dim=1)
-        tensors = {"dllm_sft": dllm, "ar_sft": ar, "dllm_pretrain": pre, "ar_pretrain": pre,
+        tensors = {"dllm_sft": dllm, "ar_sft": ar, "pretrain": pre,  # pretraining rows fit either layout
                    "ar_mix": torch.cat([ar, pre3])[torch.randperm(len(ar) + len(pre3), generator=g)]}
         for key, x in tensors.items():
             torch.save(x, out / f"{name}_{key}.pt")
@@ -108,14 +108,14 @@ def transfer_weights(net, init, new_tok, old_tok, log=print) -> None:
 
 def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device: str = "cpu",
                      init_dir=None, init_tokenizer_dir=None, log=print):
-    """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt``."""
+    """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt`` (``{tokenizer}_pretrain.pt``)."""
     data_dir = Path(data_dir)
     tok_name, data_kind = spec["tokenizer"], spec["data"]
     tok = load_tokenizer(data_dir / "tokenizers" / tok_name)
     meta = json.loads((data_dir / "meta.json").read_text())
     method = build_method(spec["method"], tok.info(), spec.get("options", {}), f"dllm.models.{name}.options")
     layout = LAYOUTS[spec["method"]]
-    path = data_dir / f"{tok_name}_{layout}_{data_kind}.pt"
+    path = data_dir / (f"{tok_name}_pretrain.pt" if data_kind == "pretrain" else f"{tok_name}_{layout}_{data_kind}.pt")
     if not path.exists():
         raise ConfigError(f"dllm.models.{name}: no {data_kind!r} data for layout {layout!r} ({path})")
     data = torch.load(path)
@@ -150,7 +150,7 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
 # ---------------------------------------------------------------------- decoders (what lm-eval drives)
 def load_trained(model_dir, device: str = "cpu"):
     """``(wrapped model, tokenizer, layout)`` of a directory written by :func:`train_dllm_model`."""
-    meta = read_meta(model_dir)
+    read_meta(model_dir)  # a missing checkpoint is named before its tokenizer is looked for
     tok = load_tokenizer(Path(model_dir) / "tokenizer")
     net, meta = load_model(model_dir, device, tokenizer_info=tok.info())
     method = build_method(meta["method"], tok.info(), meta.get("extra", {}).get("options", {}),
@@ -314,19 +314,15 @@ def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) 
     """lm-eval ``model_args`` of a Table 3 row (config ``dllm.rows``): the model (and proxy) directories from
     the rule's inputs, the shared decoding options, the shared energy options (``dllm.energy``) for a row
     with a proxy, then the row's own ``options``."""
-    from pathlib import Path as _P
-
     def directory(path):
-        p = _P(path)
+        p = Path(path)
         return str(p.parent if p.suffix else p)
 
     args = {"pretrained": directory(inputs["model"]), "name": name, "device": device}
     for key in ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code"):
         if key in row:
             args[key] = row[key]
-    args.update(dllm.get("decoding", {}))
-    if row.get("ar"):
-        args = {k: v for k, v in args.items() if k not in ("block_length", "tokens_per_step", "confidence")}
+    args.update(dllm.get("decoding", {}))  # an AR row's decoder reads only gen_length
     if row.get("proxy"):
         args["proxy"] = directory(inputs["proxy"])
         args.update(dllm.get("energy", {}))
