@@ -312,3 +312,132 @@ def test_bad_dllm_config_names_the_key(mutate, expected):
     mutate(bad["dllm"])
     with pytest.raises(ConfigError, match=expected):
         check_dllm(bad)
+
+
+# ---------------------------------------------------------------------- Algorithm 3 against the toy world's exact pi
+class ExactDLLM:
+    """The toy world's exact denoiser (``pi(x0_i | visible tokens)``, :class:`OracleDenoiser`) as a DLLM backbone
+    over rows ``[<bos>; words...]``; ``<eos>`` is blocked so every candidate is a sentence prefix of pi."""
+
+    def __init__(self, hmm, tok):
+        from unie.data.toy_world import OracleDenoiser
+
+        self.den, self.tokenizer = OracleDenoiser(hmm, tok), tok
+        self.mask_id, self.eos_id, self.bos_id = tok.mask_id, tok.eos_id, tok.bos_id
+        self.blocked = (tok.bos_id, tok.eos_id)
+
+    def logits(self, x):
+        body = self.den.logp_x0(x[:, 1:])  # position 0 holds <bos>
+        first = torch.full_like(body[:, :1], -math.inf)
+        first[..., self.bos_id] = 0.0
+        return torch.cat([first, body], dim=1)
+
+
+class ExactAR:
+    """The toy world's exact AR (:class:`OracleAR`) behind the proxy interface: ``logits(x)[:, k]`` scores
+    ``x[:, k + 1]`` for rows that start with ``<bos>``."""
+
+    def __init__(self, hmm, tok):
+        from unie.data.toy_world import OracleAR
+
+        self.ar, self.tokenizer, self.bos_id, self.eos_id = OracleAR(hmm, tok), tok, tok.bos_id, tok.eos_id
+
+    def logits(self, x):
+        lp = self.ar.logp_next(x[:, 1:]).double()
+        return torch.cat([lp, torch.zeros_like(lp[:, :1])], dim=1)
+
+
+def _pi_prefixes(hmm, n, L, seed):
+    """``n`` word sequences of pi without ``<eos>`` (rejection), ``(n, L)``."""
+    g, out = torch.Generator().manual_seed(seed), []
+    while len(out) < n:
+        out += [r for r in hmm.sample(4 * n, L, g) if not (r == hmm.eos_id).any()]
+    return torch.stack(out[:n])
+
+
+@pytest.mark.parametrize("name", ["ind", "inv", "uni"])
+def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, name, monkeypatch):
+    """With the exact denoiser and the exact AR of the toy world, every energy Algorithm 3 computes (B=2, K=3,
+    every window iteration, two blocks) equals the energy's definition evaluated with pi's exact marginals
+    (forward algorithm) over the prompt and the current block, up to one constant per row, and picks the same
+    candidate.  The oracle: ``log p_AR(a|b) = log pi(a_<end) - log pi(b_<end)`` with ``end`` the block's end."""
+    import unie.energy.dllm as alg3
+    from unie.data.toy_world import word_list
+
+    hmm, tok = owt_hmm, word_tokenizer(word_list())
+    dllm, proxy_ = ExactDLLM(hmm, tok), ExactAR(hmm, tok)
+    prompts = _pi_prefixes(hmm, 2, 6, seed=5)
+    x = torch.cat([torch.full((2, 1), tok.bos_id), prompts, torch.full((2, 8), tok.mask_id)], dim=1)
+    calls = []
+
+    def spy(*args):
+        E = energy_fn(*args)
+        calls.append((args, E, bridge.score_until))
+        return E
+
+    monkeypatch.setattr(alg3, "energy_fn", spy)
+    bridge = ProxyBridge(proxy_, tok)
+    opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2)
+    out, stats = energy_decode(dllm, bridge, x, opts, DLLMEnergyOptions(energy=name, K=3, w=1.0),
+                               torch.Generator().manual_seed(0))
+    assert stats["window_iterations"] == 4 and len(calls) == 4
+
+    def log_pi(y, visible):  # exact log pi of the visible words (position 0 is <bos>)
+        return hmm.log_marginal(y[..., 1:].clamp(max=hmm.V - 1).reshape(-1, y.shape[-1] - 1),
+                                visible[..., 1:].reshape(-1, y.shape[-1] - 1)).view(y.shape[:-1]).double()
+
+    checked = 0
+    for (_, xt, x0, xs, logp, _, ctx, mask_id), E, end in calls:
+        assert ctx == "teacher_forced" and end in (11, 15)
+        pos = torch.arange(x.shape[1])
+        before = pos < end
+        A0 = log_pi(x0, before.expand_as(x0))
+        As = log_pi(xs, (xs != mask_id) & before)
+        At = log_pi(xt, (xt != mask_id) & before)[:, None]
+        M_t = (xt == mask_id)[:, None].expand_as(x0)
+        D = M_t & (xs != mask_id)
+        assert not M_t[..., end:].any()  # later positions are filled, not masked: only the block is scored
+        lq = logp.double()[:, None].expand(-1, 3, -1, -1)
+        lq_x0 = torch.where(M_t, lq.gather(-1, x0[..., None]).squeeze(-1), 0.0).sum(-1)
+        lq_xs = torch.where(D, lq.gather(-1, xs[..., None]).squeeze(-1), 0.0).sum(-1)
+        exact = {"ind": lq_x0 - (A0 - At),
+                 "inv": (lq_xs - (As - At)) + ((A0 - At) - (A0 - As)),
+                 "uni": (lq_xs - (As - At)) + (lq_x0 - (A0 - As))}[name]
+        diff = E.double() - exact  # (B, K): one constant per row (teacher forcing drops log pi(xt_<end))
+        assert (diff.max(-1).values - diff.min(-1).values).abs().max() < 1e-3, (name, diff)
+        distinct = (exact.max(-1).values - exact.min(-1).values) > 1e-2
+        assert torch.equal(E.argmin(-1)[distinct], exact.argmin(-1)[distinct])
+        checked += int(distinct.sum())
+    assert checked >= 2  # the candidates really differed on some rows
+    assert not (out == tok.mask_id).any()
+
+
+def test_bridge_with_two_tokenizers_sums_to_exact_pi(owt_hmm):
+    """A BPE DLLM tokenizer that splits toy words into pieces, the exact AR of pi on the word tokenizer: for
+    sentences of pi, the bridged per-position scores sum to ``log pi`` of the words completed before the cut
+    ``score_until`` (forward algorithm), for every cut."""
+    from unie.data.toy_world import word_list
+
+    hmm, word_tok = owt_hmm, word_tokenizer(word_list())
+    seqs = _pi_prefixes(hmm, 3, 10, seed=7)
+    texts = [word_tok.decode(s.tolist()) for s in seqs]
+    bpe_ = bpe_tokenizer([word_tok.decode(s.tolist()) for s in hmm.sample(200, 12, torch.Generator().manual_seed(1))],
+                         60)
+    bridge = ProxyBridge(ExactAR(hmm, word_tok), bpe_)
+    split_some = False
+    for text, s in zip(texts, seqs):
+        pieces = bpe_.encode(text)
+        split_some |= len(pieces) > len(s)
+        ids = torch.tensor([[bpe_.bos_id] + pieces])
+        surf = bpe_.surfaces()
+        for cut in range(2, ids.shape[1] + 1):
+            bridge.score_until = cut
+            got = float(bridge.position_logp(ids).sum())
+            # words whose last piece lies before the cut (a piece starting with a space starts a new word)
+            ends = [i for i in range(1, ids.shape[1]) if i + 1 == ids.shape[1] or surf[int(ids[0, i + 1])].startswith(" ")]
+            n_words = sum(e < cut for e in ends)
+            visible = torch.arange(len(s)) < n_words
+            want = float(hmm.log_marginal(s[None], visible[None])[0])
+            assert abs(got - want) < 1e-3, (text, cut, got, want)
+    bridge.score_until = None
+    assert split_some
