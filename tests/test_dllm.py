@@ -289,6 +289,22 @@ def test_transfer_weights_by_token_string(word):
         assert math.isfinite(float(new(torch.zeros(1, 4, dtype=torch.long)).sum()))
 
 
+def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, bpe):
+    """A BPE model initialised from a word-level one: ``▁:`` takes ``:``'s row, pieces stay fresh."""
+    from unie.pipeline.dllm import transfer_weights
+
+    old = net_for(word, causal=False)
+    new = Transformer(ModelConfig(vocab_size=bpe.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=32,
+                                  causal=False))
+    before = new.embed.weight.detach().clone()
+    transfer_weights(new, old, bpe, word, log=lambda s: None)
+    colon = bpe.tokens.index("▁:")
+    assert torch.equal(new.embed.weight[colon], old.embed.weight[word.tokens.index(":")])
+    assert torch.equal(new.head.weight[bpe.eos_id], old.head.weight[word.eos_id])
+    piece = next(i for i, s in enumerate(bpe.surfaces()) if s and not s.startswith(" ") and s.isalpha())
+    assert torch.equal(new.embed.weight[piece], before[piece])  # "k" of "ba k er" matches no word
+
+
 @pytest.mark.parametrize("mutate, expected", [
     (lambda d: d["tasks"]["names"].__setitem__(0, "toy_maths"), r"dllm.tasks.names\[0\]'.*toy_maths"),
     (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "nope"), r"dllm.rows.llada_uni.proxy'.*nope"),

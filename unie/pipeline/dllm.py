@@ -82,11 +82,21 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
 def transfer_weights(net, init, new_tok, old_tok, log=print) -> None:
     """Initialise ``net`` from ``init`` (another vocabulary, or another attention direction: an AR's weights
     for the Dream-like model).  Every tensor of the same name and shape is copied; the embedding and the
-    output head are copied row by row for the tokens both vocabularies share (matched by their string);
+    output head are copied row by row for the tokens both vocabularies share (matched by the text they add,
+    :meth:`~unie.data.tokenizer.Tokenizer.surfaces`, so BPE's ``▁anchor`` takes the word model's ``anchor``;
+    specials by name);
     new tokens keep their initialisation.  Any other shape difference is an error."""
     own, theirs = net.state_dict(), init.state_dict()
-    new_index = {t: i for i, t in enumerate(new_tok.tokens)}
-    shared = [(new_index[t], j) for j, t in enumerate(old_tok.tokens) if t in new_index]
+
+    def keys(tok):  # specials by name, every other token by the text it adds (" anchor" in both vocabularies)
+        specials = {tok.eos_id, tok.bos_id, tok.mask_id}
+        return [t if i in specials or t.startswith("<") and t.endswith(">") else s
+                for i, (t, s) in enumerate(zip(tok.tokens, tok.surfaces()))]
+
+    new_index = {}
+    for i, k in enumerate(keys(new_tok)):
+        new_index.setdefault(k, i)
+    shared = [(new_index[k], j) for j, k in enumerate(keys(old_tok)) if k in new_index]
     copied = []
     with torch.no_grad():
         for k, v in theirs.items():
