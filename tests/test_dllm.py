@@ -372,15 +372,14 @@ def _pi_prefixes(hmm, n, L, seed):
 
 
 @pytest.mark.parametrize("name", ["ind", "inv", "uni"])
-def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, name, monkeypatch):
+def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, monkeypatch):
     """With the exact denoiser and the exact AR of the toy world, every energy Algorithm 3 computes (B=2, K=3,
     every window iteration, two blocks) equals the energy's definition evaluated with pi's exact marginals
     (forward algorithm) over the prompt and the current block, up to one constant per row, and picks the same
     candidate.  The oracle: ``log p_AR(a|b) = log pi(a_<end) - log pi(b_<end)`` with ``end`` the block's end."""
     import unie.energy.dllm as alg3
-    from unie.data.toy_world import word_list
 
-    hmm, tok = owt_hmm, word_tokenizer(word_list())
+    hmm = owt_hmm
     dllm, proxy_ = ExactDLLM(hmm, tok), ExactAR(hmm, tok)
     prompts = _pi_prefixes(hmm, 2, 6, seed=5)
     x = torch.cat([torch.full((2, 1), tok.bos_id), prompts, torch.full((2, 8), tok.mask_id)], dim=1)
@@ -428,29 +427,27 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, name, monke
     assert not (out == tok.mask_id).any()
 
 
-def test_bridge_with_two_tokenizers_sums_to_exact_pi(owt_hmm):
+def test_bridge_with_two_tokenizers_sums_to_exact_pi(owt_hmm, tok):
     """A BPE DLLM tokenizer that splits toy words into pieces, the exact AR of pi on the word tokenizer: for
     sentences of pi, the bridged per-position scores sum to ``log pi`` of the words completed before the cut
     ``score_until`` (forward algorithm), for every cut."""
-    from unie.data.toy_world import word_list
-
-    hmm, word_tok = owt_hmm, word_tokenizer(word_list())
+    hmm, word_tok = owt_hmm, tok
     seqs = _pi_prefixes(hmm, 3, 10, seed=7)
     texts = [word_tok.decode(s.tolist()) for s in seqs]
     bpe_ = bpe_tokenizer([word_tok.decode(s.tolist()) for s in hmm.sample(200, 12, torch.Generator().manual_seed(1))],
                          60)
     bridge = ProxyBridge(ExactAR(hmm, word_tok), bpe_)
+    surf = bpe_.surfaces()
     split_some = False
     for text, s in zip(texts, seqs):
         pieces = bpe_.encode(text)
         split_some |= len(pieces) > len(s)
         ids = torch.tensor([[bpe_.bos_id] + pieces])
-        surf = bpe_.surfaces()
+        # each word's last piece (the next piece starts with a space, or the row ends)
+        ends = [i for i in range(1, ids.shape[1]) if i + 1 == ids.shape[1] or surf[int(ids[0, i + 1])].startswith(" ")]
         for cut in range(2, ids.shape[1] + 1):
             bridge.score_until = cut
             got = float(bridge.position_logp(ids).sum())
-            # words whose last piece lies before the cut (a piece starting with a space starts a new word)
-            ends = [i for i in range(1, ids.shape[1]) if i + 1 == ids.shape[1] or surf[int(ids[0, i + 1])].startswith(" ")]
             n_words = sum(e < cut for e in ends)
             visible = torch.arange(len(s)) < n_words
             want = float(hmm.log_marginal(s[None], visible[None])[0])
