@@ -127,7 +127,8 @@ def test_paper_config_must_grant_code_execution():
     cfg["dllm"]["tasks"]["allow_code_execution"] = False
     with pytest.raises(ConfigError, match="dllm.tasks.allow_code_execution"):
         check_dllm(cfg)
-    cfg["dllm"]["tasks"]["local"] = {}  # lm-eval's mbpp alone needs the grant too
+    cfg["dllm"]["tasks"]["local"] = {}  # lm-eval's built-in mbpp alone needs the grant too
+    cfg["dllm"]["tasks"]["names"] = ["gsm8k", "mbpp"]
     with pytest.raises(ConfigError, match=r"\['mbpp'\] execute model-written code"):
         check_dllm(cfg)
     cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "paper.yaml").read_text())
@@ -138,3 +139,63 @@ def test_paper_config_must_grant_code_execution():
     cfg["dllm"]["tasks"]["names"].remove("livecodebench_v2")
     with pytest.raises(ConfigError, match="add it to dllm.tasks.names"):
         check_dllm(cfg)
+
+
+MBPP_ROWS = [
+    {"task_id": 11, "text": "Write a function to add two numbers.", "code": "def add(a, b):\r\n  return a + b",
+     "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"],
+     "test_setup_code": "", "challenge_test_list": []},
+    {"task_id": 12, "text": "Write a function that returns the list reversed.", "code": "def rev(xs):\r\n  return xs[::-1]",
+     "test_list": ["assert rev([1, 2]) == [2, 1]", "assert rev([]) == []", "assert rev([3]) == [3]"],
+     "test_setup_code": "", "challenge_test_list": []},
+]
+MBPP_RIGHT = ["def add(a, b):\n    return a + b\n", "def rev(xs):\n    print('debug')\n    return list(reversed(xs))\n"]
+MBPP_WRONG = ["def add(a, b):\n    return a - b\n", "def rev(xs):\n    while True:\n        pass\n"]
+
+
+class _CodeEvalStub:  # stands in for evaluate's hub-loaded code_eval when lm-eval's own mbpp module is imported
+    def compute(self, **kwargs):
+        return [{"pass@1": 0.0}], {}
+
+
+def test_local_mbpp_has_lm_evals_prompt_and_scores_by_execution(tmp_path, allowed, monkeypatch):
+    """The local mbpp task renders exactly lm-eval's built-in 3-shot mbpp context for the same rows (lm-eval's
+    task loaded with its hub metric stubbed), stops at [DONE], and scores by running the asserts."""
+    from pathlib import Path
+
+    import evaluate
+    import lm_eval
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from lm_eval.tasks import TaskManager
+
+    test = tmp_path / "mbpp" / "full" / "test-00000-of-00001.parquet"
+    test.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(MBPP_ROWS), test)
+    out = tmp_path / "local_tasks"
+    assert write_local_tasks(out, {"mbpp_local": {"kind": "mbpp", "repo": "x/y", "files": [str(test)],
+                                                  "max_gen_toks": 64}}) == ["mbpp_local"]
+    spec = yaml.safe_load((out / "mbpp_local.yaml").read_text().replace("!function ", ""))
+    assert spec["unsafe_code"] is True and spec["generation_kwargs"]["until"] == ["[DONE]"]
+    task = TaskManager(include_path=str(out), include_defaults=False).load(["mbpp_local"])["tasks"]["mbpp_local"]
+    docs = list(task.test_docs())
+    assert [d["id"] for d in docs] == [11, 12]
+
+    monkeypatch.setattr(evaluate, "load", lambda *a, **k: _CodeEvalStub())
+    ref_dir = tmp_path / "ref"
+    ref_dir.mkdir()
+    (ref_dir / "mbpp_ref.yaml").write_text(
+        f"include: {Path(lm_eval.__file__).parent / 'tasks' / 'mbpp' / 'mbpp.yaml'}\ntask: mbpp_ref\n"
+        f"dataset_path: parquet\ndataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {test}\n")
+    ref = TaskManager(include_path=str(ref_dir), include_defaults=False).load(["mbpp_ref"])["tasks"]["mbpp_ref"]
+    ref_docs = list(ref.test_docs())
+    assert len(ref_docs) == len(docs) == 2
+    for d, r in zip(docs, ref_docs):
+        assert task.fewshot_context(d, 0) == ref.fewshot_context(r, 3)
+        assert task.fewshot_context(d, 0).count("[DONE]") == 3 and task.fewshot_context(d, 0).endswith("[BEGIN]\n")
+    assert [task.process_results(d, [r]) for d, r in zip(docs, MBPP_RIGHT)] == [{"pass_at_1": 1.0}] * 2
+    assert [task.process_results(d, [w]) for d, w in zip(docs, MBPP_WRONG)] == [{"pass_at_1": 0.0}] * 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"task_id": 1, "text": "t", "test_list": ["assert 1"]}) + "\n")
+    with pytest.raises(ValueError, match="not an MBPP row"):
+        write_local_tasks(tmp_path / "o", {"m": {"kind": "mbpp", "files": [str(bad)], "max_gen_toks": 8}})

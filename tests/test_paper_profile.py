@@ -448,9 +448,12 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     evals = _job_blocks(out, "dllm_eval")
     assert len(evals) == len(_paper_config()["dllm"]["rows"]) and not _job_blocks(out, "dllm_train")
     assert _job_blocks(out, "table3_dllm") and not _job_blocks(out, "dllm_tasks")
-    # LiveCodeBench v2: its two release files fetched on the submit host, then written as a local lm-eval task
-    files = sorted(re.search(r"file=([\w.]+)", b).group(1) for b in _job_blocks(out, "download_task_file"))
-    assert files == ["test.jsonl", "test2.jsonl"] and len(_job_blocks(out, "dllm_local_tasks")) == 1
+    # LiveCodeBench v2 (two release files) and MBPP (its test split) fetched on the submit host, then written as
+    # local lm-eval tasks
+    files = sorted(re.search(r"task=(\w+), file=([\w./-]+)", b).groups() for b in _job_blocks(out, "download_task_file"))
+    assert files == [("livecodebench_v2", "test.jsonl"), ("livecodebench_v2", "test2.jsonl"),
+                     ("mbpp_local", "full/test-00000-of-00001.parquet")]
+    assert len(_job_blocks(out, "dllm_local_tasks")) == 1
     downloads = {re.search(r"domain=(\w+), split=(\w+)", b).groups() for b in _job_blocks(out, "download")}
     # OWT train, OWT valid (the NCE dev split) and the `test` split of all 8 domains
     assert ("owt", "train") in downloads and ("owt", "valid") in downloads and ("lambada", "test") in downloads

@@ -24,6 +24,10 @@ Running model-written code is refused unless ``HF_ALLOW_CODE_EVAL=1`` (lm-eval's
 fresh ``python -I`` process (its own session, killed whole on timeout) in an empty temporary directory with a
 wall-clock timeout and limits on CPU time, address space and output size; that is isolation from mistakes, not
 a security sandbox: run untrusted models in a container.
+
+:func:`mbpp_pass_at_1` scores lm-eval's ``mbpp`` the way its metric does (the completion, then the problem's
+assert lines, must exit 0 within 3 s), for the local ``mbpp`` task that replaces the built-in one, whose module
+loads ``evaluate``'s ``code_eval`` from the Hugging Face hub when it is imported.
 """
 
 from __future__ import annotations
@@ -99,14 +103,14 @@ def _limits():  # runs in the child between fork and exec: no imports here
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_BYTES, OUTPUT_BYTES))
 
 
-def run_program(program: str, stdin: str, timeout: float = TIMEOUT_S, result_file: bool = False
-                ) -> tuple[bool, str, str]:
+def run_program(program: str, stdin: str, timeout: float = TIMEOUT_S, result_file: bool = False,
+                prelude: str = PRELUDE) -> tuple[bool, str, str]:
     """``(exited 0 within timeout, stdout, content of ./result.json)`` of ``python -I solution.py`` fed ``stdin``
-    in an empty temporary directory (the prelude prepended; stdout to a size-limited file, decoded leniently)."""
+    in an empty temporary directory (``prelude`` prepended; stdout to a size-limited file, decoded leniently)."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "solution.py")
         with open(path, "w") as f:
-            f.write(PRELUDE + program)
+            f.write(prelude + program)
         out_path = os.path.join(d, "stdout.txt")
         with open(out_path, "wb") as out:
             try:
@@ -189,3 +193,17 @@ def pass_at_1(doc: dict, completion: str, timeout: float = TIMEOUT_S) -> float:
     tests = load_test_cases(doc["public_test_cases"]) + load_test_cases(doc["private_test_cases"])
     func_name = json.loads(doc.get("metadata") or "{}").get("func_name")
     return float(all(passes_test(program, t, func_name, timeout) for t in tests))
+
+
+MBPP_TIMEOUT_S = 3.0  # evaluate's code_eval default, which lm-eval's mbpp uses
+
+
+def mbpp_pass_at_1(doc: dict, completion: str, timeout: float = MBPP_TIMEOUT_S) -> float:
+    """lm-eval's ``mbpp`` pass@1 without ``evaluate``'s hub module: 1.0 when the completion (the text before
+    ``[DONE]``, taken as it is) followed by a newline and the problem's assert lines (``doc["test_list"]``, joined
+    by newlines: lm-eval's reference) runs to exit code 0 within ``timeout``; no prelude, as code_eval."""
+    if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
+        raise CodeExecutionRefused("executing model-written code needs HF_ALLOW_CODE_EVAL=1 (set by unie's lm-eval "
+                                   "runner only when dllm.tasks.allow_code_execution is true)")
+    program = completion + "\n" + "\n".join(doc["test_list"])
+    return float(run_program(program, "", timeout, prelude="")[0])

@@ -18,9 +18,10 @@ The list tasks (toy_mbpp, toy_lcb, and toy_livebench's list documents) are score
 the integers parsed from the completion: no model-written text is ever executed, so the tasks are not
 marked ``unsafe_code`` and need neither ``--confirm_run_unsafe_code`` nor ``HF_ALLOW_CODE_EVAL``.
 
-:func:`write_local_tasks` writes the paper profile's benchmarks that lm-eval 0.4.13 lacks (``dllm.tasks.local``):
-LiveCodeBench v2 from LiveCodeBench's own release files, scored by :mod:`unie.eval.code_exec` (model-written
-code is executed: the task is ``unsafe_code``).
+:func:`write_local_tasks` writes the paper profile's benchmarks that lm-eval 0.4.13 lacks or cannot run offline
+(``dllm.tasks.local``): LiveCodeBench v2 from LiveCodeBench's own release files, and MBPP with lm-eval's ``mbpp``
+prompt and metric but without its hub-loaded ``code_eval``; both scored by :mod:`unie.eval.code_exec`
+(model-written code is executed: the tasks are ``unsafe_code``).
 """
 
 from __future__ import annotations
@@ -197,11 +198,64 @@ def livecodebench_docs(paths: list) -> list[dict]:
     return docs
 
 
+def lm_eval_mbpp_fewshot() -> list[dict]:
+    """lm-eval's three ``mbpp`` prompt examples (MBPP task_ids 2, 3, 4, as in the MBPP paper), read from the source
+    of ``lm_eval/tasks/mbpp/utils.py`` without importing it (importing it loads ``evaluate``'s code_eval from the
+    hub)."""
+    import ast
+    import importlib.util
+
+    path = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks" / "mbpp" / "utils.py"
+    tree = ast.parse(path.read_text())
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "list_fewshot_samples")
+    return ast.literal_eval(next(n for n in ast.walk(func) if isinstance(n, ast.Return)).value)
+
+
+def mbpp_text(row: dict) -> str:
+    """lm-eval's ``mbpp`` ``doc_to_text``: the MBPP paper's prompt, ending at ``[BEGIN]`` and a newline."""
+    tests = "\n".join(row["test_list"][:3])
+    return (f"You are an expert Python programmer, and here is your task: {row['text']} Your code should pass "
+            f"these tests:\n\n{tests}\n[BEGIN]\n")
+
+
+def mbpp_prompt(row: dict, shots: list[dict]) -> str:
+    """lm-eval's 3-shot ``mbpp`` context: each shot's text, its code and ``\\n[DONE]``, a blank line between
+    examples, then the problem's text."""
+    return "".join(mbpp_text(s) + s["code"] + "\n[DONE]\n\n" for s in shots) + mbpp_text(row)
+
+
+def _read_rows(path) -> list[dict]:
+    if str(path).endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    with open(path) as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def mbpp_docs(paths: list) -> list[dict]:
+    """Documents of the local ``mbpp`` task from MBPP's ``full`` test split (Parquet as on the hub, or JSONL):
+    lm-eval's 3-shot prompt and the assert lines that score it."""
+    shots = lm_eval_mbpp_fewshot()
+    docs = []
+    for path in paths:
+        for n, row in enumerate(_read_rows(path)):
+            missing = {"task_id", "text", "test_list"} - set(row)
+            if missing or len(row.get("test_list") or []) < 3:
+                raise ValueError(f"{path}:{n + 1}: not an MBPP row (no {sorted(missing) or 'three test_list asserts'})")
+            docs.append({"id": row["task_id"], "question": mbpp_prompt(row, shots), "test_list": list(row["test_list"])})
+    if not docs:
+        raise ValueError(f"no MBPP problems in {[str(p) for p in paths]}")
+    return docs
+
+
 # lm-eval built-in tasks marked ``unsafe_code`` (they execute model-written code) that a config may name
 BUILTIN_UNSAFE = ("mbpp", "mbpp_plus", "mbpp_instruct", "mbpp_plus_instruct", "humaneval", "humaneval_plus",
                   "humaneval_instruct")
 LOCAL_KINDS = {"livecodebench": {"docs": livecodebench_docs, "metric": "pass_at_1", "until": ["```"],
-                                 "unsafe_code": True, "hook": "unie.eval.code_exec:pass_at_1"}}
+                                 "unsafe_code": True, "hook": "unie.eval.code_exec:pass_at_1"},
+               "mbpp": {"docs": mbpp_docs, "metric": "pass_at_1", "until": ["[DONE]"],
+                        "unsafe_code": True, "hook": "unie.eval.code_exec:mbpp_pass_at_1"}}
 
 
 def local_task_yaml(task: str, kind: str, test_path: Path, n_docs: int, max_gen_toks: int) -> str:
