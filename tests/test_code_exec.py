@@ -129,6 +129,8 @@ def test_paper_config_must_grant_code_execution():
         check_dllm(cfg)
     cfg["dllm"]["tasks"]["local"] = {}  # lm-eval's built-in mbpp alone needs the grant too
     cfg["dllm"]["tasks"]["names"] = ["gsm8k", "mbpp"]
+    cfg["dllm"]["tasks"]["metrics"]["mbpp"] = "pass_at_1,none"
+    cfg["dllm"]["tasks"]["columns"]["mbpp"] = "MBPP"
     with pytest.raises(ConfigError, match=r"\['mbpp'\] execute model-written code"):
         check_dllm(cfg)
     cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "paper.yaml").read_text())

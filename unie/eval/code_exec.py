@@ -200,8 +200,8 @@ MBPP_TIMEOUT_S = 3.0  # evaluate's code_eval default, which lm-eval's mbpp uses
 
 def mbpp_pass_at_1(doc: dict, completion: str, timeout: float = MBPP_TIMEOUT_S) -> float:
     """lm-eval's ``mbpp`` pass@1 without ``evaluate``'s hub module: 1.0 when the completion (the text before
-    ``[DONE]``, taken as it is) followed by a newline and the problem's assert lines (``doc["test_list"]``, joined
-    by newlines: lm-eval's reference) runs to exit code 0 within ``timeout``; no prelude, as code_eval."""
+    ``[DONE]``, taken as it is) followed by a newline and the problem's three assert lines (``doc["test_list"]``,
+    joined by newlines: lm-eval's reference) runs to exit code 0 within ``timeout``; no prelude, as code_eval."""
     if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
         raise CodeExecutionRefused("executing model-written code needs HF_ALLOW_CODE_EVAL=1 (set by unie's lm-eval "
                                    "runner only when dllm.tasks.allow_code_execution is true)")
