@@ -391,7 +391,7 @@ def test_paper_config_passes_schema_and_check_config():
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     check_config(cfg)
     toy = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models"}  # same structure
+    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models", "slurm_partitions"}  # same structure
     assert list(cfg["tables"]["table2_genppl"]) == [r for r in toy["tables"]["table2_genppl"]]  # same rows
     assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])
     assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
@@ -447,6 +447,16 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     # Table 3: one lm-eval run per row on the Hugging Face DLLMs, AR rows and proxy, nothing trained
     evals = _job_blocks(out, "dllm_eval")
     assert len(evals) == len(_paper_config()["dllm"]["rows"]) and not _job_blocks(out, "dllm_train")
+    # every job's partition follows its GPU request (ppl_energy and the lm-eval runs included)
+    blocks = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
+    gpu_rules = {name for name, b in blocks if re.search(r"resources: .*\bgpu=1\b", b)}
+    assert {"train", "ppl", "ppl_energy", "sample", "dllm_eval"} <= gpu_rules
+    for name, b in blocks:
+        res = re.search(r"resources: (.*)", b).group(1) if "resources:" in b else ""
+        if re.search(r"\bgpu=[1-9]", res):
+            assert "slurm_partition=gpu" in res, (name, res)
+        else:
+            assert "slurm_partition=gpu" not in res, (name, res)
     assert _job_blocks(out, "table3_dllm") and not _job_blocks(out, "dllm_tasks")
     # LiveCodeBench v2 (two release files) and MBPP (its test split) fetched on the submit host, then written as
     # local lm-eval tasks
@@ -472,3 +482,10 @@ def test_dry_run_table2_with_slurm_profile(tmp_path):
         assert all(f"resources/hf/{m}" in block for m in ("llama2", "llama3", "gpt2_large"))
         assert "gpu=1" in block
     assert not _job_blocks(out, "ppl")  # Table 1's jobs are not needed for Table 2
+
+
+def test_slurm_partitions_renamed_in_one_line(tmp_path):
+    out = _dry_run_with_profile(tmp_path, "results/tables/table3_dllm.tex", "--config",
+                                "slurm_partitions={cpu: normal, gpu: a100}")
+    evals = _job_blocks(out, "dllm_eval")
+    assert evals and all("slurm_partition=a100" in b and "gpu=1" in b for b in evals)

@@ -41,6 +41,14 @@ def res(rule_name, key, default):
     return config.get("resources", {}).get(rule_name, {}).get(key, default)
 
 
+def partition(rule_name):
+    """Slurm partition of a rule, from its GPU request: config['slurm_partitions']['gpu'] when it asks for a GPU,
+    else ['cpu'] (defaults 'gpu' and 'cpu'; a site overrides them in the config or with
+    ``--config 'slurm_partitions={cpu: normal, gpu: a100}'``), so a GPU job never lands on a CPU partition."""
+    names = {"cpu": "cpu", "gpu": "gpu", **config.get("slurm_partitions", {})}
+    return names["gpu" if res(rule_name, "gpu", 0) > 0 else "cpu"]
+
+
 def model_files(name):
     return [f"results/models/{name}/model.safetensors", f"results/models/{name}/config.json"]
 

@@ -112,6 +112,7 @@ rule dllm_train:
     threads: config["threads"]
     resources:
         gpu=res("dllm_train", "gpu", 0),
+        slurm_partition=partition("dllm_train"),
         mem_mb=res("dllm_train", "mem_mb", 4000),
         runtime=res("dllm_train", "runtime", 120),
     script:
@@ -150,6 +151,7 @@ rule dllm_eval:
     threads: config["threads"]
     resources:
         gpu=res("dllm_eval", "gpu", 0),
+        slurm_partition=partition("dllm_eval"),
         mem_mb=res("dllm_eval", "mem_mb", 4000),
         runtime=res("dllm_eval", "runtime", 120),
     script:

@@ -20,6 +20,7 @@ rule ppl:
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),
+        slurm_partition=partition("ppl"),
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),
     script:
@@ -73,6 +74,7 @@ rule ppl_energy:
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),
+        slurm_partition=partition("ppl"),
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),
     script:

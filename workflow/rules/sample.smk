@@ -47,6 +47,7 @@ rule sample:
     threads: config["threads"]
     resources:
         gpu=res("sample", "gpu", 0),
+        slurm_partition=partition("sample"),
         mem_mb=res("sample", "mem_mb", 4000),
         runtime=res("sample", "runtime", 60),
     script:

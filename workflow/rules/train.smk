@@ -36,6 +36,7 @@ rule train:
     threads: config["threads"]
     resources:
         gpu=res("train", "gpu", 0),
+        slurm_partition=partition("train"),
         mem_mb=res("train", "mem_mb", 4000),
         runtime=res("train", "runtime", 120),
     script:
