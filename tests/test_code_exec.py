@@ -153,6 +153,11 @@ MBPP_ROWS = [
 ]
 MBPP_RIGHT = ["def add(a, b):\n    return a + b\n", "def rev(xs):\n    print('debug')\n    return list(reversed(xs))\n"]
 MBPP_WRONG = ["def add(a, b):\n    return a - b\n", "def rev(xs):\n    while True:\n        pass\n"]
+# exits before the asserts run: a failure for code_eval (SystemExit is an exception there, exit is disabled)
+MBPP_EXITS = ["def add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n", "def add(a, b):\n    return 0\nexit()\n",
+              "def add(a, b):\n    return 0\nimport os\nos._exit(0)\n"]
+# a __main__ block does not run under code_eval (exec in fresh globals): this one would fail if it did
+MBPP_MAIN = "def add(a, b):\n    return a + b\nif __name__ == '__main__':\n    input()\n"
 
 
 class _CodeEvalStub:  # stands in for evaluate's hub-loaded code_eval when lm-eval's own mbpp module is imported
@@ -197,6 +202,8 @@ def test_local_mbpp_has_lm_evals_prompt_and_scores_by_execution(tmp_path, allowe
         assert task.fewshot_context(d, 0).count("[DONE]") == 3 and task.fewshot_context(d, 0).endswith("[BEGIN]\n")
     assert [task.process_results(d, [r]) for d, r in zip(docs, MBPP_RIGHT)] == [{"pass_at_1": 1.0}] * 2
     assert [task.process_results(d, [w]) for d, w in zip(docs, MBPP_WRONG)] == [{"pass_at_1": 0.0}] * 2
+    assert [task.process_results(docs[0], [e]) for e in MBPP_EXITS] == [{"pass_at_1": 0.0}] * 3
+    assert task.process_results(docs[0], [MBPP_MAIN]) == {"pass_at_1": 1.0}
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"task_id": 1, "text": "t", "test_list": ["assert 1"]}) + "\n")
     with pytest.raises(ValueError, match="not an MBPP row"):

@@ -451,12 +451,17 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     blocks = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
     gpu_rules = {name for name, b in blocks if re.search(r"resources: .*\bgpu=1\b", b)}
     assert {"train", "ppl", "ppl_energy", "sample", "dllm_eval"} <= gpu_rules
-    for name, b in blocks:
-        res = re.search(r"resources: (.*)", b).group(1) if "resources:" in b else ""
-        if re.search(r"\bgpu=[1-9]", res):
-            assert "slurm_partition=gpu" in res, (name, res)
-        else:
-            assert "slurm_partition=gpu" not in res, (name, res)
+    local = {name for f in (REPO / "workflow" / "rules").glob("*.smk")
+             for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", f.read_text(), re.S | re.M)
+             if "localrule: True" in body}
+    assert {"download_task_file", "download_hf_model", "table3_dllm"} <= local
+    local |= set(re.findall(r"^rule (\w+):", (REPO / "Snakefile").read_text(), re.M))  # targets: nothing to run
+    submitted = [(n, b) for n, b in re.findall(r"^rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M) if n not in local]
+    assert {"download", "tokenize", "train", "dllm_eval"} <= {name for name, _ in submitted}
+    for name, b in submitted:
+        res = re.search(r"resources: (.*)", b).group(1)
+        want = "gpu" if re.search(r"\bgpu=[1-9]", res) else "cpu"
+        assert re.search(rf"\bslurm_partition={want}\b", res), (name, res)
     assert _job_blocks(out, "table3_dllm") and not _job_blocks(out, "dllm_tasks")
     # LiveCodeBench v2 (two release files) and MBPP (its test split) fetched on the submit host, then written as
     # local lm-eval tasks
@@ -485,7 +490,7 @@ def test_dry_run_table2_with_slurm_profile(tmp_path):
 
 
 def test_slurm_partitions_renamed_in_one_line(tmp_path):
-    out = _dry_run_with_profile(tmp_path, "results/tables/table3_dllm.tex", "--config",
-                                "slurm_partitions={cpu: normal, gpu: a100}")
-    evals = _job_blocks(out, "dllm_eval")
+    out = _dry_run_with_profile(tmp_path, "all", "--config", "slurm_partitions={cpu: normal, gpu: a100}")
+    evals, downloads = _job_blocks(out, "dllm_eval"), _job_blocks(out, "download")
     assert evals and all("slurm_partition=a100" in b and "gpu=1" in b for b in evals)
+    assert downloads and all("slurm_partition=normal" in b for b in downloads)

@@ -109,7 +109,7 @@ def run_program(program: str, stdin: str, timeout: float = TIMEOUT_S, result_fil
     in an empty temporary directory (``prelude`` prepended; stdout to a size-limited file, decoded leniently)."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "solution.py")
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8") as f:
             f.write(prelude + program)
         out_path = os.path.join(d, "stdout.txt")
         with open(out_path, "wb") as out:
@@ -196,14 +196,29 @@ def pass_at_1(doc: dict, completion: str, timeout: float = TIMEOUT_S) -> float:
 
 
 MBPP_TIMEOUT_S = 3.0  # evaluate's code_eval default, which lm-eval's mbpp uses
+# code_eval's check: exec(program, {}) in a worker where exit/quit are disabled; any exception (SystemExit
+# included) fails, and a ``__main__`` block does not run (``__name__`` is not "__main__" there either)
+MBPP_DRIVER = """import builtins, sys
+source = sys.stdin.buffer.read().decode("utf-8")
+builtins.exit = builtins.quit = None
+try:
+    exec(compile(source, "solution", "exec"), {})
+except BaseException:
+    import os
+    os._exit(1)
+with open("result.json", "w") as f:
+    f.write("passed")
+"""
 
 
 def mbpp_pass_at_1(doc: dict, completion: str, timeout: float = MBPP_TIMEOUT_S) -> float:
     """lm-eval's ``mbpp`` pass@1 without ``evaluate``'s hub module: 1.0 when the completion (the text before
     ``[DONE]``, taken as it is) followed by a newline and the problem's three assert lines (``doc["test_list"]``,
-    joined by newlines: lm-eval's reference) runs to exit code 0 within ``timeout``; no prelude, as code_eval."""
+    joined by newlines: lm-eval's reference) runs through as code_eval runs it (:data:`MBPP_DRIVER`: ``exec`` in
+    fresh globals, no exception, not even ``SystemExit``) within ``timeout``; no prelude, as code_eval."""
     if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
         raise CodeExecutionRefused("executing model-written code needs HF_ALLOW_CODE_EVAL=1 (set by unie's lm-eval "
                                    "runner only when dllm.tasks.allow_code_execution is true)")
     program = completion + "\n" + "\n".join(doc["test_list"])
-    return float(run_program(program, "", timeout, prelude="")[0])
+    ok, _, result = run_program(MBPP_DRIVER, program, timeout, result_file=True, prelude="")
+    return float(ok and result == "passed")

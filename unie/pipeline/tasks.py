@@ -256,13 +256,14 @@ BUILTIN_UNSAFE = ("mbpp", "mbpp_plus", "mbpp_instruct", "mbpp_plus_instruct", "h
 LOCAL_KINDS = {"livecodebench": {"docs": livecodebench_docs, "metric": "pass_at_1", "until": ["```"],
                                  "unsafe_code": True, "hook": "unie.eval.code_exec:pass_at_1"},
                "mbpp": {"docs": mbpp_docs, "metric": "pass_at_1", "until": ["[DONE]"],
-                        "unsafe_code": True, "hook": "unie.eval.code_exec:mbpp_pass_at_1"}}
+                        "unsafe_code": True, "hook": "unie.eval.code_exec:mbpp_pass_at_1",
+                        "target": "{{test_list[0]}}\n{{test_list[1]}}\n{{test_list[2]}}"}}  # lm-eval's mbpp target
 
 
 def local_task_yaml(task: str, kind: str, test_path: Path, n_docs: int, max_gen_toks: int) -> str:
     spec = LOCAL_KINDS[kind]
     header = [f"# {task}: written by unie.pipeline.tasks.write_local_tasks ({kind}); regenerate rather than edit."]
-    return generate_until_yaml(task, header, test_path, "{{id}}",
+    return generate_until_yaml(task, header, test_path, spec.get("target", "{{id}}"),
                                ["num_fewshot: 0", f"unsafe_code: {str(spec['unsafe_code']).lower()}"], spec["until"],
                                False, max_gen_toks, spec["metric"], {"n_docs": n_docs})
 

@@ -11,6 +11,7 @@ rule download:
         seed=config["seed"],
     threads: 1
     resources:
+        slurm_partition=partition("download"),
         mem_mb=res("download", "mem_mb", 4000),
         runtime=res("download", "runtime", 60),
     script:
@@ -44,6 +45,7 @@ rule tokenize:
         chunk_specials=config["data"].get("chunk_specials", True),
     threads: 1
     resources:
+        slurm_partition=partition("tokenize"),
         mem_mb=res("tokenize", "mem_mb", 8000),
         runtime=res("tokenize", "runtime", 120),
     script:

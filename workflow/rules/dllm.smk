@@ -10,7 +10,7 @@ DLLM = config.get("dllm", {})
 DLLM_MODELS = list(DLLM.get("models", {}))
 DLLM_ROWS = list(DLLM.get("rows", {}))
 TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
-LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: benchmarks lm-eval lacks (LiveCodeBench v2)
+LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
 
 
 def local_task_files(task):
@@ -31,6 +31,8 @@ rule dllm_tasks:
     params:
         tasks=DLLM.get("tasks", {}),
     threads: 1
+    resources:
+        slurm_partition=partition("dllm_tasks"),
     script:
         "../scripts/dllm_tasks.py"
 
@@ -80,6 +82,8 @@ rule dllm_data:
     params:  # only what the data depend on (a model's training settings must not rebuild the data)
         dllm={k: DLLM.get(k) for k in ("tasks", "pretrain_texts", "bpe_vocab_size", "decoding")},
     threads: 1
+    resources:
+        slurm_partition=partition("dllm_data"),
     script:
         "../scripts/dllm_data.py"
 

@@ -39,6 +39,8 @@ rule ppl_exact:
         domains=DOMAINS,
         ppl=config["ppl"],
     threads: 1
+    resources:
+        slurm_partition=partition("ppl_exact"),
     script:
         "../scripts/ppl_exact.py"
 

@@ -1,4 +1,5 @@
-"""Rule dllm_local_tasks: the paper profile's benchmarks that lm-eval lacks (LiveCodeBench v2) as local tasks."""
+"""Rule dllm_local_tasks: the paper profile's benchmarks that lm-eval lacks or cannot run offline (LiveCodeBench v2,
+MBPP) as local tasks."""
 
 from unie.pipeline.rule import job
 
