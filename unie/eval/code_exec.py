@@ -26,7 +26,7 @@ wall-clock timeout and limits on CPU time, address space and output size; that i
 a security sandbox: run untrusted models in a container.
 
 :func:`mbpp_pass_at_1` scores lm-eval's ``mbpp`` the way its metric does (the completion, then the problem's
-assert lines, must exit 0 within 3 s), for the local ``mbpp`` task that replaces the built-in one, whose module
+assert lines, must run through ``exec`` in fresh globals without any exception within 3 s), for the local ``mbpp`` task that replaces the built-in one, whose module
 loads ``evaluate``'s ``code_eval`` from the Hugging Face hub when it is imported.
 """
 
@@ -183,12 +183,17 @@ def passes_test(program: str, test: dict, func_name: str | None, timeout: float 
     return ok and stdio_passes(out, test["output"])
 
 
-def pass_at_1(doc: dict, completion: str, timeout: float = TIMEOUT_S) -> float:
-    """1.0 when the program in ``completion`` passes every public and private test of ``doc``, else 0.0
-    (stops at the first failure)."""
+def _require_grant() -> None:
+    """Refuse to run model-written code unless lm-eval's gate ``HF_ALLOW_CODE_EVAL=1`` is set."""
     if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
         raise CodeExecutionRefused("executing model-written code needs HF_ALLOW_CODE_EVAL=1 (set by unie's lm-eval "
                                    "runner only when dllm.tasks.allow_code_execution is true)")
+
+
+def pass_at_1(doc: dict, completion: str, timeout: float = TIMEOUT_S) -> float:
+    """1.0 when the program in ``completion`` passes every public and private test of ``doc``, else 0.0
+    (stops at the first failure)."""
+    _require_grant()
     program = extract_code(completion)
     tests = load_test_cases(doc["public_test_cases"]) + load_test_cases(doc["private_test_cases"])
     func_name = json.loads(doc.get("metadata") or "{}").get("func_name")
@@ -216,9 +221,7 @@ def mbpp_pass_at_1(doc: dict, completion: str, timeout: float = MBPP_TIMEOUT_S) 
     ``[DONE]``, taken as it is) followed by a newline and the problem's three assert lines (``doc["test_list"]``,
     joined by newlines: lm-eval's reference) runs through as code_eval runs it (:data:`MBPP_DRIVER`: ``exec`` in
     fresh globals, no exception, not even ``SystemExit``) within ``timeout``; no prelude, as code_eval."""
-    if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
-        raise CodeExecutionRefused("executing model-written code needs HF_ALLOW_CODE_EVAL=1 (set by unie's lm-eval "
-                                   "runner only when dllm.tasks.allow_code_execution is true)")
+    _require_grant()
     program = completion + "\n" + "\n".join(doc["test_list"])
     ok, _, result = run_program(MBPP_DRIVER, program, timeout, result_file=True, prelude="")
     return float(ok and result == "passed")

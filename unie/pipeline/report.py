@@ -115,9 +115,6 @@ def item_scores(row_dir, tasks: list[str], metrics: dict) -> dict:
     ``row_dir`` (``samples_{subtask}_{date}.jsonl`` beside ``results_{date}.json``; a group such as ``mmlu`` is read
     through its leaf subtasks in ``group_subtasks``; the records of the metric's filter).  A task whose samples
     are missing is left out (its delta then has no paired standard error)."""
-    import json
-    from pathlib import Path
-
     found = sorted(Path(row_dir).rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
     if not found:
         return {}

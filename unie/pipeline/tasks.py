@@ -171,6 +171,17 @@ def lcb_prompt(row: dict) -> str:
     return text + "Answer:\n```python\n"
 
 
+def _read_rows(path) -> list[tuple[int, dict]]:
+    """``(index, row)`` of a release file: Parquet rows, or JSONL lines (read line by line, blank ones skipped;
+    ``index`` is the line's, so ``index + 1`` names it in an error)."""
+    if str(path).endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return list(enumerate(pq.read_table(path).to_pylist()))
+    with open(path) as lines:
+        return [(n, json.loads(line)) for n, line in enumerate(lines) if line.strip()]
+
+
 def livecodebench_docs(paths: list) -> list[dict]:
     """Documents of the LiveCodeBench task from ``code_generation_lite`` JSONL release files (``release_v2`` =
     ``test.jsonl`` + ``test2.jsonl``, 511 problems): the prompt plus what scoring needs."""
@@ -178,9 +189,7 @@ def livecodebench_docs(paths: list) -> list[dict]:
 
     docs, seen = [], set()
     for path in paths:
-        with open(path) as lines:  # line by line (the release files hold every private test)
-            rows = [(n, json.loads(line)) for n, line in enumerate(lines) if line.strip()]
-        for n, row in rows:
+        for n, row in _read_rows(path):
             missing = {"question_id", "question_content", "public_test_cases", "private_test_cases"} - set(row)
             if missing:
                 raise ValueError(f"{path}:{n + 1}: not a LiveCodeBench row (no {sorted(missing)})")
@@ -224,13 +233,6 @@ def mbpp_prompt(row: dict, shots: list[dict]) -> str:
     return "".join(mbpp_text(s) + s["code"] + "\n[DONE]\n\n" for s in shots) + mbpp_text(row)
 
 
-def _read_rows(path) -> list[dict]:
-    if str(path).endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    with open(path) as lines:
-        return [json.loads(line) for line in lines if line.strip()]
 
 
 def mbpp_docs(paths: list) -> list[dict]:
@@ -239,7 +241,7 @@ def mbpp_docs(paths: list) -> list[dict]:
     shots = lm_eval_mbpp_fewshot()
     docs = []
     for path in paths:
-        for n, row in enumerate(_read_rows(path)):
+        for n, row in _read_rows(path):
             missing = {"task_id", "text", "test_list"} - set(row)
             if missing or len(row.get("test_list") or []) < 3:
                 raise ValueError(f"{path}:{n + 1}: not an MBPP row (no {sorted(missing) or 'three test_list asserts'})")
