@@ -173,7 +173,7 @@ def test_edlm_nce_trains_an_energy_network_with_p_theta_frozen(tmp_path, tok):
     for split, n in (("train", 600), ("valid", 64)):
         raw = tmp_path / f"{split}.raw.parquet"
         write_text_parquet(generate_corpus("owt", split, n, L), raw)
-        paths[split] = tmp_path / f"{split}.parquet"
+        paths[split] = tmp_path / f"{split}.npy"
         tokenize_corpus(raw, tok, paths[split], L, insert_eos=False, chunk_specials=False)
     tokdir = tmp_path / "tok"
     tok.save(tokdir)
@@ -203,7 +203,7 @@ def test_edlm_nce_trains_an_energy_network_with_p_theta_frozen(tmp_path, tok):
     assert isinstance(scorer, EBMScorer)
     x, stats = sample_energy(den, scorer, 8, L, 4, torch.Generator().manual_seed(0), energy="ebm", K=2, w=1.0)
     assert x.shape == (8, L) and stats["energy_calls"] > 0 and not (x == tk.mask_id).any()
-    x0 = load_tokens(paths["valid"], 8)
+    x0 = load_tokens(paths["valid"], 8).long()
     nll = energy_corrected_nelbo(den, scorer, "ebm", None, x0, make_schedule("loglinear"), tk.mask_id,
                                  torch.Generator().manual_seed(0))
     assert nll.shape == (8,) and torch.isfinite(nll).all()

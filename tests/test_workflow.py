@@ -98,7 +98,7 @@ def test_smoke_outputs(smoke_run):
     part = pd.read_csv(tables / "partition_check.csv")
     assert (part.derived_xs.round(4) == 3.0 ** part.revealed).all() and (part.fixed_xs_max.round(6) == 1).all()
     nce = json.loads((smoke_run / "results" / "models" / "uni_edlm_nce" / "config.json").read_text())
-    assert nce["extra"]["dev"]["dev_split"].endswith("valid.parquet") and cfg["ppl"]["split"] == "test"
+    assert nce["extra"]["dev"]["dev_split"].endswith("valid.npy") and cfg["ppl"]["split"] == "test"
     sel = nce["extra"]["dev"]["selected"]["dev"]  # Uni-EDLM-NCE: p_theta's dev NELBO may not get worse
     assert sel["admissible"] and sel["guard"] <= nce["extra"]["dev"]["initial"]["dev"]["guard"]
     ebm = json.loads((smoke_run / "results" / "models" / "edlm_nce" / "config.json").read_text())

@@ -19,14 +19,37 @@ Throughput: only the decoder's ``generate`` calls are timed, after one untimed w
 generated once and discarded), so model loading, compilation and first-call allocations are excluded.
 Counters (requests, generated tokens, NFE, seconds) accumulate over the adapter's lifetime and are written
 to ``throughput_path`` after every ``generate_until`` call.
+
+Data parallel, as LLaDA and Dream run their scripts under ``accelerate launch``: start N ranks with torchrun::
+
+    torchrun --standalone --nproc_per_node=N -m unie.lmeval --model unie_dllm --model_args k=v,... \
+        --tasks toy_dllm --include_path TASK_DIR --device cuda --batch_size 32 --output_path OUT --log_samples
+
+Under torchrun (``WORLD_SIZE`` > 1) the adapter joins the process group (initialising it if needed: nccl with
+the model on ``cuda:LOCAL_RANK`` for a CUDA ``--device``, else gloo on CPU) and reports its ``rank`` and
+``world_size``.  lm-eval 0.4.13's evaluator then does the rest with the adapter's ``all_gather``,
+``gather_object`` and ``barrier`` (no ``accelerate``): every rank builds the requests of every
+``world_size``-th document, the adapter answers only those, and rank 0 gathers the per-document metrics and
+samples and alone writes the results (:func:`evaluate`'s files too).  lm-eval pads a rank that has fewer
+requests than another with copies of its last request; the adapter answers a copy with the original's result
+instead of generating it again.  Throughput: each rank times its own generation; rank 0 writes a record of
+the totals over the ranks (requests, tokens, NFE), whose ``seconds`` is the slowest rank's timed generation
+(summed over ``generate_until`` calls, after each of which the ranks wait for one another), so
+``tokens_per_s`` is the rate of all ranks together; the per-rank counters are under ``ranks``.
+:func:`run_evaluation` runs :func:`evaluate` in this process or on N ranks (the ``dllm_eval`` rule).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from lm_eval.api.model import LM
@@ -73,14 +96,58 @@ def _atomic_write_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def join_world(device: str) -> tuple[int, int, str]:
+    """``(rank, world size, device)`` of this process: ``(0, 1, device)`` unless launched by torchrun
+    (``WORLD_SIZE`` > 1) or inside an initialised process group.  Under torchrun the default process group is
+    initialised here if it is not yet: nccl when ``device`` is CUDA (which becomes ``cuda:LOCAL_RANK``), else gloo.
+    The timeout is a year, as in lm-eval's HFLM: the ranks meet only after generating their shares, and one rank
+    may finish hours before another (torchrun ends every rank when one fails, so nothing waits forever)."""
+    import torch
+    import torch.distributed as dist
+
+    grouped = dist.is_available() and dist.is_initialized()
+    if not grouped and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1, device
+    if str(device).startswith("cuda"):
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    if not grouped:
+        if str(device).startswith("cuda"):
+            dist.init_process_group("nccl", timeout=timedelta(weeks=52), device_id=torch.device(device))
+        else:
+            dist.init_process_group("gloo", timeout=timedelta(weeks=52))
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())  # ours to end
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def padding_copies(requests) -> dict[int, int]:
+    """Positions of lm-eval's padding in ``requests`` -> the position of the request each one repeats.
+
+    Under data parallelism lm-eval's evaluator (0.4.13, ``padding_requests``) appends to a rank's requests
+    ``repeats`` more copies of its last ``Instance`` per request another rank has in excess, so that every rank
+    runs as many; an ``Instance`` occurring more often than its ``repeats`` is such a copy (its result is
+    appended to that request's responses, where lm-eval's ``take_first`` filter never reads it)."""
+    seen: dict[int, list[int]] = {}
+    pad = {}
+    for i, req in enumerate(requests):
+        where = seen.setdefault(id(req), [])
+        if len(where) >= (getattr(req, "repeats", None) or 1):
+            pad[i] = where[0]
+        else:
+            where.append(i)
+    return pad
+
+
 @register_model(*MODEL_NAMES)
 class UnieLM(LM):
-    """An lm-eval ``LM`` over a :class:`~unie.core.protocols.TextDecoder` (batched, single process).
+    """An lm-eval ``LM`` over a :class:`~unie.core.protocols.TextDecoder` (batched; one process, or one rank of
+    a torchrun launch: see the module docstring).
 
     ``batch_size`` prompts (or likelihood pairs) go to the decoder per call; ``"auto"`` means
     ``max_batch_size`` if given, else :data:`DEFAULT_BATCH_SIZE`.  ``device`` goes to
-    ``build_decoder`` with the other model arguments (a ready ``decoder`` keeps its own device).
-    ``throughput_path``: where the generation throughput JSON goes (None: nowhere)."""
+    ``build_decoder`` with the other model arguments (``cuda:LOCAL_RANK`` for a CUDA device under torchrun;
+    a ready ``decoder`` keeps its own device).  ``throughput_path``: where the generation throughput JSON goes
+    (None: nowhere; rank 0 writes it)."""
 
     def __init__(self, decoder=None, batch_size=DEFAULT_BATCH_SIZE, throughput_path=None, device="cpu",
                  max_batch_size=None, **model_args):
@@ -88,23 +155,65 @@ class UnieLM(LM):
         if isinstance(batch_size, str) and batch_size.startswith("auto"):
             batch_size = DEFAULT_BATCH_SIZE if max_batch_size is None else max_batch_size
         self.batch_size = _positive_int("batch_size", batch_size)  # checked before any model is loaded
+        if decoder is not None and model_args:
+            raise ValueError(f"model arguments {sorted(model_args)} given together with a ready decoder "
+                             f"{getattr(decoder, 'name', decoder)!r}; pass one or the other")
+        rank, world_size, device = join_world(device)
         if decoder is None:
             from unie.pipeline.dllm import build_decoder
 
             # lm-eval hands ``--device`` (or a ``device=`` model arg) to this constructor, never inside
             # model_args, so it is passed on to the decoder factory here
             decoder = build_decoder({**model_args, "device": device})
-        elif model_args:
-            raise ValueError(f"model arguments {sorted(model_args)} given together with a ready decoder "
-                             f"{getattr(decoder, 'name', decoder)!r}; pass one or the other")
         for attr in ("name", "generate", "loglikelihood"):
             if not hasattr(decoder, attr):
                 raise TypeError(f"decoder {decoder!r} lacks {attr!r}: not a unie.core.protocols.TextDecoder")
         self.decoder = decoder
         self.throughput_path = None if throughput_path in (None, "") else Path(throughput_path)
-        self._rank, self._world_size, self._device = 0, 1, device  # the properties are read-only
+        self._rank, self._world_size, self._device = rank, world_size, device  # the properties are read-only
         self.stats = {"requests": 0, "generated_tokens": 0, "nfe": 0, "seconds": 0.0}
         self._warmed_up = False
+        self._world_seconds, self._rank_stats = 0.0, []  # rank 0 of several: see throughput()
+
+    # ------------------------------------------------------------------ data parallel (lm-eval's evaluator)
+    def _comm_device(self):
+        """Where collectives run: the current GPU for nccl, the CPU for gloo."""
+        import torch
+        import torch.distributed as dist
+
+        if dist.get_backend() == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def all_gather(self, tensor):
+        """Every rank's ``tensor`` concatenated in rank order (a 0-d tensor counts as one element), as
+        ``accelerate``'s ``gather`` that lm-eval's HFLM uses; on ``tensor``'s device."""
+        if self.world_size == 1:
+            return tensor
+        import torch
+        import torch.distributed as dist
+
+        t = tensor.reshape(1) if tensor.dim() == 0 else tensor
+        t = t.to(self._comm_device())
+        parts = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(parts, t)
+        return torch.cat(parts).to(tensor.device)
+
+    def gather_object(self, obj, dst=0):
+        """Every rank's ``obj`` in a list on rank ``dst`` (None elsewhere)."""
+        if self.world_size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(obj, out, dst=dst)
+        return out
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
 
     # ------------------------------------------------------------------ generation
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -112,19 +221,25 @@ class UnieLM(LM):
 
         Requests with identical ``gen_kwargs`` are batched together (input order kept inside a group);
         each completion is cut at its earliest ``until`` string.  ``max_gen_toks`` goes to the decoder;
-        other keys (``do_sample``, ``temperature``) are the decoder's business and are not applied here."""
-        if not requests:
+        other keys (``do_sample``, ``temperature``) are the decoder's business and are not applied here.
+        With several ranks every rank must call this as often as the others (lm-eval does: once per run), since
+        rank 0 gathers the throughput counters at the end."""
+        if not requests and self.world_size == 1:
             return []
+        pad = padding_copies(requests) if self.world_size > 1 else {}
         groups: dict[str, list[int]] = {}
         for i, req in enumerate(requests):
             context, gen_kwargs = req.args
             if not isinstance(context, str) or not isinstance(gen_kwargs, dict):
                 raise TypeError(f"generate_until request {i} must be (str, dict), got {req.args!r}")
-            groups.setdefault(json.dumps(gen_kwargs, sort_keys=True, default=str), []).append(i)
-        if hasattr(self.decoder, "check"):  # prompts that do not fit, text the proxy cannot read: before any work
+            if i not in pad:
+                groups.setdefault(json.dumps(gen_kwargs, sort_keys=True, default=str), []).append(i)
+        if requests and hasattr(self.decoder, "check"):  # prompts that do not fit, unreadable text: before any work
             self.decoder.check([req.args[0] for req in requests])
         out: list[str | None] = [None] * len(requests)
-        bar = tqdm(total=len(requests), desc=f"generate_until ({self.decoder.name})", disable=disable_tqdm)
+        seconds_before = self.stats["seconds"]
+        bar = tqdm(total=len(requests) - len(pad), desc=f"generate_until ({self.decoder.name})",
+                   disable=disable_tqdm or self.rank != 0)
         for idx in groups.values():
             gen_kwargs = requests[idx[0]].args[1]
             until = _stop_strings(gen_kwargs)
@@ -153,13 +268,28 @@ class UnieLM(LM):
                     self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
                 bar.update(len(batch))
         bar.close()
-        if self.throughput_path is not None:
+        for i, j in pad.items():
+            out[i] = out[j]
+        if self.world_size > 1:  # every rank's counters and the seconds of this call, on rank 0
+            gathered = self.gather_object((dict(self.stats), self.stats["seconds"] - seconds_before))
+            if self.rank == 0:
+                self._rank_stats = [stats for stats, _ in gathered]
+                self._world_seconds += max(seconds for _, seconds in gathered)
+        if self.throughput_path is not None and self.rank == 0:
             _atomic_write_json(self.throughput_path, self.throughput())
         return out
 
     def throughput(self) -> dict:
-        """The accumulated generation counters and rates (warm-up excluded)."""
-        s = self.stats
+        """The accumulated generation counters and rates (warm-up excluded).
+
+        On rank 0 of several: the totals over the ranks, with ``seconds`` the slowest rank's timed generation
+        (per ``generate_until`` call, summed over calls: the ranks generate at the same time), ``world_size``,
+        and each rank's own counters under ``ranks``; ``batch_size`` is per rank.  On another rank: its own."""
+        s, extra = self.stats, {}
+        if self.world_size > 1 and self.rank == 0:
+            s = {k: sum(r[k] for r in self._rank_stats) for k in ("requests", "generated_tokens", "nfe")}
+            s["seconds"] = self._world_seconds
+            extra = {"world_size": self.world_size, "ranks": self._rank_stats}
         secs = s["seconds"]
         return {
             "requests": s["requests"],
@@ -171,23 +301,29 @@ class UnieLM(LM):
             "batch_size": self.batch_size,
             "warmup_excluded": True,
             "decoder": self.decoder.name,
+            **extra,
         }
 
     # ------------------------------------------------------------------ likelihood
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """``(log p(continuation | context), False)`` per request ``(context, continuation)``, in input order
-        (``is_greedy`` is not computed, as in LLaDA and Dream)."""
-        out: list[tuple[float, bool]] = []
-        for start in tqdm(range(0, len(requests), self.batch_size), desc=f"loglikelihood ({self.decoder.name})",
-                          disable=disable_tqdm):
-            batch = [req.args for req in requests[start:start + self.batch_size]]
+        (``is_greedy`` is not computed, as in LLaDA and Dream); lm-eval's padding copies are not recomputed."""
+        pad = padding_copies(requests) if self.world_size > 1 else {}
+        todo = [i for i in range(len(requests)) if i not in pad]
+        out: list[tuple[float, bool] | None] = [None] * len(requests)
+        for start in tqdm(range(0, len(todo), self.batch_size), desc=f"loglikelihood ({self.decoder.name})",
+                          disable=disable_tqdm or self.rank != 0):
+            idx = todo[start:start + self.batch_size]
+            batch = [requests[i].args for i in idx]
             lls = self.decoder.loglikelihood([c for c, _ in batch], [x for _, x in batch])
             if len(lls) != len(batch):
                 raise ValueError(f"decoder {self.decoder.name!r} returned {len(lls)} log-likelihoods for "
                                  f"{len(batch)} requests")
-            for args, ll in zip(batch, lls):
+            for i, args, ll in zip(idx, batch, lls):
                 self.cache_hook.add_partial("loglikelihood", args, (float(ll), False))
-                out.append((float(ll), False))
+                out[i] = (float(ll), False)
+        for i, j in pad.items():
+            out[i] = out[j]
         return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
@@ -198,11 +334,15 @@ class UnieLM(LM):
 
 def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batch_size: int,
              include_defaults: bool = False, limit=None, seed: int = 0, allow_code_execution: bool = False,
-             log=print) -> Path:
+             log=print) -> Path | None:
     """Run lm-eval once over ``tasks`` for the decoder ``model_args`` describes; lm-eval's own
     ``EvaluationTracker`` writes ``results_<time>.json`` and the per-task ``samples_*.jsonl`` (as
     ``--output_path ... --log_samples`` does) under ``output_path/<model name>/``; the generation
     throughput goes to ``output_path/throughput.json``.  Returns the path of lm-eval's results JSON.
+
+    Under torchrun every rank calls this and answers its share of the documents (see the module docstring);
+    rank 0 writes the files, with each task's samples in the order of a single process (filter, then document),
+    and returns the path; the other ranks return None.
 
     ``allow_code_execution`` (config ``dllm.tasks.allow_code_execution``) is lm-eval's
     ``--confirm_run_unsafe_code`` plus ``HF_ALLOW_CODE_EVAL=1``: tasks that run model-written code (``mbpp``,
@@ -227,7 +367,13 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
             raise PermissionError(f"{e} -- these tasks execute model-written code; grant it with "
                                   "dllm.tasks.allow_code_execution: true in the config") from e
         raise
+    if lm.rank != 0:
+        return None
     samples = res.pop("samples")
+    if lm.world_size > 1:  # gathered rank after rank: back to a single process's order
+        for rows in samples.values():
+            filters = list(dict.fromkeys(row["filter"] for row in rows))
+            rows.sort(key=lambda row: (filters.index(row["filter"]), row["doc_id"]))
     tracker.general_config_tracker.model_name = model_args.get("name", lm.decoder.name)
     tracker.general_config_tracker.model_name_sanitized = str(lm.decoder.name).replace("/", "__")
     tracker.save_results_aggregated(results=res, samples=samples)
@@ -240,18 +386,69 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     return found[-1]
 
 
+RANK_FLAG = "--evaluate-json"  # python -m unie.lmeval --evaluate-json ARGS.json: one rank of run_evaluation
+
+
+def torchrun_command(nproc: int, args_file) -> list[str]:
+    """The command that starts ``nproc`` ranks of :func:`evaluate` on this node (``--standalone``: a free port)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
+            "-m", "unie.lmeval", RANK_FLAG, str(args_file)]
+
+
+def run_evaluation(kwargs: dict, nproc: int = 1, log=print, threads: int = 1) -> Path:
+    """:func:`evaluate` with ``kwargs`` (JSON-serialisable, without ``log``) in this process when ``nproc`` is 1,
+    else data-parallel on ``nproc`` ranks started by :func:`torchrun_command`, each with ``threads // nproc``
+    threads; what the ranks print is copied to this process's stderr (a rule's log), and a failed rank raises
+    :class:`RuntimeError` here.  Returns the results JSON (rank 0's)."""
+    if nproc <= 1:
+        return evaluate(**kwargs, log=log)
+    per_rank = max(1, threads // nproc)
+    with tempfile.TemporaryDirectory(prefix="unie-lmeval-") as tmp:
+        args_file, result_file = Path(tmp, "args.json"), Path(tmp, "result")
+        args_file.write_text(json.dumps({"kwargs": kwargs, "threads": per_rank, "result_file": str(result_file)},
+                                        default=str))
+        cmd = torchrun_command(nproc, args_file)
+        log(f"lm-eval data-parallel on {nproc} processes: {' '.join(cmd)}")
+        env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+            for line in proc.stdout:
+                sys.stderr.write(line)
+            rc = proc.wait()
+        if rc != 0:
+            raise RuntimeError(f"torchrun with {nproc} processes exited with status {rc} (its output is above)")
+        found = Path(result_file.read_text())
+    log(f"lm-eval results: {found}")
+    return found
+
+
+def _rank_main(args_file) -> None:
+    """One rank of :func:`run_evaluation`: :func:`evaluate` (whose adapter joins the process group), rank 0
+    reporting where the results are."""
+    import torch
+
+    args = json.loads(Path(args_file).read_text())
+    torch.set_num_threads(int(args["threads"]))
+    found = evaluate(**args["kwargs"])
+    if found is not None:
+        Path(args["result_file"]).write_text(str(found))
+
+
 def main() -> None:
-    """``python -m unie.lmeval ...``: lm-eval's own command line, offline, with our models registered."""
+    """``python -m unie.lmeval ...``: lm-eval's own command line, offline, with our models registered
+    (``python -m unie.lmeval --evaluate-json ARGS.json``: one rank of :func:`run_evaluation`)."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if sys.argv[1:2] == [RANK_FLAG]:
+        if len(sys.argv) != 3:
+            raise SystemExit(f"usage: python -m unie.lmeval {RANK_FLAG} ARGS.json")
+        _rank_main(sys.argv[2])
+        return
     from lm_eval.__main__ import cli_evaluate
 
     cli_evaluate()
 
 
 if __name__ == "__main__":
-    import sys
-
     # run as a script this module is ``__main__``; alias it so a later ``import unie.lmeval`` finds the
     # same class instead of registering a second one under the same names (a registry collision)
     sys.modules.setdefault("unie.lmeval", sys.modules[__name__])

@@ -149,10 +149,19 @@ class TrainConfig:
     # > 1: rows are split by content length into this many equal buckets; each batch comes from one bucket
     # (chosen with probability proportional to its size) and loses the columns that are padding in all its rows
     length_buckets: int = 1
+    # the global batch is cut into this many equal consecutive micro-batches, each with its own loss randomness
+    # (loss stream 1 + s); the gradient is their mean.  Pins the trajectory: any world size dividing it gives the
+    # same run (a rank processes shards rank, rank + world, ...).  None = the world size (1 in one process)
+    shards: int | None = None
 
     def __post_init__(self):
         if self.length_buckets < 1:
             raise ValueError(f"length_buckets must be >= 1, got {self.length_buckets}")
+        if self.shards is not None and self.shards < 1:
+            raise ValueError(f"shards must be >= 1, got {self.shards}")
+        if self.shards is not None and self.batch_size % self.shards:
+            raise ValueError(f"batch_size={self.batch_size} is not divisible by shards={self.shards} "
+                             "(the global batch is cut into shards equal micro-batches)")
 
 
 __all__ = [

@@ -4,6 +4,13 @@ the last checkpoint after an interruption.
 
 Determinism: the batch indices and the loss's randomness at step ``k`` come from generators seeded by
 ``(seed, k)``, so a resumed run follows the uninterrupted one exactly (tested).
+
+Shards and data parallelism: the global batch (``batch_size`` rows from stream 0) is cut into ``cfg.shards``
+equal consecutive micro-batches; micro-batch ``s`` draws its loss randomness from stream ``1 + s`` (and reseeds
+dropout for ``(step, s)``), and the gradient is the mean of the micro-batch gradients.  Under
+``torch.distributed`` rank ``r`` of ``W`` computes micro-batches ``r, r + W, ...`` and the gradients are summed
+over ranks (:mod:`unie.core.distributed`), so the trajectory depends on ``shards``, never on ``W``; one shard
+is exactly the single-batch loop.  Only rank 0 logs and writes ``last.pt``; every rank resumes from it.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -19,6 +27,7 @@ from typing import Callable
 import torch
 
 from .config import TrainConfig
+from .distributed import all_reduce_gradients, all_reduce_sum, barrier, broadcast_state, world
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -31,6 +40,25 @@ def _step_generator(seed: int, step: int, stream: int, device) -> torch.Generato
     return g
 
 
+def _dropout_seed(seed: int, step: int, shard: int) -> int:
+    """The global RNG's seed for micro-batch ``shard`` of ``step`` (dropout); shard 0 keeps the one-batch seed."""
+    return seed * 1_000_003 + step + shard * (1 << 32)
+
+
+def shard_plan(cfg: TrainConfig, rank: int, world_size: int) -> tuple[int, range]:
+    """``(shards, this rank's shard indices)``: ``cfg.shards`` (None = ``world_size``) and ``rank, rank + world,
+    ...``.  Errors name the problem: a batch that does not split into the shards, shards not a multiple of
+    the world size."""
+    shards = world_size if cfg.shards is None else cfg.shards
+    if cfg.batch_size % shards:
+        raise ValueError(f"batch_size={cfg.batch_size} is not divisible by shards={shards}"
+                         + (f" (shards unset: the world size {world_size})" if cfg.shards is None else ""))
+    if shards % world_size:
+        raise ValueError(f"shards={shards} is not a multiple of the world size {world_size}: every rank must "
+                         "compute the same number of micro-batches (set shards to a multiple, or change nproc)")
+    return shards, range(rank, shards, world_size)
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up to ``cfg.lr`` over ``cfg.warmup`` steps, then constant (MDLM's ``constant_warmup``)."""
     if cfg.warmup <= 0:
@@ -39,8 +67,12 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def run_signature(cfg: TrainConfig, extra: dict) -> str:
-    """Hash of what makes a checkpoint resumable (the optimisation and model settings)."""
-    blob = json.dumps({"train": {k: v for k, v in cfg.__dict__.items() if k not in ("steps", "ckpt_every", "log_every")},
+    """Hash of what makes a checkpoint resumable (the optimisation and model settings).
+
+    ``shards`` counts only when set (so unsharded runs keep their signatures); the world size never does (a
+    checkpoint resumes on any number of processes)."""
+    blob = json.dumps({"train": {k: v for k, v in cfg.__dict__.items() if k not in ("steps", "ckpt_every", "log_every")
+                                 and not (k == "shards" and v is None)},
                        **extra}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -74,9 +106,19 @@ def train(
         row_lengths: ``(N,)`` content length of each row; needed when ``cfg.length_buckets > 1`` (length-bucketed
             batches: the rows sorted by length are cut into ``length_buckets`` equal buckets, a step draws one row
             uniformly and takes its whole batch from that row's bucket).
-        collate: applied to each batch ``data[idx]`` before the loss (e.g. dropping all-padding columns).
+        collate: applied to each micro-batch ``data[idx]`` before the loss (e.g. dropping all-padding columns).
+
+    Under ``torch.distributed`` (world size > 1) every rank calls this with the same network (the same seed;
+    rank 0's weights are broadcast anyway), computes its micro-batches (``cfg.shards``, module doc) and the
+    summed gradients; losses in ``history`` are the global means, equal on every rank and to a one-process run
+    with the same ``shards``.  Only rank 0 logs and writes ``last.pt``; every rank evaluates ``eval_fn`` (the
+    same EMA on the same data) so every rank returns the same selection.
     """
     device = next(net.parameters()).device
+    rank, world_size = world()
+    shards, my_shards = shard_plan(cfg, rank, world_size)
+    if rank != 0:
+        log, progress = (lambda _msg: None), False
     bucket_of, buckets = None, None
     if cfg.length_buckets > 1:
         if row_lengths is None or len(row_lengths) != data.shape[0]:
@@ -108,8 +150,12 @@ def train(
             if "best_state" in state:
                 best = (float(state["best_loss"]), state["best_state"])
             log(f"resumed from {last} at step {step}")
+            if int(state.get("shards", 1)) != shards:
+                log(f"note: {last} was trained with {int(state.get('shards', 1))} shard(s), this run uses {shards} "
+                    "(set train.shards to keep the trajectory independent of the number of processes)")
         else:
             log(f"ignoring {last}: it belongs to a different run configuration")
+    broadcast_state(net, ema)  # no-op in one process
     def finish():
         if best is not None:
             ema.load_state_dict(best[1])
@@ -120,9 +166,12 @@ def train(
         return finish()
 
     def save(step: int):
+        if rank != 0:
+            return
         tmp = ckpt_dir / "last.pt.tmp"
         state = {"model": net.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(), "step": step,
-                 "signature": signature, "history": json.dumps(history), "running": json.dumps(running)}
+                 "signature": signature, "history": json.dumps(history), "running": json.dumps(running),
+                 "shards": shards}
         if best is not None:
             state["best_loss"], state["best_state"] = torch.tensor(best[0]), best[1]
         torch.save(state, tmp)
@@ -148,27 +197,38 @@ def train(
 
         bar = tqdm(total=cfg.steps, initial=step, desc="train", mininterval=5.0, dynamic_ncols=False, ncols=100)
     t0 = time.time()
+    set_step = getattr(getattr(loss_fn, "__self__", None), "set_step", None)
+    micro = cfg.batch_size // shards
     while step < cfg.steps:
-        torch.manual_seed(cfg.seed * 1_000_003 + step)  # dropout, if any
         gb = _step_generator(cfg.seed, step, 0, "cpu")
         if buckets is None:
             idx = torch.randint(0, data.shape[0], (cfg.batch_size,), generator=gb)
         else:  # one bucket per batch, chosen with probability proportional to its size
             rows = buckets[int(bucket_of[torch.randint(0, data.shape[0], (1,), generator=gb)])]
             idx = rows[torch.randint(0, len(rows), (cfg.batch_size,), generator=gb)]
-        x0 = data[idx] if collate is None else collate(data[idx])
-        x0 = x0.to(device)
-        gl = _step_generator(cfg.seed, step, 1, device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        set_step = getattr(getattr(loss_fn, "__self__", None), "set_step", None)
-        if set_step is not None:  # step-dependent losses (Duo's curriculum) stay right after a resume
-            set_step(step)
-        loss = loss_fn(net, x0, gl)
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at step {step}; stopping before writing outputs")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        shard_loss = torch.zeros(shards, dtype=torch.float64, device=device)  # this rank's entries, then all
+        for s in my_shards:
+            torch.manual_seed(_dropout_seed(cfg.seed, step, s))  # dropout, if any
+            part = idx[s * micro:(s + 1) * micro]
+            x0 = data[part] if collate is None else collate(data[part])
+            x0 = x0.to(device)
+            gl = _step_generator(cfg.seed, step, 1 + s, device)
+            if set_step is not None:  # step-dependent losses (Duo's curriculum) stay right after a resume
+                set_step(step)
+            loss = loss_fn(net, x0, gl)
+            (loss if shards == 1 else loss / shards).backward()
+            shard_loss[s] = loss.detach().double()
+        all_reduce_sum(shard_loss)  # every rank sees every shard's loss (the others' entries are zero)
+        losses = shard_loss.tolist()
+        bad = [s for s, v in enumerate(losses) if not math.isfinite(v)]
+        if bad:
+            where = "" if shards == 1 else f" (micro-batch {bad[0]} of {shards})"
+            raise NonFiniteLossError(f"non-finite loss ({losses[bad[0]]}) at step {step}{where}; stopping before "
+                                     "writing outputs")
+        all_reduce_gradients(params)  # the sum over ranks = the mean over all micro-batches (module doc)
         gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         with torch.no_grad():
@@ -178,7 +238,7 @@ def train(
             for be, b in zip(ema.buffers(), net.buffers()):
                 be.copy_(b)
         step += 1
-        running.append(loss.item())
+        running.append(losses[0] if shards == 1 else sum(losses) / shards)
         if bar is not None:
             bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
@@ -193,6 +253,7 @@ def train(
             save(step)
         if stop_after is not None and step >= stop_after:
             save(step)
+            barrier()  # every rank returns once last.pt is written
             break
     if bar is not None:
         bar.close()

@@ -1,7 +1,8 @@
 """Paper profile: raw corpora, the tokenizer and evaluator models from Hugging Face (or local copies).
 
-* :func:`load_documents` reads one (domain, split) dataset spec of ``config[data][hf]`` and returns the
-  detokenised documents (rule ``download`` writes them to ``resources/raw/{domain}/{split}.parquet``).
+* :func:`iter_documents` reads one (domain, split) dataset spec of ``config[data][hf]`` and yields the
+  detokenised documents in batches (rule ``download`` streams them to ``resources/raw/{domain}/{split}.parquet``);
+  :func:`load_documents` is the same as one list.
 * :func:`fetch_tokenizer` gives the GPT-2 tokenizer as a :class:`unie.data.tokenizer.Tokenizer` (rule ``tokenizer``).
 * :func:`fetch_model` downloads an evaluator snapshot (rule ``download_hf_model``; GPT-2-large, Llama-2/3).
 
@@ -13,6 +14,7 @@ downloaded at import.  Protocol (datasets, splits, fields, detokenisers): ``note
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from .detokenize import get_detokenizer
@@ -73,26 +75,33 @@ def load_split(spec: dict):
     return ds
 
 
-def load_documents(spec: dict) -> list[str]:
-    """The detokenised, non-empty documents of one dataset spec (``config[data][hf][domain][split]``).
+def iter_documents(spec: dict, batch_size: int = 1000) -> Iterator[list[str]]:
+    """The detokenised, non-empty documents of one dataset spec (``config[data][hf][domain][split]``), in
+    dataset order, ``batch_size`` rows at a time (a batch may come out shorter, or empty, after dropping).
 
     Spec keys (schema ``$defs.hf_dataset``): ``path``, ``name`` (config name or null), ``split``,
     ``text_field`` (default ``"text"``), ``detokenizer`` (a key of ``unie.detokenize.DETOKENIZERS`` or null),
     ``format`` (``hub`` | ``parquet`` | ``json`` | ``jsonl`` | ``text``), ``max_docs`` (first N rows).
     Documents that are empty or whitespace-only after detokenising are dropped.  (MDLM keeps them, so
     with ``insert_eos`` each empty WikiText line adds one lone EOS there; here it adds nothing.)
-    Returns one string per document, in dataset order."""
+    ``datasets`` keeps the split in memory-mapped Arrow files, so memory holds one batch (rule ``download``
+    writes them with :func:`unie.data.corpus.write_text_batches`)."""
     detok = get_detokenizer(spec.get("detokenizer"))  # fail on a bad name before any download
     field = spec.get("text_field") or "text"
     ds = load_split(spec)
     if field not in ds.column_names:
         raise KeyError(f"dataset {spec['path']} ({spec['split']}): no text field {field!r}; "
                        f"available columns: {', '.join(ds.column_names)}")
-    texts = ds[field]
-    texts = [t if isinstance(t, str) else "" for t in texts]
-    if detok is not None:
-        texts = [detok(t) for t in texts]
-    return [t for t in texts if t.strip()]
+    for batch in ds.select_columns([field]).iter(batch_size=batch_size):
+        texts = [t if isinstance(t, str) else "" for t in batch[field]]
+        if detok is not None:
+            texts = [detok(t) for t in texts]
+        yield [t for t in texts if t.strip()]
+
+
+def load_documents(spec: dict) -> list[str]:
+    """All documents of :func:`iter_documents` in one list (small splits, tests)."""
+    return [t for batch in iter_documents(spec) for t in batch]
 
 
 def _looks_local(path: str) -> bool:

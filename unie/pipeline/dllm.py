@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..core.config import ConfigError, TrainConfig, from_dict
+from ..core.distributed import world
 from ..core.train import run_signature, train
 from ..data.dllm_format import (ar_sft_rows, content_lengths, dllm_prompt_rows, dllm_sft_rows, pack_text,
                                 trim_padding)
@@ -120,7 +121,10 @@ def transfer_weights(net, init, new_tok, old_tok, log=print) -> None:
 
 def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device: str = "cpu",
                      init_dir=None, init_tokenizer_dir=None, log=print):
-    """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt`` (``{tokenizer}_pretrain.pt``)."""
+    """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt`` (``{tokenizer}_pretrain.pt``).
+
+    Under ``torch.distributed`` every rank calls this (data-parallel :func:`~unie.core.train.train`, ``device``
+    is the rank's own); only rank 0 writes ``out_dir``."""
     data_dir = Path(data_dir)
     tok_name, data_kind = spec["tokenizer"], spec["data"]
     tok = load_tokenizer(data_dir / "tokenizers" / tok_name)
@@ -157,9 +161,10 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
              "layout": {"kind": layout, "tokenizer": tok_name, "prompt_len": meta["prompt_len"][tok_name],
                         "gen_length": meta["gen_length"], "pad_to_batch": tcfg.length_buckets > 1},
              "final": next((h for h in reversed(history) if "loss" in h), {})}
-    save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
-    shutil.copytree(data_dir / "tokenizers" / tok_name, Path(out_dir) / "tokenizer", dirs_exist_ok=True)
-    Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
+    if world()[0] == 0:
+        save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
+        shutil.copytree(data_dir / "tokenizers" / tok_name, Path(out_dir) / "tokenizer", dirs_exist_ok=True)
+        Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
     return ema, history
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 
 from ..core.config import ConfigError, ModelConfig, TrainConfig, from_dict
+from ..core.distributed import world
 from ..core.registry import METHODS
 from ..core.train import run_signature, train
-from ..data.corpus import load_tokens
+from ..data.corpus import TokenRows, load_tokens
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, save_model
 from ..models.transformer import Transformer
@@ -85,7 +86,9 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     """Train model ``name`` of ``config['models']``; writes ``out_dir/{model.safetensors,config.json}``.
 
     ``partner_dirs`` (role -> checkpoint dir) are frozen models a method needs (NCE's proxy or DLM);
-    ``dev_path`` is a held-out split for methods with ``dev_metrics`` (model selection on dev)."""
+    ``dev_path`` is a held-out split for methods with ``dev_metrics`` (model selection on dev).
+    Under ``torch.distributed`` every rank calls this (data-parallel :func:`~unie.core.train.train`, ``device``
+    is the rank's own); only rank 0 writes ``out_dir``."""
     tok = load_tokenizer(tokenizer_dir)
     options = spec.get("options", {})
     method = build_method(spec["method"], tok.info(), options, f"models.{name}.options")
@@ -97,7 +100,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)
-    data = load_tokens(train_path)
+    data = TokenRows(load_tokens(train_path))  # memory-mapped; batches are read as int64
     if data.shape[1] != seq_len:
         raise ConfigError(f"{train_path}: sequences have length {data.shape[1]}, config says seq_len={seq_len}")
     if data.max() >= tok.vocab_size:
@@ -109,7 +112,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     if hasattr(method, "dev_metrics"):
         if dev_path is None:
             raise ConfigError(f"method {spec['method']!r} selects its checkpoint on a dev split: give dev_path")
-        dev = load_tokens(dev_path, n_dev).to(device)
+        dev = load_tokens(dev_path, n_dev).long().to(device)
         eval_fn = lambda ema: method.dev_metrics(ema, dev, torch.Generator(device=device).manual_seed(tcfg.seed + 4242))
     sig = run_signature(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"], "options": options,
                                "data": [str(train_path), list(data.shape)], "init": init_fingerprint(init_dir)})
@@ -128,8 +131,9 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
                         "rule": "lowest dev NCE loss among admissible checkpoints (guard not above the initial)"}
         log(f"dev energy separation: initial {dev[0]['dev']['separation']:.3f} -> selected (step {best['step']}) "
             f"{best['dev']['separation']:.3f}; accuracy {dev[0]['dev']['accuracy']:.3f} -> {best['dev']['accuracy']:.3f}")
-    save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
-    Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
+    if world()[0] == 0:
+        save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
+        Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
     return ema, history
 
 

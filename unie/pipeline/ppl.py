@@ -33,7 +33,7 @@ def model_ppl(source: str, model_dir, tokenizer_dir, data_paths: dict, n_mc: int
     passes = n_mc if getattr(method, "stochastic_nll", True) else 1
     out = {"source": source, "model": str(model_dir), "method": meta["method"], "n_mc": passes, "domains": {}}
     for domain, path in data_paths.items():
-        x = load_tokens(path, max_sequences)
+        x = load_tokens(path, max_sequences).long()
         nll = mc_nll(x, lambda xb, g: method.nll(net, xb, g), passes, batch_size, seed, domain, device)
         out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
         log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f} (nll/token {out['domains'][domain]['nll_per_token']:.4f} "
@@ -50,7 +50,7 @@ def exact_ppl(data_paths: dict, tokenizer_dir, max_sequences: int | None = None,
         hmm = HMM(domain)
         if tok.vocab_size != hmm.V + 2:
             raise ValueError("exact perplexity needs the toy world's word tokenizer")
-        x = load_tokens(path, max_sequences)
+        x = load_tokens(path, max_sequences).long()
         nll = -hmm.log_marginal(x)
         out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
         log(f"{domain}: exact ppl {out['domains'][domain]['ppl']:.3f}")
@@ -82,7 +82,7 @@ def energy_ppl(source: str, spec: dict, model_dirs: dict, tokenizer_dir, data_pa
     out = {"source": source, "spec": spec, "n_mc": n_mc, "estimator": estimator, "domains": {}}
     with torch.no_grad():
         for domain, path in data_paths.items():
-            x = load_tokens(path, max_sequences)
+            x = load_tokens(path, max_sequences).long()
             scorer = scorer_for(domain)
             nll = mc_nll(x, lambda xb, g: energy_corrected_nelbo(dlm, scorer, spec["energy"], ar_context, xb,
                                                                  schedule, tok.mask_id, g),

@@ -54,7 +54,7 @@ def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samp
         models[role] = load_wrapped(str(Path(path).parent), tok, device)
     models.update(oracle_models(opts, tok, domain))
     if spec["sampler"] == "data":
-        models["data"] = load_tokens(inputs["data"])
+        models["data"] = load_tokens(inputs["data"], n_samples).long()  # the first n rows
     g = torch.Generator(device=device).manual_seed(sampling_seed(seed, run, steps))
     t0 = time.perf_counter()
     x, stats = entry(models, n_samples, seq_len, steps, g, opts, batch_size=batch_size, device=device)
@@ -110,7 +110,7 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
                      domain: str, device: str = "cpu", log=print) -> dict:
     """Gen PPL of the samples under each evaluator (decode -> re-encode with the evaluator's tokenizer)."""
     tok = load_tokenizer(tokenizer_dir)
-    x = load_tokens(samples_path)
+    x = load_tokens(samples_path).long()
     texts = [tok.decode(row) for row in x.tolist()]
     result = {"samples": str(samples_path), "n_samples": len(texts), "entropy_bits": mean_entropy_bits(x),
               "sampling": read_sample_meta(samples_path), "eos_rule": eos_rule, "genppl": {}}

@@ -37,8 +37,13 @@ wildcard_constraints:
 
 
 def res(rule_name, key, default):
-    """Slurm resource of a rule from config['resources'] (paper profile), else the default."""
-    return config.get("resources", {}).get(rule_name, {}).get(key, default)
+    """Slurm resource of a rule from config['resources'] (paper profile), else the default.  The runtime
+    (minutes) grows with Snakemake's attempt: a job resubmitted after hitting its time limit (`retries` in
+    slurm/) asks for 2x, then 3x, and a training job resumes from its last checkpoint."""
+    value = config.get("resources", {}).get(rule_name, {}).get(key, default)
+    if key == "runtime":
+        return lambda wildcards, attempt: value * attempt
+    return value
 
 
 def partition(rule_name):

@@ -9,6 +9,9 @@ rule download:
     params:
         data=config["data"],
         seed=config["seed"],
+    # Hugging Face datasets are fetched on the submit host (compute nodes are often offline); the toy world's
+    # generation is an ordinary job
+    localrule: config["data"]["source"] == "hf"
     threads: 1
     resources:
         slurm_partition=partition("download"),
@@ -36,7 +39,7 @@ rule tokenize:
         raw="resources/raw/{domain}/{split}.parquet",
         tokenizer="resources/tokenizer",
     output:
-        "resources/tokenized/{domain}/{split}.parquet",
+        "resources/tokenized/{domain}/{split}.npy",
     log:
         "logs/tokenize/{domain}/{split}.log",
     params:

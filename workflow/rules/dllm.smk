@@ -74,7 +74,7 @@ rule dllm_data:
     input:
         yamls=rules.dllm_tasks.output.yamls,
         tokenizer="resources/tokenizer",
-        toy=f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        toy=f"resources/tokenized/{TRAIN_DOMAIN}/train.npy",
     output:
         meta="resources/dllm/meta.json",
     log:
@@ -113,9 +113,11 @@ rule dllm_train:
         spec=lambda wc: DLLM["models"][wc.dmodel],
         ckpt_dir=lambda wc: f"results/checkpoints/dllm_{wc.dmodel}",
         device=config["device"],
+        processes=res("dllm_train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
     threads: config["threads"]
     resources:
         gpu=res("dllm_train", "gpu", 0),
+        cpus_per_gpu=res("dllm_train", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
         slurm_partition=partition("dllm_train"),
         mem_mb=res("dllm_train", "mem_mb", 4000),
         runtime=res("dllm_train", "runtime", 120),
@@ -154,7 +156,8 @@ rule dllm_eval:
         device=config["device"],
     threads: config["threads"]
     resources:
-        gpu=res("dllm_eval", "gpu", 0),
+        gpu=res("dllm_eval", "gpu", 0),  # > 1 on CUDA: lm-eval data parallel, one torchrun rank per GPU
+        cpus_per_gpu=res("dllm_eval", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
         slurm_partition=partition("dllm_eval"),
         mem_mb=res("dllm_eval", "mem_mb", 4000),
         runtime=res("dllm_eval", "runtime", 120),

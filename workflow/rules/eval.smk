@@ -7,7 +7,7 @@ rule ppl:
     input:
         model=lambda wc: model_files(wc.ppl_model),
         tokenizer="resources/tokenizer",
-        data=expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
+        data=expand("resources/tokenized/{domain}/{split}.npy", domain=DOMAINS, split=PPL_SPLIT),
     output:
         "results/ppl/{ppl_model}.json",
     log:
@@ -20,6 +20,7 @@ rule ppl:
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),
+        cpus_per_gpu=res("ppl", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
         slurm_partition=partition("ppl"),
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),
@@ -30,7 +31,7 @@ rule ppl:
 rule ppl_exact:
     input:
         tokenizer="resources/tokenizer",
-        data=expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
+        data=expand("resources/tokenized/{domain}/{split}.npy", domain=DOMAINS, split=PPL_SPLIT),
     output:
         "results/ppl/exact.json",
     log:
@@ -49,7 +50,7 @@ def estimator_inputs(wc):
     spec = config["likelihood"][wc.estimator]
     inputs = {
         "tokenizer": "resources/tokenizer",
-        "data": expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
+        "data": expand("resources/tokenized/{domain}/{split}.npy", domain=DOMAINS, split=PPL_SPLIT),
         "dlm": model_files(spec["dlm"]),
     }
     for role in ("proxy", "ebm"):  # the AR proxy (not for the exact context) or EDLM's energy network
@@ -76,6 +77,7 @@ rule ppl_energy:
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),
+        cpus_per_gpu=res("ppl", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
         slurm_partition=partition("ppl"),
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),

@@ -8,7 +8,7 @@ def sample_inputs(wc):
     for role, model in spec.get("models", {}).items():
         inputs[role] = model_files(model)
     if spec["sampler"] == "data":
-        inputs["data"] = f"resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.parquet"
+        inputs["data"] = f"resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.npy"
     return inputs
 
 
@@ -47,6 +47,7 @@ rule sample:
     threads: config["threads"]
     resources:
         gpu=res("sample", "gpu", 0),
+        cpus_per_gpu=res("sample", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
         slurm_partition=partition("sample"),
         mem_mb=res("sample", "mem_mb", 4000),
         runtime=res("sample", "runtime", 60),

@@ -5,7 +5,7 @@
 def train_inputs(wc):
     spec = config["models"][wc.model]
     inputs = {
-        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.npy",
         "tokenizer": "resources/tokenizer",
     }
     if spec.get("init_from"):
@@ -13,7 +13,7 @@ def train_inputs(wc):
     for role, partner in partner_models(config, wc.model).items():  # frozen partners (NCE's proxy or DLM)
         inputs[f"partner_{role}"] = model_files(partner)[0]
     if selects_on_dev(config, wc.model):  # model selection on the dev split (disjoint from Table 1's test split)
-        inputs["dev"] = f"resources/tokenized/{TRAIN_DOMAIN}/valid.parquet"
+        inputs["dev"] = f"resources/tokenized/{TRAIN_DOMAIN}/valid.npy"
     return inputs
 
 
@@ -33,9 +33,11 @@ rule train:
         seq_len=config["data"]["seq_len"],
         ckpt_dir=lambda wc: f"results/checkpoints/{wc.model}",
         device=config["device"],
+        processes=res("train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
     threads: config["threads"]
     resources:
         gpu=res("train", "gpu", 0),
+        cpus_per_gpu=res("train", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
         slurm_partition=partition("train"),
         mem_mb=res("train", "mem_mb", 4000),
         runtime=res("train", "runtime", 120),

@@ -1,4 +1,5 @@
-"""Rule dllm_eval: one Table 3 row = one lm-eval run over the seven tasks (lm-eval writes the JSONs)."""
+"""Rule dllm_eval: one Table 3 row = one lm-eval run over the seven tasks (lm-eval writes the JSONs).
+More than one GPU (resources.gpu > 1 on CUDA): data parallel, one rank per GPU under torchrun."""
 
 from unie.pipeline.rule import job
 
@@ -6,8 +7,9 @@ with job(snakemake) as log:
     import os
     import shutil
 
-    from unie.lmeval import evaluate
+    from unie.lmeval import run_evaluation
     from unie.pipeline.dllm import row_model_args
+    from unie.pipeline.launch import processes
 
     d = snakemake.params.dllm
     out_dir = os.path.dirname(snakemake.output.results)
@@ -16,8 +18,10 @@ with job(snakemake) as log:
     log(f"model_args: {args}")
     local = snakemake.input.get("tasks") or snakemake.input.get("local_tasks")  # toy tasks, or the paper's local ones
     include = os.path.dirname(local[0]) if local else None
-    found = evaluate(args, d["tasks"]["names"], include, out_dir,
-                     batch_size=d["batch_size"], include_defaults=d.get("include_default_tasks", False),
-                     limit=d.get("limit"), seed=d.get("seed", 0),
-                     allow_code_execution=d["tasks"].get("allow_code_execution", False), log=log)
+    kwargs = dict(model_args=args, tasks=d["tasks"]["names"], include_path=include, output_path=out_dir,
+                  batch_size=d["batch_size"], include_defaults=d.get("include_default_tasks", False),
+                  limit=d.get("limit"), seed=d.get("seed", 0),
+                  allow_code_execution=d["tasks"].get("allow_code_execution", False))
+    nproc = processes(snakemake.resources.get("gpu", 0), snakemake.params.device)
+    found = run_evaluation(kwargs, nproc, log=log, threads=snakemake.threads)
     shutil.copyfile(found, snakemake.output.results)  # lm-eval's JSON, byte for byte, at a deterministic path

@@ -1,4 +1,4 @@
-"""Rule tokenize: fixed-length wrapped chunks (MDLM's ``wrap``) as Parquet ``input_ids``."""
+"""Rule tokenize: fixed-length wrapped chunks (MDLM's ``wrap``), streamed into an int32 ``.npy`` (N, L)."""
 
 from unie.data.corpus import tokenize_corpus
 from unie.data.tokenizer import load_tokenizer

@@ -1,11 +1,12 @@
-"""Rule train: one model of config['models'] with its method's loss; EMA weights -> safetensors."""
+"""Rule train: one model of config['models'] with its method's loss; EMA weights -> safetensors.
+More than one process (resources.gpu > 1 on CUDA, or resources.train.processes): data parallel under torchrun."""
 
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.models import train_from_spec
+    from unie.pipeline.launch import rule_processes, run_training
 
-    train_from_spec(
+    kwargs = dict(
         name=snakemake.wildcards.model,
         spec=snakemake.params.spec,
         train_path=snakemake.input.train,
@@ -18,5 +19,5 @@ with job(snakemake) as log:
         partner_dirs={k[len("partner_"):]: v.rsplit("/", 1)[0] for k, v in snakemake.input.items()
                       if k.startswith("partner_")},
         dev_path=snakemake.input.get("dev") or None,
-        log=log,
     )
+    run_training("models", kwargs, rule_processes(snakemake), log=log, threads=snakemake.threads)

@@ -1,0 +1,188 @@
+"""`snakemake --profile slurm` on a real, throw-away, single-node Slurm (marked ``slurm``; `.ci/run` runs it).
+
+The module fixture brings the cluster up with ``ci/slurm-ci-up.sh`` (munged, slurmctld, slurmd; partitions
+``cpu`` and ``gpu`` as the profile expects; two fake GPUs declared as GRES; no accounting database, so the
+profile's status command must work without ``sacct``) and tears it down by PID with ``ci/slurm-ci-down.sh``.
+It skips, saying why, only where that is impossible (not root, no apt-get and no Slurm binaries, or a real
+Slurm configuration already in /etc/slurm).
+
+The test runs the smoke config through the repository's own ``slurm/`` profile from a launch directory that
+holds nothing but a copy of ``slurm/`` and ``config/`` (what a user has in a clone), with the training jobs
+asking for one (fake) GPU, then checks that every non-local job went through ``sbatch`` (Snakemake's
+submission lines, the plugin's per-job Slurm logs, and Slurm's own record in ``squeue --states=all``, each
+job COMPLETED on the partition its GPU request implies) and that the results equal a local
+``snakemake --cores 2`` run of the same config, file by file (timings excepted).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "config" / "smoke.yaml"
+CI_DIR = Path(os.environ.get("SLURM_CI_DIR", "/tmp/unie-slurm-ci"))
+
+pytestmark = pytest.mark.slurm
+
+# keys whose values are wall-clock measurements (differ between any two runs)
+TIMING_KEYS = re.compile(r"(seconds|elapsed|_s$|^s$|per_s|tokens_per_second|time|date|duration)", re.I)
+# files that only hold timings or run metadata
+STAMP = re.compile(r"_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d+")
+SKIP_FILES = re.compile(r"(throughput\.json$|history\.json$)")
+
+
+def _cannot_bring_up() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to start munged/slurmctld/slurmd and link /etc/slurm/slurm.conf"
+    if not shutil.which("apt-get") and not all(Path(b).exists() for b in ("/usr/sbin/slurmctld", "/usr/sbin/slurmd")):
+        return "Slurm is not installed and there is no apt-get to install it"
+    conf = Path("/etc/slurm/slurm.conf")
+    if conf.exists() and not conf.is_symlink():
+        return "/etc/slurm/slurm.conf belongs to a real Slurm installation; not starting a throw-away one"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    reason = _cannot_bring_up()
+    if reason:
+        pytest.skip(reason)
+    env = {**os.environ, "SLURM_CI_DIR": str(CI_DIR)}
+    up = subprocess.run([str(REPO / "ci" / "slurm-ci-up.sh")], env=env, capture_output=True, text=True)
+    try:
+        if up.returncode != 0:
+            raise AssertionError(f"ci/slurm-ci-up.sh failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        parts = subprocess.run(["sinfo", "-h", "-o", "%P %t"], capture_output=True, text=True, check=True).stdout
+        assert "cpu* idle" in parts and "gpu idle" in parts, parts
+        yield CI_DIR
+    finally:
+        subprocess.run([str(REPO / "ci" / "slurm-ci-down.sh")], env=env, capture_output=True, text=True)
+
+
+def _snakemake(*args, cwd: Path, timeout: int):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), *args]
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{r.stdout[-5000:]}\n{r.stderr[-5000:]}")
+    return r.stdout + r.stderr
+
+
+def _launch_dir(path: Path) -> Path:
+    """What a user has after cloning: the profile and the configs (the Snakefile is given with -s)."""
+    path.mkdir(parents=True)
+    shutil.copytree(REPO / "slurm", path / "slurm")
+    shutil.copytree(REPO / "config", path / "config")
+    return path
+
+
+def _strip_timing(obj):
+    if isinstance(obj, dict):
+        return {k: _strip_timing(v) for k, v in obj.items() if not TIMING_KEYS.search(k)}
+    if isinstance(obj, list):
+        return [_strip_timing(v) for v in obj]
+    return obj
+
+
+def _files(root: Path) -> dict[Path, Path]:
+    """Files under ``root`` by relative path, lm-eval's timestamp removed from its file names
+    (``results_2026-11-23T21-36-47.756058.json`` -> ``results.json``)."""
+    return {Path(STAMP.sub("", str(p.relative_to(root)))): p for p in root.rglob("*") if p.is_file()}
+
+
+def _same_results(a: Path, b: Path) -> list[str]:
+    """Differences between two results/ trees: JSON/JSONL (the working directory's path replaced, timing keys
+    dropped), CSV by value, Parquet by table (its metadata JSON without timings), checkpoints by their tensors,
+    everything else by bytes."""
+    diffs = []
+    files_a, files_b = _files(a), _files(b)
+    if files_a.keys() != files_b.keys():
+        diffs.append(f"file sets differ: only local {sorted(map(str, files_a.keys() - files_b.keys()))[:10]}, "
+                     f"only slurm {sorted(map(str, files_b.keys() - files_a.keys()))[:10]}")
+
+    def text(path: Path, root: Path) -> str:  # lm-eval records the task files' absolute paths
+        return path.read_text().replace(str(root.parent), "<workdir>")
+
+    for rel in sorted(files_a.keys() & files_b.keys()):
+        pa, pb = files_a[rel], files_b[rel]
+        if SKIP_FILES.search(str(rel)) or rel.suffix in (".pdf", ".png", ".log"):
+            continue  # figures embed creation dates; throughput and history hold timings
+        if rel.suffix == ".json":
+            same = _strip_timing(json.loads(text(pa, a))) == _strip_timing(json.loads(text(pb, b)))
+        elif rel.suffix == ".jsonl":
+            same = ([_strip_timing(json.loads(x)) for x in text(pa, a).splitlines()]
+                    == [_strip_timing(json.loads(x)) for x in text(pb, b).splitlines()])
+        elif rel.suffix == ".csv":
+            da, db = pd.read_csv(pa), pd.read_csv(pb)
+            keep = [c for c in da.columns if not TIMING_KEYS.search(str(c))]
+            same = list(da.columns) == list(db.columns) and da[keep].equals(db[keep])
+        elif rel.suffix == ".parquet":
+            ta, tb = pq.read_table(pa), pq.read_table(pb)
+            meta = [{k: _strip_timing(json.loads(v)) for k, v in (t.schema.metadata or {}).items()} for t in (ta, tb)]
+            same = ta.equals(tb) and meta[0] == meta[1]
+        elif rel.suffix == ".pt":  # checkpoints: the tensors (their training history holds wall-clock times)
+            ca, cb = (torch.load(p, map_location="cpu", weights_only=True) for p in (pa, pb))
+            same = ca["step"] == cb["step"] and all(
+                ca[k].keys() == cb[k].keys() and all(torch.equal(ca[k][n], cb[k][n]) for n in ca[k])
+                for k in ("model", "ema"))
+        else:
+            same = pa.read_bytes() == pb.read_bytes()
+        if not same:
+            diffs.append(str(rel))
+    return diffs
+
+
+def test_smoke_through_slurm_profile_equals_local_run(slurm_cluster, tmp_path):
+    # what Snakemake will run, and which of it is local (localrules run on the submit host, not through sbatch)
+    local = _launch_dir(tmp_path / "local")
+    plan = _snakemake("--configfile", str(SMOKE), "-n", "--cores", "2", "-d", str(local), cwd=local, timeout=300)
+    n_jobs = int(re.search(r"^total\s+(\d+)", plan, re.M).group(1))
+
+    cluster = _launch_dir(tmp_path / "cluster")
+    # the training jobs ask for one GPU, so they go to the `gpu` partition with --gpus=1 (fake GRES here); the
+    # models still train on the CPU (`device: cpu` in the smoke config), so the results must not change
+    (cluster / "gpu_training.yaml").write_text("resources: {train: {gpu: 1}, dllm_train: {gpu: 1}}\n")
+    out = _snakemake(
+        "--profile", "slurm", "--configfile", "config/smoke.yaml", "gpu_training.yaml", "-d", str(cluster),
+        "--slurm-init-seconds-before-status-checks", "2",  # a CI-sized wait before the first status check
+        cwd=cluster, timeout=2400,
+    )
+    submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", out))
+    n_local = len(re.findall(r"^localrule ", out, re.M))
+    assert submitted and len(submitted) + n_local == n_jobs, (len(submitted), n_local, n_jobs, out[-3000:])
+
+    # Slurm's own record (MinJobAge in ci/slurm-ci-up.sh keeps finished jobs visible): every job COMPLETED,
+    # training jobs on the gpu partition with a GPU, every other job on the cpu partition
+    rec = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T|%P"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    state = {i: (t, p) for i, t, p in (line.split("|") for line in rec)}
+    logs = {p.stem: p for p in (cluster / "logs" / "slurm").rglob("*.log")}
+    for job, slurm_id in submitted.items():
+        assert slurm_id in state, f"Slurm has no record of job {slurm_id}"
+        status, part = state[slurm_id]
+        show = subprocess.run(["scontrol", "show", "job", "-o", slurm_id], capture_output=True, text=True).stdout
+        gres = next(iter(re.findall(r"TresPerJob=(\S+)", show)), None)  # e.g. gres:gpu:1 for --gpus=1
+        assert status == "COMPLETED", (slurm_id, status)
+        assert slurm_id in logs, f"no Slurm log for job {slurm_id}"
+        rule = logs[slurm_id].relative_to(cluster / "logs" / "slurm").parts[0].removeprefix("rule_")
+        if rule in ("train", "dllm_train"):
+            assert part == "gpu" and gres == "gres:gpu:1", (rule, part, gres)
+        else:
+            assert part == "cpu", (rule, part)
+    assert any(p.relative_to(cluster / "logs" / "slurm").parts[0] == "rule_train" for p in logs.values())
+
+    # the same results as a local run
+    _snakemake("--configfile", str(SMOKE), "--cores", "2", "-d", str(local), cwd=local, timeout=1200)
+    diffs = _same_results(local / "results", cluster / "results")
+    assert not diffs, diffs

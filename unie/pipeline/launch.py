@@ -1,0 +1,115 @@
+"""Running a training rule in this process, or data-parallel under torchrun (rules ``train`` and ``dllm_train``).
+
+:func:`run_training` calls a trainer of :data:`TRAINERS` (:func:`~unie.pipeline.models.train_from_spec`,
+:func:`~unie.pipeline.dllm.train_dllm_model`) with keyword arguments:
+
+* one process (:func:`processes` is 1: the default profile, or one GPU): a plain call;
+* N > 1 processes: the arguments go to a JSON file and
+  ``python -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node=N -m unie.pipeline.launch FILE``
+  starts N ranks; each runs :func:`main` (process group from torchrun's environment, nccl on ``cuda:LOCAL_RANK``
+  or gloo on CPU, see :func:`unie.core.distributed.init_from_env`) and calls the same trainer.  Rank 0 logs and
+  writes the outputs; everything the ranks print is copied to this process's stderr (the rule's log).
+
+The trajectory does not depend on N when the model's ``train.shards`` is set (:mod:`unie.core.train`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+TRAINERS = {
+    "models": "unie.pipeline.models:train_from_spec",
+    "dllm": "unie.pipeline.dllm:train_dllm_model",
+}
+
+
+def trainer(name: str) -> Callable:
+    """The training function registered as ``name`` in :data:`TRAINERS`."""
+    if name not in TRAINERS:
+        raise KeyError(f"unknown trainer {name!r}; known: {sorted(TRAINERS)}")
+    module, func = TRAINERS[name].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def processes(gpu: int, device: str, forced: int | None = None) -> int:
+    """How many training processes a rule runs: ``forced`` when given (a config's ``resources.<rule>.processes``,
+    e.g. ranks on CPU for a test), else its ``gpu`` count on a CUDA device, else 1."""
+    if forced is not None:
+        if int(forced) < 1:
+            raise ValueError(f"processes must be >= 1, got {forced}")
+        return int(forced)
+    return max(1, int(gpu)) if str(device).startswith("cuda") else 1
+
+
+def rule_processes(snakemake) -> int:
+    """:func:`processes` of a training rule's job: its ``resources.gpu``, ``params.device`` and
+    ``params.processes`` (``config['resources'][rule]['processes']``, null unless forced)."""
+    return processes(snakemake.resources.get("gpu", 0), snakemake.params.device, snakemake.params.processes)
+
+
+def torchrun_command(nproc: int, args_file) -> list[str]:
+    """The command that starts ``nproc`` ranks of :func:`main` on this node (``--standalone``: a free port)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+            f"--nproc_per_node={nproc}", "-m", "unie.pipeline.launch", str(args_file)]
+
+
+def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], None] = print, threads: int = 1):
+    """Run trainer ``name`` with ``kwargs`` (JSON-serialisable, without ``log``) in ``nproc`` processes.
+
+    Returns the trainer's ``(ema, history)`` in one process; with torchrun ``None`` (the outputs are the files
+    rank 0 wrote).  A failed rank raises :class:`RuntimeError` here."""
+    if nproc <= 1:
+        return trainer(name)(**kwargs, log=log)
+    trainer(name)  # an unknown name fails here, not in N processes
+    with tempfile.TemporaryDirectory(prefix="unie-launch-") as tmp:
+        args_file = Path(tmp, "args.json")
+        args_file.write_text(json.dumps({"trainer": name, "kwargs": kwargs, "threads": max(1, threads // nproc)},
+                                        default=str))
+        cmd = torchrun_command(nproc, args_file)
+        log(f"data-parallel training on {nproc} processes: {' '.join(cmd)}")
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, threads // nproc))}
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+            for line in proc.stdout:
+                sys.stderr.write(line)
+            rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"torchrun with {nproc} processes exited with status {rc} (its output is above)")
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One rank: ``python -m unie.pipeline.launch ARGS.json`` under torchrun (see the module doc)."""
+    import logging
+
+    import torch
+
+    from ..core.distributed import barrier, init_from_env
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit("usage: torchrun ... -m unie.pipeline.launch ARGS.json")
+    args = json.loads(Path(argv[0]).read_text())
+    torch.set_num_threads(int(args.get("threads", 1)))
+    kwargs = dict(args["kwargs"])
+    kwargs["device"] = init_from_env(kwargs.get("device", "cpu"))
+    rank = torch.distributed.get_rank()
+    if rank == 0:
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
+        log = logging.getLogger("unie").info
+    else:
+        def log(_msg):
+            pass
+    trainer(args["trainer"])(**kwargs, log=log)
+    barrier()  # rank 0 has written the outputs before any rank leaves
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
