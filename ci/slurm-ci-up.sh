@@ -62,7 +62,7 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 GresTypes=gpu
 NodeName=localhost NodeAddr=127.0.0.1 NodeHostname=$(hostname) $rest Gres=gpu:2 State=UNKNOWN
-PartitionName=cpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PartitionName=cpu Nodes=localhost MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP
 CONF
 cat >"$BASE/etc/gres.conf" <<CONF

@@ -402,6 +402,9 @@ def run_evaluation(kwargs: dict, nproc: int = 1, log=print, threads: int = 1) ->
     :class:`RuntimeError` here.  Returns the results JSON (rank 0's)."""
     if nproc <= 1:
         return evaluate(**kwargs, log=log)
+    if kwargs.get("limit") is not None and kwargs["limit"] < nproc:
+        raise ValueError(f"limit={kwargs['limit']} documents per task is fewer than the {nproc} ranks: a rank without "
+                         "requests would leave lm-eval's collectives unmatched; lower the GPU count or raise the limit")
     per_rank = max(1, threads // nproc)
     with tempfile.TemporaryDirectory(prefix="unie-lmeval-") as tmp:
         args_file, result_file = Path(tmp, "args.json"), Path(tmp, "result")

@@ -150,8 +150,9 @@ class TrainConfig:
     # (chosen with probability proportional to its size) and loses the columns that are padding in all its rows
     length_buckets: int = 1
     # the global batch is cut into this many equal consecutive micro-batches, each with its own loss randomness
-    # (loss stream 1 + s); the gradient is their mean.  Pins the trajectory: any world size dividing it gives the
-    # same run (a rank processes shards rank, rank + world, ...).  None = the world size (1 in one process)
+    # (loss stream 1 + s); the gradient is their mean.  Pins the batches and random streams for any world size
+    # dividing it (a rank processes shards rank, rank + world, ...): the same run up to the order in which the
+    # gradients are summed (bit for bit when each rank holds one shard).  None = the world size (1 in one process)
     shards: int | None = None
 
     def __post_init__(self):

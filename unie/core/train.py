@@ -9,8 +9,10 @@ Shards and data parallelism: the global batch (``batch_size`` rows from stream 0
 equal consecutive micro-batches; micro-batch ``s`` draws its loss randomness from stream ``1 + s`` (and reseeds
 dropout for ``(step, s)``), and the gradient is the mean of the micro-batch gradients.  Under
 ``torch.distributed`` rank ``r`` of ``W`` computes micro-batches ``r, r + W, ...`` and the gradients are summed
-over ranks (:mod:`unie.core.distributed`), so the trajectory depends on ``shards``, never on ``W``; one shard
-is exactly the single-batch loop.  Only rank 0 logs and writes ``last.pt``; every rank resumes from it.
+over ranks (:mod:`unie.core.distributed`), so the batches and random streams depend on ``shards``, never on
+``W``; the trajectory too, up to the order of the floating-point sums of the gradients (bit for bit when every
+rank holds one shard: ``shards == W``, tested; ``shards = 4`` on 2 ranks sums ``(g0 + g2) + (g1 + g3)`` where
+one process sums ``((g0 + g1) + g2) + g3``).  One shard is exactly the single-batch loop.  Only rank 0 logs and writes ``last.pt``; every rank resumes from it.
 """
 
 from __future__ import annotations

@@ -46,6 +46,12 @@ def res(rule_name, key, default):
     return value
 
 
+def cpus_per_gpu(rule_name):
+    """sbatch --cpus-per-gpu of a GPU job: config['resources'][rule]['cpus_per_gpu'], else the job's `threads`
+    shared by its GPUs (a data-parallel job's ranks each run threads / gpu torch threads)."""
+    return res(rule_name, "cpus_per_gpu", max(1, config["threads"] // max(1, res(rule_name, "gpu", 0))))
+
+
 def partition(rule_name):
     """Slurm partition of a rule, from its GPU request: config['slurm_partitions']['gpu'] when it asks for a GPU,
     else ['cpu'] (defaults 'gpu' and 'cpu'; a site overrides them in the config or with

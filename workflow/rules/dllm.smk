@@ -117,7 +117,7 @@ rule dllm_train:
     threads: config["threads"]
     resources:
         gpu=res("dllm_train", "gpu", 0),
-        cpus_per_gpu=res("dllm_train", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
+        cpus_per_gpu=cpus_per_gpu("dllm_train"),
         slurm_partition=partition("dllm_train"),
         mem_mb=res("dllm_train", "mem_mb", 4000),
         runtime=res("dllm_train", "runtime", 120),
@@ -157,7 +157,7 @@ rule dllm_eval:
     threads: config["threads"]
     resources:
         gpu=res("dllm_eval", "gpu", 0),  # > 1 on CUDA: lm-eval data parallel, one torchrun rank per GPU
-        cpus_per_gpu=res("dllm_eval", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
+        cpus_per_gpu=cpus_per_gpu("dllm_eval"),
         slurm_partition=partition("dllm_eval"),
         mem_mb=res("dllm_eval", "mem_mb", 4000),
         runtime=res("dllm_eval", "runtime", 120),

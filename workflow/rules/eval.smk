@@ -20,7 +20,7 @@ rule ppl:
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),
-        cpus_per_gpu=res("ppl", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
+        cpus_per_gpu=cpus_per_gpu("ppl"),
         slurm_partition=partition("ppl"),
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),
@@ -77,7 +77,7 @@ rule ppl_energy:
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),
-        cpus_per_gpu=res("ppl", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
+        cpus_per_gpu=cpus_per_gpu("ppl"),
         slurm_partition=partition("ppl"),
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),

@@ -47,7 +47,7 @@ rule sample:
     threads: config["threads"]
     resources:
         gpu=res("sample", "gpu", 0),
-        cpus_per_gpu=res("sample", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
+        cpus_per_gpu=cpus_per_gpu("sample"),
         slurm_partition=partition("sample"),
         mem_mb=res("sample", "mem_mb", 4000),
         runtime=res("sample", "runtime", 60),

@@ -37,7 +37,7 @@ rule train:
     threads: config["threads"]
     resources:
         gpu=res("train", "gpu", 0),
-        cpus_per_gpu=res("train", "cpus_per_gpu", config["threads"]),  # GPU jobs: --cpus-per-gpu
+        cpus_per_gpu=cpus_per_gpu("train"),
         slurm_partition=partition("train"),
         mem_mb=res("train", "mem_mb", 4000),
         runtime=res("train", "runtime", 120),
