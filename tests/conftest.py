@@ -1,6 +1,11 @@
-"""Shared fixtures: a tiny brute-forceable HMM, the real toy-world HMM, its tokenizer, tiny transformers."""
+"""Shared fixtures: a tiny brute-forceable HMM, the real toy-world HMM, its tokenizer, tiny transformers; no
+network for lm-eval runs; a stand-in for the torchrun subprocess."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,3 +72,48 @@ def random_words(tok):
         return torch.randint(0, tok.eos_id + 1, (n, L), generator=g)
 
     return draw
+
+
+@pytest.fixture
+def hf_offline(monkeypatch, tmp_path):
+    """No network, no writes to the user's Hugging Face cache (subprocesses, e.g. torchrun ranks, inherit it)."""
+    import datasets.config
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # datasets reads these once at import; patch the live values too (load_dataset reads them per call)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
+
+
+@pytest.fixture
+def fake_torchrun(monkeypatch):
+    """``subprocess.Popen`` replaced for :func:`unie.pipeline.launch.run_ranks`: the returned class records each
+    launch in ``launched`` as ``(cmd, the ARGS.json it names, OMP_NUM_THREADS)``, calls ``on_launch(args)`` if set,
+    prints ``says`` as the ranks' output and exits with ``rc``."""
+
+    class Ranks:
+        launched: list = []
+        on_launch = None
+        says = "rank 0 says hello\n"
+        rc = 0
+
+        def __init__(self, cmd, **kw):
+            args = json.loads(Path(cmd[-1]).read_text())
+            Ranks.launched.append((cmd, args, kw["env"]["OMP_NUM_THREADS"]))
+            if Ranks.on_launch is not None:
+                Ranks.on_launch(args)
+            self.stdout = iter([Ranks.says])
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait(self):
+            return Ranks.rc
+
+    monkeypatch.setattr(subprocess, "Popen", Ranks)
+    return Ranks

@@ -191,27 +191,11 @@ def _fake_snakemake(script: str, gpu: int, device: str, log_path, processes=None
 @pytest.mark.parametrize("script,trainer", [("train", "models"), ("dllm_train", "dllm")])
 @pytest.mark.parametrize("gpu,device,forced,nproc", [(0, "cpu", None, 1), (1, "cuda", None, 1), (2, "cuda", None, 2),
                                                       (0, "cpu", 2, 2)])
-def test_rule_scripts_launch(monkeypatch, tmp_path, script, trainer, gpu, device, forced, nproc):
+def test_rule_scripts_launch(monkeypatch, tmp_path, fake_torchrun, script, trainer, gpu, device, forced, nproc):
     """A training rule's script runs its trainer in-process for 0 or 1 GPU, and under torchrun (the command of
     :func:`launch.torchrun_command`, the arguments in a JSON file) for 2 GPUs or a forced process count."""
-    calls, popens = [], []
+    calls, popens = [], fake_torchrun.launched  # the torchrun command's stand-in (conftest) records its launches
     monkeypatch.setattr(launch, "trainer", lambda name: lambda **kw: calls.append((name, kw)))
-
-    class FakePopen:
-        def __init__(self, cmd, **kw):
-            popens.append((cmd, json.loads(Path(cmd[-1]).read_text()), kw["env"]["OMP_NUM_THREADS"]))
-            self.stdout = iter(["rank 0 says hello\n"])
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(launch.subprocess, "Popen", FakePopen)
     smk = _fake_snakemake(script, gpu, device, tmp_path / "rule.log", forced)
     threads = torch.get_num_threads()
     try:

@@ -29,17 +29,7 @@ N_TEST, N_TRAIN, SEED = 20, 3, 0
 RIGHT = {0, 3, 6, 9, 12, 15, 18}  # the documents the "subset" decoder answers correctly (7 of 20)
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path):
-    """No network, no writes to the user's Hugging Face cache."""
-    import datasets.config
-
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    # datasets reads these once at import; patch the live values too (load_dataset reads them per call)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
+pytestmark = pytest.mark.usefixtures("hf_offline")  # conftest: no network, a private Hugging Face cache
 
 
 @pytest.fixture(scope="module")

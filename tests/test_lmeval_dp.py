@@ -40,16 +40,7 @@ metadata:
 """
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path):
-    """No network, no writes to the user's Hugging Face cache (the ranks inherit the environment)."""
-    import datasets.config
-
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
+pytestmark = pytest.mark.usefixtures("hf_offline")  # conftest: no network, a private cache the ranks inherit
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +118,7 @@ def test_padding_copies_are_the_extra_occurrences():
     assert padding_copies([Instance("loglikelihood", {}, ("x", " y"), 0)] * 2) == {1: 0}  # repeats unset: 1
 
 
-def test_rule_launcher_torchrun_for_two_gpus_in_process_otherwise(monkeypatch, tmp_path):
+def test_rule_launcher_torchrun_for_two_gpus_in_process_otherwise(monkeypatch, tmp_path, fake_torchrun):
     """What workflow/scripts/dllm_eval.py does: ``run_evaluation(kwargs, processes(resources.gpu, device))``."""
     from unie import lmeval
     from unie.pipeline.launch import processes
@@ -140,32 +131,15 @@ def test_rule_launcher_torchrun_for_two_gpus_in_process_otherwise(monkeypatch, t
     assert in_process == [kwargs, kwargs]
     assert processes(2, "cpu") == 1  # the default profile: one process whatever the resources say
 
-    launched = []
-
-    class Ranks:  # subprocess.Popen of the torchrun command: rank 0 reports its results file
-        def __init__(self, cmd, stdout, stderr, text, env):
-            args = json.loads(Path(cmd[-1]).read_text())
-            launched.append((cmd, args, env["OMP_NUM_THREADS"]))
-            Path(args["result_file"]).write_text("rank0/results.json")
-            self.stdout = iter(["rank 0 says hi\n"])
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(lmeval.subprocess, "Popen", Ranks)
+    # the torchrun command's stand-in (conftest): rank 0 reports its results file
+    fake_torchrun.on_launch = lambda args: Path(args["result_file"]).write_text("rank0/results.json")
     assert lmeval.run_evaluation(kwargs, processes(2, "cuda"), log=lambda s: None, threads=8) == \
            Path("rank0/results.json")
-    ((cmd, args, threads),) = launched
+    ((cmd, args, threads),) = fake_torchrun.launched
     assert cmd[:-1] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                         "--nproc_per_node=2", "-m", "unie.lmeval", "--evaluate-json"]
     assert args["kwargs"] == kwargs and args["threads"] == 4 and threads == "4"
     assert len(in_process) == 2  # nothing ran in this process
-    monkeypatch.setattr(Ranks, "wait", lambda self: 1)
+    fake_torchrun.rc = 1
     with pytest.raises(RuntimeError, match="2 processes exited with status 1"):
         lmeval.run_evaluation(kwargs, 2, log=lambda s: None)

@@ -45,7 +45,6 @@ import atexit
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -105,18 +104,17 @@ def join_world(device: str) -> tuple[int, int, str]:
     import torch
     import torch.distributed as dist
 
+    from unie.core.distributed import init_from_env
+
     grouped = dist.is_available() and dist.is_initialized()
     if not grouped and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1, device
-    if str(device).startswith("cuda"):
+    if not grouped:
+        device = init_from_env(device, timeout=timedelta(weeks=52))
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())  # ours to end
+    elif str(device).startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(device)
-    if not grouped:
-        if str(device).startswith("cuda"):
-            dist.init_process_group("nccl", timeout=timedelta(weeks=52), device_id=torch.device(device))
-        else:
-            dist.init_process_group("gloo", timeout=timedelta(weeks=52))
-        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())  # ours to end
     return dist.get_rank(), dist.get_world_size(), device
 
 
@@ -389,36 +387,22 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
 RANK_FLAG = "--evaluate-json"  # python -m unie.lmeval --evaluate-json ARGS.json: one rank of run_evaluation
 
 
-def torchrun_command(nproc: int, args_file) -> list[str]:
-    """The command that starts ``nproc`` ranks of :func:`evaluate` on this node (``--standalone``: a free port)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
-            "-m", "unie.lmeval", RANK_FLAG, str(args_file)]
-
-
 def run_evaluation(kwargs: dict, nproc: int = 1, log=print, threads: int = 1) -> Path:
     """:func:`evaluate` with ``kwargs`` (JSON-serialisable, without ``log``) in this process when ``nproc`` is 1,
-    else data-parallel on ``nproc`` ranks started by :func:`torchrun_command`, each with ``threads // nproc``
-    threads; what the ranks print is copied to this process's stderr (a rule's log), and a failed rank raises
+    else data-parallel on ``nproc`` ranks of :func:`_rank_main` (:func:`unie.pipeline.launch.run_ranks`), each
+    with ``threads // nproc`` threads; what the ranks print is copied to this process's stderr (a rule's log), and a failed rank raises
     :class:`RuntimeError` here.  Returns the results JSON (rank 0's)."""
     if nproc <= 1:
         return evaluate(**kwargs, log=log)
     if kwargs.get("limit") is not None and kwargs["limit"] < nproc:
         raise ValueError(f"limit={kwargs['limit']} documents per task is fewer than the {nproc} ranks: a rank without "
                          "requests would leave lm-eval's collectives unmatched; lower the GPU count or raise the limit")
-    per_rank = max(1, threads // nproc)
+    from unie.pipeline.launch import run_ranks
+
     with tempfile.TemporaryDirectory(prefix="unie-lmeval-") as tmp:
-        args_file, result_file = Path(tmp, "args.json"), Path(tmp, "result")
-        args_file.write_text(json.dumps({"kwargs": kwargs, "threads": per_rank, "result_file": str(result_file)},
-                                        default=str))
-        cmd = torchrun_command(nproc, args_file)
-        log(f"lm-eval data-parallel on {nproc} processes: {' '.join(cmd)}")
-        env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-            for line in proc.stdout:
-                sys.stderr.write(line)
-            rc = proc.wait()
-        if rc != 0:
-            raise RuntimeError(f"torchrun with {nproc} processes exited with status {rc} (its output is above)")
+        result_file = Path(tmp, "result")
+        run_ranks(nproc, ("unie.lmeval", RANK_FLAG), {"kwargs": kwargs, "result_file": str(result_file)}, tmp, log,
+                  threads, "lm-eval data-parallel")
         found = Path(result_file.read_text())
     log(f"lm-eval results: {found}")
     return found

@@ -16,6 +16,7 @@ the global number of micro-batches, so the *sum* over ranks is the mean over the
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -28,10 +29,12 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def init_from_env(device: str = "cpu") -> str:
+def init_from_env(device: str = "cpu", timeout: timedelta | None = None) -> str:
     """Initialise the default process group from torchrun's environment (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``) and return this rank's device: ``cuda:LOCAL_RANK`` (backend nccl)
-    when the configured ``device`` is CUDA, else ``cpu`` (backend gloo)."""
+    when the configured ``device`` is CUDA, else ``cpu`` (backend gloo).  ``timeout``: of the collectives
+    (torch's default when None; the lm-eval adapter waits longer, :func:`unie.lmeval.join_world`)."""
+    kw = {} if timeout is None else {"timeout": timeout}
     if "LOCAL_RANK" not in os.environ:
         raise RuntimeError("init_from_env: no LOCAL_RANK in the environment (start the process with torchrun)")
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -40,10 +43,10 @@ def init_from_env(device: str = "cpu") -> str:
             raise RuntimeError(f"rank with LOCAL_RANK={local_rank} has no GPU ({torch.cuda.device_count()} visible)")
         rank_device = f"cuda:{local_rank}"
         torch.cuda.set_device(rank_device)
-        dist.init_process_group("nccl", device_id=torch.device(rank_device))
+        dist.init_process_group("nccl", device_id=torch.device(rank_device), **kw)
     else:
         rank_device = "cpu"
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", **kw)
     return rank_device
 
 

@@ -28,11 +28,8 @@ import torch
 
 
 def write_text_parquet(texts: list[str], path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.parquet")
-    pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), tmp)
-    os.replace(tmp, path)
+    """``texts`` as Parquet ``text`` (one batch of :func:`write_text_batches`)."""
+    write_text_batches([texts], path)
 
 
 def write_text_batches(batches: Iterable[list[str]], path) -> int:

@@ -54,10 +54,33 @@ def rule_processes(snakemake) -> int:
     return processes(snakemake.resources.get("gpu", 0), snakemake.params.device, snakemake.params.processes)
 
 
-def torchrun_command(nproc: int, args_file) -> list[str]:
-    """The command that starts ``nproc`` ranks of :func:`main` on this node (``--standalone``: a free port)."""
+def torchrun_command(nproc: int, args_file, entry: tuple[str, ...] = ("unie.pipeline.launch",)) -> list[str]:
+    """The command that starts ``nproc`` ranks of ``python -m *entry ARGS_FILE`` on this node (``--standalone``: a
+    free port); the default entry is :func:`main`."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc_per_node={nproc}", "-m", "unie.pipeline.launch", str(args_file)]
+            f"--nproc_per_node={nproc}", "-m", *entry, str(args_file)]
+
+
+def run_ranks(nproc: int, entry: tuple[str, ...], payload: dict, tmp, log: Callable[[str], None], threads: int,
+              what: str) -> None:
+    """Start ``nproc`` ranks of ``python -m *entry ARGS.json`` under torchrun and wait for them.
+
+    ``ARGS.json`` (in the directory ``tmp``) holds ``payload`` plus ``threads``: each rank's torch threads,
+    ``threads // nproc`` (at least 1, also its ``OMP_NUM_THREADS``).  What the ranks print is copied to this
+    process's stderr (a rule's log); a failed rank raises :class:`RuntimeError`.  Used by :func:`run_training` and
+    :func:`unie.lmeval.run_evaluation`."""
+    per_rank = max(1, threads // nproc)
+    args_file = Path(tmp, "args.json")
+    args_file.write_text(json.dumps({**payload, "threads": per_rank}, default=str))
+    cmd = torchrun_command(nproc, args_file, entry)
+    log(f"{what} on {nproc} processes: {' '.join(cmd)}")
+    env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+        for line in proc.stdout:
+            sys.stderr.write(line)
+        rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"torchrun with {nproc} processes exited with status {rc} (its output is above)")
 
 
 def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], None] = print, threads: int = 1):
@@ -69,18 +92,8 @@ def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], N
         return trainer(name)(**kwargs, log=log)
     trainer(name)  # an unknown name fails here, not in N processes
     with tempfile.TemporaryDirectory(prefix="unie-launch-") as tmp:
-        args_file = Path(tmp, "args.json")
-        args_file.write_text(json.dumps({"trainer": name, "kwargs": kwargs, "threads": max(1, threads // nproc)},
-                                        default=str))
-        cmd = torchrun_command(nproc, args_file)
-        log(f"data-parallel training on {nproc} processes: {' '.join(cmd)}")
-        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, threads // nproc))}
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-            for line in proc.stdout:
-                sys.stderr.write(line)
-            rc = proc.wait()
-    if rc != 0:
-        raise RuntimeError(f"torchrun with {nproc} processes exited with status {rc} (its output is above)")
+        run_ranks(nproc, ("unie.pipeline.launch",), {"trainer": name, "kwargs": kwargs}, tmp, log, threads,
+                  "data-parallel training")
     return None
 
 
