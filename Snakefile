@@ -32,6 +32,7 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/hf.smk"
 include: "workflow/rules/dllm.smk"
+include: "workflow/rules/bench.smk"
 
 
 rule all:
@@ -58,3 +59,14 @@ rule table3:
 rule fig2:
     input:
         "results/figures/fig2_ablation.png",
+
+
+rule fig3:
+    input:
+        "results/figures/fig3_tradeoff.png",
+
+
+rule bench:
+    # the sampler benchmark (not part of `all`): snakemake --cores 1 bench
+    input:
+        "results/bench/sampler.md",

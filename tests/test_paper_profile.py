@@ -493,7 +493,7 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     # every job's partition follows its GPU request (ppl_energy and the lm-eval runs included)
     blocks = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
     gpu_rules = {name for name, b in blocks if re.search(r"resources: .*\bgpu=1\b", b)}
-    assert {"train", "ppl", "ppl_energy", "sample", "dllm_eval"} <= gpu_rules
+    assert {"train", "ppl", "ppl_energy", "sample", "timing", "dllm_eval"} <= gpu_rules
     local = {name for f in (REPO / "workflow" / "rules").glob("*.smk")
              for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", f.read_text(), re.S | re.M)
              if "localrule: True" in body

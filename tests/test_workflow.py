@@ -109,7 +109,84 @@ def test_smoke_outputs(smoke_run):
 
 
 @pytest.mark.slow
+def test_fig3_and_timing(smoke_run):
+    cfg = yaml.safe_load(SMOKE.read_text())
+    fig_cfg = cfg["figures"]["fig3_tradeoff"]
+    figs = smoke_run / "results" / "figures"
+    for ext in ("pdf", "png"):
+        assert (figs / f"fig3_tradeoff.{ext}").stat().st_size > 0
+    pts = pd.read_csv(figs / "fig3_tradeoff.csv")
+    assert set(pts.panel) == {"k", "w", "tradeoff"}
+    assert set(pts[pts.panel == "k"].curve) == {f"k={k}" for k in fig_cfg["Ks"]}
+    assert set(pts[pts.panel == "tradeoff"].curve) == {"AR", "MDLM", "EDLM-AR", "Uni-EDLM-AR"}
+    # w = 1 at K = 2 is Table 2's Uni-EDLM-AR (reused, 32 samples); the generated points have n_samples 16
+    w1 = pts[(pts.panel == "w") & (pts.curve == "w=1.0")]
+    assert set(w1.run) == {"uni_edlm_ar"}
+    gen = json.loads((smoke_run / "results" / "genppl" / "fig3_uni_k1_w20" / "steps2.json").read_text())
+    assert gen["n_samples"] == fig_cfg["n_samples"] and gen["sampling"]["options"]["K"] == 1
+    # every plotted Gen PPL is the one in the result JSON of its run
+    for r in pts.itertuples():
+        rec = json.loads((smoke_run / "results" / "genppl" / r.run / f"steps{r.steps}.json").read_text())
+        assert rec["genppl"][fig_cfg["evaluator"]]["ppl"] == pytest.approx(r.genppl, rel=1e-12)
+    # the timing protocol: one batch, warm-up excluded, the median of the repeats, all cores held
+    for run in set(pts[pts.panel == "tradeoff"].run):
+        t = json.loads((smoke_run / "results" / "timing" / f"{run}.json").read_text())
+        assert t["threads"] == 2  # --cores 2: the job held both
+        for p in t["points"]:
+            assert p["batch_size"] == fig_cfg["timing"]["batch_size"] and len(p["seconds_all"]) == 3
+            assert p["seconds"] == sorted(p["seconds_all"])[1]
+        sec = pts[(pts.run == run) & (pts.panel == "tradeoff")].set_index("steps").seconds
+        assert {p["steps"]: p["seconds"] for p in t["points"]} == pytest.approx(sec.to_dict())
+    summary = json.loads((figs / "fig3_tradeoff.json").read_text())
+    assert set(summary["k"]) == {str(k) for k in fig_cfg["Ks"]} and summary["k"]["1"]["2"]["dnll"] == 0.0
+    assert set(summary["wallclock"]) == {"MDLM", "EDLM-AR", "Uni-EDLM-AR"} and summary["ar"]["seconds"] > 0
+
+
+@pytest.mark.slow
+def test_bench_target(smoke_run):
+    """`snakemake bench`: the ratios and their analytic limits, measured in one run (consistent with each other)."""
+    smk("bench", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
+    r = json.loads((smoke_run / "results" / "bench" / "sampler.json").read_text())
+    cfg = yaml.safe_load(SMOKE.read_text())["bench"]
+    assert r["P"] == cfg["K"] + 1 and r["threads"] == 2 and r["batch_size"] == cfg["batch_size"]
+    ratio = r["P"] * r["C_AR_s"] / r["C_DLM_s"]
+    assert r["window_step"]["limit"] == pytest.approx(1 + ratio)
+    assert r["whole_run"]["limit"] == pytest.approx(1 + cfg["w"] * ratio)
+    ws = r["window_step"]
+    assert ws["measured"] == pytest.approx(ws["seconds_energy"] / ws["seconds_plain"]) and ws["measured"] > 1
+    assert 0 < ws["rows_scored"] <= 1 and r["train_tokens_per_s"] > 0
+    eq = r["equal_quality"]
+    assert [u["steps"] for u in eq["uni"]] == sorted(yaml.safe_load(SMOKE.read_text())["sampling"]["steps"])
+    assert (eq["steps"] is None) == (min(u["genppl"] for u in eq["uni"]) > eq["ar_genppl"])
+    md = (smoke_run / "results" / "bench" / "sampler.md").read_text()
+    assert f"{ws['measured']:.3f}" in md and f"{ws['limit']:.3f}" in md
+
+
+@pytest.mark.slow
+def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
+    """sampling.job: run (the smoke and default profiles) writes the files one job per step count would."""
+    from unie.data.corpus import load_tokens
+    from unie.pipeline.sample import run_sampler
+
+    cfg = yaml.safe_load(SMOKE.read_text())
+    assert cfg["sampling"]["job"] == "run"
+    models = smoke_run / "results" / "models"
+    run = "uni_edlm_ar"
+    spec = cfg["sampling"]["runs"][run]
+    inputs = {"tokenizer": str(smoke_run / "resources" / "tokenizer"),
+              **{role: str(models / m / "model.safetensors") for role, m in spec["models"].items()}}
+    steps = cfg["sampling"]["steps"][-1]
+    out = tmp_path / "alone.parquet"
+    run_sampler(run, spec, steps, inputs, out, cfg["sampling"]["n_samples"], cfg["sampling"]["batch_size"],
+                cfg["data"]["seq_len"], domain=cfg["data"]["train_domain"], seed=cfg["seed"], log=lambda *a: None)
+    together = load_tokens(smoke_run / "results" / "samples" / run / f"steps{steps}.parquet")
+    assert (load_tokens(out) == together).all()
+
+
+@pytest.mark.slow
 def test_rerun_is_noop_and_targeted(smoke_run):
+    from unie.data.corpus import load_tokens
+
     r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
     assert r.returncode == 0
     assert "Nothing to be done" in r.stdout + r.stderr
@@ -118,12 +195,16 @@ def test_rerun_is_noop_and_targeted(smoke_run):
     target.unlink()
     r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
     assert r.returncode == 0, r.stderr
-    assert planned_jobs(r.stdout + r.stderr) == {"sample": 1, "table2_genppl": 1}
+    assert planned_jobs(r.stdout + r.stderr) == {"sample_run": 1, "table2_genppl": 1}  # the run's one job
     # and really rerunning touches only that sample's chain
-    before = {p: p.stat().st_mtime_ns for p in (smoke_run / "results" / "samples").rglob("*.parquet") if p != target}
+    # (one job per run: the run's other step counts are rewritten too, with the same tokens)
+    same_run = {p: load_tokens(p) for p in target.parent.glob("*.parquet") if p != target}
+    before = {p: p.stat().st_mtime_ns for p in (smoke_run / "results" / "samples").rglob("*.parquet")
+              if p.parent != target.parent}
     smk("results/tables/table2_genppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
     assert target.exists()
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+    assert same_run and all((load_tokens(p) == x).all() for p, x in same_run.items())
 
 
 @pytest.mark.slow

@@ -42,7 +42,7 @@ def fig2_runs(config: dict) -> dict:
     fig = config.get("figures", {}).get("fig2_ablation")
     if not fig:
         return {}
-    own = {name: spec for name, spec in config["sampling"]["runs"].items() if not name.startswith("fig2_")}
+    own = {name: spec for name, spec in config["sampling"]["runs"].items() if not name.startswith(("fig2_", "fig3_"))}
     out = {}
     for context in fig["contexts"]:
         for energy in fig["energies"].values():
@@ -52,10 +52,58 @@ def fig2_runs(config: dict) -> dict:
     return out
 
 
+def _fig3_spec(fig: dict, K: int, w: float, energy: dict | None = None) -> dict:
+    e = energy or {"energy": fig["energy"], "ar_context": fig["ar_context"], "proxy": fig["proxy"]}
+    return {"sampler": "energy", "models": {"dlm": fig["dlm"], "proxy": e["proxy"]},
+            "options": {"energy": e["energy"], "K": K, "w": w, "ar_context": e["ar_context"]}}
+
+
+def _same_run(own: dict, spec: dict) -> str | None:
+    same = [n for n, r in own.items() if {k: r.get(k, {}) for k in spec} == spec]
+    return same[0] if same else None
+
+
+def fig3_runs(config: dict) -> dict:
+    """Figure 3's sampling run per point: ``{"k": {K: run}, "w": {w: run}, "tradeoff": {label: run}}``.
+
+    Panels 1-2 vary K (at the default w) and w (at the default K) of Uni-EDLM-AR; panels 3-4 put the AR and MDLM
+    runs (``baselines``) beside EDLM-AR (``edlm``: Ind-E with its proxy and context, at the same K and w) and
+    Uni-EDLM-AR at the default K and w.  A point whose spec equals a configured run's reuses it (w = 1, K = 2 is
+    Table 2's Uni-EDLM-AR); the others get ``fig3_{energy}_k{K}_w{100 w}``."""
+    fig = config.get("figures", {}).get("fig3_tradeoff")
+    if not fig:
+        return {}
+    own = {name: spec for name, spec in config["sampling"]["runs"].items() if not name.startswith(("fig2_", "fig3_"))}
+
+    def name(K, w, energy=None):
+        spec = _fig3_spec(fig, K, w, energy)
+        return _same_run(own, spec) or f"fig3_{spec['options']['energy']}_k{K}_w{round(100 * w)}"
+
+    K, w = fig["K"], fig["w"]
+    return {"k": {k: name(k, w) for k in fig["Ks"]}, "w": {v: name(K, v) for v in fig["ws"]},
+            "tradeoff": {**fig["baselines"], fig["edlm"]["label"]: name(K, w, fig["edlm"]),
+                         fig["label"]: name(K, w)}}
+
+
 def figure_runs(config: dict) -> dict:
-    """The sampling runs Figure 2 adds (``fig2_{energy}_{context}``), generated from its compact spec."""
+    """The sampling runs Figures 2 and 3 add (``fig2_{energy}_{context}``, ``fig3_{energy}_k{K}_w{100 w}``),
+    generated from their compact specs."""
     fig = config.get("figures", {}).get("fig2_ablation")
+    fig3 = config.get("figures", {}).get("fig3_tradeoff")
     runs = {}
+    if fig3:
+        panels = fig3_runs(config)
+        points = [(k, fig3["w"], None) for k in fig3["Ks"]] + [(fig3["K"], v, None) for v in fig3["ws"]]
+        points.append((fig3["K"], fig3["w"], fig3["edlm"]))
+        names = [*panels["k"].values(), *panels["w"].values(), panels["tradeoff"][fig3["edlm"]["label"]]]
+        for (K, w, energy), name in zip(points, names):
+            if name.startswith("fig3_"):
+                spec = _fig3_spec(fig3, K, w, energy)
+                if "n_samples" in fig3:
+                    spec["n_samples"] = fig3["n_samples"]
+                runs[name] = spec
+    if not fig:
+        return runs
     for context, by_energy in fig2_runs(config).items():
         for energy, name in by_energy.items():
             if name.startswith("fig2_"):
@@ -66,11 +114,33 @@ def figure_runs(config: dict) -> dict:
     return runs
 
 
+def check_fig3(config: dict) -> None:
+    """Figure 3's cross-checks, before its runs are generated (so the error names its key)."""
+    from ..core.registry import ENERGIES
+
+    fig3 = config.get("figures", {}).get("fig3_tradeoff")
+    if fig3:
+        if fig3["evaluator"] not in config["genppl"]["evaluators"]:
+            _err("figures.fig3_tradeoff.evaluator", f"unknown evaluator {fig3['evaluator']!r}")
+        if fig3["K"] not in fig3["Ks"] or fig3["w"] not in fig3["ws"]:
+            _err("figures.fig3_tradeoff", f"the default K={fig3['K']} and w={fig3['w']} must be among Ks and ws")
+        for label, run in fig3["baselines"].items():
+            if run not in config["sampling"]["runs"]:
+                _err(f"figures.fig3_tradeoff.baselines.{label}", f"unknown sampling run {run!r}")
+        for key, e in (("energy", fig3["energy"]), ("edlm.energy", fig3["edlm"]["energy"])):
+            if e not in ENERGIES:
+                _err(f"figures.fig3_tradeoff.{key}", ENERGIES.unknown_message(e))
+
+
 def expand_config(config: dict) -> None:
-    """Add generated sampling runs (Figure 2's) to ``config['sampling']['runs']`` in place."""
+    """Add generated sampling runs (Figures 2 and 3) to ``config['sampling']['runs']`` in place."""
+    import unie  # noqa: F401  (fills the registries)
+
+    check_fig3(config)
     for name, spec in figure_runs(config).items():
         if name in config["sampling"]["runs"] and config["sampling"]["runs"][name] != spec:
-            _err(f"sampling.runs.{name}", "this name is reserved for a run generated from figures.fig2_ablation")
+            _err(f"sampling.runs.{name}", "this name is reserved for a run generated from figures.fig2_ablation "
+                 "or figures.fig3_tradeoff")
         config["sampling"]["runs"][name] = spec
 
 

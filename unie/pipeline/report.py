@@ -140,3 +140,14 @@ def item_scores(row_dir, tasks: list[str], metrics: dict) -> dict:
         if scores:
             out[task] = scores
     return out
+
+
+def fig3(fig: dict, genppl_paths, timing_paths, pdf_path, png_path, csv_path, summary_path):
+    """Figure 3 and its summary JSON (the paper's three claims, measured)."""
+    from ..report.figures import fig3_tradeoff
+    from .rule import write_json
+
+    figure, df, summary = fig3_tradeoff(fig, read_results(genppl_paths), read_results(timing_paths))
+    write_figure(figure, df, pdf_path, png_path, csv_path)
+    write_json(summary, summary_path)
+    return df, summary

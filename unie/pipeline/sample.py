@@ -38,15 +38,10 @@ def oracle_models(options, tokenizer, domain: str) -> dict:
     return {"proxy": OracleAR(HMM(domain), tokenizer)}
 
 
-def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samples: int, batch_size: int,
-                seq_len: int, *, domain: str, seed: int = 0, device: str = "cpu", log=print) -> dict:
-    """Draw ``n_samples`` sequences for sampling run ``run`` at ``steps`` steps and write them to ``out_path``.
-
-    ``inputs``: ``tokenizer`` dir, one checkpoint file per model role, ``data`` for the data run;
-    ``domain``: the toy world's domain of the exact proxy (``ar_context: exact``): the training domain."""
-    entry = SAMPLERS[spec["sampler"]]
-    opts = entry.options(spec.get("options", {}), where=f"sampling.runs.{run}.options")
-    tok = load_tokenizer(inputs["tokenizer"])
+def load_models(spec: dict, inputs: dict, tok, n_samples: int, *, domain: str, device: str = "cpu") -> dict:
+    """The models of sampling run ``spec`` (role -> wrapped model), the toy world's exact proxy where the options
+    ask for it, and for the data run its first ``n_samples`` held-out rows."""
+    opts = SAMPLERS[spec["sampler"]].options(spec.get("options", {}), where="sampling run options")
     models = {}
     for role in spec.get("models", {}):
         path = inputs[role]
@@ -55,6 +50,22 @@ def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samp
     models.update(oracle_models(opts, tok, domain))
     if spec["sampler"] == "data":
         models["data"] = load_tokens(inputs["data"], n_samples).long()  # the first n rows
+    return models
+
+
+def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samples: int, batch_size: int,
+                seq_len: int, *, domain: str, seed: int = 0, device: str = "cpu", log=print,
+                models: dict | None = None) -> dict:
+    """Draw ``n_samples`` sequences for sampling run ``run`` at ``steps`` steps and write them to ``out_path``.
+
+    ``inputs``: ``tokenizer`` dir, one checkpoint file per model role, ``data`` for the data run;
+    ``domain``: the toy world's domain of the exact proxy (``ar_context: exact``): the training domain;
+    ``models``: the run's models already loaded (:func:`load_models`), e.g. once for all its step counts."""
+    entry = SAMPLERS[spec["sampler"]]
+    opts = entry.options(spec.get("options", {}), where=f"sampling.runs.{run}.options")
+    tok = load_tokenizer(inputs["tokenizer"])
+    if models is None:
+        models = load_models(spec, inputs, tok, n_samples, domain=domain, device=device)
     g = torch.Generator(device=device).manual_seed(sampling_seed(seed, run, steps))
     t0 = time.perf_counter()
     x, stats = entry(models, n_samples, seq_len, steps, g, opts, batch_size=batch_size, device=device)
@@ -107,8 +118,11 @@ def make_evaluator(ev: dict, path, tokenizer, eos_rule: str, domain: str, device
 
 
 def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: str, evaluator_paths: dict, *,
-                     domain: str, device: str = "cpu", log=print) -> dict:
-    """Gen PPL of the samples under each evaluator (decode -> re-encode with the evaluator's tokenizer)."""
+                     domain: str, device: str = "cpu", log=print, cache: dict | None = None) -> dict:
+    """Gen PPL of the samples under each evaluator (decode -> re-encode with the evaluator's tokenizer).
+
+    ``cache``: a dict that keeps the evaluators built here (name -> evaluator) for the next call of the same
+    job; without it each evaluator is built and freed.  ``seconds`` counts scoring only when it is reused."""
     tok = load_tokenizer(tokenizer_dir)
     x = load_tokens(samples_path).long()
     texts = [tok.decode(row) for row in x.tolist()]
@@ -116,10 +130,39 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
               "sampling": read_sample_meta(samples_path), "eos_rule": eos_rule, "genppl": {}}
     for name, ev in evaluators.items():
         t0 = time.perf_counter()
-        evaluator = make_evaluator(ev, evaluator_paths.get(name), tok, eos_rule, domain, device)
+        if cache is not None and name in cache:
+            evaluator = cache[name]
+        else:
+            evaluator = make_evaluator(ev, evaluator_paths.get(name), tok, eos_rule, domain, device)
         nll, ntok = evaluator.score(texts)
+        if cache is not None:
+            cache[name] = evaluator
         del evaluator
         result["genppl"][name] = {**ppl_with_se(nll, ntok), "seconds": time.perf_counter() - t0}
         log(f"{name}: Gen PPL {result['genppl'][name]['ppl']:.3f}")
     log(f"entropy {result['entropy_bits']:.3f} bits")
     return result
+
+
+def sample_and_score(run: str, spec: dict, steps: list[int], inputs: dict, sample_paths: list, genppl_paths: list, *,
+                     n_samples: int, batch_size: int, seq_len: int, evaluators: dict, eos_rule: str,
+                     evaluator_paths: dict, domain: str, seed: int = 0, device: str = "cpu", log=print) -> list[dict]:
+    """Rule ``sample``/``sample_run``: for each step count (in order) draw the samples (:func:`run_sampler`) and score
+    them (:func:`evaluate_samples`), loading the run's models and the evaluators once for all step counts.  The
+    samples of step count ``s`` depend only on ``(seed, run, s)`` (:func:`sampling_seed`), so one job per step count
+    or one per run give the same files."""
+    from .rule import write_json
+
+    if not len(steps) == len(sample_paths) == len(genppl_paths):
+        raise ValueError(f"run {run}: {len(steps)} step counts but {len(sample_paths)} sample and "
+                         f"{len(genppl_paths)} Gen PPL paths")
+    models = load_models(spec, inputs, load_tokenizer(inputs["tokenizer"]), n_samples, domain=domain, device=device)
+    cache, results = {}, []
+    for s, samples_path, genppl_path in zip(steps, sample_paths, genppl_paths):
+        run_sampler(run, spec, int(s), inputs, samples_path, n_samples, batch_size, seq_len, domain=domain, seed=seed,
+                    device=device, log=log, models=models)
+        result = evaluate_samples(samples_path, inputs["tokenizer"], evaluators, eos_rule, evaluator_paths,
+                                  domain=domain, device=device, log=log, cache=cache)
+        write_json(result, genppl_path)
+        results.append(result)
+    return results

@@ -6,6 +6,7 @@ from unie.pipeline.checks import (
     check_config,
     expand_config,
     fig2_runs,
+    fig3_runs,
     likelihood_sources,
     partner_models,
     run_n_samples,
@@ -18,6 +19,12 @@ check_config(config)
 
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
+# sampling.job: run -> the runs on the standard step counts get one job for all of them (rule sample_run)
+GROUPED_RUNS = [
+    r for r in RUNS
+    if config["sampling"].get("job", "step") == "run" and run_steps(config, r) == list(config["sampling"]["steps"])
+]
+STEP_RUNS = [r for r in RUNS if r not in GROUPED_RUNS]
 SOURCES = likelihood_sources(config)  # Table 1 sources: exact, models with a likelihood, energy estimators
 PPL_MODELS = [m for m, kind in SOURCES.items() if kind == "model"]
 ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]
@@ -85,4 +92,6 @@ def final_outputs():
         out += ["results/tables/table3_dllm.tex", "results/tables/table3_dllm.csv"]
     if config.get("figures", {}).get("fig2_ablation"):
         out += ["results/figures/fig2_ablation.pdf", "results/figures/fig2_ablation.png"]
+    if config.get("figures", {}).get("fig3_tradeoff"):
+        out += [f"results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
     return out

@@ -22,3 +22,59 @@ rule fig2_ablation:
     localrule: True
     script:
         "../scripts/fig2.py"
+
+
+# Figure 3: the K and w sweeps (Gen PPL vs steps) and the quality / wall-clock trade-off.  The wall-clock comes
+# from rule timing (one batch, warm-up excluded, median of repeats), whose jobs hold every core of the machine
+# (on a CPU) so that no other job runs beside them; the sampling rules' own `seconds` are not comparable.
+
+
+def fig3_inputs(wc):
+    panels = fig3_runs(config)
+    runs = list(dict.fromkeys([*panels["k"].values(), *panels["w"].values(), *panels["tradeoff"].values()]))
+    files = {"genppl": genppl_targets(runs), "timing": [f"results/timing/{r}.json" for r in panels["tradeoff"].values()]}
+    return {**files, "dirs": result_dirs(files["genppl"] + files["timing"])}
+
+
+rule timing:
+    input:
+        unpack(lambda wc: {k: v for k, v in sample_inputs(wc).items() if k != "data"}),
+    output:
+        "results/timing/{run}.json",
+    log:
+        "logs/timing/{run}.log",
+    params:
+        spec=lambda wc: config["sampling"]["runs"][wc.run],
+        steps=lambda wc: run_steps(config, wc.run),
+        timing=lambda wc: config["figures"]["fig3_tradeoff"]["timing"],
+        seq_len=config["data"]["seq_len"],
+        seed=config["seed"],
+        train_domain=TRAIN_DOMAIN,
+        device=config["device"],
+    # on a CPU the job holds every core (nothing runs beside a timed run); on a GPU, its own threads
+    threads: workflow.cores if config["device"] == "cpu" else config["threads"]
+    resources:
+        gpu=res("timing", "gpu", 0),
+        cpus_per_gpu=cpus_per_gpu("timing"),
+        slurm_partition=partition("timing"),
+        mem_mb=res("timing", "mem_mb", 4000),
+        runtime=res("timing", "runtime", 60),
+    script:
+        "../scripts/timing.py"
+
+
+rule fig3_tradeoff:
+    input:
+        unpack(fig3_inputs),
+    output:
+        pdf="results/figures/fig3_tradeoff.pdf",
+        png="results/figures/fig3_tradeoff.png",
+        csv="results/figures/fig3_tradeoff.csv",
+        summary="results/figures/fig3_tradeoff.json",
+    log:
+        "logs/figures/fig3_tradeoff.log",
+    params:
+        fig=dict(config.get("figures", {}).get("fig3_tradeoff") or {}, runs=fig3_runs(config)),
+    localrule: True
+    script:
+        "../scripts/fig3.py"

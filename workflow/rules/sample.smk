@@ -22,6 +22,26 @@ def evaluator_inputs():
     return inputs
 
 
+def sample_params():
+    return dict(
+        spec=lambda wc: config["sampling"]["runs"][wc.run],
+        n_samples=lambda wc: run_n_samples(config, wc.run),
+        batch_size=config["sampling"]["batch_size"],
+        seq_len=config["data"]["seq_len"],
+        seed=config["seed"],
+        evaluators=config["genppl"]["evaluators"],
+        eos_rule=config["genppl"]["eos_rule"],
+        train_domain=TRAIN_DOMAIN,
+        device=config["device"],
+    )
+
+
+# `sampling.job: step` (default; the paper profile: hours per step count on a GPU): one job per (run, step
+# count).  `sampling.job: run` (the toy profile, where a job is seconds and starting Python and torch costs ~2 s):
+# the runs that use `sampling.steps` get one job for all their step counts (`sample_run`); the samples of a step
+# count depend only on (seed, run, steps), so both give the same files.
+
+
 rule sample:
     # one job = one (run, step count): sample, then score the samples under every evaluator (each
     # loaded once).  Deleting either output reruns exactly this job and the table.
@@ -34,16 +54,11 @@ rule sample:
         "logs/sample/{run}/steps{steps}.log",
     benchmark:
         "benchmarks/sample/{run}/steps{steps}.tsv"
+    wildcard_constraints:
+        run="|".join(STEP_RUNS) or "(?!)",
     params:
-        spec=lambda wc: config["sampling"]["runs"][wc.run],
-        n_samples=lambda wc: run_n_samples(config, wc.run),
-        batch_size=config["sampling"]["batch_size"],
-        seq_len=config["data"]["seq_len"],
-        seed=config["seed"],
-        evaluators=config["genppl"]["evaluators"],
-        eos_rule=config["genppl"]["eos_rule"],
-        train_domain=TRAIN_DOMAIN,
-        device=config["device"],
+        steps=lambda wc: [int(wc.steps)],
+        **sample_params(),
     threads: config["threads"]
     resources:
         gpu=res("sample", "gpu", 0),
@@ -51,5 +66,33 @@ rule sample:
         slurm_partition=partition("sample"),
         mem_mb=res("sample", "mem_mb", 4000),
         runtime=res("sample", "runtime", 60),
+    script:
+        "../scripts/sample.py"
+
+
+rule sample_run:
+    # one job = one run at every step count of `sampling.steps` (`sampling.job: run`).  Deleting one output
+    # reruns this run's job (all its step counts) and the table.
+    input:
+        unpack(lambda wc: {**sample_inputs(wc), **evaluator_inputs()}),
+    output:
+        samples=expand("results/samples/{{run}}/steps{s}.parquet", s=config["sampling"]["steps"]),
+        genppl=expand("results/genppl/{{run}}/steps{s}.json", s=config["sampling"]["steps"]),
+    log:
+        "logs/sample/{run}.log",
+    benchmark:
+        "benchmarks/sample/{run}.tsv"
+    wildcard_constraints:
+        run="|".join(GROUPED_RUNS) or "(?!)",
+    params:
+        steps=config["sampling"]["steps"],
+        **sample_params(),
+    threads: config["threads"]
+    resources:
+        gpu=res("sample", "gpu", 0),
+        cpus_per_gpu=cpus_per_gpu("sample"),
+        slurm_partition=partition("sample"),
+        mem_mb=res("sample", "mem_mb", 4000),
+        runtime=lambda wc, attempt: res("sample", "runtime", 60)(wc, attempt) * len(config["sampling"]["steps"]),
     script:
         "../scripts/sample.py"

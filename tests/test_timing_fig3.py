@@ -1,0 +1,65 @@
+"""Figure 3's config expansion and the timing protocol (one batch, warm-up excluded, median of repeats)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from unie.core.config import ConfigError
+from unie.eval.timing import time_generation
+from unie.pipeline.checks import check_config, expand_config, fig3_runs
+
+
+def test_time_generation_excludes_warmup_and_takes_the_median(monkeypatch):
+    calls = []
+
+    def entry(models, n, L, steps, g, options, batch_size, device):
+        calls.append((n, L, steps, int(g.initial_seed())))
+        import torch
+
+        return torch.zeros(n, L, dtype=torch.long), {"nfe": steps}
+
+    clock = iter([0.0, 5.0, 10.0, 11.0, 20.0, 23.0])  # repeats of 5 s, 1 s, 3 s
+    monkeypatch.setattr("unie.eval.timing.time.perf_counter", lambda: next(clock))
+    out = time_generation(entry, {}, None, 8, 4, batch_size=3, warmup=2, repeats=3, seed=10)
+    assert len(calls) == 5 and all(c[:3] == (3, 8, 4) for c in calls)
+    assert [c[3] for c in calls] == [10, 11, 12, 13, 14]  # every generation its own seed, warm-ups untimed
+    assert out["seconds_all"] == [5.0, 1.0, 3.0] and out["seconds"] == 3.0 and out["nfe"] == 4
+    with pytest.raises(ValueError, match="repeats"):
+        time_generation(entry, {}, None, 8, 4, batch_size=3, repeats=0)
+
+
+def _config():
+    from pathlib import Path
+
+    return yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
+
+
+def test_fig3_runs_reuse_table2_and_generate_the_rest():
+    cfg = _config()
+    runs = fig3_runs(cfg)
+    assert runs["w"][1.0] == "uni_edlm_ar"  # K = 2, w = 1, masked proxy: Table 2's run and its 256 samples
+    assert runs["k"][2] == runs["w"][0.2] == runs["tradeoff"]["Uni-EDLM-AR"] == "fig3_uni_k2_w20"
+    assert runs["tradeoff"]["EDLM-AR"] == "fig3_ind_k2_w20" and runs["tradeoff"]["AR"] == "ar"
+    expand_config(cfg)
+    gen = cfg["sampling"]["runs"]["fig3_ind_k2_w20"]
+    assert gen["options"] == {"energy": "ind", "K": 2, "w": 0.2, "ar_context": "teacher_forced"}
+    assert gen["models"] == {"dlm": "mdlm", "proxy": "ar"} and gen["n_samples"] == 128
+    assert cfg["sampling"]["runs"]["fig3_uni_k1_w20"]["options"]["K"] == 1
+    assert "n_samples" not in cfg["sampling"]["runs"]["uni_edlm_ar"]
+
+
+@pytest.mark.parametrize("mutate, key", [
+    (lambda f: f.update(K=5), "figures.fig3_tradeoff"),
+    (lambda f: f["baselines"].update(AR="nope"), "figures.fig3_tradeoff.baselines.AR"),
+    (lambda f: f["edlm"].update(energy="nope"), "figures.fig3_tradeoff.edlm.energy"),
+    (lambda f: f.update(evaluator="nope"), "figures.fig3_tradeoff.evaluator"),
+])
+def test_fig3_bad_config_names_the_key(mutate, key):
+    cfg = copy.deepcopy(_config())
+    mutate(cfg["figures"]["fig3_tradeoff"])
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        expand_config(cfg)
+        check_config(cfg)

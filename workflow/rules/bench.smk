@@ -1,0 +1,41 @@
+# The sampler benchmark (`snakemake --cores 1 bench`): not part of `all`.  One process measures, side by side,
+# Algorithm 2's window step and whole run against plain MDLM and their analytic limits, Uni-E vs the AR at
+# equal Gen PPL (Figure 3's runs), and the backbone's training throughput; the job holds every core.
+
+
+def bench_inputs(wc):
+    b, runs = config["bench"], fig3_runs(config)["tradeoff"]
+    fig = config["figures"]["fig3_tradeoff"]
+    return {
+        "tokenizer": "resources/tokenizer",
+        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.npy",
+        "dlm": model_files(b["dlm"]),
+        "proxy": model_files(b["proxy"]),
+        "ar": model_files(b["ar"]),
+        "genppl": genppl_targets([runs[fig["label"]], fig["baselines"]["AR"]]),
+    }
+
+
+rule bench_sampler:
+    input:
+        unpack(bench_inputs),
+    output:
+        json="results/bench/sampler.json",
+        md="results/bench/sampler.md",
+    log:
+        "logs/bench/sampler.log",
+    params:
+        bench=lambda wc: dict(config["bench"], uni_run=fig3_runs(config)["tradeoff"][config["figures"]["fig3_tradeoff"]["label"]],
+                              ar_run=config["figures"]["fig3_tradeoff"]["baselines"]["AR"]),
+        evaluator=lambda wc: config["figures"]["fig3_tradeoff"]["evaluator"],
+        seq_len=config["data"]["seq_len"],
+        device=config["device"],
+    threads: workflow.cores if config["device"] == "cpu" else config["threads"]
+    resources:
+        gpu=res("bench", "gpu", 0),
+        cpus_per_gpu=cpus_per_gpu("bench"),
+        slurm_partition=partition("bench"),
+        mem_mb=res("bench", "mem_mb", 8000),
+        runtime=res("bench", "runtime", 60),
+    script:
+        "../scripts/bench.py"

@@ -1,0 +1,13 @@
+"""Rule fig3_tradeoff: Figure 3 (K and w sweeps, Gen PPL / entropy vs wall-clock) from results/genppl/ and
+results/timing/, and the summary of the paper's three claims."""
+
+from unie.pipeline.rule import job
+
+with job(snakemake) as log:
+    from unie.pipeline.report import fig3
+
+    o = snakemake.output
+    df, summary = fig3(dict(snakemake.params.fig), list(snakemake.input.genppl), list(snakemake.input.timing), o.pdf,
+                       o.png, o.csv, o.summary)
+    log(df.to_string())
+    log(str(summary))
