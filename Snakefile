@@ -66,6 +66,11 @@ rule fig3:
         "results/figures/fig3_tradeoff.png",
 
 
+rule cases:
+    input:
+        "results/figures/case_non_independent.png",
+
+
 rule bench:
     # the sampler benchmark (not part of `all`): snakemake --cores 1 bench
     input:

@@ -143,6 +143,38 @@ def test_fig3_and_timing(smoke_run):
 
 
 @pytest.mark.slow
+def test_paper_vs_ours(smoke_run):
+    """Every 'ours' cell of paper_vs_ours is the regenerated table's value; the paper's from config/paper_values.yaml."""
+    tables = smoke_run / "results" / "tables"
+    long = pd.read_csv(tables / "paper_vs_ours.csv")
+    t1 = pd.read_csv(tables / "table1_ppl.csv")
+    mdlm = long[(long.table == "table1_ppl") & (long.row == "MDLM") & (long.column == "OWT")].iloc[0]
+    assert mdlm.ours == t1[(t1.row == "MDLM") & (t1.domain == "owt")].ppl.iloc[0] and mdlm.paper == 23.83
+    t3 = pd.read_csv(tables / "table3_dllm.csv")
+    cell = long[(long.table == "table3_dllm") & (long.row == "LLaDa-8B") & (long.column == "MMLU")].iloc[0]
+    assert cell.ours == t3[(t3.row == "llada") & (t3.column == "MMLU")].value.iloc[0] and cell.paper == 57.3
+    md = (tables / "paper_vs_ours.md").read_text()
+    assert "scales differ" in md and "Not compared" in md and (tables / "paper_vs_ours.tex").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_case_studies(smoke_run):
+    figs = smoke_run / "results" / "figures"
+    for case in ("invariant", "independent", "non_invariant", "non_independent"):
+        for ext in ("pdf", "png"):
+            assert (figs / f"case_{case}.{ext}").stat().st_size > 0
+    rec = json.loads((figs / "case_studies.json").read_text())
+    dep, inv = rec["cases"]["dependency"], rec["cases"]["invariance"]
+    n = yaml.safe_load(SMOKE.read_text())["figures"]["case_studies"]["n_samples"]
+    assert dep["n"] == inv["n"] == n and 0 <= dep["n_avoided"] <= dep["n_errors"] <= n
+    mdlm, uni = rec["cases"]["non_independent"], rec["cases"]["independent"]
+    assert mdlm["row"] == uni["row"] == dep["index"] and mdlm["model"] == "MDLM" and uni["model"] == "Uni-E"
+    # the shown gap is the sample's worst one, and the caption states the rule
+    assert mdlm["gap"] == pytest.approx(min(mdlm["dependency_gaps"].values(), default=0.0))
+    assert "dependency gap" in mdlm["rule"] and "invariance gap" in rec["cases"]["non_invariant"]["rule"]
+
+
+@pytest.mark.slow
 def test_bench_target(smoke_run):
     """`snakemake bench`: the ratios and their analytic limits, measured in one run (consistent with each other)."""
     smk("bench", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)

@@ -81,14 +81,16 @@ class EnergyOptions:
 
 @torch.no_grad()
 def sample_energy(denoiser, scorer, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-                  schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
+                  schedule: Schedule | None = None, batch_size: int = 256, device="cpu", record_steps: bool = False,
                   **kwargs) -> tuple[torch.Tensor, dict]:
     """Algorithm 2 for ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
 
     ``denoiser``: a :class:`~unie.core.protocols.Denoiser`; ``scorer``: the AR proxy
     (:class:`~unie.core.protocols.Proxy`; for ``ar_context: exact`` the toy world's
     :class:`~unie.data.toy_world.OracleAR`), or EDLM's energy network for ``energy: ebm``; options:
-    :class:`EnergyOptions` or its fields as keywords."""
+    :class:`EnergyOptions` or its fields as keywords.  ``record_steps``: ``stats["reveal_step"]`` ``(n, L)`` int64,
+    the step ``k`` (0-based) that revealed each position (``steps`` for the final noise removal); the samples
+    are the same with or without it."""
     opts = make_options(EnergyOptions, options, "energy sampler options", **kwargs)
     energy, K, w, ar_context = opts.energy, opts.K, opts.w, opts.ar_context
     selection, temperature, eps = opts.selection, opts.temperature, opts.eps
@@ -96,11 +98,16 @@ def sample_energy(denoiser, scorer, n: int, L: int, steps: int, generator: torch
     mask_id = denoiser.mask_id
     ts = time_grid(steps, eps)
 
+    revealed_at = []  # record_steps: (b, L) per batch
+
     def one_batch(b):
         stats = {"energy_rows": 0, "energy_calls": 0, "window_steps": 0}
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)  # x_{T_1}: fully masked
+        step_of = torch.full((b, L), steps, dtype=torch.long, device=device)
         cache = CachedDenoiser(denoiser)
         for k in range(steps):  # Alg. 2, l.1: for t = T_1 > T_2 > ... > T_T
+            if record_steps and k:
+                step_of[(step_of == steps) & (x != mask_id)] = k - 1
             t = float(ts[k])
             a_t, a_next = float(schedule.alpha(ts[k])), float(schedule.alpha(ts[k + 1]))
             logp = cache(x)  # p_theta(x0 | xt): reused while x is unchanged (no time input)
@@ -122,11 +129,17 @@ def sample_energy(denoiser, scorer, n: int, L: int, steps: int, generator: torch
                 stats["energy_calls"] += 1
             x0_sel = x0[torch.arange(b, device=x.device), j]  # l.7: x0~ = x0^{j*}
             x = torch.where(reveal, x0_sel, x)  # l.11: x_{t-Δ} ~ q(x_{t-Δ} | xt, x0~)
+        if record_steps and steps:
+            step_of[(step_of == steps) & (x != mask_id)] = steps - 1
+            revealed_at.append(step_of.cpu())
         if (x == mask_id).any():
             x = fill_remaining(x, cache(x), mask_id, generator)
         return x, {"nfe": cache.nfe, "rows_evaluated": cache.rows_evaluated, **stats}
 
-    return in_batches(n, batch_size, one_batch)
+    x, stats = in_batches(n, batch_size, one_batch)
+    if record_steps:
+        stats["reveal_step"] = torch.cat(revealed_at)
+    return x, stats
 
 
 def needs(options: EnergyOptions) -> tuple[str, ...]:

@@ -25,14 +25,16 @@ def write_table(tex: str, df, tex_path, csv_path) -> None:
     _write_text(tex, tex_path)
 
 
-def write_figure(figure, df, pdf_path, png_path, csv_path) -> None:
+def write_figure(figure, df, pdf_path, png_path, csv_path=None) -> None:
+    """The figure as PDF and PNG, and its plotted points ``df`` as CSV (when ``csv_path`` is given)."""
     import matplotlib.pyplot as plt
 
     Path(pdf_path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(pdf_path)
     figure.savefig(png_path, dpi=150)
     plt.close(figure)
-    _write_text(df.to_csv(index=False), csv_path)
+    if csv_path is not None:
+        _write_text(df.to_csv(index=False), csv_path)
 
 
 def table1(rows: dict, domains: list[str], ppl_paths, tex_path, csv_path) -> str:

@@ -202,3 +202,31 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
     figure.tight_layout()
     points = pd.DataFrame(out)
     return figure, points, fig3_summary(fig, df, times)
+
+
+def case_figure(words: list[str], step, steps: int, title: str, caption: str, marked=()):
+    """One case study: the sequence's tokens in reading order (wrapped), each box coloured by the step that
+    revealed it (colour bar), the tokens of the error outlined in red; ``caption`` states the selection rule."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_line = 11
+    lines = (len(words) + per_line - 1) // per_line
+    figure, ax = plt.subplots(figsize=(11, 0.75 * lines + 1.9))
+    cmap = plt.get_cmap("viridis")
+    norm = matplotlib.colors.Normalize(vmin=0, vmax=max(1, steps))
+    for i, (w, k) in enumerate(zip(words, step)):
+        row, col = divmod(i, per_line)
+        ax.text(col / per_line + 0.005, 1 - (row + 0.5) / lines, w, fontsize=10, va="center", ha="left",
+                color="white" if int(k) < 0.6 * steps else "black",
+                bbox={"boxstyle": "round,pad=0.3", "fc": cmap(norm(int(k))),
+                      "ec": "red" if i in set(marked) else "none", "lw": 2.0})
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=10)
+    figure.text(0.01, 0.01, caption, fontsize=7.5, wrap=True, va="bottom")
+    bar = figure.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.02, pad=0.01)
+    bar.set_label("step that revealed the token", fontsize=8)
+    figure.subplots_adjust(bottom=0.38 if lines < 4 else 0.25, top=0.85)
+    return figure

@@ -92,6 +92,10 @@ def final_outputs():
         out += ["results/tables/table3_dllm.tex", "results/tables/table3_dllm.csv"]
     if config.get("figures", {}).get("fig2_ablation"):
         out += ["results/figures/fig2_ablation.pdf", "results/figures/fig2_ablation.png"]
+    out += [f"results/tables/paper_vs_ours.{ext}" for ext in ("md", "tex")]
+    if config["data"]["source"] == "toy" and config.get("figures", {}).get("case_studies"):
+        out += [f"results/figures/case_{c}.{ext}" for c in ("invariant", "independent", "non_invariant",
+                                                             "non_independent") for ext in ("pdf", "png")]
     if config.get("figures", {}).get("fig3_tradeoff"):
         out += [f"results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
     return out

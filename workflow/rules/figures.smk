@@ -78,3 +78,34 @@ rule fig3_tradeoff:
     localrule: True
     script:
         "../scripts/fig3.py"
+
+
+# The four appendix case studies (toy world only: the cases are picked by the exact distribution pi).
+CASES = ("invariant", "independent", "non_invariant", "non_independent")
+
+
+rule case_studies:
+    input:
+        tokenizer="resources/tokenizer",
+        dlm=lambda wc: model_files(config["figures"]["case_studies"]["dlm"]),
+        proxy=lambda wc: model_files(config["figures"]["case_studies"]["proxy"]),
+    output:
+        **{f"{c}_{ext}": f"results/figures/case_{c}.{ext}" for c in CASES for ext in ("pdf", "png")},
+        json="results/figures/case_studies.json",
+    log:
+        "logs/figures/case_studies.log",
+    benchmark:
+        "benchmarks/figures/case_studies.tsv"
+    params:
+        cfg=lambda wc: config["figures"]["case_studies"],
+        seq_len=config["data"]["seq_len"],
+        train_domain=TRAIN_DOMAIN,
+        source=config["data"]["source"],
+        device=config["device"],
+    threads: config["threads"]
+    resources:
+        slurm_partition=partition("case_studies"),
+        mem_mb=res("case_studies", "mem_mb", 4000),
+        runtime=res("case_studies", "runtime", 30),
+    script:
+        "../scripts/case_studies.py"
