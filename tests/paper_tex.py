@@ -27,7 +27,6 @@ def parse_tex_table(tex: str, label: str) -> tuple[list[str], dict[str, tuple[li
     offset = start + len(tex[start:stop]) - len(body)
     rows, header, block, pos = {}, None, None, 0
     for raw in body.split("\\\\"):
-        line_no = tex.count("\n", 0, offset + pos) + 1 + len(raw) - len(raw.lstrip("\n"))
         pos += len(raw) + 2
         text = re.sub(r"\\(toprule|midrule|bottomrule)|\\rowcolor\{[^}]*\}\{[^}]*\}|\\rowcolor\{[^}]*\}", "", raw)
         if "&" not in text:

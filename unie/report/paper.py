@@ -1,10 +1,11 @@
-"""The paper's numbers beside ours (``results/tables/paper_vs_ours.{tex,md}``).
+"""The paper's numbers beside ours (``results/tables/paper_vs_ours.{tex,md,csv}``).
 
-The paper's values come from ``config/paper_values.yaml`` (one place, each with its .tex label and line); ours from
-the workflow's table CSVs.  In the **toy** profile the scales differ (a synthetic language with a known π vs
-OpenWebText, tiny models vs LLaDA-8B), so only orderings are compared: per column, which row is best in the paper
-and here (among the rows both have), and Kendall's τ_b between the two orderings.  In the **paper** profile the
-values are comparable and each cell also gets ours − paper.
+The paper's values come from ``config/paper_values.yaml`` (one place, each with its .tex label and line, and the
+mapping of the paper's rows and columns to ours); ours from the workflow's table CSVs.  In the **toy** profile the
+scales differ (a synthetic language with a known π and tiny CPU models against OpenWebText, GPT-2-size models and
+LLaDA-8B), so only orderings are compared: per column, which row is best in the paper and here (among the rows both
+have), and Kendall's τ_b between the two orderings.  In the **paper** profile the values are comparable and each
+cell also gets ours − paper.
 
 Everything here is pure: parsed inputs in, DataFrames and text out.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+
+ENTROPY = "Entropy"
 
 
 def kendall_tau_b(x: list[float], y: list[float]) -> float | None:
@@ -27,17 +30,52 @@ def kendall_tau_b(x: list[float], y: list[float]) -> float | None:
     for i in range(n):
         for j in range(i + 1, n):
             dx, dy = x[i] - x[j], y[i] - y[j]
-            if dx == 0:
-                tx += 1
-            if dy == 0:
-                ty += 1
-            if dx * dy > 0:
-                C += 1
-            elif dx * dy < 0:
-                D += 1
+            tx += dx == 0
+            ty += dy == 0
+            C += dx * dy > 0
+            D += dx * dy < 0
     n0 = n * (n - 1) // 2
     den = math.sqrt((n0 - tx) * (n0 - ty))
     return (C - D) / den if den > 0 else None
+
+
+# ---- the paper's side ------------------------------------------------------------------------------------------
+
+
+def paper_columns(spec: dict) -> list[str]:
+    """The table's columns: Table 2's are ``"<evaluator> <steps>"`` (evaluator-major), then ``"Entropy <steps>"``."""
+    if spec["kind"] == "genppl":
+        cols = [f"{e} {s}" for e in spec["evaluators"] for s in spec["steps"]]
+        if any("entropy" in row for row in spec["rows"].values()):
+            cols += [f"{ENTROPY} {s}" for s in spec["steps"]]
+        return cols
+    return list(spec["columns"])
+
+
+def paper_row(spec: dict, name: str) -> list[float | None]:
+    """The paper's values of a row in the order of :func:`paper_columns` (None: no value)."""
+    row = spec["rows"][name]
+    values = list(row["values"])
+    if spec["kind"] == "genppl" and len(paper_columns(spec)) > len(values):
+        values += list(row.get("entropy") or [None] * len(spec["steps"]))
+    return values
+
+
+def ranked(spec: dict, column: str) -> bool:
+    """Whether a column has a better direction (Table 2's entropy has none: no best row, no ordering)."""
+    return not (spec["kind"] == "genppl" and column.startswith(ENTROPY + " "))
+
+
+# ---- our side --------------------------------------------------------------------------------------------------
+
+
+def step_map(paper_steps: list[int], our_steps: list[int]) -> dict[int, int]:
+    """Our step count -> the paper's at the same fraction of L (each side's largest step count is its L: the paper's
+    128 ... 1024 are L/8 ... L).  Our step counts at a fraction the paper lacks are left out."""
+    if not paper_steps or not our_steps:
+        return {}
+    P, S = max(paper_steps), max(our_steps)
+    return {s: p for s in our_steps for p in paper_steps if s * P == p * S}
 
 
 def ours_long(spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None = None,
@@ -45,10 +83,10 @@ def ours_long(spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None =
     """Our value for each (paper row, paper column) of one table, read from our table CSV ``table``.
 
     * ``ppl`` (Table 1): row label = paper row; column ``i`` = our domain ``ours_columns[i]``; value ``ppl``;
-    * ``genppl`` (Table 2): row label = paper row; paper evaluator ``j`` = our ``evaluators[j]`` (the profile's
-      order), paper step count ``s`` = our ``steps[s]`` (Data and AR are at our last = L); value ``genppl``;
-    * ``dllm`` (Table 3): the first of the paper row's ``ours`` keys present in our ``row`` column; column by
-      its name (our ``column`` holds the paper's column names); value ``value``.
+    * ``genppl`` (Table 2): row label = paper row; the paper's evaluator ``j`` = our ``evaluators[j]`` (the profile's
+      order), a step count by :func:`step_map`; values ``genppl`` and ``entropy_bits``;
+    * ``long`` (Table 3, the k/w sweeps): our ``row``, ``column``, ``value``; the paper row is the first of its
+      ``ours`` keys present in our ``row`` column (its own name without ``ours``), the column is ours by name.
     Missing cells are left out."""
     out = {}
     kind = spec["kind"]
@@ -59,18 +97,20 @@ def ours_long(spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None =
                     out[(r.row, c)] = float(r.ppl)
     elif kind == "genppl":
         if evaluators is None or steps is None:
-            raise ValueError("Table 2 needs our evaluators and step counts, in the profile's order")
-        for j, ev_paper in enumerate(spec["evaluators"][: len(evaluators)]):
-            for s, st_paper in enumerate(spec["steps"][: len(steps)]):
-                sub = table[(table.evaluator == evaluators[j]) & (table.steps == steps[s])]
-                for r in sub.itertuples():
-                    out[(r.row, f"{ev_paper} {st_paper}")] = float(r.genppl)
-    elif kind == "dllm":
+            raise ValueError("Table 2 needs our evaluators (in the paper's order) and our step counts")
+        to_paper = step_map(spec["steps"], steps)
+        for r in table.itertuples():
+            st = to_paper.get(int(r.steps))
+            if st is None:
+                continue
+            if r.evaluator in evaluators[: len(spec["evaluators"])] and pd.notna(r.genppl):
+                out[(r.row, f"{spec['evaluators'][evaluators.index(r.evaluator)]} {st}")] = float(r.genppl)
+            if pd.notna(r.entropy_bits):
+                out.setdefault((r.row, f"{ENTROPY} {st}"), float(r.entropy_bits))
+    elif kind == "long":
         present = set(table.row)
         for name, row in spec["rows"].items():
-            key = next((k for k in row.get("ours", []) if k in present), None)
-            if key is None:
-                continue
+            key = next((k for k in row.get("ours", [name]) if k in present), None)
             for r in table[table.row == key].itertuples():
                 if r.column in spec["columns"] and pd.notna(r.value):
                     out[(name, r.column)] = float(r.value)
@@ -79,17 +119,22 @@ def ours_long(spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None =
     return out
 
 
-def paper_columns(spec: dict) -> list[str]:
-    if spec["kind"] == "genppl":
-        return [f"{e} {s}" for e in spec["evaluators"] for s in spec["steps"]]
-    return list(spec["columns"])
+def missing_reason(key: str) -> str:
+    """Why a table of the paper has no counterpart here."""
+    if key.startswith("table_app_"):
+        return (f"the workflow does not produce `{key}` (the DLLM {key.removeprefix('table_app_')} sweep of the "
+                "paper's appendix) yet, so there is nothing of ours to put beside it.")
+    return f"this profile does not produce `{key}`."
+
+
+# ---- the comparison --------------------------------------------------------------------------------------------
 
 
 def compare(spec: dict, ours: dict[tuple[str, str], float]) -> pd.DataFrame:
     """Long frame ``row, column, paper, ours, diff`` (ours − paper) over the paper's cells."""
     rows = []
-    for name, row in spec["rows"].items():
-        for c, v in zip(paper_columns(spec), row["values"]):
+    for name in spec["rows"]:
+        for c, v in zip(paper_columns(spec), paper_row(spec, name)):
             if v is None:
                 continue
             o = ours.get((name, c))
@@ -98,54 +143,116 @@ def compare(spec: dict, ours: dict[tuple[str, str], float]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["row", "column", "paper", "ours", "diff"])
 
 
-def _best(sub: pd.DataFrame, col: str, lower: bool) -> list[str]:
+def _best(sub: pd.DataFrame, col: str, lower: bool) -> set[str]:
     """Every row tied for the best value of ``col``."""
     best = sub[col].min() if lower else sub[col].max()
-    return list(sub[sub[col] == best].row)
+    return set(sub[sub[col] == best].row)
 
 
 def orderings(spec: dict, df: pd.DataFrame) -> pd.DataFrame:
-    """Per column, among the rows both have (``reference`` rows left out): the best row(s) in the paper and here
-    (ties joined by " = "), whether they agree (a row best in both), Kendall's τ_b and the number of rows."""
+    """Per ranked column, among the rows both have (``reference`` rows left out): the best row(s) in the paper and
+    here (ties joined by " = ", in the paper's row order); ``agree``: "yes" (the same best row or rows), "tie" (a row
+    best in both, tied with others on one side) or "no"; Kendall's τ_b between the two orderings; the row count."""
     lower = spec["lower_is_better"]
     ref = set(spec.get("reference", []))
+    order = {name: i for i, name in enumerate(spec["rows"])}
     out = []
     for c in paper_columns(spec):
+        if not ranked(spec, c):
+            continue
         sub = df[(df.column == c) & df.ours.notna() & ~df.row.isin(ref)]
         if len(sub) < 2:
             continue
-        best_p = _best(sub, "paper", lower)
-        best_o = _best(sub, "ours", lower)
-        out.append({"column": c, "rows": len(sub), "best_paper": " = ".join(best_p), "best_ours": " = ".join(best_o),
-                    "agree": bool(set(best_p) & set(best_o)),
+        best_p, best_o = _best(sub, "paper", lower), _best(sub, "ours", lower)
+        agree = "yes" if best_p == best_o else "tie" if best_p & best_o else "no"
+        out.append({"column": c, "rows": len(sub), "best_paper": " = ".join(sorted(best_p, key=order.get)),
+                    "best_ours": " = ".join(sorted(best_o, key=order.get)), "agree": agree,
                     "kendall_tau_b": kendall_tau_b(list(sub.paper), list(sub.ours))})
     return pd.DataFrame(out, columns=["column", "rows", "best_paper", "best_ours", "agree", "kendall_tau_b"])
 
 
-def _num(v) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}".rstrip("0").rstrip(".")
+def summary(order: pd.DataFrame) -> str:
+    """One sentence: in how many columns the best row agrees, and the median τ_b."""
+    if order.empty:
+        return "No column has two rows in common: no ordering to compare."
+    same, tie = int((order.agree == "yes").sum()), int((order.agree == "tie").sum())
+    text = f"The best row is the same in {same} of {len(order)} columns"
+    if tie:
+        text += f" (and best in both but tied with another row on one side in {tie} more)"
+    taus = order.kendall_tau_b.dropna()
+    if len(taus):
+        text += f"; median Kendall τ_b = {taus.median():+.2f} over {len(taus)} columns"
+    return text + "."
 
 
-def _cell(p, o, d, paper_profile: bool) -> str:
-    if o is None or (isinstance(o, float) and math.isnan(o)):
-        return f"{_num(p)} / –"
-    return f"{_num(p)} / {_num(o)}" + (f" ({d:+.2f})" if paper_profile else "")
+def differences(df: pd.DataFrame, decimals: int) -> str:
+    """Paper profile: one sentence on the size of ours − paper over the cells both have."""
+    d = df.dropna(subset=["ours"])
+    if d.empty:
+        return "No cell of ours to compare."
+    worst = d.loc[d["diff"].abs().idxmax()]
+    return (f"Over the {len(d)} cells both have, median |ours − paper| = {d['diff'].abs().median():.{decimals}f}; "
+            f"the largest is {worst.row}, {worst.column}: {worst['diff']:+.{decimals}f}.")
 
+
+def sections(values: dict, tables: dict[str, pd.DataFrame], *, evaluators: list[str],
+             steps: list[int]) -> list[dict]:
+    """One section per table of the paper values, in their order: the comparison when ``tables`` has our table of
+    that key, else the reason it has none; then our tables the paper values lack, each with that reason."""
+    out = []
+    for key, spec in values["tables"].items():
+        if key not in tables:
+            out.append({"key": key, "spec": spec, "reason": missing_reason(key)})
+            continue
+        df = compare(spec, ours_long(spec, tables[key], evaluators=evaluators, steps=steps))
+        note = None
+        if spec["kind"] == "genppl":
+            mapped = step_map(spec["steps"], steps)
+            note = ("Columns: the paper's " + ", ".join(spec["evaluators"]) + " are our evaluators "
+                    + ", ".join(evaluators[: len(spec["evaluators"])]) + "; its step counts "
+                    + ", ".join(f"{p} = ours {s}" for s, p in mapped.items())
+                    + " (the same fraction of L).  Entropy is not ranked; ours is per-sample unigram entropy in bits "
+                    "(the paper states no unit).")
+        elif spec["kind"] == "long" and any("ours" in r for r in spec["rows"].values()):
+            note = "Rows: the paper's row is ours as listed in config/paper_values.yaml (`ours`); columns by name."
+        out.append({"key": key, "spec": spec, "df": df, "order": orderings(spec, df), "note": note})
+    for key in tables:
+        if key not in values["tables"]:
+            out.append({"key": key, "spec": {"title": key, "label": "–"},
+                        "reason": f"config/paper_values.yaml has no paper values for `{key}`."})
+    return out
+
+
+# ---- rendering -------------------------------------------------------------------------------------------------
 
 SCALES = ("The scales differ: this is the toy world (a synthetic language with an exactly known distribution, "
-          "tiny CPU models, toy benchmarks) against the paper's OpenWebText / LLaDA-8B / Dream-7B numbers, so only "
-          "the orderings are compared: per column, the best row in the paper and here among the rows both have, "
-          "and Kendall's tau-b between the two orderings (1: same order, -1: reversed).")
+          "tiny CPU models, toy benchmarks) against the paper's OpenWebText / GPT-2-size / LLaDA-8B / Dream-7B "
+          "numbers, so the values are not comparable and only the orderings are: per column, the best row in the "
+          "paper and here among the rows both have, and Kendall's τ_b between the two orderings (+1: the same "
+          "order, −1: reversed).  Cells are paper / ours.")
+PAPER = "Cells are paper / ours (ours − paper); the orderings are compared as well."
 
 
-def render(sections: list[dict], profile: str) -> tuple[str, str, pd.DataFrame]:
-    """``(markdown, latex, long frame)`` for the sections ``{key, spec, df, order}`` or ``{key, spec, reason}``."""
+def _num(v, nd: int) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}f}"
+
+
+def _cell(p, o, d, nd: int, paper_profile: bool) -> str:
+    if o is None or (isinstance(o, float) and math.isnan(o)):
+        return f"{_num(p, nd)} / –"
+    return f"{_num(p, nd)} / {_num(o, nd)}" + (f" ({d:+.{nd}f})" if paper_profile else "")
+
+
+def render(parts: list[dict], profile: str) -> tuple[str, str, pd.DataFrame]:
+    """``(markdown, latex, long frame)`` for the sections ``{key, spec, df, order[, note]}`` or ``{key, spec,
+    reason}``, in order."""
     paper_profile = profile == "paper"
-    md = ["# The paper's numbers beside ours", ""]
-    md.append(("Cells are paper / ours (ours − paper)." if paper_profile else SCALES + " Cells are paper / ours."))
-    tex = [r"% generated by the workflow (rule paper_vs_ours) from config/paper_values.yaml and the table CSVs"]
+    intro = PAPER if paper_profile else SCALES
+    md = ["# The paper's numbers beside ours", "", intro]
+    tex = [r"% generated by the workflow (rule paper_vs_ours) from config/paper_values.yaml and the table CSVs",
+           "", _tex(intro)]
     longs = []
-    for s in sections:
+    for s in parts:
         spec = s["spec"]
         md += ["", f"## {spec['title']} — `{spec['label']}`", ""]
         tex += ["", r"\paragraph{" + _tex(spec["title"]) + "}"]
@@ -156,48 +263,49 @@ def render(sections: list[dict], profile: str) -> tuple[str, str, pd.DataFrame]:
         if s.get("note"):
             md += [s["note"], ""]
             tex += [_tex(s["note"]), ""]
-        df, order = s["df"], s["order"]
+        df, order, nd = s["df"], s["order"], spec.get("decimals", 2)
         longs.append(df.assign(table=s["key"]))
         cols = paper_columns(spec)
         md += ["| row | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         tex += [r"\begin{tabular}{l" + "c" * len(cols) + "}", r"\toprule",
                 "row & " + " & ".join(_tex(c) for c in cols) + r" \\", r"\midrule"]
+        cells = df.set_index(["row", "column"])
         for name in spec["rows"]:
-            cells = []
+            row = []
             for c in cols:
-                hit = df[(df.row == name) & (df.column == c)]
-                cells.append("" if hit.empty else _cell(hit.paper.iloc[0], hit.ours.iloc[0], hit["diff"].iloc[0],
-                                                         paper_profile))
-            md.append(f"| {name} | " + " | ".join(cells) + " |")
-            tex.append(_tex(name) + " & " + " & ".join(_tex(c) for c in cells) + r" \\")
+                if (name, c) not in cells.index:
+                    row.append("")
+                    continue
+                hit = cells.loc[(name, c)]
+                row.append(_cell(hit.paper, hit.ours, hit["diff"], nd, paper_profile))
+            md.append(f"| {name} | " + " | ".join(row) + " |")
+            tex.append(_tex(name) + " & " + " & ".join(_tex(c) for c in row) + r" \\")
         tex += [r"\bottomrule", r"\end{tabular}", ""]
-        if order.empty:
-            md += ["", "No column has two rows in common: no ordering to compare."]
-            continue
-        agree = int(order.agree.sum())
-        taus = order.kendall_tau_b.dropna()
-        md += ["", "| column | rows | best in the paper | best here | same | Kendall τ_b |", "|---|---|---|---|---|---|"]
-        tex += [r"\begin{tabular}{lrllcr}", r"\toprule",
-                r"column & rows & best (paper) & best (ours) & same & $\tau_b$ \\", r"\midrule"]
-        for r in order.itertuples():
-            tau = "–" if r.kendall_tau_b is None or pd.isna(r.kendall_tau_b) else f"{r.kendall_tau_b:+.2f}"
-            md.append(f"| {r.column} | {r.rows} | {r.best_paper} | {r.best_ours} | {'yes' if r.agree else 'no'} | {tau} |")
-            tex.append(" & ".join([_tex(r.column), str(r.rows), _tex(r.best_paper), _tex(r.best_ours),
-                                   "yes" if r.agree else "no", tau]) + r" \\")
-        tex += [r"\bottomrule", r"\end{tabular}"]
-        line = (f"The best row agrees in {agree} of {len(order)} columns; median τ_b = "
-                f"{taus.median():+.2f} over {len(taus)} columns." if len(taus) else
-                f"The best row agrees in {agree} of {len(order)} columns.")
-        md += ["", line]
-        tex += ["", _tex(line)]
-    long = pd.concat(longs, ignore_index=True) if longs else pd.DataFrame()
+        if paper_profile:
+            md += ["", differences(df, nd)]
+            tex += [_tex(differences(df, nd)), ""]
+        if not order.empty:
+            md += ["", "| column | rows | best in the paper | best here | same | Kendall τ_b |",
+                   "|---|---|---|---|---|---|"]
+            tex += [r"\begin{tabular}{lrllcr}", r"\toprule",
+                    r"column & rows & best (paper) & best (ours) & same & $\tau_b$ \\", r"\midrule"]
+            for r in order.itertuples():
+                tau = "–" if r.kendall_tau_b is None or pd.isna(r.kendall_tau_b) else f"{r.kendall_tau_b:+.2f}"
+                md.append(f"| {r.column} | {r.rows} | {r.best_paper} | {r.best_ours} | {r.agree} | {tau} |")
+                tex.append(" & ".join([_tex(r.column), str(r.rows), _tex(r.best_paper), _tex(r.best_ours),
+                                       r.agree, _tex(tau)]) + r" \\")
+            tex += [r"\bottomrule", r"\end{tabular}", ""]
+        md += ["", summary(order)]
+        tex += [_tex(summary(order))]
+    long = pd.concat(longs, ignore_index=True) if longs else pd.DataFrame(columns=["row", "column", "paper", "ours",
+                                                                                   "diff", "table"])
     return "\n".join(md) + "\n", "\n".join(tex) + "\n", long
 
 
 def _tex(text: str) -> str:
-    """Escape LaTeX's special characters in a plain-text cell (τ written as $\\tau$)."""
-    out = str(text)
+    """Escape LaTeX's special characters in a plain-text cell (τ_b, π, |, − and – written for LaTeX)."""
+    out = str(text).replace("τ_b", "\0")
     for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("τ", r"$\tau$"), ("−", "-"), ("–", "--"), ("π", r"$\pi$")):
+                 ("`", ""), ("π", r"$\pi$"), ("|", "$|$"), ("−", "$-$"), ("–", "--"), ("—", "---")):
         out = out.replace(a, b)
-    return out
+    return out.replace("\0", r"$\tau_b$")

@@ -30,7 +30,7 @@ rule bench_sampler:
         evaluator=lambda wc: config["figures"]["fig3_tradeoff"]["evaluator"],
         seq_len=config["data"]["seq_len"],
         device=config["device"],
-    threads: workflow.cores if config["device"] == "cpu" else config["threads"]
+    threads: held_cores()
     resources:
         gpu=res("bench", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("bench"),

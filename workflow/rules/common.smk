@@ -59,6 +59,18 @@ def cpus_per_gpu(rule_name):
     return res(rule_name, "cpus_per_gpu", max(1, config["threads"] // max(1, res(rule_name, "gpu", 0))))
 
 
+def held_cores():
+    """Threads of a timed job (rules timing, bench_sampler): on a CPU, every core of a local run (--cores), so that
+    no other job runs beside it; under a cluster executor (no --cores: each job has its own allocation) and on a
+    GPU, the configured threads."""
+    if config["device"] != "cpu":
+        return config["threads"]
+    try:
+        return workflow.cores
+    except Exception:  # snakemake's WorkflowError: no total number of cores (e.g. --executor slurm)
+        return config["threads"]
+
+
 def partition(rule_name):
     """Slurm partition of a rule, from its GPU request: config['slurm_partitions']['gpu'] when it asks for a GPU,
     else ['cpu'] (defaults 'gpu' and 'cpu'; a site overrides them in the config or with

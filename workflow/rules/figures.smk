@@ -51,8 +51,8 @@ rule timing:
         seed=config["seed"],
         train_domain=TRAIN_DOMAIN,
         device=config["device"],
-    # on a CPU the job holds every core (nothing runs beside a timed run); on a GPU, its own threads
-    threads: workflow.cores if config["device"] == "cpu" else config["threads"]
+    # on a CPU the job holds every core of a local run (nothing runs beside a timed run): held_cores()
+    threads: held_cores()
     resources:
         gpu=res("timing", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("timing"),
