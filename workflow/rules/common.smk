@@ -62,8 +62,10 @@ def cpus_per_gpu(rule_name):
 def held_cores():
     """Threads of a timed job (rules timing, bench_sampler): on a CPU, every core of a local run (--cores), so that
     no other job runs beside it; under a cluster executor (no --cores: each job has its own allocation) and on a
-    GPU, the configured threads."""
-    if config["device"] != "cpu":
+    GPU, the configured threads.  Inside a cluster job (the job step that `--executor slurm` starts with
+    `srun`, where Snakemake re-reads this file with the allocation's --cores) the configured threads too: the
+    job step must ask for no more CPUs than the submitting run asked sbatch for."""
+    if config["device"] != "cpu" or workflow.remote_exec:
         return config["threads"]
     try:
         return workflow.cores
