@@ -272,6 +272,10 @@ def test_build_decoder_errors(tmp_path):
         build_decoder({"pretrained": "x", "Kk": 3})
     with pytest.raises(Exception, match="missing checkpoint"):
         build_decoder({"pretrained": str(tmp_path / "nope")})
+    with pytest.raises(ConfigError, match="unknown DLLM sampler 'fast_dlm'.*Did you mean 'fast_dllm'"):
+        build_decoder({"pretrained": "x", "sampler": "fast_dlm"})
+    with pytest.raises(ConfigError, match=r"\['K'\] are not options of DLLM sampler 'fast_dllm'"):
+        build_decoder({"pretrained": "x", "sampler": "fast_dllm", "K": 3})
 
 
 def test_transfer_weights_by_token_string(word):
@@ -309,7 +313,9 @@ def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, 
     (lambda d: d["tasks"]["names"].__setitem__(0, "toy_maths"), r"dllm.tasks.names\[0\]'.*toy_maths"),
     (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "nope"), r"dllm.rows.llada_uni.proxy'.*nope"),
     (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "llada"), "not an autoregressive model"),
-    (lambda d: d["rows"]["llada"]["options"].__setitem__("energy", "uni"), "energy options need a proxy"),
+    (lambda d: d["rows"]["llada"]["options"].__setitem__("energy", "uni"), "sampler 'energy' needs a proxy"),
+    (lambda d: d["rows"]["llada"]["options"].__setitem__("sampler", "apd_"), "unknown DLLM sampler 'apd_'"),
+    (lambda d: d["rows"]["llada"]["options"].update(sampler="fast_dllm", K=2), r"unknown option\(s\) \['K'\]"),
     (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("ar_context", "masked"), "tokenizer bridge"),
     (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("K_", 3), "unknown option"),
     (lambda d: d["models"]["dream"].__setitem__("init_from", "nothing"), "init_from'.*nothing"),

@@ -154,7 +154,11 @@ def test_paper_vs_ours(smoke_run):
     cell = long[(long.table == "table3_dllm") & (long.row == "LLaDa-8B") & (long.column == "MMLU")].iloc[0]
     assert cell.ours == t3[(t3.row == "llada") & (t3.column == "MMLU")].value.iloc[0] and cell.paper == 57.3
     md = (tables / "paper_vs_ours.md").read_text()
-    assert "scales differ" in md and "Not compared" in md and (tables / "paper_vs_ours.tex").stat().st_size > 0
+    assert "scales differ" in md and (tables / "paper_vs_ours.tex").stat().st_size > 0
+    tk = pd.read_csv(tables / "table_app_k.csv")
+    k2 = long[(long.table == "table_app_k") & (long.row == "k=2") & (long.column == "Accuracy")].iloc[0]
+    assert k2.ours == tk[tk.row == "k=2"].value.iloc[0] and k2.paper == 38.6
+    assert long[(long.table == "table_app_k") & (long.column == "Throughput")].ours.isna().all()
 
 
 @pytest.mark.slow
@@ -314,3 +318,38 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     assert len(energy) == 2 * 7 and energy.delta_se.notna().all() and (energy.delta_se >= 0).all()
     tex = (smoke_run / "results" / "tables" / "table3_dllm.tex").read_text()
     assert "MATH500" in tex and "+Uni-Energy" in tex
+
+
+def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
+    """Figure 4's points and the appendix k/w tables come from one lm-eval run per sweep point (its results JSON
+    kept byte for byte), each point's decoder differs only in the varied option, and every point's throughput
+    is the adapter's (warm-up excluded, the config's batch size)."""
+    cfg = yaml.safe_load(SMOKE.read_text())["dllm"]
+    for sweep, curves in cfg["sweeps"]["sets"].items():
+        d = smoke_run / "results" / "dllm" / "sweeps" / sweep
+        pts = json.loads((d / "points.json").read_text())
+        want = [(c, k, v) for c, spec in curves.items() for k, vs in spec["vary"].items() for v in vs]
+        assert [(p["curve"], p["key"], p["value"]) for p in pts["points"]] == want
+        for p in pts["points"]:
+            kept = (d / p["point"] / "results.json").read_bytes()
+            written = list((d / p["point"]).rglob("results_*.json"))
+            assert len(written) == 1 and written[0].read_bytes() == kept
+            res = json.loads(kept)
+            assert list(res["results"]) == ["toy_math"] and res["n-samples"]["toy_math"]["effective"] == 8
+            assert p["accuracy"] == pytest.approx(100 * res["results"]["toy_math"]["exact_match,none"], abs=1e-9)
+            assert p["stderr"] == pytest.approx(100 * res["results"]["toy_math"]["exact_match_stderr,none"], abs=1e-9)
+            assert p["model_args"][p["key"]] == p["value"] and p["model_args"]["name"] == p["point"]
+            tp = json.loads((d / p["point"] / "throughput.json").read_text())
+            assert tp["warmup_excluded"] and tp["batch_size"] == cfg["batch_size"] and tp["requests"] == 8
+            assert tp["decoder"] == p["point"]
+            assert p["tokens_per_s"] == tp["tokens_per_s"] > 0
+    fig4 = pd.read_csv(smoke_run / "results" / "figures" / "fig4_dllm_tradeoff.csv")
+    assert set(fig4.curve) == set(cfg["sweeps"]["sets"]["fig4"])
+    assert (smoke_run / "results" / "figures" / "fig4_dllm_tradeoff.png").stat().st_size > 0
+    for sweep, key in (("app_k", "K"), ("app_w", "w")):
+        t = pd.read_csv(smoke_run / "results" / "tables" / f"table_{sweep}.csv")
+        assert list(t.option.unique()) == [key] and list(t.column.unique()) == ["Accuracy"]
+        pts = json.loads((smoke_run / "results" / "dllm" / "sweeps" / sweep / "points.json").read_text())["points"]
+        assert t.value.tolist() == [p["accuracy"] for p in pts]
+        assert t.row.tolist() == [f"{key.lower()}={p['value']}" for p in pts]  # the paper's row names
+        assert f"${key}$" in (smoke_run / "results" / "tables" / f"table_{sweep}.tex").read_text()

@@ -112,9 +112,43 @@ def register_sampler(name: str, options, roles: dict, needs: Callable | None = N
     return deco
 
 
+@dataclasses.dataclass(frozen=True)
+class DLLMSamplerEntry:
+    """A registered DLLM decoder (Table 3's rows, Figure 4's curves): the backbone's own rule, Algorithm 3, or
+    a baseline (APD, DAWN, CoRe, Fast-dLLM).
+
+    ``fn(backbone, x, decoding, options, proxy=None, generator=None) -> (x (B, T) int64, stats)``: ``x`` holds
+    the prompts in the DLLM layout followed by ``decoding.gen_length`` masks; ``decoding`` is the shared
+    :class:`~unie.methods.dllm.DecodeOptions`; ``options`` an instance of ``options_cls`` (the single source of
+    the sampler's defaults); ``proxy`` a :class:`~unie.energy.bridge.ProxyBridge` when ``needs_proxy``;
+    ``stats`` has at least ``nfe`` (backbone forwards) and, with a proxy, ``proxy_forwards``."""
+
+    name: str
+    fn: Callable
+    options_cls: type
+    needs_proxy: bool = False
+
+    def options(self, options=None, where: str | None = None, **kwargs):
+        return make_options(self.options_cls, options, where or f"DLLM sampler {self.name!r} options", **kwargs)
+
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self.options_cls))
+
+
+def register_dllm_sampler(name: str, options, needs_proxy: bool = False):
+    """Decorator: register ``fn`` as DLLM sampler ``name`` with its options dataclass."""
+
+    def deco(fn):
+        DLLM_SAMPLERS.add(name, DLLMSamplerEntry(name, fn, options, needs_proxy))
+        return fn
+
+    return deco
+
+
 BACKBONES = Registry("backbone")
 SCHEDULES = Registry("noise schedule")
 ENERGIES = Registry("energy")
 SAMPLERS = Registry("sampler")
 METHODS = Registry("method")
 EVALUATORS = Registry("Gen-PPL evaluator")
+DLLM_SAMPLERS = Registry("DLLM sampler")

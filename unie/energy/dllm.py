@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.gumbel import gumbel_argmax
-from ..core.registry import ENERGIES
+from ..core.registry import ENERGIES, register_dllm_sampler
 from ..methods.dllm import (
     DecodeOptions,
     block_bounds,
@@ -120,3 +120,10 @@ def energy_decode(backbone, bridge, x: torch.Tensor, decode: DecodeOptions, opti
         else:
             x = commit_top(x, x0_hat, confidence(logp_dlm, x0_hat, decode.confidence), allowed, m)
     return x, {"nfe": N, "proxy_forwards": bridge.forwards - proxy_before, "window_iterations": window}
+
+
+@register_dllm_sampler("energy", DLLMEnergyOptions, needs_proxy=True)
+def energy_sampler(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DLLMEnergyOptions, proxy=None,
+                   generator=None) -> tuple[torch.Tensor, dict]:
+    """Registered form of :func:`energy_decode` (the +Ind/+Inv/+Uni-Energy rows of Table 3)."""
+    return energy_decode(backbone, proxy, x, decoding, options, generator)

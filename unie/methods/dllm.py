@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ..core.config import make_options
 from ..core.gumbel import uniform
-from ..core.registry import METHODS
+from ..core.registry import METHODS, register_dllm_sampler
 from ..data.dllm_format import split_rows
 from ..data.tokenizer import blocked_ids
 from .mdlm import block_logits
@@ -52,6 +52,15 @@ class DLLM:
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.aligned(self.net(x.to(self.net.device))).float()
+
+    @torch.no_grad()
+    def logits_and_attention(self, x: torch.Tensor, n_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass: aligned logits ``(B, T, V)`` (as :meth:`logits`) and the softmax attention
+        probabilities of the last ``n_layers`` layers averaged over heads and layers, ``A`` ``(B, T, T)`` float32
+        (row ``i`` = query, column ``j`` = key; rows sum to 1).  ``A`` is indexed by network positions, not
+        re-aligned for a shifted (Dream-like) model, as DAWN's Dream code does."""
+        raw, probs = self.net(x.to(self.net.device), return_attn=n_layers)
+        return self.aligned(raw).float(), torch.stack(probs).mean(dim=(0, 2))
 
 
 def normalise(logits: torch.Tensor, blocked) -> torch.Tensor:
@@ -192,6 +201,18 @@ def decode(backbone, x: torch.Tensor, options: DecodeOptions) -> tuple[torch.Ten
         allowed = (x == backbone.mask_id) & (pos >= start) & (pos < end)
         x = commit_top(x, x0_hat, confidence(logp, x0_hat, options.confidence), allowed, options.tokens_per_step)
     return x, {"nfe": options.iterations}
+
+
+@dataclass(frozen=True)
+class PlainOptions:
+    """The backbone's own decoder has no options beyond the shared :class:`DecodeOptions`."""
+
+
+@register_dllm_sampler("plain", PlainOptions)
+def plain(backbone, x: torch.Tensor, decoding: DecodeOptions, options: PlainOptions, proxy=None,
+          generator=None) -> tuple[torch.Tensor, dict]:
+    """Registered form of :func:`decode` (the rows LLaDA-like and Dream-like of Table 3)."""
+    return decode(backbone, x, decoding)
 
 
 # ---------------------------------------------------------------------- likelihood (lm-eval's loglikelihood)

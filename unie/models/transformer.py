@@ -1,7 +1,9 @@
 """One transformer block stack used two ways: a bidirectional denoiser (masked diffusion) and a
 causal autoregressive model.  Pre-LN blocks, rotary position embeddings, PyTorch SDPA attention,
 optional adaLN time conditioning (SEDD, Duo), an optional arbitrary attention mask (BD3-LM,
-DCD's causal pass) and a KV cache for AR sampling.
+DCD's causal pass) and a KV cache for AR sampling.  On request (``return_attn=n``) the softmax attention
+probabilities of the last ``n`` layers are computed alongside SDPA (DAWN's dependency proxy); the default
+path never computes them.
 
 Shapes: tokens ``(B, L)`` int64 -> logits ``(B, L, V)`` float32.
 """
@@ -34,6 +36,19 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return (x * cos + torch.cat([-x2, x1], dim=-1) * sin).type_as(x)
 
 
+def attention_probs(q: torch.Tensor, k: torch.Tensor, attn_mask=None, is_causal: bool = False) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(Dh) + mask)`` ``(B, H, L, L_k)`` float32, the probabilities SDPA applies to ``v``.
+
+    ``q`` ``(B, H, L, Dh)``, ``k`` ``(B, H, L_k, Dh)``; ``attn_mask`` bool (True = may attend) or additive float,
+    broadcastable to ``(B, H, L, L_k)``; ``is_causal``: key ``j <= `` query ``i`` (SDPA's top-left alignment)."""
+    s = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if is_causal:
+        attn_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
+    return torch.softmax(s, dim=-1)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -43,7 +58,9 @@ class Attention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
 
-    def forward(self, h, cos, sin, causal: bool, attn_mask=None, cache=None):
+    def forward(self, h, cos, sin, causal: bool, attn_mask=None, cache=None, probs: list | None = None):
+        """``probs``: when a list, the softmax attention probabilities ``(B, H, L, L_k)`` float32 (query ``i``
+        over key ``j``, before dropout) are appended to it; SDPA still computes the output."""
         B, L, D = h.shape
         q, k, v = self.qkv(h).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -57,6 +74,8 @@ class Attention(nn.Module):
             # cached decoding of several new tokens: causal over the new block, full over the past
             past = k.shape[2] - L
             attn_mask = torch.ones(L, k.shape[2], dtype=torch.bool, device=h.device).tril(diagonal=past)
+        if probs is not None:
+            probs.append(attention_probs(q, k, attn_mask, is_causal))
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
         )
@@ -82,13 +101,13 @@ class Block(nn.Module):
             nn.init.zeros_(self.ada.weight)
             nn.init.zeros_(self.ada.bias)
 
-    def forward(self, h, cos, sin, causal, c=None, attn_mask=None, cache=None):
+    def forward(self, h, cos, sin, causal, c=None, attn_mask=None, cache=None, probs: list | None = None):
         if self.ada is None:
-            h = h + self.drop(self.attn(self.ln1(h), cos, sin, causal, attn_mask, cache))
+            h = h + self.drop(self.attn(self.ln1(h), cos, sin, causal, attn_mask, cache, probs))
             return h + self.drop(self.mlp(self.ln2(h)))
         s1, sc1, g1, s2, sc2, g2 = self.ada(c)[:, None, :].chunk(6, dim=-1)
         x = self.ln1(h) * (1 + sc1) + s1
-        h = h + (1 + g1) * self.drop(self.attn(x, cos, sin, causal, attn_mask, cache))
+        h = h + (1 + g1) * self.drop(self.attn(x, cos, sin, causal, attn_mask, cache, probs))
         x = self.ln2(h) * (1 + sc2) + s2
         return h + (1 + g2) * self.drop(self.mlp(x))
 
@@ -133,8 +152,13 @@ class Transformer(nn.Module):
     def device(self):
         return self.embed.weight.device
 
-    def forward(self, x: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
-        """Logits ``(B, L, V)`` float32: the output head on :meth:`hidden` (same arguments)."""
+    def forward(self, x: torch.Tensor | None = None, **kwargs):
+        """Logits ``(B, L, V)`` float32: the output head on :meth:`hidden` (same arguments).  With
+        ``return_attn=n > 0``: ``(logits, probs)``, ``probs`` as :meth:`hidden` returns them."""
+        if kwargs.get("return_attn", 0):
+            h, probs = self.hidden(x, **kwargs)
+            return self.head(h).float(), probs
+        kwargs.pop("return_attn", None)
         return self.head(self.hidden(x, **kwargs)).float()
 
     def hidden(
@@ -146,7 +170,8 @@ class Transformer(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         cache: list | None = None,
         causal: bool | None = None,
-    ) -> torch.Tensor:
+        return_attn: int = 0,
+    ):
         """Final hidden states ``(B, L, d_model)`` (after the last LayerNorm).
 
         Args:
@@ -156,6 +181,10 @@ class Transformer(nn.Module):
             positions: rotary positions ``(L,)`` (default ``0..L-1``, offset by the cache length).
             cache: list of per-layer dicts for AR decoding (filled in place).
             causal: override the configured attention direction (DCD's causal pass of a denoiser).
+            return_attn: ``n > 0`` also returns the softmax attention probabilities of the last ``n`` layers
+                (all of them if ``n >= n_layers``), a list of ``(B, H, L, L_k)`` float32 tensors, shallowest
+                first: ``(hidden, probs)``.  They are computed alongside SDPA (which still produces the output),
+                so the hidden states are those of the default path; ``0`` (default) computes nothing extra.
         """
         h = self.embed(x) if inputs_embeds is None else inputs_embeds
         L = h.shape[1]
@@ -169,9 +198,14 @@ class Transformer(nn.Module):
             if sigma is None:
                 raise ValueError("this model is time-conditioned: pass sigma")
             c = F.silu(self.cond(timestep_embedding(sigma, self.cfg.cond_dim)))
+        if return_attn < 0:
+            raise ValueError(f"return_attn must be >= 0, got {return_attn}")
+        first = len(self.blocks) - return_attn if return_attn else len(self.blocks)
+        probs = [] if return_attn else None
         for i, blk in enumerate(self.blocks):
-            h = blk(h, cos, sin, causal, c, attn_mask, None if cache is None else cache[i])
-        return self.ln_f(h)
+            h = blk(h, cos, sin, causal, c, attn_mask, None if cache is None else cache[i],
+                    probs if i >= first else None)
+        return (self.ln_f(h), probs) if return_attn else self.ln_f(h)
 
     def new_cache(self) -> list:
         return [dict() for _ in self.blocks]

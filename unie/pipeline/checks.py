@@ -347,9 +347,9 @@ def check_dllm(config: dict) -> None:
     from ..core.config import from_dict
     from ..core.registry import METHODS
     from ..data.tasks import TASKS
-    from ..energy.dllm import DLLMEnergyOptions
+    from ..core.registry import DLLM_SAMPLERS
     from ..methods.dllm import DecodeOptions
-    from .dllm import LAYOUTS
+    from .dllm import LAYOUTS, row_sampler
 
     d = config.get("dllm")
     if not d:
@@ -397,9 +397,8 @@ def check_dllm(config: dict) -> None:
     energy = d.get("energy", {})
     hf = set(config.get("hf_models", {}))
     dec_fields = {f.name for f in dataclasses.fields(DecodeOptions)}
-    e_fields = {f.name for f in dataclasses.fields(DLLMEnergyOptions)}
-    for name, row in d["rows"].items():
-        where = f"dllm.rows.{name}"
+
+    def check_row(where: str, row: dict) -> None:
         for role in ("model", "proxy"):
             m = row.get(role)
             if m is None:
@@ -409,24 +408,53 @@ def check_dllm(config: dict) -> None:
                     _err(f"{where}.proxy", f"{m!r} is not an autoregressive model")
             elif m not in hf:
                 _err(f"{where}.{role}", f"unknown model {m!r}: not in dllm.models nor in hf_models")
-        if row.get("delta_to") and row["delta_to"] not in d["rows"]:
-            _err(f"{where}.delta_to", f"unknown row {row['delta_to']!r}")
         opts = dict(row.get("options", {}))
-        unknown = sorted(set(opts) - dec_fields - e_fields - {"seed", "mc_num"})
+        sampler = row_sampler(row)
+        if sampler not in DLLM_SAMPLERS:
+            _err(f"{where}.options.sampler", DLLM_SAMPLERS.unknown_message(sampler))
+        entry = DLLM_SAMPLERS[sampler]
+        s_fields = set(entry.option_names())
+        unknown = sorted(set(opts) - dec_fields - s_fields - {"seed", "mc_num", "sampler"})
         if unknown:
-            _err(f"{where}.options", f"unknown option(s) {unknown}; decoding: {sorted(dec_fields)}, "
-                                     f"energy: {sorted(e_fields)}")
+            _err(f"{where}.options", f"unknown option(s) {unknown} for DLLM sampler {sampler!r}; decoding: "
+                                     f"{sorted(dec_fields)}, {sampler}: {sorted(s_fields)}")
+        if entry.needs_proxy != bool(row.get("proxy")):
+            _err(f"{where}.proxy", f"DLLM sampler {sampler!r} " + ("needs a proxy (row key `proxy`)"
+                                                                   if entry.needs_proxy else "takes no proxy"))
         try:
             from_dict(DecodeOptions, {**dataclasses.asdict(base), **{k: v for k, v in opts.items() if k in dec_fields}},
                       f"{where}.options")
-            if row.get("proxy"):
-                from_dict(DLLMEnergyOptions, {**energy, **{k: v for k, v in opts.items() if k in e_fields}},
-                          f"{where}.options")
-            elif any(k in e_fields for k in opts):
-                _err(f"{where}.options", "energy options need a proxy (row key `proxy`)")
+            shared = energy if sampler == "energy" else {}
+            from_dict(entry.options_cls, {**shared, **{k: v for k, v in opts.items() if k in s_fields}},
+                      f"{where}.options")
         except ValueError as e:
             if isinstance(e, ConfigError):
                 raise
             _err(f"{where}.options", str(e))
         if row.get("kind", "unie") != "unie" and row["model"] not in hf:
             _err(f"{where}.kind", f"a Hugging Face row needs its model in hf_models, got {row['model']!r}")
+
+    for name, row in d["rows"].items():
+        check_row(f"dllm.rows.{name}", row)
+        if row.get("delta_to") and row["delta_to"] not in d["rows"]:
+            _err(f"dllm.rows.{name}.delta_to", f"unknown row {row['delta_to']!r}")
+    check_sweeps(d, check_row)
+
+
+def check_sweeps(d: dict, check_row) -> None:
+    """``dllm.sweeps`` (Figure 4, the appendix k/w tables): a known task, every curve a valid row, one varied
+    option per curve, and every point's options valid (``check_row`` on the row each point runs)."""
+    from .dllm import sweep_points
+
+    sweeps = d.get("sweeps")
+    if not sweeps:
+        return
+    if sweeps["task"] not in d["tasks"]["names"]:
+        _err("dllm.sweeps.task", f"{sweeps['task']!r} is not in dllm.tasks.names")
+    for sweep, curves in sweeps["sets"].items():
+        for curve, spec in curves.items():
+            vary = spec.get("vary", {})
+            if len(vary) != 1 or not all(isinstance(v, list) and v for v in vary.values()):
+                _err(f"dllm.sweeps.sets.{sweep}.{curve}.vary", "needs exactly one option with a non-empty list of values")
+        for point in sweep_points(d, sweep):
+            check_row(f"dllm.sweeps.sets.{sweep}.{point['curve']} ({point['key']}={point['value']})", point["row"])

@@ -27,8 +27,8 @@ from ..data.dllm_format import (ar_sft_rows, content_lengths, dllm_prompt_rows, 
 from ..data.tasks import task_vocabulary
 from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
 from ..energy.bridge import ProxyBridge
-from ..energy.dllm import DLLMEnergyOptions, energy_decode
-from ..methods.dllm import DecodeOptions, decode, mc_loglikelihood
+from ..core.registry import DLLM_SAMPLERS
+from ..methods.dllm import DecodeOptions, mc_loglikelihood
 from ..models.checkpoint import CheckpointError, load_model, read_meta, save_model
 from ..models.transformer import Transformer
 from .models import build_method, init_fingerprint, model_config
@@ -193,19 +193,27 @@ def completion_text(tok, ids: list[int]) -> str:
 
 
 class DLLMDecoder:
-    """A :class:`~unie.core.protocols.TextDecoder` over a DLLM backbone: its own decoder, or Algorithm 3 with a
-    proxy (``energy`` options given)."""
+    """A :class:`~unie.core.protocols.TextDecoder` over a DLLM backbone and a registered DLLM sampler
+    (:data:`~unie.core.registry.DLLM_SAMPLERS`: ``plain``, the backbone's own decoder; ``energy``, Algorithm 3;
+    the baselines).  Without ``sampler`` it is ``energy`` when ``energy_options`` are given, else ``plain``."""
 
     def __init__(self, backbone, tokenizer, prompt_len: int | None, decode_options: DecodeOptions,
-                 energy_options: DLLMEnergyOptions | None = None, bridge: ProxyBridge | None = None,
-                 seed: int = 0, mc_num: int = 32, name: str = "dllm", pad_to_batch: bool = False):
+                 energy_options=None, bridge: ProxyBridge | None = None,
+                 seed: int = 0, mc_num: int = 32, name: str = "dllm", pad_to_batch: bool = False,
+                 sampler: str | None = None):
         """``prompt_len``: the prompt positions the model was trained with (longer prompts are refused); prompts
         are left-padded to it, or only to the batch's longest prompt when ``pad_to_batch`` (a model trained on
-        length-bucketed batches, which never saw more padding than its bucket needed)."""
-        if (energy_options is None) != (bridge is None):
-            raise ValueError("Algorithm 3 needs both energy options and a proxy")
+        length-bucketed batches, which never saw more padding than its bucket needed).  ``energy_options``:
+        the sampler's options object (or mapping); ``bridge``: the proxy, for a sampler that needs one."""
+        sampler = sampler or ("plain" if energy_options is None else "energy")
+        self.sampler = DLLM_SAMPLERS[sampler]
+        if self.sampler.needs_proxy and bridge is None:
+            raise ValueError(f"DLLM sampler {sampler!r} needs a proxy")
+        if not self.sampler.needs_proxy and bridge is not None:
+            raise ValueError(f"DLLM sampler {sampler!r} takes no proxy")
         self.backbone, self.tok, self.prompt_len, self.pad_to_batch = backbone, tokenizer, prompt_len, pad_to_batch
-        self.decode_options, self.energy_options, self.bridge = decode_options, energy_options, bridge
+        self.decode_options, self.bridge = decode_options, bridge
+        self.energy_options = self.sampler.options(energy_options)  # the sampler's options (kept name)
         self.generator = torch.Generator().manual_seed(seed)
         self.mc_num, self.name = mc_num, name
 
@@ -225,11 +233,8 @@ class DLLMDecoder:
         x = dllm_prompt_rows(self.tok, prompts, P, G)
         device = getattr(getattr(self.backbone, "net", None), "device", "cpu")
         x = x.to(device)
-        if self.energy_options is None:
-            out, stats = decode(self.backbone, x, self.decode_options)
-        else:
-            out, stats = energy_decode(self.backbone, self.bridge, x, self.decode_options, self.energy_options,
-                                       self.generator)
+        out, stats = self.sampler.fn(self.backbone, x, self.decode_options, self.energy_options, proxy=self.bridge,
+                                     generator=self.generator)
         gen = out[:, P:P + min(G, max_new_tokens)].tolist()
         return [completion_text(self.tok, g) for g in gen], {"nfe": stats["nfe"], "generated_tokens": G * len(prompts),
                                                              "proxy_forwards": stats.get("proxy_forwards", 0)}
@@ -268,22 +273,36 @@ class ARDecoder:
         return out
 
 
-DECODER_KEYS = {"pretrained", "proxy", "energy", "K", "w", "ar_context", "temperature", "gen_length", "block_length",
-                "tokens_per_step", "confidence", "seed", "mc_num", "device", "kind", "style", "trust_remote_code",
-                "mask_token", "proxy_trust_remote_code", "prompt_len", "name"}
+DECODER_KEYS = {"pretrained", "proxy", "sampler", "gen_length", "block_length", "tokens_per_step", "confidence", "seed",
+                "mc_num", "device", "kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code",
+                "prompt_len", "name"}  # plus every registered DLLM sampler's option names
+
+
+def sampler_option_keys() -> set[str]:
+    return {k for entry in DLLM_SAMPLERS.values() for k in entry.option_names()}
 
 
 def build_decoder(args: dict):
     """A decoder from lm-eval's ``--model_args`` (a dict).  Keys: ``pretrained`` (a model directory),
     ``kind`` (``unie``, default: our checkpoints; ``hf_dllm``/``hf_ar``: Hugging Face checkpoints with ``style``
     llada|dream, ``trust_remote_code``, ``mask_token``), decoding options (``gen_length``, ``block_length``,
-    ``tokens_per_step``, ``confidence``), and for Algorithm 3 ``proxy`` (a directory) with ``energy`` and
-    optionally ``K``, ``w``, ``ar_context``, ``temperature``, ``proxy_trust_remote_code``.  An unknown key,
-    a missing checkpoint or an unbridgeable proxy is an error before any generation."""
+    ``tokens_per_step``, ``confidence``), ``sampler`` (a registered DLLM sampler: ``plain``, ``energy``
+    (Algorithm 3), the baselines; default ``energy`` when an ``energy`` key is given, else ``plain``) with that
+    sampler's own options (``K``, ``w``, ... for ``energy``), and ``proxy`` (a directory or HF name, with
+    ``proxy_trust_remote_code``) for a sampler that reads an AR proxy.  An unknown key, an option of another
+    sampler, a missing checkpoint or an unbridgeable proxy is an error before any generation."""
     args = dict(args)
-    unknown = sorted(set(args) - DECODER_KEYS)
+    unknown = sorted(set(args) - DECODER_KEYS - sampler_option_keys())
     if unknown:
-        raise ConfigError(f"unknown model_args {unknown}; known: {sorted(DECODER_KEYS)}")
+        raise ConfigError(f"unknown model_args {unknown}; known: {sorted(DECODER_KEYS | sampler_option_keys())}")
+    sampler = str(args.get("sampler", "energy" if "energy" in args else "plain"))
+    if sampler not in DLLM_SAMPLERS:
+        raise ConfigError(DLLM_SAMPLERS.unknown_message(sampler))
+    entry = DLLM_SAMPLERS[sampler]
+    foreign = sorted((set(args) & sampler_option_keys()) - set(entry.option_names()))
+    if foreign:
+        raise ConfigError(f"model_args {foreign} are not options of DLLM sampler {sampler!r} "
+                          f"(its options: {sorted(entry.option_names())})")
     if "pretrained" not in args:
         raise ConfigError("model_args needs pretrained=<model directory>")
     device, kind = args.get("device", "cpu"), args.get("kind", "unie")
@@ -310,19 +329,22 @@ def build_decoder(args: dict):
         raise ConfigError(f"unknown decoder kind {kind!r}; known: unie, hf_dllm, hf_ar")
     gen_length = int(args.get("gen_length", default_gen))
     if is_ar:
-        if "proxy" in args or "energy" in args:
-            raise ConfigError("an AR model decodes left to right: proxy/energy options apply to DLLMs only")
+        if "proxy" in args or "sampler" in args or set(args) & sampler_option_keys():
+            raise ConfigError("an AR model decodes left to right: sampler/proxy options apply to DLLMs only")
         return ARDecoder(model, tok, gen_length, name=name)
     dec_fields = {f.name for f in dataclasses.fields(DecodeOptions)}
     d_opts = from_dict(DecodeOptions, {**{k: args[k] for k in dec_fields if k in args}, "gen_length": gen_length},
                        "decoding options")
+    s_opts = from_dict(entry.options_cls, {k: args[k] for k in entry.option_names() if k in args},
+                       f"DLLM sampler {sampler!r} options")
+    common = dict(seed=seed, mc_num=int(args.get("mc_num", 32)), name=name, pad_to_batch=pad_to_batch,
+                  sampler=sampler)
+    if not entry.needs_proxy:
+        if "proxy" in args:
+            raise ConfigError(f"DLLM sampler {sampler!r} takes no proxy (proxy={args['proxy']!r} given)")
+        return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, **common)
     if "proxy" not in args:
-        if "energy" in args:
-            raise ConfigError("energy decoding (Algorithm 3) needs proxy=<AR proxy directory>")
-        return DLLMDecoder(model, tok, prompt_len, d_opts, seed=seed, mc_num=int(args.get("mc_num", 32)), name=name,
-                           pad_to_batch=pad_to_batch)
-    e_fields = {f.name for f in dataclasses.fields(DLLMEnergyOptions)}
-    e_opts = from_dict(DLLMEnergyOptions, {k: args[k] for k in e_fields if k in args}, "energy options")
+        raise ConfigError(f"DLLM sampler {sampler!r} needs proxy=<AR proxy directory>")
     if Path(str(args["proxy"]), "tokenizer").exists():
         proxy, _, proxy_layout = load_trained(args["proxy"], device)
         if proxy_layout["kind"] != "ar":
@@ -334,14 +356,13 @@ def build_decoder(args: dict):
                                device=device)
     if not hasattr(proxy, "logits") or not hasattr(proxy, "bos_id"):
         raise ConfigError(f"proxy {args['proxy']} is not an autoregressive model")
-    return DLLMDecoder(model, tok, prompt_len, d_opts, e_opts, ProxyBridge(proxy, tok), seed=seed,
-                       mc_num=int(args.get("mc_num", 32)), name=name, pad_to_batch=pad_to_batch)
+    return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, ProxyBridge(proxy, tok), **common)
 
 
 def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) -> dict:
     """lm-eval ``model_args`` of a Table 3 row (config ``dllm.rows``): the model (and proxy) directories from
-    the rule's inputs, the shared decoding options, the shared energy options (``dllm.energy``) for a row
-    with a proxy, then the row's own ``options``."""
+    the rule's inputs, the shared decoding options, the shared energy options (``dllm.energy``) for an
+    Algorithm 3 row (:func:`row_sampler`), then the row's own ``options`` (``sampler`` and its options)."""
     def directory(path):
         p = Path(path)
         return str(p.parent if p.suffix else p)
@@ -353,6 +374,76 @@ def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) 
     args.update(dllm.get("decoding", {}))  # an AR row's decoder reads only gen_length
     if row.get("proxy"):
         args["proxy"] = directory(inputs["proxy"])
-        args.update(dllm.get("energy", {}))
+    if row_sampler(row) == "energy":
+        args.update(dllm.get("energy", {}))  # Algorithm 3's shared options (dllm.energy)
     args.update(row.get("options", {}))
     return args
+
+
+def row_sampler(row: dict) -> str:
+    """The DLLM sampler of a Table 3 row, as :func:`build_decoder` reads its ``model_args``: ``options.sampler``,
+    else ``energy`` (Algorithm 3) for a row whose options name an ``energy``, else ``plain`` (the backbone's own
+    decoder)."""
+    opts = row.get("options", {})
+    return str(opts.get("sampler", "energy" if "energy" in opts else "plain"))
+
+
+# ---------------------------------------------------------------------- sweeps (Figure 4, appendix k/w tables)
+def sweep_points(dllm: dict, sweep: str) -> list[dict]:
+    """The points of sweep ``sweep`` (config ``dllm.sweeps.sets``): per curve, per value of its one varied
+    option, ``{name, curve, label, key, value, row}`` where ``row`` is the curve's row spec (a Table 3 row: model,
+    proxy, options) with ``options[key] = value``.  ``name`` = ``{curve}__{key}_{value}`` is the point's
+    directory under ``results/dllm/sweeps/{sweep}/``."""
+    out = []
+    for curve, spec in dllm["sweeps"]["sets"][sweep].items():
+        base = {k: v for k, v in spec.items() if k != "vary"}
+        ((key, values),) = spec["vary"].items()
+        for value in values:
+            row = {**base, "options": {**base.get("options", {}), key: value}}
+            out.append({"name": f"{curve}__{key}_{value}", "curve": curve, "label": spec.get("label", curve),
+                        "key": key, "value": value, "row": row})
+    return out
+
+
+def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print) -> list[dict]:
+    """Rule dllm_sweep: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the task
+    ``dllm.sweeps.task``, all in this process (lm-eval and the models are imported once; every point's
+    throughput is timed by the adapter: warm-up batch excluded, model loading excluded, ``dllm.batch_size``).
+    Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` per point and
+    ``points.json`` (one record per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under
+    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.lmeval.evaluate` (the layer above passes it in)."""
+    from ..data.tasks import PRIMARY_METRIC
+
+    out_dir = Path(out_dir)
+    task = dllm["sweeps"]["task"]
+    metric = dllm["tasks"].get("metrics", {}).get(task) or f"{PRIMARY_METRIC[task]},none"
+    include = inputs.get("tasks") or inputs.get("local_tasks")
+    include = Path(include[0] if isinstance(include, (list, tuple)) else include).parent if include else None
+    records = []
+    for point in sweep_points(dllm, sweep):
+        point_dir = out_dir / point["name"]
+        args = row_model_args(point["name"], point["row"], dllm, {role: inputs[f"{point['curve']}_{role}"]
+                              for role in ("model", "proxy") if f"{point['curve']}_{role}" in inputs}, device)
+        log(f"{sweep} {point['name']}: model_args {args}")
+        found = evaluate(args, [task], include, point_dir, dllm["batch_size"],
+                         include_defaults=dllm.get("include_default_tasks", False), limit=dllm.get("limit"),
+                         seed=dllm.get("seed", 0), allow_code_execution=dllm["tasks"].get("allow_code_execution", False),
+                         log=log)
+        shutil.copyfile(found, point_dir / "results.json")
+        res = json.loads((point_dir / "results.json").read_text())["results"][task]
+        tp = json.loads((point_dir / "throughput.json").read_text())
+        name, filt = metric.split(",", 1)
+        records.append({"sweep": sweep, "point": point["name"], "curve": point["curve"], "label": point["label"],
+                        "key": point["key"], "value": point["value"], "task": task, "metric": metric,
+                        "accuracy": 100 * res[metric], "stderr": 100 * res[f"{name}_stderr,{filt}"],
+                        "n": len(read_jsonl(next(point_dir.rglob(f"samples_{task}_*.jsonl")))),
+                        "tokens_per_s": tp["tokens_per_s"], "nfe": tp["nfe"], "seconds": tp["seconds"],
+                        "requests": tp["requests"], "generated_tokens": tp["generated_tokens"],
+                        "model_args": {k: v for k, v in args.items() if k != "device"}})
+        log(f"  accuracy {records[-1]['accuracy']:.1f} ± {records[-1]['stderr']:.1f}, "
+            f"{records[-1]['tokens_per_s']:.0f} tokens/s, NFE {tp['nfe']}")
+    tmp = out_dir / "points.json.tmp"
+    tmp.write_text(json.dumps({"sweep": sweep, "task": task, "metric": metric, "batch_size": dllm["batch_size"],
+                               "points": records}, indent=1))
+    tmp.replace(out_dir / "points.json")
+    return records

@@ -153,3 +153,24 @@ def fig3(fig: dict, genppl_paths, timing_paths, pdf_path, png_path, csv_path, su
     write_figure(figure, df, pdf_path, png_path, csv_path)
     write_json(summary, summary_path)
     return df, summary
+
+
+def fig4(sweep_dir, pdf_path, png_path, csv_path) -> str:
+    """Figure 4 from ``results/dllm/sweeps/fig4/points.json``; returns a one-line summary per curve."""
+    from ..report.figures import fig4_tradeoff
+
+    sweep = json.loads(Path(sweep_dir, "points.json").read_text())
+    figure, df = fig4_tradeoff(sweep)
+    write_figure(figure, df, pdf_path, png_path, csv_path)
+    return "\n".join(f"{r.curve} {r.key}={r.value}: {r.accuracy:.1f} ± {r.stderr:.1f} %, {r.tokens_per_s:.0f} tok/s"
+                     for r in df.itertuples())
+
+
+def sweep_table(sweep_dir, caption: str, tex_path, csv_path) -> str:
+    """An appendix k/w table from ``results/dllm/sweeps/{sweep}/points.json``."""
+    from ..report.tables import sweep_table as build
+
+    sweep = json.loads(Path(sweep_dir, "points.json").read_text())
+    tex, df = build(sweep, caption)
+    write_table(tex, df, tex_path, csv_path)
+    return tex

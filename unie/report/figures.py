@@ -230,3 +230,34 @@ def case_figure(words: list[str], step, steps: int, title: str, caption: str, ma
     bar.set_label("step that revealed the token", fontsize=8)
     figure.subplots_adjust(bottom=0.38 if lines < 4 else 0.25, top=0.85)
     return figure
+
+
+def fig4_tradeoff(sweep: dict):
+    """Figure 4: accuracy on one task (the MATH500 analogue) vs throughput, one curve per decoder, its
+    parallelism knob varied (tokens per step ``m``, or Fast-dLLM's threshold).
+
+    ``sweep``: a ``points.json`` of rule ``dllm_sweep`` (``points``: accuracy, its s.e. from lm-eval,
+    tokens/s).  Error bars ±1 s.e.  Returns ``(figure, points)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = pd.DataFrame(sweep["points"])
+    figure, ax = plt.subplots(figsize=(5.6, 3.8))
+    for (curve, sub), marker in zip(df.groupby("curve", sort=False), "osD^v<>"):
+        sub = sub.sort_values("tokens_per_s")
+        ax.errorbar(sub.tokens_per_s, sub.accuracy, yerr=sub.stderr, marker=marker, capsize=2, lw=1.2, ms=4,
+                    label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})")
+        for r in sub.itertuples():
+            ax.annotate(str(r.value), (r.tokens_per_s, r.accuracy), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("throughput (generated tokens / s)")
+    ax.set_ylabel(f"{sweep['task']} accuracy (%)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax.set_title(f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded, "
+                 f"±1 s.e.", fontsize=8)
+    figure.tight_layout()
+    return figure, df

@@ -122,8 +122,9 @@ def ours_long(spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None =
 def missing_reason(key: str) -> str:
     """Why a table of the paper has no counterpart here."""
     if key.startswith("table_app_"):
-        return (f"the workflow does not produce `{key}` (the DLLM {key.removeprefix('table_app_')} sweep of the "
-                "paper's appendix) yet, so there is nothing of ours to put beside it.")
+        return (f"this profile does not produce `{key}` (the DLLM {key.removeprefix('table_app_')} sweep of the "
+                f"paper's appendix: set `dllm.sweeps.sets.{key.removeprefix('table_')}`), so there is nothing of ours "
+                "to put beside it.")
     return f"this profile does not produce `{key}`."
 
 
@@ -213,6 +214,9 @@ def sections(values: dict, tables: dict[str, pd.DataFrame], *, evaluators: list[
                     + ", ".join(f"{p} = ours {s}" for s, p in mapped.items())
                     + " (the same fraction of L).  Entropy is not ranked; ours is per-sample unigram entropy in bits "
                     "(the paper states no unit).")
+        elif key.startswith("table_app_"):
+            note = ("Rows by the varied value; accuracy only: our throughput (tokens/s, in our table) is a measurement "
+                    "on other hardware and is not compared.")
         elif spec["kind"] == "long" and any("ours" in r for r in spec["rows"].values()):
             note = "Rows: the paper's row is ours as listed in config/paper_values.yaml (`ours`); columns by name."
         out.append({"key": key, "spec": spec, "df": df, "order": orderings(spec, df), "note": note})

@@ -188,3 +188,21 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
         lines.append(" & ".join([label] + cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n", df
+
+
+def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
+    """An appendix k/w table: one row per value of the varied option (``points.json`` of rule ``dllm_sweep``):
+    accuracy (± its s.e. from lm-eval) and throughput.  The CSV is long like Table 3's (``row`` = ``k=2``, the
+    paper's row name; ``column`` = ``Accuracy``; ``value``), with the throughput in ``tokens_per_s``."""
+    pts = pd.DataFrame(sweep["points"])
+    key = pts.key.iloc[0]
+    df = pd.DataFrame({"row": [f"{key.lower()}={v}" for v in pts.value], "column": "Accuracy",
+                       "value": pts.accuracy, "stderr": pts.stderr, "n": pts.n, "tokens_per_s": pts.tokens_per_s,
+                       "nfe": pts.nfe, "curve": pts.curve, "label": pts.label, "option": key, "option_value": pts.value})
+    caption = caption.replace("_", "\\_")
+    lines = ["\\begin{table}[t]", "\\centering", f"\\caption{{{caption}}}", "\\begin{tabular}{lrr}", "\\toprule",
+             f"${key}$ & {sweep['task'].replace('_', chr(92) + '_')} accuracy (\\%) & tokens/s \\\\", "\\midrule"]
+    for r in df.itertuples():
+        lines.append(f"{r.option_value} & {r.value:.1f} $\\pm$ {r.stderr:.1f} & {r.tokens_per_s:.0f} \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
+    return "\n".join(lines) + "\n", df

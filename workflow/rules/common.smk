@@ -110,6 +110,10 @@ def final_outputs():
     if config["data"]["source"] == "toy" and config.get("figures", {}).get("case_studies"):
         out += [f"results/figures/case_{c}.{ext}" for c in ("invariant", "independent", "non_invariant",
                                                              "non_independent") for ext in ("pdf", "png")]
+    sweeps = config.get("dllm", {}).get("sweeps", {}).get("sets", {})
+    if "fig4" in sweeps:
+        out += [f"results/figures/fig4_dllm_tradeoff.{ext}" for ext in ("pdf", "png", "csv")]
+    out += [f"results/tables/table_{s}.{ext}" for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")]
     if config.get("figures", {}).get("fig3_tradeoff"):
         out += [f"results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
     return out

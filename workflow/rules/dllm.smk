@@ -165,6 +165,49 @@ rule dllm_eval:
         "../scripts/dllm_eval.py"
 
 
+SWEEPS = list(DLLM.get("sweeps", {}).get("sets", {}))
+
+
+def dllm_sweep_inputs(wc):
+    out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else {}
+    if LOCAL_TASKS:
+        out["local_tasks"] = rules.dllm_local_tasks.output.yamls
+    for curve, spec in DLLM["sweeps"]["sets"][wc.sweep].items():
+        for role in ("model", "proxy"):
+            name = spec.get(role)
+            if name:
+                out[f"{curve}_{role}"] = (f"results/dllm/models/{name}/model.safetensors" if name in DLLM_MODELS
+                                          else f"resources/hf/{name}")
+    return out
+
+
+rule dllm_sweep:
+    # Figure 4 and the appendix k/w tables: one lm-eval run per point on one task, all points of a sweep in one
+    # job (lm-eval and the models imported once); it holds every core (throughput is timed): held_cores()
+    input:
+        unpack(dllm_sweep_inputs),
+    output:
+        directory("results/dllm/sweeps/{sweep}"),
+    log:
+        "logs/dllm/sweep_{sweep}.log",
+    benchmark:
+        "benchmarks/dllm/sweep_{sweep}.tsv"
+    wildcard_constraints:
+        sweep="|".join(SWEEPS) or "(?!)",
+    params:
+        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
+                                       "seed", "sweeps")},
+        device=config["device"],
+    threads: held_cores()
+    resources:
+        gpu=res("dllm_sweep", "gpu", 0),
+        slurm_partition=partition("dllm_sweep"),
+        mem_mb=res("dllm_sweep", "mem_mb", 4000),
+        runtime=res("dllm_sweep", "runtime", 120),
+    script:
+        "../scripts/dllm_sweep.py"
+
+
 def table3_inputs(wc):
     files = [f"results/dllm/rows/{row}/results.json" for row in DLLM_ROWS]
     return {"results": files, "dirs": result_dirs(files)}
@@ -184,3 +227,47 @@ rule table3_dllm:
     localrule: True
     script:
         "../scripts/table3.py"
+
+
+def sweep_caption(sweep):
+    """The caption of an appendix k/w table: what is fixed and what varies (from the config)."""
+    parts = []
+    for curve, spec in DLLM["sweeps"]["sets"][sweep].items():
+        ((key, values),) = spec["vary"].items()
+        fixed = ", ".join(f"{k}={v}" for k, v in {**DLLM.get("energy", {}), **spec.get("options", {})}.items()
+                          if k != key)
+        parts.append(f"{spec.get('label', curve)} on {spec['model']} ({fixed}), {key} varied")
+    return (f"{DLLM['sweeps']['task']}: " + "; ".join(parts) + f". Accuracy $\\pm$ its s.e. (lm-eval), "
+            f"throughput in generated tokens/s (batch {DLLM['batch_size']}, warm-up and loading excluded).")
+
+
+rule table_app_sweep:
+    # the appendix k and w tables (table_app_k, table_app_w) from their sweeps
+    input:
+        "results/dllm/sweeps/{sweep}",
+    output:
+        tex="results/tables/table_{sweep}.tex",
+        csv="results/tables/table_{sweep}.csv",
+    log:
+        "logs/tables/table_{sweep}.log",
+    wildcard_constraints:
+        sweep="app_k|app_w",
+    params:
+        caption=lambda wc: sweep_caption(wc.sweep),
+    localrule: True
+    script:
+        "../scripts/table_app_sweep.py"
+
+
+rule fig4_dllm_tradeoff:
+    input:
+        "results/dllm/sweeps/fig4",
+    output:
+        pdf="results/figures/fig4_dllm_tradeoff.pdf",
+        png="results/figures/fig4_dllm_tradeoff.png",
+        csv="results/figures/fig4_dllm_tradeoff.csv",
+    log:
+        "logs/figures/fig4_dllm_tradeoff.log",
+    localrule: True
+    script:
+        "../scripts/fig4.py"

@@ -80,6 +80,9 @@ def paper_vs_ours_tables():
     out = {"table1_ppl": "results/tables/table1_ppl.csv", "table2_genppl": "results/tables/table2_genppl.csv"}
     if config.get("dllm"):
         out["table3_dllm"] = "results/tables/table3_dllm.csv"
+    for sweep in ("app_k", "app_w"):
+        if sweep in config.get("dllm", {}).get("sweeps", {}).get("sets", {}):
+            out[f"table_{sweep}"] = f"results/tables/table_{sweep}.csv"
     return out
 
 

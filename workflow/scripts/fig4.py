@@ -1,0 +1,9 @@
+"""Rule fig4_dllm_tradeoff: Figure 4 (accuracy vs throughput) from the fig4 sweep's lm-eval results."""
+
+from unie.pipeline.rule import job
+
+with job(snakemake) as log:
+    from unie.pipeline.report import fig4
+
+    o = snakemake.output
+    log(fig4(snakemake.input[0], o.pdf, o.png, o.csv))
