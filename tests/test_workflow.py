@@ -298,7 +298,7 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
 
     df = pd.read_csv(smoke_run / "results" / "tables" / "table3_dllm.csv")
     rows = sorted(df.row.unique())
-    assert rows == sorted(["proxy", "llada", "llada_uni", "dream", "dream_ind"])
+    assert rows == sorted(["proxy", "llada", "llada_dawn", "llada_uni", "dream", "dream_apd", "dream_ind"])
     for row in rows:
         d = smoke_run / "results" / "dllm" / "rows" / row
         kept = (d / "results.json").read_bytes()
@@ -315,7 +315,7 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
         tp = json.loads((d / "throughput.json").read_text())
         assert tp["warmup_excluded"] and tp["requests"] == 7 * 8 and tp["tokens_per_s"] > 0
     energy = df[df.delta.notna()]
-    assert len(energy) == 2 * 7 and energy.delta_se.notna().all() and (energy.delta_se >= 0).all()
+    assert len(energy) == 4 * 7 and energy.delta_se.notna().all() and (energy.delta_se >= 0).all()
     tex = (smoke_run / "results" / "tables" / "table3_dllm.tex").read_text()
     assert "MATH500" in tex and "+Uni-Energy" in tex
 
