@@ -298,7 +298,8 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
 
     df = pd.read_csv(smoke_run / "results" / "tables" / "table3_dllm.csv")
     rows = sorted(df.row.unique())
-    assert rows == sorted(["proxy", "llada", "llada_dawn", "llada_uni", "dream", "dream_apd", "dream_ind"])
+    assert rows == sorted(["proxy", "llada", "llada_dawn", "llada_core", "llada_uni", "dream", "dream_apd",
+                           "dream_ind"])
     for row in rows:
         d = smoke_run / "results" / "dllm" / "rows" / row
         kept = (d / "results.json").read_bytes()
@@ -315,9 +316,18 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
         tp = json.loads((d / "throughput.json").read_text())
         assert tp["warmup_excluded"] and tp["requests"] == 7 * 8 and tp["tokens_per_s"] > 0
     energy = df[df.delta.notna()]
-    assert len(energy) == 4 * 7 and energy.delta_se.notna().all() and (energy.delta_se >= 0).all()
+    assert len(energy) == 5 * 7 and energy.delta_se.notna().all() and (energy.delta_se >= 0).all()
     tex = (smoke_run / "results" / "tables" / "table3_dllm.tex").read_text()
     assert "MATH500" in tex and "+Uni-Energy" in tex
+    # CoRe is a reading: its label carries a dagger and the note is printed under the table, once
+    assert "+CoRe$^{\\dagger}$" in tex and tex.count("our reading of its neighbour-stability test") == 1
+    # the appendix's full table: every row, the appendix-only one too; Table 3 without it, the shared cells equal
+    full = pd.read_csv(smoke_run / "results" / "tables" / "table_app_dllm_full.csv")
+    assert list(full.row.unique()) == list(yaml.safe_load(SMOKE.read_text())["dllm"]["rows"])
+    assert "proxy_appendix" in set(full.row) and "proxy_appendix" not in rows
+    shared = full[full.row != "proxy_appendix"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(shared, df.reset_index(drop=True))
+    assert "AR proxy (appendix only)" in (smoke_run / "results" / "tables" / "table_app_dllm_full.tex").read_text()
 
 
 def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):

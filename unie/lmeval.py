@@ -330,6 +330,20 @@ class UnieLM(LM):
             "use tasks with output_type generate_until or multiple_choice")
 
 
+_ENV_INFO: dict = {}
+
+
+def _cached_env_info(storage: dict) -> None:
+    """lm-eval's ``add_env_info`` (torch's ``collect_env``: subprocesses, ~0.3 s a call here) collected once per
+    process: a sweep runs many evaluations in one process, whose environment does not change.  The results JSON
+    gets the same keys and values."""
+    from lm_eval.loggers.utils import add_env_info
+
+    if not _ENV_INFO:
+        add_env_info(_ENV_INFO)
+    storage.update(_ENV_INFO)
+
+
 def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batch_size: int,
              include_defaults: bool = False, limit=None, seed: int = 0, allow_code_execution: bool = False,
              log=print) -> Path | None:
@@ -346,8 +360,12 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     ``--confirm_run_unsafe_code`` plus ``HF_ALLOW_CODE_EVAL=1``: tasks that run model-written code (``mbpp``,
     LiveCodeBench) are refused without it, before any generation."""
     import lm_eval
+    import lm_eval.evaluator
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.tasks import TaskManager
+
+    if getattr(lm_eval.evaluator, "add_env_info", None) is not None:
+        lm_eval.evaluator.add_env_info = _cached_env_info
 
     output_path = Path(output_path)
     lm = UnieLM(batch_size=batch_size, throughput_path=output_path / "throughput.json", **model_args)

@@ -121,12 +121,15 @@ class DLLMSamplerEntry:
     the prompts in the DLLM layout followed by ``decoding.gen_length`` masks; ``decoding`` is the shared
     :class:`~unie.methods.dllm.DecodeOptions`; ``options`` an instance of ``options_cls`` (the single source of
     the sampler's defaults); ``proxy`` a :class:`~unie.energy.bridge.ProxyBridge` when ``needs_proxy``;
-    ``stats`` has at least ``nfe`` (backbone forwards) and, with a proxy, ``proxy_forwards``."""
+    ``stats`` has at least ``nfe`` (backbone forwards) and, with a proxy, ``proxy_forwards``.
+    ``preflight(backbone, options)``, when given, raises if the backbone cannot serve the sampler (DAWN: a model
+    that returns no attention probabilities); the decoder builder calls it before any generation."""
 
     name: str
     fn: Callable
     options_cls: type
     needs_proxy: bool = False
+    preflight: Callable | None = None
 
     def options(self, options=None, where: str | None = None, **kwargs):
         return make_options(self.options_cls, options, where or f"DLLM sampler {self.name!r} options", **kwargs)
@@ -135,11 +138,11 @@ class DLLMSamplerEntry:
         return tuple(f.name for f in dataclasses.fields(self.options_cls))
 
 
-def register_dllm_sampler(name: str, options, needs_proxy: bool = False):
+def register_dllm_sampler(name: str, options, needs_proxy: bool = False, preflight: Callable | None = None):
     """Decorator: register ``fn`` as DLLM sampler ``name`` with its options dataclass."""
 
     def deco(fn):
-        DLLM_SAMPLERS.add(name, DLLMSamplerEntry(name, fn, options, needs_proxy))
+        DLLM_SAMPLERS.add(name, DLLMSamplerEntry(name, fn, options, needs_proxy, preflight))
         return fn
 
     return deco

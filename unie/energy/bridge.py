@@ -88,27 +88,28 @@ class ProxyBridge:
                 pids = [self.ptok.bos_id] + encoded[n][0] + ([self.ptok.eos_id] if parsed[n][2] is not None else [])
                 seqs.append(pids)
             width = max(len(s) for s in seqs)
-            x = torch.full((hi - lo, width), self.ptok.eos_id, dtype=torch.long)
-            for r, s in enumerate(seqs):
-                x[r, : len(s)] = torch.tensor(s)
+            x = torch.tensor([s + [self.ptok.eos_id] * (width - len(s)) for s in seqs], dtype=torch.long)
             logp = self.proxy.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
             self.forwards += 1
-            tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1)  # (n, width - 1): score of token k + 1
+            tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1).tolist()  # score of token k + 1
+            block = [[0.0] * L for _ in range(hi - lo)]  # Python floats are float64: the same sums, in the same order
             for r, n in enumerate(range(lo, hi)):
                 text, spans, eos = parsed[n]
                 owner = {}
                 for i, (a, b) in spans.items():
                     for c in range(a, b):
                         owner[c] = i
+                acc, lp = block[r], tok_lp[r]
                 for k, (a, b) in enumerate(encoded[n][1]):
                     if b <= a:
                         continue
                     i = owner.get(b - 1)
                     if i is None:
                         raise BridgeError(f"proxy token {k} of {text[:60]!r} ends on whitespace the DLLM does not own")
-                    out[n, i] += tok_lp[r, k]
+                    acc[i] += lp[k]
                 if eos is not None:
-                    out[n, eos] += tok_lp[r, len(encoded[n][0])]
+                    acc[eos] += lp[len(encoded[n][0])]
+            out[lo:hi] = torch.tensor(block, dtype=torch.float64)
         if self.score_until is not None:
             out[:, self.score_until:] = 0.0
         return out

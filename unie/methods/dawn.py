@@ -136,7 +136,20 @@ def greedy_mis(conflict: torch.Tensor, candidates: torch.Tensor, score: torch.Te
     return chosen
 
 
-@register_dllm_sampler("dawn", DAWNOptions)
+@torch.no_grad()
+def attention_preflight(backbone, options: DAWNOptions) -> None:
+    """Before any generation: the backbone must give ``options.attn_layers`` layers of attention probabilities
+    (one forward over one row of two masks; a ``TypeError``/``ValueError`` naming the problem otherwise)."""
+    if not hasattr(backbone, "logits_and_attention"):
+        raise TypeError(f"DAWN needs attention probabilities: {type(backbone).__name__} has no "
+                        "logits_and_attention(x, n_layers)")
+    x = torch.full((1, 2), backbone.mask_id, dtype=torch.long)
+    _, A = backbone.logits_and_attention(x, options.attn_layers)
+    if tuple(A.shape) != (1, 2, 2):
+        raise ValueError(f"DAWN: attention probabilities of shape {tuple(A.shape)} for one row of 2 positions")
+
+
+@register_dllm_sampler("dawn", DAWNOptions, preflight=attention_preflight)
 @torch.no_grad()
 def dawn_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DAWNOptions, proxy=None,
                 generator=None) -> tuple[torch.Tensor, dict]:

@@ -82,6 +82,64 @@ class HFDiffusionLM(_HFWrapped):
             out = torch.cat([out[:, :1], out[:, :-1]], dim=1)
         return out.float().to(x.device)
 
+    @torch.no_grad()
+    def logits_and_attention(self, x: torch.Tensor, n_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """DAWN's input from one forward pass: the aligned logits ``(B, L, V)`` (as :meth:`logits`) and the softmax
+        attention probabilities of the last ``n_layers`` layers averaged over heads and layers, ``A`` ``(B, L, L)``
+        float32 (row ``i`` = query, column ``j`` = key), not re-aligned for Dream (DAWN's Dream code does not).
+
+        * LLaDA-style modeling code (its blocks attend in ``_scaled_dot_product_attention(q, k, v, attn_mask,
+          dropout_p, is_causal)``; its forward refuses ``output_attentions``): for this call the last
+          ``n_layers`` such modules also compute ``softmax(q k^T / sqrt(d) + attn_mask)`` beside their own
+          attention, as DAWN's modified ``modeling_llada.py`` does (``attn_avg`` in layers 28-31).
+        * Otherwise transformers' ``output_attentions=True``; a model that returns no attention probabilities
+          (SDPA without an eager fallback) is a ``TypeError`` naming the fix."""
+        import math
+
+        blocks = [m for m in self.model.modules() if hasattr(type(m), "_scaled_dot_product_attention")]
+        if blocks:
+            if n_layers > len(blocks):
+                raise ValueError(f"DAWN attn_layers={n_layers} but {self.path} has {len(blocks)} attention layers")
+            probs = []
+
+            def capture(orig):
+                def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *args, **kwargs):
+                    kk = k if k.size(1) == q.size(1) else k.repeat_interleave(q.size(1) // k.size(1), dim=1)
+                    s = q.float() @ kk.float().transpose(-2, -1) / math.sqrt(q.size(-1))
+                    if attn_mask is not None:
+                        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
+                    if is_causal:
+                        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), -math.inf)
+                    probs.append(s.softmax(-1).mean(1))  # (B, L, L), heads averaged
+                    return orig(q, k, v, attn_mask, dropout_p, is_causal, *args, **kwargs)
+
+                return sdpa
+
+            last = blocks[-n_layers:]
+            for m in last:
+                m._scaled_dot_product_attention = capture(m._scaled_dot_product_attention)  # instance attribute
+            try:
+                raw = self.raw_logits(x)
+            finally:
+                for m in last:
+                    del m._scaled_dot_product_attention  # the class's method again
+            if len(probs) != n_layers:
+                raise TypeError(f"DAWN: {self.path} ran {len(probs)} of its last {n_layers} attention layers' "
+                                "_scaled_dot_product_attention in one forward pass")
+            A = torch.stack(probs).mean(0)
+        else:
+            out = self.model(x.to(self.device), output_attentions=True)
+            att = getattr(out, "attentions", None)
+            if not att or any(a is None for a in att[-n_layers:]):
+                raise TypeError(f"DAWN needs attention probabilities, and {self.path} returned none with "
+                                "output_attentions=True: load it with attn_implementation='eager'")
+            if n_layers > len(att):
+                raise ValueError(f"DAWN attn_layers={n_layers} but {self.path} has {len(att)} attention layers")
+            raw, A = out.logits, torch.stack([a.float() for a in att[-n_layers:]]).mean(dim=(0, 2))
+        if self.shift:
+            raw = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)
+        return raw.float().to(x.device), A.float().to(x.device)
+
     def __repr__(self) -> str:
         return (f"HFDiffusionLM(style={self.style!r}, path={self.path!r}, V={self.vocab_size}, "
                 f"mask={self.mask_id}, eos={self.eos_id}, shift={self.shift})")

@@ -339,6 +339,11 @@ def build_decoder(args: dict):
                        f"DLLM sampler {sampler!r} options")
     common = dict(seed=seed, mc_num=int(args.get("mc_num", 32)), name=name, pad_to_batch=pad_to_batch,
                   sampler=sampler)
+    if entry.preflight is not None:
+        try:
+            entry.preflight(model, s_opts)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"DLLM sampler {sampler!r} cannot decode {args['pretrained']}: {e}") from e
     if not entry.needs_proxy:
         if "proxy" in args:
             raise ConfigError(f"DLLM sampler {sampler!r} takes no proxy (proxy={args['proxy']!r} given)")

@@ -67,7 +67,7 @@ def generate_until_yaml(task: str, header: list[str], test_path: Path, target: s
         f"    test: {_q(str(Path(test_path).resolve()))}",
         "output_type: generate_until",
         "test_split: test",
-        f"doc_to_text: {_q('{{question}}')}",
+        "doc_to_text: question",  # a column name: lm-eval reads it as is (a Jinja template compiles per document)
         f"doc_to_target: {_q(target)}",
         *options,
         "generation_kwargs:",
@@ -96,7 +96,7 @@ def task_yaml(task: str, test_path: Path, n_test: int, seed: int) -> str:
         "# Scored generatively by utils.process_results_* (unie.data.tasks.score). List answers are checked by",
         "# executing the reference program on integers only (no model text is run), hence no unsafe_code.",
     ]
-    return generate_until_yaml(task, header, test_path, "{{answer}}", [f"target_delimiter: {_q(' ')}", "num_fewshot: 0"],
+    return generate_until_yaml(task, header, test_path, "answer", [f"target_delimiter: {_q(' ')}", "num_fewshot: 0"],
                                g["until"], g["do_sample"], g["max_gen_toks"], PRIMARY_METRIC[task],
                                {"n_test": n_test, "seed": seed})
 

@@ -136,7 +136,8 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
     ``rows``: row name -> ``{label, delta_to?}`` (config ``dllm.rows``); ``results``: row name -> lm-eval's
     results JSON (parsed); ``metrics``: task -> lm-eval's result key ``<metric>,<filter>`` (``acc,none``,
     ``exact_match,flexible-extract``); ``columns``: task -> the paper's column name.  A cell is that value x 100; an energy row
-    shows its delta to its backbone (``delta_to``) in green (gain) or red (loss), as the paper does; the CSV
+    shows its delta to its backbone (``delta_to``) in green (gain) or red (loss), as the paper does; a row's
+    ``note`` (e.g. "our reading") marks its label with a dagger and is printed under the table; the CSV
     holds lm-eval's standard error and, where ``samples`` (row -> task -> ``{doc_id: score}``, lm-eval's
     ``--log_samples``) has both rows, the paired standard error of the delta (:func:`paired_delta_se`, x 100)."""
     records = []
@@ -164,6 +165,8 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                     a, b = samples.get(name, {}).get(t), samples.get(base, {}).get(t)
                     se = 100 * paired_delta_se(a, b) if a and b else float("nan")
                     df.loc[(df.row == name) & (df.task == t), "delta_se"] = se
+    notes = list(dict.fromkeys(row["note"] for row in rows.values() if row.get("note")))  # one mark per text
+    marks = {n: (rf"$^{{\dagger{i}}}$" if len(notes) > 1 else r"$^{\dagger}$") for i, n in enumerate(notes, 1)}
     head = " & ".join(["Methods"] + [columns[t] for t in tasks] + ["Avg."])
     lines = [r"\begin{tabular}{l" + "c" * (len(tasks) + 1) + "}", r"\toprule", head + r" \\", r"\midrule"]
     for name, row in rows.items():
@@ -185,8 +188,14 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
         else:
             cells.append(f"{a:.1f}")
         label = row["label"].replace("%", r"\%")
+        if row.get("note"):
+            label += marks[row["note"]]
         lines.append(" & ".join([label] + cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines.append(r"\bottomrule")
+    for note, mark in marks.items():  # the rows' notes, as the table's caption would carry them
+        text = f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
+        lines.append(rf"\multicolumn{{{len(tasks) + 2}}}{{p{{0.9\linewidth}}}}{{\footnotesize {text}}} \\")
+    lines.append(r"\end{tabular}")
     return "\n".join(lines) + "\n", df
 
 

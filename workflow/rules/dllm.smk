@@ -5,10 +5,13 @@
 #   resources/dllm/meta.json         tokenizers and training tensors (rule dllm_data)
 #   results/dllm/models/{dmodel}/    trained DLLM-half models (rule dllm_train)
 #   results/dllm/rows/{row}/         lm-eval's results_*.json, samples_*.jsonl, throughput.json (rule dllm_eval)
+#   results/tables/table3_dllm.*     Table 3 (rows without appendix_only); table_app_dllm_full.*: every row
 
 DLLM = config.get("dllm", {})
 DLLM_MODELS = list(DLLM.get("models", {}))
 DLLM_ROWS = list(DLLM.get("rows", {}))
+# Table 3's rows; the appendix's full table (table_app_dllm_full) has every row, the appendix-only ones too
+TABLE3_ROWS = {name: row for name, row in DLLM.get("rows", {}).items() if not row.get("appendix_only")}
 TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
 LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
 
@@ -208,19 +211,37 @@ rule dllm_sweep:
         "../scripts/dllm_sweep.py"
 
 
-def table3_inputs(wc):
-    files = [f"results/dllm/rows/{row}/results.json" for row in DLLM_ROWS]
+def table3_inputs(rows):
+    files = [f"results/dllm/rows/{row}/results.json" for row in rows]
     return {"results": files, "dirs": result_dirs(files)}
 
 
 rule table3_dllm:
     input:
-        unpack(table3_inputs),
+        unpack(lambda wc: table3_inputs(TABLE3_ROWS)),
     output:
         tex="results/tables/table3_dllm.tex",
         csv="results/tables/table3_dllm.csv",
     log:
         "logs/tables/table3_dllm.log",
+    params:
+        rows=TABLE3_ROWS,
+        tasks=DLLM.get("tasks", {}),
+    localrule: True
+    script:
+        "../scripts/table3.py"
+
+
+rule table_app_dllm_full:
+    # the appendix's full benchmark table: Table 3's layout with every row (the appendix-only ones: the second
+    # AR of the DLLMs' size, the Llama3.1-8B analogue)
+    input:
+        unpack(lambda wc: table3_inputs(DLLM_ROWS)),
+    output:
+        tex="results/tables/table_app_dllm_full.tex",
+        csv="results/tables/table_app_dllm_full.csv",
+    log:
+        "logs/tables/table_app_dllm_full.log",
     params:
         rows=DLLM.get("rows", {}),
         tasks=DLLM.get("tasks", {}),
