@@ -31,9 +31,11 @@ def rotary_tables(positions: torch.Tensor, head_dim: int, base: float = 10000.0)
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` ``(B, H, L, Dh)`` by the position angles, pairing dimension ``i`` with ``i + Dh/2``
-    (3x faster on a CPU than interleaved pairs, which need a stack and a copy)."""
+    (3x faster on a CPU than interleaved pairs, which need a stack and a copy).  ``cos``/``sin`` broadcast
+    against ``x`` (``(L, Dh)`` here; ``(L, 1, Dh)`` for the ``(B, L, 2H, Dh)`` layout of :class:`Attention`).
+    Every element is ``x * cos + rot(x) * sin`` with each product rounded once, in any layout."""
     x1, x2 = x.chunk(2, dim=-1)
-    return (x * cos + torch.cat([-x2, x1], dim=-1) * sin).type_as(x)
+    return (x * cos).add_(torch.cat([-x2, x1], dim=-1).mul_(sin)).type_as(x)
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, attn_mask=None, is_causal: bool = False) -> torch.Tensor:
@@ -62,8 +64,13 @@ class Attention(nn.Module):
         """``probs``: when a list, the softmax attention probabilities ``(B, H, L, L_k)`` float32 (query ``i``
         over key ``j``, before dropout) are appended to it; SDPA still computes the output."""
         B, L, D = h.shape
-        q, k, v = self.qkv(h).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        H, Dh = self.n_heads, self.head_dim
+        qkv = self.qkv(h).view(B, L, 3, H, Dh)
+        # q and k rotated together on a contiguous (B, L, 2H, Dh) copy, then viewed as (B, H, L, Dh): the same
+        # values as rotating the permuted q and k one by one, ~1.5x faster on a CPU (strided broadcasts are slow)
+        qk = apply_rotary(qkv[:, :, :2].reshape(B, L, 2 * H, Dh), cos[:, None], sin[:, None])
+        q, k = qk.view(B, L, 2, H, Dh).permute(2, 0, 3, 1, 4)
+        v = qkv[:, :, 2].transpose(1, 2)
         if cache is not None:  # AR decoding: append the new keys/values to the cache
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)
