@@ -132,7 +132,8 @@ class HFDiffusionLM(_HFWrapped):
             att = getattr(out, "attentions", None)
             if not att or any(a is None for a in att[-n_layers:]):
                 raise TypeError(f"DAWN needs attention probabilities, and {self.path} returned none with "
-                                "output_attentions=True: load it with attn_implementation='eager'")
+                                "output_attentions=True: load it with attn_implementation='eager' "
+                                "(model_args attn_implementation=eager)")
             if n_layers > len(att):
                 raise ValueError(f"DAWN attn_layers={n_layers} but {self.path} has {len(att)} attention layers")
             raw, A = out.logits, torch.stack([a.float() for a in att[-n_layers:]]).mean(dim=(0, 2))
@@ -235,17 +236,21 @@ def _raw_tokenizer(path):
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-def _load_model(path, config: dict, remote: bool, dtype, device, prefer_auto_model: bool):
+def _load_model(path, config: dict, remote: bool, dtype, device, prefer_auto_model: bool,
+                attn_implementation: str | None = None):
     """Load the weights: ``AutoModel`` + remote code when ``auto_map`` names ``AutoModel`` (and a DLLM is
     wanted), the ``auto_map``'s ``AutoModelForCausalLM`` otherwise, and ``AutoModelForCausalLM`` for a
-    transformers-native checkpoint (no ``auto_map``)."""
+    transformers-native checkpoint (no ``auto_map``).  ``attn_implementation`` (e.g. ``eager``, which returns
+    attention probabilities for DAWN) is passed to ``from_pretrained`` when given."""
     from transformers import AutoModel, AutoModelForCausalLM
 
     auto_map = config.get("auto_map") or {}
     use_auto_model = remote and "AutoModel" in auto_map and (prefer_auto_model or
                                                              "AutoModelForCausalLM" not in auto_map)
     cls = AutoModel if use_auto_model else AutoModelForCausalLM
-    model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=remote, dtype=_dtype(dtype))
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=remote, dtype=_dtype(dtype),
+                                **extra)
     return model.to(device).eval()
 
 
@@ -260,7 +265,7 @@ def _config_mask_ids(path, config: dict) -> set[int]:
 
 # ------------------------------------------------------------------------------------------------ loaders
 def load_hf_dllm(path, *, style: str, trust_remote_code: bool, mask_token: str | None = None,
-                 dtype="float32", device="cpu") -> HFDiffusionLM:
+                 dtype="float32", device="cpu", attn_implementation: str | None = None) -> HFDiffusionLM:
     """A local LLaDA- or Dream-style checkpoint as an aligned :class:`HFDiffusionLM`.
 
     Order: ``config.json`` and the ``trust_remote_code`` grant (no weights touched), the weight files,
@@ -292,7 +297,8 @@ def load_hf_dllm(path, *, style: str, trust_remote_code: bool, mask_token: str |
         raise ValueError(f"mask id {tok.mask_id} ({hf.mask_token!r}) disagrees with mask_token_id "
                          f"{sorted(declared)} in the config of the model at {path}")
 
-    model = _load_model(path, config, remote, dtype, device, prefer_auto_model=True)
+    model = _load_model(path, config, remote, dtype, device, prefer_auto_model=True,
+                        attn_implementation=attn_implementation)
     v = check_vocab(model, tok, path)
     return HFDiffusionLM(model, tok, mask_id=tok.mask_id, eos_id=tok.eos_id, shift=(style == "dream"),
                          vocab_size=v, style=style, path=str(path))

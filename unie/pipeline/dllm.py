@@ -275,7 +275,7 @@ class ARDecoder:
 
 DECODER_KEYS = {"pretrained", "proxy", "sampler", "gen_length", "block_length", "tokens_per_step", "confidence", "seed",
                 "mc_num", "device", "kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code",
-                "prompt_len", "name"}  # plus every registered DLLM sampler's option names
+                "prompt_len", "name", "attn_implementation"}  # plus every registered DLLM sampler's option names
 
 
 def sampler_option_keys() -> set[str]:
@@ -285,7 +285,7 @@ def sampler_option_keys() -> set[str]:
 def build_decoder(args: dict):
     """A decoder from lm-eval's ``--model_args`` (a dict).  Keys: ``pretrained`` (a model directory),
     ``kind`` (``unie``, default: our checkpoints; ``hf_dllm``/``hf_ar``: Hugging Face checkpoints with ``style``
-    llada|dream, ``trust_remote_code``, ``mask_token``), decoding options (``gen_length``, ``block_length``,
+    llada|dream, ``trust_remote_code``, ``mask_token``, ``attn_implementation``), decoding options (``gen_length``, ``block_length``,
     ``tokens_per_step``, ``confidence``), ``sampler`` (a registered DLLM sampler: ``plain``, ``energy``
     (Algorithm 3), the baselines; default ``energy`` when an ``energy`` key is given, else ``plain``) with that
     sampler's own options (``K``, ``w``, ... for ``energy``), and ``proxy`` (a directory or HF name, with
@@ -322,7 +322,8 @@ def build_decoder(args: dict):
             model = load_hf_causal(args["pretrained"], trust_remote_code=trust, device=device)
         else:
             model = load_hf_dllm(args["pretrained"], style=args.get("style", "llada"), trust_remote_code=trust,
-                                 mask_token=args.get("mask_token"), device=device)
+                                 mask_token=args.get("mask_token"), device=device,
+                                 attn_implementation=args.get("attn_implementation"))
         tok, prompt_len, default_gen, is_ar = model.tokenizer, args.get("prompt_len"), 256, kind == "hf_ar"
         pad_to_batch = False
     else:
@@ -373,7 +374,7 @@ def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) 
         return str(p.parent if p.suffix else p)
 
     args = {"pretrained": directory(inputs["model"]), "name": name, "device": device}
-    for key in ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code"):
+    for key in ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code", "attn_implementation"):
         if key in row:
             args[key] = row[key]
     args.update(dllm.get("decoding", {}))  # an AR row's decoder reads only gen_length
