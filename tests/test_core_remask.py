@@ -11,21 +11,10 @@ from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.methods.core_remask import CoReOptions, core_decode, probe_state
 from unie.methods.dllm import DecodeOptions, decode, normalise
+from standins import Spy
 from test_dllm import PROMPTS, backbone, word  # noqa: F401  (fixture)
 
 P = 12  # prompt length of dllm_prompt_rows(word, PROMPTS, 12, 8)
-
-
-class Spy:
-    """Records every state the backbone is asked about."""
-
-    def __init__(self, b):
-        self.b, self.seen = b, []
-        self.mask_id, self.blocked = b.mask_id, b.blocked
-
-    def logits(self, x):
-        self.seen.append(x.clone())
-        return self.b.logits(x)
 
 
 def test_registered():
@@ -59,7 +48,7 @@ def test_probe_state_masks_candidates_and_neighbours_never_the_prompt():
 def test_one_revision_per_block_by_the_definition(word):
     """Replays the sampler's states: decode, probe the lowest-margin committed positions with their
     neighbourhoods masked, remask the largest drop, re-decode; each checked against its definition."""
-    b = backbone(word)
+    b = backbone(word, seed=1)  # a backbone whose revision changes one row's token (checked below)
     x = dllm_prompt_rows(word, PROMPTS, P, 8)
     opts = DecodeOptions(gen_length=8, block_length=8, tokens_per_step=4)
     o = CoReOptions(remask=1, candidates=2, radius=1, min_drop=-math.inf)  # always remask one
@@ -68,6 +57,8 @@ def test_one_revision_per_block_by_the_definition(word):
     s = spy.seen
     # forwards: 2 decoding iterations, the probe, one re-decoding iteration (1 token <= m)
     assert len(s) == stats["nfe"] == 4 and stats["probes"] == 1 and stats["remasked"] == 2
+    assert stats["changed"] == 1  # so re-prediction is told apart from putting the old token back
+    revised_to_another = 0
     blocked = (b.mask_id, *b.blocked)
     lp = [normalise(b.logits(xt), blocked) for xt in s]
     done = decode(b, x, opts)[0]  # the backbone's block, before any revision
@@ -88,9 +79,11 @@ def test_one_revision_per_block_by_the_definition(word):
         assert (s[3][r] == b.mask_id).nonzero().flatten().tolist() == [worst]  # remasked, the rest kept
         assert torch.equal(s[3][r][s[3][r] != b.mask_id], done[r][s[3][r] != b.mask_id])
         assert out[r, worst] == lp[3][r, worst].argmax()  # re-predicted with the whole block as context
+        revised_to_another += int(out[r, worst] != done[r, worst])
         keep = torch.ones(out.shape[1], dtype=torch.bool)
         keep[worst] = False
         assert torch.equal(out[r][keep], done[r][keep])
+    assert revised_to_another == stats["changed"]
 
 
 def test_min_drop_gates_the_remask(word):
@@ -103,14 +96,19 @@ def test_min_drop_gates_the_remask(word):
 
 
 def test_rows_do_not_depend_on_the_batch(word):
-    b = backbone(word)
+    """Two rows whose revisions differ (3 and 1 tokens remasked, one of them changed): each row's output and counts
+    are those of the row decoded alone."""
+    b = backbone(word, seed=13)  # a seed where rows coupled through the choices would be caught (checked)
     x = dllm_prompt_rows(word, PROMPTS, P, 8)
     opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2)
     o = CoReOptions(remask=2, candidates=3, min_drop=0.0)
-    both, _ = core_decode(b, x, opts, o)
+    both, stats = core_decode(b, x, opts, o)
+    alone = [core_decode(b, x[r:r + 1], opts, o) for r in range(2)]
     for r in range(2):
-        alone, _ = core_decode(b, x[r:r + 1], opts, o)
-        assert torch.equal(alone[0], both[r])
+        assert torch.equal(alone[r][0][0], both[r])
+    assert [a[1]["remasked"] for a in alone] == [3, 1] and [a[1]["changed"] for a in alone] == [0, 1]
+    assert stats["remasked"] == 4 and stats["changed"] == 1
+    assert not torch.equal(both, decode(b, x, opts)[0])  # a revision that changes the output
     assert not (both == word.mask_id).any()
 
 

@@ -9,19 +9,8 @@ from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.methods.dllm import DecodeOptions, decode, normalise
 from unie.methods.fast_dllm import FastDLLMOptions, fast_dllm_decode
+from standins import Spy
 from test_dllm import PROMPTS, backbone, word  # noqa: F401  (fixture)
-
-
-class Spy:
-    """Records every state the backbone is asked about."""
-
-    def __init__(self, b):
-        self.b, self.seen = b, []
-        self.mask_id, self.blocked = b.mask_id, b.blocked
-
-    def logits(self, x):
-        self.seen.append(x.clone())
-        return self.b.logits(x)
 
 
 def test_registered():

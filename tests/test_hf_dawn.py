@@ -103,6 +103,93 @@ def test_dawn_decodes_an_hf_llada_style_backbone():
     assert not (out == V - 1).any() and torch.equal(out[:, :5], x[:, :5]) and 1 <= stats["nfe"] <= 4
 
 
+class VariantBlock(Block):
+    """LLaDA's other attention paths in miniature: grouped keys (4 query heads over 2 key/value heads, repeated
+    inside the method as LLaDA does), a bool or additive float mask, a causal flag.  ``fail``: the forward raises
+    after the attention."""
+
+    def __init__(self, mask: str | None, causal: bool, fail: bool = False):
+        super().__init__()
+        self.qkv = nn.Linear(D, D + 2 * (D // 2))  # q: 4 heads of 4, k and v: 2 heads of 4
+        self.mask, self.causal, self.fail = mask, causal, fail
+
+    def qkv_heads(self, x):
+        B, L, _ = x.shape
+        q, k, v = self.qkv(x).split([D, D // 2, D // 2], dim=-1)
+        return (q.view(B, L, 4, 4).transpose(1, 2), k.view(B, L, 2, 4).transpose(1, 2),
+                v.view(B, L, 2, 4).transpose(1, 2))
+
+    def attn_mask(self, L):
+        g = torch.Generator().manual_seed(L)
+        keep = (torch.rand(L, L, generator=g) > 0.4) | torch.eye(L, dtype=torch.bool)
+        if self.mask == "bool":
+            return keep
+        if self.mask == "float":
+            return torch.where(keep, torch.rand(L, L, generator=g), torch.full((L, L), -math.inf))
+        return None
+
+    def _scaled_dot_product_attention(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+
+    def forward(self, x):
+        q, k, v = self.qkv_heads(x)
+        a = self._scaled_dot_product_attention(q, k, v, attn_mask=self.attn_mask(x.shape[1]), dropout_p=0.0,
+                                               is_causal=self.causal)
+        if self.fail:
+            raise RuntimeError("boom")
+        return x + self.o(a.transpose(1, 2).reshape(x.shape))
+
+
+class OtherNames(VariantBlock):
+    """The variant whose method names its arguments ``attention_mask`` and ``dropout``."""
+
+    def _scaled_dot_product_attention(self, q, k, v, attention_mask=None, dropout=0.0, is_causal=False):
+        k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout,
+                                              is_causal=is_causal)
+
+    def forward(self, x):
+        q, k, v = self.qkv_heads(x)
+        a = self._scaled_dot_product_attention(q, k, v, attention_mask=self.attn_mask(x.shape[1]), dropout=0.0,
+                                               is_causal=self.causal)
+        return x + self.o(a.transpose(1, 2).reshape(x.shape))
+
+
+def sdpa_probs(block, h):
+    """The probabilities SDPA itself applies (its output for v = the identity), heads averaged."""
+    q, k, _ = block.qkv_heads(h)
+    L = h.shape[1]
+    eye = torch.eye(L).expand(q.shape[0], 4, L, L)
+    return F.scaled_dot_product_attention(q, k.repeat_interleave(2, dim=1), eye, attn_mask=block.attn_mask(L),
+                                          is_causal=block.causal).mean(1)
+
+
+@pytest.mark.parametrize("mask,causal", [(None, False), ("bool", False), ("float", False), (None, True)])
+@pytest.mark.parametrize("cls", [VariantBlock, OtherNames])
+def test_llada_style_attention_with_grouped_keys_masks_and_other_argument_names(mask, causal, cls):
+    model = TinyLLaDA(n_layers=2)
+    model.blocks = nn.ModuleList(cls(mask, causal) for _ in range(2))
+    x = torch.randint(0, V - 2, (2, 7))
+    inputs = []
+    hooks = [blk.register_forward_pre_hook(lambda m, a: inputs.append(a[0])) for blk in model.blocks]
+    logits, A = wrapped(model).logits_and_attention(x, 2)
+    for h in hooks:
+        h.remove()
+    want = torch.stack([sdpa_probs(blk, h) for blk, h in zip(model.blocks, inputs)]).mean(0)
+    assert torch.allclose(A, want, atol=1e-6)
+    assert torch.equal(logits, wrapped(model).logits(x))
+    assert all("_scaled_dot_product_attention" not in vars(m) for m in model.blocks)
+
+
+def test_the_wrapper_is_removed_when_the_forward_raises():
+    model = TinyLLaDA(n_layers=2)
+    model.blocks = nn.ModuleList([VariantBlock(None, False), VariantBlock(None, False, fail=True)])
+    with pytest.raises(RuntimeError, match="boom"):
+        wrapped(model).logits_and_attention(torch.zeros(1, 4, dtype=torch.long), 2)
+    assert all("_scaled_dot_product_attention" not in vars(m) for m in model.blocks)
+
+
 def _tiny_llama(eager: bool):
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -19,6 +19,7 @@ from unie.models.hf import (
     load_hf_causal,
     load_hf_dllm,
 )
+from standins import tiny_llama
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away"]
 
@@ -29,22 +30,13 @@ def _offline(monkeypatch):
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
 
 
-def _tiny_llama(vocab: int, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
-    return LlamaForCausalLM(cfg).eval()
-
-
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
     """A directory with a word tokenizer (hf save_pretrained) and a tiny Llama of its vocabulary; the raw model."""
     d = tmp_path_factory.mktemp("standin")
     tok = word_tokenizer(WORDS)
     tok.hf.save_pretrained(d)
-    model = _tiny_llama(tok.vocab_size)
+    model = tiny_llama(tok.vocab_size)
     model.save_pretrained(d)
     return d, model, tok
 
@@ -175,7 +167,7 @@ def test_tokenizer_larger_than_model_vocab(standin, tmp_path):
     d = tmp_path / "mismatch"
     tok = word_tokenizer(WORDS + ["extra", "words"])  # 2 more tokens than the model's vocabulary
     tok.hf.save_pretrained(d)
-    _tiny_llama(standin[2].vocab_size).save_pretrained(d)
+    tiny_llama(standin[2].vocab_size).save_pretrained(d)
     n, v = tok.vocab_size, standin[2].vocab_size
     for load in (lambda: load_hf_dllm(d, style="llada", trust_remote_code=False),
                  lambda: load_hf_causal(d, trust_remote_code=False)):
@@ -199,7 +191,7 @@ def _bpe_dir(tmp_path, specials):
     assert hf.mask_token_id is None
     d = tmp_path / "bpe"
     hf.save_pretrained(d)
-    _tiny_llama(len(hf)).save_pretrained(d)
+    tiny_llama(len(hf)).save_pretrained(d)
     return d, len(hf), hf
 
 
@@ -212,7 +204,7 @@ def test_tokenizer_without_mask(tmp_path):
     # check_vocab's mismatch error is the right answer, the mask would index past the embedding table
     tok = hf_tokenizer(d)
     assert tok.vocab_size == n + 1 and tok.mask_id == n
-    model = _tiny_llama(n)
+    model = tiny_llama(n)
     with pytest.raises(ValueError, match=rf"tokenizer mismatch.*{n + 1} tokens.*only {n}"):
         check_vocab(model, tok, d)
     # the causal loader appends the same mask for our Tokenizer class but checks only the real tokens

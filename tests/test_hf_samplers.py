@@ -5,11 +5,11 @@ offline, on tiny stand-ins saved with `save_pretrained`."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
 from unie.pipeline.dllm import build_decoder
+from standins import tiny_llama
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away"]
 PROMPTS = ["the cat sat on", "a dog ran far away the"]
@@ -21,15 +21,6 @@ def _offline(monkeypatch):
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
 
 
-def _tiny_llama(vocab: int, seed: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
-    return LlamaForCausalLM(cfg).eval()
-
-
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     """A LLaDA-style stand-in (a transformers model with a word tokenizer that has a mask) and an AR proxy
@@ -38,10 +29,10 @@ def dirs(tmp_path_factory):
     dllm, proxy = root / "dllm", root / "proxy"
     wtok = word_tokenizer(WORDS)
     wtok.hf.save_pretrained(dllm)
-    _tiny_llama(wtok.vocab_size, 0).save_pretrained(dllm)
+    tiny_llama(wtok.vocab_size, 0).save_pretrained(dllm)
     btok = bpe_tokenizer([" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 20, vocab_size=40)
     btok.hf.save_pretrained(proxy)
-    _tiny_llama(btok.vocab_size, 1).save_pretrained(proxy)
+    tiny_llama(btok.vocab_size, 1).save_pretrained(proxy)
     return dllm, proxy
 
 
@@ -78,3 +69,13 @@ def test_dawn_on_sdpa_attention_names_the_model_arg(dirs):
 
     with pytest.raises(ConfigError, match="attn_implementation=eager"):
         build_decoder(_args(dirs, "dawn", attn_layers=1))
+
+
+@pytest.mark.parametrize("kind,key", [("hf_ar", "attn_implementation"), ("hf_ar", "mask_token"),
+                                      ("unie", "attn_implementation"), ("unie", "trust_remote_code")])
+def test_a_loading_key_the_kind_never_reads_is_an_error(dirs, kind, key):
+    """e.g. attn_implementation=eager for an AR row or one of our checkpoints would be silently ignored."""
+    from unie.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"\['{key}'\] do not apply to kind='{kind}'"):
+        build_decoder({"pretrained": str(dirs[1]), "kind": kind, key: "eager"})

@@ -94,6 +94,7 @@ class HFDiffusionLM(_HFWrapped):
           attention, as DAWN's modified ``modeling_llada.py`` does (``attn_avg`` in layers 28-31).
         * Otherwise transformers' ``output_attentions=True``; a model that returns no attention probabilities
           (SDPA without an eager fallback) is a ``TypeError`` naming the fix."""
+        import inspect
         import math
 
         blocks = [m for m in self.model.modules() if hasattr(type(m), "_scaled_dot_product_attention")]
@@ -103,26 +104,38 @@ class HFDiffusionLM(_HFWrapped):
             probs = []
 
             def capture(orig):
-                def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *args, **kwargs):
+                # the arguments by position (q, k, v, the mask) and is_causal by name, whatever the variant calls
+                # its mask and dropout arguments (attn_mask / attention_mask, dropout_p / dropout, drop_mask)
+                sig = inspect.signature(orig)
+
+                def sdpa(*args, **kwargs):
+                    bound = sig.bind(*args, **kwargs)
+                    bound.apply_defaults()
+                    values = list(bound.arguments.values())
+                    q, k, attn_mask = values[0], values[1], values[3] if len(values) > 3 else None
                     kk = k if k.size(1) == q.size(1) else k.repeat_interleave(q.size(1) // k.size(1), dim=1)
                     s = q.float() @ kk.float().transpose(-2, -1) / math.sqrt(q.size(-1))
                     if attn_mask is not None:
                         s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
-                    if is_causal:
+                    if bound.arguments.get("is_causal", False):
                         s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), -math.inf)
                     probs.append(s.softmax(-1).mean(1))  # (B, L, L), heads averaged
-                    return orig(q, k, v, attn_mask, dropout_p, is_causal, *args, **kwargs)
+                    return orig(*args, **kwargs)
 
                 return sdpa
 
             last = blocks[-n_layers:]
+            before = [vars(m).get("_scaled_dot_product_attention") for m in last]  # an instance attribute, if any
             for m in last:
                 m._scaled_dot_product_attention = capture(m._scaled_dot_product_attention)  # instance attribute
             try:
                 raw = self.raw_logits(x)
             finally:
-                for m in last:
-                    del m._scaled_dot_product_attention  # the class's method again
+                for m, had in zip(last, before):
+                    if had is None:
+                        del m._scaled_dot_product_attention  # the class's method again
+                    else:
+                        m._scaled_dot_product_attention = had
             if len(probs) != n_layers:
                 raise TypeError(f"DAWN: {self.path} ran {len(probs)} of its last {n_layers} attention layers' "
                                 "_scaled_dot_product_attention in one forward pass")

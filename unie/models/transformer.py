@@ -33,9 +33,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate ``x`` ``(B, H, L, Dh)`` by the position angles, pairing dimension ``i`` with ``i + Dh/2``
     (3x faster on a CPU than interleaved pairs, which need a stack and a copy).  ``cos``/``sin`` broadcast
     against ``x`` (``(L, Dh)`` here; ``(L, 1, Dh)`` for the ``(B, L, 2H, Dh)`` layout of :class:`Attention`).
-    Every element is ``x * cos + rot(x) * sin`` with each product rounded once, in any layout."""
+    Every element is ``x * cos + rot(x) * sin`` computed in the promoted dtype and rounded to ``x``'s dtype once,
+    in any layout."""
     x1, x2 = x.chunk(2, dim=-1)
-    return (x * cos).add_(torch.cat([-x2, x1], dim=-1).mul_(sin)).type_as(x)
+    # both products in the promoted dtype (float32 tables): rounding a half-precision product first would differ
+    return (x * cos).add_(torch.cat([-x2, x1], dim=-1) * sin).type_as(x)
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, attn_mask=None, is_causal: bool = False) -> torch.Tensor:

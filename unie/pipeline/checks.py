@@ -438,6 +438,9 @@ def check_dllm(config: dict) -> None:
         check_row(f"dllm.rows.{name}", row)
         if row.get("delta_to") and row["delta_to"] not in d["rows"]:
             _err(f"dllm.rows.{name}.delta_to", f"unknown row {row['delta_to']!r}")
+        if row.get("delta_to") and not row.get("appendix_only") and d["rows"][row["delta_to"]].get("appendix_only"):
+            _err(f"dllm.rows.{name}.delta_to", f"row {row['delta_to']!r} is appendix_only, so Table 3 (which this "
+                 "row is in) has no backbone to take its delta to")
     check_sweeps(d, check_row)
 
 

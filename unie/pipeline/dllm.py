@@ -278,6 +278,12 @@ DECODER_KEYS = {"pretrained", "proxy", "sampler", "gen_length", "block_length", 
                 "prompt_len", "name", "attn_implementation"}  # plus every registered DLLM sampler's option names
 
 
+# loading keys a kind never reads (an error, not silently ignored): style, mask_token and attn_implementation are
+# read for a kind=hf_dllm checkpoint, trust_remote_code for both Hugging Face kinds
+NOT_READ_BY_KIND = {"unie": {"style", "mask_token", "attn_implementation", "trust_remote_code"},
+                    "hf_ar": {"style", "mask_token", "attn_implementation"}}
+
+
 def sampler_option_keys() -> set[str]:
     return {k for entry in DLLM_SAMPLERS.values() for k in entry.option_names()}
 
@@ -306,6 +312,9 @@ def build_decoder(args: dict):
     if "pretrained" not in args:
         raise ConfigError("model_args needs pretrained=<model directory>")
     device, kind = args.get("device", "cpu"), args.get("kind", "unie")
+    ignored = sorted(set(args) & NOT_READ_BY_KIND.get(kind, set()))
+    if ignored:
+        raise ConfigError(f"model_args {ignored} do not apply to kind={kind!r}: nothing would read them")
     seed = int(args.get("seed", 0))
     name = str(args.get("name", Path(str(args["pretrained"])).name))
     if kind == "unie":
