@@ -81,6 +81,7 @@ def hf_offline(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     # datasets reads these once at import; patch the live values too (load_dataset reads them per call)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)

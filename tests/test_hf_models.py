@@ -24,10 +24,7 @@ from standins import tiny_llama
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away"]
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("hf_offline")  # no network, a throw-away HF cache
 
 
 @pytest.fixture(scope="module")

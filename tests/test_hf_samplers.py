@@ -15,10 +15,7 @@ WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away"]
 PROMPTS = ["the cat sat on", "a dog ran far away the"]
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("hf_offline")  # no network, a throw-away HF cache
 
 
 @pytest.fixture(scope="module")
