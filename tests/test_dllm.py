@@ -321,6 +321,8 @@ def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, 
     (lambda d: d["models"]["dream"].__setitem__("init_from", "nothing"), "init_from'.*nothing"),
     (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "lladax"), r"llada_uni.delta_to'.*unknown row"),
     (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "proxy_appendix"), "proxy_appendix' is appendix_only"),
+    (lambda d: d["rows"]["llada"].__setitem__("attn_implementation", "eager"),
+     r"dllm.rows.llada.attn_implementation'.*do not apply to kind='unie'"),
 ])
 def test_bad_dllm_config_names_the_key(mutate, expected):
     import copy

@@ -114,7 +114,7 @@ def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, thre
         t = {name: time_generation(energy, models, o, L, S, **{**kw, "warmup": 0, "repeats": 1, "seed": 1 + r})
              ["seconds"] for name, o in runs.items()}
         rounds.append({"C_DLM_s": c[0], "C_AR_s": c[1], **{f"seconds_{k}": v for k, v in t.items()}})
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    med = statistics.median
     c_dlm, c_ar = med([x["C_DLM_s"] for x in rounds]), med([x["C_AR_s"] for x in rounds])
     log(f"C_DLM {c_dlm * 1e3:.2f} ms, C_AR {c_ar * 1e3:.2f} ms per {B} rows (medians of {len(rounds)} rounds); "
         f"P = {P}")
@@ -127,6 +127,7 @@ def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, thre
     ratios = [P * x["C_AR_s"] / x["C_DLM_s"] for x in rounds]  # P·C_AR/C_DLM of each round
     full = [x["seconds_full"] / x["seconds_plain"] for x in rounds]
     part = [x["seconds_part"] / x["seconds_plain"] for x in rounds]
+    seconds = {name: med([x[f"seconds_{name}"] for x in rounds]) for name in runs}  # median seconds per batch
     out = {
         "device": str(device), "device_name": torch.cuda.get_device_name(device) if str(device).startswith("cuda")
         else cpu_name(), "threads": threads, "torch": torch.__version__, "batch_size": B, "seq_len": L, "K": K,
@@ -135,12 +136,10 @@ def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, thre
         "window_step": {"measured": med(full), "limit": med([1 + q for q in ratios]),
                         "rows_scored": f, "limit_rows_scored": med([1 + f * q for q in ratios]),
                         "measured_to_limit": med([m / (1 + q) for m, q in zip(full, ratios)]),
-                        "seconds_plain": med([x["seconds_plain"] for x in rounds]),
-                        "seconds_energy": med([x["seconds_full"] for x in rounds])},
+                        "seconds_plain": seconds["plain"], "seconds_energy": seconds["full"]},
         "whole_run": {"measured": med(part), "limit": med([1 + w * q for q in ratios]),
                       "window_fraction": frac, "limit_window_fraction": med([1 + frac * f * q for q in ratios]),
-                      "seconds_plain": med([x["seconds_plain"] for x in rounds]),
-                      "seconds_energy": med([x["seconds_part"] for x in rounds])},
+                      "seconds_plain": seconds["plain"], "seconds_energy": seconds["part"]},
     }
     ws = out["window_step"]
     ws["within_1.1"] = ws["measured_to_limit"] <= 1.1

@@ -349,7 +349,7 @@ def check_dllm(config: dict) -> None:
     from ..data.tasks import TASKS
     from ..core.registry import DLLM_SAMPLERS
     from ..methods.dllm import DecodeOptions
-    from .dllm import LAYOUTS, row_sampler
+    from .dllm import LAYOUTS, NOT_READ_BY_KIND, row_sampler
 
     d = config.get("dllm")
     if not d:
@@ -399,6 +399,10 @@ def check_dllm(config: dict) -> None:
     dec_fields = {f.name for f in dataclasses.fields(DecodeOptions)}
 
     def check_row(where: str, row: dict) -> None:
+        kind = row.get("kind", "unie")
+        ignored = sorted(set(row) & NOT_READ_BY_KIND.get(kind, set()))
+        if ignored:
+            _err(f"{where}.{ignored[0]}", f"{ignored} do not apply to kind={kind!r}: nothing would read them")
         for role in ("model", "proxy"):
             m = row.get(role)
             if m is None:
@@ -431,7 +435,7 @@ def check_dllm(config: dict) -> None:
             if isinstance(e, ConfigError):
                 raise
             _err(f"{where}.options", str(e))
-        if row.get("kind", "unie") != "unie" and row["model"] not in hf:
+        if kind != "unie" and row["model"] not in hf:
             _err(f"{where}.kind", f"a Hugging Face row needs its model in hf_models, got {row['model']!r}")
 
     for name, row in d["rows"].items():

@@ -273,9 +273,10 @@ class ARDecoder:
         return out
 
 
+# how a row's model (and proxy) is loaded: copied from a Table 3 row into its model_args (row_model_args)
+LOADING_KEYS = ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code", "attn_implementation")
 DECODER_KEYS = {"pretrained", "proxy", "sampler", "gen_length", "block_length", "tokens_per_step", "confidence", "seed",
-                "mc_num", "device", "kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code",
-                "prompt_len", "name", "attn_implementation"}  # plus every registered DLLM sampler's option names
+                "mc_num", "device", "prompt_len", "name", *LOADING_KEYS}  # plus every registered DLLM sampler's options
 
 
 # loading keys a kind never reads (an error, not silently ignored): style, mask_token and attn_implementation are
@@ -383,7 +384,7 @@ def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) 
         return str(p.parent if p.suffix else p)
 
     args = {"pretrained": directory(inputs["model"]), "name": name, "device": device}
-    for key in ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code", "attn_implementation"):
+    for key in LOADING_KEYS:
         if key in row:
             args[key] = row[key]
     args.update(dllm.get("decoding", {}))  # an AR row's decoder reads only gen_length
