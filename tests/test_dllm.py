@@ -97,6 +97,61 @@ def test_sft_loss_ignores_prompt_and_dream_shift(word):
     assert torch.equal(aligned[:, 1:], raw[:, :-1]) and torch.equal(aligned[:, 0], raw[:, 0])
 
 
+@pytest.mark.parametrize("method_cls", [LLaDA, Dream])
+def test_both_loss_estimators_estimate_the_same_objective(word, method_cls):
+    """Exact oracle: for a row with ``n`` answer positions, LLaDA's loss is ``(1/n) sum_k g(k) / k`` with ``g(k)``
+    the mean over ``k``-subsets ``S`` of the summed cross-entropy on ``S`` (``eps -> 0``; ``DLLMOptions``).
+    Both Monte-Carlo forms must average to it; the ``count`` form must mask ``l ~ U{1..n}`` answer positions
+    only, uniformly, and have the smaller variance."""
+    import itertools
+
+    torch.manual_seed(0)
+    net = Transformer(ModelConfig(vocab_size=word.vocab_size, d_model=16, n_layers=1, n_heads=2, max_len=12)).eval()
+    x = dllm_sft_rows(word, ["question : the pie answer :"], ["1 2"], prompt_len=7, gen_len=4)  # n = 4 targets
+    tokens, target = split_rows(x)
+    pos = target[0].nonzero().squeeze(-1).tolist()
+    method = method_cls(word.info(), estimator="count")
+    mask_id = word.info()["mask_id"]
+    with torch.no_grad():
+        g = []
+        for k in range(1, len(pos) + 1):
+            sums = []
+            for S in itertools.combinations(pos, k):
+                xt = tokens.clone()
+                xt[0, list(S)] = mask_id
+                logp = normalise(method.wrap(net).aligned(net(xt)), method.blocked)
+                sums.append(-logp[0, list(S), tokens[0, list(S)]].sum().item())
+            g.append(sum(sums) / len(sums))
+        exact = sum(gk / k for k, gk in enumerate(g, start=1)) / len(pos)
+        means, variances = {}, {}
+        for est in ("time", "count"):
+            m = method_cls(word.info(), estimator=est, eps=1e-6)
+            # one row per call: the spread of single-row values is the estimator's own variance
+            gen = torch.Generator().manual_seed(1)
+            vals = torch.tensor([m.loss(net, x, gen).item() for _ in range(3000)])
+            means[est], variances[est] = vals.mean().item(), vals.var().item()
+            se = vals.std().item() / math.sqrt(len(vals))
+            assert abs(means[est] - exact) < 4 * se, (est, means[est], exact, se)
+    assert variances["count"] < variances["time"] / 2
+    # the count form masks l answer positions, l uniform on 1..n, never a prompt position
+    seen = []
+
+    def spy(xt):
+        seen.append((xt == mask_id)[0].clone())
+        return net(xt)
+
+    spy.cfg = net.cfg
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(800):
+        method.loss(spy, x, gen)
+    counts = torch.stack(seen).sum(-1)
+    assert not torch.stack(seen)[:, ~target[0]].any()
+    freq = torch.bincount(counts, minlength=len(pos) + 1)[1:].float() / len(seen)
+    assert counts.min() >= 1 and torch.allclose(freq, torch.full_like(freq, 1 / len(pos)), atol=0.06)
+    with pytest.raises(ValueError, match="unknown loss estimator"):
+        method_cls(word.info(), estimator="stratified")
+
+
 # ---------------------------------------------------------------------- the backbones' decoder
 @pytest.mark.parametrize("rule", ["low_confidence", "entropy"])
 def test_decode_commits_m_per_step_and_never_revises(word, rule):
@@ -323,6 +378,8 @@ def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, 
     (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "proxy_appendix"), "proxy_appendix' is appendix_only"),
     (lambda d: d["rows"]["llada"].__setitem__("attn_implementation", "eager"),
      r"dllm.rows.llada.attn_implementation'.*do not apply to kind='unie'"),
+    (lambda d: d["models"]["llada"]["options"].__setitem__("estimator", "antithetic"),
+     r"dllm.models.llada.options.*unknown loss estimator 'antithetic'"),
 ])
 def test_bad_dllm_config_names_the_key(mutate, expected):
     import copy

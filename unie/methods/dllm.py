@@ -68,11 +68,27 @@ def normalise(logits: torch.Tensor, blocked) -> torch.Tensor:
     return F.log_softmax(block_logits(logits, blocked), dim=-1)
 
 
+ESTIMATORS = ("time", "count")
+
+
 @dataclass(frozen=True)
 class DLLMOptions:
-    """LLaDA's loss: ``p_mask = (1 - eps) t + eps``."""
+    """LLaDA's loss and which of its two Monte-Carlo forms estimates it.
+
+    ``estimator="time"``: ``t ~ U(0, 1)``, each target position masked with ``p_mask = (1 - eps) t + eps``,
+    weight ``1 / p_mask`` (LLaDA's Eq. 3 / its SFT loss).  ``"count"``: ``l ~ U{1, ..., n}`` of a row's ``n``
+    target positions masked uniformly at random, weight ``n / l`` (the equivalent lower-variance form LLaDA
+    gives for its likelihood: for ``eps -> 0`` both equal ``sum_k g(k) / k`` with ``g(k)`` the expected summed
+    cross-entropy of ``k`` masked positions, since ``int_0^1 C(n,k) t^k (1-t)^(n-k) / t dt = 1 / k``).  The
+    ``"time"`` form's ``1/t`` lets a row with small ``t`` dominate a batch's gradient; the ``"count"`` form
+    bounds the weight by ``n``."""
 
     eps: float = 1e-3
+    estimator: str = "time"
+
+    def __post_init__(self):
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown loss estimator {self.estimator!r}; known: {', '.join(ESTIMATORS)}")
 
 
 class _MaskPredictor:
@@ -99,10 +115,18 @@ class _MaskPredictor:
         """LLaDA's loss on pretraining rows ``(B, L)`` (per ``B·L``) or SFT rows ``(B, 2, L)`` (per answer token)."""
         sft = x0.dim() == 3
         x0, target = split_rows(x0)
-        eps = self.options.eps
-        t = uniform((x0.shape[0], 1), generator, x0.device)
-        p_mask = (1 - eps) * t + eps
-        masked = (uniform(x0.shape, generator, x0.device) < p_mask) & target
+        if self.options.estimator == "time":
+            eps = self.options.eps
+            t = uniform((x0.shape[0], 1), generator, x0.device)
+            p_mask = (1 - eps) * t + eps
+            masked = (uniform(x0.shape, generator, x0.device) < p_mask) & target
+        else:  # "count": l ~ U{1..n} of the n target positions, the l with the smallest uniform keys
+            n = target.sum(-1, keepdim=True)
+            l = torch.minimum((uniform((x0.shape[0], 1), generator, x0.device) * n).floor().long() + 1, n.clamp(min=1))
+            keys = torch.where(target, uniform(x0.shape, generator, x0.device), torch.full(x0.shape, 2.0, device=x0.device))
+            rank = keys.argsort(-1).argsort(-1)
+            masked = (rank < l) & target
+            p_mask = l / n.clamp(min=1)  # weight n / l
         xt = torch.where(masked, torch.full_like(x0, self.mask_id), x0)
         logp = normalise(self.wrap(net).aligned(net(xt)), self.blocked)
         ce = -logp.gather(-1, x0[..., None]).squeeze(-1)
