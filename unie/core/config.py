@@ -90,7 +90,7 @@ def from_dict(cls, d: dict | None, where: str | None = None):
         kwargs[f.name] = _check_type(d[f.name], hints[f.name], f"{where}.{f.name}")
     try:
         return cls(**kwargs)
-    except (TypeError, ValueError) as e:  # a required field is missing, or the class refuses a value
+    except TypeError as e:  # a required field is missing
         raise ConfigError(f"{where}: {e}") from None
 
 

@@ -384,7 +384,12 @@ def check_dllm(config: dict) -> None:
         where = f"dllm.models.{name}"
         if spec["method"] not in LAYOUTS:
             _err(f"{where}.method", f"{spec['method']!r} is not a DLLM-half method; known: {', '.join(LAYOUTS)}")
-        from_dict(METHODS[spec["method"]].Options, spec.get("options", {}), f"{where}.options")
+        try:
+            from_dict(METHODS[spec["method"]].Options, spec.get("options", {}), f"{where}.options")
+        except ValueError as e:  # a value the options class refuses (an unknown loss estimator)
+            if isinstance(e, ConfigError):
+                raise
+            _err(f"{where}.options", str(e))
         init = spec.get("init_from")
         if init and init not in models and init not in config.get("models", {}):
             _err(f"{where}.init_from", f"unknown model {init!r} (neither in dllm.models nor in models)")
