@@ -70,12 +70,17 @@ def generators(tasks: list[str], list_length: int, math: str) -> dict:
 
 
 def draw(gen, n: int, seed: int, exclude=frozenset()) -> list[dict]:
-    rng, seen, docs = random.Random(seed), set(exclude), []
+    """``n`` distinct questions not in ``exclude``; an error when the task has too few."""
+    rng, seen, docs, misses = random.Random(seed), set(exclude), [], 0
     while len(docs) < n:
         doc = gen(rng)
-        if doc["question"] not in seen:
-            seen.add(doc["question"])
-            docs.append(doc)
+        if doc["question"] in seen:
+            misses += 1
+            if misses > 100_000:
+                raise SystemExit(f"cannot draw {n} distinct questions (got {len(docs)}): lower --n-train/--n-test")
+            continue
+        seen.add(doc["question"])
+        docs.append(doc)
     return docs
 
 
@@ -94,7 +99,6 @@ def main(argv=None) -> dict:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    torch.set_num_threads(2)
     gens = generators(args.tasks.split(","), args.list_length, args.math)
     tok = word_tokenizer(T.task_vocabulary(), unk=True)
     train_docs = {t: draw(g, args.n_train, args.seed * 1000 + i) for i, (t, g) in enumerate(gens.items())}
@@ -137,4 +141,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(2)
     main()

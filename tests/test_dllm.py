@@ -97,57 +97,76 @@ def test_sft_loss_ignores_prompt_and_dream_shift(word):
     assert torch.equal(aligned[:, 1:], raw[:, :-1]) and torch.equal(aligned[:, 0], raw[:, 0])
 
 
-@pytest.mark.parametrize("method_cls", [LLaDA, Dream])
-def test_both_loss_estimators_estimate_the_same_objective(word, method_cls):
-    """Exact oracle: for a row with ``n`` answer positions, LLaDA's loss is ``(1/n) sum_k g(k) / k`` with ``g(k)``
-    the mean over ``k``-subsets ``S`` of the summed cross-entropy on ``S`` (``eps -> 0``; ``DLLMOptions``).
-    Both Monte-Carlo forms must average to it; the ``count`` form must mask ``l ~ U{1..n}`` answer positions
-    only, uniformly, and have the smaller variance."""
+def _exact_loss(method, net, tokens, target) -> float:
+    """LLaDA's loss of a batch in the limit ``eps -> 0``, by enumerating every mask set: per row
+    ``sum_k g(k) / k`` with ``g(k)`` the mean over ``k``-subsets ``S`` of the row's targets of the summed
+    cross-entropy on ``S``; divided by the row's ``n`` targets and averaged over rows for SFT rows
+    (``target`` not all ones), divided by ``B * T`` for pretraining rows."""
     import itertools
 
-    torch.manual_seed(0)
-    net = Transformer(ModelConfig(vocab_size=word.vocab_size, d_model=16, n_layers=1, n_heads=2, max_len=12)).eval()
-    x = dllm_sft_rows(word, ["question : the pie answer :"], ["1 2"], prompt_len=7, gen_len=4)  # n = 4 targets
-    tokens, target = split_rows(x)
-    pos = target[0].nonzero().squeeze(-1).tolist()
-    method = method_cls(word.info(), estimator="count")
-    mask_id = word.info()["mask_id"]
-    with torch.no_grad():
-        g = []
+    sft = not bool(target.all())
+    mask_id, total = method.mask_id, []
+    for b in range(tokens.shape[0]):
+        pos = target[b].nonzero().squeeze(-1).tolist()
+        row = 0.0
         for k in range(1, len(pos) + 1):
             sums = []
             for S in itertools.combinations(pos, k):
-                xt = tokens.clone()
+                xt = tokens[b:b + 1].clone()
                 xt[0, list(S)] = mask_id
                 logp = normalise(method.wrap(net).aligned(net(xt)), method.blocked)
-                sums.append(-logp[0, list(S), tokens[0, list(S)]].sum().item())
-            g.append(sum(sums) / len(sums))
-        exact = sum(gk / k for k, gk in enumerate(g, start=1)) / len(pos)
-        means, variances = {}, {}
-        for est in ("time", "count"):
-            m = method_cls(word.info(), estimator=est, eps=1e-6)
-            # one row per call: the spread of single-row values is the estimator's own variance
-            gen = torch.Generator().manual_seed(1)
-            vals = torch.tensor([m.loss(net, x, gen).item() for _ in range(3000)])
-            means[est], variances[est] = vals.mean().item(), vals.var().item()
-            se = vals.std().item() / math.sqrt(len(vals))
-            assert abs(means[est] - exact) < 4 * se, (est, means[est], exact, se)
-    assert variances["count"] < variances["time"] / 2
-    # the count form masks l answer positions, l uniform on 1..n, never a prompt position
+                sums.append(-logp[0, list(S), tokens[b, list(S)]].sum().item())
+            row += sum(sums) / len(sums) / k
+        total.append(row / max(len(pos), 1) if sft else row)
+    return sum(total) / len(total) if sft else sum(total) / tokens.numel()
+
+
+@pytest.mark.parametrize("method_cls", [LLaDA, Dream])
+def test_both_loss_estimators_estimate_the_same_objective(word, method_cls):
+    """Exact oracle (:func:`_exact_loss`) for a batch of SFT rows with 4, 2 and 0 targets and for a batch of
+    pretraining rows: both Monte-Carlo forms (``DLLMOptions.estimator``) must average to it; the ``count`` form
+    must mask ``l ~ U{1..n}`` of a row's own targets, uniformly, never another row's count or a prompt
+    position, and have the smaller variance."""
+    torch.manual_seed(0)
+    net = Transformer(ModelConfig(vocab_size=word.vocab_size, d_model=16, n_layers=1, n_heads=2, max_len=12)).eval()
+    x = dllm_sft_rows(word, ["question : the pie answer :", "the baker bakes pie answer :",
+                             "question : the onion answer :"], ["1 2", "A", "B"], prompt_len=7, gen_len=4)
+    x[1, 1, 9:] = 0  # row 1: 2 targets; row 2: none (it must add 0 and change nothing else)
+    x[2, 1] = 0
+    tokens, target = split_rows(x)
+    pre = tokens[:2, 6:]  # two pretraining rows of 5 tokens (every position a target)
+    method = method_cls(word.info(), estimator="count")
+    mask_id = method.mask_id
+    with torch.no_grad():
+        for rows, exact in ((x, _exact_loss(method, net, tokens, target)),
+                            (pre, _exact_loss(method, net, pre, torch.ones_like(pre, dtype=torch.bool)))):
+            variances = {}
+            for est in ("time", "count"):
+                m = method_cls(word.info(), estimator=est, eps=1e-6)
+                gen = torch.Generator().manual_seed(1)
+                vals = torch.tensor([m.loss(net, rows, gen).item() for _ in range(2000)])
+                se = vals.std().item() / math.sqrt(len(vals))
+                assert abs(vals.mean().item() - exact) < 4 * se, (est, vals.mean().item(), exact, se)
+                variances[est] = vals.var().item()
+            assert variances["count"] < variances["time"] / 2
+    # the count form masks l of each row's own n targets, l uniform on 1..n, never a prompt position
     seen = []
 
     def spy(xt):
-        seen.append((xt == mask_id)[0].clone())
+        seen.append(xt == mask_id)
         return net(xt)
 
     spy.cfg = net.cfg
     gen = torch.Generator().manual_seed(2)
     for _ in range(800):
         method.loss(spy, x, gen)
-    counts = torch.stack(seen).sum(-1)
-    assert not torch.stack(seen)[:, ~target[0]].any()
-    freq = torch.bincount(counts, minlength=len(pos) + 1)[1:].float() / len(seen)
-    assert counts.min() >= 1 and torch.allclose(freq, torch.full_like(freq, 1 / len(pos)), atol=0.06)
+    masks = torch.stack(seen)  # (draws, B, T)
+    assert not masks[:, ~target].any()
+    for b, n in ((0, 4), (1, 2)):
+        counts = masks[:, b].sum(-1)
+        freq = torch.bincount(counts, minlength=n + 1)[1:].float() / len(seen)
+        assert counts.min() >= 1 and counts.max() <= n
+        assert torch.allclose(freq, torch.full_like(freq, 1 / n), atol=0.06), (b, freq)
     with pytest.raises(ValueError, match="unknown loss estimator"):
         method_cls(word.info(), estimator="stratified")
 

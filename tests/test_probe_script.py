@@ -31,3 +31,5 @@ def test_probe_runs_and_its_task_variants_hold():
     assert all(probe.math_format("aligned")(rng)["answer"].count(" ") == 2 for _ in range(200))
     with pytest.raises(SystemExit, match="toy_livebench"):
         probe.main(["--tasks", "toy_livebench", "--steps", "1"])
+    with pytest.raises(SystemExit, match="cannot draw 3000 distinct"):  # 4 ops x 10^2 lists of two: 400
+        probe.main(["--tasks", "toy_mbpp", "--list-length", "2", "--steps", "1"])

@@ -1,9 +1,10 @@
 """The two tiny DLLM backbones of Table 3 and their own decoders (``notes/baselines.md`` §8 LLaDA, §9 Dream).
 
-* **LLaDA-like** (``llada``): a bidirectional mask predictor with SUBS, LLaDA's loss
-  (``t ~ U(0, 1)``, ``p_mask = (1 - eps) t + eps``, each target masked independently,
-  ``Σ_masked CE / p_mask``), normalised by ``B·L`` in pretraining and by the answer length in SFT (LLaDA's
-  SFT: the prompt is never masked; the ``<eos>`` padding of the answer is trained).
+* **LLaDA-like** (``llada``): a bidirectional mask predictor with SUBS, LLaDA's loss, normalised by ``B·L`` in
+  pretraining and by the answer length in SFT (LLaDA's SFT: the prompt is never masked; the ``<eos>`` padding
+  of the answer is trained), estimated in one of two forms (:class:`DLLMOptions`): ``time`` (``t ~ U(0, 1)``,
+  ``p_mask = (1 - eps) t + eps``, each target masked independently, ``Σ_masked CE / p_mask``) or ``count``
+  (``l ~ U{1..n}`` of a row's ``n`` targets masked, ``Σ_masked CE · n / l``; the toy profile's choice).
 * **Dream-like** (``dream``): the same loss with Dream's *shifted* prediction: the network's output at
   position ``i`` predicts token ``i + 1`` (it is initialised from an AR checkpoint, whose head does exactly
   that); every caller re-aligns with ``logits <- [logits[:, :1], logits[:, :-1]]`` (Dream issue #31).
