@@ -25,7 +25,12 @@ import torch
 from unie.core.config import ModelConfig, TrainConfig
 from unie.core.train import train
 from unie.data import tasks as T
-from unie.data.dllm_format import content_lengths, dllm_prompt_rows, dllm_sft_rows, trim_padding
+from unie.data.dllm_format import (
+    content_lengths,
+    dllm_prompt_rows,
+    dllm_sft_rows,
+    trim_padding,
+)
 from unie.data.tokenizer import word_tokenizer
 from unie.methods.dllm import ESTIMATORS, DecodeOptions, LLaDA, decode
 from unie.models.transformer import Transformer
@@ -71,17 +76,10 @@ def generators(tasks: list[str], list_length: int, math: str) -> dict:
 
 def draw(gen, n: int, seed: int, exclude=frozenset()) -> list[dict]:
     """``n`` distinct questions not in ``exclude``; an error when the task has too few."""
-    rng, seen, docs, misses = random.Random(seed), set(exclude), [], 0
-    while len(docs) < n:
-        doc = gen(rng)
-        if doc["question"] in seen:
-            misses += 1
-            if misses > 100_000:
-                raise SystemExit(f"cannot draw {n} distinct questions (got {len(docs)}): lower --n-train/--n-test")
-            continue
-        seen.add(doc["question"])
-        docs.append(doc)
-    return docs
+    try:
+        return T.draw_distinct(gen, random.Random(seed), n, set(exclude), "probe")
+    except RuntimeError as e:
+        raise SystemExit(f"{e}: lower --n-train/--n-test") from None
 
 
 def main(argv=None) -> dict:

@@ -207,16 +207,23 @@ def generate_task(task: str, split: str, n: int, seed: int = 0) -> list[dict]:
         seen = {d["question"] for d in generate_task(task, "train", MAX_TRAIN, seed)}
     if split == "train" and n > MAX_TRAIN:
         raise ValueError(f"at most {MAX_TRAIN} training documents per task (the test split excludes those)")
+    docs = draw_distinct(GENERATORS[task], rng, n, seen, f"{task}: {split}")
+    return [{"id": f"{task}/{split}/{i}", **doc} for i, doc in enumerate(docs)]
+
+
+def draw_distinct(generate, rng: random.Random, n: int, seen: set, what: str) -> list[dict]:
+    """``n`` documents of ``generate(rng)`` whose questions are distinct and not in ``seen`` (updated in place);
+    ``RuntimeError`` naming ``what`` after more than 200,000 draws that repeat a question."""
     docs, misses = [], 0
     while len(docs) < n:
-        doc = GENERATORS[task](rng)
+        doc = generate(rng)
         if doc["question"] in seen:
             misses += 1
             if misses > 200_000:
-                raise RuntimeError(f"{task}: cannot draw {n} distinct {split} questions (only {len(docs)})")
+                raise RuntimeError(f"{what}: cannot draw {n} distinct questions (only {len(docs)})")
             continue
         seen.add(doc["question"])
-        docs.append({"id": f"{task}/{split}/{len(docs)}", **doc})
+        docs.append(doc)
     return docs
 
 

@@ -123,8 +123,8 @@ class _MaskPredictor:
             masked = (uniform(x0.shape, generator, x0.device) < p_mask) & target
         else:  # "count": l ~ U{1..n} of the n target positions, the l with the smallest uniform keys
             n = target.sum(-1, keepdim=True)
-            l = torch.minimum((uniform((x0.shape[0], 1), generator, x0.device) * n).floor().long() + 1, n.clamp(min=1))
-            keys = torch.where(target, uniform(x0.shape, generator, x0.device), torch.full(x0.shape, 2.0, device=x0.device))
+            l = (uniform((x0.shape[0], 1), generator, x0.device) * n).floor().long() + 1  # u < 1: l <= max(n, 1)
+            keys = uniform(x0.shape, generator, x0.device).masked_fill(~target, 2.0)  # targets first
             rank = keys.argsort(-1).argsort(-1)
             masked = (rank < l) & target
             p_mask = l / n.clamp(min=1)  # weight n / l

@@ -15,6 +15,17 @@ def _err(key: str, msg: str):
     raise ConfigError(f"config key '{key}': {msg}")
 
 
+def _options(cls, d: dict | None, key: str):
+    """``from_dict(cls, d, key)``; a value the class itself refuses (its ``__post_init__``'s ``ValueError``)
+    becomes a :class:`ConfigError` naming ``key``."""
+    try:
+        return from_dict(cls, d, key)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        _err(key, str(e))
+
+
 def run_n_samples(config: dict, run: str) -> int:
     return config["sampling"]["runs"][run].get("n_samples", config["sampling"]["n_samples"])
 
@@ -344,12 +355,10 @@ def check_dllm(config: dict) -> None:
     ``trust_remote_code``.  Each error names its key."""
     import dataclasses
 
-    from ..core.config import from_dict
-    from ..core.registry import METHODS
+    from ..core.registry import DLLM_SAMPLERS, METHODS
     from ..data.tasks import TASKS
-    from ..core.registry import DLLM_SAMPLERS
     from ..methods.dllm import DecodeOptions
-    from .dllm import LAYOUTS, NOT_READ_BY_KIND, row_sampler
+    from .dllm import LAYOUTS, row_sampler, unread_keys
 
     d = config.get("dllm")
     if not d:
@@ -384,28 +393,20 @@ def check_dllm(config: dict) -> None:
         where = f"dllm.models.{name}"
         if spec["method"] not in LAYOUTS:
             _err(f"{where}.method", f"{spec['method']!r} is not a DLLM-half method; known: {', '.join(LAYOUTS)}")
-        try:
-            from_dict(METHODS[spec["method"]].Options, spec.get("options", {}), f"{where}.options")
-        except ValueError as e:  # a value the options class refuses (an unknown loss estimator)
-            if isinstance(e, ConfigError):
-                raise
-            _err(f"{where}.options", str(e))
+        _options(METHODS[spec["method"]].Options, spec.get("options", {}), f"{where}.options")
         init = spec.get("init_from")
         if init and init not in models and init not in config.get("models", {}):
             _err(f"{where}.init_from", f"unknown model {init!r} (neither in dllm.models nor in models)")
         if init == name:
             _err(f"{where}.init_from", "a model cannot start from itself")
-    try:
-        base = from_dict(DecodeOptions, d["decoding"], "dllm.decoding")
-    except ValueError as e:
-        _err("dllm.decoding", str(e))
+    base = _options(DecodeOptions, d["decoding"], "dllm.decoding")
     energy = d.get("energy", {})
     hf = set(config.get("hf_models", {}))
     dec_fields = {f.name for f in dataclasses.fields(DecodeOptions)}
 
     def check_row(where: str, row: dict) -> None:
         kind = row.get("kind", "unie")
-        ignored = sorted(set(row) & NOT_READ_BY_KIND.get(kind, set()))
+        ignored = unread_keys(row)
         if ignored:
             _err(f"{where}.{ignored[0]}", f"{ignored} do not apply to kind={kind!r}: nothing would read them")
         for role in ("model", "proxy"):
@@ -430,16 +431,10 @@ def check_dllm(config: dict) -> None:
         if entry.needs_proxy != bool(row.get("proxy")):
             _err(f"{where}.proxy", f"DLLM sampler {sampler!r} " + ("needs a proxy (row key `proxy`)"
                                                                    if entry.needs_proxy else "takes no proxy"))
-        try:
-            from_dict(DecodeOptions, {**dataclasses.asdict(base), **{k: v for k, v in opts.items() if k in dec_fields}},
-                      f"{where}.options")
-            shared = energy if sampler == "energy" else {}
-            from_dict(entry.options_cls, {**shared, **{k: v for k, v in opts.items() if k in s_fields}},
-                      f"{where}.options")
-        except ValueError as e:
-            if isinstance(e, ConfigError):
-                raise
-            _err(f"{where}.options", str(e))
+        _options(DecodeOptions, {**dataclasses.asdict(base), **{k: v for k, v in opts.items() if k in dec_fields}},
+                 f"{where}.options")
+        shared = energy if sampler == "energy" else {}
+        _options(entry.options_cls, {**shared, **{k: v for k, v in opts.items() if k in s_fields}}, f"{where}.options")
         if kind != "unie" and row["model"] not in hf:
             _err(f"{where}.kind", f"a Hugging Face row needs its model in hf_models, got {row['model']!r}")
 

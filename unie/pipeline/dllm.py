@@ -285,6 +285,11 @@ NOT_READ_BY_KIND = {"unie": {"style", "mask_token", "attn_implementation", "trus
                     "hf_ar": {"style", "mask_token", "attn_implementation"}}
 
 
+def unread_keys(args: dict) -> list[str]:
+    """The keys of ``args`` (a row or lm-eval's model_args) that its ``kind`` never reads (:data:`NOT_READ_BY_KIND`)."""
+    return sorted(set(args) & NOT_READ_BY_KIND.get(args.get("kind", "unie"), set()))
+
+
 def sampler_option_keys() -> set[str]:
     return {k for entry in DLLM_SAMPLERS.values() for k in entry.option_names()}
 
@@ -313,7 +318,7 @@ def build_decoder(args: dict):
     if "pretrained" not in args:
         raise ConfigError("model_args needs pretrained=<model directory>")
     device, kind = args.get("device", "cpu"), args.get("kind", "unie")
-    ignored = sorted(set(args) & NOT_READ_BY_KIND.get(kind, set()))
+    ignored = unread_keys(args)
     if ignored:
         raise ConfigError(f"model_args {ignored} do not apply to kind={kind!r}: nothing would read them")
     seed = int(args.get("seed", 0))
