@@ -40,7 +40,7 @@ GEN_LENGTH = 8
 
 
 def fixed_list(n_ops: int, length: int):
-    """The list task with every list ``length`` digits long (the profile draws 3-5)."""
+    """The list task with every list ``length`` digits long (the profile's are :data:`unie.data.tasks.LIST_LENGTH`)."""
     def generate(rng):
         ops = rng.sample(T.LIST_OPS, n_ops)
         xs = [rng.randint(0, 9) for _ in range(length)]
@@ -49,17 +49,23 @@ def fixed_list(n_ops: int, length: int):
     return generate
 
 
-def math_format(kind: str):
-    """``aligned``: ``a`` in 110..889 ± one digit (every answer 3 digits); ``add``: the same, addition only."""
+def math_format(kind: str, max_addend: int = 9):
+    """``a ± b`` with ``b`` in 1..``max_addend``.  ``old``: ``a`` in 10..999 (the profile's task before issue 8's
+    recalibration, with ``max_addend = 9``); ``aligned``: ``a`` in 110..889 (every answer 3 digits); ``add``: the
+    same, addition only."""
+    if max_addend < 1:
+        raise SystemExit(f"--max-addend must be at least 1, got {max_addend}")
+
     def generate(rng):
-        a, b = rng.randint(110, 889), rng.randint(1, 9)
+        a = rng.randint(10, 999) if kind == "old" else rng.randint(110, 889)
+        b = rng.randint(1, max_addend)
         op = "+" if kind == "add" else rng.choice("+-")
         value = a + b if op == "+" else a - b
         return {"question": f"question : {T.digits(a)} {op} {T.digits(b)} = ? answer :", "answer": T.digits(value)}
     return generate
 
 
-def generators(tasks: list[str], list_length: int, math: str) -> dict:
+def generators(tasks: list[str], list_length: int, math: str, max_addend: int = 9) -> dict:
     out = {}
     for task in tasks:
         if task not in T.GENERATORS or task == "toy_livebench":
@@ -69,7 +75,7 @@ def generators(tasks: list[str], list_length: int, math: str) -> dict:
         if task in T.LIST_TASKS and list_length:
             gen = fixed_list(1 if task == "toy_mbpp" else 2, list_length)
         if task == "toy_math" and math != "profile":
-            gen = math_format(math)
+            gen = math_format(math, max_addend)
         out[task] = gen
     return out
 
@@ -87,17 +93,19 @@ def main(argv=None) -> dict:
     p.add_argument("--tasks", required=True, help="comma-separated toy tasks (toy_math, toy_mbpp, ...)")
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--estimator", choices=ESTIMATORS, default="time")
-    p.add_argument("--list-length", type=int, default=0, help="0: the profile's 3-5 digits; k: every list k long")
-    p.add_argument("--math", choices=("profile", "aligned", "add"), default="profile")
+    p.add_argument("--list-length", type=int, default=0, help="0: the profile's lists; k: every list k long")
+    p.add_argument("--math", choices=("profile", "old", "aligned", "add"), default="profile")
+    p.add_argument("--max-addend", type=int, default=9, help="b's largest value for --math old/aligned/add")
     p.add_argument("--n-train", type=int, default=3000)
     p.add_argument("--n-test", type=int, default=200)
     p.add_argument("--buckets", type=int, default=1, help="train.length_buckets")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--d-model", type=int, default=96)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    gens = generators(args.tasks.split(","), args.list_length, args.math)
+    gens = generators(args.tasks.split(","), args.list_length, args.math, args.max_addend)
     tok = word_tokenizer(T.task_vocabulary(), unk=True)
     train_docs = {t: draw(g, args.n_train, args.seed * 1000 + i) for i, (t, g) in enumerate(gens.items())}
     seen = {d["question"] for docs in train_docs.values() for d in docs}
@@ -109,7 +117,7 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     net = Transformer(ModelConfig(vocab_size=tok.vocab_size, max_len=P + GEN_LENGTH, d_model=args.d_model,
                                   n_layers=args.layers, n_heads=4, causal=False))
-    cfg = TrainConfig(steps=args.steps, batch_size=64, lr=args.lr, warmup=50, ema=0.99, ckpt_every=10**9,
+    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=50, ema=0.99, ckpt_every=10**9,
                       length_buckets=args.buckets, seed=args.seed)
     bucketed = {}
     if args.buckets > 1:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from unie.data.tasks import (
+    LIST_LENGTH,
     LIST_TASKS,
+    MAX_ADDEND,
     PRIMARY_METRIC,
     TASKS,
     apply_ops,
@@ -225,6 +227,31 @@ def test_score_livebench_by_kind():
         assert score("toy_livebench", d, d["answer"] + " 1") == (1.0 if d["kind"] == "list" else 0.0)
     with pytest.raises(KeyError, match="kind"):
         score("toy_livebench", {"id": "z", "answer": "1", "kind": "poem"}, "1")
+
+
+def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
+    """The tasks' difficulty knobs (README, issue 8): b in 1..MAX_ADDEND, lists of LIST_LENGTH digits; answers
+    still tie several digits (in some documents a carry or borrow changes more than the units digit)."""
+    def number(words):
+        return int("".join(words))
+
+    rippled = 0
+    math = generate_task("toy_math", "train", 400, seed=3)
+    math += [d for d in generate_task("toy_livebench", "test", 300, seed=3) if d["kind"] == "math"]
+    for d in math:  # "<header> : a ... a op b = ? answer :"
+        words = d["question"].split()
+        eq = words.index("=")
+        a, op, b = number(words[2:eq - 2]), words[eq - 2], int(words[eq - 1])
+        assert 10 <= a <= 9999 and 1 <= b <= MAX_ADDEND
+        assert d["value"] == (a + b if op == "+" else a - b) and d["answer"] == " ".join(str(d["value"]))
+        rippled += str(a)[:-2] != str(d["value"])[:-2]  # the carry or borrow reached past the tens digit
+    assert rippled > 0
+    for d in generate_task("toy_gsm8k", "train", 300, seed=3):  # "... has a a obj . ..."
+        words = d["question"].split()
+        a = number(words[words.index("has") + 1: words.index("has") + 3])
+        assert 1 <= abs(d["value"] - a) <= MAX_ADDEND
+    for task in LIST_TASKS:
+        assert {len(reference_list(d["program"])) for d in generate_task(task, "train", 200, seed=3)} == {LIST_LENGTH}
 
 
 # ---------------------------------------------------------------------- (e) files

@@ -29,6 +29,10 @@ def test_probe_runs_and_its_task_variants_hold():
     docs = [probe.fixed_list(2, 5)(rng) for _ in range(50)]
     assert all(len(d["program"].split("|")[1].split()) == 5 for d in docs)
     assert all(probe.math_format("aligned")(rng)["answer"].count(" ") == 2 for _ in range(200))
+    old = [probe.math_format("old", 3)(rng)["question"].split() for _ in range(300)]  # "question : a op b = ..."
+    assert {int(q[q.index("=") - 1]) for q in old} == {1, 2, 3} and max(len(q) for q in old) == 11  # a up to 999
+    with pytest.raises(SystemExit, match="max-addend"):
+        probe.math_format("old", 0)
     with pytest.raises(SystemExit, match="toy_livebench"):
         probe.main(["--tasks", "toy_livebench", "--steps", "1"])
     with pytest.raises(SystemExit, match="cannot draw 3000 distinct"):  # 4 ops x 10^2 lists of two: 400

@@ -8,9 +8,9 @@ them in parallel can fail the way the paper describes.
 =====================  ==========================================================================
 paper column           toy analogue (prompt ... ``answer :`` -> target)
 =====================  ==========================================================================
-MATH500                ``toy_math``: arithmetic with a carry or borrow, ``4 7 + 8 = ?`` -> ``5 5``
+MATH500                ``toy_math``: ``a ± 1`` or ``a ± 2``, carries ripple, ``9 9 9 + 2 = ?`` -> ``1 0 0 1``
 GSM8K                  ``toy_gsm8k``: word problems over toy-world entities -> a number
-MBPP                   ``toy_mbpp``: one list operation, ``sort [ 5 2 9 1 ]`` -> ``[ 1 2 5 9 ]``
+MBPP                   ``toy_mbpp``: one list operation on 4 digits, ``sort [ 5 2 9 1 ]`` -> ``[ 1 2 5 9 ]``
 LiveCodeBench v2       ``toy_lcb``: a composition of two list operations
 LiveBench              ``toy_livebench``: a held-out mixture of the above with shifted templates
 MMLU                   ``toy_mmlu``: 4-way multiple choice over toy-world facts -> the chosen object
@@ -39,6 +39,8 @@ LIST_TASKS = ("toy_mbpp", "toy_lcb")
 LETTERS = ("A", "B", "C", "D")
 DIGITS = tuple(str(d) for d in range(10))
 LIST_OPS = ("sort", "reverse", "rotate", "swap")
+LIST_LENGTH = 4  # digits per list: lists of 3-5 were learned 8-10x slower (3 % vs 97 % after 400 steps, README)
+MAX_ADDEND = 2  # b in a ± b: with b up to 9 the units digit stayed at chance in every DLLM-half model (README)
 TASK_WORDS = (
     "question", "answer", "problem", ":", "=", "+", "-", "[", "]", "then", "apply", "to", "gives", "takes",
     "how", "many", "does", "have", "which", "thing", "goes", "with", "what", "comes", "next", "plus", "minus",
@@ -104,9 +106,9 @@ def _sentence(rng, scene: str, subject: str | None = None) -> str:
 
 
 def _math(rng, header="question"):
-    """``a ± b = ?`` with ``a`` in 10..999 and a one-digit ``b``: a carry or borrow ties the answer's digits
-    (``9 9 + 5`` -> ``1 0 4``)."""
-    a, b = rng.randint(10, 999), rng.randint(1, 9)
+    """``a ± b = ?`` with ``a`` in 10..9999 and ``b`` in 1..:data:`MAX_ADDEND`: a carry or borrow ties the
+    answer's digits, and it ripples (``9 9 9 + 2`` -> ``1 0 0 1``, ``1 0 0 - 1`` -> ``9 9``)."""
+    a, b = rng.randint(10, 9999), rng.randint(1, MAX_ADDEND)
     op = rng.choice("+-")
     val = a + b if op == "+" else a - b
     q = f"{header} : {digits(a)} {op} {digits(b)} = ? answer :"
@@ -117,7 +119,7 @@ def _gsm8k(rng, header="question"):
     scene = rng.choice(SCENES)
     other = rng.choice([s for s in SCENES if s != scene])
     subj, giver, obj = _subject(rng, scene), _subject(rng, other), _object(rng, scene)
-    a, b = rng.randint(10, 59), rng.randint(1, 9)
+    a, b = rng.randint(10, 59), rng.randint(1, MAX_ADDEND)
     if rng.random() < 0.5:  # the other one gives some more
         val, event = a + b, f"the {giver} gives the {subj} {digits(b)} {obj} ."
     else:  # or takes some away
@@ -128,7 +130,7 @@ def _gsm8k(rng, header="question"):
 
 def _list(rng, n_ops: int, template="question : {ops} {xs} answer :"):
     ops = rng.sample(LIST_OPS, n_ops)
-    xs = [rng.randint(0, 9) for _ in range(rng.randint(3, 5))]
+    xs = [rng.randint(0, 9) for _ in range(LIST_LENGTH)]
     q = template.format(ops=" then ".join(ops), xs=_fmt_list(xs))
     return {"question": q, "answer": _fmt_list(apply_ops(ops, xs)), "program": " ".join(ops) + " | " +
             " ".join(map(str, xs))}
