@@ -6,9 +6,12 @@ answer masked, LLaDA's loss through ``--estimator``), then the backbone's own de
 one block of 8, low-confidence) on ``--n-test`` held-out questions per task, scored by the tasks' own scorers.
 For arithmetic tasks the share of items whose answer digit ``j`` is right is printed too.
 
-    python scripts/dllm_sft_probe.py --tasks toy_mbpp --steps 400 --list-length 4
-    python scripts/dllm_sft_probe.py --tasks toy_math,toy_mbpp,toy_lcb,toy_mmlu --list-length 5 \\
-        --steps 1600 --buckets 2 --estimator count
+The defaults are the profile's tasks; ``--a-max 999 --max-addend 9 --list-lengths 3-5`` gives the tasks as they
+were before issue 8's recalibration.
+
+    python scripts/dllm_sft_probe.py --tasks toy_mbpp --steps 400 --list-lengths 3-5
+    python scripts/dllm_sft_probe.py --tasks toy_math --steps 400 --a-max 999 --max-addend 3 --buckets 2 \\
+        --estimator count
 """
 
 from __future__ import annotations
@@ -39,44 +42,50 @@ from unie.pipeline.dllm import completion_text
 GEN_LENGTH = 8
 
 
-def fixed_list(n_ops: int, length: int):
-    """The list task with every list ``length`` digits long (the profile's are :data:`unie.data.tasks.LIST_LENGTH`)."""
+def list_lengths(text: str) -> tuple[int, int]:
+    """``"4"`` -> ``(4, 4)``, ``"3-5"`` -> ``(3, 5)``; ``""`` -> the profile's (:data:`unie.data.tasks.LIST_LENGTH`)."""
+    if not text:
+        return T.LIST_LENGTH, T.LIST_LENGTH
+    try:
+        lo, hi = (int(v) for v in text.split("-")) if "-" in text else (int(text), int(text))
+    except ValueError:
+        raise SystemExit(f"--list-lengths takes K or LO-HI, got {text!r}") from None
+    if not 1 <= lo <= hi:
+        raise SystemExit(f"--list-lengths needs 1 <= LO <= HI, got {text!r}")
+    return lo, hi
+
+
+def math_format(kind: str, max_addend: int):
+    """``aligned``: ``a`` in 110..889 ± ``b`` in 1..``max_addend`` (every answer 3 digits); ``add``: the same,
+    addition only."""
     def generate(rng):
-        ops = rng.sample(T.LIST_OPS, n_ops)
-        xs = [rng.randint(0, 9) for _ in range(length)]
-        return {"question": f"question : {' then '.join(ops)} {T._fmt_list(xs)} answer :",
-                "answer": T._fmt_list(T.apply_ops(ops, xs)), "program": " ".join(ops) + " | " + " ".join(map(str, xs))}
-    return generate
-
-
-def math_format(kind: str, max_addend: int = 9):
-    """``a ± b`` with ``b`` in 1..``max_addend``.  ``old``: ``a`` in 10..999 (the profile's task before issue 8's
-    recalibration, with ``max_addend = 9``); ``aligned``: ``a`` in 110..889 (every answer 3 digits); ``add``: the
-    same, addition only."""
-    if max_addend < 1:
-        raise SystemExit(f"--max-addend must be at least 1, got {max_addend}")
-
-    def generate(rng):
-        a = rng.randint(10, 999) if kind == "old" else rng.randint(110, 889)
-        b = rng.randint(1, max_addend)
+        a, b = rng.randint(110, 889), rng.randint(1, max_addend)
         op = "+" if kind == "add" else rng.choice("+-")
         value = a + b if op == "+" else a - b
         return {"question": f"question : {T.digits(a)} {op} {T.digits(b)} = ? answer :", "answer": T.digits(value)}
     return generate
 
 
-def generators(tasks: list[str], list_length: int, math: str, max_addend: int = 9) -> dict:
+def generators(tasks: list[str], lengths: tuple[int, int] = (T.LIST_LENGTH, T.LIST_LENGTH), math: str = "profile",
+               a_max: int = T.MAX_A, max_addend: int = T.MAX_ADDEND) -> dict:
+    """The tasks' generators with the given difficulty knobs (the defaults are the profile's; before issue 8's
+    recalibration: lengths ``(3, 5)``, ``a_max = 999``, ``max_addend = 9``)."""
+    if max_addend < 1 or a_max < 10:
+        raise SystemExit(f"--max-addend must be >= 1 and --a-max >= 10, got {max_addend} and {a_max}")
     out = {}
     for task in tasks:
         if task not in T.GENERATORS or task == "toy_livebench":
             raise SystemExit(f"unknown or test-only task {task!r}; choose from "
                              f"{', '.join(t for t in T.TASKS if t != 'toy_livebench')}")
-        gen = T.GENERATORS[task]
-        if task in T.LIST_TASKS and list_length:
-            gen = fixed_list(1 if task == "toy_mbpp" else 2, list_length)
-        if task == "toy_math" and math != "profile":
-            gen = math_format(math, max_addend)
-        out[task] = gen
+        if task in T.LIST_TASKS:
+            out[task] = functools.partial(T._list, n_ops=1 if task == "toy_mbpp" else 2, lengths=lengths)
+        elif task == "toy_math":
+            out[task] = (functools.partial(T._math, a_max=a_max, b_max=max_addend) if math == "profile"
+                         else math_format(math, max_addend))
+        elif task == "toy_gsm8k":
+            out[task] = functools.partial(T._gsm8k, b_max=max_addend)
+        else:
+            out[task] = T.GENERATORS[task]
     return out
 
 
@@ -93,9 +102,10 @@ def main(argv=None) -> dict:
     p.add_argument("--tasks", required=True, help="comma-separated toy tasks (toy_math, toy_mbpp, ...)")
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--estimator", choices=ESTIMATORS, default="time")
-    p.add_argument("--list-length", type=int, default=0, help="0: the profile's lists; k: every list k long")
-    p.add_argument("--math", choices=("profile", "old", "aligned", "add"), default="profile")
-    p.add_argument("--max-addend", type=int, default=9, help="b's largest value for --math old/aligned/add")
+    p.add_argument("--list-lengths", default="", help="K or LO-HI digits per list (default: the profile's)")
+    p.add_argument("--math", choices=("profile", "aligned", "add"), default="profile")
+    p.add_argument("--a-max", type=int, default=T.MAX_A, help="a's largest value in toy_math's a ± b")
+    p.add_argument("--max-addend", type=int, default=T.MAX_ADDEND, help="b's largest value (toy_math, toy_gsm8k)")
     p.add_argument("--n-train", type=int, default=3000)
     p.add_argument("--n-test", type=int, default=200)
     p.add_argument("--buckets", type=int, default=1, help="train.length_buckets")
@@ -105,7 +115,7 @@ def main(argv=None) -> dict:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    gens = generators(args.tasks.split(","), args.list_length, args.math, args.max_addend)
+    gens = generators(args.tasks.split(","), list_lengths(args.list_lengths), args.math, args.a_max, args.max_addend)
     tok = word_tokenizer(T.task_vocabulary(), unk=True)
     train_docs = {t: draw(g, args.n_train, args.seed * 1000 + i) for i, (t, g) in enumerate(gens.items())}
     seen = {d["question"] for docs in train_docs.values() for d in docs}

@@ -39,8 +39,11 @@ LIST_TASKS = ("toy_mbpp", "toy_lcb")
 LETTERS = ("A", "B", "C", "D")
 DIGITS = tuple(str(d) for d in range(10))
 LIST_OPS = ("sort", "reverse", "rotate", "swap")
-LIST_LENGTH = 4  # digits per list: lists of 3-5 were learned 8-10x slower (3 % vs 97 % after 400 steps, README)
-MAX_ADDEND = 2  # b in a ± b: with b up to 9 the units digit stayed at chance in every DLLM-half model (README)
+# Difficulty (issue 8's recalibration, README): with b up to 9 the units digit stayed at chance in every DLLM-half
+# model, and lists of 3-5 digits were learned far slower than lists of one length (3 % vs 97 % after 400 steps)
+LIST_LENGTH = 4  # digits per list
+MAX_ADDEND = 2  # b in a ± b (toy_math) and in the word problems (toy_gsm8k)
+MAX_A = 9999  # a in 10..MAX_A (toy_math): enough distinct questions for the 5,000-question train split
 TASK_WORDS = (
     "question", "answer", "problem", ":", "=", "+", "-", "[", "]", "then", "apply", "to", "gives", "takes",
     "how", "many", "does", "have", "which", "thing", "goes", "with", "what", "comes", "next", "plus", "minus",
@@ -105,21 +108,23 @@ def _sentence(rng, scene: str, subject: str | None = None) -> str:
     return f"{det} {subject} {rng.choice(SCENE_WORDS[scene]['verb'])} the {_object(rng, scene)} ."
 
 
-def _math(rng, header="question"):
-    """``a ± b = ?`` with ``a`` in 10..9999 and ``b`` in 1..:data:`MAX_ADDEND`: a carry or borrow ties the
-    answer's digits, and it ripples (``9 9 9 + 2`` -> ``1 0 0 1``, ``1 0 0 - 1`` -> ``9 9``)."""
-    a, b = rng.randint(10, 9999), rng.randint(1, MAX_ADDEND)
+def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
+    """``a ± b = ?`` with ``a`` in 10..``a_max`` and ``b`` in 1..``b_max``: a carry or borrow ties the answer's
+    digits, and it ripples (``9 9 9 + 2`` -> ``1 0 0 1``, ``1 0 0 - 1`` -> ``9 9``).  The size knobs are
+    arguments for ``scripts/dllm_sft_probe.py`` (before issue 8's recalibration: ``a_max=999, b_max=9``)."""
+    a, b = rng.randint(10, a_max), rng.randint(1, b_max)
     op = rng.choice("+-")
     val = a + b if op == "+" else a - b
     q = f"{header} : {digits(a)} {op} {digits(b)} = ? answer :"
     return {"question": q, "answer": digits(val), "value": val}
 
 
-def _gsm8k(rng, header="question"):
+def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
+    """``a`` in 10..59 things, given ``b`` more or ``b`` taken away (``b`` in 1..``b_max``)."""
     scene = rng.choice(SCENES)
     other = rng.choice([s for s in SCENES if s != scene])
     subj, giver, obj = _subject(rng, scene), _subject(rng, other), _object(rng, scene)
-    a, b = rng.randint(10, 59), rng.randint(1, MAX_ADDEND)
+    a, b = rng.randint(10, 59), rng.randint(1, b_max)
     if rng.random() < 0.5:  # the other one gives some more
         val, event = a + b, f"the {giver} gives the {subj} {digits(b)} {obj} ."
     else:  # or takes some away
@@ -128,9 +133,12 @@ def _gsm8k(rng, header="question"):
     return {"question": q, "answer": digits(val), "value": val}
 
 
-def _list(rng, n_ops: int, template="question : {ops} {xs} answer :"):
+def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(LIST_LENGTH, LIST_LENGTH)):
+    """``n_ops`` distinct list operations applied to a list of ``lengths[0]..lengths[1]`` digits (the length is
+    drawn only when the two differ; before issue 8's recalibration ``(3, 5)``)."""
     ops = rng.sample(LIST_OPS, n_ops)
-    xs = [rng.randint(0, 9) for _ in range(LIST_LENGTH)]
+    lo, hi = lengths
+    xs = [rng.randint(0, 9) for _ in range(lo if lo == hi else rng.randint(lo, hi))]
     q = template.format(ops=" then ".join(ops), xs=_fmt_list(xs))
     return {"question": q, "answer": _fmt_list(apply_ops(ops, xs)), "program": " ".join(ops) + " | " +
             " ".join(map(str, xs))}
