@@ -7,20 +7,34 @@
 
 
 import os
+import sys
 
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-# The default profile, unless the command line names another config file (which then replaces it
-# instead of being merged into it, so no toy-world key can leak into another profile).
-if not config:
+from unie.pipeline.checks import coerce_cli_config
+from unie.pipeline.damage import set_aside_damaged
+
+
+# The default profile, unless the command line names another config file (which then replaces it instead of being
+# merged into it, so no toy-world key can leak into another profile).  `--config key=value` alone overrides keys of
+# the default profile (snakemake -n --config seed=1).
+if not workflow.overwrite_configfiles:
 
     configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
+# `--config 'resources={train: {runtime: 30}}'`: Snakemake reads nested values as strings; read them as YAML
+coerce_cli_config(config, dict(workflow.config_settings.config))
 validate(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
+
+# A damaged output (weights, tokens whose bytes differ from the hash recorded when they were written) is set aside
+# as NAME.damaged, so that this run rebuilds it instead of taking it as up to date (unie.pipeline.damage).  Only in
+# the run that plans the jobs, never inside a cluster job or beside another run that holds the lock.
+if workflow.is_main_process:
+    set_aside_damaged(".", log=lambda msg: print(msg, file=sys.stderr))
 
 
 include: "workflow/rules/common.smk"

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from unie.core.config import TrainConfig
-from unie.core.train import _step_generator, run_signature, shard_plan, train
+from unie.core.train import _step_generator, run_signature, run_spec, shard_plan, train
 from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.data.toy_world import generate_corpus
 from unie.methods.mdlm import MDLM
@@ -148,10 +148,12 @@ def test_shards_errors():
 
 
 def test_signature_has_shards_only_when_set():
-    """Unsharded runs keep their checkpoint signatures; an explicit shards count is part of the run."""
+    """An unset shards count (one micro-batch per process) is not part of the run specification, so a checkpoint
+    resumes on any number of processes; an explicit shards count is part of the run."""
     base = TrainConfig()
-    legacy = {k: v for k, v in base.__dict__.items() if k not in ("steps", "ckpt_every", "log_every", "shards")}
-    want = hashlib.sha256(json.dumps({"train": legacy, "m": 1}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert "shards" not in run_spec(base, {"m": 1})["train"]
+    assert run_spec(dataclasses.replace(base, shards=2), {"m": 1})["train"]["shards"] == 2
+    want = hashlib.sha256(json.dumps(run_spec(base, {"m": 1}), sort_keys=True).encode()).hexdigest()[:16]
     assert run_signature(base, {"m": 1}) == want
     assert run_signature(dataclasses.replace(base, shards=2), {"m": 1}) != want
 

@@ -76,3 +76,39 @@ def test_a_loading_key_the_kind_never_reads_is_an_error(dirs, kind, key):
 
     with pytest.raises(ConfigError, match=rf"\['{key}'\] do not apply to kind='{kind}'"):
         build_decoder({"pretrained": str(dirs[1]), "kind": kind, key: "eager"})
+
+
+def test_prompt_plus_gen_length_beyond_the_position_limit_is_refused_before_generation(dirs):
+    """The stand-ins cover 64 positions (max_position_embeddings): a DLLM row whose gen_length does not fit next to
+    the prompt, and an AR row, are refused in ``check`` (lm-eval calls it before any generation), naming the limit."""
+    dec = build_decoder({**_args(dirs, "plain"), "gen_length": 62, "block_length": 62})
+    with pytest.raises(ValueError, match=r"longest prompt \(\d+ positions\) \+ gen_length 62 = \d+ exceeds the 64 "
+                                         r"positions.*lower gen_length"):
+        dec.check(PROMPTS)
+    build_decoder(_args(dirs, "plain")).check(PROMPTS)  # 4 tokens fit
+    ar = build_decoder({"pretrained": str(dirs[1]), "kind": "hf_ar", "gen_length": 64})
+    with pytest.raises(ValueError, match="exceeds the 64 positions"):
+        ar.check(PROMPTS)
+
+
+def test_an_hf_ar_row_decodes_greedily_whatever_its_batch(dirs):
+    """An AR row on a Hugging Face model (kind hf_ar) generates: its KV-cached greedy continuation equals argmax
+    over full forwards, and a prompt's completion is the same alone or in a batch of other lengths."""
+    import torch
+
+    ar = build_decoder({"pretrained": str(dirs[1]), "kind": "hf_ar", "gen_length": 5})
+    model, tok = ar.model, ar.tok
+    prompts = [tok.encode(p) for p in PROMPTS + ["the cat"]]
+    batched = model.greedy_continue(prompts, 5)
+    for i, p in enumerate(prompts):
+        x = torch.tensor([p])
+        for _ in range(5):  # no cache: one full forward per token
+            x = torch.cat([x, model.logits(x)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        ref = x[0, len(p):]
+        eos = (ref == model.eos_id).nonzero()
+        if len(eos):  # after EOS the row is EOS
+            ref[int(eos[0]):] = model.eos_id
+        assert torch.equal(batched[i], ref), i
+        assert torch.equal(model.greedy_continue([p], 5)[0], batched[i])
+    texts, counters = ar.generate(PROMPTS, 5)
+    assert len(texts) == 2 and counters["generated_tokens"] == 10

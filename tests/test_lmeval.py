@@ -314,3 +314,22 @@ runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
     (results,) = (tmp_path / "out" / "toy").glob("results_*.json")
     assert json.loads(results.read_text())["results"]["toy_math"]["exact_match,none"] == 1.0
     assert json.loads(tp.read_text())["requests"] == N_TEST
+
+
+def test_a_rerun_leaves_one_result_set(task_dir, docs, tmp_path, monkeypatch):
+    """lm-eval names its files by time: a second run into the same row folder would leave two results_*.json and
+    two samples files per task beside each other; evaluate() clears the earlier run's first."""
+    import unie.pipeline.dllm as dllm_mod
+    from unie.lmeval import evaluate as run_lmeval
+
+    monkeypatch.setattr(dllm_mod, "build_decoder", lambda args: FakeDecoder(lambda p: " " + docs[p][1]["answer"],
+                                                                             name="fake"))
+    out = tmp_path / "row"
+    logs = []
+    for _ in range(2):
+        found = run_lmeval({"pretrained": "x"}, ["toy_math", "toy_mbpp"], task_dir, out, batch_size=8,
+                           log=logs.append)
+    assert sorted(p.name for p in out.rglob("results_*.json")) == [found.name]
+    assert len(list(out.rglob("samples_toy_math_*.jsonl"))) == 1 and len(list(out.rglob("samples_toy_mbpp_*.jsonl"))) == 1
+    assert any("removed 4 files of an earlier lm-eval run" in m for m in logs), logs
+    assert json.loads(found.read_text())["results"]["toy_math"]["exact_match,none"] == 1.0

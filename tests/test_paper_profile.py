@@ -357,6 +357,7 @@ def test_fetch_model_uses_snapshot_download(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    monkeypatch.setattr(hf_data, "hub_problem", lambda: None)  # the hub answers
     out = hf_data.fetch_model("openai-community/gpt2-large", tmp_path / "gpt2_large")
     assert out == tmp_path / "gpt2_large"
     assert seen == {"repo_id": "openai-community/gpt2-large",
@@ -434,7 +435,7 @@ def test_paper_config_passes_schema_and_check_config():
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     check_config(cfg)
     toy = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models", "slurm_partitions"}  # same structure
+    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models", "slurm_partitions", "max_runtime"}  # same structure
     assert list(cfg["tables"]["table2_genppl"]) == [r for r in toy["tables"]["table2_genppl"]]  # same rows
     assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])
     assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
@@ -540,8 +541,44 @@ def test_dry_run_table2_with_slurm_profile(tmp_path):
     assert not _job_blocks(out, "ppl")  # Table 1's jobs are not needed for Table 2
 
 
-def test_slurm_partitions_renamed_in_one_line(tmp_path):
-    out = _dry_run_with_profile(tmp_path, "all", "--config", "slurm_partitions={cpu: normal, gpu: a100}")
+def test_slurm_partitions_renamed_and_runtimes_capped_in_one_line(tmp_path):
+    """Site settings on the command line: partition names, a resource (its nested value arrives as a string from
+    Snakemake's parser and is typed) and the runtime cap (the partitions' time limit), which every job obeys."""
+    out = _dry_run_with_profile(tmp_path, "all", "--config", "slurm_partitions={cpu: normal, gpu: a100}",
+                                "resources={train: {gpu: 1, mem_mb: 1000, runtime: 100}}", "max_runtime=600")
     evals, downloads = _job_blocks(out, "dllm_eval"), _job_blocks(out, "download")
     assert evals and all("slurm_partition=a100" in b and "gpu=1" in b for b in evals)
     assert downloads and all("slurm_partition=normal" in b for b in downloads)
+    assert all(re.search(r"\bruntime=100\b", b) and "mem_mb=1000" in b for b in _job_blocks(out, "train"))
+    assert all(re.search(r"\bruntime=600\b", b) for b in evals)  # 2880 in config/paper.yaml, capped
+    runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", out)]
+    assert runtimes and max(runtimes) <= 600
+
+
+def test_an_unreachable_hub_names_the_model_at_once(tmp_path, monkeypatch):
+    """Offline (a closed endpoint, or HF_HUB_OFFLINE=1) and not in the cache: a model, a tokenizer or a dataset is
+    refused in about a second with its name, HF_HOME and how to pre-fetch it (the hub client alone retries for
+    about a minute and ends with a ConnectError that does not name it)."""
+    import time
+
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")  # discard port: connection refused
+    monkeypatch.setattr(hub, "HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    assert "not reachable" in hf_data.hub_problem()
+    cases = [(lambda: hf_data.fetch_model("org/some-model", tmp_path / "m"), "model 'org/some-model'"),
+             (lambda: hf_data.fetch_tokenizer("org/some-tokenizer", tmp_path / "t"), "tokenizer 'org/some-tokenizer'"),
+             (lambda: hf_data.load_split({"path": "org/some-dataset", "split": "train"}), "dataset 'org/some-dataset'")]
+    for call, name in cases:
+        t0 = time.time()
+        with pytest.raises(hf_data.HubUnreachableError) as e:
+            call()
+        msg = str(e.value)
+        assert time.time() - t0 < 30 and name in msg and "not reachable" in msg and "\n" not in msg
+        assert f"HF_HOME={tmp_path / 'hf'}" in msg and "pre-fetch" in msg
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    assert "HF_HUB_OFFLINE=1" in hf_data.hub_problem()
+    with pytest.raises(hf_data.HubUnreachableError, match="switched off"):
+        hf_data.fetch_model("org/some-model", tmp_path / "m")

@@ -119,7 +119,7 @@ def test_mismatched_signature_restarts(net_factory, tok_info, data, tmp_path):
     _run(net_factory, tok_info, data, tmp_path / "a", signature="one", stop_after=2, cfg=cfg)
     logs = []
     net, ema, history = _run(net_factory, tok_info, data, tmp_path / "a", signature="two", cfg=cfg, logs=logs)
-    assert any("ignoring" in m for m in logs), logs
+    assert any("not resuming" in m and "another run specification" in m for m in logs), logs
     assert [r["step"] for r in history] == [1, 2, 3, 4]
     fresh_net, fresh_ema, fresh_history = _run(net_factory, tok_info, data, tmp_path / "b", signature="two", cfg=cfg)
     _assert_same_weights(net, fresh_net)
@@ -133,8 +133,10 @@ def test_run_signature():
     assert a == run_signature(CFG, {"model": 1})
     assert a != run_signature(CFG, {"model": 2})
     assert a != run_signature(TrainConfig(**{**CFG.__dict__, "lr": 1e-3}), {"model": 1})
-    # the run length and the logging/checkpoint cadence do not change what a checkpoint continues
-    assert a == run_signature(TrainConfig(**{**CFG.__dict__, "steps": 99, "ckpt_every": 7, "log_every": 1}), {"model": 1})
+    # every training option is part of the run: a checkpoint of a 30-step run must not be returned for 15 steps,
+    # and the checkpoint/log cadence changes the dev selection and the history
+    for key, value in (("steps", 99), ("ckpt_every", 7), ("log_every", 1), ("seed", 5), ("warmup", 1)):
+        assert a != run_signature(TrainConfig(**{**CFG.__dict__, key: value}), {"model": 1}), key
 
 
 def test_lr_warmup():

@@ -89,10 +89,24 @@ def _stop_strings(gen_kwargs: dict) -> list[str]:
 
 
 def _atomic_write_json(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
+    from .core.integrity import atomic_write_text
+
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+LMEVAL_OUTPUTS = ("results_*.json", "samples_*.jsonl")  # what lm-eval's EvaluationTracker writes (with a timestamp)
+
+
+def clear_lmeval_outputs(output_path) -> list[Path]:
+    """Remove what an earlier lm-eval run left under ``output_path`` (its timestamped ``results_*.json`` and
+    ``samples_*.jsonl``, our ``throughput.json``), so that a rerun leaves exactly one result set; returns the
+    removed paths."""
+    output_path = Path(output_path)
+    old = [f for pattern in LMEVAL_OUTPUTS for f in output_path.rglob(pattern)] + \
+        [f for f in [output_path / "throughput.json"] if f.exists()]
+    for f in old:
+        f.unlink()
+    return old
 
 
 def join_world(device: str) -> tuple[int, int, str]:
@@ -369,6 +383,10 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
 
     output_path = Path(output_path)
     lm = UnieLM(batch_size=batch_size, throughput_path=output_path / "throughput.json", **model_args)
+    if lm.rank == 0:  # one result set per run: an earlier run's timestamped files would sit beside the new ones
+        stale = clear_lmeval_outputs(output_path)
+        if stale:
+            log(f"removed {len(stale)} files of an earlier lm-eval run under {output_path}")
     tm = TaskManager(include_path=str(include_path), include_defaults=include_defaults)
     tracker = EvaluationTracker(output_path=str(output_path))
     if allow_code_execution:

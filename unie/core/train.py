@@ -13,11 +13,22 @@ over ranks (:mod:`unie.core.distributed`), so the batches and random streams dep
 ``W``; the trajectory too, up to the order of the floating-point sums of the gradients (bit for bit when every
 rank holds one shard: ``shards == W``, tested; ``shards = 4`` on 2 ranks sums ``(g0 + g2) + (g1 + g3)`` where
 one process sums ``((g0 + g1) + g2) + g3``).  One shard is exactly the single-batch loop.  Only rank 0 logs and writes ``last.pt``; every rank resumes from it.
+
+Resuming (:func:`load_resume_state`): ``last.pt`` is resumed only when it was written for the same *run
+specification* (:func:`run_spec`: every training option, steps and schedule included, the architecture, the
+method and its options, a content hash of the data, the initial weights and any frozen partner model); any other
+``last.pt`` is not resumed (a log line names what changed; the new run's first checkpoint replaces it) and
+training starts from step 0.  A ``last.pt``
+that cannot be read is reported in one line and discarded.  Checkpoints are written atomically (a full disk
+leaves the previous one usable), and a lock in the checkpoint directory keeps two processes (a rerun beside an
+orphaned job) from training into it at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -30,10 +41,15 @@ import torch
 
 from .config import TrainConfig
 from .distributed import all_reduce_gradients, all_reduce_sum, barrier, broadcast_state, world
+from .integrity import atomic_write
 
 
 class NonFiniteLossError(FloatingPointError):
     pass
+
+
+class CheckpointBusyError(RuntimeError):
+    """Another process holds the lock of a checkpoint directory."""
 
 
 def _step_generator(seed: int, step: int, stream: int, device) -> torch.Generator:
@@ -68,15 +84,123 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * min(1.0, (step + 1) / cfg.warmup)
 
 
-def run_signature(cfg: TrainConfig, extra: dict) -> str:
-    """Hash of what makes a checkpoint resumable (the optimisation and model settings).
+def run_spec(cfg: TrainConfig, extra: dict) -> dict:
+    """What makes a checkpoint resumable: every training option (``steps``, the schedule, the seed, checkpoint and
+    log cadence: they change the model, its dev selection or its history) and ``extra`` (the architecture, method,
+    options, the data's content hash, initial weights, partners: the caller's part).
 
-    ``shards`` counts only when set (so unsharded runs keep their signatures); the world size never does (a
-    checkpoint resumes on any number of processes)."""
-    blob = json.dumps({"train": {k: v for k, v in cfg.__dict__.items() if k not in ("steps", "ckpt_every", "log_every")
-                                 and not (k == "shards" and v is None)},
-                       **extra}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    ``shards`` counts only when set; the world size never does (a checkpoint resumes on any number of
+    processes)."""
+    train = {k: v for k, v in dataclasses.asdict(cfg).items() if not (k == "shards" and v is None)}
+    return json.loads(json.dumps({"train": train, **extra}, sort_keys=True, default=str))
+
+
+def run_signature(cfg: TrainConfig, extra: dict) -> str:
+    """The hash of :func:`run_spec` (what ``last.pt`` stores to be recognised)."""
+    return spec_signature(run_spec(cfg, extra))
+
+
+def spec_signature(spec) -> str:
+    if isinstance(spec, str):
+        return spec
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def spec_changes(old: dict | None, new: dict | None, limit: int = 6) -> str:
+    """The leaves that differ between two run specifications, as ``a.b: old -> new`` (for the log line that says
+    why a checkpoint is not resumed)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return "its run specification is not recorded" if not isinstance(old, dict) else "another specification"
+
+    def leaves(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict) and v:
+                out.update(leaves(v, key + "."))
+            else:
+                out[key] = v
+        return out
+
+    a, b = leaves(old), leaves(new)
+    diff = [f"{k}: {_short(a.get(k, '(none)'))} -> {_short(b.get(k, '(none)'))}" for k in sorted(set(a) | set(b))
+            if a.get(k, "(none)") != b.get(k, "(none)")]
+    more = f" (+{len(diff) - limit} more)" if len(diff) > limit else ""
+    return "; ".join(diff[:limit]) + more
+
+
+def _short(v) -> str:
+    text = json.dumps(v, default=str) if not isinstance(v, str) else v
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def load_resume_state(last: Path, signature: str, spec: dict | None, device, log) -> dict | None:
+    """The state in ``last`` if it was written for this run (``signature``), else None.
+
+    An unreadable file (truncated, corrupted: torch's "PytorchStreamReader failed ...") is reported in one line and
+    removed; a readable one for another run specification is left in place (the first checkpoint of the new run
+    replaces it) and the log names what changed."""
+    if not last.exists():
+        return None
+    try:
+        state = torch.load(last, map_location=device, weights_only=True)
+        if not isinstance(state, dict) or not {"model", "ema", "opt", "step"} <= set(state):
+            raise ValueError("not a training checkpoint (no model/ema/opt/step)")
+    except Exception as e:  # any failure to read is the same: the state cannot be resumed
+        why = (str(e).splitlines() or [type(e).__name__])[0]
+        log(f"discarding {last}: it cannot be read ({type(e).__name__}: {why}); training starts again from step 0")
+        last.unlink(missing_ok=True)
+        return None
+    if state.get("signature") != signature:
+        old = json.loads(state["spec"]) if "spec" in state else None
+        log(f"not resuming {last} (step {int(state['step'])}): it was written for another run specification "
+            f"({spec_changes(old, spec)}); training starts from step 0")
+        return None
+    return state
+
+
+@contextlib.contextmanager
+def checkpoint_lock(ckpt_dir: Path, enabled: bool = True):
+    """An exclusive lock on ``ckpt_dir/.lock`` while a process trains into it; a second process gets
+    :class:`CheckpointBusyError` naming the holder (e.g. a training job left running by a killed snakemake).
+    The lock goes with its process, however it ends (the file is removed on a normal exit; one left by a killed
+    process holds no lock).  A filesystem without locks: a warning, no lock."""
+    if not enabled:
+        yield
+        return
+    import fcntl
+
+    path = ckpt_dir / ".lock"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise CheckpointBusyError(f"{ckpt_dir} is in use by {holder}: a training job is still writing there "
+                                      "(e.g. one left running after snakemake was killed); wait for it to end or "
+                                      "kill it, then rerun") from None
+        except OSError as e:  # ENOLCK: a network filesystem without locks
+            import warnings
+
+            warnings.warn(f"cannot lock {path} ({e}); two runs must not train into {ckpt_dir} at once")
+            break
+        try:  # the file we locked must still be the one at `path` (its holder removes it when it ends)
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        yield
+    finally:
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)  # releases the lock
 
 
 def train(
@@ -85,7 +209,7 @@ def train(
     data: torch.Tensor,
     cfg: TrainConfig,
     ckpt_dir,
-    signature: str = "",
+    signature: str | dict = "",
     log: Callable[[str], None] = print,
     stop_after: int | None = None,
     params: list | None = None,
@@ -99,6 +223,8 @@ def train(
     Args:
         loss_fn: ``(net, x0_batch, generator) -> scalar`` (a method's ``loss``).
         ckpt_dir: where ``last.pt`` lives; an existing ``last.pt`` with the same ``signature`` is resumed.
+        signature: the run specification (:func:`run_spec`, a dict: stored in ``last.pt`` so that a checkpoint of
+            another run is reported with what changed) or its hash.
         stop_after: stop (after checkpointing) once this step is reached, to simulate an interruption.
         params: the parameters to optimise (default: all of ``net``; NCE passes the trainable subset).
         eval_fn: ``ema_net -> dict`` with a ``loss`` (lower is better) on a held-out dev split, run before
@@ -116,6 +242,16 @@ def train(
     with the same ``shards``.  Only rank 0 logs and writes ``last.pt``; every rank evaluates ``eval_fn`` (the
     same EMA on the same data) so every rank returns the same selection.
     """
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    with checkpoint_lock(ckpt_dir, enabled=world()[0] == 0):  # only rank 0 writes the directory
+        return _train(net, loss_fn, data, cfg, ckpt_dir, signature, log, stop_after, params, progress, eval_fn,
+                      row_lengths, collate)
+
+
+def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, params, progress, eval_fn,
+           row_lengths, collate):
+    """The body of :func:`train` (its lock held)."""
     device = next(net.parameters()).device
     rank, world_size = world()
     shards, my_shards = shard_plan(cfg, rank, world_size)
@@ -130,8 +266,8 @@ def train(
         bucket_of = torch.empty(data.shape[0], dtype=torch.long)
         for b, rows in enumerate(buckets):
             bucket_of[rows] = b
-    ckpt_dir = Path(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    spec = signature if isinstance(signature, dict) else None
+    signature = spec_signature(signature)
     last = ckpt_dir / "last.pt"
     params = list(net.parameters()) if params is None else list(params)
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
@@ -140,23 +276,21 @@ def train(
         p.requires_grad_(False)
     step, history, running = 0, [], []
     best = None  # (dev loss, EMA state) of the best checkpoint when eval_fn is given
-    if last.exists():
-        state = torch.load(last, map_location=device, weights_only=True)
-        if state.get("signature") == signature:
-            net.load_state_dict(state["model"])
-            ema.load_state_dict(state["ema"])
-            opt.load_state_dict(state["opt"])
-            step = int(state["step"])
-            history = json.loads(state["history"])
-            running = json.loads(state.get("running", "[]"))
-            if "best_state" in state:
-                best = (float(state["best_loss"]), state["best_state"])
-            log(f"resumed from {last} at step {step}")
-            if int(state.get("shards", 1)) != shards:
-                log(f"note: {last} was trained with {int(state.get('shards', 1))} shard(s), this run uses {shards} "
-                    "(set train.shards to keep the trajectory independent of the number of processes)")
-        else:
-            log(f"ignoring {last}: it belongs to a different run configuration")
+    state = load_resume_state(last, signature, spec, device, log)
+    if state is not None:
+        net.load_state_dict(state["model"])
+        ema.load_state_dict(state["ema"])
+        opt.load_state_dict(state["opt"])
+        step = int(state["step"])
+        history = json.loads(state["history"])
+        running = json.loads(state.get("running", "[]"))
+        if "best_state" in state:
+            best = (float(state["best_loss"]), state["best_state"])
+        log(f"resumed from {last} at step {step}")
+        if int(state.get("shards", 1)) != shards:
+            log(f"note: {last} was trained with {int(state.get('shards', 1))} shard(s), this run uses {shards} "
+                "(set train.shards to keep the trajectory independent of the number of processes)")
+    del state
     broadcast_state(net, ema)  # no-op in one process
     def finish():
         if best is not None:
@@ -170,14 +304,14 @@ def train(
     def save(step: int):
         if rank != 0:
             return
-        tmp = ckpt_dir / "last.pt.tmp"
         state = {"model": net.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(), "step": step,
                  "signature": signature, "history": json.dumps(history), "running": json.dumps(running),
                  "shards": shards}
+        if spec is not None:
+            state["spec"] = json.dumps(spec, sort_keys=True)
         if best is not None:
             state["best_loss"], state["best_state"] = torch.tensor(best[0]), best[1]
-        torch.save(state, tmp)
-        os.replace(tmp, last)
+        atomic_write(last, lambda tmp: torch.save(state, tmp))  # a failed write keeps the previous last.pt
 
     def evaluate(step: int):
         nonlocal best

@@ -13,11 +13,16 @@ Everything scales to OpenWebText in bounded memory: :func:`tokenize_corpus` stre
 record batches (:func:`wrap_batches` carries the unfinished tail from batch to batch) and appends chunks
 to an int32 ``.npy`` file; :func:`load_tokens` memory-maps it, and :class:`TokenRows` hands training
 int64 batches of it without ever copying the corpus.
+
+Beside each token file, ``{name}.meta.json`` (:func:`token_meta_path`) says what made it (the tokenizer's
+fingerprint, ``L``, the wrapping rule, the raw file and its hash) and records the file's size and SHA-256:
+:func:`load_tokens` refuses a token file whose bytes differ from the ones written, and the resume check of
+training reads the hash as the identity of the data (:func:`token_file_info`).
 """
 
 from __future__ import annotations
 
-import os
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -25,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+
+from ..core.integrity import DamagedFileError, atomic_write, file_record, file_sha256, verify_file
 
 
 def write_text_parquet(texts: list[str], path) -> None:
@@ -35,21 +42,19 @@ def write_text_parquet(texts: list[str], path) -> None:
 def write_text_batches(batches: Iterable[list[str]], path) -> int:
     """Stream batches of documents into Parquet ``text`` (one row group per non-empty batch, so writing holds
     one batch and reading it back with :func:`read_text_batches` holds about one row group); returns the
-    number of documents.  Nothing is left at ``path`` if the batches raise."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.parquet")
+    number of documents.  Nothing is left at ``path`` if the batches raise.  Pages carry CRC checksums
+    (verified by :func:`read_text_batches`)."""
     n = 0
-    try:
-        with pq.ParquetWriter(tmp, pa.schema([("text", pa.string())])) as writer:
+
+    def write(tmp):
+        nonlocal n
+        with pq.ParquetWriter(tmp, pa.schema([("text", pa.string())]), write_page_checksum=True) as writer:
             for texts in batches:
                 if texts:
                     writer.write_table(pa.table({"text": pa.array(texts, pa.string())}))
                     n += len(texts)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+
+    atomic_write(path, write)
     return n
 
 
@@ -62,9 +67,14 @@ def read_text_batches(path, batch_size: int) -> Iterator[list[str]]:
 
     ``pre_buffer`` (pyarrow's default) would cache every row group's compressed bytes as it goes, i.e. the
     whole file; without it, and with a buffered stream, the reader holds about one page."""
-    with pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20) as f:
-        for batch in f.iter_batches(batch_size=batch_size, columns=["text"]):
-            yield batch.column(0).to_pylist()
+    try:
+        with pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True) as f:
+            for batch in f.iter_batches(batch_size=batch_size, columns=["text"]):
+                yield batch.column(0).to_pylist()
+    except (OSError, pa.ArrowException) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise DamagedFileError(path, f"pyarrow cannot read it ({str(e).splitlines()[0]})") from None
 
 
 def _concat_docs(head: np.ndarray, docs_ids, eos_id: int, insert_eos: bool) -> np.ndarray:
@@ -128,6 +138,12 @@ def _npy_header(f, n: int, seq_len: int) -> int:
     return f.tell() - start
 
 
+def token_meta_path(path) -> Path:
+    """The metadata file beside a token file: ``train.npy`` -> ``train.meta.json``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".meta.json")
+
+
 def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: bool = True,
                     chunk_specials: bool = True, max_chunks: int | None = None, batch_size: int = 256) -> int:
     """Encode ``raw_path`` (Parquet ``text``) into fixed-length chunks at ``out_path`` (``.npy``, int32
@@ -137,14 +153,15 @@ def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: boo
     (the first ``max_chunks`` of them when given).  A batch costs ~200 bytes per token while it is encoded
     (the tokenizer's encodings): 256 OpenWebText documents, ~60 MB.
 
-    Returns the number of chunks.  Raises, leaving nothing at ``out_path``, if no full chunk can be formed or
-    a token id is not below the tokenizer's ``vocab_size``."""
+    Then writes :func:`token_meta_path` (what made the file, its shape, size and SHA-256).  Returns the number of
+    chunks.  Raises, leaving nothing at ``out_path``, if no full chunk can be formed or a token id is not below
+    the tokenizer's ``vocab_size``."""
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(".tmp.npy")
     encoded = (tokenizer.encode_batch(texts) for texts in read_text_batches(raw_path, batch_size))
     n = 0
-    try:
+
+    def write(tmp):
+        nonlocal n
         with open(tmp, "wb") as f:
             header = _npy_header(f, 0, seq_len)
             for chunks in wrap_batches(encoded, seq_len, tokenizer.eos_id, tokenizer.bos_id, insert_eos,
@@ -162,14 +179,41 @@ def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: boo
             f.seek(0)
             if _npy_header(f, n, seq_len) != header:
                 raise RuntimeError("this numpy's .npy header length depends on the array's length")
-        os.replace(tmp, out_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    token_meta_path(out_path).unlink(missing_ok=True)  # never a metadata file describing other tokens
+    atomic_write(out_path, write)
+    info = tokenizer.info()
+    meta = {"format": "unie-tokens/1", "file": out_path.name, **file_record(out_path), "shape": [n, seq_len],
+            "dtype": "int32", "seq_len": seq_len, "insert_eos": insert_eos, "chunk_specials": chunk_specials,
+            "max_chunks": max_chunks, "tokenizer": info.get("fingerprint"), "vocab_size": tokenizer.vocab_size,
+            "source": {"path": str(raw_path), "sha256": file_sha256(raw_path)}}
+    atomic_write(token_meta_path(out_path), lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
     return n
 
 
-def load_tokens(path, limit: int | None = None) -> torch.Tensor:
+def read_token_meta(path) -> dict | None:
+    """The metadata of a token file (:func:`token_meta_path`), or None for a file without one."""
+    mp = token_meta_path(path)
+    if not mp.exists():
+        return None
+    try:
+        return json.loads(mp.read_text())
+    except json.JSONDecodeError:
+        raise DamagedFileError(mp, "not valid JSON") from None
+
+
+def token_file_info(path) -> dict:
+    """``{"sha256", "bytes", "shape", "tokenizer"}`` of a token file, its bytes checked against its metadata:
+    the identity of a training set for the resume check (a file without metadata is hashed)."""
+    meta = read_token_meta(path)
+    if meta is None:
+        rec = file_record(path)
+        return {**rec, "shape": list(load_tokens(path).shape), "tokenizer": None}
+    digest = verify_file(path, meta)
+    return {"sha256": digest, "bytes": meta["bytes"], "shape": meta["shape"], "tokenizer": meta.get("tokenizer")}
+
+
+def load_tokens(path, limit: int | None = None, verify: bool = True) -> torch.Tensor:
     """Token sequences as stored: an int32 tensor ``(N, L)`` (the first ``limit`` rows when given).
 
     A ``.npy`` file (:func:`tokenize_corpus`) is memory-mapped: the tensor is a view of the file and nothing
@@ -177,16 +221,32 @@ def load_tokens(path, limit: int | None = None) -> torch.Tensor:
     (``mmap_mode="c"``): torch gets a writable array (no warning), and writing to the tensor never changes
     the file.  A Parquet file (:func:`write_tokens`: samples, small) is read whole.  int32 is the storage
     type; losses and ``gather`` want int64, so convert what you compute on with ``.long()``, a batch at a
-    time for a large file (:class:`TokenRows` does that for training)."""
+    time for a large file (:class:`TokenRows` does that for training).
+
+    A ``.npy`` with metadata (:func:`tokenize_corpus`) is checked against it first: its size always, its SHA-256
+    with ``verify`` (once per process and file).  A damaged file raises :class:`DamagedFileError` naming it."""
+    path = Path(path)
     with open(path, "rb") as f:
         is_npy = f.read(6) == b"\x93NUMPY"
     if is_npy:
-        arr = np.load(path, mmap_mode="c")
+        meta = read_token_meta(path)
+        if meta is not None:
+            verify_file(path, meta if verify else {"bytes": meta["bytes"]})
+        try:
+            arr = np.load(path, mmap_mode="c")
+        except (ValueError, OSError) as e:  # "mmap length is greater than file size", a broken header
+            raise DamagedFileError(path, f"numpy cannot map it ({str(e).splitlines()[0]})") from None
         if arr.ndim != 2 or arr.dtype != TOKEN_DTYPE:
-            raise ValueError(f"{path}: expected an (N, L) int32 token array, got {arr.dtype} {arr.shape}")
+            raise DamagedFileError(path, f"expected an (N, L) int32 token array, found {arr.dtype} {arr.shape}")
+        if meta is not None and list(arr.shape) != list(meta["shape"]):
+            raise DamagedFileError(path, f"shape {list(arr.shape)} differs from the {meta['shape']} written")
         x = torch.from_numpy(arr)
     else:
-        col = pq.read_table(path, columns=["input_ids"]).column("input_ids").combine_chunks()
+        try:
+            col = pq.read_table(path, columns=["input_ids"], page_checksum_verification=True).column(
+                "input_ids").combine_chunks()
+        except (OSError, pa.ArrowException) as e:
+            raise DamagedFileError(path, f"pyarrow cannot read it ({str(e).splitlines()[0]})") from None
         flat = np.array(col.flatten().to_numpy(zero_copy_only=False), dtype=np.int32)
         x = torch.from_numpy(flat).view(-1, col.type.list_size)
     return x[:limit] if limit is not None else x
@@ -225,6 +285,4 @@ def write_tokens(x: torch.Tensor, path, extra: dict | None = None) -> None:
     table = pa.table({"input_ids": arr})
     if extra:
         table = table.replace_schema_metadata({k: str(v) for k, v in extra.items()})
-    tmp = path.with_suffix(".tmp.parquet")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))

@@ -7,7 +7,10 @@
 * :func:`fetch_model` downloads an evaluator snapshot (rule ``download_hf_model``; GPT-2-large, Llama-2/3).
 
 Only these functions touch the network, and only for hub names; local paths never do.  Nothing is
-downloaded at import.  Protocol (datasets, splits, fields, detokenisers): ``notes/baselines.md`` §0,
+downloaded at import.  Before any download they check that the hub answers (:func:`hub_problem`: a 5 s TCP
+connect, or ``HF_HUB_OFFLINE=1``); where it does not, they read the local Hugging Face cache (``HF_HOME``), and a
+name that is not there is a :class:`HubUnreachableError` naming it and how to pre-fetch it, at once instead of
+after the hub client's minute of retries.  Protocol (datasets, splits, fields, detokenisers): ``notes/baselines.md`` §0,
 "Zero-shot perplexity protocol".
 """
 
@@ -18,6 +21,42 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .detokenize import get_detokenizer
+
+class HubUnreachableError(ConnectionError):
+    """A model, tokenizer or dataset that must come from the Hugging Face Hub, which cannot be reached, and that is
+    not in the local cache."""
+
+    def __init__(self, kind: str, name: str, problem: str):
+        from huggingface_hub import constants
+
+        home = constants.HF_HOME
+        fetch = (f"python -c \"import datasets; datasets.load_dataset('{name}')\"" if kind == "dataset"
+                 else f"hf download {name}")
+        super().__init__(
+            f"cannot download {kind} {name!r}: the Hugging Face Hub {problem}, and {name!r} is not in the local "
+            f"cache (HF_HOME={home}); pre-fetch it on a machine with network access into that cache "
+            f"(HF_HOME={home} {fetch}), then rerun; with HF_HUB_OFFLINE=1 runs read the cache without trying the "
+            "network")
+
+
+def hub_problem(timeout: float = 5.0) -> str | None:
+    """None when the Hugging Face Hub's endpoint accepts a connection within ``timeout`` seconds, else why not
+    (``HF_HUB_OFFLINE=1``, or the connection error): the hub client itself retries for about a minute."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "is switched off here (HF_HUB_OFFLINE=1)"
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return f"({constants.ENDPOINT}) is not reachable from this host ({e})"
+
 
 # spec["format"] -> the `datasets` packaged builder that reads it
 LOCAL_FORMATS = {"parquet": "parquet", "json": "json", "jsonl": "json", "text": "text"}
@@ -63,7 +102,18 @@ def load_split(spec: dict):
     fmt = spec.get("format") or "hub"
     split = spec["split"]
     if fmt == "hub":
-        ds = datasets.load_dataset(spec["path"], spec.get("name"), split=split, revision=spec.get("revision"))
+        problem = hub_problem()
+        if problem is None:
+            ds = datasets.load_dataset(spec["path"], spec.get("name"), split=split, revision=spec.get("revision"))
+        else:  # the cache only, at once (datasets would retry the hub for a minute first)
+            saved = datasets.config.HF_HUB_OFFLINE
+            datasets.config.HF_HUB_OFFLINE = True
+            try:
+                ds = datasets.load_dataset(spec["path"], spec.get("name"), split=split, revision=spec.get("revision"))
+            except Exception:
+                raise HubUnreachableError("dataset", spec["path"], problem) from None
+            finally:
+                datasets.config.HF_HUB_OFFLINE = saved
     elif fmt in LOCAL_FORMATS:
         builder = LOCAL_FORMATS[fmt]
         files = _local_data_files(spec["path"], builder)
@@ -125,7 +175,14 @@ def fetch_tokenizer(path: str, out_dir):
         raise FileNotFoundError(f"tokenizer path {path} is not a directory")
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)  # downloads from the hub
+    problem = hub_problem()
+    if problem is None:
+        tok = AutoTokenizer.from_pretrained(path)  # downloads from the hub
+    else:
+        try:
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except OSError:
+            raise HubUnreachableError("tokenizer", path, problem) from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(out)
@@ -155,11 +212,24 @@ def fetch_model(repo_id: str, out_dir) -> Path:
 
     Needs internet (run it on a login node: rule ``download_hf_model`` is a localrule).  Gated models
     (meta-llama/*) need an accepted licence and a token (``HF_TOKEN`` or ``huggingface-cli login``)."""
-    from huggingface_hub import HfApi, snapshot_download
+    import huggingface_hub
 
-    files = select_model_files(HfApi().list_repo_files(repo_id))
     out = Path(out_dir)
-    snapshot_download(repo_id, local_dir=out, allow_patterns=files)
+    problem = hub_problem()
+    if problem is None:
+        files = select_model_files(huggingface_hub.HfApi().list_repo_files(repo_id))
+        huggingface_hub.snapshot_download(repo_id, local_dir=out, allow_patterns=files)
+    else:  # the cached snapshot (HF_HOME), copied
+        import shutil
+
+        try:
+            cached = Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True))
+        except Exception:
+            raise HubUnreachableError("model", repo_id, problem) from None
+        names = [str(f.relative_to(cached)) for f in cached.rglob("*") if f.is_file()]
+        for name in select_model_files(names):
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cached / name, out / name)
     if not (out / "config.json").exists():
         raise FileNotFoundError(f"{repo_id}: no config.json after download into {out}")
     return out

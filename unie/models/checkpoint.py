@@ -1,21 +1,26 @@
 """Model checkpoints: ``model.safetensors`` + ``config.json`` in one directory.
 
 ``config.json`` holds the :class:`ModelConfig`, the method that trained the weights (``mdlm``, ``ar``,
-...), the tokenizer fingerprint (so a mismatch is caught on load, not as garbage samples) and any
-method-specific metadata.  Loading never unpickles: weights come from safetensors.
+...), the tokenizer fingerprint (so a mismatch is caught on load, not as garbage samples), the size and SHA-256
+of ``model.safetensors`` (``weights``: safetensors has no checksum, so a flipped byte is caught on load instead of
+being used) and any method-specific metadata.  Both files are written atomically, the weights first: a
+``config.json`` always describes the weights beside it.  Loading never unpickles: weights come from safetensors.
+
+Every failure to load names the file and what to do: :class:`CheckpointError` for a missing or wrong checkpoint,
+:class:`DamagedCheckpointError` (also a :class:`~unie.core.integrity.DamagedFileError`) for a damaged one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.config import ModelConfig, from_dict
+from ..core.integrity import DamagedFileError, atomic_write, atomic_write_text, file_record, verify_file
 from ..core.registry import BACKBONES
 
 
@@ -23,31 +28,70 @@ class CheckpointError(RuntimeError):
     pass
 
 
+class DamagedCheckpointError(CheckpointError, DamagedFileError):
+    """A checkpoint file that is truncated, changed since it was written, or unreadable."""
+
+
+def _fix(ckpt_dir) -> str:
+    return (f"delete {ckpt_dir} and rerun the workflow (Snakemake retrains a missing model; "
+            "the workflow also sets a damaged model aside by itself before it plans the jobs)")
+
+
 def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict, extra: dict | None = None) -> None:
     """Write ``out_dir/model.safetensors`` and ``out_dir/config.json`` (atomically, config last)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in net.state_dict().items()}
-    tmp = out / "model.safetensors.tmp"
-    save_file(state, str(tmp))
-    os.replace(tmp, out / "model.safetensors")
+    weights = atomic_write(out / "model.safetensors", lambda tmp: save_file(state, str(tmp)))
     meta = {
         "backbone": getattr(net, "registry_name", "transformer"),
         "model": dataclasses.asdict(net.cfg),
         "method": method,
         "tokenizer": tokenizer_info,
+        "weights": {"file": weights.name, **file_record(weights)},
         "extra": extra or {},
     }
-    tmp = out / "config.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-    os.replace(tmp, out / "config.json")
+    atomic_write_text(out / "config.json", json.dumps(meta, indent=2, sort_keys=True))
 
 
 def read_meta(ckpt_dir) -> dict:
     p = Path(ckpt_dir) / "config.json"
     if not p.exists():
         raise CheckpointError(f"missing checkpoint: {p} does not exist (train the model first)")
-    return json.loads(p.read_text())
+    try:
+        meta = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DamagedCheckpointError(p, f"not valid JSON ({e})", _fix(ckpt_dir)) from None
+    if not isinstance(meta, dict) or "model" not in meta or "method" not in meta:
+        raise CheckpointError(f"{p} is not a unie checkpoint's config.json (no 'model'/'method'): "
+                              "load a Hugging Face folder with unie.models.hf instead")
+    return meta
+
+
+def verify_weights(ckpt_dir, meta: dict | None = None) -> Path:
+    """The path of ``ckpt_dir``'s weights after checking them against the size and SHA-256 its config.json
+    recorded (checkpoints written before the record existed are only checked for presence)."""
+    meta = read_meta(ckpt_dir) if meta is None else meta
+    wpath = Path(ckpt_dir) / meta.get("weights", {}).get("file", "model.safetensors")
+    if not wpath.exists():
+        raise CheckpointError(f"missing checkpoint weights: {wpath} ({_fix(ckpt_dir)})")
+    if "weights" in meta:
+        try:
+            verify_file(wpath, meta["weights"], _fix(ckpt_dir))
+        except DamagedFileError as e:
+            raise DamagedCheckpointError(e.path, e.problem, e.fix) from None
+    return wpath
+
+
+def load_state(ckpt_dir, meta: dict | None = None) -> dict:
+    """The verified weights of ``ckpt_dir`` as a state dict (safetensors: no unpickling); an unreadable file
+    is a :class:`DamagedCheckpointError` naming it."""
+    wpath = verify_weights(ckpt_dir, meta)
+    try:
+        return load_file(str(wpath))
+    except Exception as e:  # safetensors' SafetensorError (incomplete metadata, ...), OSError
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DamagedCheckpointError(wpath, f"safetensors cannot read it ({why})", _fix(ckpt_dir)) from None
 
 
 def load_model(ckpt_dir, device="cpu", tokenizer_info: dict | None = None, expect_method: str | tuple | None = None):
@@ -57,9 +101,6 @@ def load_model(ckpt_dir, device="cpu", tokenizer_info: dict | None = None, expec
     expected, or ``tokenizer_info`` disagrees with the tokenizer the weights were trained with.
     """
     meta = read_meta(ckpt_dir)
-    wpath = Path(ckpt_dir) / "model.safetensors"
-    if not wpath.exists():
-        raise CheckpointError(f"missing checkpoint weights: {wpath}")
     if expect_method is not None:
         allowed = (expect_method,) if isinstance(expect_method, str) else tuple(expect_method)
         if meta["method"] not in allowed:
@@ -68,10 +109,11 @@ def load_model(ckpt_dir, device="cpu", tokenizer_info: dict | None = None, expec
         check_tokenizer_match(meta["tokenizer"], tokenizer_info, str(ckpt_dir))
     cfg = from_dict(ModelConfig, meta["model"], "checkpoint model")
     net = BACKBONES[meta.get("backbone", "transformer")](cfg)
-    state = load_file(str(wpath))
+    state = load_state(ckpt_dir, meta)
     missing, unexpected = net.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{wpath}: missing keys {missing}, unexpected keys {unexpected}")
+        raise CheckpointError(f"{Path(ckpt_dir) / 'model.safetensors'}: missing keys {missing}, unexpected keys "
+                              f"{unexpected}")
     return net.to(device).eval(), meta
 
 

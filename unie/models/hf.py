@@ -54,6 +54,17 @@ class _HFWrapped:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model's position embeddings cover (``max_position_embeddings``; LLaDA's
+        ``max_sequence_length``; GPT-2's ``n_positions``), or None when its config names none."""
+        cfg = getattr(self.model, "config", None)
+        for key in ("max_position_embeddings", "max_sequence_length", "n_positions", "n_ctx"):
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
     def raw_logits(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:
             raise ValueError(f"logits expects (B, L) token ids, got shape {tuple(x.shape)}")
@@ -172,6 +183,40 @@ class HFCausalLM(_HFWrapped):
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """``(N, L)`` int64 -> ``(N, L, V)`` float32 on ``x``'s device (all-ones attention: unpadded rows)."""
         return self.raw_logits(x).float().to(x.device)
+
+    @torch.no_grad()
+    def greedy_continue(self, prompts: list[list[int]], gen_len: int) -> torch.Tensor:
+        """Greedy continuations ``(B, gen_len)`` of token-id prompts (an AR row of Table 3 on a Hugging Face model).
+
+        Prompts of the same length are decoded together with the model's KV cache and no padding (so a prompt's
+        completion never depends on the other prompts of its batch, and no attention mask is needed); ties go to
+        the lowest id (``argmax``), no sampling and none of the checkpoint's ``generation_config`` (repetition
+        penalties, top-p).  After a row's EOS the rest is EOS; a group stops once every row has ended.  An empty
+        prompt starts from BOS."""
+        import inspect
+
+        out = torch.full((len(prompts), gen_len), self.eos_id, dtype=torch.long)
+        # the KV cache's keyword: `cache` in transformers 5.x, `past_key_values` before
+        key = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            groups.setdefault(len(p), []).append(i)
+        for length, idx in groups.items():
+            seq = torch.tensor([prompts[i] if length else [self.bos_id] for i in idx], device=self.device)
+            x, past, done = seq, None, torch.zeros(len(idx), dtype=torch.bool, device=self.device)
+            for t in range(gen_len):
+                o = self.model(input_ids=x, use_cache=True, **({key: past} if past is not None else {}))
+                past = getattr(o, "cache", None)
+                past = getattr(o, "past_key_values", None) if past is None else past
+                nxt = o.logits[:, -1].float().argmax(-1)
+                nxt = torch.where(done, torch.full_like(nxt, self.eos_id), nxt)
+                out[idx, t] = nxt.cpu()
+                done |= nxt == self.eos_id
+                if bool(done.all()):
+                    break
+                seq = torch.cat([seq, nxt[:, None]], dim=1)
+                x = nxt[:, None] if past is not None else seq  # a model without a cache: the whole sequence again
+        return out
 
     def __repr__(self) -> str:
         return f"HFCausalLM(path={self.path!r}, V={self.vocab_size}, bos={self.bos_id}, eos={self.eos_id})"

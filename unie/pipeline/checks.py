@@ -465,3 +465,39 @@ def check_sweeps(d: dict, check_row) -> None:
                 _err(f"dllm.sweeps.sets.{sweep}.{curve}.vary", "needs exactly one option with a non-empty list of values")
         for point in sweep_points(d, sweep):
             check_row(f"dllm.sweeps.sets.{sweep}.{point['curve']} ({point['key']}={point['value']})", point["row"])
+
+
+# ---------------------------------------------------------------------- command line and cluster settings
+def coerce_cli_config(config: dict, cli: dict) -> None:
+    """Read the nested values of ``--config`` overrides as YAML, in place.
+
+    Snakemake parses ``--config 'resources={train: {runtime: 30}}'`` with YAML's base loader, so every nested
+    leaf arrives as a string (``'30'``) and the schema refuses it; a top-level scalar (``seed=1``) is already typed.
+    Each string leaf under a key given on the command line becomes what YAML makes of it when that is a number,
+    a boolean or null (``'30'`` -> 30, ``'true'`` -> True), else stays a string (``'a100'``)."""
+    import yaml
+
+    def coerce(value):
+        if isinstance(value, dict):
+            return {k: coerce(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [coerce(v) for v in value]
+        if isinstance(value, str):
+            try:
+                parsed = yaml.safe_load(value)
+            except yaml.YAMLError:
+                return value
+            return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
+        return value
+
+    for key, given in cli.items():
+        if key in config and isinstance(given, (dict, list)):
+            config[key] = coerce(config[key])
+
+
+def runtime_at(minutes: int, attempt: int, cap: int | None) -> int:
+    """The Slurm runtime (minutes) of a job's ``attempt``: ``minutes`` x ``attempt`` (a job resubmitted after its
+    time limit asks for more; a training job resumes from its checkpoint), never above ``cap`` (``max_runtime``:
+    the partition's time limit, above which a job would stay pending forever)."""
+    value = int(minutes) * max(1, int(attempt))
+    return value if cap is None else min(value, int(cap))

@@ -21,7 +21,9 @@ import torch
 
 from ..core.config import ConfigError, TrainConfig, from_dict
 from ..core.distributed import world
-from ..core.train import run_signature, train
+from ..core.integrity import (DamagedFileError, atomic_write, file_record, file_sha256, read_json, verify_file,
+                              write_json)
+from ..core.train import run_spec, train
 from ..data.dllm_format import (ar_sft_rows, content_lengths, dllm_prompt_rows, dllm_sft_rows, pack_text,
                                 trim_padding)
 from ..data.tasks import task_vocabulary
@@ -60,7 +62,7 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
         "bpe": bpe_tokenizer(toy + [p + " " + a for p, a in zip(prompts, answers)], bpe_vocab_size),
     }
     meta = {"gen_length": gen_length, "prompt_len": {}, "n_sft": len(train_docs), "tasks": sorted(task_files),
-            "n_pretrain_texts": len(toy)}
+            "n_pretrain_texts": len(toy), "files": {}}  # files: size and SHA-256 of each tensor file (checked on load)
     g = torch.Generator().manual_seed(0)
     for name, tok in toks.items():
         tok.save(out / "tokenizers" / name)
@@ -74,11 +76,27 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
         tensors = {"dllm_sft": dllm, "ar_sft": ar, "pretrain": pre,  # pretraining rows fit either layout
                    "ar_mix": torch.cat([ar, pre3])[torch.randperm(len(ar) + len(pre3), generator=g)]}
         for key, x in tensors.items():
-            torch.save(x, out / f"{name}_{key}.pt")
+            atomic_write(out / f"{name}_{key}.pt", lambda tmp, x=x: torch.save(x, tmp))
+            meta["files"][f"{name}_{key}.pt"] = file_record(out / f"{name}_{key}.pt")
         log(f"{name} tokenizer: {tok.vocab_size} tokens, prompt_len {P}, T {T}; sft {tuple(dllm.shape)}, "
             f"pretrain {tuple(pre.shape)}")
-    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    write_json(meta, out / "meta.json", indent=1)  # last: it vouches for the files above
     return meta
+
+
+def load_dllm_tensor(data_dir, filename: str, meta: dict) -> tuple[torch.Tensor, str]:
+    """``(tensor, sha256)`` of a training tensor of :func:`prepare_dllm_data`, its bytes checked against the size
+    and SHA-256 in ``meta.json``; a damaged file is a :class:`DamagedFileError` naming it and the fix (rule
+    ``dllm_data`` rewrites every tensor when its ``meta.json`` is missing)."""
+    path = Path(data_dir) / filename
+    fix = f"delete {Path(data_dir) / 'meta.json'} and rerun the workflow (rule dllm_data rewrites every tensor)"
+    record = meta.get("files", {}).get(filename)
+    digest = verify_file(path, record, fix) if record else file_sha256(path)
+    try:
+        return torch.load(path, weights_only=True), digest
+    except Exception as e:
+        raise DamagedFileError(path, f"torch cannot read it ({(str(e).splitlines() or [type(e).__name__])[0]})",
+                               fix) from None
 
 
 # ---------------------------------------------------------------------- training
@@ -128,13 +146,13 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
     data_dir = Path(data_dir)
     tok_name, data_kind = spec["tokenizer"], spec["data"]
     tok = load_tokenizer(data_dir / "tokenizers" / tok_name)
-    meta = json.loads((data_dir / "meta.json").read_text())
+    meta = read_json(data_dir / "meta.json", "DLLM data description")
     method = build_method(spec["method"], tok.info(), spec.get("options", {}), f"dllm.models.{name}.options")
     layout = LAYOUTS[spec["method"]]
     path = data_dir / (f"{tok_name}_pretrain.pt" if data_kind == "pretrain" else f"{tok_name}_{layout}_{data_kind}.pt")
     if not path.exists():
         raise ConfigError(f"dllm.models.{name}: no {data_kind!r} data for layout {layout!r} ({path})")
-    data = torch.load(path)
+    data, data_sha = load_dllm_tensor(data_dir, path.name, meta)
     seq_len = data.shape[-1]
     cfg = model_config(spec["arch"], tok.vocab_size, seq_len, method)
     tcfg = from_dict(TrainConfig, spec["train"], f"dllm.models.{name}.train")
@@ -147,9 +165,11 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
         if init_meta["tokenizer"]["fingerprint"] != old_tok.info()["fingerprint"]:
             raise CheckpointError(f"{init_dir} was not trained with the tokenizer at {init_tokenizer_dir}")
         transfer_weights(net, init, tok, old_tok, log)
-    sig = run_signature(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"],
-                               "options": spec.get("options", {}), "data": [str(path), list(data.shape)],
-                               "init": init_fingerprint(init_dir)})
+    sig = run_spec(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"],
+                          "options": spec.get("options", {}), "data": {"sha256": data_sha, "shape": list(data.shape)},
+                          "tokenizer": tok.info()["fingerprint"], "init": init_fingerprint(init_dir),
+                          "init_tokenizer": load_tokenizer(init_tokenizer_dir).info()["fingerprint"]
+                          if init_dir and init_tokenizer_dir else None})
     log(f"training {name} ({spec['method']}, {tok_name} tokenizer, {data_kind} data {tuple(data.shape)}): "
         f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters")
     bucketed = {}
@@ -192,6 +212,17 @@ def completion_text(tok, ids: list[int]) -> str:
     return tok.decode(ids).strip()
 
 
+def check_positions(model, name: str, prompt_positions: int, gen_length: int) -> None:
+    """A ``ValueError`` before any generation when the longest prompt plus ``gen_length`` exceeds the positions the
+    model covers (a Hugging Face model's ``max_position_embeddings``: beyond it, a raw indexing error mid-run)."""
+    limit = getattr(model, "max_positions", None)
+    if limit is not None and prompt_positions + gen_length > limit:
+        raise ValueError(f"{name}: the longest prompt ({prompt_positions} positions) + gen_length {gen_length} = "
+                         f"{prompt_positions + gen_length} exceeds the {limit} positions the model covers "
+                         f"(max_position_embeddings of {getattr(model, 'path', name)}); lower gen_length in "
+                         "model_args (dllm.decoding) or shorten the prompts")
+
+
 class DLLMDecoder:
     """A :class:`~unie.core.protocols.TextDecoder` over a DLLM backbone and a registered DLLM sampler
     (:data:`~unie.core.registry.DLLM_SAMPLERS`: ``plain``, the backbone's own decoder; ``energy``, Algorithm 3;
@@ -218,11 +249,14 @@ class DLLMDecoder:
         self.mc_num, self.name = mc_num, name
 
     def check(self, prompts: list[str]) -> None:
-        """Errors before any generation: prompts that do not fit, text the proxy cannot read."""
+        """Errors before any generation: prompts that do not fit (the trained prompt length, or a Hugging Face
+        model's position limit for prompt + ``gen_length``), text the proxy cannot read."""
         lengths = [len(ids) + 1 for ids in self.tok.encode_batch(prompts)]
         if self.prompt_len is not None and max(lengths) > self.prompt_len:
             raise ValueError(f"a prompt needs {max(lengths)} positions; the model was trained with prompt_len "
                              f"{self.prompt_len}")
+        P = self.prompt_len if self.prompt_len is not None and not self.pad_to_batch else max(lengths)
+        check_positions(self.backbone, self.name, P, self.decode_options.gen_length)
         if self.bridge is not None:
             self.bridge.check(prompts)
 
@@ -255,7 +289,8 @@ class ARDecoder:
         self.model, self.tok, self.gen_length, self.name = model, tokenizer, gen_length, name
 
     def check(self, prompts: list[str]) -> None:
-        self.tok.encode_batch(prompts)
+        lengths = [len(ids) for ids in self.tok.encode_batch(prompts)]
+        check_positions(self.model, self.name, max(lengths), self.gen_length)
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
         G = min(self.gen_length, max_new_tokens)

@@ -15,8 +15,8 @@ import torch
 from ..core.config import ConfigError, ModelConfig, TrainConfig, from_dict
 from ..core.distributed import world
 from ..core.registry import METHODS
-from ..core.train import run_signature, train
-from ..data.corpus import TokenRows, load_tokens
+from ..core.train import run_spec, train
+from ..data.corpus import TokenRows, load_tokens, token_file_info
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, save_model
 from ..models.transformer import Transformer
@@ -69,15 +69,22 @@ def warm_start(net, init, init_meta: dict, cfg: ModelConfig, method, where: str,
 
 
 def init_fingerprint(init_dir) -> str | None:
-    """The identity of an ``init_from`` checkpoint for the resume signature: its path and a hash of its weights,
-    so a checkpoint left by a run that started from *other* initial weights is never resumed (retraining the
-    init model must retrain what starts from it)."""
+    """The identity of a checkpoint another training starts from or reads (``init_from``, NCE's frozen partners)
+    for the resume check: its path and the SHA-256 of its weights, so a checkpoint left by a run that started
+    from *other* weights is never resumed (retraining the init model must retrain what starts from it)."""
     if not init_dir:
         return None
-    import hashlib
+    from ..core.integrity import file_sha256
 
-    digest = hashlib.sha256(Path(init_dir, "model.safetensors").read_bytes()).hexdigest()[:16]
+    digest = file_sha256(Path(init_dir, "model.safetensors"))[:16]
     return f"{init_dir}@{digest}"
+
+
+def data_fingerprint(path) -> dict:
+    """The identity of a token file for the resume check: its content hash and shape (``.npy`` with metadata: checked
+    against it; the tokenizer that made it)."""
+    info = token_file_info(path)
+    return {"sha256": info["sha256"], "shape": list(info["shape"]), "tokenizer": info["tokenizer"]}
 
 
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
@@ -100,6 +107,10 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)
+    data_id = data_fingerprint(train_path)  # checks the bytes against the token file's metadata
+    if data_id["tokenizer"] not in (None, tok.info()["fingerprint"]):
+        raise ConfigError(f"{train_path} was tokenised with tokenizer {data_id['tokenizer']}, but {tokenizer_dir} is "
+                          f"{tok.info()['fingerprint']} (tokenizer mismatch: rerun the tokenize rule)")
     data = TokenRows(load_tokens(train_path))  # memory-mapped; batches are read as int64
     if data.shape[1] != seq_len:
         raise ConfigError(f"{train_path}: sequences have length {data.shape[1]}, config says seq_len={seq_len}")
@@ -114,8 +125,11 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
             raise ConfigError(f"method {spec['method']!r} selects its checkpoint on a dev split: give dev_path")
         dev = load_tokens(dev_path, n_dev).long().to(device)
         eval_fn = lambda ema: method.dev_metrics(ema, dev, torch.Generator(device=device).manual_seed(tcfg.seed + 4242))
-    sig = run_signature(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"], "options": options,
-                               "data": [str(train_path), list(data.shape)], "init": init_fingerprint(init_dir)})
+    sig = run_spec(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"], "options": options,
+                          "data": data_id, "tokenizer": tok.info()["fingerprint"],
+                          "init": init_fingerprint(init_dir),
+                          "partners": {role: init_fingerprint(d) for role, d in sorted((partner_dirs or {}).items())},
+                          "dev": None if eval_fn is None else {**data_fingerprint(dev_path), "n_dev": n_dev}})
     n_params = sum(p.numel() for p in net.parameters())
     log(f"training {name} ({spec['method']}): {n_params/1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
     params = method.parameters(net) if hasattr(method, "parameters") else None

@@ -7,9 +7,11 @@ import json
 import os
 from pathlib import Path
 
+from ..core.integrity import read_json
+
 
 def read_results(paths) -> list[dict]:
-    return [json.loads(Path(p).read_text()) for p in paths]
+    return [read_json(p) for p in paths]
 
 
 def _write_text(text: str, path) -> None:
@@ -99,7 +101,7 @@ def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path) -> str:
     results = {}
     for p in result_paths:
         name = Path(p).parent.name
-        results[name] = json.loads(Path(p).read_text())
+        results[name] = read_json(p)
     missing = sorted(set(rows) - set(results))
     if missing:
         raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
@@ -159,7 +161,7 @@ def fig4(sweep_dir, pdf_path, png_path, csv_path) -> str:
     """Figure 4 from ``results/dllm/sweeps/fig4/points.json``; returns a one-line summary per curve."""
     from ..report.figures import fig4_tradeoff
 
-    sweep = json.loads(Path(sweep_dir, "points.json").read_text())
+    sweep = read_json(Path(sweep_dir, "points.json"))
     figure, df = fig4_tradeoff(sweep)
     write_figure(figure, df, pdf_path, png_path, csv_path)
     return "\n".join(f"{r.curve} {r.key}={r.value}: {r.accuracy:.1f} ± {r.stderr:.1f} %, {r.tokens_per_s:.0f} tok/s"
@@ -170,7 +172,7 @@ def sweep_table(sweep_dir, caption: str, tex_path, csv_path) -> str:
     """An appendix k/w table from ``results/dllm/sweeps/{sweep}/points.json``."""
     from ..report.tables import sweep_table as build
 
-    sweep = json.loads(Path(sweep_dir, "points.json").read_text())
+    sweep = read_json(Path(sweep_dir, "points.json"))
     tex, df = build(sweep, caption)
     write_table(tex, df, tex_path, csv_path)
     return tex

@@ -6,11 +6,30 @@ import logging
 import sys
 from contextlib import contextmanager
 
+from ..core.integrity import write_json  # noqa: F401  (rules import it from here: atomic, never half-written)
+
+
+def operator_errors() -> tuple[type, ...]:
+    """Errors that are the input's fault (a bad config, a missing or damaged file, a checkpoint in use): a job
+    that fails with one reports its one-line message on the console; the traceback stays in the job's log."""
+    from ..core.config import ConfigError
+    from ..core.integrity import DamagedFileError
+    from ..core.train import CheckpointBusyError, NonFiniteLossError
+    from ..data.hf import HubUnreachableError
+    from ..models.checkpoint import CheckpointError
+
+    return (ConfigError, DamagedFileError, CheckpointError, CheckpointBusyError, NonFiniteLossError,
+            HubUnreachableError, FileNotFoundError, PermissionError)
+
 
 @contextmanager
 def job(snakemake, name: str | None = None):
     """Context for a rule's script: logs (stdout, stderr, logging) go to ``snakemake.log[0]``;
-    torch uses the rule's threads.  Yields a ``log(str)`` function."""
+    torch uses the rule's threads.  Yields a ``log(str)`` function.
+
+    A job that fails with one of :func:`operator_errors` prints ``unie: error: <message>`` (one line, naming the
+    file or key and the fix) to the console and exits with status 1; any other exception propagates with its
+    traceback.  Both are written to the log with their traceback."""
     import torch
 
     torch.set_num_threads(max(1, int(snakemake.threads)))
@@ -20,27 +39,22 @@ def job(snakemake, name: str | None = None):
     sys.stdout = sys.stderr = stream
     logging.basicConfig(stream=stream, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
     log = logging.getLogger(name or "unie").info
+    failure = None
     try:
         yield log
-    except BaseException:
+    except BaseException as e:
         import traceback
 
         traceback.print_exc(file=stream)
-        raise
+        if isinstance(e, operator_errors()):
+            failure = e
+        else:
+            raise
     finally:
         sys.stdout, sys.stderr = old_out, old_err
         if logpath:
             stream.close()
-
-
-def write_json(obj, path) -> None:
-    """Write ``obj`` as JSON atomically (never a half-written result file)."""
-    import json
-    import os
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    if failure is not None:
+        message = " ".join(str(failure).split())  # one line
+        print(f"unie: error: {message}" + (f" (log: {logpath})" if logpath else ""), file=sys.stderr)
+        raise SystemExit(1)

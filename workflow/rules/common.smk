@@ -3,6 +3,7 @@
 import os
 
 from unie.pipeline.checks import (
+    runtime_at,
     check_config,
     expand_config,
     fig2_runs,
@@ -46,10 +47,11 @@ wildcard_constraints:
 def res(rule_name, key, default):
     """Slurm resource of a rule from config['resources'] (paper profile), else the default.  The runtime
     (minutes) grows with Snakemake's attempt: a job resubmitted after hitting its time limit (`retries` in
-    slurm/) asks for 2x, then 3x, and a training job resumes from its last checkpoint."""
+    slurm/) asks for 2x, then 3x, and a training job resumes from its last checkpoint; never above
+    config['max_runtime'] (the partition's time limit: a longer request would stay pending forever)."""
     value = config.get("resources", {}).get(rule_name, {}).get(key, default)
     if key == "runtime":
-        return lambda wildcards, attempt: value * attempt
+        return lambda wildcards, attempt: runtime_at(value, attempt, config.get("max_runtime"))
     return value
 
 

@@ -39,7 +39,8 @@ rule tokenize:
         raw="resources/raw/{domain}/{split}.parquet",
         tokenizer="resources/tokenizer",
     output:
-        "resources/tokenized/{domain}/{split}.npy",
+        tokens="resources/tokenized/{domain}/{split}.npy",
+        meta="resources/tokenized/{domain}/{split}.meta.json",  # what made the tokens, their size and SHA-256
     log:
         "logs/tokenize/{domain}/{split}.log",
     params:

@@ -1,0 +1,146 @@
+"""What an operator meets, through Snakemake on config/smoke.yaml: kill -9 mid-training, the orphaned job, the lock,
+a corrupted ``last.pt``, a config change, a flipped byte in a model, and ``--config`` on the command line.
+
+One working directory walks through the README's recovery steps in order; a second holds the references (the
+same targets run uninterrupted).  The AR is given 1,000 steps (a few seconds) so that it can be killed mid-run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "config" / "smoke.yaml"
+TARGET = "results/models/ar/model.safetensors"
+LONG = ["--config", "models={ar: {train: {steps: 1000, ckpt_every: 20, log_every: 500}}}"]
+
+pytestmark = pytest.mark.slow
+
+
+def smk(*args, cwd, check=False, configfile=True):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), "--cores", "1", *args,
+           *(["--configfile", str(SMOKE)] if configfile else [])]  # last: --config/--configfile take several values
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def weights(wd: Path) -> bytes:
+    return (wd / TARGET).read_bytes()
+
+
+def last_step(wd: Path) -> int:
+    try:
+        return int(torch.load(wd / "results/checkpoints/ar/last.pt", weights_only=True)["step"])
+    except Exception:  # not there yet
+        return -1
+
+
+def training_children(wd: Path) -> list[int]:
+    """PIDs of rule scripts (the train job) running with ``wd`` as their working directory."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if "train.py" in cmd and Path(os.readlink(d / "cwd")) == wd:
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """The AR's weights from uninterrupted runs: 1,000 steps, and the smoke config's 30."""
+    ref = tmp_path_factory.mktemp("reference")
+    smk(TARGET, *LONG, cwd=ref, check=True)
+    long = weights(ref)
+    smk(TARGET, cwd=ref, check=True)  # steps 30: a config change, trained fresh (tested below)
+    return {"long": long, "smoke": weights(ref), "resources": ref / "resources"}
+
+
+def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path):
+    wd = tmp_path
+    shutil.copytree(references["resources"], wd / "resources")  # the same data (and mtimes): only training runs here
+    # 1. kill -9 snakemake mid-training: its job (the training process) keeps running, an orphan
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd),
+                             "--cores", "1", TARGET, *LONG, "--configfile", str(SMOKE)], cwd=wd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while last_step(wd) < 40 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert 0 < last_step(wd) < 1000, "training ended before it could be interrupted"
+        proc.kill()
+        proc.wait()
+        (orphan,) = training_children(wd)  # documented: killing snakemake leaves its job running
+        os.kill(orphan, signal.SIGSTOP)  # frozen, still holding the checkpoint directory's lock
+        # 2. snakemake's own lock: the README's --unlock
+        r = smk(TARGET, *LONG, cwd=wd)
+        assert r.returncode != 0 and "--unlock" in r.stdout + r.stderr
+        smk("--unlock", cwd=wd, check=True)
+        # 3. a rerun beside the orphan never trains into the same directory: one line names the holder
+        r = smk(TARGET, *LONG, cwd=wd)
+        assert r.returncode != 0
+        assert f"unie: error: results/checkpoints/ar is in use by pid {orphan}" in r.stderr, r.stderr[-2000:]
+    finally:
+        for pid in training_children(wd):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    # 4. the orphan gone, a rerun resumes from its last checkpoint and gives the uninterrupted model, byte for byte
+    step = last_step(wd)
+    smk(TARGET, *LONG, cwd=wd, check=True)
+    log = (wd / "logs/train/ar.log").read_text()
+    assert f"resumed from results/checkpoints/ar/last.pt at step {step}" in log and 0 < step < 1000
+    assert weights(wd) == references["long"]
+    # 5. a corrupted last.pt is reported in one line and discarded; with a config change (30 steps) the model is
+    #    the one a fresh checkout trains, and nothing else is lost
+    ckpt = wd / "results/checkpoints/ar/last.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    tokens = (wd / "resources/tokenized/owt/train.npy").read_bytes()
+    smk(TARGET, cwd=wd, check=True)
+    log = (wd / "logs/train/ar.log").read_text()
+    (line,) = [l for l in log.splitlines() if "discarding results/checkpoints/ar/last.pt" in l]
+    assert "cannot be read" in line and "training starts again from step 0" in line
+    assert weights(wd) == references["smoke"] and (wd / "results/models/ar/config.json").exists()
+    assert (wd / "resources/tokenized/owt/train.npy").read_bytes() == tokens
+    # 6. a flipped byte in the finished model: set aside before planning (even a dry run shows the rebuild), rebuilt
+    w = wd / TARGET
+    b = bytearray(w.read_bytes())
+    b[-100] ^= 0x01
+    w.write_bytes(bytes(b))
+    r = smk(TARGET, "-n", cwd=wd)
+    assert r.returncode == 0 and f"unie: {TARGET} is damaged: content hash differs" in r.stderr
+    assert "set aside as results/models/ar/model.safetensors.damaged" in r.stderr
+    assert "train" in r.stdout and (wd / (TARGET + ".damaged")).exists()
+    smk(TARGET, cwd=wd, check=True)
+    assert weights(wd) == references["smoke"]
+    # 7. the config changed back (1,000 steps): the 30-step last.pt is not resumed, the log says why
+    smk(TARGET, *LONG, cwd=wd, check=True)
+    log = (wd / "logs/train/ar.log").read_text()
+    assert "not resuming results/checkpoints/ar/last.pt (step 30)" in log and "train.steps: 30 -> 1000" in log
+    assert weights(wd) == references["long"]
+
+
+def test_config_overrides_on_the_command_line(tmp_path):
+    """``--config`` alone overrides the default profile (it used to replace it and fail the schema), and nested
+    values given on the command line are typed (Snakemake passes them as strings)."""
+    r = smk("-n", "--config", "seed=1", cwd=tmp_path, configfile=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = smk("-n", "--config", "resources={train: {runtime: 30, gpu: 0}}", "max_runtime=60", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = smk("-n", "--config", "max_runtime=0", cwd=tmp_path)
+    assert r.returncode != 0 and "max_runtime" in r.stdout + r.stderr

@@ -1,0 +1,432 @@
+"""Nothing stale, nothing lost: a checkpoint is resumed only by the run that wrote it, damaged files are named
+and never used, writes are whole or absent, and the operator's settings (runtime cap, --config values) hold.
+
+The workflow-level counterparts (kill -9, corrupt last.pt, a config change, a flipped byte, through Snakemake)
+are in ``test_recovery_workflow.py``."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from unie.core.config import ConfigError, TrainConfig
+from unie.core.integrity import DamagedFileError, atomic_write, file_record, read_json, verify_file
+from unie.core.train import CheckpointBusyError, checkpoint_lock, spec_changes, train
+from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet, write_tokens
+from unie.data.toy_world import generate_corpus
+from unie.methods.mdlm import MDLM
+from unie.models.checkpoint import CheckpointError, DamagedCheckpointError, load_model, save_model
+from unie.pipeline.checks import coerce_cli_config, runtime_at
+from unie.pipeline.damage import find_damaged, set_aside_damaged
+from unie.pipeline.models import train_from_spec
+
+
+def _quiet(_msg):
+    pass
+
+
+def _flip(path: Path, offset: int = -40) -> None:
+    """Flip one bit of ``path`` in place (the size stays)."""
+    b = bytearray(path.read_bytes())
+    b[offset] ^= 0x10
+    path.write_bytes(bytes(b))
+
+
+def _truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+# ---------------------------------------------------------------------- a changed run never resumes a stale state
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory, tok):
+    """A tokenizer, two token files of the same shape from different seeds, and a finished MDLM to start from."""
+    root = tmp_path_factory.mktemp("reliability")
+    tok.save(root / "tokenizer")
+    for seed in (0, 1):
+        write_text_parquet(generate_corpus("owt", "train", 48, 8, seed=seed), root / f"raw{seed}.parquet")
+        tokenize_corpus(root / f"raw{seed}.parquet", tok, root / f"train{seed}.npy", 8, insert_eos=False,
+                        chunk_specials=False)
+    assert not torch.equal(load_tokens(root / "train0.npy"), load_tokens(root / "train1.npy"))
+    for seed in (0, 1):  # two different initial models
+        train_from_spec("init", _spec("mdlm", seed=seed), root / "train0.npy", root / "tokenizer",
+                        root / f"init{seed}", root / f"init{seed}_ckpt", seq_len=8, log=_quiet)
+    return root
+
+
+def _spec(method="mdlm", **train):
+    return {"method": method, "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
+            "train": {"steps": 6, "batch_size": 8, "lr": 3e-3, "warmup": 1, "ckpt_every": 3, "log_every": 3, **train}}
+
+
+# each case: (what changes, how the spec / data / init of the second run differ from the first)
+CHANGES = {
+    "seed": dict(spec=_spec(seed=1)),
+    "steps": dict(spec=_spec(steps=3)),  # fewer steps: a stale resume would return the 6-step model
+    "lr": dict(spec=_spec(lr=1e-3)),
+    "architecture": dict(spec={**_spec(), "arch": {"d_model": 32, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2}}),
+    "method options": dict(spec={**_spec("ar"), "options": {"mask_inputs": True}}, base=_spec("ar")),
+    "data": dict(data="train1.npy"),  # other tokens at the same path (the top-level seed regenerates the data)
+    "init_from": dict(init="init1"),  # other initial weights at the same path (the init model was retrained)
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_changed_run_trains_fresh_and_equals_a_fresh_clone(toy, tok, tmp_path, change):
+    """After a finished training, a rerun with one thing changed ignores the stale ``last.pt`` (the log names what
+    changed) and writes exactly the model a fresh checkout trains; resuming the stale state would have returned
+    the first model."""
+    case = CHANGES[change]
+    base_spec, new_spec = case.get("base", _spec()), case.get("spec", case.get("base", _spec()))
+    work = tmp_path / "work"
+    for f in ("tokenizer", "train0.npy", "train0.meta.json"):  # the rule's inputs, at fixed paths
+        src, dst = toy / f, work / f.replace("train0", "train")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            import shutil
+
+            shutil.copytree(src, dst)
+        else:
+            dst.write_bytes(src.read_bytes())
+    init = work / "init"
+    uses_init = "init" in case
+    if uses_init:
+        for f in ("model.safetensors", "config.json"):
+            (init / f).parent.mkdir(exist_ok=True)
+            (init / f).write_bytes((toy / "init0" / f).read_bytes())
+
+    def run(spec, out, ckpt, logs=None):
+        return train_from_spec("m", spec, work / "train.npy", work / "tokenizer", out, ckpt, seq_len=8,
+                               init_dir=init if uses_init else None, log=_quiet if logs is None else logs.append)
+
+    first, _ = run(base_spec, work / "out", work / "ckpt")
+    # the change: a new spec, or new bytes behind the same data / init paths
+    if "data" in case:
+        for suffix in (".npy", ".meta.json"):
+            (work / f"train{suffix}").write_bytes((toy / f"train1{suffix}").read_bytes())
+    if uses_init:
+        for f in ("model.safetensors", "config.json"):
+            (init / f).write_bytes((toy / case["init"] / f).read_bytes())
+    logs = []
+    again, _ = run(new_spec, work / "out", work / "ckpt", logs)
+    fresh, _ = run(new_spec, tmp_path / "fresh_out", tmp_path / "fresh_ckpt")
+    assert any("not resuming" in m and "step 6" in m for m in logs), logs
+    assert not any(m.startswith("resumed") for m in logs), logs
+    assert _same(again, fresh), f"{change}: the rerun is not the model a fresh checkout trains"
+    assert not _same(again, first) if again.state_dict().keys() == first.state_dict().keys() else True
+    assert (work / "out" / "model.safetensors").read_bytes() == (tmp_path / "fresh_out" / "model.safetensors").read_bytes()
+    # the log line names what changed
+    named = {"seed": "train.seed", "steps": "train.steps", "lr": "train.lr", "architecture": "model.d_model",
+             "method options": "options", "data": "data.sha256", "init_from": "init"}[change]
+    assert any(named in m for m in logs if "not resuming" in m), logs
+
+
+def test_an_unchanged_rerun_resumes_and_spec_changes_lists_leaves():
+    assert spec_changes({"train": {"steps": 30, "lr": 1}}, {"train": {"steps": 15, "lr": 1}}) == "train.steps: 30 -> 15"
+    assert "model.d_model: 16 -> 32" in spec_changes({"model": {"d_model": 16}}, {"model": {"d_model": 32}})
+    assert "not recorded" in spec_changes(None, {"a": 1})
+
+
+# ---------------------------------------------------------------------- a damaged or unwritable last.pt
+CFG = TrainConfig(steps=8, batch_size=4, lr=1e-2, warmup=3, ckpt_every=3, log_every=2, ema=0.9, seed=0)
+
+
+def _train(net_factory, tok_info, data, ckpt, logs=None, stop_after=None, **kw):
+    net = net_factory(max_len=8)
+    ema, history = train(net, MDLM(tok_info).loss, data, CFG, ckpt, {"spec": 1}, log=(logs.append if logs is not None
+                         else _quiet), stop_after=stop_after, progress=False, **kw)
+    return ema, history
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_an_unreadable_last_pt_is_reported_in_one_line_and_training_starts_again(net_factory, tok_info,
+                                                                                 random_words, tmp_path, damage):
+    data = random_words(32, 8, seed=0)
+    ref, ref_hist = _train(net_factory, tok_info, data, tmp_path / "ref")
+    _train(net_factory, tok_info, data, tmp_path / "ckpt", stop_after=6)
+    last = tmp_path / "ckpt" / "last.pt"
+    {"truncated": lambda: _truncate(last), "garbage": lambda: last.write_bytes(os.urandom(500)),
+     "empty": lambda: last.write_bytes(b"")}[damage]()
+    logs = []
+    ema, hist = _train(net_factory, tok_info, data, tmp_path / "ckpt", logs)
+    (line,) = [m for m in logs if "discarding" in m]
+    assert "\n" not in line and str(last) in line and "starts again from step 0" in line
+    assert not any(m.startswith("resumed") for m in logs)
+    assert _same(ema, ref)
+    assert [{k: v for k, v in h.items() if k != "elapsed_s"} for h in hist] == \
+        [{k: v for k, v in h.items() if k != "elapsed_s"} for h in ref_hist]
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(net_factory, tok_info, random_words, tmp_path,
+                                                                monkeypatch):
+    """The second checkpoint write fails half-way (ENOSPC): the error names last.pt and says the previous one is
+    unchanged; it loads at step 3, no temporary file is left, and the rerun resumes to the uninterrupted model."""
+    data = random_words(32, 8, seed=0)
+    ref, _ = _train(net_factory, tok_info, data, tmp_path / "ref")
+    real_save, calls = torch.save, []
+
+    def full_disk(obj, f, *a, **kw):
+        calls.append(f)
+        if len(calls) == 2:
+            Path(f).write_bytes(b"PK\x03\x04 half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *a, **kw)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(OSError, match="no space left on device while writing .*last.pt .the previous version is "
+                                      "unchanged"):
+        _train(net_factory, tok_info, data, ckpt)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert torch.load(ckpt / "last.pt", weights_only=True)["step"] == 3
+    assert sorted(p.name for p in ckpt.iterdir()) == ["last.pt"]  # no temporary file (and the lock is gone)
+    logs = []
+    ema, _ = _train(net_factory, tok_info, data, ckpt, logs)
+    assert any("resumed" in m and "step 3" in m for m in logs) and _same(ema, ref)
+
+
+def test_two_trainers_never_share_a_checkpoint_directory(net_factory, tok_info, random_words, tmp_path):
+    """A second process training into a directory (a rerun beside a job orphaned by a killed snakemake) is refused
+    with the holder's pid; the lock goes with its holder."""
+    data = random_words(32, 8, seed=0)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    with checkpoint_lock(ckpt):
+        with pytest.raises(CheckpointBusyError, match=f"in use by pid {os.getpid()}.*wait for it to end or kill it"):
+            _train(net_factory, tok_info, data, ckpt)
+        assert not (ckpt / "last.pt").exists()
+    (ckpt / ".lock").write_text("pid 999999 on a-killed-job")  # the file a killed holder leaves holds no lock
+    _train(net_factory, tok_info, data, ckpt)
+    assert torch.load(ckpt / "last.pt", weights_only=True)["step"] == 8
+    assert not (ckpt / ".lock").exists()  # removed by its holder at the end
+
+
+# ---------------------------------------------------------------------- damaged files: one line, the path, the fix
+@pytest.fixture
+def saved(net_factory, tok_info, tmp_path):
+    d = tmp_path / "results" / "models" / "m"
+    save_model(net_factory(), d, "mdlm", tok_info)
+    return d
+
+
+def test_weights_are_written_readable_by_the_group_with_their_hash(saved):
+    meta = json.loads((saved / "config.json").read_text())
+    assert meta["weights"] == {"file": "model.safetensors", **file_record(saved / "model.safetensors")}
+    old = os.umask(0o022)
+    try:
+        for f in ("model.safetensors", "config.json"):
+            assert stat.S_IMODE((saved / f).stat().st_mode) == 0o644, f  # safetensors alone writes 0600
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize("damage,problem", [("flip", "content hash"), ("truncate", "truncated"),
+                                            ("append", "longer than written")])
+def test_damaged_weights_are_refused_with_one_line_naming_the_file(saved, damage, problem):
+    w = saved / "model.safetensors"
+    {"flip": lambda: _flip(w), "truncate": lambda: _truncate(w, 0.9),
+     "append": lambda: w.write_bytes(w.read_bytes() + b"\0")}[damage]()
+    with pytest.raises(DamagedCheckpointError) as e:
+        load_model(saved)
+    msg = str(e.value)
+    assert "\n" not in msg and str(w) in msg and problem in msg and f"delete {saved}" in msg
+    assert isinstance(e.value, CheckpointError) and isinstance(e.value, DamagedFileError)
+
+
+def test_unreadable_weights_without_a_record_and_a_broken_config_name_the_file(saved):
+    meta = json.loads((saved / "config.json").read_text())
+    del meta["weights"]  # a checkpoint written before hashes were recorded
+    (saved / "config.json").write_text(json.dumps(meta))
+    _truncate(saved / "model.safetensors", 0.5)
+    with pytest.raises(DamagedCheckpointError, match=r"model\.safetensors is damaged: safetensors cannot read it"):
+        load_model(saved)
+    (saved / "config.json").write_text('{"model": ')
+    with pytest.raises(DamagedCheckpointError, match=r"config\.json is damaged: not valid JSON"):
+        load_model(saved)
+
+
+def test_damaged_token_files_are_refused(toy, tmp_path):
+    for f in ("train0.npy", "train0.meta.json"):
+        (tmp_path / f).write_bytes((toy / f).read_bytes())
+    npy = tmp_path / "train0.npy"
+    assert load_tokens(npy).shape == (48, 8)
+    _flip(npy)
+    with pytest.raises(DamagedFileError, match="train0.npy is damaged: its content hash"):
+        load_tokens(npy)
+    _truncate(npy, 0.7)
+    with pytest.raises(DamagedFileError, match=r"train0.npy is damaged: truncated \(\d+ bytes, 1664 when written\)"):
+        load_tokens(npy)
+    (tmp_path / "train0.meta.json").unlink()  # no metadata: numpy's own complaint, with the path
+    with pytest.raises(DamagedFileError, match="train0.npy is damaged: numpy cannot map it"):
+        load_tokens(npy)
+
+
+def test_samples_parquet_pages_are_checksummed(tmp_path):
+    p = tmp_path / "steps4.parquet"
+    write_tokens(torch.arange(4000).view(500, 8) % 100, p)
+    assert load_tokens(p).shape == (500, 8)
+    b = bytearray(p.read_bytes())
+    b[200] ^= 0x01  # inside the first data page
+    p.write_bytes(bytes(b))
+    with pytest.raises(DamagedFileError, match="steps4.parquet is damaged: pyarrow cannot read it"):
+        load_tokens(p)
+
+
+def test_verify_file_and_read_json_name_what_is_wrong(tmp_path):
+    f = tmp_path / "x.bin"
+    f.write_bytes(b"abc")
+    rec = file_record(f)
+    assert verify_file(f, rec) == rec["sha256"]
+    f.unlink()
+    with pytest.raises(DamagedFileError, match="missing although its metadata lists it"):
+        verify_file(f, rec)
+    with pytest.raises(FileNotFoundError, match=r"missing result file: .*r\.json does not exist"):
+        read_json(tmp_path / "r.json")
+    (tmp_path / "r.json").write_text("{")
+    with pytest.raises(DamagedFileError, match=r"r\.json is damaged: not valid JSON"):
+        read_json(tmp_path / "r.json")
+
+
+def test_atomic_write_leaves_the_old_file_when_the_writer_fails(tmp_path):
+    p = tmp_path / "out.txt"
+    atomic_write(p, lambda tmp: tmp.write_text("old"))
+
+    def crash(tmp):
+        tmp.write_text("half")
+        raise RuntimeError("writer died")
+
+    with pytest.raises(RuntimeError, match="writer died"):
+        atomic_write(p, crash)
+    assert p.read_text() == "old" and [q.name for q in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_path, tok):
+    """The workflow's check before planning: a model whose weights differ from their record, a token file whose
+    bytes changed; unchanged files are hashed once (then a stat suffices)."""
+    root = tmp_path
+    tokdir = root / "resources" / "tokenized" / "owt"
+    tokdir.mkdir(parents=True)
+    for f in ("train0.npy", "train0.meta.json"):
+        (tokdir / f.replace("train0", "train")).write_bytes((toy / f).read_bytes())
+    assert find_damaged(root) == []
+    assert json.loads((root / ".snakemake/unie/verified.json").read_text()).keys() == {
+        "results/models/m/model.safetensors", "resources/tokenized/owt/train.npy"}
+    _flip(saved / "model.safetensors")
+    _truncate(tokdir / "train.npy", 0.9)
+    logs = []
+    damaged = set_aside_damaged(root, log=logs.append)
+    assert {d.output for d in damaged} == {"results/models/m/model.safetensors", "resources/tokenized/owt/train.npy"}
+    assert not (saved / "model.safetensors").exists() and (saved / "model.safetensors.damaged").exists()
+    assert (tokdir / "train.npy.damaged").exists() and len(logs) == 2 and all("\n" not in m for m in logs)
+    assert any("results/models/m/model.safetensors is damaged" in m and "this run rebuilds it" in m for m in logs)
+    # beside a running snakemake (its lock), nothing is touched
+    (root / ".snakemake" / "locks").mkdir(parents=True)
+    (root / ".snakemake" / "locks" / "0.input.lock").write_text("x")
+    (tokdir / "train.npy.damaged").rename(tokdir / "train.npy")
+    assert set_aside_damaged(root, log=logs.append) == [] and (tokdir / "train.npy").exists()
+
+
+# ---------------------------------------------------------------------- operator settings
+def test_runtime_grows_with_attempts_up_to_the_cap():
+    assert [runtime_at(2880, a, None) for a in (1, 2, 3)] == [2880, 5760, 8640]
+    assert [runtime_at(600, a, 1440) for a in (1, 2, 3)] == [600, 1200, 1440]
+    assert max(runtime_at(2880, a, 2880) for a in range(1, 10)) == 2880
+
+
+def test_cli_config_values_are_read_as_yaml():
+    """``--config 'resources={train: {runtime: 30}}'`` arrives with string leaves (YAML's base loader)."""
+    config = {"seed": 1, "resources": {"train": {"runtime": "30", "gpu": "1", "mem_mb": 4000}},
+              "slurm_partitions": {"cpu": "normal", "gpu": "a100"}, "flags": ["true", "x"], "untouched": "30"}
+    coerce_cli_config(config, {"resources": {"train": {"runtime": "30", "gpu": "1"}}, "slurm_partitions": {},
+                               "flags": ["true", "x"], "seed": 1})
+    assert config["resources"]["train"] == {"runtime": 30, "gpu": 1, "mem_mb": 4000}
+    assert config["slurm_partitions"] == {"cpu": "normal", "gpu": "a100"} and config["flags"] == [True, "x"]
+    assert config["untouched"] == "30"  # not given as a nested value on the command line
+
+
+def test_a_tokenizer_mismatch_between_tokens_and_tokenizer_is_refused(toy, tmp_path):
+    from unie.data.tokenizer import word_tokenizer
+
+    word_tokenizer(["other", "words"]).save(tmp_path / "tok")
+    with pytest.raises(ConfigError, match="tokenizer mismatch"):
+        train_from_spec("m", _spec(), toy / "train0.npy", tmp_path / "tok", tmp_path / "out", tmp_path / "ck",
+                        seq_len=8, log=_quiet)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ck" / "last.pt").exists()
+
+
+def test_a_job_reports_an_operator_error_in_one_line(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from unie.pipeline.rule import job
+
+    log = tmp_path / "job.log"
+    smk = SimpleNamespace(threads=1, log=[str(log)])
+    with pytest.raises(SystemExit) as e:
+        with job(smk):
+            raise ConfigError("models.ar.train: unknown key 'stpes'\n(did you mean 'steps'?)")
+    assert e.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"unie: error: models.ar.train: unknown key 'stpes' (did you mean 'steps'?) (log: {log})"]
+    assert "Traceback" in log.read_text()
+    with pytest.raises(ZeroDivisionError):  # anything else keeps its traceback
+        with job(smk):
+            1 / 0
+
+
+def test_dllm_training_tensors_are_checked_against_meta_json(tmp_path):
+    from unie.pipeline.dllm import load_dllm_tensor
+
+    d = tmp_path / "resources" / "dllm"
+    d.mkdir(parents=True)
+    x = torch.arange(600).view(20, 30)
+    torch.save(x, d / "bpe_dllm_sft.pt")
+    meta = {"files": {"bpe_dllm_sft.pt": file_record(d / "bpe_dllm_sft.pt")}}
+    (d / "meta.json").write_text(json.dumps(meta))
+    y, digest = load_dllm_tensor(d, "bpe_dllm_sft.pt", meta)
+    assert torch.equal(x, y) and digest == meta["files"]["bpe_dllm_sft.pt"]["sha256"]
+    assert find_damaged(tmp_path, cache_path=None) == []
+    _flip(d / "bpe_dllm_sft.pt")
+    with pytest.raises(DamagedFileError, match=r"bpe_dllm_sft.pt is damaged: .*delete .*meta.json and rerun"):
+        load_dllm_tensor(d, "bpe_dllm_sft.pt", meta)
+    (damaged,) = find_damaged(tmp_path, cache_path=None)
+    assert damaged.path == "resources/dllm/bpe_dllm_sft.pt" and damaged.output == "resources/dllm/meta.json"
+
+
+def test_dllm_sft_with_changed_data_trains_fresh(tmp_path):
+    """The DLLM half's fine-tuning: new SFT tensors at the same path (other task data) are not resumed from the
+    stale checkpoint; the model equals a fresh run's."""
+    from unie.pipeline.dllm import prepare_dllm_data, train_dllm_model
+
+    def data(answers, out):
+        tasks = tmp_path / f"tasks_{answers}"
+        tasks.mkdir(exist_ok=True)
+        rows = [{"question": f"question : sort [ {i} {i + 1} ]",
+                 "answer": f"[ {i} {i + 1} ]" if answers == "done" else f"[ {i + 1} {i} ]"} for i in range(8)]
+        (tasks / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        prepare_dllm_data({"t": tasks / "t.jsonl"}, {"t": tasks / "t.jsonl"}, ["the baker bakes the pie"] * 4, out,
+                          gen_length=16, bpe_vocab_size=40, n_pretrain_texts=4, log=_quiet)
+
+    spec = {"method": "llada", "tokenizer": "word", "data": "sft", "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+            "train": {"steps": 4, "batch_size": 4, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
+    d = tmp_path / "data"
+    data("done", d)
+    train_dllm_model("m", spec, d, tmp_path / "out", tmp_path / "ckpt", log=_quiet)
+    data("ok", tmp_path / "fresh_data")
+    data("ok", d)  # same path, other content (the word tokenizer is the same: only the tensors change)
+    logs = []
+    again, _ = train_dllm_model("m", spec, d, tmp_path / "out", tmp_path / "ckpt", log=logs.append)
+    fresh, _ = train_dllm_model("m", spec, tmp_path / "fresh_data", tmp_path / "out2", tmp_path / "ckpt2", log=_quiet)
+    assert any("not resuming" in m and "data.sha256" in m for m in logs), logs
+    assert _same(again, fresh)

@@ -1,0 +1,129 @@
+"""Damaged outputs are treated as missing: before Snakemake plans the jobs, the workflow checks the files whose
+size and SHA-256 were recorded when they were written, and sets a damaged one aside (``NAME.damaged``) so that
+Snakemake sees it missing and rebuilds it (a truncated or changed file keeps its modification time or looks
+newer, so Snakemake alone would take it as up to date and use it).
+
+Checked (the files the workflow records a hash for, :mod:`unie.core.integrity`):
+
+* model weights ``results/models/*/model.safetensors`` and ``results/dllm/models/*/model.safetensors`` against
+  their ``config.json``'s ``weights`` record (a damaged ``config.json`` sets the weights aside too);
+* token files ``resources/tokenized/*/*.npy`` against their ``.meta.json``;
+* the DLLM training tensors ``resources/dllm/*.pt`` against ``resources/dllm/meta.json`` (which is set aside: it
+  is the rule's declared output, and its rule rewrites every tensor).
+
+A file is hashed only when its size, modification time or inode changed since it was last verified
+(``.snakemake/unie/verified.json``), so a rerun costs a ``stat`` per file.  Nothing is touched while another
+Snakemake run holds the directory's lock (its jobs may be writing these files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.integrity import DamagedFileError, file_sha256
+
+CACHE = Path(".snakemake/unie/verified.json")
+
+
+@dataclass(frozen=True)
+class Damaged:
+    path: str  # the damaged file
+    problem: str
+    output: str  # the declared output to set aside so that its rule reruns
+
+
+def _record_checks(root: Path):
+    """``(file, record, output)`` for every file with a recorded hash under ``root``."""
+    for cfg in sorted([*root.glob("results/models/*/config.json"), *root.glob("results/dllm/models/*/config.json")]):
+        weights = cfg.parent / "model.safetensors"
+        if not weights.exists():
+            continue
+        try:
+            meta = json.loads(cfg.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            yield cfg, None, weights
+            continue
+        if isinstance(meta, dict) and isinstance(meta.get("weights"), dict):
+            yield weights, meta["weights"], weights
+    for meta_path in sorted(root.glob("resources/tokenized/*/*.meta.json")):
+        tokens = meta_path.with_name(meta_path.name.removesuffix(".meta.json") + ".npy")
+        if not tokens.exists():
+            continue
+        try:
+            yield tokens, json.loads(meta_path.read_text()), tokens
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            yield meta_path, None, tokens
+    dllm_meta = root / "resources/dllm/meta.json"
+    if dllm_meta.exists():
+        try:
+            files = json.loads(dllm_meta.read_text()).get("files", {})
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            yield dllm_meta, None, dllm_meta
+            return
+        for name, record in sorted(files.items()):
+            yield dllm_meta.parent / name, record, dllm_meta
+
+
+def find_damaged(root=".", cache_path: Path | None = CACHE) -> list[Damaged]:
+    """The recorded files under ``root`` whose bytes differ from their record (or whose record is unreadable)."""
+    root = Path(root)
+    cache_file = root / cache_path if cache_path is not None else None
+    try:
+        cache = json.loads(cache_file.read_text()) if cache_file and cache_file.exists() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        cache = {}
+    found, verified = [], {}
+    for path, record, output in _record_checks(root):
+        rel = os.path.relpath(path, root)
+        if record is None:
+            found.append(Damaged(rel, "its metadata is not valid JSON", os.path.relpath(output, root)))
+            continue
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            found.append(Damaged(rel, "missing although its metadata lists it", os.path.relpath(output, root)))
+            continue
+        if record.get("bytes") is not None and st.st_size != int(record["bytes"]):
+            found.append(Damaged(rel, f"{st.st_size} bytes, {record['bytes']} when written",
+                                 os.path.relpath(output, root)))
+            continue
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino, record.get("sha256")]
+        if cache.get(rel) == stamp:
+            verified[rel] = stamp
+            continue
+        if record.get("sha256") and file_sha256(path) != record["sha256"]:
+            found.append(Damaged(rel, "content hash differs from the one recorded when it was written",
+                                 os.path.relpath(output, root)))
+            continue
+        verified[rel] = stamp
+    if cache_file is not None:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            cache_file.write_text(json.dumps(verified))
+        except OSError:
+            pass  # a read-only checkout: verify again next time
+    return found
+
+
+def another_run_active(root=".") -> bool:
+    """Whether a Snakemake run holds this directory's lock (``.snakemake/locks/``)."""
+    locks = Path(root) / ".snakemake" / "locks"
+    return locks.is_dir() and any(locks.iterdir())
+
+
+def set_aside_damaged(root=".", log=print) -> list[Damaged]:
+    """Rename every damaged recorded output (:func:`find_damaged`) to ``NAME.damaged`` so that Snakemake rebuilds
+    it, with one line each on ``log``; nothing while another run is active.  Returns what was set aside."""
+    root = Path(root)
+    if another_run_active(root):
+        return []
+    damaged = find_damaged(root)
+    for d in damaged:
+        out = root / d.output
+        if out.exists():
+            os.replace(out, out.with_name(out.name + ".damaged"))
+        log(f"unie: {DamagedFileError(d.path, d.problem, f'set aside as {d.output}.damaged; this run rebuilds it')}")
+    return damaged
