@@ -31,10 +31,10 @@ coerce_cli_config(config, dict(workflow.config_settings.config))
 validate(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 
 # A damaged output (weights, tokens whose bytes differ from the hash recorded when they were written) is set aside
-# as NAME.damaged, so that this run rebuilds it instead of taking it as up to date (unie.pipeline.damage).  Only in
-# the run that plans the jobs, never inside a cluster job or beside another run that holds the lock.
+# as NAME.damaged, so that this run rebuilds it instead of taking it as up to date (unie.pipeline.damage); a dry run
+# only reports.  Only in the run that plans the jobs, never inside a cluster job or beside another run.
 if workflow.is_main_process:
-    set_aside_damaged(".", log=lambda msg: print(msg, file=sys.stderr))
+    set_aside_damaged(".", log=lambda msg: print(msg, file=sys.stderr), dry_run=workflow.output_settings.dryrun)
 
 
 include: "workflow/rules/common.smk"

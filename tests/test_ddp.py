@@ -4,7 +4,6 @@ one process with the same shards, resumption across world sizes, the errors, and
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import runpy
 import sys
@@ -153,9 +152,7 @@ def test_signature_has_shards_only_when_set():
     base = TrainConfig()
     assert "shards" not in run_spec(base, {"m": 1})["train"]
     assert run_spec(dataclasses.replace(base, shards=2), {"m": 1})["train"]["shards"] == 2
-    want = hashlib.sha256(json.dumps(run_spec(base, {"m": 1}), sort_keys=True).encode()).hexdigest()[:16]
-    assert run_signature(base, {"m": 1}) == want
-    assert run_signature(dataclasses.replace(base, shards=2), {"m": 1}) != want
+    assert run_signature(base, {"m": 1}) != run_signature(dataclasses.replace(base, shards=2), {"m": 1})
 
 
 # ---------------------------------------------------------------------- the rules' launch path

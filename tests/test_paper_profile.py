@@ -580,5 +580,18 @@ def test_an_unreachable_hub_names_the_model_at_once(tmp_path, monkeypatch):
         assert f"HF_HOME={tmp_path / 'hf'}" in msg and "pre-fetch" in msg
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     assert "HF_HUB_OFFLINE=1" in hf_data.hub_problem()
+    # the check goes through the hub client's own HTTP session (its proxies and certificates), not a raw socket
+    import huggingface_hub.utils
+
+    asked = []
+
+    class Session:
+        def head(self, url, timeout):
+            asked.append((url, timeout))
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.utils, "get_session", lambda: Session())
+    assert hf_data.hub_problem() is None and asked == [("http://127.0.0.1:9", 5.0)]
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     with pytest.raises(hf_data.HubUnreachableError, match="switched off"):
         hf_data.fetch_model("org/some-model", tmp_path / "m")

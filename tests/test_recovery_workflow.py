@@ -117,16 +117,19 @@ def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path)
     assert "cannot be read" in line and "training starts again from step 0" in line
     assert weights(wd) == references["smoke"] and (wd / "results/models/ar/config.json").exists()
     assert (wd / "resources/tokenized/owt/train.npy").read_bytes() == tokens
-    # 6. a flipped byte in the finished model: set aside before planning (even a dry run shows the rebuild), rebuilt
+    # 6. a flipped byte in the finished model: a dry run says what the run will do; the run sets it aside before
+    #    planning and rebuilds it
     w = wd / TARGET
     b = bytearray(w.read_bytes())
     b[-100] ^= 0x01
     w.write_bytes(bytes(b))
     r = smk(TARGET, "-n", cwd=wd)
     assert r.returncode == 0 and f"unie: {TARGET} is damaged: content hash differs" in r.stderr
-    assert "set aside as results/models/ar/model.safetensors.damaged" in r.stderr
-    assert "train" in r.stdout and (wd / (TARGET + ".damaged")).exists()
-    smk(TARGET, cwd=wd, check=True)
+    assert "the run will set it aside as results/models/ar/model.safetensors.damaged" in r.stderr
+    assert w.exists() and not (wd / (TARGET + ".damaged")).exists()
+    r = smk(TARGET, cwd=wd, check=True)
+    assert "set aside as results/models/ar/model.safetensors.damaged; this run rebuilds it" in r.stderr
+    assert "rule train:" in r.stdout + r.stderr and (wd / (TARGET + ".damaged")).exists()
     assert weights(wd) == references["smoke"]
     # 7. the config changed back (1,000 steps): the 30-step last.pt is not resumed, the log says why
     smk(TARGET, *LONG, cwd=wd, check=True)

@@ -132,7 +132,7 @@ def test_a_changed_run_trains_fresh_and_equals_a_fresh_clone(toy, tok, tmp_path,
     assert any(named in m for m in logs if "not resuming" in m), logs
 
 
-def test_an_unchanged_rerun_resumes_and_spec_changes_lists_leaves():
+def test_spec_changes_lists_the_changed_leaves():
     assert spec_changes({"train": {"steps": 30, "lr": 1}}, {"train": {"steps": 15, "lr": 1}}) == "train.steps: 30 -> 15"
     assert "model.d_model: 16 -> 32" in spec_changes({"model": {"d_model": 16}}, {"model": {"d_model": 32}})
     assert "not recorded" in spec_changes(None, {"a": 1})
@@ -162,38 +162,93 @@ def test_an_unreadable_last_pt_is_reported_in_one_line_and_training_starts_again
     ema, hist = _train(net_factory, tok_info, data, tmp_path / "ckpt", logs)
     (line,) = [m for m in logs if "discarding" in m]
     assert "\n" not in line and str(last) in line and "starts again from step 0" in line
+    assert "set aside as last.pt.unreadable" in line and (tmp_path / "ckpt" / "last.pt.unreadable").exists()
     assert not any(m.startswith("resumed") for m in logs)
     assert _same(ema, ref)
     assert [{k: v for k, v in h.items() if k != "elapsed_s"} for h in hist] == \
         [{k: v for k, v in h.items() if k != "elapsed_s"} for h in ref_hist]
 
 
+def test_a_checkpoint_that_the_system_cannot_read_is_not_thrown_away(net_factory, tok_info, random_words, tmp_path,
+                                                                     monkeypatch):
+    """An I/O or memory error while loading says nothing about the file: it is raised, and last.pt stays."""
+    data = random_words(32, 8, seed=0)
+    _train(net_factory, tok_info, data, tmp_path / "ckpt", stop_after=3)
+    for err in (PermissionError(13, "Permission denied"), torch.OutOfMemoryError("CUDA out of memory")):
+        def fail(*a, _err=err, **kw):
+            raise _err
+
+        monkeypatch.setattr(torch, "load", fail)
+        with pytest.raises(type(err)):
+            _train(net_factory, tok_info, data, tmp_path / "ckpt")
+        monkeypatch.undo()
+        assert torch.load(tmp_path / "ckpt" / "last.pt", weights_only=True)["step"] == 3
+
+
 def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(net_factory, tok_info, random_words, tmp_path,
                                                                 monkeypatch):
-    """The second checkpoint write fails half-way (ENOSPC): the error names last.pt and says the previous one is
-    unchanged; it loads at step 3, no temporary file is left, and the rerun resumes to the uninterrupted model."""
+    """The second checkpoint write fails half-way on a full disk, as torch reports it (a RuntimeError from its zip
+    writer, no errno): the error names last.pt and says the previous one is unchanged; it loads at step 3, no
+    temporary file is left, and the rerun resumes to the uninterrupted model."""
+    import unie.core.integrity as integrity
+
     data = random_words(32, 8, seed=0)
     ref, _ = _train(net_factory, tok_info, data, tmp_path / "ref")
-    real_save, calls = torch.save, []
+    real_save, real_statvfs, calls = torch.save, os.statvfs, []
 
     def full_disk(obj, f, *a, **kw):
         calls.append(f)
         if len(calls) == 2:
             Path(f).write_bytes(b"PK\x03\x04 half a checkpoint")
-            raise OSError(errno.ENOSPC, "No space left on device")
+            monkeypatch.setattr(integrity.os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0,
+                                                                                       0, 255)))
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
         return real_save(obj, f, *a, **kw)
 
     monkeypatch.setattr(torch, "save", full_disk)
     ckpt = tmp_path / "ckpt"
     with pytest.raises(OSError, match="no space left on device while writing .*last.pt .the previous version is "
-                                      "unchanged"):
+                                      "unchanged") as e:
         _train(net_factory, tok_info, data, ckpt)
+    assert e.value.errno == errno.ENOSPC and "\n" not in str(e.value)
     monkeypatch.setattr(torch, "save", real_save)
+    monkeypatch.setattr(integrity.os, "statvfs", real_statvfs)
     assert torch.load(ckpt / "last.pt", weights_only=True)["step"] == 3
     assert sorted(p.name for p in ckpt.iterdir()) == ["last.pt"]  # no temporary file (and the lock is gone)
     logs = []
     ema, _ = _train(net_factory, tok_info, data, ckpt, logs)
     assert any("resumed" in m and "step 3" in m for m in logs) and _same(ema, ref)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (root only; skipped where mounting is not allowed)."""
+    import subprocess
+
+    d = tmp_path / "disk"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.strip() or r.returncode}")
+    yield d
+    subprocess.run(["umount", str(d)], check=False)
+
+
+def test_a_really_full_disk_is_reported_for_torch_and_safetensors_writes(small_disk, net_factory, tok_info):
+    """On a real full filesystem torch.save raises a RuntimeError and safetensors a SafetensorError (neither an
+    OSError): both become the one-line ENOSPC error, and the earlier files stay whole."""
+    last = small_disk / "last.pt"
+    atomic_write(last, lambda tmp: torch.save({"step": 1, "w": torch.zeros(10)}, tmp))
+    with pytest.raises(OSError, match=f"no space left on device while writing {last} .the previous version"):
+        atomic_write(last, lambda tmp: torch.save({"step": 2, "w": torch.zeros(200_000)}, tmp))
+    assert torch.load(last, weights_only=True)["step"] == 1
+    small = net_factory()  # ~20 KB of weights
+    save_model(small, small_disk / "m", "mdlm", tok_info)
+    big = net_factory(d_model=128, n_layers=2)  # ~600 KB
+    with pytest.raises(OSError, match=r"no space left on device while writing .*model\.safetensors"):
+        save_model(big, small_disk / "m", "mdlm", tok_info)
+    assert _same(load_model(small_disk / "m")[0], small)
+    assert sorted(p.name for p in (small_disk / "m").iterdir()) == ["config.json", "model.safetensors"]
 
 
 def test_two_trainers_never_share_a_checkpoint_directory(net_factory, tok_info, random_words, tmp_path):
@@ -314,7 +369,7 @@ def test_atomic_write_leaves_the_old_file_when_the_writer_fails(tmp_path):
 
 def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_path, tok):
     """The workflow's check before planning: a model whose weights differ from their record, a token file whose
-    bytes changed; unchanged files are hashed once (then a stat suffices)."""
+    bytes changed; unchanged files are hashed once (then a stat suffices); a dry run only reports."""
     root = tmp_path
     tokdir = root / "resources" / "tokenized" / "owt"
     tokdir.mkdir(parents=True)
@@ -325,6 +380,9 @@ def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_
         "results/models/m/model.safetensors", "resources/tokenized/owt/train.npy"}
     _flip(saved / "model.safetensors")
     _truncate(tokdir / "train.npy", 0.9)
+    logs = []
+    assert len(set_aside_damaged(root, log=logs.append, dry_run=True)) == 2
+    assert (saved / "model.safetensors").exists() and all("the run will set it aside" in m for m in logs)
     logs = []
     damaged = set_aside_damaged(root, log=logs.append)
     assert {d.output for d in damaged} == {"results/models/m/model.safetensors", "resources/tokenized/owt/train.npy"}
@@ -338,6 +396,27 @@ def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_
     assert set_aside_damaged(root, log=logs.append) == [] and (tokdir / "train.npy").exists()
 
 
+def test_damage_the_scan_cannot_see_is_reported_by_the_job_that_reads_the_file(saved, tmp_path, monkeypatch):
+    """A file above the hash limit, or bit rot that keeps its size and times: the scan passes it, the job that loads
+    it fails in one line and records it, and the next run sets it aside."""
+    from types import SimpleNamespace
+
+    from unie.pipeline.rule import job
+
+    root = tmp_path
+    monkeypatch.chdir(root)
+    w = saved / "model.safetensors"
+    _flip(w)
+    assert find_damaged(root, hash_limit=0) == []  # size only
+    with pytest.raises(SystemExit):
+        with job(SimpleNamespace(threads=1, log=[str(root / "job.log")])):
+            load_model(saved)
+    assert (root / ".snakemake/unie/damaged.txt").read_text().split() == ["results/models/m/model.safetensors"]
+    (damaged,) = set_aside_damaged(root, log=_quiet)
+    assert damaged.output == "results/models/m/model.safetensors" and "a job found" in damaged.problem
+    assert (saved / "model.safetensors.damaged").exists() and not (root / ".snakemake/unie/damaged.txt").exists()
+
+
 # ---------------------------------------------------------------------- operator settings
 def test_runtime_grows_with_attempts_up_to_the_cap():
     assert [runtime_at(2880, a, None) for a in (1, 2, 3)] == [2880, 5760, 8640]
@@ -347,11 +426,11 @@ def test_runtime_grows_with_attempts_up_to_the_cap():
 
 def test_cli_config_values_are_read_as_yaml():
     """``--config 'resources={train: {runtime: 30}}'`` arrives with string leaves (YAML's base loader)."""
-    config = {"seed": 1, "resources": {"train": {"runtime": "30", "gpu": "1", "mem_mb": 4000}},
+    config = {"seed": 1, "resources": {"train": {"runtime": "30", "gpu": "1", "mem_mb": 4000, "note": "on"}},
               "slurm_partitions": {"cpu": "normal", "gpu": "a100"}, "flags": ["true", "x"], "untouched": "30"}
     coerce_cli_config(config, {"resources": {"train": {"runtime": "30", "gpu": "1"}}, "slurm_partitions": {},
                                "flags": ["true", "x"], "seed": 1})
-    assert config["resources"]["train"] == {"runtime": 30, "gpu": 1, "mem_mb": 4000}
+    assert config["resources"]["train"] == {"runtime": 30, "gpu": 1, "mem_mb": 4000, "note": "on"}  # file values stay
     assert config["slurm_partitions"] == {"cpu": "normal", "gpu": "a100"} and config["flags"] == [True, "x"]
     assert config["untouched"] == "30"  # not given as a nested value on the command line
 
@@ -429,4 +508,89 @@ def test_dllm_sft_with_changed_data_trains_fresh(tmp_path):
     again, _ = train_dllm_model("m", spec, d, tmp_path / "out", tmp_path / "ckpt", log=logs.append)
     fresh, _ = train_dllm_model("m", spec, tmp_path / "fresh_data", tmp_path / "out2", tmp_path / "ckpt2", log=_quiet)
     assert any("not resuming" in m and "data.sha256" in m for m in logs), logs
+    assert _same(again, fresh)
+
+
+def test_an_input_error_on_a_torchrun_rank_reaches_the_console_as_one_line(tmp_path, monkeypatch):
+    """Multi-GPU training and lm-eval runs: a rank that stops on an input error writes its message beside the
+    launch arguments, and the launcher raises it (an operator error: one console line), not "torchrun exited 1"."""
+    import subprocess
+
+    from unie.pipeline import launch
+    from unie.pipeline.rule import operator_errors
+
+    args_file = tmp_path / "args.json"
+    args_file.write_text("{}")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(ConfigError):
+        with launch.reporting_rank_errors(args_file):
+            raise ConfigError("models.ar.train: unknown key 'stpes'")
+    assert (tmp_path / "error.1.txt").read_text() == "models.ar.train: unknown key 'stpes'"
+    with pytest.raises(ZeroDivisionError):
+        with launch.reporting_rank_errors(args_file):
+            1 / 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["args.json", "error.1.txt"]
+
+    class Ranks:  # torchrun's stand-in: rank 0 reports an input error and the launch fails
+        def __init__(self, cmd, **kw):
+            Path(cmd[-1]).with_name("error.0.txt").write_text("results/checkpoints/ar is in use by pid 7")
+            self.stdout = iter(["rank 0 failed\n"])
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait(self):
+            return 1
+
+    monkeypatch.setattr(subprocess, "Popen", Ranks)
+    with pytest.raises(launch.RankError, match="^results/checkpoints/ar is in use by pid 7$") as e:
+        launch.run_training("models", {"name": "ar"}, nproc=2, log=_quiet)
+    assert isinstance(e.value, operator_errors())
+
+
+@pytest.mark.parametrize("change", ["partner", "dev split"])
+def test_nce_with_a_changed_partner_or_dev_split_trains_fresh(tmp_path, tok, change):
+    """NCE fine-tuning reads a frozen proxy and selects on a dev split: other proxy weights, or other dev tokens,
+    at the same paths are a different run (the stale last.pt would hold a selection made with the old ones)."""
+    L, arch = 8, {"d_model": 16, "n_layers": 1, "n_heads": 2}
+    tok.save(tmp_path / "tok")
+    for name, split, n, seed in (("train", "train", 64, 0), ("valid", "valid", 16, 0), ("valid1", "valid", 16, 1)):
+        write_text_parquet(generate_corpus("owt", split, n, L, seed=seed), tmp_path / f"{name}.parquet")
+        tokenize_corpus(tmp_path / f"{name}.parquet", tok, tmp_path / f"{name}.npy", L, insert_eos=False,
+                        chunk_specials=False)
+    small = {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2}
+    train_from_spec("mdlm", {"method": "mdlm", "arch": arch, "train": small}, tmp_path / "train.npy", tmp_path / "tok",
+                    tmp_path / "m", tmp_path / "ck_m", L, log=_quiet)
+    for seed in (0, 1):
+        train_from_spec("p", {"method": "ar", "options": {"mask_inputs": True}, "arch": arch, "train": {**small, "seed": seed}},
+                        tmp_path / "train.npy", tmp_path / "tok", tmp_path / f"p{seed}", tmp_path / f"ck_p{seed}", L,
+                        log=_quiet)
+    proxy, dev = tmp_path / "proxy", tmp_path / "dev.npy"
+
+    def place(proxy_seed, dev_name):
+        proxy.mkdir(exist_ok=True)
+        for f in ("model.safetensors", "config.json"):
+            (proxy / f).write_bytes((tmp_path / f"p{proxy_seed}" / f).read_bytes())
+        for suffix in (".npy", ".meta.json"):
+            (tmp_path / f"dev{suffix}").write_bytes((tmp_path / f"{dev_name}{suffix}").read_bytes())
+
+    spec = {"method": "nce", "options": {"energy": "uni", "train": "dlm", "ar_context": "masked", "proxy": "p"},
+            "arch": arch, "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
+
+    def run(out, ckpt, logs=None):
+        return train_from_spec("n", spec, tmp_path / "train.npy", tmp_path / "tok", out, ckpt, L,
+                               init_dir=tmp_path / "m", partner_dirs={"proxy": proxy}, dev_path=dev,
+                               log=_quiet if logs is None else logs.append)[0]
+
+    place(0, "valid")
+    run(tmp_path / "out", tmp_path / "ck")
+    place(1, "valid") if change == "partner" else place(0, "valid1")
+    logs = []
+    again = run(tmp_path / "out", tmp_path / "ck", logs)
+    fresh = run(tmp_path / "out_fresh", tmp_path / "ck_fresh")
+    named = "partners.proxy" if change == "partner" else "dev.sha256"
+    assert any("not resuming" in m and named in m for m in logs), logs
     assert _same(again, fresh)

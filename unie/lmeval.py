@@ -449,9 +449,12 @@ def _rank_main(args_file) -> None:
     reporting where the results are."""
     import torch
 
+    from unie.pipeline.launch import reporting_rank_errors
+
     args = json.loads(Path(args_file).read_text())
     torch.set_num_threads(int(args["threads"]))
-    found = evaluate(**args["kwargs"])
+    with reporting_rank_errors(args_file):
+        found = evaluate(**args["kwargs"])
     if found is not None:
         Path(args["result_file"]).write_text(str(found))
 

@@ -65,6 +65,15 @@ def broadcast_state(*modules: torch.nn.Module, src: int = 0) -> None:
             dist.broadcast(t, src)
 
 
+def broadcast_object(obj, src: int = 0):
+    """Rank ``src``'s ``obj`` (picklable) on every rank; ``obj`` itself in a single process."""
+    if world()[1] == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src)
+    return box[0]
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """``t`` summed over ranks, in place (returned for chaining)."""
     if world()[1] > 1:
@@ -114,4 +123,5 @@ def _buckets(params: list, limit: int):
         yield bucket
 
 
-__all__ = ["all_reduce_gradients", "all_reduce_sum", "barrier", "broadcast_state", "init_from_env", "world"]
+__all__ = ["all_reduce_gradients", "all_reduce_sum", "barrier", "broadcast_object", "broadcast_state", "init_from_env",
+           "world"]

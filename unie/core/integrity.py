@@ -75,18 +75,45 @@ def verify_file(path, record: dict, fix: str | None = None) -> str:
 
 
 def _new_file_mode() -> int:
-    mask = os.umask(0)
+    """``0666 & ~umask`` (the umask read from /proc where it can be, since reading it with ``os.umask`` sets it for a
+    moment, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return 0o666 & ~mask
 
 
+def _disk_full(exc: BaseException, directory: Path) -> bool:
+    """Whether a failed write ran out of space: an ``ENOSPC``/``EDQUOT`` anywhere in the exception's chain, the
+    messages of writers that do not raise ``OSError`` (safetensors: "os error 28"), or no free space left now (torch:
+    "unexpected pos 704 vs 598")."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(seen) or "os error 28" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        st = os.statvfs(directory)
+        return st.f_bavail * st.f_frsize < (1 << 20)
+    except OSError:
+        return False
+
+
 def atomic_write(path, write: Callable[[Path], None], durable: bool = True) -> Path:
     """Write ``path`` whole or not at all: ``write(tmp)`` writes a temporary file in the same directory, which
-    is then flushed to disk (``durable``) and renamed over ``path``.
+    is then flushed to disk (``durable``: the file, then the directory's entry after the rename) and renamed over
+    ``path``.
 
-    If ``write`` raises (a full disk: ``OSError(ENOSPC)``, a crash of the writer), the temporary file is removed
-    and ``path`` is left as it was (an earlier version stays usable); ``ENOSPC``/``EDQUOT`` become one line naming
-    the file.  The new file has the mode of an ordinary new file (``0666 & ~umask``)."""
+    If ``write`` raises (a full disk, a crash of the writer), the temporary file is removed and ``path`` is left as
+    it was (an earlier version stays usable); a full disk becomes ``OSError(ENOSPC)`` in one line naming the file,
+    whatever the writer raised.  The new file has the mode of an ordinary new file (``0666 & ~umask``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # unique per process: two writers never share it
@@ -94,23 +121,29 @@ def atomic_write(path, write: Callable[[Path], None], durable: bool = True) -> P
         write(tmp)
         os.chmod(tmp, _new_file_mode())
         if durable:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync(tmp)
         os.replace(tmp, path)
-    except OSError as e:
+        if durable:
+            _fsync(path.parent)
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(e, Exception) and _disk_full(e, path.parent):
             kept = "the previous version is unchanged" if path.exists() else "nothing was written"
-            raise OSError(e.errno, f"no space left on device while writing {path} ({kept}); free space and "
-                                   "rerun") from e
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+            raise OSError(errno.ENOSPC, f"no space left on device while writing {path} ({kept}); free space and "
+                                        "rerun") from e
         raise
     return path
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # a directory on a filesystem that cannot sync one
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path, text: str) -> Path:

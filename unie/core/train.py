@@ -33,14 +33,17 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import time
+import zipfile
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from .config import TrainConfig
-from .distributed import all_reduce_gradients, all_reduce_sum, barrier, broadcast_state, world
+from .distributed import (all_reduce_gradients, all_reduce_sum, barrier, broadcast_object, broadcast_state,
+                          world)
 from .integrity import atomic_write
 
 
@@ -134,28 +137,51 @@ def _short(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def load_resume_state(last: Path, signature: str, spec: dict | None, device, log) -> dict | None:
-    """The state in ``last`` if it was written for this run (``signature``), else None.
+# what torch.load raises for bytes that are not a checkpoint: a truncated zip ("PytorchStreamReader failed reading
+# zip archive"), garbage (UnpicklingError), an empty file (EOFError), text (KeyError); never an OSError (the disk,
+# permissions, NFS) or running out of memory, which are raised as they are
+_UNREADABLE = (RuntimeError, EOFError, pickle.UnpicklingError, KeyError, ValueError, zipfile.BadZipFile)
 
-    An unreadable file (truncated, corrupted: torch's "PytorchStreamReader failed ...") is reported in one line and
-    removed; a readable one for another run specification is left in place (the first checkpoint of the new run
-    replaces it) and the log names what changed."""
+
+def load_resume_state(last: Path, signature: str, spec: dict | None, log) -> dict | None:
+    """The state in ``last`` (on the CPU) if it was written for this run (``signature``), else None.
+
+    Bytes that torch cannot read as a checkpoint (truncated, corrupted: "PytorchStreamReader failed ...") are
+    reported in one line and the file is set aside as ``last.pt.unreadable``; an ``OSError`` or an out-of-memory
+    error is raised (the file may be fine).  A readable checkpoint for another run specification is left in place
+    (the new run's first checkpoint replaces it) and the log names what changed."""
     if not last.exists():
         return None
     try:
-        state = torch.load(last, map_location=device, weights_only=True)
+        state = torch.load(last, map_location="cpu", weights_only=True)
         if not isinstance(state, dict) or not {"model", "ema", "opt", "step"} <= set(state):
             raise ValueError("not a training checkpoint (no model/ema/opt/step)")
-    except Exception as e:  # any failure to read is the same: the state cannot be resumed
+    except _UNREADABLE as e:
+        if isinstance(e, torch.OutOfMemoryError):
+            raise
         why = (str(e).splitlines() or [type(e).__name__])[0]
-        log(f"discarding {last}: it cannot be read ({type(e).__name__}: {why}); training starts again from step 0")
-        last.unlink(missing_ok=True)
+        aside = last.with_name(last.name + ".unreadable")
+        os.replace(last, aside)
+        log(f"discarding {last}: it cannot be read ({type(e).__name__}: {why}); set aside as {aside.name}, "
+            "training starts again from step 0")
         return None
     if state.get("signature") != signature:
         old = json.loads(state["spec"]) if "spec" in state else None
         log(f"not resuming {last} (step {int(state['step'])}): it was written for another run specification "
             f"({spec_changes(old, spec)}); training starts from step 0")
         return None
+    return state
+
+
+def resume_state(last: Path, signature: str, spec: dict | None, log) -> dict | None:
+    """:func:`load_resume_state` decided by rank 0 alone and followed by every rank (under ``torch.distributed``
+    the ranks must agree on the step, the optimiser state and the history; only rank 0 sets a file aside)."""
+    rank, world_size = world()
+    if world_size == 1:
+        return load_resume_state(last, signature, spec, log)
+    state = load_resume_state(last, signature, spec, log) if rank == 0 else None
+    if broadcast_object(state is not None) and rank != 0:  # rank 0 read it: the file is there and readable
+        state = torch.load(last, map_location="cpu", weights_only=True)
     return state
 
 
@@ -276,7 +302,10 @@ def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, 
         p.requires_grad_(False)
     step, history, running = 0, [], []
     best = None  # (dev loss, EMA state) of the best checkpoint when eval_fn is given
-    state = load_resume_state(last, signature, spec, device, log)
+    if rank == 0:  # temporary files of writes that a killed process never finished (the lock is held)
+        for stale in ckpt_dir.glob(f".{last.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+    state = resume_state(last, signature, spec, log)
     if state is not None:
         net.load_state_dict(state["model"])
         ema.load_state_dict(state["ema"])

@@ -40,22 +40,20 @@ class HubUnreachableError(ConnectionError):
 
 
 def hub_problem(timeout: float = 5.0) -> str | None:
-    """None when the Hugging Face Hub's endpoint accepts a connection within ``timeout`` seconds, else why not
-    (``HF_HUB_OFFLINE=1``, or the connection error): the hub client itself retries for about a minute."""
-    import socket
-    from urllib.parse import urlparse
-
+    """None when the Hugging Face Hub's endpoint answers within ``timeout`` seconds, else why not
+    (``HF_HUB_OFFLINE=1``, or the connection error).  One request through the hub client's own HTTP session, so
+    proxies (``HTTPS_PROXY``), certificates and ``HF_ENDPOINT`` count as they do for a download; the client itself
+    would retry for about a minute."""
     from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
 
     if constants.HF_HUB_OFFLINE:
         return "is switched off here (HF_HUB_OFFLINE=1)"
-    url = urlparse(constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        with socket.create_connection((url.hostname, port), timeout=timeout):
-            return None
-    except OSError as e:
-        return f"({constants.ENDPOINT}) is not reachable from this host ({e})"
+        get_session().head(constants.ENDPOINT, timeout=timeout)  # any HTTP answer: the hub is there
+        return None
+    except Exception as e:  # the session's connect/timeout errors (httpx or requests, by version)
+        return f"({constants.ENDPOINT}) is not reachable from this host ({' '.join(str(e).split()) or type(e).__name__})"
 
 
 # spec["format"] -> the `datasets` packaged builder that reads it

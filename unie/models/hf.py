@@ -196,8 +196,11 @@ class HFCausalLM(_HFWrapped):
         import inspect
 
         out = torch.full((len(prompts), gen_len), self.eos_id, dtype=torch.long)
-        # the KV cache's keyword: `cache` in transformers 5.x, `past_key_values` before
-        key = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        params = inspect.signature(self.model.forward).parameters
+        # the KV cache's keyword: `cache` in transformers 5.x, `past_key_values` before; logits of the last position
+        # only where the model can (a prompt's full (B, L, V) logits are large with a 150k vocabulary)
+        key = "cache" if "cache" in params else "past_key_values"
+        last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(prompts):
             groups.setdefault(len(p), []).append(i)
@@ -205,7 +208,7 @@ class HFCausalLM(_HFWrapped):
             seq = torch.tensor([prompts[i] if length else [self.bos_id] for i in idx], device=self.device)
             x, past, done = seq, None, torch.zeros(len(idx), dtype=torch.bool, device=self.device)
             for t in range(gen_len):
-                o = self.model(input_ids=x, use_cache=True, **({key: past} if past is not None else {}))
+                o = self.model(input_ids=x, use_cache=True, **last_only, **({key: past} if past is not None else {}))
                 past = getattr(o, "cache", None)
                 past = getattr(o, "past_key_values", None) if past is None else past
                 nxt = o.logits[:, -1].float().argmax(-1)

@@ -469,30 +469,37 @@ def check_sweeps(d: dict, check_row) -> None:
 
 # ---------------------------------------------------------------------- command line and cluster settings
 def coerce_cli_config(config: dict, cli: dict) -> None:
-    """Read the nested values of ``--config`` overrides as YAML, in place.
+    """Read the nested values given with ``--config`` as YAML, in place.
 
     Snakemake parses ``--config 'resources={train: {runtime: 30}}'`` with YAML's base loader, so every nested
     leaf arrives as a string (``'30'``) and the schema refuses it; a top-level scalar (``seed=1``) is already typed.
-    Each string leaf under a key given on the command line becomes what YAML makes of it when that is a number,
-    a boolean or null (``'30'`` -> 30, ``'true'`` -> True), else stays a string (``'a100'``)."""
+    Each string leaf that came from the command line (``cli``, the parsed ``--config``) becomes what YAML makes of
+    it when that is a number, a boolean or null (``'30'`` -> 30, ``'true'`` -> True), else stays a string
+    (``'a100'``); values from the config files are left as they are."""
     import yaml
 
     def coerce(value):
-        if isinstance(value, dict):
-            return {k: coerce(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [coerce(v) for v in value]
-        if isinstance(value, str):
-            try:
-                parsed = yaml.safe_load(value)
-            except yaml.YAMLError:
-                return value
-            return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
-        return value
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
+
+    def walk(node, given):
+        if isinstance(given, dict) and isinstance(node, dict):
+            for k, v in given.items():
+                if k in node:
+                    node[k] = walk(node[k], v)
+            return node
+        if isinstance(given, list) and isinstance(node, list) and len(node) == len(given):
+            return [walk(n, g) for n, g in zip(node, given)]
+        if isinstance(given, str) and node == given:
+            return coerce(given)
+        return node
 
     for key, given in cli.items():
         if key in config and isinstance(given, (dict, list)):
-            config[key] = coerce(config[key])
+            config[key] = walk(config[key], given)
 
 
 def runtime_at(minutes: int, attempt: int, cap: int | None) -> int:

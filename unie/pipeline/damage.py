@@ -11,9 +11,14 @@ Checked (the files the workflow records a hash for, :mod:`unie.core.integrity`):
 * the DLLM training tensors ``resources/dllm/*.pt`` against ``resources/dllm/meta.json`` (which is set aside: it
   is the rule's declared output, and its rule rewrites every tensor).
 
-A file is hashed only when its size, modification time or inode changed since it was last verified
-(``.snakemake/unie/verified.json``), so a rerun costs a ``stat`` per file.  Nothing is touched while another
-Snakemake run holds the directory's lock (its jobs may be writing these files).
+A file is hashed only when its size, modification or change time or inode changed since it was last verified
+(``.snakemake/unie/verified.json``), so a rerun costs a ``stat`` per file; a file above ``HASH_LIMIT`` (2 GiB:
+OpenWebText's tokens) is only checked for its size here and hashed by the job that reads it.  Damage that leaves
+all of these as they were (bit rot) is found by the job that reads the file: it fails naming the file, and records
+it (:func:`report_damaged`, ``.snakemake/unie/damaged.txt``) so that the next run sets it aside and rebuilds it.
+
+A dry run (``snakemake -n``) only reports.  Nothing is touched while another Snakemake run holds the directory's
+lock (its jobs may be writing these files).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from pathlib import Path
 from ..core.integrity import DamagedFileError, file_sha256
 
 CACHE = Path(".snakemake/unie/verified.json")
+REPORTED = Path(".snakemake/unie/damaged.txt")  # files a job found damaged (one relative path per line)
+HASH_LIMIT = 2 << 30  # bytes; larger files: size here, hash in the job that reads them
 
 
 @dataclass(frozen=True)
@@ -67,36 +74,57 @@ def _record_checks(root: Path):
             yield dllm_meta.parent / name, record, dllm_meta
 
 
-def find_damaged(root=".", cache_path: Path | None = CACHE) -> list[Damaged]:
-    """The recorded files under ``root`` whose bytes differ from their record (or whose record is unreadable)."""
+def _stamp(st, record: dict) -> list:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, record.get("sha256")]
+
+
+def report_damaged(path, root=".") -> None:
+    """Record that a job found ``path`` damaged (its bytes differ from their record although its size and times
+    do not), for the next run's :func:`set_aside_damaged`.  Only files under ``root`` (the working directory)."""
+    root = Path(root).resolve()
+    try:
+        rel = Path(path).resolve().relative_to(root)
+        with open(root / REPORTED, "a") as f:  # one short line: appends from parallel jobs do not interleave
+            f.write(f"{rel}\n")
+    except (ValueError, OSError):
+        pass  # outside the working directory, or no .snakemake/ (not a workflow run)
+
+
+def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HASH_LIMIT) -> list[Damaged]:
+    """The recorded files under ``root`` whose bytes differ from their record (or whose record is unreadable), and
+    the recorded files a job reported damaged."""
     root = Path(root)
     cache_file = root / cache_path if cache_path is not None else None
     try:
         cache = json.loads(cache_file.read_text()) if cache_file and cache_file.exists() else {}
     except (json.JSONDecodeError, UnicodeDecodeError):
         cache = {}
+    reported = set()
+    if (root / REPORTED).exists():
+        reported = {line.strip() for line in (root / REPORTED).read_text().splitlines() if line.strip()}
     found, verified = [], {}
     for path, record, output in _record_checks(root):
-        rel = os.path.relpath(path, root)
+        rel, out = os.path.relpath(path, root), os.path.relpath(output, root)
         if record is None:
-            found.append(Damaged(rel, "its metadata is not valid JSON", os.path.relpath(output, root)))
+            found.append(Damaged(rel, "its metadata is not valid JSON", out))
             continue
         try:
             st = path.stat()
         except FileNotFoundError:
-            found.append(Damaged(rel, "missing although its metadata lists it", os.path.relpath(output, root)))
+            found.append(Damaged(rel, "missing although its metadata lists it", out))
             continue
         if record.get("bytes") is not None and st.st_size != int(record["bytes"]):
-            found.append(Damaged(rel, f"{st.st_size} bytes, {record['bytes']} when written",
-                                 os.path.relpath(output, root)))
+            found.append(Damaged(rel, f"{st.st_size} bytes, {record['bytes']} when written", out))
             continue
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ino, record.get("sha256")]
-        if cache.get(rel) == stamp:
+        if rel in reported:
+            found.append(Damaged(rel, "a job found its content hash different from the one recorded", out))
+            continue
+        stamp = _stamp(st, record)
+        if cache.get(rel) == stamp or st.st_size > hash_limit:
             verified[rel] = stamp
             continue
         if record.get("sha256") and file_sha256(path) != record["sha256"]:
-            found.append(Damaged(rel, "content hash differs from the one recorded when it was written",
-                                 os.path.relpath(output, root)))
+            found.append(Damaged(rel, "content hash differs from the one recorded when it was written", out))
             continue
         verified[rel] = stamp
     if cache_file is not None:
@@ -114,16 +142,22 @@ def another_run_active(root=".") -> bool:
     return locks.is_dir() and any(locks.iterdir())
 
 
-def set_aside_damaged(root=".", log=print) -> list[Damaged]:
+def set_aside_damaged(root=".", log=print, dry_run: bool = False) -> list[Damaged]:
     """Rename every damaged recorded output (:func:`find_damaged`) to ``NAME.damaged`` so that Snakemake rebuilds
-    it, with one line each on ``log``; nothing while another run is active.  Returns what was set aside."""
+    it, with one line each on ``log``; a dry run only says what the run will set aside.  Nothing while another
+    run is active.  Returns the damaged files."""
     root = Path(root)
     if another_run_active(root):
         return []
     damaged = find_damaged(root)
     for d in damaged:
         out = root / d.output
+        if dry_run:
+            log(f"unie: {DamagedFileError(d.path, d.problem, f'the run will set it aside as {d.output}.damaged and rebuild it')}")
+            continue
         if out.exists():
             os.replace(out, out.with_name(out.name + ".damaged"))
         log(f"unie: {DamagedFileError(d.path, d.problem, f'set aside as {d.output}.damaged; this run rebuilds it')}")
+    if not dry_run:
+        (root / REPORTED).unlink(missing_ok=True)
     return damaged

@@ -213,11 +213,11 @@ def completion_text(tok, ids: list[int]) -> str:
 
 
 def check_positions(model, name: str, prompt_positions: int, gen_length: int) -> None:
-    """A ``ValueError`` before any generation when the longest prompt plus ``gen_length`` exceeds the positions the
-    model covers (a Hugging Face model's ``max_position_embeddings``: beyond it, a raw indexing error mid-run)."""
+    """A :class:`ConfigError` before any generation when the longest prompt plus ``gen_length`` exceeds the positions
+    the model covers (a Hugging Face model's ``max_position_embeddings``: beyond it, a raw indexing error mid-run)."""
     limit = getattr(model, "max_positions", None)
     if limit is not None and prompt_positions + gen_length > limit:
-        raise ValueError(f"{name}: the longest prompt ({prompt_positions} positions) + gen_length {gen_length} = "
+        raise ConfigError(f"{name}: the longest prompt ({prompt_positions} positions) + gen_length {gen_length} = "
                          f"{prompt_positions + gen_length} exceeds the {limit} positions the model covers "
                          f"(max_position_embeddings of {getattr(model, 'path', name)}); lower gen_length in "
                          "model_args (dllm.decoding) or shorten the prompts")

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 TRAINERS = {
@@ -61,6 +62,24 @@ def torchrun_command(nproc: int, args_file, entry: tuple[str, ...] = ("unie.pipe
             f"--nproc_per_node={nproc}", "-m", *entry, str(args_file)]
 
 
+class RankError(RuntimeError):
+    """A rank stopped on an input error (:func:`unie.pipeline.rule.operator_errors`): its one-line message."""
+
+
+@contextmanager
+def reporting_rank_errors(args_file):
+    """Around a rank's work: an input error is written beside ``ARGS.json`` (``error.RANK.txt``, one line) before it
+    propagates, so that :func:`run_ranks` raises it as one line instead of "torchrun exited with status 1"."""
+    from .rule import operator_errors
+
+    try:
+        yield
+    except operator_errors() as e:
+        rank = os.environ.get("RANK", "0")
+        Path(args_file).with_name(f"error.{rank}.txt").write_text(" ".join(str(e).split()))
+        raise
+
+
 def run_ranks(nproc: int, entry: tuple[str, ...], payload: dict, tmp, log: Callable[[str], None], threads: int,
               what: str) -> None:
     """Start ``nproc`` ranks of ``python -m *entry ARGS.json`` under torchrun and wait for them.
@@ -80,6 +99,9 @@ def run_ranks(nproc: int, entry: tuple[str, ...], payload: dict, tmp, log: Calla
             sys.stderr.write(line)
         rc = proc.wait()
     if rc != 0:
+        reported = sorted(Path(tmp).glob("error.*.txt"), key=lambda f: int(f.name.split(".")[1]))
+        if reported:  # an input error on a rank: its own one-line message
+            raise RankError(reported[0].read_text())
         raise RuntimeError(f"torchrun with {nproc} processes exited with status {rc} (its output is above)")
 
 
@@ -119,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         def log(_msg):
             pass
-    trainer(args["trainer"])(**kwargs, log=log)
+    with reporting_rank_errors(argv[0]):
+        trainer(args["trainer"])(**kwargs, log=log)
     barrier()  # rank 0 has written the outputs before any rank leaves
     torch.distributed.destroy_process_group()
 

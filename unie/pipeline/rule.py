@@ -17,9 +17,10 @@ def operator_errors() -> tuple[type, ...]:
     from ..core.train import CheckpointBusyError, NonFiniteLossError
     from ..data.hf import HubUnreachableError
     from ..models.checkpoint import CheckpointError
+    from .launch import RankError
 
     return (ConfigError, DamagedFileError, CheckpointError, CheckpointBusyError, NonFiniteLossError,
-            HubUnreachableError, FileNotFoundError, PermissionError)
+            HubUnreachableError, RankError, FileNotFoundError, PermissionError)
 
 
 @contextmanager
@@ -55,6 +56,11 @@ def job(snakemake, name: str | None = None):
         if logpath:
             stream.close()
     if failure is not None:
+        from ..core.integrity import DamagedFileError
+        from .damage import report_damaged
+
+        if isinstance(failure, DamagedFileError):  # the next run sets it aside and rebuilds it
+            report_damaged(failure.path)
         message = " ".join(str(failure).split())  # one line
         print(f"unie: error: {message}" + (f" (log: {logpath})" if logpath else ""), file=sys.stderr)
         raise SystemExit(1)
