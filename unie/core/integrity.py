@@ -33,13 +33,21 @@ class DamagedFileError(RuntimeError):
         super().__init__(f"{self.path} is damaged: {problem}; {self.fix}")
 
 
+_hashed: dict[tuple, str] = {}  # (path, size, mtime_ns, ctime_ns, inode) -> sha256 of the files hashed here
+
+
 def file_sha256(path) -> str:
-    """The SHA-256 of a file's bytes (hex), read in 4 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The SHA-256 of a file's bytes (hex), read in 4 MiB chunks.  A file this process already hashed and that has
+    not changed since (same size, modification and change times, inode) is not read again."""
+    st = os.stat(path)
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if key not in _hashed:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(_CHUNK), b""):
+                h.update(block)
+        _hashed[key] = h.hexdigest()
+    return _hashed[key]
 
 
 def file_record(path) -> dict:
@@ -47,15 +55,11 @@ def file_record(path) -> dict:
     return {"sha256": file_sha256(path), "bytes": os.path.getsize(path)}
 
 
-_verified: dict[tuple, str] = {}  # (path, size, mtime_ns, inode) -> sha256, files verified by this process
-
-
 def verify_file(path, record: dict, fix: str | None = None) -> str:
     """Check ``path`` against its ``record`` (:func:`file_record`); returns its SHA-256.
 
     Raises :class:`DamagedFileError` (naming ``path``) when the file is missing, has another size (truncated or
-    extended) or another hash (changed bytes).  A file already verified by this process and not touched since
-    (same size, modification time and inode) is not hashed again."""
+    extended) or another hash (changed bytes).  An unchanged file is hashed once per process (:func:`file_sha256`)."""
     p = Path(path)
     try:
         st = p.stat()
@@ -65,12 +69,10 @@ def verify_file(path, record: dict, fix: str | None = None) -> str:
     if want_bytes is not None and st.st_size != int(want_bytes):
         what = "truncated" if st.st_size < int(want_bytes) else "longer than written"
         raise DamagedFileError(p, f"{what} ({st.st_size} bytes, {int(want_bytes)} when written)", fix)
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
-    digest = _verified.get(key) or file_sha256(p)
+    digest = file_sha256(p)
     if record.get("sha256") and digest != record["sha256"]:
         raise DamagedFileError(p, f"its content hash {digest[:12]}... differs from the {record['sha256'][:12]}... "
                                   "recorded when it was written (changed or corrupted bytes)", fix)
-    _verified[key] = digest
     return digest
 
 

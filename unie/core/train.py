@@ -176,9 +176,7 @@ def load_resume_state(last: Path, signature: str, spec: dict | None, log) -> dic
 def resume_state(last: Path, signature: str, spec: dict | None, log) -> dict | None:
     """:func:`load_resume_state` decided by rank 0 alone and followed by every rank (under ``torch.distributed``
     the ranks must agree on the step, the optimiser state and the history; only rank 0 sets a file aside)."""
-    rank, world_size = world()
-    if world_size == 1:
-        return load_resume_state(last, signature, spec, log)
+    rank = world()[0]
     state = load_resume_state(last, signature, spec, log) if rank == 0 else None
     if broadcast_object(state is not None) and rank != 0:  # rank 0 read it: the file is there and readable
         state = torch.load(last, map_location="cpu", weights_only=True)

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from ..core.integrity import DamagedFileError, atomic_write, file_record, file_sha256, verify_file
+from ..core.integrity import DamagedFileError, atomic_write, file_record, file_sha256, verify_file, write_json
 
 
 def write_text_parquet(texts: list[str], path) -> None:
@@ -187,7 +187,7 @@ def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: boo
             "dtype": "int32", "seq_len": seq_len, "insert_eos": insert_eos, "chunk_specials": chunk_specials,
             "max_chunks": max_chunks, "tokenizer": info.get("fingerprint"), "vocab_size": tokenizer.vocab_size,
             "source": {"path": str(raw_path), "sha256": file_sha256(raw_path)}}
-    atomic_write(token_meta_path(out_path), lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
+    write_json(meta, token_meta_path(out_path), indent=1)
     return n
 
 
@@ -213,7 +213,7 @@ def token_file_info(path) -> dict:
     return {"sha256": digest, "bytes": meta["bytes"], "shape": meta["shape"], "tokenizer": meta.get("tokenizer")}
 
 
-def load_tokens(path, limit: int | None = None, verify: bool = True) -> torch.Tensor:
+def load_tokens(path, limit: int | None = None) -> torch.Tensor:
     """Token sequences as stored: an int32 tensor ``(N, L)`` (the first ``limit`` rows when given).
 
     A ``.npy`` file (:func:`tokenize_corpus`) is memory-mapped: the tensor is a view of the file and nothing
@@ -223,15 +223,15 @@ def load_tokens(path, limit: int | None = None, verify: bool = True) -> torch.Te
     type; losses and ``gather`` want int64, so convert what you compute on with ``.long()``, a batch at a
     time for a large file (:class:`TokenRows` does that for training).
 
-    A ``.npy`` with metadata (:func:`tokenize_corpus`) is checked against it first: its size always, its SHA-256
-    with ``verify`` (once per process and file).  A damaged file raises :class:`DamagedFileError` naming it."""
+    A ``.npy`` with metadata (:func:`tokenize_corpus`) is checked against it first: its size and SHA-256 (hashed
+    once per process and file).  A damaged file raises :class:`DamagedFileError` naming it."""
     path = Path(path)
     with open(path, "rb") as f:
         is_npy = f.read(6) == b"\x93NUMPY"
     if is_npy:
         meta = read_token_meta(path)
         if meta is not None:
-            verify_file(path, meta if verify else {"bytes": meta["bytes"]})
+            verify_file(path, meta)
         try:
             arr = np.load(path, mmap_mode="c")
         except (ValueError, OSError) as e:  # "mmap length is greater than file size", a broken header

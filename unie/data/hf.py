@@ -7,8 +7,8 @@
 * :func:`fetch_model` downloads an evaluator snapshot (rule ``download_hf_model``; GPT-2-large, Llama-2/3).
 
 Only these functions touch the network, and only for hub names; local paths never do.  Nothing is
-downloaded at import.  Before any download they check that the hub answers (:func:`hub_problem`: a 5 s TCP
-connect, or ``HF_HUB_OFFLINE=1``); where it does not, they read the local Hugging Face cache (``HF_HOME``), and a
+downloaded at import.  Before any download they check that the hub answers (:func:`hub_problem`: one request
+through the hub client's session, or ``HF_HUB_OFFLINE=1``); where it does not, they read the local Hugging Face cache (``HF_HOME``), and a
 name that is not there is a :class:`HubUnreachableError` naming it and how to pre-fetch it, at once instead of
 after the hub client's minute of retries.  Protocol (datasets, splits, fields, detokenisers): ``notes/baselines.md`` §0,
 "Zero-shot perplexity protocol".
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .detokenize import get_detokenizer
+
 
 class HubUnreachableError(ConnectionError):
     """A model, tokenizer or dataset that must come from the Hugging Face Hub, which cannot be reached, and that is

@@ -159,17 +159,18 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(tcfg.seed)
         net = Transformer(cfg).to(device)
+    init_tok_fp = None
     if init_dir:
         init, init_meta = load_model(init_dir, device)
         old_tok = load_tokenizer(init_tokenizer_dir)
-        if init_meta["tokenizer"]["fingerprint"] != old_tok.info()["fingerprint"]:
+        init_tok_fp = old_tok.info()["fingerprint"]
+        if init_meta["tokenizer"]["fingerprint"] != init_tok_fp:
             raise CheckpointError(f"{init_dir} was not trained with the tokenizer at {init_tokenizer_dir}")
         transfer_weights(net, init, tok, old_tok, log)
     sig = run_spec(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"],
                           "options": spec.get("options", {}), "data": {"sha256": data_sha, "shape": list(data.shape)},
                           "tokenizer": tok.info()["fingerprint"], "init": init_fingerprint(init_dir),
-                          "init_tokenizer": load_tokenizer(init_tokenizer_dir).info()["fingerprint"]
-                          if init_dir and init_tokenizer_dir else None})
+                          "init_tokenizer": init_tok_fp})
     log(f"training {name} ({spec['method']}, {tok_name} tokenizer, {data_kind} data {tuple(data.shape)}): "
         f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters")
     bucketed = {}

@@ -80,13 +80,6 @@ def init_fingerprint(init_dir) -> str | None:
     return f"{init_dir}@{digest}"
 
 
-def data_fingerprint(path) -> dict:
-    """The identity of a token file for the resume check: its content hash and shape (``.npy`` with metadata: checked
-    against it; the tokenizer that made it)."""
-    info = token_file_info(path)
-    return {"sha256": info["sha256"], "shape": list(info["shape"]), "tokenizer": info["tokenizer"]}
-
-
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
                     device: str = "cpu", init_dir=None, log=print, stop_after: int | None = None,
                     partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512):
@@ -107,7 +100,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)
-    data_id = data_fingerprint(train_path)  # checks the bytes against the token file's metadata
+    data_id = token_file_info(train_path)  # its identity, the bytes checked against the token file's metadata
     if data_id["tokenizer"] not in (None, tok.info()["fingerprint"]):
         raise ConfigError(f"{train_path} was tokenised with tokenizer {data_id['tokenizer']}, but {tokenizer_dir} is "
                           f"{tok.info()['fingerprint']} (tokenizer mismatch: rerun the tokenize rule)")
@@ -129,7 +122,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
                           "data": data_id, "tokenizer": tok.info()["fingerprint"],
                           "init": init_fingerprint(init_dir),
                           "partners": {role: init_fingerprint(d) for role, d in sorted((partner_dirs or {}).items())},
-                          "dev": None if eval_fn is None else {**data_fingerprint(dev_path), "n_dev": n_dev}})
+                          "dev": None if eval_fn is None else {**token_file_info(dev_path), "n_dev": n_dev}})
     n_params = sum(p.numel() for p in net.parameters())
     log(f"training {name} ({spec['method']}): {n_params/1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
     params = method.parameters(net) if hasattr(method, "parameters") else None
