@@ -337,12 +337,12 @@ def test_exact_context_uses_the_training_domain(tok):
     import inspect
 
     from unie.energy.sampler import EnergyOptions
-    from unie.pipeline.sample import oracle_models, run_sampler
+    from unie.pipeline.sample import SampleJob, oracle_models
 
     proxy = oracle_models(EnergyOptions(ar_context="exact"), tok, "lm1b")["proxy"]
     assert proxy.hmm.domain.name == "lm1b"
     assert oracle_models(EnergyOptions(ar_context="masked"), tok, "lm1b") == {}
-    assert inspect.signature(run_sampler).parameters["domain"].default is inspect.Parameter.empty
+    assert inspect.signature(SampleJob).parameters["domain"].default is inspect.Parameter.empty
 
 
 def test_mc_nll_gives_each_sequence_a_new_time_band_on_every_pass():

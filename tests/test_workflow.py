@@ -211,7 +211,7 @@ def test_bench_target(smoke_run):
 def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
     """sampling.job: run (the smoke and default profiles) writes the files one job per step count would."""
     from unie.data.corpus import load_tokens
-    from unie.pipeline.sample import run_sampler
+    from unie.pipeline.sample import SampleJob, run_sampler
 
     cfg = yaml.safe_load(SMOKE.read_text())
     assert cfg["sampling"]["job"] == "run"
@@ -222,8 +222,10 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
               **{role: str(models / m / "model.safetensors") for role, m in spec["models"].items()}}
     steps = cfg["sampling"]["steps"][-1]
     out = tmp_path / "alone.parquet"
-    run_sampler(run, spec, steps, inputs, out, cfg["sampling"]["n_samples"], cfg["sampling"]["batch_size"],
-                cfg["data"]["seq_len"], domain=cfg["data"]["train_domain"], seed=cfg["seed"], log=lambda *a: None)
+    job = SampleJob.from_spec(run, spec, inputs, seq_len=cfg["data"]["seq_len"], n_samples=cfg["sampling"]["n_samples"],
+                              batch_size=cfg["sampling"]["batch_size"], domain=cfg["data"]["train_domain"],
+                              seed=cfg["seed"])
+    run_sampler(job, steps, out, log=lambda *a: None)
     together = load_tokens(smoke_run / "results" / "samples" / run / f"steps{steps}.parquet")
     assert (load_tokens(out) == together).all()
 

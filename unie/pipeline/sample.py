@@ -1,5 +1,7 @@
 """Rule ``sample``: one sampling run at one step count -> Parquet samples, then their Gen PPL and entropy.
 
+* :class:`SampleJob`: the job spec of one sampling run (run, sampler, models, options, input files, sizes, seed,
+  domain, device), shared by the sampling and the timing rules.
 * :func:`run_sampler`: draw the samples with the run's registered sampler (options checked strictly) and
   write them with their identity (run, steps, resolved options, timing) in the Parquet metadata.
 * :func:`evaluate_samples`: Gen PPL under every evaluator (each loaded once) and entropy in bits; the
@@ -29,6 +31,63 @@ def sampling_seed(seed: int, run: str, steps: int) -> int:
     return zlib.crc32(f"{seed}/{run}/{steps}".encode())
 
 
+@dataclasses.dataclass(frozen=True)
+class SampleJob:
+    """One sampling run as a job: what draws the samples, from which files, how many, where.  The rules
+    ``sample``/``sample_run`` (:func:`sample_and_score`) and ``timing`` (:func:`~unie.pipeline.timing.time_run`)
+    build one from the config (:meth:`from_spec`); every step count of the run shares it.
+
+    Fields:
+        run: the run's name, the key of ``sampling.runs``; with ``seed`` and a step count it seeds the samples
+            (:func:`sampling_seed`).
+        sampler: the registered sampler (``SAMPLERS``) of the run.
+        models: model role -> model name (``sampling.runs.<run>.models``): the identity the results carry; the
+            files are in ``inputs``.
+        options: the sampler's options as configured; :meth:`sampler_options` checks and resolves them.
+        inputs: ``tokenizer`` (a directory), one checkpoint file per model role, and ``data`` (the token file of
+            the held-out rows) for the data run.
+        seq_len: the length ``L`` of every sample.
+        n_samples: sequences drawn per step count (the data run: its first ``n_samples`` held-out rows).
+        batch_size: sequences per sampler call (timing: the one batch that is timed).
+        domain: the toy world's training domain (the exact proxy of ``ar_context: exact``); no default, so that
+            the proxy is never built for a silent one.
+        seed: the workflow's seed.
+        device: the torch device the models run on.
+    """
+
+    run: str
+    sampler: str
+    models: dict
+    options: dict
+    inputs: dict
+    seq_len: int
+    n_samples: int
+    batch_size: int
+    domain: str
+    seed: int = 0
+    device: str = "cpu"
+
+    @classmethod
+    def from_spec(cls, run: str, spec: dict, inputs: dict, **fields) -> "SampleJob":
+        """The job of run ``run`` whose config entry is ``spec`` (``sampler``, optional ``models`` and
+        ``options``); ``fields``: the other fields by name."""
+        return cls(run=run, sampler=spec["sampler"], models=spec.get("models", {}), options=spec.get("options", {}),
+                   inputs=inputs, **fields)
+
+    @property
+    def entry(self):
+        """The run's registered sampler."""
+        return SAMPLERS[self.sampler]
+
+    def sampler_options(self, where: str | None = None):
+        """The sampler's options dataclass (unknown or invalid options are an error naming ``where``)."""
+        return self.entry.options(self.options, where=where or f"sampling.runs.{self.run}.options")
+
+    def seed_at(self, steps: int) -> int:
+        """The seed of the samples at ``steps`` steps (:func:`sampling_seed`)."""
+        return sampling_seed(self.seed, self.run, steps)
+
+
 def oracle_models(options, tokenizer, domain: str) -> dict:
     """Models the toy world supplies instead of a checkpoint: the exact AR for ``ar_context: exact``."""
     if getattr(options, "ar_context", None) != "exact":
@@ -38,46 +97,44 @@ def oracle_models(options, tokenizer, domain: str) -> dict:
     return {"proxy": OracleAR(HMM(domain), tokenizer)}
 
 
-def load_models(spec: dict, inputs: dict, tok, n_samples: int, *, domain: str, device: str = "cpu") -> dict:
-    """The models of sampling run ``spec`` (role -> wrapped model), the toy world's exact proxy where the options
-    ask for it, and for the data run its first ``n_samples`` held-out rows."""
-    opts = SAMPLERS[spec["sampler"]].options(spec.get("options", {}), where="sampling run options")
+def load_models(job: SampleJob, tok) -> dict:
+    """The models of ``job`` (role -> wrapped model), the toy world's exact proxy where the options ask for it,
+    and for the data run its first ``job.n_samples`` held-out rows."""
+    opts = job.sampler_options(where="sampling run options")
     models = {}
-    for role in spec.get("models", {}):
-        path = inputs[role]
+    for role in job.models:
+        path = job.inputs[role]
         path = path[0] if isinstance(path, (list, tuple)) else path
-        models[role] = load_wrapped(str(Path(path).parent), tok, device)
-    models.update(oracle_models(opts, tok, domain))
-    if spec["sampler"] == "data":
-        models["data"] = load_tokens(inputs["data"], n_samples).long()  # the first n rows
+        models[role] = load_wrapped(str(Path(path).parent), tok, job.device)
+    models.update(oracle_models(opts, tok, job.domain))
+    if job.sampler == "data":
+        models["data"] = load_tokens(job.inputs["data"], job.n_samples).long()  # the first n rows
     return models
 
 
-def run_sampler(run: str, spec: dict, steps: int, inputs: dict, out_path, n_samples: int, batch_size: int,
-                seq_len: int, *, domain: str, seed: int = 0, device: str = "cpu", log=print,
-                models: dict | None = None) -> dict:
-    """Draw ``n_samples`` sequences for sampling run ``run`` at ``steps`` steps and write them to ``out_path``.
+def run_sampler(job: SampleJob, steps: int, out_path, *, log=print, models: dict | None = None) -> dict:
+    """Draw ``job.n_samples`` sequences of ``job``'s run at ``steps`` steps and write them to ``out_path``.
 
-    ``inputs``: ``tokenizer`` dir, one checkpoint file per model role, ``data`` for the data run;
-    ``domain``: the toy world's domain of the exact proxy (``ar_context: exact``): the training domain;
     ``models``: the run's models already loaded (:func:`load_models`), e.g. once for all its step counts."""
-    entry = SAMPLERS[spec["sampler"]]
-    opts = entry.options(spec.get("options", {}), where=f"sampling.runs.{run}.options")
-    tok = load_tokenizer(inputs["tokenizer"])
+    entry, opts = job.entry, job.sampler_options()
+    tok = load_tokenizer(job.inputs["tokenizer"])
     if models is None:
-        models = load_models(spec, inputs, tok, n_samples, domain=domain, device=device)
-    g = torch.Generator(device=device).manual_seed(sampling_seed(seed, run, steps))
+        models = load_models(job, tok)
+    g = torch.Generator(device=job.device).manual_seed(job.seed_at(steps))
     t0 = time.perf_counter()
-    x, stats = entry(models, n_samples, seq_len, steps, g, opts, batch_size=batch_size, device=device)
+    x, stats = entry(models, job.n_samples, job.seq_len, steps, g, opts, batch_size=job.batch_size,
+                     device=job.device)
     seconds = time.perf_counter() - t0
     x = x.cpu()
     for bad in blocked_ids(tok.info()):
         if (x == bad).any():
-            raise RuntimeError(f"run {run}: {(x == bad).sum().item()} tokens with id {bad} (mask/bos) in the samples")
-    if x.shape != (n_samples, seq_len):
-        raise RuntimeError(f"run {run}: samples have shape {tuple(x.shape)}, expected {(n_samples, seq_len)}")
-    meta = {"run": run, "sampler": spec["sampler"], "steps": steps, "seconds": seconds, "models": spec.get("models", {}),
-            "options": dataclasses.asdict(opts), "n_samples": n_samples, **stats}
+            raise RuntimeError(f"run {job.run}: {(x == bad).sum().item()} tokens with id {bad} (mask/bos) in the "
+                               "samples")
+    if x.shape != (job.n_samples, job.seq_len):
+        raise RuntimeError(f"run {job.run}: samples have shape {tuple(x.shape)}, expected "
+                           f"{(job.n_samples, job.seq_len)}")
+    meta = {"run": job.run, "sampler": job.sampler, "steps": steps, "seconds": seconds, "models": job.models,
+            "options": dataclasses.asdict(opts), "n_samples": job.n_samples, **stats}
     write_tokens(x, out_path, extra={"unie": json.dumps(meta)})
     log(json.dumps(meta))
     return meta
@@ -144,9 +201,8 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
     return result
 
 
-def sample_and_score(run: str, spec: dict, steps: list[int], inputs: dict, sample_paths: list, genppl_paths: list, *,
-                     n_samples: int, batch_size: int, seq_len: int, evaluators: dict, eos_rule: str,
-                     evaluator_paths: dict, domain: str, seed: int = 0, device: str = "cpu", log=print) -> list[dict]:
+def sample_and_score(job: SampleJob, steps: list[int], sample_paths: list, genppl_paths: list, *,
+                     evaluators: dict, eos_rule: str, evaluator_paths: dict, log=print) -> list[dict]:
     """Rule ``sample``/``sample_run``: for each step count (in order) draw the samples (:func:`run_sampler`) and score
     them (:func:`evaluate_samples`), loading the run's models and the evaluators once for all step counts.  The
     samples of step count ``s`` depend only on ``(seed, run, s)`` (:func:`sampling_seed`), so one job per step count
@@ -154,15 +210,14 @@ def sample_and_score(run: str, spec: dict, steps: list[int], inputs: dict, sampl
     from .rule import write_json
 
     if not len(steps) == len(sample_paths) == len(genppl_paths):
-        raise ValueError(f"run {run}: {len(steps)} step counts but {len(sample_paths)} sample and "
+        raise ValueError(f"run {job.run}: {len(steps)} step counts but {len(sample_paths)} sample and "
                          f"{len(genppl_paths)} Gen PPL paths")
-    models = load_models(spec, inputs, load_tokenizer(inputs["tokenizer"]), n_samples, domain=domain, device=device)
+    models = load_models(job, load_tokenizer(job.inputs["tokenizer"]))
     cache, results = {}, []
     for s, samples_path, genppl_path in zip(steps, sample_paths, genppl_paths):
-        run_sampler(run, spec, int(s), inputs, samples_path, n_samples, batch_size, seq_len, domain=domain, seed=seed,
-                    device=device, log=log, models=models)
-        result = evaluate_samples(samples_path, inputs["tokenizer"], evaluators, eos_rule, evaluator_paths,
-                                  domain=domain, device=device, log=log, cache=cache)
+        run_sampler(job, int(s), samples_path, log=log, models=models)
+        result = evaluate_samples(samples_path, job.inputs["tokenizer"], evaluators, eos_rule, evaluator_paths,
+                                  domain=job.domain, device=job.device, log=log, cache=cache)
         write_json(result, genppl_path)
         results.append(result)
     return results

@@ -8,10 +8,9 @@ import platform
 
 import torch
 
-from ..core.registry import SAMPLERS
 from ..data.tokenizer import load_tokenizer
 from ..eval.timing import time_generation
-from .sample import load_models, sampling_seed
+from .sample import SampleJob, load_models
 
 
 def cpu_name() -> str:
@@ -24,21 +23,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def time_run(run: str, spec: dict, steps: list[int], inputs: dict, *, seq_len: int, batch_size: int, warmup: int,
-             repeats: int, threads: int, domain: str, seed: int = 0, device: str = "cpu", log=print) -> dict:
-    """Time sampling run ``run`` at each of ``steps`` on ``threads`` torch threads; returns the result record."""
+def time_run(job: SampleJob, steps: list[int], *, warmup: int, repeats: int, threads: int, log=print) -> dict:
+    """Time ``job``'s run at each of ``steps`` on ``threads`` torch threads, one batch of ``job.batch_size``
+    sequences per generation (:func:`~unie.eval.timing.time_generation`); returns the result record."""
     torch.set_num_threads(threads)
-    entry = SAMPLERS[spec["sampler"]]
-    opts = entry.options(spec.get("options", {}), where=f"sampling.runs.{run}.options")
-    tok = load_tokenizer(inputs["tokenizer"])
-    models = load_models(spec, inputs, tok, batch_size, domain=domain, device=device)
+    entry, opts = job.entry, job.sampler_options()
+    models = load_models(job, load_tokenizer(job.inputs["tokenizer"]))
     points = []
     for s in steps:
-        point = time_generation(entry, models, opts, seq_len, int(s), batch_size=batch_size, warmup=warmup,
-                                repeats=repeats, seed=sampling_seed(seed, run, int(s)), device=device)
-        log(f"{run} steps {s}: {point['seconds']:.4f} s per batch of {batch_size} (median of {repeats})")
+        point = time_generation(entry, models, opts, job.seq_len, int(s), batch_size=job.batch_size, warmup=warmup,
+                                repeats=repeats, seed=job.seed_at(int(s)), device=job.device)
+        log(f"{job.run} steps {s}: {point['seconds']:.4f} s per batch of {job.batch_size} (median of {repeats})")
         points.append(point)
+    device = job.device
     device_name = torch.cuda.get_device_name(device) if str(device).startswith("cuda") else cpu_name()
-    return {"run": run, "sampler": spec["sampler"], "models": spec.get("models", {}),
-            "options": dataclasses.asdict(opts), "seq_len": seq_len, "threads": threads, "device": str(device),
-            "device_name": device_name, "torch": torch.__version__, "points": points}
+    return {"run": job.run, "sampler": job.sampler, "models": job.models, "options": dataclasses.asdict(opts),
+            "seq_len": job.seq_len, "threads": threads, "device": str(device), "device_name": device_name,
+            "torch": torch.__version__, "points": points}

@@ -7,7 +7,7 @@ from pathlib import Path
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.sample import sample_and_score
+    from unie.pipeline.sample import SampleJob, sample_and_score
 
     p = snakemake.params
     paths = {}
@@ -16,21 +16,24 @@ with job(snakemake) as log:
         if files:
             paths[name] = str(Path(files[0]).parent) if isinstance(files, list) else files
     samples, genppl = snakemake.output.samples, snakemake.output.genppl
-    sample_and_score(
-        run=snakemake.wildcards.run,
-        spec=p.spec,
-        steps=list(p.steps),
+    sampling = SampleJob.from_spec(
+        snakemake.wildcards.run,
+        p.spec,
         inputs={k: v for k, v in snakemake.input.items()},
-        sample_paths=[samples] if isinstance(samples, str) else list(samples),
-        genppl_paths=[genppl] if isinstance(genppl, str) else list(genppl),
+        seq_len=p.seq_len,
         n_samples=p.n_samples,
         batch_size=p.batch_size,
-        seq_len=p.seq_len,
-        evaluators=p.evaluators,
-        eos_rule=p.eos_rule,
-        evaluator_paths=paths,
         domain=p.train_domain,
         seed=p.seed,
         device=p.device,
+    )
+    sample_and_score(
+        sampling,
+        steps=list(p.steps),
+        sample_paths=[samples] if isinstance(samples, str) else list(samples),
+        genppl_paths=[genppl] if isinstance(genppl, str) else list(genppl),
+        evaluators=p.evaluators,
+        eos_rule=p.eos_rule,
+        evaluator_paths=paths,
         log=log,
     )

@@ -4,22 +4,28 @@ median of repeats), with every core of the job held."""
 from unie.pipeline.rule import job, write_json
 
 with job(snakemake) as log:
+    from unie.pipeline.sample import SampleJob
     from unie.pipeline.timing import time_run
 
     p = snakemake.params
-    result = time_run(
-        run=snakemake.wildcards.run,
-        spec=p.spec,
-        steps=list(p.steps),
+    batch_size = p.timing["batch_size"]
+    sampling = SampleJob.from_spec(
+        snakemake.wildcards.run,
+        p.spec,
         inputs={k: v for k, v in snakemake.input.items()},
         seq_len=p.seq_len,
-        batch_size=p.timing["batch_size"],
-        warmup=p.timing["warmup"],
-        repeats=p.timing["repeats"],
-        threads=snakemake.threads,
+        n_samples=batch_size,  # one batch is timed
+        batch_size=batch_size,
         domain=p.train_domain,
         seed=p.seed,
         device=p.device,
+    )
+    result = time_run(
+        sampling,
+        steps=list(p.steps),
+        warmup=p.timing["warmup"],
+        repeats=p.timing["repeats"],
+        threads=snakemake.threads,
         log=log,
     )
     write_json(result, snakemake.output[0])
