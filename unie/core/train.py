@@ -12,7 +12,8 @@ dropout for ``(step, s)``), and the gradient is the mean of the micro-batch grad
 over ranks (:mod:`unie.core.distributed`), so the batches and random streams depend on ``shards``, never on
 ``W``; the trajectory too, up to the order of the floating-point sums of the gradients (bit for bit when every
 rank holds one shard: ``shards == W``, tested; ``shards = 4`` on 2 ranks sums ``(g0 + g2) + (g1 + g3)`` where
-one process sums ``((g0 + g1) + g2) + g3``).  One shard is exactly the single-batch loop.  Only rank 0 logs and writes ``last.pt``; every rank resumes from it.
+one process sums ``((g0 + g1) + g2) + g3``).  One shard is exactly the single-batch loop.  Only rank 0 logs and
+writes ``last.pt``; every rank resumes from it.
 
 Resuming (:func:`load_resume_state`): ``last.pt`` is resumed only when it was written for the same *run
 specification* (:func:`run_spec`: every training option, steps and schedule included, the architecture, the
@@ -22,6 +23,12 @@ training starts from step 0.  A ``last.pt``
 that cannot be read is reported in one line and discarded.  Checkpoints are written atomically (a full disk
 leaves the previous one usable), and a lock in the checkpoint directory keeps two processes (a rerun beside an
 orphaned job) from training into it at once.
+
+Reading order: :func:`train` takes the lock; ``_train`` is the procedure, and below it come its parts in the order
+it uses them: :class:`TrainState` (what a run carries between steps), :func:`length_buckets`, :func:`start_state`,
+:func:`restore` (a resumed ``last.pt``), :func:`select_best`, :func:`evaluate_dev`, :func:`draw_batch` (the global
+batch), :func:`train_step` (:func:`micro_batch_losses`, :func:`update_ema`), :func:`log_progress`,
+:func:`save_checkpoint`.
 """
 
 from __future__ import annotations
@@ -275,152 +282,230 @@ def train(
 
 def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, params, progress, eval_fn,
            row_lengths, collate):
-    """The body of :func:`train` (its lock held)."""
-    device = next(net.parameters()).device
+    """The body of :func:`train` (its lock held): the training procedure, step by step."""
     rank, world_size = world()
     shards, my_shards = shard_plan(cfg, rank, world_size)
     if rank != 0:
         log, progress = (lambda _msg: None), False
-    bucket_of, buckets = None, None
-    if cfg.length_buckets > 1:
-        if row_lengths is None or len(row_lengths) != data.shape[0]:
-            raise ValueError("length_buckets > 1 needs row_lengths, one per row of data")
-        order = torch.sort(torch.as_tensor(row_lengths), stable=True).indices
-        buckets = torch.tensor_split(order, cfg.length_buckets)
-        bucket_of = torch.empty(data.shape[0], dtype=torch.long)
-        for b, rows in enumerate(buckets):
-            bucket_of[rows] = b
+    buckets = length_buckets(cfg, data, row_lengths)
     spec = signature if isinstance(signature, dict) else None
     signature = spec_signature(signature)
     last = ckpt_dir / "last.pt"
-    params = list(net.parameters()) if params is None else list(params)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
-    ema = copy.deepcopy(net).eval()
-    for p in ema.parameters():
-        p.requires_grad_(False)
-    step, history, running = 0, [], []
-    best = None  # (dev loss, EMA state) of the best checkpoint when eval_fn is given
+    st = start_state(net, cfg, params)
     if rank == 0:  # temporary files of writes that a killed process never finished (the lock is held)
         for stale in ckpt_dir.glob(f".{last.name}.*.tmp"):
             stale.unlink(missing_ok=True)
-    state = resume_state(last, signature, spec, log)
-    if state is not None:
-        net.load_state_dict(state["model"])
-        ema.load_state_dict(state["ema"])
-        opt.load_state_dict(state["opt"])
-        step = int(state["step"])
-        history = json.loads(state["history"])
-        running = json.loads(state.get("running", "[]"))
-        if "best_state" in state:
-            best = (float(state["best_loss"]), state["best_state"])
-        log(f"resumed from {last} at step {step}")
-        if int(state.get("shards", 1)) != shards:
-            log(f"note: {last} was trained with {int(state.get('shards', 1))} shard(s), this run uses {shards} "
-                "(set train.shards to keep the trajectory independent of the number of processes)")
-    del state
-    broadcast_state(net, ema)  # no-op in one process
-    def finish():
-        if best is not None:
-            ema.load_state_dict(best[1])
-            log(f"selected the checkpoint with the best dev loss {best[0]:.4f}")
-        return ema, history
-
-    if step >= cfg.steps:
-        return finish()
-
-    def save(step: int):
-        if rank != 0:
-            return
-        state = {"model": net.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(), "step": step,
-                 "signature": signature, "history": json.dumps(history), "running": json.dumps(running),
-                 "shards": shards}
-        if spec is not None:
-            state["spec"] = json.dumps(spec, sort_keys=True)
-        if best is not None:
-            state["best_loss"], state["best_state"] = torch.tensor(best[0]), best[1]
-        atomic_write(last, lambda tmp: torch.save(state, tmp))  # a failed write keeps the previous last.pt
-
-    def evaluate(step: int):
-        nonlocal best
-        dev = eval_fn(ema)
-        initial = next((h["dev"] for h in history if "dev" in h), dev)
-        dev["admissible"] = "guard" not in dev or dev["guard"] <= initial["guard"]
-        history.append({"step": step, "dev": dev})
-        log(json.dumps(history[-1]))
-        if dev["admissible"] and (best is None or dev["loss"] < best[0]):
-            best = (dev["loss"], {k: v.detach().clone() for k, v in ema.state_dict().items()})
-
-    if eval_fn is not None and step == 0:
-        evaluate(0)
-
+    restore(st, resume_state(last, signature, spec, log), last, shards, log)
+    broadcast_state(net, st.ema)  # no-op in one process
+    if st.step >= cfg.steps:
+        return select_best(st, log)
+    if eval_fn is not None and st.step == 0:
+        evaluate_dev(st, eval_fn, log)
     net.train()
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.steps, initial=step, desc="train", mininterval=5.0, dynamic_ncols=False, ncols=100)
+    bar = progress_bar(cfg, st.step) if progress else None
     t0 = time.time()
-    set_step = getattr(getattr(loss_fn, "__self__", None), "set_step", None)
-    micro = cfg.batch_size // shards
-    while step < cfg.steps:
-        gb = _step_generator(cfg.seed, step, 0, "cpu")
-        if buckets is None:
-            idx = torch.randint(0, data.shape[0], (cfg.batch_size,), generator=gb)
-        else:  # one bucket per batch, chosen with probability proportional to its size
-            rows = buckets[int(bucket_of[torch.randint(0, data.shape[0], (1,), generator=gb)])]
-            idx = rows[torch.randint(0, len(rows), (cfg.batch_size,), generator=gb)]
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        opt.zero_grad(set_to_none=True)
-        shard_loss = torch.zeros(shards, dtype=torch.float64, device=device)  # this rank's entries, then all
-        for s in my_shards:
-            torch.manual_seed(_dropout_seed(cfg.seed, step, s))  # dropout, if any
-            part = idx[s * micro:(s + 1) * micro]
-            x0 = data[part] if collate is None else collate(data[part])
-            x0 = x0.to(device)
-            gl = _step_generator(cfg.seed, step, 1 + s, device)
-            if set_step is not None:  # step-dependent losses (Duo's curriculum) stay right after a resume
-                set_step(step)
-            loss = loss_fn(net, x0, gl)
-            (loss if shards == 1 else loss / shards).backward()
-            shard_loss[s] = loss.detach().double()
-        all_reduce_sum(shard_loss)  # every rank sees every shard's loss (the others' entries are zero)
-        losses = shard_loss.tolist()
-        bad = [s for s, v in enumerate(losses) if not math.isfinite(v)]
-        if bad:
-            where = "" if shards == 1 else f" (micro-batch {bad[0]} of {shards})"
-            raise NonFiniteLossError(f"non-finite loss ({losses[bad[0]]}) at step {step}{where}; stopping before "
-                                     "writing outputs")
-        all_reduce_gradients(params)  # the sum over ranks = the mean over all micro-batches (module doc)
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        with torch.no_grad():
-            d = min(cfg.ema, (1 + step) / (10 + step))  # EMA warm-up so short runs are not dominated by init
-            for pe, p in zip(ema.parameters(), net.parameters()):
-                pe.lerp_(p.detach(), 1 - d)
-            for be, b in zip(ema.buffers(), net.buffers()):
-                be.copy_(b)
-        step += 1
-        running.append(losses[0] if shards == 1 else sum(losses) / shards)
+    while st.step < cfg.steps:
+        idx = draw_batch(cfg, st.step, data.shape[0], buckets)
+        gnorm = train_step(st, loss_fn, data, idx, cfg, shards, my_shards, collate)
         if bar is not None:
             bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            rec = {"step": step, "loss": sum(running) / len(running), "grad_norm": float(gnorm),
-                   "lr": lr_at(step - 1, cfg), "elapsed_s": round(time.time() - t0, 2)}
-            history.append(rec)
-            running = []
-            log(json.dumps(rec))
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+        if st.step % cfg.log_every == 0 or st.step == cfg.steps:
+            log_progress(st, gnorm, cfg, t0, log)
+        if st.step % cfg.ckpt_every == 0 or st.step == cfg.steps:
             if eval_fn is not None:
-                evaluate(step)
-            save(step)
-        if stop_after is not None and step >= stop_after:
-            save(step)
+                evaluate_dev(st, eval_fn, log)
+            save_checkpoint(last, st, signature, spec, shards)
+        if stop_after is not None and st.step >= stop_after:
+            save_checkpoint(last, st, signature, spec, shards)
             barrier()  # every rank returns once last.pt is written
             break
     if bar is not None:
         bar.close()
     net.eval()
-    if stop_after is not None and step < cfg.steps:
-        return ema, history
-    return finish()
+    if stop_after is not None and st.step < cfg.steps:
+        return st.ema, st.history
+    return select_best(st, log)
+
+
+# ---- the parts of the procedure, in the order it uses them ----
+
+
+@dataclasses.dataclass
+class TrainState:
+    """A run between two steps: the weights, the optimiser and the records that ``last.pt`` carries."""
+
+    net: torch.nn.Module
+    ema: torch.nn.Module  # the EMA of ``net``'s weights (no gradients): what training returns
+    opt: torch.optim.Optimizer
+    params: list  # the parameters ``opt`` updates
+    step: int = 0  # steps done
+    history: list = dataclasses.field(default_factory=list)  # log records and dev evaluations
+    running: list = dataclasses.field(default_factory=list)  # the step losses since the last log record
+    best: tuple | None = None  # (dev loss, EMA state) of the best admissible checkpoint (``eval_fn`` only)
+
+
+def length_buckets(cfg: TrainConfig, data: torch.Tensor, row_lengths) -> tuple[tuple, torch.Tensor] | None:
+    """``(buckets, bucket_of)`` when ``cfg.length_buckets > 1``: the row indices sorted by content length (stable)
+    cut into ``length_buckets`` equal buckets, and each row's bucket; None for one bucket (uniform batches)."""
+    if cfg.length_buckets <= 1:
+        return None
+    if row_lengths is None or len(row_lengths) != data.shape[0]:
+        raise ValueError("length_buckets > 1 needs row_lengths, one per row of data")
+    order = torch.sort(torch.as_tensor(row_lengths), stable=True).indices
+    buckets = torch.tensor_split(order, cfg.length_buckets)
+    bucket_of = torch.empty(data.shape[0], dtype=torch.long)
+    for b, rows in enumerate(buckets):
+        bucket_of[rows] = b
+    return buckets, bucket_of
+
+
+def start_state(net: torch.nn.Module, cfg: TrainConfig, params: list | None) -> TrainState:
+    """Step 0: AdamW over ``params`` (default: all of ``net``) and the EMA, a frozen copy of ``net``."""
+    params = list(net.parameters()) if params is None else list(params)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    ema = copy.deepcopy(net).eval()
+    for p in ema.parameters():
+        p.requires_grad_(False)
+    return TrainState(net, ema, opt, params)
+
+
+def restore(st: TrainState, state: dict | None, last: Path, shards: int, log) -> None:
+    """Load a resumable ``last.pt`` (``state``, from :func:`resume_state`; None: start from step 0) into ``st``:
+    the weights, the EMA, the optimiser, the step, the history, the running losses and the best checkpoint."""
+    if state is None:
+        return
+    st.net.load_state_dict(state["model"])
+    st.ema.load_state_dict(state["ema"])
+    st.opt.load_state_dict(state["opt"])
+    st.step = int(state["step"])
+    st.history = json.loads(state["history"])
+    st.running = json.loads(state.get("running", "[]"))
+    if "best_state" in state:
+        st.best = (float(state["best_loss"]), state["best_state"])
+    log(f"resumed from {last} at step {st.step}")
+    if int(state.get("shards", 1)) != shards:
+        log(f"note: {last} was trained with {int(state.get('shards', 1))} shard(s), this run uses {shards} "
+            "(set train.shards to keep the trajectory independent of the number of processes)")
+
+
+def select_best(st: TrainState, log) -> tuple[torch.nn.Module, list[dict]]:
+    """The end of a finished run: ``(ema, history)``, the EMA set to the best dev checkpoint's when there is one."""
+    if st.best is not None:
+        st.ema.load_state_dict(st.best[1])
+        log(f"selected the checkpoint with the best dev loss {st.best[0]:.4f}")
+    return st.ema, st.history
+
+
+def evaluate_dev(st: TrainState, eval_fn, log) -> None:
+    """Dev evaluation of the EMA at ``st.step`` (recorded in the history); keeps its weights as the best when it is
+    admissible (its ``guard``, if any, not above the first evaluation's) and its loss the lowest so far."""
+    dev = eval_fn(st.ema)
+    initial = next((h["dev"] for h in st.history if "dev" in h), dev)
+    dev["admissible"] = "guard" not in dev or dev["guard"] <= initial["guard"]
+    st.history.append({"step": st.step, "dev": dev})
+    log(json.dumps(st.history[-1]))
+    if dev["admissible"] and (st.best is None or dev["loss"] < st.best[0]):
+        st.best = (dev["loss"], {k: v.detach().clone() for k, v in st.ema.state_dict().items()})
+
+
+def progress_bar(cfg: TrainConfig, step: int):
+    """A tqdm bar over the run's steps, starting at ``step`` (a resumed run), refreshed at most every 5 s."""
+    from tqdm import tqdm
+
+    return tqdm(total=cfg.steps, initial=step, desc="train", mininterval=5.0, dynamic_ncols=False, ncols=100)
+
+
+def draw_batch(cfg: TrainConfig, step: int, n_rows: int, buckets) -> torch.Tensor:
+    """The ``cfg.batch_size`` row indices of step ``step``'s global batch, from stream 0 of ``(seed, step)``:
+    uniform over the ``n_rows`` rows, or with length ``buckets`` (:func:`length_buckets`) all from one bucket,
+    chosen with probability proportional to its size (the bucket of one uniform row), uniform within it."""
+    gb = _step_generator(cfg.seed, step, 0, "cpu")
+    if buckets is None:
+        return torch.randint(0, n_rows, (cfg.batch_size,), generator=gb)
+    buckets, bucket_of = buckets
+    rows = buckets[int(bucket_of[torch.randint(0, n_rows, (1,), generator=gb)])]
+    return rows[torch.randint(0, len(rows), (cfg.batch_size,), generator=gb)]
+
+
+def train_step(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfig, shards: int, my_shards,
+               collate) -> torch.Tensor:
+    """One optimisation step on the global batch ``data[idx]``: the learning rate of ``st.step``, the gradients of
+    this rank's micro-batches summed over ranks, clipping, AdamW, the EMA; ``st.step`` advances and the step's
+    mean loss joins ``st.running``.  Returns the gradient norm before clipping."""
+    for group in st.opt.param_groups:
+        group["lr"] = lr_at(st.step, cfg)
+    st.opt.zero_grad(set_to_none=True)
+    losses = micro_batch_losses(st, loss_fn, data, idx, cfg, shards, my_shards, collate)
+    all_reduce_gradients(st.params)  # the sum over ranks = the mean over all micro-batches (module doc)
+    gnorm = torch.nn.utils.clip_grad_norm_(st.params, cfg.grad_clip)
+    st.opt.step()
+    update_ema(st.ema, st.net, st.step, cfg.ema)
+    st.step += 1
+    st.running.append(losses[0] if shards == 1 else sum(losses) / shards)
+    return gnorm
+
+
+def micro_batch_losses(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfig, shards: int, my_shards,
+                       collate) -> list[float]:
+    """Forward and backward of this rank's micro-batches of the global batch ``idx`` (micro-batch ``s``: rows
+    ``s * micro:(s + 1) * micro``, loss stream ``1 + s``, dropout seed :func:`_dropout_seed`); returns the loss of
+    every micro-batch (all ranks'), each finite, else :class:`NonFiniteLossError` before anything is written."""
+    device = next(st.net.parameters()).device
+    set_step = getattr(getattr(loss_fn, "__self__", None), "set_step", None)
+    micro = cfg.batch_size // shards
+    shard_loss = torch.zeros(shards, dtype=torch.float64, device=device)  # this rank's entries, then all
+    for s in my_shards:
+        torch.manual_seed(_dropout_seed(cfg.seed, st.step, s))  # dropout, if any
+        part = idx[s * micro:(s + 1) * micro]
+        x0 = data[part] if collate is None else collate(data[part])
+        x0 = x0.to(device)
+        gl = _step_generator(cfg.seed, st.step, 1 + s, device)
+        if set_step is not None:  # step-dependent losses (Duo's curriculum) stay right after a resume
+            set_step(st.step)
+        loss = loss_fn(st.net, x0, gl)
+        (loss if shards == 1 else loss / shards).backward()
+        shard_loss[s] = loss.detach().double()
+    all_reduce_sum(shard_loss)  # every rank sees every shard's loss (the others' entries are zero)
+    losses = shard_loss.tolist()
+    bad = [s for s, v in enumerate(losses) if not math.isfinite(v)]
+    if bad:
+        where = "" if shards == 1 else f" (micro-batch {bad[0]} of {shards})"
+        raise NonFiniteLossError(f"non-finite loss ({losses[bad[0]]}) at step {st.step}{where}; stopping before "
+                                 "writing outputs")
+    return losses
+
+
+@torch.no_grad()
+def update_ema(ema: torch.nn.Module, net: torch.nn.Module, step: int, decay: float) -> None:
+    """``ema <- d * ema + (1 - d) * net`` after step ``step`` with ``d = min(decay, (1 + step) / (10 + step))`` (a
+    warm-up, so that short runs are not dominated by the initial weights); buffers are copied."""
+    d = min(decay, (1 + step) / (10 + step))
+    for pe, p in zip(ema.parameters(), net.parameters()):
+        pe.lerp_(p.detach(), 1 - d)
+    for be, b in zip(ema.buffers(), net.buffers()):
+        be.copy_(b)
+
+
+def log_progress(st: TrainState, gnorm: torch.Tensor, cfg: TrainConfig, t0: float, log) -> None:
+    """The log record of the steps since the last one (their mean loss), appended to the history."""
+    rec = {"step": st.step, "loss": sum(st.running) / len(st.running), "grad_norm": float(gnorm),
+           "lr": lr_at(st.step - 1, cfg), "elapsed_s": round(time.time() - t0, 2)}
+    st.history.append(rec)
+    st.running = []
+    log(json.dumps(rec))
+
+
+def save_checkpoint(last: Path, st: TrainState, signature: str, spec: dict | None, shards: int) -> None:
+    """Write ``last.pt`` atomically (a failed write keeps the previous one), on rank 0 only: the weights, the EMA,
+    the optimiser, the step, the run specification (its hash, and the spec itself when known), the history, the
+    running losses, the shard count and the best dev checkpoint."""
+    if world()[0] != 0:
+        return
+    state = {"model": st.net.state_dict(), "ema": st.ema.state_dict(), "opt": st.opt.state_dict(), "step": st.step,
+             "signature": signature, "history": json.dumps(st.history), "running": json.dumps(st.running),
+             "shards": shards}
+    if spec is not None:
+        state["spec"] = json.dumps(spec, sort_keys=True)
+    if st.best is not None:
+        state["best_loss"], state["best_state"] = torch.tensor(st.best[0]), st.best[1]
+    atomic_write(last, lambda tmp: torch.save(state, tmp))
