@@ -280,7 +280,8 @@ def _wrap(text: str, width: int) -> list[str]:
     return lines + [line] if line else lines
 
 
-def case_figure(words: list[str], step, steps: int, title: str, caption: str, marked=(), width: float = 11.0):
+def case_figure(words: list[str], step, steps: int, title: str, caption: str, marked=(),
+                width: float = 11.0):
     """One case study: the sequence's tokens in reading order (wrapped to ``width`` inches), each box coloured by
     the step that revealed it (colour bar), the tokens of the error outlined in red; ``caption`` (mathtext allowed)
     states the selection rule.  The figure's height is that of its content: no blank space."""
