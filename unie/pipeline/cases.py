@@ -45,7 +45,7 @@ def run_cases(cfg: dict, inputs: dict, out: dict, *, seq_len: int, domain: str, 
         runs[name] = [{"x": x, "step": s, **gp} for x, s, gp in zip(xs, st, gaps)]
         log(f"{name}: {cfg['n_samples']} samples scored under pi")
     chosen = select_cases(runs["mdlm"], runs["uni"], cfg["dependency_threshold"], cfg["invariance_threshold"])
-    from ..report.figures import case_figure
+    from ..report.figures import case_study_figure
 
     record = {"config": cfg, "cases": {}}
     for kind, mdlm_name, uni_name in (("dependency", "non_independent", "independent"),
@@ -66,27 +66,24 @@ def run_cases(cfg: dict, inputs: dict, out: dict, *, seq_len: int, domain: str, 
                      f"{c['n_errors']} rows; Uni-E's same row avoided it on {c['n_avoided']} of them (Uni-E erred on "
                      f"{c['n_uni_errors']} rows); shown: the worst MDLM error among those (row {i}).")
         for name, run, gap in ((mdlm_name, runs["mdlm"][i], c["mdlm_gap"]), (uni_name, runs["uni"][i], c["uni_gap"])):
-            r = run
+            r = run  # the record's "rule" is the plain-text rule; the figure's caption is its mathtext version
             words = [tok.decode([int(t)]) for t in r["x"]]
             if kind == "dependency":
                 k = min(r["dep"], key=r["dep"].get) if r["dep"] else None
                 marked = [] if k is None else [j for j in range(L) if int(r["step"][j]) == k]
-                what = f"worst dependency gap {gap:.2f} nats" + ("" if k is None else f" (step {k}, outlined)")
             else:
                 j = int(r["inv"].argmax())
                 marked = [j]
-                what = f"largest invariance gap {gap:.2f} nats (token {j}, '{words[j]}', outlined)"
             who = "MDLM" if name.startswith("non") else "Uni-E"
             verdict = ("" if who == "MDLM" else
                        (" Uni-E avoided the MDLM error on this row." if c["avoided"] else
                         " Uni-E did NOT avoid it on any row: this is the same row as the MDLM case."))
-            title = f"{name.replace('_', '-')} case ({who}, row {i}): {what}"
-            fig = case_figure(words, r["step"].tolist(), steps, title, rule + verdict, marked)
-            write_figure(fig, None, out[f"{name}_pdf"], out[f"{name}_png"])
             record["cases"][name] = {"model": who, "row": i, "gap": gap, "marked": marked, "words": words,
                                      "reveal_step": r["step"].tolist(), "rule": rule + verdict,
                                      "dependency_gaps": {str(s): v for s, v in r["dep"].items()},
                                      "invariance_gaps": r["inv"].tolist()}
         record["cases"][kind] = {key: v for key, v in c.items()}
+    for name in ("non_independent", "independent", "non_invariant", "invariant"):  # drawn from the record alone
+        write_figure(case_study_figure(record, name), None, out[f"{name}_pdf"], out[f"{name}_png"])
     write_json(record, out["json"])
     return record

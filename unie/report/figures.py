@@ -29,9 +29,6 @@ def fig2_ablation(fig: dict, records: list[dict]):
     ``fig`` is ``config['figures']['fig2_ablation']`` plus ``runs``: context -> energy -> the sampling run of
     that curve (:func:`unie.pipeline.checks.fig2_runs`); ``records`` the Gen PPL results of its runs.
     Error bars: ±2 s.e. of the pooled NLL, mapped to perplexity.  Returns ``(figure, points)``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -54,16 +51,44 @@ def fig2_ablation(fig: dict, records: list[dict]):
                         label=label, lw=1.2, ms=4)
             out += [{"context": ctx, "curve": label, "run": run_of(ctx), "steps": s, "genppl": g}
                     for s, g in zip(sub.steps, sub.genppl)]
-        ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("sampling steps")
+        _steps_axis(ax, sorted(df.steps.unique()))
+        _plain_y(ax)
         ax.set_title(CONTEXT_TITLES.get(ctx, ctx), fontsize=9)
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel(f"Gen PPL ({fig['evaluator']})")
     axes[0][-1].legend(fontsize=8)
-    figure.suptitle(f"Ablation (K={fig['K']}, w={fig['w']})", fontsize=10)
+    figure.suptitle(f"Ablation (K={fig['K']}, w={fig['w']}); error bars: ±2 s.e. of the per-token NLL, as perplexity",
+                    fontsize=10)
     figure.tight_layout()
     return figure, pd.DataFrame(out)
+
+
+def _steps_axis(ax, steps) -> None:
+    """A log2 axis of step counts labelled 4, 8, 16, 32 (not 2^2 ... 2^5)."""
+    import matplotlib.ticker as ticker
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([int(s) for s in steps])
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.set_xlabel("sampling steps")
+
+
+def _plain_y(ax, axis: str = "y") -> None:
+    """Plain tick labels (20, 30, 50, 100) on a log axis instead of 2 x 10^1; minor ticks labelled at 2, 3, 5 only
+    (so that they never collide)."""
+    import math
+
+    import matplotlib.ticker as ticker
+
+    def minor(v, _):
+        lead = v / 10 ** math.floor(math.log10(v)) if v > 0 else 0
+        return f"{v:g}" if round(lead, 6) in (2, 3, 5) else ""
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(ticker.FuncFormatter(minor))
 
 
 def _timing_frame(timings: list[dict]) -> pd.DataFrame:
@@ -135,11 +160,8 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
 
     ``fig``: ``config['figures']['fig3_tradeoff']`` plus ``runs`` (:func:`unie.pipeline.checks.fig3_runs`).
     Error bars: ±2 s.e. of the pooled NLL mapped to perplexity.  Returns ``(figure, points, summary)``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401
+    import matplotlib.ticker
     import numpy as np
 
     df = genppl_frame(records)
@@ -177,14 +199,14 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
         out += [{"panel": "tradeoff", "curve": label, "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
                  "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "seconds": r.seconds} for r in sub.itertuples()]
     for ax in axes[:2]:
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sampling steps")
+        _steps_axis(ax, sorted(df.steps.unique()))
     for ax in axes[2:]:
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        _plain_y(ax, "x")
         ax.set_xlabel("wall-clock per batch (s)")
     for ax in axes[:3]:
         ax.set_yscale("log")
+        _plain_y(ax)
         ax.set_ylabel(f"Gen PPL ({fig['evaluator']})")
     axes[3].set_ylabel("entropy (bits)")
     axes[0].set_title(f"candidate size k (w={fig['w']})", fontsize=9)
@@ -197,39 +219,128 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
     for ax in axes:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    figure.suptitle(f"{fig['label']}: hyper-parameters and efficiency. Wall-clock: one batch of {bs}, median of "
-                    f"repeats, warm-up excluded, {th} threads, {dev}", fontsize=9)
+    figure.suptitle(f"{fig['label']}: hyper-parameters and efficiency. Error bars: ±2 s.e. of the per-token NLL, as "
+                    f"perplexity. Wall-clock: one batch of {bs}, median of repeats, warm-up excluded, {th} threads, "
+                    f"{dev}", fontsize=9)
     figure.tight_layout()
     points = pd.DataFrame(out)
     return figure, points, fig3_summary(fig, df, times)
 
 
-def case_figure(words: list[str], step, steps: int, title: str, caption: str, marked=()):
-    """One case study: the sequence's tokens in reading order (wrapped), each box coloured by the step that
-    revealed it (colour bar), the tokens of the error outlined in red; ``caption`` states the selection rule."""
-    import matplotlib
+CASE_KINDS = {"non_independent": "dependency", "independent": "dependency", "non_invariant": "invariance",
+              "invariant": "invariance"}
 
-    matplotlib.use("Agg")
+
+def case_caption(cfg: dict, kind: str, c: dict, avoided_note: str = "") -> str:
+    """The selection rule of a case study (``kind`` dependency or invariance; ``c`` its record in
+    ``case_studies.json``), with its maths in matplotlib mathtext."""
+    i = c["index"]
+    text = (f"Rule: {cfg['n_samples']} samples of MDLM ($K=1$) and of Uni-E ($K={cfg['K']}$, $w={cfg['w']}$, "
+            f"{cfg['energy']} energy, {cfg['ar_context'].replace('_', ' ')} proxy), one batch each from the same "
+            f"generator seed (row $i$ = the same start), {cfg['steps']} steps. ")
+    if kind == "dependency":
+        text += (r"A step's dependency gap is $\log\pi(x_S\mid x_V) - \Sigma_{i\in S}\,\log\pi(x_i\mid x_V)$ over the "
+                 r"tokens $S$ it revealed together ($V$: visible before it); an error is a gap "
+                 f"$< -{cfg['dependency_threshold']}$ nats. ")
+    else:
+        text += (r"A token's invariance gap is $\log\pi(x_i\mid x_V) - \log\pi(x_i\mid x_{-i})$ ($x_V$: visible "
+                 r"at its reveal; $x_{-i}$: the rest of the final sequence); an error is a gap "
+                 f"$> {cfg['invariance_threshold']}$ nats. ")
+    text += (f"MDLM erred on {c['n_errors']} rows; Uni-E's same row avoided it on {c['n_avoided']} of them (Uni-E "
+             f"erred on {c['n_uni_errors']} rows); shown: the worst MDLM error among those (row {i}).")
+    return text + avoided_note
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Greedy line wrap that never breaks inside ``$...$`` and counts mathtext by its visible characters."""
+    import re
+
+    words, cur, inside = [], "", False
+    for ch in text:  # spaces inside maths do not split
+        if ch == "$":
+            inside = not inside
+        if ch == " " and not inside:
+            words.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    words.append(cur)
+
+    def visible(w):
+        return len(re.sub(r"[${}_^]", "", re.sub(r"\\[a-zA-Z]+", "x", w)))
+
+    lines, line, n = [], "", 0
+    for w in words:
+        k = visible(w)
+        if line and n + 1 + k > width:
+            lines.append(line)
+            line, n = w, k
+        else:
+            line, n = (f"{line} {w}" if line else w), n + (1 if line else 0) + k
+    return lines + [line] if line else lines
+
+
+def case_figure(words: list[str], step, steps: int, title: str, caption: str, marked=(),
+                width: float = 11.0):
+    """One case study: the sequence's tokens in reading order (wrapped to ``width`` inches), each box coloured by
+    the step that revealed it (colour bar), the tokens of the error outlined in red; ``caption`` (mathtext allowed)
+    states the selection rule.  The figure's height is that of its content: no blank space."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
-    per_line = 11
-    lines = (len(words) + per_line - 1) // per_line
-    figure, ax = plt.subplots(figsize=(11, 0.75 * lines + 1.9))
+    # token boxes in a monospace font, so that their widths are known before drawing
+    fs, char_w, pad, gap = 10, 10 * 0.6 / 72, 0.06, 0.10  # font size, inches per character, box padding, gap
+    usable = width - 1.3  # the colour bar on the right
+    x, row, place = 0.2, 0, []
+    for w in words:
+        tw = len(w) * char_w + 2 * pad
+        if x + tw > usable and x > 0.2:
+            x, row = 0.2, row + 1
+        place.append((x + pad, row))
+        x += tw + gap
+    rows = row + 1
+    cap_lines = _wrap(caption, 150)
+    top, line_h, cap_h = 0.45, 0.42, 0.16 * len(cap_lines) + 0.2
+    height = top + rows * line_h + 0.15 + cap_h
+    figure = plt.figure(figsize=(width, height))
     cmap = plt.get_cmap("viridis")
     norm = matplotlib.colors.Normalize(vmin=0, vmax=max(1, steps))
-    for i, (w, k) in enumerate(zip(words, step)):
-        row, col = divmod(i, per_line)
-        ax.text(col / per_line + 0.005, 1 - (row + 0.5) / lines, w, fontsize=10, va="center", ha="left",
-                color="white" if int(k) < 0.6 * steps else "black",
-                bbox={"boxstyle": "round,pad=0.3", "fc": cmap(norm(int(k))),
-                      "ec": "red" if i in set(marked) else "none", "lw": 2.0})
-    ax.set_axis_off()
-    ax.set_title(title, fontsize=10)
-    figure.text(0.01, 0.01, caption, fontsize=7.5, wrap=True, va="bottom")
-    bar = figure.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.02, pad=0.01)
-    bar.set_label("step that revealed the token", fontsize=8)
-    figure.subplots_adjust(bottom=0.38 if lines < 4 else 0.25, top=0.85)
+    outlined = set(marked)
+    for i, ((px, r), w, k) in enumerate(zip(place, words, step)):
+        y = height - top - (r + 0.5) * line_h
+        figure.text(px / width, y / height, w, fontsize=fs, family="monospace", va="center", ha="left",
+                    color="white" if int(k) < 0.6 * steps else "black",
+                    bbox={"boxstyle": "round,pad=0.3", "fc": cmap(norm(int(k))),
+                          "ec": "red" if i in outlined else "none", "lw": 2.0})
+    figure.text(0.5, (height - 0.22) / height, title, fontsize=10, ha="center", va="center")
+    figure.text(0.01, 0.1 / height, "\n".join(cap_lines), fontsize=7.5, va="bottom", ha="left", linespacing=1.5)
+    bar_ax = figure.add_axes([(width - 1.0) / width, (height - top - rows * line_h) / height, 0.12 / width,
+                              rows * line_h / height])
+    bar = figure.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), cax=bar_ax)
+    bar.set_label("step that revealed\nthe token", fontsize=7)
+    bar.ax.tick_params(labelsize=7)
     return figure
+
+
+def case_study_figure(record: dict, name: str):
+    """The figure of case ``name`` (invariant, independent, non_invariant, non_independent) drawn from the record
+    of rule ``case_studies`` (``results/figures/case_studies.json``): a notebook redraws it from the JSON alone."""
+    kind = CASE_KINDS[name]
+    case, c, cfg = record["cases"][name], record["cases"][kind], record["config"]
+    words, gap, who, i = case["words"], case["gap"], case["model"], case["row"]
+    if kind == "dependency":
+        dep = case["dependency_gaps"]
+        k = min(dep, key=dep.get) if dep else None
+        what = f"worst dependency gap {gap:.2f} nats" + ("" if k is None else f" (step {k}, outlined)")
+    else:
+        j = case["marked"][0]
+        what = f"largest invariance gap {gap:.2f} nats (token {j}, '{words[j]}', outlined)"
+    note = ("" if who == "MDLM" else
+            (" Uni-E avoided the MDLM error on this row." if c["avoided"] else
+             " Uni-E did NOT avoid it on any row: this is the same row as the MDLM case."))
+    title = f"{name.replace('_', '-')} case ({who}, row {i}): {what}"
+    return case_figure(words, case["reveal_step"], cfg["steps"], title, case_caption(cfg, kind, c, note),
+                       case["marked"])
 
 
 def fig4_tradeoff(sweep: dict):
@@ -238,26 +349,48 @@ def fig4_tradeoff(sweep: dict):
 
     ``sweep``: a ``points.json`` of rule ``dllm_sweep`` (``points``: accuracy, its s.e. from lm-eval,
     tokens/s).  Error bars ±1 s.e.  Returns ``(figure, points)``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     df = pd.DataFrame(sweep["points"])
-    figure, ax = plt.subplots(figsize=(5.6, 3.8))
+    figure, ax = plt.subplots(figsize=(6.4, 4.2))
+    labels = []
     for (curve, sub), marker in zip(df.groupby("curve", sort=False), "osD^v<>"):
         sub = sub.sort_values("tokens_per_s")
         ax.errorbar(sub.tokens_per_s, sub.accuracy, yerr=sub.stderr, marker=marker, capsize=2, lw=1.2, ms=4,
                     label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})")
-        for r in sub.itertuples():
-            ax.annotate(str(r.value), (r.tokens_per_s, r.accuracy), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
+        colour = ax.get_lines()[-1].get_color()
+        labels += [(f"{r.value:g}", r.tokens_per_s, r.accuracy, colour) for r in sub.itertuples()]
     ax.set_xscale("log")
     ax.set_xlabel("throughput (generated tokens / s)")
     ax.set_ylabel(f"{sweep['task']} accuracy (%)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    ax.set_title(f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded, "
-                 f"±1 s.e.", fontsize=8)
+    ax.set_title(f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded;\n"
+                 f"error bars: ±1 s.e. (lm-eval); labels: the varied knob's value", fontsize=8)
     figure.tight_layout()
+    place_labels(ax, labels)
     return figure, df
+
+
+def place_labels(ax, labels, fontsize=6.5) -> None:
+    """Annotate points ``(text, x, y, colour)`` without overlaps: each label takes the first of a ring of offsets
+    around its point whose box meets no label placed before it (nor leaves the axes)."""
+    figure = ax.figure
+    renderer = figure.canvas.get_renderer()
+    offsets = [(4, 4), (4, -10), (-6, 6), (-6, -12), (6, 12), (6, -18), (-8, 14), (-8, -20), (10, 20), (10, -26),
+               (-10, 22), (-10, -28), (4, 28), (4, -34)]
+    placed, frame = [], ax.get_window_extent(renderer)
+    for text, x, y, colour in labels:
+        for dx, dy in offsets:
+            ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                              color=colour, ha="left" if dx >= 0 else "right")
+            box = ann.get_window_extent(renderer)
+            if not any(box.overlaps(b) for b in placed) and frame.contains(box.x0, box.y0) and \
+                    frame.contains(box.x1, box.y1):
+                placed.append(box)
+                break
+            ann.remove()
+        else:  # every offset taken: the first one, overlapping
+            ann = ax.annotate(text, (x, y), xytext=offsets[0], textcoords="offset points", fontsize=fontsize,
+                              color=colour)
+            placed.append(ann.get_window_extent(renderer))

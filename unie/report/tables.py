@@ -1,10 +1,16 @@
-"""LaTeX and CSV tables with the row/column structure of the paper's Tables 1 and 2.
+"""LaTeX and CSV tables with the row/column structure of the paper's tables.
 
 Each function takes the result records written by the workflow's rules (parsed JSON; they carry their
 own identity: ``source`` for Table 1, ``sampling.run``/``sampling.steps`` for Table 2) and returns the
 LaTeX text and the long-format ``DataFrame`` of every cell; nothing is typed in and nothing is read
 from a file name.  A missing value is printed as "--" (as the paper does for methods without a
 likelihood).  Writing the files is the pipeline's job (:mod:`unie.pipeline.report`).
+
+Every ``.tex`` is one ``table`` float (or several, for the paper-vs-ours comparison) built with pandas'
+``Styler.to_latex``: booktabs rules, ``\midrule`` between row groups, the best value of a column in bold
+(as the paper does), ``± s.e.`` where the results carry one, a caption saying what the cells are, and the
+tabular inside ``adjustbox`` (``max width=\linewidth``: shrunk only when wider than the text).  The first
+line of each file names the LaTeX packages it needs.
 """
 
 from __future__ import annotations
@@ -23,6 +29,81 @@ def _fmt(v, nd=2) -> str:
     return DASH if v is None or v != v else f"{v:.{nd}f}"
 
 
+def _pm(v, se, nd=2) -> str:
+    """``v ± se`` (the s.e. in script size), or ``v`` alone when there is no s.e., "--" when no value."""
+    if v is None or v != v:
+        return DASH
+    if se is None or se != se:
+        return f"{v:.{nd}f}"
+    return rf"{v:.{nd}f}{{\scriptsize $\pm${se:.{nd}f}}}"
+
+
+def _missing(v) -> bool:
+    return v is None or v != v
+
+
+def best_mask(values: pd.DataFrame, lower: bool, keep: list[bool] | None = None) -> np.ndarray:
+    """Per column, True at the best value (every tied one) among the rows ``keep`` (all rows by default)."""
+    vals = values.astype(float).to_numpy()
+    keep = np.ones(len(vals), bool) if keep is None else np.asarray(keep, bool)
+    out = np.zeros(vals.shape, bool)
+    for j in range(vals.shape[1]):
+        col = np.where(keep, vals[:, j], np.nan)
+        if np.isnan(col).all():
+            continue
+        best = np.nanmin(col) if lower else np.nanmax(col)
+        out[:, j] = keep & np.isclose(vals[:, j], best, rtol=0, atol=1e-12)
+    return out
+
+
+def latex_float(cells: pd.DataFrame, *, caption: str, label: str, bold: np.ndarray | None = None,
+                groups: list | None = None, column_format: str | None = None, size: str = "small",
+                packages: tuple[str, ...] = ("booktabs", "adjustbox")) -> str:
+    """One ``table`` float from a frame of LaTeX cell strings (its columns are the header) with
+    ``Styler.to_latex``: booktabs rules, ``bold`` cells in ``\\textbf``, a ``\\midrule`` wherever ``groups`` (one
+    key per row) changes, the tabular in ``adjustbox`` so that it never exceeds the text width.  The first line
+    names the packages."""
+    sty = cells.style.hide(axis="index")
+    if bold is not None:
+        sty = sty.apply(lambda _: np.where(bold, "textbf:--rwrap;", ""), axis=None)
+    sty = sty.set_table_styles([{"selector": size, "props": ":;"}], overwrite=False)
+    fmt = column_format or "l" + "c" * (cells.shape[1] - 1)
+    tex = sty.to_latex(column_format=fmt, hrules=True, environment="table", position="t",
+                       position_float="centering", caption=caption, label=label)
+    lines = tex.splitlines()
+    start = lines.index(r"\midrule")  # the header's rule: one data row per line after it
+    if groups is not None:
+        for i in range(len(groups) - 1, 0, -1):
+            if groups[i] != groups[i - 1]:
+                lines.insert(start + 1 + i, r"\midrule")
+    lines = _boxed(lines)
+    return f"% LaTeX packages: {', '.join(packages)}\n" + "\n".join(lines) + "\n"
+
+
+def _boxed(lines: list[str]) -> list[str]:
+    """Wrap every tabular in ``adjustbox`` (``max width=\\linewidth``): a wide table is shrunk, a narrow one kept."""
+    out = []
+    for line in lines:
+        if line.startswith(r"\begin{tabular}"):
+            out.append(r"\begin{adjustbox}{max width=\linewidth}")
+        out.append(line)
+        if line == r"\end{tabular}":
+            out.append(r"\end{adjustbox}")
+    return out
+
+
+def row_group(label: str) -> int:
+    """The paper's row groups of Tables 1 and 2 (a ``\\midrule`` between them): 0 the references (data, AR),
+    1 diffusion baselines, 2 dependency-aware / remasking baselines, 3 Uni-E."""
+    if label.startswith("Data") or label == "AR" or label.startswith("AR "):
+        return 0
+    if label.startswith("Uni-"):
+        return 3
+    if label.startswith(("EDLM", "DCD", "ReMDM")):
+        return 2
+    return 1
+
+
 def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd.DataFrame]:
     """Perplexity per domain.  ``rows``: label -> source (model name, likelihood entry or ``exact``);
     ``records``: the ``results/ppl/*.json`` results (each with its ``source``)."""
@@ -38,15 +119,24 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
                             "nll_se": cell["nll_se"] if cell else None,
                             "n_mc": (res or {}).get("n_mc")})
     df = pd.DataFrame.from_records(records)
-    head = " & ".join(["Methods"] + [DOMAIN_LABELS.get(d, d) for d in domains])
-    spec = "l|c" + ("|" + "c" * (len(domains) - 1) if len(domains) > 1 else "")
-    lines = [r"\begin{tabular}{" + spec + "}",
-             r"\toprule", head + r" \\", r"\midrule"]
-    for label in rows:
-        sub = df[df.row == label].set_index("domain")
-        lines.append(" & ".join([label] + [_fmt(sub.loc[d, "ppl"]) for d in domains]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", ""]
-    return "\n".join(lines), df
+    names = [DOMAIN_LABELS.get(d, d) for d in domains]
+    cells, vals = {"Methods": list(rows)}, {}
+    for d, name in zip(domains, names):
+        sub = df[df.domain == d].set_index("row")
+        ppl = [sub.loc[label, "ppl"] for label in rows]
+        # s.e. of the perplexity by the delta method: exp(nll) * s.e.(nll)
+        se = [None if _missing(p) or _missing(sub.loc[label, "nll_se"]) else p * sub.loc[label, "nll_se"]
+              for p, label in zip(ppl, rows)]
+        cells[name] = [_pm(p, e) for p, e in zip(ppl, se)]
+        vals[name] = [np.nan if _missing(p) else p for p in ppl]
+    groups = [row_group(label) for label in rows]
+    bold = np.column_stack([np.zeros(len(rows), bool),
+                            best_mask(pd.DataFrame(vals), lower=True, keep=[g != 0 for g in groups])])
+    caption = (r"Perplexity per domain (lower is better; an upper bound for the diffusion models, exact for the AR "
+               r"model and for the data distribution $\pi$), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times "
+               r"the s.e. of the per-token NLL). The best value of each column is in \textbf{bold} (the reference "
+               r"rows, data and AR, left out); -- means no likelihood.")
+    return latex_float(pd.DataFrame(cells), caption=caption, label="tab:ppl", bold=bold, groups=groups), df
 
 
 def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
@@ -80,27 +170,49 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
     df = pd.DataFrame.from_records(records)
     ev_names = list(evaluators)
     with_excess = len(df) > 0 and df.excess_nll.notna().any()
-    head = ["Method", "Timesteps"] + [evaluators[e]["label"] + r"$\downarrow$" for e in ev_names]
-    head += ([r"Excess NLL$_\pi$$\downarrow$"] if with_excess else []) + ["Entropy"]
-    spec = "l|c|" + "c" * len(ev_names) + ("|c" if with_excess else "") + "|c"
-    lines = [r"\begin{tabular}{" + spec + "}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
+    head = [evaluators[e]["label"] + r"$\downarrow$" for e in ev_names]
+    cols = ["Method", "Steps"] + head + ([r"Excess NLL$_\pi\downarrow$"] if with_excess else []) + ["Entropy"]
+    cells, vals, keep, groups, block = [], [], [], [], []
     for label, run in rows.items():
         sub = df[df.row == label] if len(df) else df
-        steps = sorted(sub.steps.unique()) if len(sub) else []
-        if runs[run]["sampler"] == "data":
-            ts = DASH
-        else:
-            ts = " / ".join(str(s) for s in steps) or DASH
-        cells = []
-        for e in ev_names:
-            vals = [sub[(sub.steps == s) & (sub.evaluator == e)].genppl for s in steps]
-            cells.append(" / ".join(_fmt(v.iloc[0], 1) if len(v) else DASH for v in vals) or DASH)
-        if with_excess:
-            cells.append(" / ".join(_fmt(sub[sub.steps == s].excess_nll.iloc[0], 3) for s in steps) or DASH)
-        ent = " / ".join(_fmt(sub[sub.steps == s].entropy_bits.iloc[0], 2) for s in steps) or DASH
-        lines.append(" & ".join([label, ts] + cells + [ent]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", ""]
-    return "\n".join(lines), df
+        steps = sorted(sub.steps.unique()) if len(sub) else [None]
+        for i, s in enumerate(steps):
+            at = sub[sub.steps == s] if s is not None else sub
+            ts = DASH if runs[run]["sampler"] == "data" or s is None else str(s)
+            row, val = [label if i == 0 else "", ts], []
+            for e in ev_names:
+                g = at[at.evaluator == e]
+                v = g.genppl.iloc[0] if len(g) else None
+                # s.e. of the Gen PPL by the delta method: exp(nll) * s.e.(nll)
+                se = None if _missing(v) or _missing(g.nll_se.iloc[0]) else v * g.nll_se.iloc[0]
+                row.append(_pm(v, se, 1))
+                val.append(np.nan if _missing(v) else v)
+            if with_excess:
+                ex = at.excess_nll.iloc[0] if len(at) else None
+                g = at[at.evaluator == exact] if exact is not None else at.iloc[:0]
+                row.append(_pm(ex, g.nll_se.iloc[0] if len(g) else None, 3))
+                val.append(np.nan if _missing(ex) else ex)
+            row.append(_fmt(at.entropy_bits.iloc[0], 2) if len(at) else DASH)
+            cells.append(row)
+            vals.append(val)
+            keep.append(row_group(label) != 0)
+            groups.append(row_group(label))
+            block.append(label)
+    table = pd.DataFrame(cells, columns=cols)
+    # the best of each column among the rows with the same step count (the references, data and AR, left out)
+    values = pd.DataFrame(vals, dtype=float)
+    bold = np.zeros(table.shape, bool)
+    for s in set(table.Steps):
+        at = (table.Steps == s).to_numpy()
+        bold[:, 2:2 + values.shape[1]] |= best_mask(values, lower=True, keep=np.array(keep) & at)
+    caption = (r"Generative perplexity per number of sampling steps, under each evaluator "
+               r"($\downarrow$: lower is better), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times the s.e. of "
+               r"the per-token NLL)"
+               + (r"; excess NLL$_\pi$: the samples' NLL per token under $\pi$ minus $\pi$'s entropy rate (nats, "
+                  r"$\pm$ s.e.)" if with_excess else "")
+               + r"; entropy: per-sample unigram entropy in bits. The best value of a column among the rows with the "
+                 r"same number of steps is in \textbf{bold} (data and AR left out).")
+    return latex_float(table, caption=caption, label="tab:genppl", bold=bold, groups=block), df
 
 
 def partition_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
@@ -108,13 +220,15 @@ def partition_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     and number of revealed tokens: the mass with ``xs`` fixed and with ``xs`` derived from ``x0``."""
     summary = df.groupby(["ar_context", "revealed"]).agg(
         fixed_xs=("fixed_xs_max", "max"), derived_xs=("derived_xs", "mean"), V_pow_D=("V_pow_D", "first")).reset_index()
-    lines = [r"\begin{tabular}{l|c|c|c|c}", r"\toprule",
-             r"AR context & $|D|$ & mass, $x_s$ fixed & mass, $x_s$ from $x_0$ & $3^{|D|}$ \\", r"\midrule"]
-    for r in summary.itertuples():
-        lines.append(f"{r.ar_context.replace('_', ' ')} & {r.revealed} & {r.fixed_xs:.6f} & {r.derived_xs:.6f} & "
-                     f"{r.V_pow_D} \\\\")
-    lines += [r"\bottomrule", r"\end{tabular}", ""]
-    return "\n".join(lines), summary
+    cells = pd.DataFrame({"AR context": [c.replace("_", " ") for c in summary.ar_context],
+                          "$|D|$": summary.revealed.astype(str),
+                          "mass, $x_s$ fixed": [f"{v:.6f}" for v in summary.fixed_xs],
+                          "mass, $x_s$ from $x_0$": [f"{v:.6f}" for v in summary.derived_xs],
+                          "$3^{|D|}$": summary.V_pow_D.astype(str)})
+    caption = (r"The Uni-E partition function enumerated on a toy vocabulary ($V=3$, $L=4$) per AR context and number "
+               r"$|D|$ of revealed tokens: the total mass with $x_s$ fixed (1 when the closed form is exact) and with "
+               r"$x_s$ derived from $x_0$ (mean over contexts; $3^{|D|}$ expected).")
+    return latex_float(cells, caption=caption, label="tab:partition", groups=list(summary.ar_context)), summary
 
 
 def paired_delta_se(scores: dict, base: dict) -> float:
@@ -167,36 +281,46 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                     df.loc[(df.row == name) & (df.task == t), "delta_se"] = se
     notes = list(dict.fromkeys(row["note"] for row in rows.values() if row.get("note")))  # one mark per text
     marks = {n: (rf"$^{{\dagger{i}}}$" if len(notes) > 1 else r"$^{\dagger}$") for i, n in enumerate(notes, 1)}
-    head = " & ".join(["Methods"] + [columns[t] for t in tasks] + ["Avg."])
-    lines = [r"\begin{tabular}{l" + "c" * (len(tasks) + 1) + "}", r"\toprule", head + r" \\", r"\midrule"]
+    backbones = {row["delta_to"] for row in rows.values() if row.get("delta_to")}
+    cells, vals, keep, groups = [], [], [], []
     for name, row in rows.items():
-        cells = []
         sub = df[df.row == name].set_index("task")
+        base = row.get("delta_to")
+        out, val = [], []
         for t in tasks:
-            v = sub.loc[t, "value"]
-            cell = f"{v:.1f}"
-            if row.get("delta_to"):
-                d = sub.loc[t, "delta"]
-                colour = "green!50!black" if d > 0 else ("red" if d < 0 else "black")
-                cell += rf" \textcolor{{{colour}}}{{({d:+.1f})}}"
-            cells.append(cell)
+            v, se = sub.loc[t, "value"], sub.loc[t, "stderr"]
+            cell = _pm(v, se, 1)
+            if base:
+                cell += " " + _delta(sub.loc[t, "delta"])
+            out.append(cell)
+            val.append(v)
         a = avg[name]
-        if row.get("delta_to"):
-            d = a - avg[row["delta_to"]]
-            colour = "green!50!black" if d > 0 else ("red" if d < 0 else "black")
-            cells.append(f"{a:.1f}" + rf" \textcolor{{{colour}}}{{({d:+.1f})}}")
-        else:
-            cells.append(f"{a:.1f}")
+        out.append(f"{a:.1f}" + (" " + _delta(a - avg[base]) if base else ""))
+        val.append(a)
         label = row["label"].replace("%", r"\%")
         if row.get("note"):
             label += marks[row["note"]]
-        lines.append(" & ".join([label] + cells) + r" \\")
-    lines.append(r"\bottomrule")
-    for note, mark in marks.items():  # the rows' notes, as the table's caption would carry them
-        text = f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
-        lines.append(rf"\multicolumn{{{len(tasks) + 2}}}{{p{{0.9\linewidth}}}}{{\footnotesize {text}}} \\")
-    lines.append(r"\end{tabular}")
-    return "\n".join(lines) + "\n", df
+        cells.append([label] + out)
+        vals.append(val)
+        # the AR rows are references (not bolded); a backbone opens a group that its energy/decoder rows share
+        keep.append(bool(base) or name in backbones)
+        groups.append(base or (name if name in backbones else "reference"))
+    table = pd.DataFrame(cells, columns=["Methods"] + [columns[t] for t in tasks] + ["Avg."])
+    bold = np.column_stack([np.zeros(len(cells), bool), best_mask(pd.DataFrame(vals), lower=False, keep=keep)])
+    caption = (r"Accuracy (\%) per benchmark (the paper's column names for our tasks), $\pm$ its standard error "
+               r"(lm-eval); in brackets the change from the row's backbone (\textcolor{green!50!black}{gain}, "
+               r"\textcolor{red}{loss}; the paired s.e. of each change is in the CSV). The best diffusion row of each "
+               r"column is in \textbf{bold} (the AR rows left out).")
+    for note, mark in marks.items():  # the rows' notes, in the caption
+        caption += " " + f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
+    return latex_float(table, caption=caption, label="tab:dllm", bold=bold, groups=groups,
+                       packages=("booktabs", "adjustbox", "xcolor")), df
+
+
+def _delta(d: float) -> str:
+    """A change from the backbone, coloured as the paper does (green gain, red loss)."""
+    colour = "green!50!black" if d > 0 else ("red" if d < 0 else "black")
+    return rf"\textcolor{{{colour}}}{{({d:+.1f})}}"
 
 
 def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
@@ -208,10 +332,10 @@ def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
     df = pd.DataFrame({"row": [f"{key.lower()}={v}" for v in pts.value], "column": "Accuracy",
                        "value": pts.accuracy, "stderr": pts.stderr, "n": pts.n, "tokens_per_s": pts.tokens_per_s,
                        "nfe": pts.nfe, "curve": pts.curve, "label": pts.label, "option": key, "option_value": pts.value})
-    caption = caption.replace("_", "\\_")
-    lines = ["\\begin{table}[t]", "\\centering", f"\\caption{{{caption}}}", "\\begin{tabular}{lrr}", "\\toprule",
-             f"${key}$ & {sweep['task'].replace('_', chr(92) + '_')} accuracy (\\%) & tokens/s \\\\", "\\midrule"]
-    for r in df.itertuples():
-        lines.append(f"{r.option_value} & {r.value:.1f} $\\pm$ {r.stderr:.1f} & {r.tokens_per_s:.0f} \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
-    return "\n".join(lines) + "\n", df
+    caption = caption.replace("_", "\\_") + r" The best accuracy is in \textbf{bold}."
+    task = sweep["task"].replace("_", chr(92) + "_")
+    cells = pd.DataFrame({f"${key}$": [str(v) for v in df.option_value],
+                          f"{task} accuracy (\\%)": [_pm(v, e, 1) for v, e in zip(df.value, df.stderr)],
+                          "tokens/s": [f"{v:.0f}" for v in df.tokens_per_s]})
+    bold = np.column_stack([np.zeros(len(df), bool), best_mask(df[["value"]], lower=False), np.zeros(len(df), bool)])
+    return latex_float(cells, caption=caption, label=f"tab:sweep-{key.lower()}", bold=bold, column_format="lrr"), df

@@ -2,6 +2,10 @@
 
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")  # files only: the backend is chosen here, not in the library (notebooks plot inline)
+
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:

@@ -1,5 +1,9 @@
 """Rule fig2_ablation: Figure 2 (energy ablation per AR context) from results/genppl/."""
 
+import matplotlib
+
+matplotlib.use("Agg")  # files only: the backend is chosen here, not in the library (notebooks plot inline)
+
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:

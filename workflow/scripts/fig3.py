@@ -1,6 +1,10 @@
 """Rule fig3_tradeoff: Figure 3 (K and w sweeps, Gen PPL / entropy vs wall-clock) from results/genppl/ and
 results/timing/, and the summary of the paper's three claims."""
 
+import matplotlib
+
+matplotlib.use("Agg")  # files only: the backend is chosen here, not in the library (notebooks plot inline)
+
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:

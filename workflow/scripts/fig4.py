@@ -1,5 +1,9 @@
 """Rule fig4_dllm_tradeoff: Figure 4 (accuracy vs throughput) from the fig4 sweep's lm-eval results."""
 
+import matplotlib
+
+matplotlib.use("Agg")  # files only: the backend is chosen here, not in the library (notebooks plot inline)
+
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
