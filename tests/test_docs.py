@@ -1,0 +1,143 @@
+"""The documentation stays true to the repository: the code map names every module of ``unie/`` and only modules
+that exist, every relative link of README.md and docs/*.md points to a file a clone has, and docs/results.md is
+generated from result files (``unie.report.markdown``, rule ``docs_results``), never typed in."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from unie.report import markdown
+
+REPO = Path(__file__).resolve().parents[1]
+MAPS = [REPO / "README.md", REPO / "docs" / "code-map.md"]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def named_paths(text: str) -> set[str]:
+    """Every ``unie/...`` path in backticks, brace lists expanded (``unie/methods/{ar,sedd}.py``)."""
+    out = set()
+    for span in re.findall(r"`(unie/[^`\s]*)`", text):
+        m = re.fullmatch(r"(.*)\{([^}]*)\}(.*)", span)
+        out |= {f"{m.group(1)}{x}{m.group(3)}" for x in m.group(2).split(",")} if m else {span}
+    return out
+
+
+def test_the_code_map_names_only_modules_that_exist():
+    missing = sorted(f"{page.name}: {p}" for page in MAPS for p in named_paths(page.read_text())
+                     if not (REPO / p.rstrip("/")).exists())
+    assert not missing, "the code map names modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_module_has_a_code_map_entry():
+    named = set().union(*(named_paths(page.read_text()) for page in MAPS))
+    modules = sorted(str(p.relative_to(REPO)) for p in (REPO / "unie").rglob("*.py") if p.name != "__init__.py")
+    unmapped = [m for m in modules if m not in named]
+    assert not unmapped, "modules without a row in docs/code-map.md:\n" + "\n".join(unmapped)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def clone_files() -> set[str] | None:
+    """The files a clone has (tracked or about to be: not ignored); None outside a git checkout."""
+    r = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                       capture_output=True, text=True)
+    return set(r.stdout.splitlines()) if r.returncode == 0 else None
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_point_into_the_clone(page):
+    files, bad = clone_files(), []
+    for target in re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        rel = dest.relative_to(REPO).as_posix() if dest.is_relative_to(REPO) else None
+        if rel is None or not dest.exists() or (files is not None and dest.is_file() and rel not in files):
+            bad.append(f"{target}: not a file of the clone")
+        elif anchor and dest.suffix == ".md":
+            anchors = {slug(h) for h in re.findall(r"^#+ (.*)$", dest.read_text(), re.M)}
+            if anchor not in anchors:
+                bad.append(f"{target}: no heading #{anchor}")
+    assert not bad, f"{page.name}:\n" + "\n".join(bad)
+
+
+def test_the_readme_lists_every_target():
+    section = (REPO / "README.md").read_text().split("## Targets", 1)[1].split("\n## ", 1)[0]
+    targets = re.findall(r"^\| `(\w+)`", section, re.M)
+    for name in ("all", "table1", "table2", "table3", "fig2", "fig3", "fig4", "cases", "bench"):
+        assert name in targets, name
+
+
+# ---- the generated results page ------------------------------------------------------------------------------
+
+
+def fake_results(root: Path) -> Path:
+    """A results directory with two small tables in the workflow's CSV formats."""
+    (root / "tables").mkdir(parents=True)
+    pd.DataFrame({"row": ["Data ($\\pi$, exact)", "Data ($\\pi$, exact)", "MDLM", "MDLM"],
+                  "source": ["exact", "exact", "mdlm", "mdlm"], "domain": ["owt", "ptb", "owt", "ptb"],
+                  "ppl": [10.878, 8.148, 12.634, 9.93], "nll_per_token": [2.39, 2.10, 2.54, 2.30],
+                  "nll_se": [0.0067, 0.0080, 0.036, 0.049], "n_mc": [None, None, 1, 1]}
+                 ).to_csv(root / "tables" / "table1_ppl.csv", index=False)
+    rows = [("llada", "LLaDA-like", "MATH500", 31.0, None, None), ("llada", "LLaDA-like", "MMLU", 26.0, None, None),
+            ("llada_dawn", "+DAWN", "MATH500", 30.0, -1.0, 2.2), ("llada_dawn", "+DAWN", "MMLU", 33.5, 7.5, 2.4)]
+    pd.DataFrame([{"row": r, "label": lab, "task": "t", "column": c, "metric": "acc", "value": v, "stderr": 3.0,
+                   "n": 200, "delta": d, "delta_se": s} for r, lab, c, v, d, s in rows]
+                 ).to_csv(root / "tables" / "table3_dllm.csv", index=False)
+    (root / "tables" / "paper_vs_ours.md").write_text("# The paper's numbers beside ours\n\n## Table 1\n\nx\n")
+    return root
+
+
+def test_the_results_page_is_generated_from_the_csvs(tmp_path):
+    results = fake_results(tmp_path / "results")
+    out = tmp_path / "results.md"
+    r = subprocess.run([sys.executable, str(REPO / "workflow" / "scripts" / "docs_results.py"), str(results), str(out)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    page = out.read_text()
+    assert page.startswith("# Results of the last run (generated)")
+    assert "| Data (π, exact) | 10.88 | 8.15 | 0.007–0.008 |" in page  # LaTeX label made plain, s.e. range
+    assert "| MDLM | 12.63 | 9.93 | 0.036–0.049 |" in page
+    assert "| +DAWN | 30.0 (-1.0 ± 2.2) | 33.5 (+7.5 ± 2.4) | 31.8 |" in page  # delta ± paired s.e., average
+    assert "| LLaDA-like | 31.0 | 26.0 | 28.5 |" in page
+    assert "### The paper's numbers beside ours" in page and "#### Table 1" in page  # included one level down
+    assert "Table 2" not in page  # a missing table is left out, not invented
+
+
+def test_an_unknown_table_still_gets_a_section():
+    page = markdown.page_from_results({"table_new": pd.DataFrame({"row": ["a"], "value": [1.23456]})})
+    assert "## `table_new`" in page and "| a | 1.235 |" in page
+
+
+def test_the_rule_script_writes_the_page(tmp_path):
+    """The script under Snakemake (its ``snakemake`` object), as rule docs_results runs it."""
+    import runpy
+    from types import SimpleNamespace
+
+    import torch
+
+    results = fake_results(tmp_path / "results")
+    out = tmp_path / "results" / "docs" / "results.md"
+    smk = SimpleNamespace(input=SimpleNamespace(tables=[str(p) for p in sorted(results.glob("tables/*"))], timing=[]),
+                          output=SimpleNamespace(md=str(out)), params=SimpleNamespace(note="Profile `toy`, seed 0."),
+                          log=[str(tmp_path / "docs.log")], threads=1)
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(str(REPO / "workflow" / "scripts" / "docs_results.py"), init_globals={"snakemake": smk})
+    finally:
+        torch.set_num_threads(threads)
+    page = out.read_text()
+    assert "Profile `toy`, seed 0." in page and "| MDLM | 12.63 | 9.93 | 0.036–0.049 |" in page
+
+
+def test_the_committed_results_page_is_the_generators_output():
+    page = (REPO / "docs" / "results.md").read_text()
+    assert page.startswith("# Results of the last run (generated)") and "rule `docs_results`" in page

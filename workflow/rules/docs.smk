@@ -1,0 +1,30 @@
+# docs/results.md: every regenerated table as Markdown (`snakemake --cores 1 docs`), written to
+# results/docs/results.md; a published run's copy is committed as docs/results.md.  What the numbers show is written
+# by hand in docs/findings.md.  Not part of `all`.
+
+
+def docs_results_inputs(wc):
+    tables = [f for f in final_outputs() if f.endswith((".csv", ".json", ".md"))]
+    timing = []
+    if config.get("figures", {}).get("fig3_tradeoff"):
+        timing = [f"results/timing/{r}.json" for r in dict.fromkeys(fig3_runs(config)["tradeoff"].values())]
+    return {"tables": tables, "timing": timing}
+
+
+rule docs_results:
+    input:
+        unpack(docs_results_inputs),
+    output:
+        md="results/docs/results.md",
+    log:
+        "logs/docs/results.log",
+    params:
+        note=lambda wc: f"Profile `{config['profile']}`, seed {config['seed']}.",
+    localrule: True
+    script:
+        "../scripts/docs_results.py"
+
+
+rule docs:
+    input:
+        "results/docs/results.md",

@@ -1,0 +1,48 @@
+"""Rule docs_results: every regenerated table as Markdown (``results/docs/results.md``, copied to
+``docs/results.md`` when a run's numbers are published).  By hand, on any results directory:
+
+    python workflow/scripts/docs_results.py results docs/results.md
+"""
+
+import json
+import sys
+from pathlib import Path
+
+
+def load(paths) -> dict:
+    """stem -> DataFrame (CSV), parsed JSON (``stem.json``) or text (``stem.md``)."""
+    import pandas as pd
+
+    out = {}
+    for path in map(Path, paths):
+        if path.suffix == ".csv":
+            out[path.stem] = pd.read_csv(path)
+        elif path.suffix == ".json":
+            out[path.name] = json.loads(path.read_text())
+        elif path.suffix == ".md":
+            out[path.name] = path.read_text()
+    return out
+
+
+def write_page(tables, timing, out, note=""):
+    from unie.core.integrity import atomic_write_text
+    from unie.report.markdown import page_from_results
+
+    timing = [json.loads(Path(p).read_text()) for p in timing]
+    return atomic_write_text(out, page_from_results(load(tables), timing, note))
+
+
+if "snakemake" in globals():
+    from unie.pipeline.rule import job
+
+    with job(snakemake) as log:  # noqa: F821
+        i = snakemake.input  # noqa: F821
+        log(f"wrote {write_page(i.tables, i.timing, snakemake.output.md, snakemake.params.note)}")  # noqa: F821
+else:
+    # run as a file, this folder comes first on sys.path, and its tokenize.py would shadow the standard library's
+    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+    results, out = Path(sys.argv[1]), Path(sys.argv[2])
+    files = sorted([*results.glob("tables/*.csv"), *results.glob("tables/*.md"), *results.glob("figures/*.csv"),
+                    *results.glob("figures/*.json")])
+    files = [f for f in files if f.name != "case_studies.json"]
+    print(write_page(files, sorted(results.glob("timing/*.json")), out))
