@@ -47,6 +47,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/hf.smk"
 include: "workflow/rules/dllm.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/docs.smk"
 
 
 rule all:
