@@ -3,12 +3,14 @@ bridge, LLaDA's MC-ELBO and the decoders lm-eval drives (tiny random models, no 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
 from unie.core.config import ConfigError, ModelConfig
+from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import (
     ar_sft_rows,
     dllm_prompt_rows,
@@ -353,6 +355,37 @@ def test_build_decoder_errors(tmp_path):
         build_decoder({"pretrained": "x", "sampler": "fast_dlm"})
     with pytest.raises(ConfigError, match=r"\['K'\] are not options of DLLM sampler 'fast_dllm'"):
         build_decoder({"pretrained": "x", "sampler": "fast_dllm", "K": 3})
+
+
+def test_model_args_parse_into_one_frozen_record():
+    """lm-eval's model_args become one frozen ModelArgs: the sampler's options and the decoding options apart,
+    every default in one place (the sampler from its options, the name from the directory)."""
+    import dataclasses
+
+    from unie.dllm.decoder import ModelArgs
+
+    a = ModelArgs.parse({"pretrained": "results/models/llada", "energy": "uni", "K": 2, "gen_length": 8,
+                         "proxy": "results/models/proxy", "seed": "3"})
+    assert a.sampler == "energy" and a.options == {"energy": "uni", "K": 2} and a.decoding == {"gen_length": 8}
+    assert a.proxy == "results/models/proxy" and a.name == "llada" and a.seed == 3 and a.mc_num == 32
+    assert ModelArgs.parse({"pretrained": "x"}).sampler == "plain"
+    assert ModelArgs(pretrained="x/y") == ModelArgs.parse({"pretrained": "x/y"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.proxy = "other"
+    with pytest.raises(ConfigError, match=r"\['style'\] do not apply to kind='unie'"):
+        ModelArgs.parse({"pretrained": "x", "style": "dream"})
+
+
+def test_unie_list_shows_the_dllm_samplers_with_their_options(capsys):
+    from unie.cli import main
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "DLLM samplers" in out and "fast_dllm: threshold=0.9" in out
+    assert "energy: energy='uni', K=3, w=0.2" in out and "gen_length=16" in out
+    assert main(["list", "--json"]) == 0
+    reg = json.loads(capsys.readouterr().out)
+    assert set(reg["dllm_samplers"]) == set(DLLM_SAMPLERS) and reg["dllm_samplers"]["apd"]["needs_proxy"]
 
 
 def test_transfer_weights_by_token_string(word):
