@@ -36,8 +36,8 @@ from unie.data.dllm_format import (
 )
 from unie.data.tokenizer import word_tokenizer
 from unie.dllm.backbone import ESTIMATORS, DecodeOptions, LLaDA, decode
-from unie.models.transformer import Transformer
 from unie.dllm.decoder import completion_text
+from unie.models.transformer import Transformer
 
 GEN_LENGTH = 8
 

@@ -15,7 +15,6 @@ from unie.core.gumbel import gumbel_noise
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
-from unie.dllm.bridge import ProxyBridge
 from unie.dllm.apd import (
     APDOptions,
     apd_decode,
@@ -25,8 +24,9 @@ from unie.dllm.apd import (
     shared_vocabulary,
     word_tables,
 )
-from unie.methods.ar import AR
 from unie.dllm.backbone import DLLM, DecodeOptions, normalise
+from unie.dllm.bridge import ProxyBridge
+from unie.methods.ar import AR
 from unie.models.transformer import Transformer
 
 WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",

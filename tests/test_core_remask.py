@@ -9,8 +9,8 @@ import torch
 
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
-from unie.dllm.core_remask import CoReOptions, core_decode, probe_state
 from unie.dllm.backbone import DecodeOptions, decode, normalise
+from unie.dllm.core_remask import CoReOptions, core_decode, probe_state
 from standins import Spy
 from test_dllm import PROMPTS, backbone, word  # noqa: F401  (fixture)
 

@@ -127,7 +127,7 @@ class ProxyBridge:
                               "another tokenizer's masked state")
         return self.position_logp(ctx, score_until)[:, None].to(ctx.device)
 
-    def until(self, score_until: int) -> "ProxyUntil":
+    def until(self, score_until: int) -> ProxyUntil:
         """This proxy with its scores cut at ``score_until``, as the energies read it (``token_logp(ctx, tokens)``)."""
         return ProxyUntil(self, score_until)
 
@@ -137,8 +137,8 @@ class ProxyUntil:
     """A :class:`ProxyBridge` whose scores stop at ``score_until``: what Algorithm 3 hands the energies for the
     block ending there (:meth:`ProxyBridge.until`)."""
 
-    bridge: ProxyBridge
+    proxy: ProxyBridge
     score_until: int
 
     def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        return self.bridge.token_logp(ctx, tokens, self.score_until)
+        return self.proxy.token_logp(ctx, tokens, self.score_until)
