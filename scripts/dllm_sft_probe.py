@@ -35,9 +35,9 @@ from unie.data.dllm_format import (
     trim_padding,
 )
 from unie.data.tokenizer import word_tokenizer
-from unie.methods.dllm import ESTIMATORS, DecodeOptions, LLaDA, decode
+from unie.dllm.backbone import ESTIMATORS, DecodeOptions, LLaDA, decode
+from unie.dllm.decoder import completion_text
 from unie.models.transformer import Transformer
-from unie.pipeline.dllm import completion_text
 
 GEN_LENGTH = 8
 

@@ -15,8 +15,7 @@ from unie.core.gumbel import gumbel_noise
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
-from unie.energy.bridge import ProxyBridge
-from unie.methods.apd import (
+from unie.dllm.apd import (
     APDOptions,
     apd_decode,
     bridged_logp_ar,
@@ -25,8 +24,9 @@ from unie.methods.apd import (
     shared_vocabulary,
     word_tables,
 )
+from unie.dllm.backbone import DLLM, DecodeOptions, normalise
+from unie.dllm.bridge import ProxyBridge
 from unie.methods.ar import AR
-from unie.methods.dllm import DLLM, DecodeOptions, normalise
 from unie.models.transformer import Transformer
 
 WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",
@@ -136,7 +136,7 @@ def test_r0_accepts_the_proxy_gumbel_choice(word):
     assert stats["nfe"] == len(trace) and stats["proxy_forwards"] == len(trace)
     assert not (out == word.mask_id).any()
     gens = row_generators(x, gen(5))
-    rebuilt, blocked, ar = x.clone(), (b.mask_id, *b.blocked), bridge.proxy
+    rebuilt, blocked, ar = x.clone(), (b.mask_id, *b.blocked), bridge.model
     disagreed = agreed_later = 0
     for t in trace:
         for i, r in enumerate(t["rows"].tolist()):
@@ -184,7 +184,7 @@ def test_bridged_decoding_runs_and_is_seeded(word, bpe):
     opts = APDOptions(R=0.5, temperature=1.0)
     trace = []
     a, sa = apd_decode(b, bridge, x, dec, opts, gen(0), trace=trace)
-    c, _ = apd_decode(b, ProxyBridge(bridge.proxy, bpe), x, dec, opts, gen(0))
+    c, _ = apd_decode(b, ProxyBridge(bridge.model, bpe), x, dec, opts, gen(0))
     assert torch.equal(a, c) and not (a == bpe.mask_id).any()
     assert torch.equal(a[:, :30], x[:, :30])
     assert sa["proxy_forwards"] == sa["nfe"] == len(trace)  # one bridge call (one proxy forward) per iteration

@@ -1,4 +1,4 @@
-"""CoRe (unie.methods.core_remask, our neighbour-stability reading): its defining properties on tiny models."""
+"""CoRe (unie.dllm.core_remask, our neighbour-stability reading): its defining properties on tiny models."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
-from unie.methods.core_remask import CoReOptions, core_decode, probe_state
-from unie.methods.dllm import DecodeOptions, decode, normalise
+from unie.dllm.backbone import DecodeOptions, decode, normalise
+from unie.dllm.core_remask import CoReOptions, core_decode, probe_state
 from standins import Spy
 from test_dllm import PROMPTS, backbone, word  # noqa: F401  (fixture)
 

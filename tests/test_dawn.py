@@ -1,4 +1,4 @@
-"""DAWN's dependency-aware decoder (unie.methods.dawn) and the transformer's opt-in attention probabilities,
+"""DAWN's dependency-aware decoder (unie.dllm.dawn) and the transformer's opt-in attention probabilities,
 on tiny random models."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from test_dllm import PROMPTS, backbone, word  # noqa: F401  (fixture)
 from unie.core.config import ModelConfig
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
-from unie.methods.dawn import DAWNOptions, dawn_decode, dependency_graph, greedy_mis
-from unie.methods.dllm import DecodeOptions, decode, normalise
+from unie.dllm.backbone import DecodeOptions, decode, normalise
+from unie.dllm.dawn import DAWNOptions, dawn_decode, dependency_graph, greedy_mis
 from unie.models.transformer import Transformer, apply_rotary, rotary_tables
 
 P, G = 12, 12  # prompt and generation lengths

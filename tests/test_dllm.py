@@ -3,12 +3,14 @@ bridge, LLaDA's MC-ELBO and the decoders lm-eval drives (tiny random models, no 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
 from unie.core.config import ConfigError, ModelConfig
+from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import (
     ar_sft_rows,
     dllm_prompt_rows,
@@ -16,11 +18,7 @@ from unie.data.dllm_format import (
     split_rows,
 )
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
-from unie.energy.bridge import BridgeError, ProxyBridge
-from unie.energy.dllm import DLLMEnergyOptions, energy_decode, in_window
-from unie.energy.energies import energy as energy_fn
-from unie.methods.ar import AR
-from unie.methods.dllm import (
+from unie.dllm.backbone import (
     DLLM,
     DecodeOptions,
     Dream,
@@ -29,6 +27,10 @@ from unie.methods.dllm import (
     mc_loglikelihood,
     normalise,
 )
+from unie.dllm.bridge import BridgeError, ProxyBridge
+from unie.dllm.energy import DLLMEnergyOptions, energy_decode, in_window
+from unie.energy.energies import energy as energy_fn
+from unie.methods.ar import AR
 from unie.models.transformer import Transformer
 
 WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",
@@ -293,8 +295,9 @@ def test_bridge_maps_word_scores_to_the_last_piece(word, bpe):
     assert torch.allclose(lpw[1:], ar.table[torch.tensor(wid[1:])])
     # score_until cuts the scores (a word split by the cut is left to the block that completes it)
     br = ProxyBridge(ar, bpe)
-    br.score_until = 5
-    assert (br.position_logp(torch.tensor([ids]))[0, 5:] == 0).all()
+    cut = br.position_logp(torch.tensor([ids]), score_until=5)[0]
+    assert (cut[5:] == 0).all() and torch.equal(cut[:5], lp[:5])
+    assert torch.equal(br.until(5).token_logp(torch.tensor([ids]), torch.tensor([[ids]]))[0, 0], cut)
 
 
 def test_bridge_refuses_what_it_cannot_read(word, bpe):
@@ -340,16 +343,49 @@ def test_ar_greedy_batches_prompts_of_any_length(word):
 
 # ---------------------------------------------------------------------- decoders and their errors
 def test_build_decoder_errors(tmp_path):
-    from unie.pipeline.dllm import build_decoder
+    from unie.dllm.decoder import build_decoder
 
-    with pytest.raises(ConfigError, match="unknown model_args"):
+    with pytest.raises(ConfigError, match="unknown model_args.*Did you mean 'K'"):
         build_decoder({"pretrained": "x", "Kk": 3})
+    with pytest.raises(ConfigError, match="unknown model_args.*Did you mean 'gen_length'"):
+        build_decoder({"pretrained": "x", "gen_lenght": 8})
     with pytest.raises(Exception, match="missing checkpoint"):
         build_decoder({"pretrained": str(tmp_path / "nope")})
     with pytest.raises(ConfigError, match="unknown DLLM sampler 'fast_dlm'.*Did you mean 'fast_dllm'"):
         build_decoder({"pretrained": "x", "sampler": "fast_dlm"})
     with pytest.raises(ConfigError, match=r"\['K'\] are not options of DLLM sampler 'fast_dllm'"):
         build_decoder({"pretrained": "x", "sampler": "fast_dllm", "K": 3})
+
+
+def test_model_args_parse_into_one_frozen_record():
+    """lm-eval's model_args become one frozen ModelArgs: the sampler's options and the decoding options apart,
+    every default in one place (the sampler from its options, the name from the directory)."""
+    import dataclasses
+
+    from unie.dllm.decoder import ModelArgs
+
+    a = ModelArgs.parse({"pretrained": "results/models/llada", "energy": "uni", "K": 2, "gen_length": 8,
+                         "proxy": "results/models/proxy", "seed": "3"})
+    assert a.sampler == "energy" and a.options == {"energy": "uni", "K": 2} and a.decoding == {"gen_length": 8}
+    assert a.proxy == "results/models/proxy" and a.name == "llada" and a.seed == 3 and a.mc_num == 32
+    assert ModelArgs.parse({"pretrained": "x"}).sampler == "plain"
+    assert ModelArgs(pretrained="x/y") == ModelArgs.parse({"pretrained": "x/y"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.proxy = "other"
+    with pytest.raises(ConfigError, match=r"\['style'\] do not apply to kind='unie'"):
+        ModelArgs.parse({"pretrained": "x", "style": "dream"})
+
+
+def test_unie_list_shows_the_dllm_samplers_with_their_options(capsys):
+    from unie.cli import main
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "DLLM samplers" in out and "fast_dllm: threshold=0.9" in out
+    assert "energy: energy='uni', K=3, w=0.2" in out and "gen_length=16" in out
+    assert main(["list", "--json"]) == 0
+    reg = json.loads(capsys.readouterr().out)
+    assert set(reg["dllm_samplers"]) == set(DLLM_SAMPLERS) and reg["dllm_samplers"]["apd"]["needs_proxy"]
 
 
 def test_transfer_weights_by_token_string(word):
@@ -463,7 +499,7 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, 
     every window iteration, two blocks) equals the energy's definition evaluated with pi's exact marginals
     (forward algorithm) over the prompt and the current block, up to one constant per row, and picks the same
     candidate.  The oracle: ``log p_AR(a|b) = log pi(a_<end) - log pi(b_<end)`` with ``end`` the block's end."""
-    import unie.energy.dllm as alg3
+    import unie.dllm.energy as alg3
 
     hmm = owt_hmm
     dllm, proxy_ = ExactDLLM(hmm, tok), ExactAR(hmm, tok)
@@ -473,7 +509,7 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, 
 
     def spy(*args):
         E = energy_fn(*args)
-        calls.append((args, E, bridge.score_until))
+        calls.append((args, E, args[5].score_until))
         return E
 
     monkeypatch.setattr(alg3, "energy_fn", spy)
@@ -532,13 +568,11 @@ def test_bridge_with_two_tokenizers_sums_to_exact_pi(owt_hmm, tok):
         # each word's last piece (the next piece starts with a space, or the row ends)
         ends = [i for i in range(1, ids.shape[1]) if i + 1 == ids.shape[1] or surf[int(ids[0, i + 1])].startswith(" ")]
         for cut in range(2, ids.shape[1] + 1):
-            bridge.score_until = cut
-            got = float(bridge.position_logp(ids).sum())
+            got = float(bridge.position_logp(ids, score_until=cut).sum())
             n_words = sum(e < cut for e in ends)
             visible = torch.arange(len(s)) < n_words
             want = float(hmm.log_marginal(s[None], visible[None])[0])
             assert abs(got - want) < 1e-3, (text, cut, got, want)
-    bridge.score_until = None
     assert split_some
 
 
@@ -607,15 +641,15 @@ def test_decoder_pads_prompts_to_the_batch_only_for_a_bucketed_model(word, monke
     """A model trained on length-bucketed batches never saw its bucket's rows padded to the longest prompt of
     the whole task mix: its decoder pads to the batch's longest prompt; the others to the trained prompt_len,
     and both refuse a prompt longer than prompt_len."""
-    import unie.pipeline.dllm as pipeline_dllm
+    import unie.dllm.decoder as decoder
 
     seen = []
-    real = pipeline_dllm.dllm_prompt_rows
-    monkeypatch.setattr(pipeline_dllm, "dllm_prompt_rows", lambda tok, p, P, G: seen.append(P) or real(tok, p, P, G))
+    real = decoder.dllm_prompt_rows
+    monkeypatch.setattr(decoder, "dllm_prompt_rows", lambda tok, p, P, G: seen.append(P) or real(tok, p, P, G))
     opts = DecodeOptions(gen_length=4, block_length=4, tokens_per_step=2)
     longest = 1 + max(len(word.encode(p)) for p in PROMPTS)
     for pad_to_batch, expected in ((False, 20), (True, longest)):
-        dec = pipeline_dllm.DLLMDecoder(backbone(word), word, 20, opts, pad_to_batch=pad_to_batch)
+        dec = decoder.DLLMDecoder(backbone(word), word, 20, opts, pad_to_batch=pad_to_batch)
         texts, _ = dec.generate(PROMPTS, 4)
         assert len(texts) == 2 and seen[-1] == expected
         with pytest.raises(ValueError, match="prompt_len"):

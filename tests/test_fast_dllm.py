@@ -1,4 +1,4 @@
-"""Fast-dLLM's threshold decoder (unie.methods.fast_dllm): its defining properties on tiny random models."""
+"""Fast-dLLM's threshold decoder (unie.dllm.fast_dllm): its defining properties on tiny random models."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
-from unie.methods.dllm import DecodeOptions, decode, normalise
-from unie.methods.fast_dllm import FastDLLMOptions, fast_dllm_decode
+from unie.dllm.backbone import DecodeOptions, decode, normalise
+from unie.dllm.fast_dllm import FastDLLMOptions, fast_dllm_decode
 from standins import Spy
 from test_dllm import PROMPTS, backbone, word  # noqa: F401  (fixture)
 

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from unie.methods.dawn import DAWNOptions, attention_preflight, dawn_decode
-from unie.methods.dllm import DecodeOptions
+from unie.dllm.backbone import DecodeOptions
+from unie.dllm.dawn import DAWNOptions, attention_preflight, dawn_decode
 from unie.models.hf import HFDiffusionLM
 
 V, D, H = 12, 16, 2

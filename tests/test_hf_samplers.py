@@ -8,7 +8,7 @@ import pytest
 
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
-from unie.pipeline.dllm import build_decoder
+from unie.dllm.decoder import build_decoder
 from standins import tiny_llama
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away"]

@@ -16,8 +16,8 @@ import unie
 PKG = Path(unie.__file__).parent
 REPO = PKG.parent
 # lowest first; a module may import its own layer and the layers before it
-LAYERS = {"core": 0, "data": 1, "models": 1, "methods": 2, "energy": 3, "eval": 4, "report": 5, "pipeline": 6,
-          "cli": 7, "lmeval": 7}
+LAYERS = {"core": 0, "data": 1, "models": 1, "methods": 2, "energy": 3, "dllm": 4, "eval": 5, "report": 6,
+          "pipeline": 7, "cli": 8, "lmeval": 8}
 
 
 def layer_of(module: str) -> str | None:

@@ -284,7 +284,7 @@ def test_module_cli_help():
 
 def test_module_cli_end_to_end(task_dir, docs, tmp_path):
     """``python -m unie.lmeval --model unie_dllm --model_args ...`` as LLaDA/Dream run their scripts; the
-    decoder factory (``unie.pipeline.dllm.build_decoder``) is replaced by a fake that answers correctly
+    decoder factory (``unie.dllm.decoder.build_decoder``) is replaced by a fake that answers correctly
     and records the literal-eval'd model arguments it received (``--device`` included)."""
     gold = {q: doc["answer"] for q, (task, doc) in docs.items() if task == "toy_math"}
     driver = tmp_path / "driver.py"
@@ -299,9 +299,9 @@ class Decoder:
         return [GOLD[p] for p in prompts], {{"nfe": 1, "generated_tokens": max_new_tokens * len(prompts)}}
     def loglikelihood(self, contexts, continuations):
         return [0.0] * len(contexts)
-fake = types.ModuleType("unie.pipeline.dllm")
+fake = types.ModuleType("unie.dllm.decoder")
 fake.build_decoder = Decoder
-sys.modules["unie.pipeline.dllm"] = fake
+sys.modules["unie.dllm.decoder"] = fake
 runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
 """)
     tp = tmp_path / "tp.json"
@@ -319,7 +319,7 @@ runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
 def test_a_rerun_leaves_one_result_set(task_dir, docs, tmp_path, monkeypatch):
     """lm-eval names its files by time: a second run into the same row folder would leave two results_*.json and
     two samples files per task beside each other; evaluate() clears the earlier run's first."""
-    import unie.pipeline.dllm as dllm_mod
+    import unie.dllm.decoder as dllm_mod
     from unie.lmeval import evaluate as run_lmeval
 
     monkeypatch.setattr(dllm_mod, "build_decoder", lambda args: FakeDecoder(lambda p: " " + docs[p][1]["answer"],

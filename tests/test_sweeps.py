@@ -10,7 +10,7 @@ import yaml
 
 from unie.core.config import ConfigError
 from unie.pipeline.checks import check_dllm
-from unie.pipeline.dllm import row_model_args, sweep_points
+from unie.dllm.rows import row_model_args, sweep_points
 
 SMOKE = yaml.safe_load((Path(__file__).parents[1] / "config" / "smoke.yaml").read_text())
 

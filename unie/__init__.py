@@ -5,12 +5,13 @@ Layers, lowest first (a module imports only from its own layer or lower ones; a 
 ``core`` (registries, options, schedules, Gumbel draws, the training loop) -> ``data`` (toy world,
 corpora, tokenizers) and ``models`` (networks, checkpoints) -> ``methods`` (one module per baseline:
 loss, likelihood, sampler) -> ``energy`` (the paper: energies, Algorithms 1-2, likelihood, partition
-check) -> ``eval`` (metrics, Gen-PPL evaluators) -> ``report`` (tables, figures) -> ``pipeline`` (all
-file I/O of the workflow's rules) -> ``cli``.
+check) -> ``dllm`` (the DLLM half: LLaDA-/Dream-like backbones, Algorithm 3, the tokenizer bridge, the
+DLLM baselines, the decoders lm-eval drives) -> ``eval`` (metrics, Gen-PPL evaluators) -> ``report``
+(tables, figures) -> ``pipeline`` (all file I/O of the workflow's rules) -> ``cli`` and ``lmeval``.
 
-Importing the package fills the registries (methods, samplers, energies, schedules, backbones).
+Importing the package fills the registries (methods, samplers, energies, schedules, backbones, DLLM samplers).
 """
 
-from . import energy, methods, models  # noqa: F401  (registration)
+from . import dllm, energy, methods, models  # noqa: F401  (registration)
 
 __version__ = "0.1.0"

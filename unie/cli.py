@@ -1,6 +1,7 @@
 """``unie``: the command line.
 
-* ``unie list``: what is registered (methods, samplers with their options and defaults, energies, evaluators).
+* ``unie list``: what is registered (methods, samplers and DLLM samplers with their options and defaults, energies,
+  evaluators).
 * ``unie check-config FILE``: validate a workflow config (schema + cross-checks) without running anything.
 * ``unie sample``: draw samples from trained checkpoints with any registered sampler and print them.
 
@@ -22,7 +23,8 @@ def _registries() -> dict:
     import unie  # noqa: F401  (fills the registries)
     import unie.eval.genppl  # noqa: F401
 
-    from .core.registry import ENERGIES, EVALUATORS, METHODS, SAMPLERS
+    from .core.registry import DLLM_SAMPLERS, ENERGIES, EVALUATORS, METHODS, SAMPLERS
+    from .dllm.backbone import DecodeOptions
 
     def defaults(cls):
         return {f.name: f.default for f in dataclasses.fields(cls)}
@@ -31,6 +33,9 @@ def _registries() -> dict:
         "methods": {n: {"options": defaults(c.Options)} for n, c in sorted(METHODS.items())},
         "samplers": {n: {"options": defaults(e.options_cls), "roles": {r: list(k) for r, k in e.roles.items()},
                          "fixed_steps": e.fixed_steps} for n, e in sorted(SAMPLERS.items())},
+        "dllm_samplers": {n: {"options": defaults(e.options_cls), "needs_proxy": e.needs_proxy}
+                          for n, e in sorted(DLLM_SAMPLERS.items())},
+        "dllm_decoding": defaults(DecodeOptions),  # the options every DLLM sampler reads besides its own
         "energies": sorted(ENERGIES),
         "evaluators": sorted(EVALUATORS),
     }
@@ -41,12 +46,15 @@ def cmd_list(args) -> int:
     if args.json:
         print(json.dumps(reg, indent=2, default=str))
         return 0
-    for kind in ("methods", "samplers"):
-        print(f"{kind}:")
+    decoding = ", ".join(f"{k}={v!r}" for k, v in reg["dllm_decoding"].items())
+    for kind in ("methods", "samplers", "dllm_samplers"):
+        print(f"DLLM samplers (each also reads the decoding options {decoding}):" if kind == "dllm_samplers"
+              else f"{kind}:")
         for name, rec in reg[kind].items():
             opts = ", ".join(f"{k}={v!r}" for k, v in rec["options"].items()) or "no options"
             roles = f"  roles {rec['roles']}" if "roles" in rec else ""
-            print(f"  {name}: {opts}{roles}")
+            proxy = "  (needs proxy=)" if rec.get("needs_proxy") else ""
+            print(f"  {name}: {opts}{roles}{proxy}")
     print(f"energies: {', '.join(reg['energies'])}")
     print(f"evaluators: {', '.join(reg['evaluators'])}")
     return 0
@@ -107,7 +115,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Regenerate the paper's tables and figures with `snakemake --cores 2` (README).")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("list", help="registered methods, samplers (options, roles), energies, evaluators")
+    s = sub.add_parser("list", help="registered methods, samplers (options, roles), DLLM samplers (options), energies, "
+                                    "evaluators")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_list)
     s = sub.add_parser("check-config", help="validate a workflow config without running anything")

@@ -12,7 +12,7 @@ registers the models; lm-eval discovers no plugins)::
     python -m unie.lmeval --model unie_dllm --model_args k=v,... --tasks toy_dllm \\
         --include_path TASK_DIR --device cpu --batch_size 32
 
-Without a ``decoder`` the constructor builds one with :func:`unie.pipeline.dllm.build_decoder` from the
+Without a ``decoder`` the constructor builds one with :func:`unie.dllm.decoder.build_decoder` from the
 ``--model_args`` (values literal-eval'd by lm-eval) plus ``device`` (``--device``, default cpu).
 
 Throughput: only the decoder's ``generate`` calls are timed, after one untimed warm-up (the first batch is
@@ -172,7 +172,7 @@ class UnieLM(LM):
                              f"{getattr(decoder, 'name', decoder)!r}; pass one or the other")
         rank, world_size, device = join_world(device)
         if decoder is None:
-            from unie.pipeline.dllm import build_decoder
+            from unie.dllm.decoder import build_decoder
 
             # lm-eval hands ``--device`` (or a ``device=`` model arg) to this constructor, never inside
             # model_args, so it is passed on to the decoder factory here

@@ -119,8 +119,8 @@ class DLLMSamplerEntry:
 
     ``fn(backbone, x, decoding, options, proxy=None, generator=None) -> (x (B, T) int64, stats)``: ``x`` holds
     the prompts in the DLLM layout followed by ``decoding.gen_length`` masks; ``decoding`` is the shared
-    :class:`~unie.methods.dllm.DecodeOptions`; ``options`` an instance of ``options_cls`` (the single source of
-    the sampler's defaults); ``proxy`` a :class:`~unie.energy.bridge.ProxyBridge` when ``needs_proxy``;
+    :class:`~unie.dllm.backbone.DecodeOptions`; ``options`` an instance of ``options_cls`` (the single source of
+    the sampler's defaults); ``proxy`` a :class:`~unie.dllm.bridge.ProxyBridge` when ``needs_proxy``;
     ``stats`` has at least ``nfe`` (backbone forwards) and, with a proxy, ``proxy_forwards``.
     ``preflight(backbone, options)``, when given, raises if the backbone cannot serve the sampler (DAWN: a model
     that returns no attention probabilities); the decoder builder calls it before any generation."""

@@ -1,3 +1,3 @@
 """The baselines of Tables 1-2, one module per method (training loss, likelihood and sampler together)."""
 
-from . import apd, ar, bd3lm, core_remask, dawn, dcd, dllm, duo, fast_dllm, heldout, mdlm, remdm, sedd  # noqa: F401  (registration)
+from . import ar, bd3lm, dcd, duo, heldout, mdlm, remdm, sedd  # noqa: F401  (registration)

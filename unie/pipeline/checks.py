@@ -357,8 +357,10 @@ def check_dllm(config: dict) -> None:
 
     from ..core.registry import DLLM_SAMPLERS, METHODS
     from ..data.tasks import TASKS
-    from ..methods.dllm import DecodeOptions
-    from .dllm import LAYOUTS, row_sampler, unread_keys
+    from ..dllm.backbone import DecodeOptions
+    from ..dllm.decoder import unread_keys
+    from ..dllm.rows import row_sampler
+    from .dllm import LAYOUTS
 
     d = config.get("dllm")
     if not d:
@@ -451,7 +453,7 @@ def check_dllm(config: dict) -> None:
 def check_sweeps(d: dict, check_row) -> None:
     """``dllm.sweeps`` (Figure 4, the appendix k/w tables): a known task, every curve a valid row, one varied
     option per curve, and every point's options valid (``check_row`` on the row each point runs)."""
-    from .dllm import sweep_points
+    from ..dllm.rows import sweep_points
 
     sweeps = d.get("sweeps")
     if not sweeps:

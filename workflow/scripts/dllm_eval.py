@@ -7,8 +7,8 @@ with job(snakemake) as log:
     import os
     import shutil
 
+    from unie.dllm.rows import row_model_args
     from unie.lmeval import run_evaluation
-    from unie.pipeline.dllm import row_model_args
     from unie.pipeline.launch import processes
 
     d = snakemake.params.dllm

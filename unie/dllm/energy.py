@@ -3,7 +3,7 @@ with an AR proxy.
 
 The loop mirrors the algorithm.  Iterations ``n = 0..N-1`` walk the paper's grid ``t = 1 - n m / L`` with
 ``N = L / m`` (``L = gen_length``, ``m = tokens_per_step``), semi-autoregressively over blocks
-(:func:`~unie.methods.dllm.block_bounds`).  At each iteration:
+(:func:`~unie.dllm.backbone.block_bounds`).  At each iteration:
 
 1. one DLLM forward pass: ``logp_dlm = log p_theta(x0 | xt)`` ``(B, T, V)``;
 2. **inside the window** ``t ∈ (1 - w, 1]`` (``n < w N``):
@@ -16,12 +16,12 @@ The loop mirrors the algorithm.  Iterations ``n = 0..N-1`` walk the paper's grid
    c. energies ``E^j`` ``(B, K)`` (Ind-E, Inv-E or Uni-E, :mod:`unie.energy.energies`) **over the current
       block**, with the prompt and earlier blocks as the proxy's prefix: positions after the block are
       filled with ``x0^0``'s tokens for every candidate (identical across ``j``, so they are not ``M_t``) and the
-      proxy's scores are cut at the block's end (``score_until``); a word the block boundary splits is scored
-      with the block that completes it (:mod:`unie.energy.bridge`);
+      proxy's scores are cut at the block's end (``proxy.until(end)``); a word the block boundary splits is
+      scored with the block that completes it (:mod:`unie.dllm.bridge`);
    d. ``j* = argmin_j E^j``; ``xt <- xs^{j*}``;
 3. **outside the window**: the backbone's own rule (commit ``m`` tokens by confidence, greedy tokens).
 
-The proxy is read through :class:`~unie.energy.bridge.ProxyBridge` (decode the candidate to text, re-encode,
+The proxy is read through :class:`~unie.dllm.bridge.ProxyBridge` (decode the candidate to text, re-encode,
 map the scores back to DLLM positions), also when both sides share a tokenizer, so the two backbones are
 scored the same way.  All ``B·K`` candidates go through one batched proxy call per window iteration.
 """
@@ -34,14 +34,8 @@ import torch
 
 from ..core.gumbel import gumbel_argmax
 from ..core.registry import ENERGIES, register_dllm_sampler
-from ..methods.dllm import (
-    DecodeOptions,
-    block_bounds,
-    commit_top,
-    confidence,
-    normalise,
-)
-from .energies import energy as energy_fn
+from ..energy.energies import energy as energy_fn
+from .backbone import DecodeOptions, block_bounds, commit_top, confidence, normalise
 
 BRIDGEABLE_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over")
 
@@ -74,11 +68,11 @@ def in_window(n: int, N: int, w: float) -> bool:
 
 
 @torch.no_grad()
-def energy_decode(backbone, bridge, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions,
+def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions,
                   generator=None) -> tuple[torch.Tensor, dict]:
     """Algorithm 3 on prompts ``x`` ``(B, T)`` (DLLM layout, ``gen_length`` trailing masks).
 
-    ``bridge``: a :class:`~unie.energy.bridge.ProxyBridge` over the AR proxy.  Returns the decoded ``(B, T)`` and
+    ``proxy``: the AR proxy as a :class:`~unie.dllm.bridge.ProxyBridge`.  Returns the decoded ``(B, T)`` and
     ``{"nfe": DLLM forwards, "proxy_forwards": ..., "window_iterations": ...}``."""
     x = x.clone()
     B, T = x.shape
@@ -88,7 +82,7 @@ def energy_decode(backbone, bridge, x: torch.Tensor, decode: DecodeOptions, opti
     blocked = (mask_id, *getattr(backbone, "blocked", ()))
     pos = torch.arange(T, device=x.device)
     rows = torch.arange(B, device=x.device)
-    proxy_before, window = bridge.forwards, 0
+    proxy_before, window = proxy.forwards, 0
     for n in range(N):
         start, end = block_bounds(prompt_len, decode, n)
         logp_dlm = normalise(backbone.logits(x), blocked).to(x.device)  # (B, T, V)
@@ -109,17 +103,13 @@ def energy_decode(backbone, bridge, x: torch.Tensor, decode: DecodeOptions, opti
             xt_b = torch.where(later, x0_hat, x)
             x0_b = torch.where(later[:, None], x0_hat[:, None], x0)
             xs_b = torch.where(later[:, None], x0_hat[:, None], xs)
-            bridge.score_until = end
-            try:
-                E = energy_fn(options.energy, xt_b, x0_b, xs_b, logp_dlm, bridge, options.ar_context, mask_id)
-            finally:
-                bridge.score_until = None
+            E = energy_fn(options.energy, xt_b, x0_b, xs_b, logp_dlm, proxy.until(end), options.ar_context, mask_id)
             # (d) j* = argmin_j E^j; xt <- xs^{j*}
             j_star = E.argmin(-1)
             x = xs[rows, j_star]
         else:
             x = commit_top(x, x0_hat, confidence(logp_dlm, x0_hat, decode.confidence), allowed, m)
-    return x, {"nfe": N, "proxy_forwards": bridge.forwards - proxy_before, "window_iterations": window}
+    return x, {"nfe": N, "proxy_forwards": proxy.forwards - proxy_before, "window_iterations": window}
 
 
 @register_dllm_sampler("energy", DLLMEnergyOptions, needs_proxy=True)

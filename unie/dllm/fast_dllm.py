@@ -2,7 +2,7 @@
 ``llada/generate.py::get_transfer_index``), the fast decoder a DLLM user would pick: Figure 4's extra curve.
 
 Semi-autoregressive over blocks of ``block_length`` as the backbone's own decoder
-(:func:`~unie.methods.dllm.decode`).  Each iteration does one forward pass; inside the current block,
+(:func:`~unie.dllm.backbone.decode`).  Each iteration does one forward pass; inside the current block,
 ``x0_hat = argmax p_theta`` and ``c_i = p_theta(x0_hat_i | xt)`` at the masked positions; commit **the top-1
 always** plus every other masked position of the block with ``c_i >= threshold`` (``tau = 0.9``).  A block is
 decoded until it holds no mask; there is no fixed step count (``tokens_per_step`` is not read).  Always
@@ -10,7 +10,7 @@ committing the top-1 guarantees progress (Fast-dLLM issue #42: a refactor withou
 
 Readings: the KV caches of §13.2 are not used (our sequences are ≤ 64 positions; they are an approximation
 that changes the outputs, not the decoding rule); ties in ``c`` go to the lowest position
-(:func:`~unie.methods.dllm.commit_top`).  In a batch each row walks its own blocks (the current block of a row
+(:func:`~unie.dllm.backbone.commit_top`).  In a batch each row walks its own blocks (the current block of a row
 is the first one still holding a mask), so a row's result does not depend on the other rows.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.registry import register_dllm_sampler
-from .dllm import DecodeOptions, commit_top, confidence, normalise
+from .backbone import DecodeOptions, commit_top, confidence, normalise
 
 
 @dataclass(frozen=True)

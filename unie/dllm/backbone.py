@@ -31,7 +31,7 @@ from ..core.gumbel import uniform
 from ..core.registry import METHODS, register_dllm_sampler
 from ..data.dllm_format import split_rows
 from ..data.tokenizer import blocked_ids
-from .mdlm import block_logits
+from ..methods.mdlm import block_logits
 
 CONFIDENCES = ("low_confidence", "entropy")
 

@@ -2,7 +2,7 @@
 baseline, **our reading** (no public code and no paper body were available; the Uni-E paper calls it a
 "neighbour stability test" and runs it with 4 tokens decoded per step, the re-decoded ones included).
 
-Per block ``[s, e)`` of the semi-autoregressive decoder (:func:`~unie.methods.dllm.decode`), with the backbone's
+Per block ``[s, e)`` of the semi-autoregressive decoder (:func:`~unie.dllm.backbone.decode`), with the backbone's
 confidence rule and ``m = tokens_per_step``:
 
 1. **Decode** the block as the backbone does: ``block_length / m`` iterations, each one forward pass, commit
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.registry import register_dllm_sampler
-from .dllm import DecodeOptions, commit_top, confidence, normalise
+from .backbone import DecodeOptions, commit_top, confidence, normalise
 
 
 @dataclass(frozen=True)

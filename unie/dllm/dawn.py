@@ -2,12 +2,12 @@
 ``llada/generate.py::get_transfer_index_dawn``, ``gdllm_utils.py``): a Table 3 / Figure 4 baseline decoder.
 
 Semi-autoregressive over blocks of ``block_length`` as the backbone's own decoder
-(:func:`~unie.methods.dllm.decode`), with no fixed step count: a block is decoded until it holds no mask
+(:func:`~unie.dllm.backbone.decode`), with no fixed step count: a block is decoded until it holds no mask
 (``tokens_per_step`` is not read).  Notation of the DAWN paper, at iteration ``t`` with state ``y^(t)`` ``(B, T)``:
 
 1. **One forward pass** gives the aligned logits and ``A`` ``(B, T, T)``, the softmax attention probabilities
    of the last ``attn_layers`` layers averaged over heads and layers (row ``i`` = query, column ``j`` = key;
-   :meth:`~unie.methods.dllm.DLLM.logits_and_attention`).
+   :meth:`~unie.dllm.backbone.DLLM.logits_and_attention`).
 2. **Dependency graph** (:func:`dependency_graph`): sink filtering (a key ``j`` whose column mean
    ``Ā_j = (1/T) Σ_i A_ij`` exceeds ``τ_sink`` is zeroed), the diagonal zeroed, and an edge ``j → i`` ("``i``
    depends on ``j``") iff ``A_ij ≥ τ_edge``.
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.registry import register_dllm_sampler
-from .dllm import DecodeOptions, commit_top, confidence, normalise
+from .backbone import DecodeOptions, commit_top, confidence, normalise
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def dawn_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DAW
                 generator=None) -> tuple[torch.Tensor, dict]:
     """DAWN decoding of prompts ``x`` ``(B, T)`` (DLLM layout, ``decoding.gen_length`` trailing masks).
 
-    ``backbone`` needs ``logits_and_attention(x, n_layers)`` (:class:`~unie.methods.dllm.DLLM`).  Each row walks
+    ``backbone`` needs ``logits_and_attention(x, n_layers)`` (:class:`~unie.dllm.backbone.DLLM`).  Each row walks
     its own blocks and commits its own sets, so a row's result does not depend on the other rows.  Returns the
     decoded ``(B, T)`` and ``{"nfe": forwards, "tokens_per_step": generated tokens / (B · nfe)}`` (rows that
     finished early count as idle in the mean) plus the tokens committed by each rule, summed over rows

@@ -11,7 +11,8 @@ LLaDA and Qwen2.5 (the paper's proxy) use different tokenizers, so the proxy can
 3. each proxy token's ``log p_AR`` is **assigned to the DLLM position holding its last character**
    (a word the DLLM splits into ``▁ba`` ``k`` ``er`` is scored at ``er``); the proxy's ``<eos>`` goes to the
    DLLM's first ``<eos>``.  Positions before ``<bos>`` (left padding), the DLLM's later ``<eos>`` padding and
-   positions at or after ``score_until`` get 0.
+   positions at or after ``score_until`` (an argument of the call; :meth:`ProxyBridge.until` fixes it for
+   one block of Algorithm 3) get 0.
 
 Summed over positions this is the proxy's teacher-forced log-probability of the candidate's text (what the
 ``teacher_forced`` energies need); per position it is what the carry-over reading sums over ``M_t``, ``D``,
@@ -22,6 +23,8 @@ With the same tokenizer on both sides the bridge is the identity map (a test che
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -30,13 +33,13 @@ class BridgeError(ValueError):
 
 
 class ProxyBridge:
-    """A :class:`~unie.core.protocols.Proxy` over DLLM ids backed by a :class:`~unie.core.protocols.CausalLM`
-    with its own tokenizer.  ``score_until`` (a position, or None) limits the scored positions."""
+    """The AR proxy as the DLLM samplers see it: a :class:`~unie.core.protocols.Proxy` over DLLM ids backed by
+    ``model``, a :class:`~unie.core.protocols.CausalLM` with its own tokenizer.  ``forwards`` counts the model's
+    forward passes."""
 
-    def __init__(self, proxy, dllm_tokenizer, batch_size: int = 256):
-        self.proxy, self.dtok, self.ptok = proxy, dllm_tokenizer, proxy.tokenizer
+    def __init__(self, model, dllm_tokenizer, batch_size: int = 256):
+        self.model, self.dtok, self.ptok = model, dllm_tokenizer, model.tokenizer
         self.batch_size = batch_size
-        self.score_until: int | None = None
         self.forwards = 0
         self._surf = dllm_tokenizer.surfaces()
 
@@ -74,8 +77,9 @@ class ProxyBridge:
             text += piece
         return text, spans, eos
 
-    def position_logp(self, ids: torch.Tensor) -> torch.Tensor:
-        """Per-DLLM-position teacher-forced proxy log-probabilities ``(N, L)`` float64 of DLLM rows ``ids (N, L)``."""
+    def position_logp(self, ids: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
+        """Per-DLLM-position teacher-forced proxy log-probabilities ``(N, L)`` float64 of DLLM rows ``ids (N, L)``;
+        positions at or after ``score_until`` (None: none) get 0."""
         rows = ids.tolist()
         N, L = ids.shape
         out = torch.zeros(N, L, dtype=torch.float64)
@@ -89,7 +93,7 @@ class ProxyBridge:
                 seqs.append(pids)
             width = max(len(s) for s in seqs)
             x = torch.tensor([s + [self.ptok.eos_id] * (width - len(s)) for s in seqs], dtype=torch.long)
-            logp = self.proxy.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
+            logp = self.model.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
             self.forwards += 1
             tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1).tolist()  # score of token k + 1
             block = [[0.0] * L for _ in range(hi - lo)]  # Python floats are float64: the same sums, in the same order
@@ -110,15 +114,31 @@ class ProxyBridge:
                 if eos is not None:
                     acc[eos] += lp[len(encoded[n][0])]
             out[lo:hi] = torch.tensor(block, dtype=torch.float64)
-        if self.score_until is not None:
-            out[:, self.score_until:] = 0.0
+        if score_until is not None:
+            out[:, score_until:] = 0.0
         return out
 
-    def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
         """The :class:`~unie.core.protocols.Proxy` interface for teacher-forced readings only (``tokens`` is
-        ``ctx[:, None]``): ``(N, 1, L)``."""
+        ``ctx[:, None]``): ``(N, 1, L)``, cut at ``score_until`` as :meth:`position_logp`."""
         if tokens.shape[1] != 1 or not torch.equal(tokens[:, 0].cpu(), ctx.cpu()):
             raise BridgeError("the tokenizer bridge supports only teacher-forced readings of the proxy "
                               "(ar_context teacher_forced or teacher_forced_carry_over): a proxy cannot read "
                               "another tokenizer's masked state")
-        return self.position_logp(ctx)[:, None].to(ctx.device)
+        return self.position_logp(ctx, score_until)[:, None].to(ctx.device)
+
+    def until(self, score_until: int) -> ProxyUntil:
+        """This proxy with its scores cut at ``score_until``, as the energies read it (``token_logp(ctx, tokens)``)."""
+        return ProxyUntil(self, score_until)
+
+
+@dataclass(frozen=True)
+class ProxyUntil:
+    """A :class:`ProxyBridge` whose scores stop at ``score_until``: what Algorithm 3 hands the energies for the
+    block ending there (:meth:`ProxyBridge.until`)."""
+
+    proxy: ProxyBridge
+    score_until: int
+
+    def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return self.proxy.token_logp(ctx, tokens, self.score_until)

@@ -60,7 +60,7 @@ Readings (the Uni-E paper gives none of these; ``notes/baselines.md`` §10.3):
   seeded from one draw of ``generator`` per call and the row's own input tokens (and its occurrence among
   identical rows), and draws ``(m, V)`` per iteration whatever its window: a row's result does not depend on
   the other rows of the batch, nor on its place in it (decoded alone with the same seed it is the same).
-* The proxy is the tokenizer bridge passed as ``proxy`` (duck-typed: ``proxy``, ``dtok``, ``ptok``,
+* The proxy is the tokenizer bridge passed as ``proxy`` (duck-typed: ``model``, ``dtok``, ``ptok``,
   ``position_logp``, ``forwards``), as for Algorithm 3; ``stats["accepted"]`` is APD's acceptance rate (mean
   tokens committed per row and iteration).
 
@@ -85,7 +85,7 @@ import torch
 
 from ..core.gumbel import gumbel_noise
 from ..core.registry import register_dllm_sampler
-from .dllm import DecodeOptions, normalise
+from .backbone import DecodeOptions, normalise
 
 AR_SCORINGS = ("auto", "bridge")
 
@@ -136,10 +136,10 @@ class APDOptions:
 
 
 # ---------------------------------------------------------------------- pieces
-def shared_vocabulary(bridge) -> bool:
-    """Whether the DLLM's tokenizer ``bridge.dtok`` and the proxy's ``bridge.ptok`` are the same vocabulary (the
+def shared_vocabulary(proxy) -> bool:
+    """Whether the DLLM's tokenizer ``proxy.dtok`` and the proxy's ``proxy.ptok`` are the same vocabulary (the
     same token strings in the same order, and the same ``<bos>``/``<eos>`` ids)."""
-    d, p = bridge.dtok, bridge.ptok
+    d, p = proxy.dtok, proxy.ptok
     if d is p:
         return True
     return (d.vocab_size == p.vocab_size and d.bos_id == p.bos_id and d.eos_id == p.eos_id
@@ -195,7 +195,7 @@ def _proxy_start(x: torch.Tensor, bos_id: int) -> torch.Tensor:
     return torch.where(is_bos.any(-1), is_bos.long().argmax(-1) + 1, torch.zeros_like(x[:, 0]))
 
 
-def direct_logp_ar(bridge, state: torch.Tensor, curr: torch.Tensor, width: torch.Tensor, m: int) -> torch.Tensor:
+def direct_logp_ar(proxy, state: torch.Tensor, curr: torch.Tensor, width: torch.Tensor, m: int) -> torch.Tensor:
     """Shared vocabulary: ``logp_ar`` ``(B, m, V_ar)`` float64, the proxy's next-token log-probabilities at the
     window positions ``curr + k`` (``k < width``, ``(B,)``; later ``k`` repeat the last one) of ``state``
     ``(B, T)`` (committed tokens, then the draft in the window).
@@ -203,16 +203,16 @@ def direct_logp_ar(bridge, state: torch.Tensor, curr: torch.Tensor, width: torch
     Each row is read from after its ``<bos>`` (the DLLM layout's left ``<eos>`` pads are not text), given the
     proxy's own ``<bos>`` and right-padded with ``<eos>`` (causal: padding never changes earlier conditionals);
     window position ``curr + k`` is scored by the proxy logits at index ``curr + k - start``.  One forward."""
-    proxy, ptok = bridge.proxy, bridge.ptok
+    model, ptok = proxy.model, proxy.ptok
     T = state.shape[1]
-    start = _proxy_start(state, bridge.dtok.bos_id)
+    start = _proxy_start(state, proxy.dtok.bos_id)
     length = curr + width - start + 1  # <bos> + tokens [start, curr + width)
     W = int(length.max())
     s = torch.arange(W, device=state.device)
     seq = state.gather(1, (start[:, None] - 1 + s).clamp(0, T - 1))
-    seq[:, 0] = proxy.bos_id
+    seq[:, 0] = model.bos_id
     seq = seq.masked_fill(s >= length[:, None], ptok.eos_id)
-    logp = proxy.logits(seq).double().log_softmax(-1).to(state.device)  # (B, W, V): index i scores i + 1
+    logp = model.logits(seq).double().log_softmax(-1).to(state.device)  # (B, W, V): index i scores i + 1
     at = (curr - start)[:, None] + torch.minimum(torch.arange(m, device=state.device), width[:, None] - 1)
     return logp.gather(1, at[..., None].expand(-1, -1, logp.shape[-1]))
 
@@ -244,7 +244,7 @@ def word_ends(rows: torch.Tensor, p: torch.Tensor, tables: tuple[torch.Tensor, t
     return torch.where(end.any(-1), end.long().argmax(-1) + 1, torch.full_like(p, T))
 
 
-def bridged_logp_ar(bridge, state: torch.Tensor, fill: torch.Tensor, curr: torch.Tensor, valid: torch.Tensor,
+def bridged_logp_ar(proxy, state: torch.Tensor, fill: torch.Tensor, curr: torch.Tensor, valid: torch.Tensor,
                     cand: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, dict]:
     """Different vocabularies: ``logp_ar`` ``(B, m, K)`` float64 of the candidates ``cand`` ``(B, m, K)`` through
     the tokenizer bridge (``-inf`` where ``valid`` ``(B, m, K)`` is False).
@@ -257,18 +257,14 @@ def bridged_logp_ar(bridge, state: torch.Tensor, fill: torch.Tensor, curr: torch
     position, candidate).  Also returns the scored ``rows``
     ``(N, T)``, their ``index`` ``(N, 3)`` into ``cand`` and their ``ends`` ``(N,)`` (for checks)."""
     T = state.shape[1]
-    mask_id = bridge.dtok.mask_id
+    mask_id = proxy.dtok.mask_id
     base = torch.where(state == mask_id, fill, state)
     index = valid.nonzero()  # (N, 3): b, k, c
     b, k, c = index.unbind(-1)
     p = curr[b] + k
     rows = base[b].clone()
     rows[torch.arange(len(b), device=rows.device), p] = cand[b, k, c]
-    before, bridge.score_until = bridge.score_until, None
-    try:
-        s = bridge.position_logp(rows).to(state.device)  # (N, T) float64
-    finally:
-        bridge.score_until = before
+    s = proxy.position_logp(rows).to(state.device)  # (N, T) float64
     pos = torch.arange(T, device=state.device)
     ends = word_ends(rows, p, tables)
     score = torch.where(pos < ends[:, None], s, torch.zeros_like(s)).sum(-1)
@@ -279,11 +275,11 @@ def bridged_logp_ar(bridge, state: torch.Tensor, fill: torch.Tensor, curr: torch
 
 # ---------------------------------------------------------------------- the decoder
 @torch.no_grad()
-def apd_decode(backbone, bridge, x: torch.Tensor, decoding: DecodeOptions, options: APDOptions, generator=None,
+def apd_decode(backbone, proxy, x: torch.Tensor, decoding: DecodeOptions, options: APDOptions, generator=None,
                trace: list | None = None) -> tuple[torch.Tensor, dict]:
     """APD on prompts ``x`` ``(B, T)`` (DLLM layout, ``decoding.gen_length`` trailing masks).
 
-    ``bridge``: a :class:`~unie.energy.bridge.ProxyBridge` (duck-typed: ``proxy``, ``dtok``, ``ptok``,
+    ``proxy``: the AR proxy as a :class:`~unie.dllm.bridge.ProxyBridge` (duck-typed: ``model``, ``dtok``, ``ptok``,
     ``position_logp``, ``forwards``).  Only the rows that still hold a mask are forwarded.  ``trace``: a list
     that receives one dict per iteration (``rows`` ``(B_a,)``, ``xt`` ``(B_a, T)``, ``curr``, ``width``,
     ``noise`` ``(B_a, m, V)`` or None, ``logp_dlm`` ``(B_a, m, V)``, ``logp_ar``, ``support``, ``draft``, ``y``
@@ -299,12 +295,12 @@ def apd_decode(backbone, bridge, x: torch.Tensor, decoding: DecodeOptions, optio
     bl = decoding.block_length
     m = o.lookahead or decoding.tokens_per_step
     blocked = (mask_id, *getattr(backbone, "blocked", ()))
-    direct = o.ar_scoring == "auto" and shared_vocabulary(bridge)
+    direct = o.ar_scoring == "auto" and shared_vocabulary(proxy)
     gens = row_generators(x, generator) if o.temperature > 0 else None
     ks = torch.arange(m, device=x.device)
     tables = None
     nfe = proxy_calls = row_iterations = committed = 0
-    bridge_before = bridge.forwards
+    proxy_before = proxy.forwards
     while True:
         active = (x[:, P:] == mask_id).any(-1)
         if not bool(active.any()):
@@ -323,7 +319,7 @@ def apd_decode(backbone, bridge, x: torch.Tensor, decoding: DecodeOptions, optio
         nfe += 1
         V = logp_all.shape[-1]
         if direct:  # the shared vocabulary (a DLLM head padded past it is cut, as APD cuts Dream's)
-            V = min(V, bridge.ptok.vocab_size)
+            V = min(V, proxy.ptok.vocab_size)
         logp_dlm = logp_all.gather(1, win[..., None].expand(-1, -1, logp_all.shape[-1]))[..., :V].double()  # (Ba, m, V)
         g = None
         if gens is not None:
@@ -336,16 +332,16 @@ def apd_decode(backbone, bridge, x: torch.Tensor, decoding: DecodeOptions, optio
         if o.R == 1:
             logp_ar = torch.zeros_like(logp_dlm)  # not read: R = 1 trusts the DLLM alone (no proxy call)
         elif direct:
-            logp_ar = direct_logp_ar(bridge, state, curr, width, m)[..., :V]
+            logp_ar = direct_logp_ar(proxy, state, curr, width, m)[..., :V]
             proxy_calls += 1
         else:
             if tables is None:
-                tables = word_tables(bridge.dtok, V, x.device)
+                tables = word_tables(proxy.dtok, V, x.device)
             top = logp_dlm.topk(min(o.candidates, V), dim=-1).indices
             cand = torch.cat([draft[..., None], top], dim=-1)  # (Ba, m, K)
             ok = valid[..., None] & torch.isfinite(logp_dlm.gather(-1, cand))
             fill = logp_all.argmax(-1)  # the DLLM's greedy x0 at the later masked positions
-            scores, _ = bridged_logp_ar(bridge, state, fill, curr, ok, cand, tables)
+            scores, _ = bridged_logp_ar(proxy, state, fill, curr, ok, cand, tables)
             logp_ar = torch.full_like(logp_dlm, -math.inf).scatter_(-1, cand, scores)
             support = torch.zeros_like(logp_dlm, dtype=torch.bool).scatter_(-1, cand, ok)
         target = mixture(logp_dlm, logp_ar, o.R, support)
@@ -367,7 +363,7 @@ def apd_decode(backbone, bridge, x: torch.Tensor, decoding: DecodeOptions, optio
             trace.append({"rows": rows, "xt": x_before, "curr": curr, "width": width, "noise": g,
                           "logp_dlm": logp_dlm, "logp_ar": logp_ar, "support": support, "draft": draft, "y": y,
                           "accepted": n})
-    stats = {"nfe": nfe, "proxy_forwards": proxy_calls + bridge.forwards - bridge_before,
+    stats = {"nfe": nfe, "proxy_forwards": proxy_calls + proxy.forwards - proxy_before,
              "accepted": committed / max(row_iterations, 1), "tokens_per_step": decoding.gen_length / max(nfe, 1)}
     return x, stats
 

@@ -1,0 +1,329 @@
+"""The decoders lm-eval drives (:mod:`unie.lmeval`): what a ``--model_args`` dict means and what it builds.
+
+* :class:`ModelArgs`: lm-eval's ``model_args`` parsed into one frozen dataclass, the single home of each default
+  (an unknown key is an error with a did-you-mean);
+* :func:`build_decoder`: a :class:`DLLMDecoder` (a DLLM backbone and a registered DLLM sampler,
+  :data:`~unie.core.registry.DLLM_SAMPLERS`) or an :class:`ARDecoder` from them;
+* :func:`load_trained`: one of our checkpoints (a directory written by
+  :func:`unie.pipeline.dllm.train_dllm_model`) as a backbone or proxy.
+
+The AR proxy has one name from a Table 3 row to the model that scores: ``proxy`` (the row key, the model_args
+key, :attr:`ModelArgs.proxy`, the decoder's and every sampler's ``proxy`` argument, a
+:class:`~unie.dllm.bridge.ProxyBridge` whose AR network is ``proxy.model``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .. import methods  # noqa: F401  (registration: the methods a checkpoint names, the AR proxy's included)
+from ..core.config import ConfigError, from_dict
+from ..core.registry import DLLM_SAMPLERS, METHODS
+from ..data.dllm_format import dllm_prompt_rows
+from ..data.tokenizer import load_tokenizer
+from ..models.checkpoint import CheckpointError, load_model, read_meta
+from .backbone import DecodeOptions, mc_loglikelihood
+from .bridge import ProxyBridge
+
+HF_GEN_LENGTH = 256  # gen_length of a Hugging Face checkpoint when model_args give none (ours: the trained one)
+
+# how a row's model (and proxy) is loaded: copied from a Table 3 row into its model_args (unie.dllm.rows)
+LOADING_KEYS = ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code", "attn_implementation")
+
+# loading keys a kind never reads (an error, not silently ignored): style, mask_token and attn_implementation are
+# read for a kind=hf_dllm checkpoint, trust_remote_code for both Hugging Face kinds
+NOT_READ_BY_KIND = {"unie": {"style", "mask_token", "attn_implementation", "trust_remote_code"},
+                    "hf_ar": {"style", "mask_token", "attn_implementation"}}
+KINDS = ("unie", "hf_dllm", "hf_ar")
+
+
+def unread_keys(args: Mapping) -> list[str]:
+    """The keys of ``args`` (a row or lm-eval's model_args) that its ``kind`` never reads (:data:`NOT_READ_BY_KIND`)."""
+    return sorted(set(args) & NOT_READ_BY_KIND.get(args.get("kind", "unie"), set()))
+
+
+def default_sampler(options: Mapping) -> str:
+    """The DLLM sampler that ``options`` (model_args, or a row's ``options``) name: ``sampler``, else ``energy``
+    (Algorithm 3) when an ``energy`` is given, else ``plain`` (the backbone's own decoder)."""
+    return str(options.get("sampler", "energy" if "energy" in options else "plain"))
+
+
+def sampler_option_keys() -> set[str]:
+    """Every registered DLLM sampler's option names."""
+    return {k for entry in DLLM_SAMPLERS.values() for k in entry.option_names()}
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """lm-eval's ``--model_args`` of a unie decoder (:meth:`parse` builds it from the dict).
+
+    ``pretrained``: a model directory (``kind=unie``, our checkpoints) or a Hugging Face name or directory
+    (``kind=hf_dllm`` with ``style`` llada|dream, ``trust_remote_code``, ``mask_token``, ``attn_implementation``;
+    ``kind=hf_ar``).  ``sampler``: a registered DLLM sampler (default: :func:`default_sampler`), ``options`` its
+    options as given (their defaults: the sampler's options class).  ``decoding``: the
+    :class:`~unie.dllm.backbone.DecodeOptions` keys as given (their defaults: that class; ``gen_length``'s: the
+    checkpoint's, :data:`HF_GEN_LENGTH` for a Hugging Face one).  ``proxy``: the AR proxy (a model directory or
+    a Hugging Face name, with ``proxy_trust_remote_code``) of a sampler that reads one.  ``name``: the
+    decoder's name (default: ``pretrained``'s last path component).  ``prompt_len``: the prompt positions
+    (default: the checkpoint's; a Hugging Face model pads to each batch's longest prompt).  ``seed`` seeds the
+    decoder's generator, ``mc_num`` is the Monte-Carlo sample count of ``loglikelihood``."""
+
+    pretrained: str
+    kind: str = "unie"
+    sampler: str | None = None
+    options: dict = field(default_factory=dict)
+    decoding: dict = field(default_factory=dict)
+    proxy: str | None = None
+    proxy_trust_remote_code: bool = False
+    device: str = "cpu"
+    seed: int = 0
+    mc_num: int = 32
+    name: str | None = None
+    prompt_len: int | None = None
+    style: str = "llada"
+    trust_remote_code: bool = False
+    mask_token: str | None = None
+    attn_implementation: str | None = None
+
+    def __post_init__(self):
+        if self.sampler is None:
+            object.__setattr__(self, "sampler", default_sampler(self.options))
+        if self.name is None:
+            object.__setattr__(self, "name", Path(str(self.pretrained)).name)
+
+    @staticmethod
+    def keys() -> set[str]:
+        """The model_args keys: this class's fields (``options`` and ``decoding`` spread out), the
+        :class:`~unie.dllm.backbone.DecodeOptions` fields and every registered DLLM sampler's options."""
+        own = {f.name for f in dataclasses.fields(ModelArgs)} - {"options", "decoding"}
+        return own | {f.name for f in dataclasses.fields(DecodeOptions)} | sampler_option_keys()
+
+    @classmethod
+    def parse(cls, args: Mapping) -> ModelArgs:
+        """The model_args dict ``args`` checked and parsed: an unknown key (with a did-you-mean), an option of
+        another sampler, a missing ``pretrained`` or a loading key its ``kind`` never reads is a
+        :class:`ConfigError`."""
+        args = dict(args)
+        known = cls.keys()
+        unknown = sorted(set(args) - known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f". Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown model_args {unknown}; known: {sorted(known)}{hint}")
+        sampler = default_sampler(args)
+        if sampler not in DLLM_SAMPLERS:
+            raise ConfigError(DLLM_SAMPLERS.unknown_message(sampler))
+        entry = DLLM_SAMPLERS[sampler]
+        foreign = sorted((set(args) & sampler_option_keys()) - set(entry.option_names()))
+        if foreign:
+            raise ConfigError(f"model_args {foreign} are not options of DLLM sampler {sampler!r} "
+                              f"(its options: {sorted(entry.option_names())})")
+        if "pretrained" not in args:
+            raise ConfigError("model_args needs pretrained=<model directory>")
+        ignored = unread_keys(args)
+        if ignored:
+            raise ConfigError(f"model_args {ignored} do not apply to kind={args.get('kind', 'unie')!r}: nothing "
+                              "would read them")
+        own = {f.name for f in dataclasses.fields(cls)} - {"options", "decoding", "sampler"}
+        given = {k: args[k] for k in own if k in args}
+        for key, convert in (("seed", int), ("mc_num", int), ("name", str), ("trust_remote_code", bool),
+                             ("proxy_trust_remote_code", bool)):
+            if key in given:
+                given[key] = convert(given[key])
+        dec = {f.name for f in dataclasses.fields(DecodeOptions)}
+        return cls(sampler=sampler, options={k: args[k] for k in entry.option_names() if k in args},
+                   decoding={k: args[k] for k in dec if k in args}, **given)
+
+
+# ---------------------------------------------------------------------- the decoders
+def load_trained(model_dir, device: str = "cpu"):
+    """``(wrapped model, tokenizer, layout)`` of a directory written by
+    :func:`~unie.pipeline.dllm.train_dllm_model`."""
+    read_meta(model_dir)  # a missing checkpoint is named before its tokenizer is looked for
+    tok = load_tokenizer(Path(model_dir) / "tokenizer")
+    net, meta = load_model(model_dir, device, tokenizer_info=tok.info())
+    cls = METHODS[meta["method"]]
+    method = cls(tok.info(), from_dict(cls.Options, meta.get("extra", {}).get("options", {}) or {},
+                                       f"checkpoint {model_dir} options"))
+    wrapped = method.wrap(net)
+    wrapped.tokenizer = tok
+    layout = meta.get("extra", {}).get("layout")
+    if layout is None:
+        raise CheckpointError(f"{model_dir}: not a DLLM-half checkpoint (no layout in its config.json)")
+    return wrapped, tok, layout
+
+
+def completion_text(tok, ids: list[int]) -> str:
+    """The generated text up to the first ``<eos>`` (masks never remain after decoding)."""
+    ids = list(ids)
+    if tok.eos_id in ids:
+        ids = ids[: ids.index(tok.eos_id)]
+    return tok.decode(ids).strip()
+
+
+def check_positions(model, name: str, prompt_positions: int, gen_length: int) -> None:
+    """A :class:`ConfigError` before any generation when the longest prompt plus ``gen_length`` exceeds the positions
+    the model covers (a Hugging Face model's ``max_position_embeddings``: beyond it, a raw indexing error mid-run)."""
+    limit = getattr(model, "max_positions", None)
+    if limit is not None and prompt_positions + gen_length > limit:
+        raise ConfigError(f"{name}: the longest prompt ({prompt_positions} positions) + gen_length {gen_length} = "
+                         f"{prompt_positions + gen_length} exceeds the {limit} positions the model covers "
+                         f"(max_position_embeddings of {getattr(model, 'path', name)}); lower gen_length in "
+                         "model_args (dllm.decoding) or shorten the prompts")
+
+
+class DLLMDecoder:
+    """A :class:`~unie.core.protocols.TextDecoder` over a DLLM backbone and a registered DLLM sampler
+    (:data:`~unie.core.registry.DLLM_SAMPLERS`: ``plain``, the backbone's own decoder; ``energy``, Algorithm 3;
+    the baselines).  Without ``sampler`` it is ``energy`` when ``options`` are given, else ``plain``."""
+
+    def __init__(self, backbone, tokenizer, prompt_len: int | None, decode_options: DecodeOptions,
+                 options=None, proxy: ProxyBridge | None = None,
+                 seed: int = 0, mc_num: int = 32, name: str = "dllm", pad_to_batch: bool = False,
+                 sampler: str | None = None):
+        """``prompt_len``: the prompt positions the model was trained with (longer prompts are refused); prompts
+        are left-padded to it, or only to the batch's longest prompt when ``pad_to_batch`` (a model trained on
+        length-bucketed batches, which never saw more padding than its bucket needed).  ``options``: the
+        sampler's options object (or mapping); ``proxy``: the AR proxy, for a sampler that needs one."""
+        sampler = sampler or ("plain" if options is None else "energy")
+        self.sampler = DLLM_SAMPLERS[sampler]
+        if self.sampler.needs_proxy and proxy is None:
+            raise ValueError(f"DLLM sampler {sampler!r} needs a proxy")
+        if not self.sampler.needs_proxy and proxy is not None:
+            raise ValueError(f"DLLM sampler {sampler!r} takes no proxy")
+        self.backbone, self.tok, self.prompt_len, self.pad_to_batch = backbone, tokenizer, prompt_len, pad_to_batch
+        self.decode_options, self.proxy = decode_options, proxy
+        self.options = self.sampler.options(options)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.mc_num, self.name = mc_num, name
+
+    def check(self, prompts: list[str]) -> None:
+        """Errors before any generation: prompts that do not fit (the trained prompt length, or a Hugging Face
+        model's position limit for prompt + ``gen_length``), text the proxy cannot read."""
+        lengths = [len(ids) + 1 for ids in self.tok.encode_batch(prompts)]
+        if self.prompt_len is not None and max(lengths) > self.prompt_len:
+            raise ValueError(f"a prompt needs {max(lengths)} positions; the model was trained with prompt_len "
+                             f"{self.prompt_len}")
+        P = self.prompt_len if self.prompt_len is not None and not self.pad_to_batch else max(lengths)
+        check_positions(self.backbone, self.name, P, self.decode_options.gen_length)
+        if self.proxy is not None:
+            self.proxy.check(prompts)
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
+        G = self.decode_options.gen_length
+        longest = 1 + max(len(ids) for ids in self.tok.encode_batch(prompts))
+        P = longest if self.pad_to_batch or not self.prompt_len else self.prompt_len
+        x = dllm_prompt_rows(self.tok, prompts, P, G)
+        device = getattr(getattr(self.backbone, "net", None), "device", "cpu")
+        x = x.to(device)
+        out, stats = self.sampler.fn(self.backbone, x, self.decode_options, self.options, proxy=self.proxy,
+                                     generator=self.generator)
+        gen = out[:, P:P + min(G, max_new_tokens)].tolist()
+        return [completion_text(self.tok, g) for g in gen], {"nfe": stats["nfe"], "generated_tokens": G * len(prompts),
+                                                             "proxy_forwards": stats.get("proxy_forwards", 0)}
+
+    def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
+        out = []
+        for c, t in zip(contexts, continuations):
+            out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t),
+                                        mc_num=self.mc_num, batch_size=min(self.mc_num, 32),
+                                        generator=self.generator))
+        return out
+
+
+class ARDecoder:
+    """A :class:`~unie.core.protocols.TextDecoder` over an AR model (greedy, ``gen_length`` tokens)."""
+
+    def __init__(self, model, tokenizer, gen_length: int, name: str = "ar"):
+        self.model, self.tok, self.gen_length, self.name = model, tokenizer, gen_length, name
+
+    def check(self, prompts: list[str]) -> None:
+        lengths = [len(ids) for ids in self.tok.encode_batch(prompts)]
+        check_positions(self.model, self.name, max(lengths), self.gen_length)
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
+        G = min(self.gen_length, max_new_tokens)
+        gen = self.model.greedy_continue(self.tok.encode_batch(prompts), G).tolist()
+        return [completion_text(self.tok, g) for g in gen], {"nfe": G, "generated_tokens": G * len(prompts)}
+
+    @torch.no_grad()
+    def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
+        out = []
+        for c, t in zip(contexts, continuations):
+            ctx, tgt = self.tok.encode(c), self.tok.encode(t)
+            x = torch.tensor([[self.tok.bos_id] + ctx + tgt])
+            lp = self.model.logits(x).log_softmax(-1)[0, :-1].gather(-1, x[0, 1:, None]).squeeze(-1)
+            out.append(float(lp[len(ctx):].double().sum()))
+        return out
+
+
+# ---------------------------------------------------------------------- model_args -> decoder
+def load_backbone(a: ModelArgs):
+    """``(model, tokenizer, prompt_len, pad_to_batch, default gen_length, is_ar)`` of ``a.pretrained``."""
+    if a.kind == "unie":
+        model, tok, layout = load_trained(a.pretrained, a.device)
+        prompt_len = layout["prompt_len"] if a.prompt_len is None else a.prompt_len
+        return model, tok, prompt_len, bool(layout.get("pad_to_batch", False)), layout["gen_length"], \
+            layout["kind"] == "ar"
+    if a.kind in ("hf_dllm", "hf_ar"):
+        from ..models.hf import load_hf_causal, load_hf_dllm
+
+        if a.kind == "hf_ar":
+            model = load_hf_causal(a.pretrained, trust_remote_code=a.trust_remote_code, device=a.device)
+        else:
+            model = load_hf_dllm(a.pretrained, style=a.style, trust_remote_code=a.trust_remote_code,
+                                 mask_token=a.mask_token, device=a.device, attn_implementation=a.attn_implementation)
+        return model, model.tokenizer, a.prompt_len, False, HF_GEN_LENGTH, a.kind == "hf_ar"
+    raise ConfigError(f"unknown decoder kind {a.kind!r}; known: {', '.join(KINDS)}")
+
+
+def load_proxy(a: ModelArgs, tokenizer) -> ProxyBridge:
+    """The AR proxy ``a.proxy`` (one of our AR checkpoints, else a Hugging Face causal LM) read through the DLLM's
+    ``tokenizer``."""
+    if Path(str(a.proxy), "tokenizer").exists():
+        model, _, layout = load_trained(a.proxy, a.device)
+        if layout["kind"] != "ar":
+            raise ConfigError(f"proxy {a.proxy} is not an autoregressive model")
+    else:
+        from ..models.hf import load_hf_causal
+
+        model = load_hf_causal(a.proxy, trust_remote_code=a.proxy_trust_remote_code, device=a.device)
+    if not hasattr(model, "logits") or not hasattr(model, "bos_id"):
+        raise ConfigError(f"proxy {a.proxy} is not an autoregressive model")
+    return ProxyBridge(model, tokenizer)
+
+
+def build_decoder(args: Mapping | ModelArgs):
+    """A decoder from lm-eval's ``--model_args`` (a dict, parsed by :meth:`ModelArgs.parse`, or a
+    :class:`ModelArgs`): an :class:`ARDecoder` for an AR model, else a :class:`DLLMDecoder` with the sampler, its
+    options and, for a sampler that reads one, the proxy.  An unknown key, an option of another sampler, a
+    missing checkpoint or an unbridgeable proxy is an error before any generation."""
+    a = args if isinstance(args, ModelArgs) else ModelArgs.parse(args)
+    model, tok, prompt_len, pad_to_batch, default_gen, is_ar = load_backbone(a)
+    gen_length = int(a.decoding.get("gen_length", default_gen))
+    if is_ar:
+        if a.proxy is not None or a.sampler != "plain" or a.options:
+            raise ConfigError("an AR model decodes left to right: sampler/proxy options apply to DLLMs only")
+        return ARDecoder(model, tok, gen_length, name=a.name)
+    entry = DLLM_SAMPLERS[a.sampler]
+    d_opts = from_dict(DecodeOptions, {**a.decoding, "gen_length": gen_length}, "decoding options")
+    s_opts = from_dict(entry.options_cls, a.options, f"DLLM sampler {a.sampler!r} options")
+    common = dict(seed=a.seed, mc_num=a.mc_num, name=a.name, pad_to_batch=pad_to_batch, sampler=a.sampler)
+    if entry.preflight is not None:
+        try:
+            entry.preflight(model, s_opts)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"DLLM sampler {a.sampler!r} cannot decode {a.pretrained}: {e}") from e
+    if not entry.needs_proxy:
+        if a.proxy is not None:
+            raise ConfigError(f"DLLM sampler {a.sampler!r} takes no proxy (proxy={a.proxy!r} given)")
+        return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, **common)
+    if a.proxy is None:
+        raise ConfigError(f"DLLM sampler {a.sampler!r} needs proxy=<AR proxy directory>")
+    return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, load_proxy(a, tok), **common)

@@ -1,0 +1,51 @@
+"""A Table 3 row (config ``dllm.rows``) or a sweep point (``dllm.sweeps``) as lm-eval ``model_args``
+(:class:`~unie.dllm.decoder.ModelArgs`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .decoder import LOADING_KEYS, default_sampler
+
+
+def row_sampler(row: dict) -> str:
+    """The DLLM sampler of a Table 3 row, as :func:`~unie.dllm.decoder.build_decoder` reads its ``model_args``:
+    :func:`~unie.dllm.decoder.default_sampler` of the row's ``options``."""
+    return default_sampler(row.get("options", {}))
+
+
+def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) -> dict:
+    """lm-eval ``model_args`` of a Table 3 row (config ``dllm.rows``): the model (and proxy) directories from
+    the rule's inputs, the shared decoding options, the shared energy options (``dllm.energy``) for an
+    Algorithm 3 row (:func:`row_sampler`), then the row's own ``options`` (``sampler`` and its options)."""
+    def directory(path):
+        p = Path(path)
+        return str(p.parent if p.suffix else p)
+
+    args = {"pretrained": directory(inputs["model"]), "name": name, "device": device}
+    for key in LOADING_KEYS:
+        if key in row:
+            args[key] = row[key]
+    args.update(dllm.get("decoding", {}))  # an AR row's decoder reads only gen_length
+    if row.get("proxy"):
+        args["proxy"] = directory(inputs["proxy"])
+    if row_sampler(row) == "energy":
+        args.update(dllm.get("energy", {}))  # Algorithm 3's shared options (dllm.energy)
+    args.update(row.get("options", {}))
+    return args
+
+
+def sweep_points(dllm: dict, sweep: str) -> list[dict]:
+    """The points of sweep ``sweep`` (config ``dllm.sweeps.sets``): per curve, per value of its one varied
+    option, ``{name, curve, label, key, value, row}`` where ``row`` is the curve's row spec (a Table 3 row: model,
+    proxy, options) with ``options[key] = value``.  ``name`` = ``{curve}__{key}_{value}`` is the point's
+    directory under ``results/dllm/sweeps/{sweep}/``."""
+    out = []
+    for curve, spec in dllm["sweeps"]["sets"][sweep].items():
+        base = {k: v for k, v in spec.items() if k != "vary"}
+        ((key, values),) = spec["vary"].items()
+        for value in values:
+            row = {**base, "options": {**base.get("options", {}), key: value}}
+            out.append({"name": f"{curve}__{key}_{value}", "curve": curve, "label": spec.get("label", curve),
+                        "key": key, "value": value, "row": row})
+    return out
