@@ -9,8 +9,13 @@ check) -> ``eval`` (metrics, Gen-PPL evaluators) -> ``report`` (tables, figures)
 file I/O of the workflow's rules) -> ``cli``.
 
 Importing the package fills the registries (methods, samplers, energies, schedules, backbones).
+
+``unie.load(path, device="cpu")`` loads a trained model folder (``results/models/NAME``: ``config.json`` +
+``model.safetensors``, written by the workflow); these are not Hugging Face folders (``AutoModel.from_pretrained``
+cannot read them).
 """
 
 from . import energy, methods, models  # noqa: F401  (registration)
+from .models.checkpoint import CheckpointError, load  # noqa: F401
 
 __version__ = "0.1.0"
