@@ -86,6 +86,7 @@ def test_stdio_comparison_is_line_wise_and_exact_on_numbers():
 
 
 def test_local_livecodebench_task_loads_in_lm_eval_and_scores_by_execution(tmp_path, allowed):
+    pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
     from lm_eval.tasks import TaskManager
 
     release = tmp_path / "release" / "test.jsonl"
@@ -168,6 +169,7 @@ class _CodeEvalStub:  # stands in for evaluate's hub-loaded code_eval when lm-ev
 def test_local_mbpp_has_lm_evals_prompt_and_scores_by_execution(tmp_path, allowed, monkeypatch):
     """The local mbpp task renders exactly lm-eval's built-in 3-shot mbpp context for the same rows (lm-eval's
     task loaded with its hub metric stubbed), stops at [DONE], and scores by running the asserts."""
+    pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
     from pathlib import Path
 
     import evaluate

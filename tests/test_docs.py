@@ -1,6 +1,6 @@
 """The documentation stays true to the repository: the code map names every module of ``unie/`` and only modules
 that exist, every relative link of README.md and docs/*.md points to a file a clone has, and docs/results.md is
-generated from result files (``unie.report.markdown``, rule ``docs_results``), never typed in."""
+generated from result files (``unie.report.markdown``, rule ``docs``), never typed in."""
 
 import re
 import subprocess
@@ -118,7 +118,7 @@ def test_an_unknown_table_still_gets_a_section():
 
 
 def test_the_rule_script_writes_the_page(tmp_path):
-    """The script under Snakemake (its ``snakemake`` object), as rule docs_results runs it."""
+    """The script under Snakemake (its ``snakemake`` object), as rule docs runs it."""
     import runpy
     from types import SimpleNamespace
 
@@ -140,4 +140,4 @@ def test_the_rule_script_writes_the_page(tmp_path):
 
 def test_the_committed_results_page_is_the_generators_output():
     page = (REPO / "docs" / "results.md").read_text()
-    assert page.startswith("# Results of the last run (generated)") and "rule `docs_results`" in page
+    assert page.startswith("# Results of the last run (generated)") and "rule `docs`" in page

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
+
 from unie.data.tasks import (
     LIST_LENGTH,
     LIST_TASKS,

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
 import torch
 
 from unie.core.config import ModelConfig

@@ -427,6 +427,7 @@ def _paper_config() -> dict:
 
 
 def test_paper_config_passes_schema_and_check_config():
+    pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
     from snakemake.utils import validate
 
     from unie.pipeline.checks import check_config
@@ -485,6 +486,7 @@ def _job_blocks(out: str, rule: str) -> list[str]:
 
 
 def test_dry_run_all_with_slurm_profile(tmp_path):
+    pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
     out = _dry_run_with_profile(tmp_path, "all")
     assert "paper.yaml" in out
     train = _job_blocks(out, "train")
@@ -506,7 +508,7 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
              if "localrule: True" in body
              or ('localrule: config["data"]["source"] == "hf"' in body and _paper_config()["data"]["source"] == "hf")}
     # downloads run on the submit host (compute nodes are often offline): the datasets, models and task files
-    assert {"download", "download_task_file", "download_hf_model", "table3_dllm"} <= local
+    assert {"download", "download_task_file", "download_hf_model", "table3"} <= local
     local |= set(re.findall(r"^rule (\w+):", (REPO / "Snakefile").read_text(), re.M))  # targets: nothing to run
     submitted = [(n, b) for n, b in re.findall(r"^rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M) if n not in local]
     assert {"tokenize", "train", "dllm_eval"} <= {name for name, _ in submitted}
@@ -514,7 +516,7 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
         res = re.search(r"resources: (.*)", b).group(1)
         want = "gpu" if re.search(r"\bgpu=[1-9]", res) else "cpu"
         assert re.search(rf"\bslurm_partition={want}\b", res), (name, res)
-    assert _job_blocks(out, "table3_dllm") and not _job_blocks(out, "dllm_tasks")
+    assert _job_blocks(out, "table3") and not _job_blocks(out, "dllm_tasks")
     # LiveCodeBench v2 (two release files) and MBPP (its test split) fetched on the submit host, then written as
     # local lm-eval tasks
     files = sorted(re.search(r"task=(\w+), file=([\w./-]+)", b).groups() for b in _job_blocks(out, "download_task_file"))

@@ -19,8 +19,21 @@ def test_readme_api_example_runs():
 
 
 def test_ci_runs_the_readme_test_command():
+    """CI installs what the README's install command installs (the package with the same extras) and runs the
+    README's test command; the extras exist in pyproject.toml."""
+    import tomllib
+
     commands = re.findall(r"```bash\n(.*?)\n```", README, re.S)
     install, tests = commands[0], commands[1]
-    assert "pip install -e ." in install and install.rstrip().endswith("snakemake --cores 2")
+    assert install.rstrip().endswith("snakemake --cores 2")
+    m = re.search(r"pip install -e (\S+)", install)
+    assert m, install
+    spec = m.group(1).strip("'\"")
+    assert spec == "." or re.fullmatch(r"\.\[[\w,-]+\]", spec), spec
+    extras = set(re.findall(r"[\w-]+", spec.removeprefix(".")))
+    assert {"workflow", "dev", "notebook"} <= extras  # the workflow's exact versions, pytest, the notebook test
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras <= set(declared)
     ci = (REPO / ".ci" / "run").read_text()
+    assert re.search(rf"pip install (-q )?-e ['\"]?{re.escape(spec)}['\"]?\n", ci), ci
     assert tests.strip() in ci

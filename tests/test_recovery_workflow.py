@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 import torch
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,6 +28,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+
+pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 import torch
 
 REPO = Path(__file__).resolve().parents[1]

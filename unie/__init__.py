@@ -10,8 +10,13 @@ DLLM baselines, the decoders lm-eval drives) -> ``eval`` (metrics, Gen-PPL evalu
 (tables, figures) -> ``pipeline`` (all file I/O of the workflow's rules) -> ``cli`` and ``lmeval``.
 
 Importing the package fills the registries (methods, samplers, energies, schedules, backbones, DLLM samplers).
+
+``unie.load(path, device="cpu")`` loads a trained model folder (``results/models/NAME``: ``config.json`` +
+``model.safetensors``, written by the workflow); these are not Hugging Face folders (``AutoModel.from_pretrained``
+cannot read them).
 """
 
 from . import dllm, energy, methods, models  # noqa: F401  (registration)
+from .models.checkpoint import CheckpointError, load  # noqa: F401
 
 __version__ = "0.1.0"

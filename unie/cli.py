@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -86,6 +87,23 @@ def _parse_value(v: str):
         return v
 
 
+def _check_role(entry, role: str, path: str) -> None:
+    """A checkpoint given for a sampler role must be of a kind the role takes (an AR model is no denoiser)."""
+    from .core.config import ConfigError, from_dict
+    from .core.registry import METHODS
+    from .models.checkpoint import CheckpointError, read_meta
+
+    if role not in entry.roles:
+        raise ConfigError(f"--model {role}={path}: sampler {entry.name!r} has no model role {role!r}; its roles: "
+                          + ", ".join(f"{r} ({'/'.join(k)})" for r, k in entry.roles.items()))
+    meta = read_meta(path)
+    cls = METHODS[meta["method"]]
+    kind = cls.kind(from_dict(cls.Options, meta.get("extra", {}).get("options", {}), f"checkpoint {path} options"))
+    if kind not in entry.roles[role]:
+        raise CheckpointError(f"--model {role}={path}: this checkpoint is of kind {kind!r} (trained as {meta['method']!r}), but "
+                              f"sampler {entry.name!r}'s role {role!r} takes {'/'.join(entry.roles[role])} models")
+
+
 def cmd_sample(args) -> int:
     import torch
 
@@ -99,7 +117,10 @@ def cmd_sample(args) -> int:
     entry = SAMPLERS[args.sampler]
     options = entry.options({k: _parse_value(v) for k, v in (o.split("=", 1) for o in args.option)}, where="--option")
     tok = load_tokenizer(args.tokenizer)
-    models = {role: load_wrapped(path, tok, args.device) for role, path in (m.split("=", 1) for m in args.model)}
+    roles = dict(m.split("=", 1) for m in args.model)
+    for role, path in roles.items():
+        _check_role(entry, role, path)
+    models = {role: load_wrapped(path, tok, args.device) for role, path in roles.items()}
     models.update(oracle_models(options, tok, args.domain))
     torch.set_num_threads(args.threads)
     x, stats = entry(models, args.n, args.length, args.steps, torch.Generator(device=args.device).manual_seed(args.seed),
@@ -137,7 +158,38 @@ def main(argv=None) -> int:
     s.add_argument("--threads", type=int, default=1)
     s.set_defaults(fn=cmd_sample)
     args = p.parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        print("unie: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # an operator's mistake is one line, not a traceback (UNIE_TRACEBACK=1: the traceback)
+        if os.environ.get("UNIE_TRACEBACK"):
+            raise
+        print(f"unie: error: {_one_line(e)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(e: BaseException) -> str:
+    """The message of an exception as one line: what went wrong, with the file it names and the fix."""
+    from .core.config import ConfigError
+    from .core.integrity import DamagedFileError
+    from .models.checkpoint import CheckpointError
+
+    if isinstance(e, ModuleNotFoundError) and e.name:
+        top = e.name.split(".")[0]
+        extra = {"snakemake": "workflow", "lm_eval": "dllm", "nbclient": "notebook", "nbformat": "notebook"}.get(top)
+        hint = f" (pip install 'unie[{extra}]')" if extra else ""
+        msg = f"this command needs the Python package {top!r}{hint}"
+    elif isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)) and e.filename:
+        msg = f"{e.filename}: {e.strerror}"
+    elif isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str):
+        msg = e.args[0]  # a registry's "unknown sampler 'x'; known: ...", not its repr
+    elif isinstance(e, (ConfigError, CheckpointError, DamagedFileError, ValueError, OSError)):
+        msg = str(e)
+    else:
+        msg = f"{type(e).__name__}: {e}"
+    return " ".join(msg.split()) or type(e).__name__
 
 
 if __name__ == "__main__":

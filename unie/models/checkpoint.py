@@ -62,9 +62,14 @@ def read_meta(ckpt_dir) -> dict:
         meta = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DamagedCheckpointError(p, f"not valid JSON ({e})", _fix(ckpt_dir)) from None
+    if isinstance(meta, dict) and ("model_type" in meta or "architectures" in meta) and "method" not in meta:
+        raise CheckpointError(f"{p.parent} is a Hugging Face model folder (model_type "
+                              f"{meta.get('model_type')!r}), not a unie checkpoint: load it with transformers' "
+                              "from_pretrained (unie.models.hf.load_hf_dllm / load_hf_causal for Uni-E decoding)")
     if not isinstance(meta, dict) or "model" not in meta or "method" not in meta:
-        raise CheckpointError(f"{p} is not a unie checkpoint's config.json (no 'model'/'method'): "
-                              "load a Hugging Face folder with unie.models.hf instead")
+        raise CheckpointError(f"{p} is not a unie checkpoint's config.json (no 'model'/'method'): a unie model "
+                              "folder (results/models/NAME) holds the config.json and model.safetensors that "
+                              "training wrote")
     return meta
 
 
@@ -115,6 +120,25 @@ def load_model(ckpt_dir, device="cpu", tokenizer_info: dict | None = None, expec
         raise CheckpointError(f"{Path(ckpt_dir) / 'model.safetensors'}: missing keys {missing}, unexpected keys "
                               f"{unexpected}")
     return net.to(device).eval(), meta
+
+
+def load(path, device="cpu") -> torch.nn.Module:
+    """The network of a unie model folder (``results/models/NAME``, ``results/dllm/models/NAME``: ``config.json`` +
+    ``model.safetensors``), its weights verified against the size and SHA-256 recorded beside them, in eval mode
+    on ``device``.  ``net.checkpoint_meta`` is its ``config.json`` (the method that trained it, the tokenizer
+    fingerprint, the architecture).
+
+    These folders look like Hugging Face ones but are not: ``transformers.AutoModel.from_pretrained`` cannot read
+    them (their ``config.json`` has no ``model_type``), and this function refuses a Hugging Face folder, naming
+    the loader to use; both refusals are a :class:`CheckpointError` naming the folder."""
+    path = Path(path)
+    if not path.is_dir():
+        what = "is a file" if path.exists() else "does not exist"
+        raise CheckpointError(f"{path} {what}: a unie model is a folder holding config.json and model.safetensors "
+                              "(e.g. results/models/mdlm)")
+    net, meta = load_model(path, device=device)
+    net.checkpoint_meta = meta
+    return net
 
 
 def check_tokenizer_match(saved: dict, current: dict, where: str) -> None:

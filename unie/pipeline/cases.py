@@ -1,4 +1,4 @@
-"""Rule ``case_studies``: the four appendix case-study figures from toy-world samples, picked by exact π
+"""Rule ``cases``: the four appendix case-study figures from toy-world samples, picked by exact π
 (:mod:`unie.eval.cases`), and a JSON of the chosen cases with their gaps."""
 
 from __future__ import annotations

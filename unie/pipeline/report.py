@@ -1,4 +1,4 @@
-"""Rules ``table1_ppl``, ``table2_genppl``, ``fig2_ablation``, ``partition_check``: read the result JSONs,
+"""Rules ``table1``, ``table2``, ``fig2``, ``partition_check``: read the result JSONs,
 call :mod:`unie.report` and write the LaTeX / CSV / PDF / PNG targets (atomically, directories created)."""
 
 from __future__ import annotations

@@ -16,12 +16,12 @@ def bench_inputs(wc):
     }
 
 
-rule bench_sampler:
+rule bench:
     input:
         unpack(bench_inputs),
     output:
-        json="results/bench/sampler.json",
-        md="results/bench/sampler.md",
+        json=report("results/bench/sampler.json", **REPORT["bench"], labels={"file": "JSON"}),
+        md=report("results/bench/sampler.md", **REPORT["bench"], labels={"file": "Markdown"}),
     log:
         "logs/bench/sampler.log",
     params:

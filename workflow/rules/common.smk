@@ -14,6 +14,7 @@ from unie.pipeline.checks import (
     run_steps,
     selects_on_dev,
 )
+from unie.pipeline.targets import TARGETS, report_args
 
 expand_config(config)  # adds the sampling runs generated from figures.fig2_ablation
 check_config(config)
@@ -32,6 +33,9 @@ ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]
 DOMAINS = config["data"]["domains"]
 TRAIN_DOMAIN = config["data"]["train_domain"]
 PPL_SPLIT = config["ppl"]["split"]
+# report(file, **REPORT[target]): the caption (workflow/report/{target}.rst), category and subcategory of a target's
+# files in `snakemake --report report.html` (unie.pipeline.targets)
+REPORT = {name: report_args(name) for name in TARGETS if TARGETS[name].category}
 
 
 wildcard_constraints:

@@ -216,12 +216,12 @@ def table3_inputs(rows):
     return {"results": files, "dirs": result_dirs(files)}
 
 
-rule table3_dllm:
+rule table3:
     input:
         unpack(lambda wc: table3_inputs(TABLE3_ROWS)),
     output:
-        tex="results/tables/table3_dllm.tex",
-        csv="results/tables/table3_dllm.csv",
+        tex=report("results/tables/table3_dllm.tex", **REPORT["table3"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table3_dllm.csv", **REPORT["table3"], labels={"file": "CSV"}),
     log:
         "logs/tables/table3_dllm.log",
     params:
@@ -238,8 +238,8 @@ rule table_app_dllm_full:
     input:
         unpack(lambda wc: table3_inputs(DLLM_ROWS)),
     output:
-        tex="results/tables/table_app_dllm_full.tex",
-        csv="results/tables/table_app_dllm_full.csv",
+        tex=report("results/tables/table_app_dllm_full.tex", **REPORT["table_app_dllm_full"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table_app_dllm_full.csv", **REPORT["table_app_dllm_full"], labels={"file": "CSV"}),
     log:
         "logs/tables/table_app_dllm_full.log",
     params:
@@ -262,31 +262,46 @@ def sweep_caption(sweep):
             f"throughput in generated tokens/s (batch {DLLM['batch_size']}, warm-up and loading excluded).")
 
 
-rule table_app_sweep:
-    # the appendix k and w tables (table_app_k, table_app_w) from their sweeps
+# the appendix k and w tables from their sweeps: one rule each (a rule's name is its target: snakemake -f table_app_k)
+
+
+rule table_app_k:
     input:
-        "results/dllm/sweeps/{sweep}",
+        "results/dllm/sweeps/app_k",
     output:
-        tex="results/tables/table_{sweep}.tex",
-        csv="results/tables/table_{sweep}.csv",
+        tex=report("results/tables/table_app_k.tex", **REPORT["table_app_k"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table_app_k.csv", **REPORT["table_app_k"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table_{sweep}.log",
-    wildcard_constraints:
-        sweep="app_k|app_w",
+        "logs/tables/table_app_k.log",
     params:
-        caption=lambda wc: sweep_caption(wc.sweep),
+        caption=lambda wc: sweep_caption("app_k"),
     localrule: True
     script:
         "../scripts/table_app_sweep.py"
 
 
-rule fig4_dllm_tradeoff:
+rule table_app_w:
+    input:
+        "results/dllm/sweeps/app_w",
+    output:
+        tex=report("results/tables/table_app_w.tex", **REPORT["table_app_w"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table_app_w.csv", **REPORT["table_app_w"], labels={"file": "CSV"}),
+    log:
+        "logs/tables/table_app_w.log",
+    params:
+        caption=lambda wc: sweep_caption("app_w"),
+    localrule: True
+    script:
+        "../scripts/table_app_sweep.py"
+
+
+rule fig4:
     input:
         "results/dllm/sweeps/fig4",
     output:
         pdf="results/figures/fig4_dllm_tradeoff.pdf",
-        png="results/figures/fig4_dllm_tradeoff.png",
-        csv="results/figures/fig4_dllm_tradeoff.csv",
+        png=report("results/figures/fig4_dllm_tradeoff.png", **REPORT["fig4"], labels={"file": "figure"}),
+        csv=report("results/figures/fig4_dllm_tradeoff.csv", **REPORT["fig4"], labels={"file": "CSV (the points)"}),
     log:
         "logs/figures/fig4_dllm_tradeoff.log",
     localrule: True

@@ -11,7 +11,7 @@ def docs_results_inputs(wc):
     return {"tables": tables, "timing": timing}
 
 
-rule docs_results:
+rule docs:
     input:
         unpack(docs_results_inputs),
     output:
@@ -24,7 +24,3 @@ rule docs_results:
     script:
         "../scripts/docs_results.py"
 
-
-rule docs:
-    input:
-        "results/docs/results.md",

@@ -8,13 +8,13 @@ def fig2_inputs(wc):
     return {**files, "dirs": result_dirs(files["genppl"] + files["samples"])}
 
 
-rule fig2_ablation:
+rule fig2:
     input:
         unpack(fig2_inputs),
     output:
         pdf="results/figures/fig2_ablation.pdf",
-        png="results/figures/fig2_ablation.png",
-        csv="results/figures/fig2_ablation.csv",
+        png=report("results/figures/fig2_ablation.png", **REPORT["fig2"], labels={"file": "figure"}),
+        csv=report("results/figures/fig2_ablation.csv", **REPORT["fig2"], labels={"file": "CSV (the points)"}),
     log:
         "logs/figures/fig2_ablation.log",
     params:
@@ -63,14 +63,15 @@ rule timing:
         "../scripts/timing.py"
 
 
-rule fig3_tradeoff:
+rule fig3:
     input:
         unpack(fig3_inputs),
     output:
         pdf="results/figures/fig3_tradeoff.pdf",
-        png="results/figures/fig3_tradeoff.png",
-        csv="results/figures/fig3_tradeoff.csv",
-        summary="results/figures/fig3_tradeoff.json",
+        png=report("results/figures/fig3_tradeoff.png", **REPORT["fig3"], labels={"file": "figure"}),
+        csv=report("results/figures/fig3_tradeoff.csv", **REPORT["fig3"], labels={"file": "CSV (the points)"}),
+        summary=report("results/figures/fig3_tradeoff.json", **REPORT["fig3"],
+                       labels={"file": "JSON (the paper's claims, measured)"}),
     log:
         "logs/figures/fig3_tradeoff.log",
     params:
@@ -84,14 +85,16 @@ rule fig3_tradeoff:
 CASES = ("invariant", "independent", "non_invariant", "non_independent")
 
 
-rule case_studies:
+rule cases:
     input:
         tokenizer="resources/tokenizer",
         dlm=lambda wc: model_files(config["figures"]["case_studies"]["dlm"]),
         proxy=lambda wc: model_files(config["figures"]["case_studies"]["proxy"]),
     output:
-        **{f"{c}_{ext}": f"results/figures/case_{c}.{ext}" for c in CASES for ext in ("pdf", "png")},
-        json="results/figures/case_studies.json",
+        **{f"{c}_pdf": f"results/figures/case_{c}.pdf" for c in CASES},
+        **{f"{c}_png": report(f"results/figures/case_{c}.png", **REPORT["cases"], labels={"file": f"case: {c}"})
+           for c in CASES},
+        json=report("results/figures/case_studies.json", **REPORT["cases"], labels={"file": "JSON (the samples)"}),
     log:
         "logs/figures/case_studies.log",
     benchmark:

@@ -18,12 +18,12 @@ def table1_inputs(wc):
     return {"ppl": files, "dirs": result_dirs(files)}
 
 
-rule table1_ppl:
+rule table1:
     input:
         unpack(table1_inputs),
     output:
-        tex="results/tables/table1_ppl.tex",
-        csv="results/tables/table1_ppl.csv",
+        tex=report("results/tables/table1_ppl.tex", **REPORT["table1"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table1_ppl.csv", **REPORT["table1"], labels={"file": "CSV"}),
     log:
         "logs/tables/table1_ppl.log",
     params:
@@ -40,12 +40,12 @@ def table2_inputs(wc):
     return {**files, "dirs": result_dirs(files["genppl"] + files["samples"])}
 
 
-rule table2_genppl:
+rule table2:
     input:
         unpack(table2_inputs),
     output:
-        tex="results/tables/table2_genppl.tex",
-        csv="results/tables/table2_genppl.csv",
+        tex=report("results/tables/table2_genppl.tex", **REPORT["table2"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table2_genppl.csv", **REPORT["table2"], labels={"file": "CSV"}),
     log:
         "logs/tables/table2_genppl.log",
     params:
@@ -63,8 +63,8 @@ rule table2_genppl:
 rule partition_check:
     # brute-force check of the paper's closed-form partition (V=3, L=4, every reveal pattern)
     output:
-        csv="results/tables/partition_check.csv",
-        tex="results/tables/partition_check.tex",
+        csv=report("results/tables/partition_check.csv", **REPORT["partition_check"], labels={"file": "CSV"}),
+        tex=report("results/tables/partition_check.tex", **REPORT["partition_check"], labels={"file": "LaTeX"}),
     log:
         "logs/tables/partition_check.log",
     localrule: True
@@ -93,9 +93,9 @@ rule paper_vs_ours:
         values=os.path.join(workflow.basedir, "config", "paper_values.yaml"),
         **paper_vs_ours_tables(),
     output:
-        md="results/tables/paper_vs_ours.md",
-        tex="results/tables/paper_vs_ours.tex",
-        csv="results/tables/paper_vs_ours.csv",
+        md=report("results/tables/paper_vs_ours.md", **REPORT["paper_vs_ours"], labels={"file": "Markdown"}),
+        tex=report("results/tables/paper_vs_ours.tex", **REPORT["paper_vs_ours"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/paper_vs_ours.csv", **REPORT["paper_vs_ours"], labels={"file": "CSV (long)"}),
     log:
         "logs/tables/paper_vs_ours.log",
     params:

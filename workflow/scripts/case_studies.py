@@ -1,4 +1,4 @@
-"""Rule case_studies: the paper's four appendix case figures from toy-world samples, picked by exact pi."""
+"""Rule cases: the paper's four appendix case figures from toy-world samples, picked by exact pi."""
 
 from pathlib import Path
 

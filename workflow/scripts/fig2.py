@@ -1,4 +1,4 @@
-"""Rule fig2_ablation: Figure 2 (energy ablation per AR context) from results/genppl/."""
+"""Rule fig2: Figure 2 (energy ablation per AR context) from results/genppl/."""
 
 import matplotlib
 

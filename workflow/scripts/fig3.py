@@ -1,4 +1,4 @@
-"""Rule fig3_tradeoff: Figure 3 (K and w sweeps, Gen PPL / entropy vs wall-clock) from results/genppl/ and
+"""Rule fig3: Figure 3 (K and w sweeps, Gen PPL / entropy vs wall-clock) from results/genppl/ and
 results/timing/, and the summary of the paper's three claims."""
 
 import matplotlib

@@ -1,4 +1,4 @@
-"""Rule fig4_dllm_tradeoff: Figure 4 (accuracy vs throughput) from the fig4 sweep's lm-eval results."""
+"""Rule fig4: Figure 4 (accuracy vs throughput) from the fig4 sweep's lm-eval results."""
 
 import matplotlib
 

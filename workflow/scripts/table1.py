@@ -1,4 +1,4 @@
-"""Rule table1_ppl: Table 1 (perplexity per domain) as LaTeX and CSV from results/ppl/*.json."""
+"""Rule table1: Table 1 (perplexity per domain) as LaTeX and CSV from results/ppl/*.json."""
 
 from unie.pipeline.rule import job
 

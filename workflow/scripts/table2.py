@@ -1,4 +1,4 @@
-"""Rule table2_genppl: Table 2 (Gen PPL per step count and evaluator, entropy) from results/genppl/."""
+"""Rule table2: Table 2 (Gen PPL per step count and evaluator, entropy) from results/genppl/."""
 
 from unie.pipeline.rule import job
 

@@ -1,4 +1,4 @@
-"""Rules table3_dllm and table_app_dllm_full: Table 3 and the appendix's full table (accuracy per benchmark,
+"""Rules table3 and table_app_dllm_full: Table 3 and the appendix's full table (accuracy per benchmark,
 deltas to the backbone) from lm-eval's result JSONs; the rule's ``rows`` param says which rows."""
 
 from unie.pipeline.rule import job

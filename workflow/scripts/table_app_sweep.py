@@ -1,4 +1,4 @@
-"""Rule table_app_sweep: an appendix k/w table from its sweep's lm-eval results."""
+"""Rules table_app_k, table_app_w: an appendix k or w table from its sweep's lm-eval results."""
 
 from unie.pipeline.rule import job
 

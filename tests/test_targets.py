@@ -1,0 +1,52 @@
+"""The named targets (unie.pipeline.targets): each one the README documents resolves, is the rule that writes
+its files (so `snakemake -f NAME` reruns it), and has its section and caption in `snakemake --report`."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unie.pipeline.targets import TARGETS, readme_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_targets() -> dict[str, str]:
+    """The README's "## Targets" table: first column `name` -> the rest of its row."""
+    text = (REPO / "README.md").read_text()
+    assert "\n## Targets" in text, "README.md has no '## Targets' section (python -m unie.pipeline.targets --readme)"
+    section = text.split("\n## Targets", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\|\s*`([\w-]+)`\s*\|(.*)$", section, re.M)}
+
+
+def test_readme_documents_exactly_the_targets():
+    rows = readme_targets()
+    assert list(rows) == list(TARGETS), f"README's Targets table != unie.pipeline.targets:\n{readme_table()}"
+    for name, rest in rows.items():
+        assert TARGETS[name].output in rest, (name, rest)
+
+
+def test_every_target_resolves_to_the_rule_that_writes_it(tmp_path):
+    pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores",
+           "2", *TARGETS]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    blocks = dict(re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", r.stdout, re.M))
+    for name, t in TARGETS.items():
+        assert name in blocks, f"no job of rule {name!r}: `snakemake {name}` does not resolve"
+        if name != "all":  # `-f NAME` forces the job of rule NAME: it must write the files, not only ask for them
+            out = re.search(r"^\s+output: (.*)$", blocks[name], re.M)
+            assert out and t.output in out.group(1).split(", "), (name, blocks[name])
+
+
+def test_report_sections_and_captions():
+    smk = "\n".join(p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk")))
+    used = set(re.findall(r'report\([^)]*\*\*REPORT\["(\w+)"\]', smk))
+    assert "report(" in smk and used == {n for n, t in TARGETS.items() if t.category}
+    for name in used:
+        caption = REPO / TARGETS[name].caption
+        assert caption.is_file() and len(caption.read_text().split()) > 20, caption
+    assert sorted(p.stem for p in (REPO / "workflow" / "report").glob("*.rst")) == sorted(used)

@@ -1,0 +1,103 @@
+"""The workflow's named targets, in one place: the README's "Targets" table, the rule names of the Snakefile and
+workflow/rules/*.smk, and the sections of ``snakemake --report`` are checked against this table
+(tests/test_targets.py).
+
+Every name but ``all`` is the rule that writes the files, so ``snakemake --cores 2 -f NAME`` reruns that rule
+(Snakemake's ``-f`` forces the job of a target rule, never its inputs: an alias rule with only inputs would rerun
+nothing).  ``all`` is the default target (every table and figure of the profile except ``bench``); to rewrite
+every table and figure from the existing results, force their rules:
+``snakemake --cores 2 -f $(python -m unie.pipeline.targets)`` (the default profile's; ``--profile paper`` for the
+paper profile's).
+
+``report``: the section of ``snakemake --report report.html`` (category, subcategory) and the caption file in
+workflow/report/ (``{name}.rst``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    output: str  # the main file (the rule writes the others beside it)
+    what: str  # one line, for the README's table and `unie targets --long`
+    category: str | None = None  # the report's category; None: not in the report (`all`)
+    subcategory: str | None = None
+    profiles: str = "both"  # "toy": only the default profile (toy world) writes it
+
+    @property
+    def caption(self) -> str:
+        return f"workflow/report/{self.name}.rst"
+
+
+MAIN_TABLES, MAIN_FIGURES, APPENDIX, COMPARE, BENCH = (
+    "1. Tables (main text)", "2. Figures (main text)", "3. Appendix", "4. Paper vs ours", "5. Sampler benchmark")
+
+TARGETS: dict[str, Target] = {t.name: t for t in [
+    Target("all", "results/tables/paper_vs_ours.md",
+           "the default target: every table and figure below except `bench`"),
+    Target("table1", "results/tables/table1_ppl.tex",
+           "Table 1: perplexity on the test split of 8 domains", MAIN_TABLES, "Table 1: perplexity"),
+    Target("table2", "results/tables/table2_genppl.tex",
+           "Table 2: generative perplexity and entropy vs sampling steps", MAIN_TABLES,
+           "Table 2: generative perplexity"),
+    Target("table3", "results/tables/table3_dllm.tex",
+           "Table 3: DLLM benchmark accuracy (lm-eval)", MAIN_TABLES, "Table 3: DLLM benchmarks"),
+    Target("fig2", "results/figures/fig2_ablation.png",
+           "Figure 2: energy ablation (Gen PPL vs steps)", MAIN_FIGURES, "Figure 2: energy ablation"),
+    Target("fig3", "results/figures/fig3_tradeoff.png",
+           "Figure 3: k and w sweeps, quality vs wall-clock", MAIN_FIGURES, "Figure 3: k, w and wall-clock"),
+    Target("fig4", "results/figures/fig4_dllm_tradeoff.png",
+           "Figure 4: DLLM accuracy vs throughput", MAIN_FIGURES, "Figure 4: DLLM accuracy vs throughput"),
+    Target("cases", "results/figures/case_non_independent.png",
+           "the four appendix case studies (toy profile)", APPENDIX, "Case studies", profiles="toy"),
+    Target("partition_check", "results/tables/partition_check.tex",
+           "brute-force check of the closed-form partition function (toy profile)", APPENDIX,
+           "Partition function check", profiles="toy"),
+    Target("table_app_dllm_full", "results/tables/table_app_dllm_full.tex",
+           "appendix: the full DLLM benchmark table", APPENDIX, "Full DLLM benchmark table"),
+    Target("table_app_k", "results/tables/table_app_k.tex",
+           "appendix: Uni-Energy's candidate size k (accuracy, throughput)", APPENDIX, "Candidate size k"),
+    Target("table_app_w", "results/tables/table_app_w.tex",
+           "appendix: Uni-Energy's window w (accuracy, throughput)", APPENDIX, "Window w"),
+    Target("paper_vs_ours", "results/tables/paper_vs_ours.md",
+           "the paper's numbers beside ours", COMPARE, "Every table"),
+    Target("bench", "results/bench/sampler.md",
+           "the sampler benchmark (not part of `all`)", BENCH, "Algorithm 2, Uni-E vs AR, training"),
+    Target("docs", "results/docs/results.md",
+           "every table as Markdown, generated (not part of `all`; `docs/results.md` is a copy from a default run)"),
+]}
+
+# the rules `snakemake -f` reruns to rewrite every table and figure of `all` from the existing results
+RULES = [name for name in TARGETS if name not in ("all", "bench", "docs")]
+
+
+def report_args(name: str, basedir: str = "..") -> dict:
+    """The keyword arguments of Snakemake's ``report()`` for target ``name``'s files: the caption (a path
+    relative to workflow/rules/, where the rules are defined), the category and the subcategory."""
+    t = TARGETS[name]
+    return {"caption": f"{basedir}/report/{t.name}.rst", "category": t.category, "subcategory": t.subcategory}
+
+
+def readme_table() -> str:
+    """The README's "Targets" table (markdown), generated from TARGETS."""
+    rows = ["| target | main file | what |", "|---|---|---|"]
+    rows += [f"| `{t.name}` | `{t.output}` | {t.what} |" for t in TARGETS.values()]
+    return "\n".join(rows)
+
+
+def rules_of(profile: str = "toy") -> list[str]:
+    """The target rules of ``all`` in a profile ("toy": the default profile, "paper")."""
+    return [n for n in RULES if profile == "toy" or TARGETS[n].profiles == "both"]
+
+
+if __name__ == "__main__":  # python -m unie.pipeline.targets [--profile paper]: the rule names, for snakemake -f
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m unie.pipeline.targets", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", choices=["toy", "paper"], default="toy")
+    p.add_argument("--readme", action="store_true", help="print the README's Targets table instead")
+    args = p.parse_args()
+    print(readme_table() if args.readme else " ".join(rules_of(args.profile)))
