@@ -161,7 +161,7 @@ def check_arch_train(spec: dict, where: str) -> None:
     wrong type or a value the dataclass refuses names its config key, before any job starts."""
     from ..core.config import ModelConfig, TrainConfig
 
-    _options(TrainConfig, spec["train"], f"config key '{where}.train'")
+    _options(TrainConfig, spec["train"], f"{where}.train")
     arch = dict(spec["arch"])
     for fixed in ("vocab_size", "max_len", "causal"):  # set by the workflow from the tokenizer, data and method
         if fixed in arch:
@@ -169,7 +169,7 @@ def check_arch_train(spec: dict, where: str) -> None:
     d, h = arch.get("d_model", 0), arch.get("n_heads", 1)
     if isinstance(d, int) and isinstance(h, int) and h > 0 and (d % h or (d // h) % 2):
         _err(f"{where}.arch", f"d_model={d} must be divisible by n_heads={h} into an even head size")
-    _options(ModelConfig, {**arch, "vocab_size": 2}, f"config key '{where}.arch'")
+    _options(ModelConfig, {**arch, "vocab_size": 2}, f"{where}.arch")
 
 
 def method_options(config: dict, name: str):
