@@ -14,20 +14,21 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-from unie.pipeline.checks import coerce_cli_config
 from unie.pipeline.damage import set_aside_damaged
+from unie.pipeline.profile import resolve_config
 
 
-# The default profile, unless the command line names another config file (which then replaces it instead of being
-# merged into it, so no toy-world key can leak into another profile).  `--config key=value` alone overrides keys of
-# the default profile (snakemake -n --config seed=1).
-if not workflow.overwrite_configfiles:
-
-    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
-
-
-# `--config 'resources={train: {runtime: 30}}'`: Snakemake reads nested values as strings; read them as YAML
-coerce_cli_config(config, dict(workflow.config_settings.config))
+# WHAT is run (config/experiments.yaml, the grid) under HOW BIG (a profile: config/config.yaml unless the command
+# line names config files, which then replace it so no toy-world key leaks into another profile), then
+# `--config key=value` overrides (nested values read as YAML: snakemake -n --config seed=1).  One function does the
+# merge (unie.pipeline.profile.resolve_config, also behind `unie check-config --resolved`); the result is validated.
+_resolved = resolve_config(
+    workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")],
+    dict(workflow.config_settings.config),
+    grid=os.path.join(workflow.basedir, "config", "experiments.yaml"),
+)
+config.clear()
+config.update(_resolved)
 validate(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 
 # A damaged output (weights, tokens whose bytes differ from the hash recorded when they were written) is set aside

@@ -15,6 +15,7 @@ import yaml
 from unie.eval import code_exec
 from unie.eval.code_exec import CodeExecutionRefused, load_test_cases, pass_at_1
 from unie.pipeline.tasks import lcb_prompt, write_local_tasks
+from unie.pipeline.profile import resolve_config
 
 
 def _compress(tests) -> str:  # LiveCodeBench's private-test format
@@ -123,7 +124,7 @@ def test_paper_config_must_grant_code_execution():
     from unie.core.config import ConfigError
     from unie.pipeline.checks import check_dllm
 
-    cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "paper.yaml").read_text())
+    cfg = resolve_config([Path(__file__).parents[1] / "config" / "paper.yaml"])
     check_dllm(cfg)
     cfg["dllm"]["tasks"]["allow_code_execution"] = False
     with pytest.raises(ConfigError, match="dllm.tasks.allow_code_execution"):
@@ -134,7 +135,7 @@ def test_paper_config_must_grant_code_execution():
     cfg["dllm"]["tasks"]["columns"]["mbpp"] = "MBPP"
     with pytest.raises(ConfigError, match=r"\['mbpp'\] execute model-written code"):
         check_dllm(cfg)
-    cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "paper.yaml").read_text())
+    cfg = resolve_config([Path(__file__).parents[1] / "config" / "paper.yaml"])
     cfg["dllm"]["tasks"]["local"]["livecodebench_v2"]["max_gen_toks"] = 1024
     with pytest.raises(ConfigError, match="max_gen_toks"):
         check_dllm(cfg)

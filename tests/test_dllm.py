@@ -32,6 +32,7 @@ from unie.dllm.energy import DLLMEnergyOptions, energy_decode, in_window
 from unie.energy.energies import energy as energy_fn
 from unie.methods.ar import AR
 from unie.models.transformer import Transformer
+from unie.pipeline.profile import resolve_config
 
 WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",
          "sort", "then", "A", "B"]
@@ -444,7 +445,7 @@ def test_bad_dllm_config_names_the_key(mutate, expected):
 
     from unie.pipeline.checks import check_dllm
 
-    cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "smoke.yaml").read_text())
+    cfg = resolve_config([Path(__file__).parents[1] / "config" / "smoke.yaml"])
     check_dllm(cfg)
     bad = copy.deepcopy(cfg)
     mutate(bad["dllm"])

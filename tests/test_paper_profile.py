@@ -28,6 +28,7 @@ from unie.data import hf as hf_data
 from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
 from unie.data.detokenize import (DETOKENIZERS, lambada_detokenizer, lm1b_detokenizer, ptb_detokenizer,
                              scientific_papers_detokenizer, wikitext_detokenizer)
+from unie.pipeline.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
@@ -423,7 +424,7 @@ def test_hf_evaluator_matches_manual_nll_and_eos_rule(tiny_gpt2_dir):
 
 
 def _paper_config() -> dict:
-    return yaml.safe_load(PAPER.read_text())
+    return resolve_config([PAPER])
 
 
 def test_paper_config_passes_schema_and_check_config():
@@ -435,7 +436,7 @@ def test_paper_config_passes_schema_and_check_config():
     cfg = _paper_config()
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     check_config(cfg)
-    toy = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    toy = resolve_config()
     assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models", "slurm_partitions", "max_runtime"}  # same structure
     assert list(cfg["tables"]["table2_genppl"]) == [r for r in toy["tables"]["table2_genppl"]]  # same rows
     assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])

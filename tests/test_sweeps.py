@@ -11,8 +11,9 @@ import yaml
 from unie.core.config import ConfigError
 from unie.pipeline.checks import check_dllm
 from unie.dllm.rows import row_model_args, sweep_points
+from unie.pipeline.profile import resolve_config
 
-SMOKE = yaml.safe_load((Path(__file__).parents[1] / "config" / "smoke.yaml").read_text())
+SMOKE = resolve_config([Path(__file__).parents[1] / "config" / "smoke.yaml"])
 
 
 def test_points_vary_one_option_of_their_curve():

@@ -10,6 +10,7 @@ import yaml
 from unie.core.config import ConfigError
 from unie.eval.timing import time_generation
 from unie.pipeline.checks import check_config, expand_config, fig3_runs
+from unie.pipeline.profile import resolve_config
 
 
 def test_time_generation_excludes_warmup_and_takes_the_median(monkeypatch):
@@ -34,7 +35,7 @@ def test_time_generation_excludes_warmup_and_takes_the_median(monkeypatch):
 def _config():
     from pathlib import Path
 
-    return yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
+    return resolve_config()
 
 
 def test_fig3_runs_reuse_table2_and_generate_the_rest():

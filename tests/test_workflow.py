@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 import yaml
+from unie.pipeline.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "config" / "smoke.yaml"
@@ -54,7 +55,7 @@ def smoke_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_smoke_outputs(smoke_run):
-    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg = resolve_config([SMOKE])
     tables = smoke_run / "results" / "tables"
     for name in ("table1_ppl", "table2_genppl"):
         first, second = (tables / f"{name}.tex").read_text().splitlines()[:2]  # the packages, then one float
@@ -114,7 +115,7 @@ def test_smoke_outputs(smoke_run):
 
 @pytest.mark.slow
 def test_fig3_and_timing(smoke_run):
-    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg = resolve_config([SMOKE])
     fig_cfg = cfg["figures"]["fig3_tradeoff"]
     figs = smoke_run / "results" / "figures"
     for ext in ("pdf", "png"):
@@ -173,7 +174,7 @@ def test_case_studies(smoke_run):
             assert (figs / f"case_{case}.{ext}").stat().st_size > 0
     rec = json.loads((figs / "case_studies.json").read_text())
     dep, inv = rec["cases"]["dependency"], rec["cases"]["invariance"]
-    n = yaml.safe_load(SMOKE.read_text())["figures"]["case_studies"]["n_samples"]
+    n = resolve_config([SMOKE])["figures"]["case_studies"]["n_samples"]
     assert dep["n"] == inv["n"] == n and 0 <= dep["n_avoided"] <= dep["n_errors"] <= n
     mdlm, uni = rec["cases"]["non_independent"], rec["cases"]["independent"]
     assert mdlm["row"] == uni["row"] == dep["index"] and mdlm["model"] == "MDLM" and uni["model"] == "Uni-E"
@@ -187,7 +188,7 @@ def test_bench_target(smoke_run):
     """`snakemake bench`: the ratios and their analytic limits, measured in one run (consistent with each other)."""
     smk("bench", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
     r = json.loads((smoke_run / "results" / "bench" / "sampler.json").read_text())
-    cfg = yaml.safe_load(SMOKE.read_text())["bench"]
+    cfg = resolve_config([SMOKE])["bench"]
     assert r["P"] == cfg["K"] + 1 and r["threads"] == 2 and r["batch_size"] == cfg["batch_size"]
     # every ratio and limit is the median over interleaved rounds of that round's own ratio
     rounds = r["rounds"]
@@ -204,7 +205,7 @@ def test_bench_target(smoke_run):
     assert ws["measured"] > 1
     assert 0 < ws["rows_scored"] <= 1 and r["train_tokens_per_s"] > 0
     eq = r["equal_quality"]
-    assert [u["steps"] for u in eq["uni"]] == sorted(yaml.safe_load(SMOKE.read_text())["sampling"]["steps"])
+    assert [u["steps"] for u in eq["uni"]] == sorted(resolve_config([SMOKE])["sampling"]["steps"])
     assert (eq["steps"] is None) == (min(u["genppl"] for u in eq["uni"]) > eq["ar_genppl"])
     md = (smoke_run / "results" / "bench" / "sampler.md").read_text()
     assert f"{ws['measured']:.3f}" in md and f"{ws['limit']:.3f}" in md
@@ -216,7 +217,7 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
     from unie.data.corpus import load_tokens
     from unie.pipeline.sample import SampleJob, run_sampler
 
-    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg = resolve_config([SMOKE])
     assert cfg["sampling"]["job"] == "run"
     models = smoke_run / "results" / "models"
     run = "uni_edlm_ar"
@@ -240,7 +241,7 @@ def test_rerun_is_noop_and_targeted(smoke_run):
     r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
     assert r.returncode == 0
     assert "Nothing to be done" in r.stdout + r.stderr
-    steps = yaml.safe_load(SMOKE.read_text())["sampling"]["steps"][-1]
+    steps = resolve_config([SMOKE])["sampling"]["steps"][-1]
     target = smoke_run / "results" / "samples" / "mdlm" / f"steps{steps}.parquet"
     target.unlink()
     r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
@@ -276,7 +277,7 @@ def test_notebook_reads_results(smoke_run):
 
 
 def _bad_config(tmp_path, mutate) -> subprocess.CompletedProcess:
-    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg = yaml.safe_load(SMOKE.read_text())  # the profile overlay
     mutate(cfg)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -289,11 +290,14 @@ def _bad_config(tmp_path, mutate) -> subprocess.CompletedProcess:
         (lambda c: c["models"]["mdlm"]["train"].update(stepz=3), "stepz"),
         (lambda c: c["models"]["mdlm"]["train"].update(steps="many"), "many"),
         (lambda c: c.update(sampling_typo=1), "sampling_typo"),
-        (lambda c: c["sampling"]["runs"]["mdlm"]["models"].update(dlm="mdlmm"), "sampling.runs.mdlm.models.dlm"),
+        # a profile is an overlay of config/experiments.yaml: a change to the grid is refused, naming the key
+        (lambda c: c.update(sampling={"runs": {"mdlm": {"models": {"dlm": "mdlmm"}}}}), "sampling.runs.mdlm.models.dlm"),
         (lambda c: c["models"]["mdlm"].update(method="mdlmx"), "models.mdlm.method"),
-        (lambda c: c["genppl"]["evaluators"]["ar"].update(model="nope"), "genppl.evaluators.ar.model"),
+        (lambda c: c["genppl"].update(evaluators={"exact": {"kind": "exact", "label": "pi"},
+                                                  "ar": {"kind": "model", "model": "nope", "label": "AR"}}),
+         "genppl.evaluators.ar.model"),
         (lambda c: c["data"]["domains"].append("klingon"), "klingon"),
-        (lambda c: c["tables"]["table2_genppl"].update(Foo="foo"), "tables.table2_genppl.Foo"),
+        (lambda c: c.update(tables={"table2_genppl": {"Foo": "foo"}}), "tables.table2_genppl.Foo"),
     ],
     ids=["unknown-key", "wrong-type", "unknown-top-level", "unknown-model", "unknown-method", "unknown-evaluator",
          "unknown-domain", "unknown-run"],
@@ -338,7 +342,7 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     assert "+CoRe$^{\\dagger}$" in tex and tex.count("our reading of its neighbour-stability test") == 1
     # the appendix's full table: every row, the appendix-only one too; Table 3 without it, the shared cells equal
     full = pd.read_csv(smoke_run / "results" / "tables" / "table_app_dllm_full.csv")
-    assert list(full.row.unique()) == list(yaml.safe_load(SMOKE.read_text())["dllm"]["rows"])
+    assert list(full.row.unique()) == list(resolve_config([SMOKE])["dllm"]["rows"])
     assert "proxy_appendix" in set(full.row) and "proxy_appendix" not in rows
     shared = full[full.row != "proxy_appendix"].reset_index(drop=True)
     pd.testing.assert_frame_equal(shared, df.reset_index(drop=True))
@@ -349,7 +353,7 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
     """Figure 4's points and the appendix k/w tables come from one lm-eval run per sweep point (its results JSON
     kept byte for byte), each point's decoder differs only in the varied option, and every point's throughput
     is the adapter's (warm-up excluded, the config's batch size)."""
-    cfg = yaml.safe_load(SMOKE.read_text())["dllm"]
+    cfg = resolve_config([SMOKE])["dllm"]
     for sweep, curves in cfg["sweeps"]["sets"].items():
         d = smoke_run / "results" / "dllm" / "sweeps" / sweep
         pts = json.loads((d / "points.json").read_text())

@@ -62,21 +62,28 @@ def cmd_list(args) -> int:
 
 
 def cmd_check_config(args) -> int:
+    """Validate a profile (the grid of config/experiments.yaml under the profile file(s), as the Snakefile
+    resolves them) without running anything; ``--resolved`` prints the effective configuration as YAML."""
     import yaml
     from snakemake.utils import validate
 
-    from .core.config import ConfigError
     from .pipeline.checks import check_config, expand_config
+    from .pipeline.profile import resolve_config
 
-    config = yaml.safe_load(Path(args.config).read_text())
+    files = [*(args.config or []), *(args.configfile or [])]
+    name = ", ".join(files) or "config/config.yaml"
     try:
+        config = resolve_config(files or None)
+        if args.resolved:  # the configuration as written (before the generated figure runs are added)
+            print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=120), end="")
         validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
         expand_config(config)
         check_config(config)
-    except (ConfigError, Exception) as e:  # snakemake's WorkflowError for schema violations
-        print(f"{args.config}: {e}", file=sys.stderr)
+    except Exception as e:  # ConfigError, snakemake's WorkflowError for schema violations
+        print(f"{name}: {e}", file=sys.stderr)
         return 1
-    print(f"{args.config}: ok ({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs)")
+    summary = f"{name}: ok ({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs)"
+    print(("# " if args.resolved else "") + summary, file=sys.stderr if args.resolved else sys.stdout)
     return 0
 
 
@@ -140,8 +147,10 @@ def main(argv=None) -> int:
                                     "evaluators")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_list)
-    s = sub.add_parser("check-config", help="validate a workflow config without running anything")
-    s.add_argument("config")
+    s = sub.add_parser("check-config", help="validate a workflow profile without running anything (--resolved: print it)")
+    s.add_argument("config", nargs="*", help="profile file(s) over config/experiments.yaml (default config/config.yaml)")
+    s.add_argument("--configfile", action="append", help="the same as a positional file (as snakemake spells it)")
+    s.add_argument("--resolved", action="store_true", help="print the effective configuration as YAML")
     s.set_defaults(fn=cmd_check_config)
     s = sub.add_parser("sample", help="sample from trained checkpoints (results/models/<name>) and print the text")
     s.add_argument("--sampler", required=True, help="a registered sampler (unie list)")

@@ -110,6 +110,13 @@ def make_options(cls, options=None, where: str | None = None, **kwargs):
     return from_dict(cls, options if options is not None else kwargs, where or cls.__name__)
 
 
+def _at_least(obj, **minimum) -> None:
+    """The fields named have at least the given values (the dataclass is the one home of these bounds)."""
+    for name, low in minimum.items():
+        if getattr(obj, name) < low:
+            raise ConfigError(f"{type(obj).__name__}: {name}={getattr(obj, name)} must be >= {low}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Transformer size.  ``causal`` picks the AR use; ``cond_dim > 0`` adds adaLN time conditioning."""
@@ -125,6 +132,9 @@ class ModelConfig:
     cond_dim: int = 0
 
     def __post_init__(self):
+        _at_least(self, d_model=8, n_layers=1, n_heads=1, mlp_ratio=1, cond_dim=0, max_len=1, vocab_size=1)
+        if not 0 <= self.dropout <= 1:
+            raise ConfigError(f"ModelConfig: dropout={self.dropout} is not in [0, 1]")
         if self.d_model % self.n_heads:
             raise ConfigError(f"ModelConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if (self.d_model // self.n_heads) % 2:
@@ -156,6 +166,12 @@ class TrainConfig:
     shards: int | None = None
 
     def __post_init__(self):
+        _at_least(self, steps=1, batch_size=1, warmup=0, ckpt_every=1, log_every=1)
+        if not (self.lr > 0 and self.grad_clip > 0 and self.weight_decay >= 0 and 0 <= self.ema <= 1):
+            raise ValueError(f"TrainConfig: lr={self.lr} and grad_clip={self.grad_clip} must be > 0, weight_decay="
+                             f"{self.weight_decay} >= 0 and ema={self.ema} in [0, 1]")
+        if len(self.betas) != 2:
+            raise ValueError(f"TrainConfig: betas={list(self.betas)} must be two numbers")
         if self.length_buckets < 1:
             raise ValueError(f"length_buckets must be >= 1, got {self.length_buckets}")
         if self.shards is not None and self.shards < 1:

@@ -155,6 +155,23 @@ def expand_config(config: dict) -> None:
         config["sampling"]["runs"][name] = spec
 
 
+def check_arch_train(spec: dict, where: str) -> None:
+    """A model's ``arch`` and ``train`` blocks against :class:`~unie.core.config.ModelConfig` and
+    :class:`~unie.core.config.TrainConfig` (the single home of their keys, types and defaults): an unknown key, a
+    wrong type or a value the dataclass refuses names its config key, before any job starts."""
+    from ..core.config import ModelConfig, TrainConfig
+
+    _options(TrainConfig, spec["train"], f"{where}.train")
+    arch = dict(spec["arch"])
+    for fixed in ("vocab_size", "max_len", "causal"):  # set by the workflow from the tokenizer, data and method
+        if fixed in arch:
+            _err(f"{where}.arch.{fixed}", "is set by the workflow (tokenizer, data.seq_len, method), not the config")
+    d, h = arch.get("d_model", 0), arch.get("n_heads", 1)
+    if isinstance(d, int) and isinstance(h, int) and h > 0 and (d % h or (d // h) % 2):
+        _err(f"{where}.arch", f"d_model={d} must be divisible by n_heads={h} into an even head size")
+    _options(ModelConfig, {**arch, "vocab_size": 2}, f"{where}.arch")
+
+
 def method_options(config: dict, name: str):
     """The checked options object of model ``name`` (its method's ``Options`` dataclass)."""
     from ..core.registry import METHODS
@@ -241,9 +258,7 @@ def check_config(config: dict) -> None:
         method_options(config, name)
         if spec.get("init_from") is not None and spec["init_from"] not in models:
             _err(f"models.{name}.init_from", f"unknown model {spec['init_from']!r}")
-        d, h = spec["arch"]["d_model"], spec["arch"]["n_heads"]
-        if d % h or (d // h) % 2:
-            _err(f"models.{name}.arch", f"d_model={d} must be divisible by n_heads={h} into an even head size")
+        check_arch_train(spec, f"models.{name}")
     kinds = {name: model_kind(config, name) for name in models}
     for name, spec in models.items():
         cls = METHODS[spec["method"]]
@@ -365,7 +380,10 @@ def check_dllm(config: dict) -> None:
     d = config.get("dllm")
     if not d:
         return
-    toy_tasks = d["tasks"].get("source", "toy") == "toy"
+    from .settings import LmEvalSettings
+
+    lm_eval = LmEvalSettings.from_config(config)
+    toy_tasks = lm_eval.task_source == "toy"
     for i, t in enumerate(d["tasks"]["names"]):
         if toy_tasks and t not in TASKS:
             _err(f"dllm.tasks.names[{i}]", f"unknown task {t!r}; known: {', '.join(TASKS)}")
@@ -383,7 +401,7 @@ def check_dllm(config: dict) -> None:
 
     unsafe = [t for t, spec in local.items() if LOCAL_KINDS.get(spec.get("kind"), {}).get("unsafe_code", True)]
     unsafe += [t for t in d["tasks"]["names"] if not toy_tasks and t in BUILTIN_UNSAFE]
-    if unsafe and not d["tasks"].get("allow_code_execution", False):
+    if unsafe and not lm_eval.allow_code_execution:
         _err("dllm.tasks.allow_code_execution", f"{unsafe} execute model-written code; set it to true to grant that")
     gen = d.get("decoding", {}).get("gen_length")
     for t, spec in local.items():
@@ -401,6 +419,7 @@ def check_dllm(config: dict) -> None:
             _err(f"{where}.init_from", f"unknown model {init!r} (neither in dllm.models nor in models)")
         if init == name:
             _err(f"{where}.init_from", "a model cannot start from itself")
+        check_arch_train(spec, where)
     base = _options(DecodeOptions, d["decoding"], "dllm.decoding")
     energy = d.get("energy", {})
     hf = set(config.get("hf_models", {}))

@@ -169,8 +169,11 @@ def make_evaluator(ev: dict, path, tokenizer, eos_rule: str, domain: str, device
             raise ValueError(f"evaluator {path}: trained as {model.method_name!r}, not an AR model")
         return EVALUATORS["model"](tokenizer, model, eos_rule=eos_rule)
     if kind == "hf":
-        return load_hf_evaluator(path, eos_rule, ev.get("max_length", 1024), ev.get("dtype", "float32"), device,
-                                 ev.get("batch_size", 8))
+        from ..core.config import from_dict
+        from .settings import EvaluatorSettings
+
+        s = from_dict(EvaluatorSettings, ev, f"evaluator {ev.get('label')!r}")
+        return load_hf_evaluator(path, eos_rule, s.max_length, s.dtype, device, s.batch_size)
     raise KeyError(EVALUATORS.unknown_message(kind))
 
 

@@ -1,0 +1,205 @@
+"""One configuration from two kinds of file: the experiment grid (*what* is run) and a profile (*how big*).
+
+``config/experiments.yaml`` holds the grid once: the rows of every table, the sampling runs, the likelihood
+estimators, the figures and case studies, the bench, the DLLM rows and sweeps.  A profile
+(``config/config.yaml``, ``config/smoke.yaml``, ``config/paper.yaml``) is an overlay of sizes, steps, resources,
+device and data.  :func:`resolve_config` merges grid <- profile file(s) <- ``--config`` overrides; it is the only
+place that does, used by the Snakefile, ``unie check-config`` and the tests.
+
+What a profile may write is listed here, once:
+
+* :data:`PROFILE_KEYS`: settings a profile sets (merged key by key over the grid);
+* :data:`PROFILE_CHOICES`: parts of the grid a profile may replace as a whole, each with its reason;
+* ``exclude:``: grid entries a profile does not run (keys of a mapping, items of a list), e.g. the rows that
+  need the toy world's exact distribution on real data.  It may only remove, never add or change.
+
+Any other key of a profile is a change to the grid and is refused with an error that names it.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+from pathlib import Path
+
+import yaml
+
+from ..core.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+GRID = REPO / "config" / "experiments.yaml"
+DEFAULT_PROFILE = REPO / "config" / "config.yaml"
+
+# Settings of a profile: dotted paths, `*` stands for one key.  A path covers everything below it.
+PROFILE_KEYS: tuple[str, ...] = (
+    # where and how it runs
+    "profile", "seed", "device", "threads", "resources", "slurm_partitions", "max_runtime",
+    # data, tokenizer and models (sizes, training schedules, recipes: models are built per profile)
+    "data", "tokenizer", "hf_models", "models",
+    # sizes and step counts of the evaluations
+    "ppl", "sampling.n_samples", "sampling.batch_size", "sampling.steps", "sampling.job",
+    "genppl.eos_rule",  # how Gen PPL scores <eos>: a property of the data (stationary toy windows vs documents)
+    "figures.*.evaluator",  # the oracle a profile has (exact pi on the toy world, an HF LM on real data)
+    "figures.*.n_samples", "figures.fig3_tradeoff.timing",
+    "bench.batch_size", "bench.steps", "bench.repeats", "bench.train_batch", "bench.train_steps",
+    # the DLLM half: sizes, tokenizers, trained models, lm-eval settings
+    "dllm.seed", "dllm.pretrain_texts", "dllm.bpe_vocab_size", "dllm.decoding", "dllm.batch_size",
+    "dllm.include_default_tasks", "dllm.limit", "dllm.models",
+    "dllm.tasks.n_train", "dllm.tasks.n_test", "dllm.tasks.seed", "dllm.tasks.source",
+    "dllm.tasks.allow_code_execution", "dllm.tasks.local", "dllm.tasks.metrics", "dllm.tasks.columns",
+)
+
+# Grid parts a profile may replace as a whole (the grid's value is dropped, not merged), and why.
+PROFILE_CHOICES: dict[str, str] = {
+    "genppl.evaluators": "the Gen PPL oracles depend on the world: exact pi and trained ARs on the toy world, "
+                         "Hugging Face LMs on real data",
+    "dllm.tasks.names": "the benchmarks depend on the world: toy tasks or lm-eval's built-in ones",
+    "dllm.rows": "Table 3's rows name the profile's backbones: the tiny DLLMs it trains, or Hugging Face "
+                 "checkpoints (paper); the smoke profile trains fewer of them",
+    "dllm.sweeps": "the sweeps name the profile's backbones (see dllm.rows) and fewer points in the smoke profile",
+}
+
+
+def load_yaml(path) -> dict:
+    data = yaml.safe_load(Path(path).read_text())
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _matches(path: tuple[str, ...], patterns) -> bool:
+    """Whether ``path`` or one of its prefixes matches a dotted pattern."""
+    for pattern in patterns:
+        parts = pattern.split(".")
+        if len(parts) <= len(path) and all(fnmatch.fnmatchcase(str(k), p) for k, p in zip(path, parts)):
+            return True
+    return False
+
+
+def _dotted(path) -> str:
+    return ".".join(str(k) for k in path)
+
+
+def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
+    """Refuse any key of ``overlay`` that is neither a profile setting nor a profile choice (it would change the
+    grid); the error names the key."""
+
+    def walk(node, path):
+        for key, value in node.items():
+            p = (*path, key)
+            if _matches(p, PROFILE_KEYS) or _matches(p, PROFILE_CHOICES):
+                continue
+            if isinstance(value, dict) and value:
+                walk(value, p)
+                continue
+            raise ConfigError(
+                f"{where}: key '{_dotted(p)}' is part of the experiment grid ({GRID.name}), which a profile does "
+                f"not change; a profile sets sizes, steps, resources, device and data "
+                f"(unie.pipeline.profile.PROFILE_KEYS), replaces {', '.join(PROFILE_CHOICES)} as a whole, or drops "
+                f"grid entries with `exclude:`")
+
+    walk({k: v for k, v in overlay.items() if k != "exclude"}, ())
+
+
+def apply_exclude(config: dict, exclude, where: str = "profile", path: tuple = ()) -> None:
+    """Drop grid entries in place.  At a mapping, ``exclude`` is a list of keys to drop or a mapping of
+    key -> ``true`` (drop it) / a nested exclude; at a list, it is the list of items to drop.  Every entry named
+    must exist (so a renamed grid entry cannot be silently kept)."""
+    at = f"{where}: exclude.{_dotted(path)}" if path else f"{where}: exclude"
+    if isinstance(config, list):
+        if not isinstance(exclude, list):
+            raise ConfigError(f"{at}: the grid value is a list; give the items to drop as a list")
+        for item in exclude:
+            if item not in config:
+                raise ConfigError(f"{at}: {item!r} is not in the grid's list {config}")
+        config[:] = [v for v in config if v not in exclude]
+        return
+    if not isinstance(config, dict):
+        raise ConfigError(f"{at}: the grid value {config!r} has no entries to drop")
+    entries = {k: True for k in exclude} if isinstance(exclude, list) else exclude
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{at}: expected a list of keys or a mapping, got {exclude!r}")
+    for key, sub in entries.items():
+        if key not in config:
+            raise ConfigError(f"{at}: {key!r} is not in the grid (known: {', '.join(map(str, config))})")
+        if sub is True:
+            del config[key]
+        else:
+            apply_exclude(config[key], sub, where, (*path, key))
+
+
+def merge(base: dict, overlay: dict, replace=(), path: tuple = (), mixed: set | None = None) -> dict:
+    """``overlay`` merged into a copy of ``base``, mapping by mapping; lists, scalars and the paths matched by
+    ``replace`` are taken whole from ``overlay``.  ``mixed`` collects the paths of the mappings that got keys
+    from both."""
+    out = dict(base)
+    if mixed is not None and set(overlay) - set(base) and set(base):
+        mixed.add(path)
+    for key, value in overlay.items():
+        p = (*path, key)
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not _matches(p, replace):
+            out[key] = merge(out[key], value, replace, p, mixed)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=None) -> dict:
+    """The effective configuration: the grid (``config/experiments.yaml``), then each profile file in order
+    (``config/config.yaml`` when none is given; a later file wins), then ``cli_overrides`` (Snakemake's
+    ``--config``, nested values read as YAML), not yet validated against the schema.
+
+    Each profile file is checked on its own: only :data:`PROFILE_KEYS` and :data:`PROFILE_CHOICES`, plus
+    ``exclude:`` (applied after the merge).  ``--config`` may override any key."""
+    from .checks import coerce_cli_config
+
+    grid_path = Path(grid) if grid is not None else GRID
+    config = copy.deepcopy(load_yaml(grid_path))
+    files = [Path(f) for f in (profile_files or [])] or [DEFAULT_PROFILE]
+    mixed: set = set()  # mappings with keys from the grid and from a profile: put in the schema's order
+    for f in files:
+        overlay = load_yaml(f)
+        check_overlay(overlay, config, str(f))
+        exclude = overlay.get("exclude")
+        config = merge(config, {k: v for k, v in overlay.items() if k != "exclude"}, tuple(PROFILE_CHOICES),
+                       mixed=mixed)
+        if exclude:
+            apply_exclude(config, exclude, str(f))
+    if cli_overrides:
+        cli = copy.deepcopy(dict(cli_overrides))
+        config = merge(config, cli)
+        coerce_cli_config(config, cli)
+    return order_by_schema(config, load_yaml(SCHEMA), only=mixed)
+
+
+
+
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def order_by_schema(config, schema: dict, only: set | None = None, path: tuple = (), root: dict | None = None):
+    """``config`` with the keys of its mappings (those at the paths in ``only``, or all) in the order of the
+    schema's ``properties``; keys the schema does not list keep their order, after the listed ones.  A mapping
+    merged from the grid and a profile then has one canonical order whatever the split, so a rule's parameters
+    (a sub-dict of the config, compared by Snakemake as text) read the same as when one file held them."""
+    root = root if root is not None else schema
+    while isinstance(schema, dict) and "$ref" in schema:
+        node = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        schema = node
+    if not isinstance(config, dict) or not isinstance(schema, dict):
+        return config
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    keys = list(config)
+    if only is None or path in only:
+        keys = [k for k in props if k in config] + [k for k in config if k not in props]
+    return {k: order_by_schema(config[k], props[k] if k in props else extra if isinstance(extra, dict) else {},
+                               only, (*path, k), root) for k in keys}
+
+
+__all__ = ["GRID", "PROFILE_CHOICES", "PROFILE_KEYS", "apply_exclude", "check_overlay", "merge", "order_by_schema",
+           "resolve_config"]

@@ -1,0 +1,75 @@
+"""Workflow-level settings, parsed once from the resolved configuration into frozen dataclasses.
+
+Each optional setting has its default here and nowhere else: consumers read fields (``LmEvalSettings
+.from_config(config).allow_code_execution``) instead of ``config[...].get(key, default)``.  ``from_config`` goes
+through :func:`unie.core.config.from_dict`, so an unknown key or a wrong type names its config key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..core.config import from_dict
+
+
+@dataclass(frozen=True)
+class EvaluatorSettings:
+    """One Gen PPL evaluator (config ``genppl.evaluators.<name>``, a Table 2 column)."""
+
+    kind: Literal["exact", "model", "hf"]
+    label: str
+    model: str | None = None  # kind model: a key of `models`; kind hf: a key of `hf_models`
+    max_length: int = 1024  # hf: samples are re-encoded and truncated to this many evaluator tokens (MDLM: 1024)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # hf: the evaluator's weights (MDLM/EDLM: float32)
+    batch_size: int = 8  # hf: texts per forward pass
+
+    @classmethod
+    def from_config(cls, config: dict, name: str) -> "EvaluatorSettings":
+        return from_dict(cls, config["genppl"]["evaluators"][name], f"config key 'genppl.evaluators.{name}'")
+
+
+@dataclass(frozen=True)
+class LmEvalSettings:
+    """How lm-eval runs the DLLM half's rows and sweeps (config ``dllm``: its workflow-level scalars)."""
+
+    batch_size: int
+    seed: int = 0
+    include_default_tasks: bool = False  # index lm-eval's built-in tasks (paper) or only the local ones (toy)
+    limit: int | None = None  # documents per task (None: all)
+    task_source: Literal["toy", "builtin"] = "toy"  # dllm.tasks.source
+    allow_code_execution: bool = False  # dllm.tasks.allow_code_execution: lm-eval's --confirm_run_unsafe_code
+
+    @classmethod
+    def from_config(cls, config: dict) -> "LmEvalSettings":
+        d = config["dllm"]
+        tasks = d.get("tasks", {})
+        picked = {k: d[k] for k in ("batch_size", "seed", "include_default_tasks", "limit") if k in d}
+        picked.update({f"task_{k}" if k == "source" else k: tasks[k]
+                       for k in ("source", "allow_code_execution") if k in tasks})
+        return from_dict(cls, picked, "config key 'dllm'")
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """Workflow-level switches read by the rules."""
+
+    sampling_job: Literal["step", "run"] = "step"  # sampling.job: one job per (run, step count) or per run
+    insert_eos: bool = True  # data.insert_eos: an EOS after every document (MDLM wrapping)
+    chunk_specials: bool = True  # data.chunk_specials: chunks [BOS] + ... + [EOS]
+
+    @classmethod
+    def from_config(cls, config: dict) -> "WorkflowSettings":
+        picked = {"sampling_job": config["sampling"].get("job")}
+        picked.update({k: config["data"].get(k) for k in ("insert_eos", "chunk_specials")})
+        return from_dict(cls, {k: v for k, v in picked.items() if v is not None}, "config")
+
+
+def dllm_sampler(options: dict) -> str:
+    """The DLLM sampler a row's (or lm-eval ``model_args``') options select: ``sampler`` when given, else
+    ``energy`` (Algorithm 3) when an ``energy`` key is given, else ``plain`` (the backbone's own decoder).
+    The one home of this rule (rows, sweep points and the lm-eval model all read it)."""
+    return str(options.get("sampler", "energy" if "energy" in options else "plain"))
+
+
+__all__ = ["EvaluatorSettings", "LmEvalSettings", "WorkflowSettings", "dllm_sampler"]
