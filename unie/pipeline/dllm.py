@@ -30,6 +30,7 @@ from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
 from ..dllm.rows import row_model_args, sweep_points
 from ..models.checkpoint import CheckpointError, load_model, save_model
 from ..models.transformer import Transformer
+from .settings import LmEvalSettings
 from .models import build_method, init_fingerprint, model_config
 
 LAYOUTS = {"llada": "dllm", "dream": "dllm", "ar": "ar"}
@@ -207,10 +208,9 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
         args = row_model_args(point["name"], point["row"], dllm, {role: inputs[f"{point['curve']}_{role}"]
                               for role in ("model", "proxy") if f"{point['curve']}_{role}" in inputs}, device)
         log(f"{sweep} {point['name']}: model_args {args}")
-        found = evaluate(args, [task], include, point_dir, dllm["batch_size"],
-                         include_defaults=dllm.get("include_default_tasks", False), limit=dllm.get("limit"),
-                         seed=dllm.get("seed", 0), allow_code_execution=dllm["tasks"].get("allow_code_execution", False),
-                         log=log)
+        lm = LmEvalSettings.from_dllm(dllm)
+        found = evaluate(args, [task], include, point_dir, lm.batch_size, include_defaults=lm.include_default_tasks,
+                         limit=lm.limit, seed=lm.seed, allow_code_execution=lm.allow_code_execution, log=log)
         shutil.copyfile(found, point_dir / "results.json")
         res = json.loads((point_dir / "results.json").read_text())["results"][task]
         tp = json.loads((point_dir / "throughput.json").read_text())

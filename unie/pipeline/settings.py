@@ -42,7 +42,11 @@ class LmEvalSettings:
 
     @classmethod
     def from_config(cls, config: dict) -> "LmEvalSettings":
-        d = config["dllm"]
+        return cls.from_dllm(config["dllm"])
+
+    @classmethod
+    def from_dllm(cls, d: dict) -> "LmEvalSettings":
+        """From the ``dllm`` section alone (what the DLLM rules receive as a parameter)."""
         tasks = d.get("tasks", {})
         picked = {k: d[k] for k in ("batch_size", "seed", "include_default_tasks", "limit") if k in d}
         picked.update({f"task_{k}" if k == "source" else k: tasks[k]
@@ -65,11 +69,4 @@ class WorkflowSettings:
         return from_dict(cls, {k: v for k, v in picked.items() if v is not None}, "config")
 
 
-def dllm_sampler(options: dict) -> str:
-    """The DLLM sampler a row's (or lm-eval ``model_args``') options select: ``sampler`` when given, else
-    ``energy`` (Algorithm 3) when an ``energy`` key is given, else ``plain`` (the backbone's own decoder).
-    The one home of this rule (rows, sweep points and the lm-eval model all read it)."""
-    return str(options.get("sampler", "energy" if "energy" in options else "plain"))
-
-
-__all__ = ["EvaluatorSettings", "LmEvalSettings", "WorkflowSettings", "dllm_sampler"]
+__all__ = ["EvaluatorSettings", "LmEvalSettings", "WorkflowSettings"]

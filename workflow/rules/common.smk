@@ -14,17 +14,19 @@ from unie.pipeline.checks import (
     run_steps,
     selects_on_dev,
 )
+from unie.pipeline.settings import WorkflowSettings
 from unie.pipeline.targets import TARGETS, report_args
 
 expand_config(config)  # adds the sampling runs generated from figures.fig2_ablation
 check_config(config)
 
+SETTINGS = WorkflowSettings.from_config(config)  # optional workflow switches, their defaults in one place
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
 # sampling.job: run -> the runs on the standard step counts get one job for all of them (rule sample_run)
 GROUPED_RUNS = [
     r for r in RUNS
-    if config["sampling"].get("job", "step") == "run" and run_steps(config, r) == list(config["sampling"]["steps"])
+    if SETTINGS.sampling_job == "run" and run_steps(config, r) == list(config["sampling"]["steps"])
 ]
 STEP_RUNS = [r for r in RUNS if r not in GROUPED_RUNS]
 SOURCES = likelihood_sources(config)  # Table 1 sources: exact, models with a likelihood, energy estimators

@@ -45,8 +45,8 @@ rule tokenize:
         "logs/tokenize/{domain}/{split}.log",
     params:
         seq_len=config["data"]["seq_len"],
-        insert_eos=config["data"].get("insert_eos", True),
-        chunk_specials=config["data"].get("chunk_specials", True),
+        insert_eos=SETTINGS.insert_eos,
+        chunk_specials=SETTINGS.chunk_specials,
     threads: 1
     resources:
         slurm_partition=partition("tokenize"),

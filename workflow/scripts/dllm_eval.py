@@ -10,6 +10,7 @@ with job(snakemake) as log:
     from unie.dllm.rows import row_model_args
     from unie.lmeval import run_evaluation
     from unie.pipeline.launch import processes
+    from unie.pipeline.settings import LmEvalSettings
 
     d = snakemake.params.dllm
     out_dir = os.path.dirname(snakemake.output.results)
@@ -18,10 +19,10 @@ with job(snakemake) as log:
     log(f"model_args: {args}")
     local = snakemake.input.get("tasks") or snakemake.input.get("local_tasks")  # toy tasks, or the paper's local ones
     include = os.path.dirname(local[0]) if local else None
+    lm = LmEvalSettings.from_dllm(d)
     kwargs = dict(model_args=args, tasks=d["tasks"]["names"], include_path=include, output_path=out_dir,
-                  batch_size=d["batch_size"], include_defaults=d.get("include_default_tasks", False),
-                  limit=d.get("limit"), seed=d.get("seed", 0),
-                  allow_code_execution=d["tasks"].get("allow_code_execution", False))
+                  batch_size=lm.batch_size, include_defaults=lm.include_default_tasks, limit=lm.limit, seed=lm.seed,
+                  allow_code_execution=lm.allow_code_execution)
     nproc = processes(snakemake.resources.get("gpu", 0), snakemake.params.device)
     found = run_evaluation(kwargs, nproc, log=log, threads=snakemake.threads)
     shutil.copyfile(found, snakemake.output.results)  # lm-eval's JSON, byte for byte, at a deterministic path
