@@ -7,7 +7,8 @@ import yaml
 
 from unie.core.config import ConfigError
 from unie.pipeline.profile import GRID, PROFILE_CHOICES, PROFILE_KEYS, _matches, check_overlay, resolve_config
-from unie.pipeline.settings import EvaluatorSettings, LmEvalSettings, WorkflowSettings, dllm_sampler
+from unie.dllm.decoder import default_sampler as dllm_sampler
+from unie.pipeline.settings import EvaluatorSettings, LmEvalSettings, WorkflowSettings
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = ["config.yaml", "smoke.yaml", "paper.yaml"]
