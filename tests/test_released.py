@@ -258,3 +258,20 @@ def test_dtype_argument(tmp_path):
     assert net.vocab_embed.embedding.dtype == torch.float64
     _, xt = tokens()
     torch.testing.assert_close(net(xt), reference_logits(state, cfg, xt), atol=1e-4, rtol=0)
+
+
+def test_pipeline_load_wrapped_reads_a_released_marker(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from unie.pipeline.models import load_wrapped
+
+    state, cfg = random_state("mdlm", seed=17)
+    folder = save_hf(tmp_path / "hf", "mdlm", state, cfg)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "released.json").write_text(json.dumps(
+        {"kind": "mdlm", "path": str(folder), "trust_remote_code": True}))
+    den = load_wrapped(tmp_path / "model", SimpleNamespace(info=lambda: dict(TOKENIZER)))
+    _, xt = tokens()
+    assert den.method_name == "mdlm"
+    torch.testing.assert_close(den.net(xt), reference_logits(state, cfg, xt), atol=ATOL, rtol=0)
