@@ -145,7 +145,16 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
 
 
 def load_wrapped(model_dir, tokenizer, device: str = "cpu"):
-    """A checkpoint as its method's sampler-facing object (``MDLMDenoiser``, ``ARModel``, ...)."""
+    """A checkpoint as its method's sampler-facing object (``MDLMDenoiser``, ``ARModel``, ...).
+
+    A directory holding ``released.json`` (``{"kind", "path", "trust_remote_code", ...}``, written by the rule
+    that imports a released checkpoint) is read with :func:`unie.methods.released.load_released` instead."""
+    marker = Path(model_dir, "released.json")
+    if marker.exists():
+        from ..methods.released import load_released
+
+        spec = json.loads(marker.read_text())
+        return load_released(spec.pop("kind"), spec.pop("path"), tokenizer_info=tokenizer.info(), device=device, **spec)
     net, meta = load_model(model_dir, device=device, tokenizer_info=tokenizer.info())
     method = build_method(meta["method"], tokenizer.info(), meta.get("extra", {}).get("options", {}),
                           f"checkpoint {model_dir} options")

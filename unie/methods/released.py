@@ -1,0 +1,71 @@
+"""Released checkpoints as the sampler-facing objects our own checkpoints give (the parameterisation layer).
+
+:func:`load_released` reads an upstream checkpoint with :func:`unie.models.released.load_released_net` (our
+DiT, their weights) and wraps it with the method whose parameterisation is upstream's:
+
+* ``mdlm`` / ``bd3lm``: SUBS (``Diffusion._subs_parameterization``): mask logit at -inf, log-softmax, unmasked
+  positions carry their token (log 1) -- :func:`unie.methods.mdlm.subs_logp` (exact -inf where upstream adds
+  -1e6); BD3-LM with the block size the checkpoint states, no time conditioning (``sigma`` zeroed).
+* ``sedd``: ``log s = o - log(e^sigma - 1) - log(V - 1)``, entry of ``xt_i`` set to 0
+  (``SEDD.forward``/``_sedd_parameterization``) -- :func:`unie.methods.sedd.sedd_log_score` (V - 1 = the
+  50,257 real GPT-2 tokens; its mask column is -inf where upstream leaves it raw, a column that the absorbing
+  graph never uses on unmasked positions and that both set to 0 on masked ones).
+* ``duo``: ``log_softmax`` of the output over the 50,257 real tokens (``DUO_BASE._process_model_output``),
+  conditioned on ``sigma = -log alpha_t`` -- :class:`unie.methods.duo.DuoDenoiser`.
+* ``ar``: mask logit blocked, ``log_softmax`` (``AR.forward``) -- :class:`unie.methods.ar.ARModel`, which
+  feeds ``[bos, x_0..x_{L-2}]`` (upstream: ``x0[:, :-1]`` with ``x0[:, 0] = bos``; GPT-2's bos = eos = 50256).
+
+The tokenizer must be upstream's: GPT-2 + the appended mask (vocab 50,258, mask 50,257, bos = eos = 50,256).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.registry import METHODS
+from ..models.released import SOURCES, ReleasedCheckpointError, load_released_net
+
+# upstream's tokenizer: GPT-2 (50,257 tokens) with the mask appended (Diffusion.__init__: mask_index = vocab_size)
+GPT2_MASKED = {"vocab_size": 50258, "mask_id": 50257, "bos_id": 50256, "eos_id": 50256}
+
+
+def check_vocab(kind: str, net_vocab: int, info: dict, where) -> None:
+    """Mask-based models predict over the whole tokenizer (mask included); Duo has no mask token, so its
+    output covers the tokenizer's real ids, which must be ``0..V-1`` with the mask last."""
+    if kind == "duo":
+        ok = info["mask_id"] == info["vocab_size"] - 1 == net_vocab
+        need = f"vocab {net_vocab} real tokens + the mask at id {net_vocab}"
+    else:
+        ok = net_vocab == info["vocab_size"] and info["mask_id"] < net_vocab
+        need = f"vocab_size {net_vocab} with the mask inside it"
+    if not ok:
+        raise ReleasedCheckpointError(f"{where}: tokenizer mismatch: the checkpoint needs {need}, the tokenizer has "
+                                      f"vocab_size {info['vocab_size']}, mask {info['mask_id']}")
+
+
+def load_released(kind: str, path, *, tokenizer_info: dict | None = None, trust_remote_code: bool = False,
+                  device="cpu", dtype=torch.float32, options: dict | None = None, **net_kwargs):
+    """An upstream checkpoint as its method's sampler-facing object (``MDLMDenoiser``, ``SEDDScore``,
+    ``DuoDenoiser``, ``BD3Denoiser``, ``ARModel``), with ``method_name``, ``released`` (the loader's meta)
+    and ``method`` (the method object: its ``nll``/``loss`` take ``wrapped.net``) attached.
+
+    ``tokenizer_info`` defaults to upstream's (GPT-2 + mask); ``options`` are the method's options (BD3-LM's
+    ``block_size`` comes from the checkpoint); ``net_kwargs`` go to :func:`load_released_net` (``use_ema``,
+    ``n_heads``, ``block_size``)."""
+    info = {**GPT2_MASKED, **(tokenizer_info or {})}
+    net, meta = load_released_net(kind, path, trust_remote_code=trust_remote_code, device=device, dtype=dtype,
+                                  **net_kwargs)
+    check_vocab(kind, net.cfg.vocab_size, info, path)
+    opts = dict(options or {})
+    if kind == "bd3lm":
+        if opts.get("block_size", net.cfg.block_size) != net.cfg.block_size:
+            raise ReleasedCheckpointError(f"{path}: options block_size={opts['block_size']} but the checkpoint was "
+                                          f"trained with block_size={net.cfg.block_size}")
+        opts["block_size"] = net.cfg.block_size
+    cls = METHODS[SOURCES[kind].method]
+    method = cls(info, opts)
+    wrapped = method.wrap(net)
+    wrapped.method_name = SOURCES[kind].method
+    wrapped.released = meta
+    wrapped.method = method
+    return wrapped
