@@ -55,7 +55,8 @@ def test_one_job_per_run_equals_one_per_step_and_carries_the_identity(job, tmp_p
 
 def test_time_run_record(job):
     r = time_run(job, [2], warmup=0, repeats=1, threads=1, log=lambda *a: None)
-    assert list(r) == ["run", "sampler", "models", "options", "seq_len", "threads", "device", "device_name", "torch",
-                       "points"]
+    assert list(r)[:10] == ["run", "sampler", "models", "options", "seq_len", "threads", "device", "device_name",
+                           "torch", "points"]  # then the timing checks: checks, flags, trusted
+    assert list(r)[10:] == ["checks", "flags", "trusted"] and isinstance(r["points"][0]["trusted"], bool)
     assert (r["run"], r["models"], r["seq_len"], r["options"]["K"]) == ("edlm_ar", SPEC["models"], 8, 2)
     assert r["points"][0]["batch_size"] == 2 and r["points"][0]["steps"] == 2

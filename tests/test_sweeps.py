@@ -48,3 +48,21 @@ def test_bad_sweep_names_the_key(mutate, expected):
     mutate(cfg["dllm"]["sweeps"])
     with pytest.raises(ConfigError, match=expected):
         check_dllm(cfg)
+
+
+def test_sweep_timing_batches_and_defaults(tmp_path):
+    import json
+
+    from unie.eval.timing import TimingChecks
+    from unie.pipeline.dllm import SweepTiming, sweep_batches
+
+    docs = [{"doc_id": i, "arguments": {"gen_args_0": {"arg_0": f"q{i}", "arg_1": {"until": ["\n"],
+                                                                                    "max_gen_toks": 16}}}}
+            for i in (2, 0, 1, 3, 4)]
+    path = tmp_path / "samples_toy_math_x.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in docs))
+    assert sweep_batches(path, 2, None) == [(["q0", "q1"], 16), (["q2", "q3"], 16), (["q4"], 16)]  # document order
+    assert sweep_batches(path, 2, 1) == [(["q0", "q1"], 16)]
+    t = SweepTiming.from_config({"repeats": 5, "checks": {"max_spread": 0.5}})
+    assert (t.repeats, t.warmup, t.batches) == (5, 1, 1) and t.checks == TimingChecks(max_spread=0.5)
+    assert SweepTiming.from_config(None) == SweepTiming() and SweepTiming().repeats >= 3

@@ -64,3 +64,27 @@ def test_fig3_bad_config_names_the_key(mutate, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         expand_config(cfg)
         check_config(cfg)
+
+
+def test_flagged_timings_are_marked_in_the_figures():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from unie.report.figures import FLAGGED_NOTE, _timing_frame, fig4_tradeoff
+
+    old = {"run": "ar", "threads": 1, "device_name": "cpu", "points": [{"steps": 4, "seconds": 1.0, "batch_size": 2}]}
+    new = {**old, "run": "mdlm", "points": [{"steps": 4, "seconds": 1.0, "batch_size": 2, "trusted": False}]}
+    assert _timing_frame([old, new]).trusted.tolist() == [True, False]  # a record without checks counts as trusted
+    pt = {"curve": "llada", "label": "LLaDA-like", "key": "m", "accuracy": 30.0, "stderr": 3.0, "nfe": 8}
+    sweep = {"task": "toy_math", "batch_size": 64, "points": [
+        {**pt, "point": "a", "value": 1, "tokens_per_s": 100.0, "trusted": True, "flags": [], "timing": {}},
+        {**pt, "point": "b", "value": 2, "tokens_per_s": 200.0, "trusted": False, "flags": ["spread"], "timing": {}}]}
+    figure, df = fig4_tradeoff(sweep)
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert FLAGGED_NOTE in texts and df.trusted.tolist() == [True, False]
+    assert list(df.columns)[-1] == "trusted" and "timing" not in df.columns  # new columns at the end only
+    hollow = [ln for ln in figure.axes[0].get_lines() if ln.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [200.0]
+    sweep["points"][1]["trusted"] = True
+    figure, _ = fig4_tradeoff(sweep)
+    assert FLAGGED_NOTE not in [t.get_text() for t in figure.axes[0].texts]

@@ -371,7 +371,10 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
             tp = json.loads((d / p["point"] / "throughput.json").read_text())
             assert tp["warmup_excluded"] and tp["batch_size"] == cfg["batch_size"] and tp["requests"] == 8
             assert tp["decoder"] == p["point"]
-            assert p["tokens_per_s"] == tp["tokens_per_s"] > 0
+            assert p["tokens_per_s_lmeval"] == tp["tokens_per_s"] > 0  # the adapter's single pass, kept
+            # the plotted throughput: the median of repeated timed passes after a warm-up, with its checks
+            assert p["tokens_per_s"] == sorted(p["timing"]["tokens_per_s_all"])[1] > 0
+            assert len(p["timing"]["seconds_all"]) == 3 and isinstance(p["trusted"], bool)
     fig4 = pd.read_csv(smoke_run / "results" / "figures" / "fig4_dllm_tradeoff.csv")
     assert set(fig4.curve) == set(cfg["sweeps"]["sets"]["fig4"])
     assert (smoke_run / "results" / "figures" / "fig4_dllm_tradeoff.png").stat().st_size > 0

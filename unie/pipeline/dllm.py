@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from ..data.dllm_format import ar_sft_rows, content_lengths, dllm_sft_rows, pack
 from ..data.tasks import task_vocabulary
 from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
 from ..dllm.rows import row_model_args, sweep_points
+from ..eval.timing import TimingChecks, describe, time_passes
 from ..models.checkpoint import CheckpointError, load_model, save_model
 from ..models.transformer import Transformer
 from .settings import LmEvalSettings
@@ -188,10 +190,70 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
 
 
 # ---------------------------------------------------------------------- sweeps (Figure 4, appendix k/w tables)
+@dataclass(frozen=True)
+class SweepTiming:
+    """How a sweep point's throughput is timed, after its lm-eval run (:func:`time_sweep_point`): ``repeats``
+    timed passes over the first ``batches`` batches of ``dllm.batch_size`` prompts of the task (None: every
+    prompt), after ``warmup`` untimed batches; tokens/s is the median over the passes.  ``checks``: when a
+    timing is flagged (:class:`~unie.eval.timing.TimingChecks`; a flagged one is measured again up to
+    ``checks.reruns`` times)."""
+
+    repeats: int = 3
+    warmup: int = 1
+    batches: int | None = 1
+    checks: TimingChecks = TimingChecks()
+
+    @classmethod
+    def from_config(cls, d: dict | None) -> SweepTiming:
+        d = dict(d or {})
+        return cls(**{**d, "checks": TimingChecks(**d.get("checks", {}))})
+
+
+def sweep_batches(samples_path, batch_size: int, batches: int | None) -> list[tuple[list[str], int]]:
+    """The prompts of an lm-eval ``samples_*.jsonl`` (document order) in batches of ``batch_size`` with the same
+    ``max_gen_toks`` (as the adapter groups them), the first ``batches`` of them (None: all)."""
+    from ..lmeval import DEFAULT_MAX_GEN_TOKS
+
+    groups: dict[int, list[str]] = {}
+    for doc in sorted(read_jsonl(samples_path), key=lambda d: d["doc_id"]):
+        args = doc["arguments"]["gen_args_0"]
+        groups.setdefault(int(args["arg_1"].get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)), []).append(args["arg_0"])
+    out = [(prompts[i:i + batch_size], max_new) for max_new, prompts in groups.items()
+           for i in range(0, len(prompts), batch_size)]
+    return out if batches is None else out[:batches]
+
+
+def time_sweep_point(args: dict, samples_path, batch_size: int, timing: SweepTiming, lmeval_tp: dict,
+                     log=print) -> dict:
+    """The throughput of one sweep point, measured again beside its lm-eval run (whose adapter times a single
+    pass): the decoder of ``args`` rebuilt (loading untimed), :func:`~unie.eval.timing.time_passes` over the
+    prompts of ``samples_path`` (:func:`sweep_batches`).  Besides the checks of one timing, its seconds per
+    model call are compared with those of the lm-eval pass (``lmeval_tp``: its ``throughput.json``), the same
+    decoder on the same prompts: a deviation above ``checks.max_call_deviation`` is flagged
+    ``seconds_per_call``."""
+    from ..dllm.decoder import build_decoder
+
+    decoder = build_decoder(args)
+    checks = timing.checks
+    out = time_passes(decoder.generate, sweep_batches(samples_path, batch_size, timing.batches),
+                      repeats=timing.repeats, warmup=timing.warmup, device=args.get("device", "cpu"), checks=checks,
+                      reruns=checks.reruns)
+    ref = lmeval_tp["seconds"] / lmeval_tp["nfe"] if lmeval_tp.get("nfe") and lmeval_tp.get("seconds") else None
+    out["seconds_per_call_lmeval"] = ref
+    if ref and out["seconds_per_call"] and abs(out["seconds_per_call"] / ref - 1) > checks.max_call_deviation:
+        out["flags"] = out["flags"] + ["seconds_per_call"]
+        out["trusted"] = False
+    return out
+
+
 def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print) -> list[dict]:
     """Rule dllm_sweep: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the task
     ``dllm.sweeps.task``, all in this process (lm-eval and the models are imported once; every point's
-    throughput is timed by the adapter: warm-up batch excluded, model loading excluded, ``dllm.batch_size``).
+    throughput is timed by the adapter over its single pass: warm-up batch excluded, model loading excluded,
+    ``dllm.batch_size``), then timed again, ``dllm.timing`` (:class:`SweepTiming`, :func:`time_sweep_point`):
+    a point's ``tokens_per_s`` is the median of ``repeats`` timed passes after a warm-up, checked and flagged
+    like every timing (``flags``, ``trusted``, the details under ``timing``); the adapter's own figures are kept
+    as ``tokens_per_s_lmeval`` and ``seconds`` (its timed generation, all prompts).
     Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` per point and
     ``points.json`` (one record per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under
     ``out_dir``; returns the records.  ``evaluate``: :func:`unie.lmeval.evaluate` (the layer above passes it in)."""
@@ -202,6 +264,7 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
     metric = dllm["tasks"].get("metrics", {}).get(task) or f"{PRIMARY_METRIC[task]},none"
     include = inputs.get("tasks") or inputs.get("local_tasks")
     include = Path(include[0] if isinstance(include, (list, tuple)) else include).parent if include else None
+    timing = SweepTiming.from_config(dllm.get("timing"))
     records = []
     for point in sweep_points(dllm, sweep):
         point_dir = out_dir / point["name"]
@@ -215,17 +278,25 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
         res = json.loads((point_dir / "results.json").read_text())["results"][task]
         tp = json.loads((point_dir / "throughput.json").read_text())
         name, filt = metric.split(",", 1)
+        samples = next(point_dir.rglob(f"samples_{task}_*.jsonl"))
+        timed = time_sweep_point(args, samples, dllm["batch_size"], timing, tp, log=log)
         records.append({"sweep": sweep, "point": point["name"], "curve": point["curve"], "label": point["label"],
                         "key": point["key"], "value": point["value"], "task": task, "metric": metric,
                         "accuracy": 100 * res[metric], "stderr": 100 * res[f"{name}_stderr,{filt}"],
-                        "n": len(read_jsonl(next(point_dir.rglob(f"samples_{task}_*.jsonl")))),
-                        "tokens_per_s": tp["tokens_per_s"], "nfe": tp["nfe"], "seconds": tp["seconds"],
+                        "n": len(read_jsonl(samples)),
+                        "tokens_per_s": timed["tokens_per_s"], "nfe": tp["nfe"], "seconds": tp["seconds"],
                         "requests": tp["requests"], "generated_tokens": tp["generated_tokens"],
-                        "model_args": {k: v for k, v in args.items() if k != "device"}})
+                        "model_args": {k: v for k, v in args.items() if k != "device"},
+                        "tokens_per_s_lmeval": tp["tokens_per_s"], "flags": timed["flags"],
+                        "trusted": timed["trusted"], "timing": timed})
         log(f"  accuracy {records[-1]['accuracy']:.1f} ± {records[-1]['stderr']:.1f}, "
-            f"{records[-1]['tokens_per_s']:.0f} tokens/s, NFE {tp['nfe']}")
+            f"{records[-1]['tokens_per_s']:.0f} tokens/s (median of {timing.repeats} passes; spread "
+            f"{timed['spread']:.2f}; lm-eval's pass {tp['tokens_per_s'] or 0:.0f}), NFE {tp['nfe']}")
+        if not timed["trusted"]:
+            log(f"WARNING: {sweep} {point['name']}: {describe(timed)}")
     tmp = out_dir / "points.json.tmp"
     tmp.write_text(json.dumps({"sweep": sweep, "task": task, "metric": metric, "batch_size": dllm["batch_size"],
-                               "points": records}, indent=1))
+                               "points": records, "timing": dataclasses.asdict(timing),
+                               "trusted": all(r["trusted"] for r in records)}, indent=1))
     tmp.replace(out_dir / "points.json")
     return records

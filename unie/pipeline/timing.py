@@ -1,5 +1,8 @@
 """Rule ``timing``: the wall-clock of one sampling run per step count (:func:`unie.eval.timing.time_generation`),
-written with its identity and the machine it ran on (Figure 3's panels 3-4)."""
+written with its identity and the machine it ran on (Figure 3's panels 3-4), each point checked
+(:class:`~unie.eval.timing.TimingChecks`: spread of the repeats, CPU / wall, seconds per model call across the
+step counts), a flagged point measured again up to ``checks.reruns`` times and, if still flagged, kept with
+``"trusted": false`` and a warning in the log."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import platform
 import torch
 
 from ..data.tokenizer import load_tokenizer
-from ..eval.timing import time_generation
+from ..eval.timing import TimingChecks, check_calls, checks_record, describe, time_generation
 from .sample import SampleJob, load_models
 
 
@@ -23,20 +26,46 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def time_run(job: SampleJob, steps: list[int], *, warmup: int, repeats: int, threads: int, log=print) -> dict:
+def time_run(job: SampleJob, steps: list[int], *, warmup: int, repeats: int, threads: int, log=print,
+             checks: TimingChecks | None = None) -> dict:
     """Time ``job``'s run at each of ``steps`` on ``threads`` torch threads, one batch of ``job.batch_size``
-    sequences per generation (:func:`~unie.eval.timing.time_generation`); returns the result record."""
+    sequences per generation (:func:`~unie.eval.timing.time_generation`); returns the result record.
+
+    Every point carries its checks (``flags``, ``trusted``, ``spread``, ``cpu_ratio``, ``seconds_per_call``, ...);
+    a point flagged by its own checks is measured again inside :func:`time_generation`, one whose seconds per
+    call is off the run's median (:func:`~unie.eval.timing.check_calls`) is measured again here, up to
+    ``checks.reruns`` times each.  The record's ``flags`` are the union over its points, ``trusted`` whether none
+    was flagged."""
+    checks = checks or TimingChecks()
     torch.set_num_threads(threads)
     entry, opts = job.entry, job.sampler_options()
     models = load_models(job, load_tokenizer(job.inputs["tokenizer"]))
-    points = []
-    for s in steps:
-        point = time_generation(entry, models, opts, job.seq_len, int(s), batch_size=job.batch_size, warmup=warmup,
-                                repeats=repeats, seed=job.seed_at(int(s)), device=job.device)
-        log(f"{job.run} steps {s}: {point['seconds']:.4f} s per batch of {job.batch_size} (median of {repeats})")
-        points.append(point)
+
+    def measure(s: int, warm: int) -> dict:
+        return time_generation(entry, models, opts, job.seq_len, s, batch_size=job.batch_size, warmup=warm,
+                               repeats=repeats, seed=job.seed_at(s), device=job.device, threads=threads,
+                               checks=checks, reruns=checks.reruns)
+
+    points = [measure(int(s), warmup) for s in steps]
+    for _ in range(checks.reruns):  # a point off the run's per-call median: once more (already warm)
+        off = check_calls(points, checks)
+        for i in off:
+            again = measure(int(steps[i]), 0)
+            again["warmup"], again["attempts"] = warmup, again["attempts"] + points[i]["attempts"]
+            points[i] = again
+        if not off:
+            break
+    check_calls(points, checks)
+    for p in points:
+        ratio = "n/a" if p["cpu_ratio"] is None else f"{p['cpu_ratio']:.2f}"
+        log(f"{job.run} steps {p['steps']}: {p['seconds']:.4f} s per batch of {job.batch_size} (median of {repeats}; "
+            f"spread {p['spread']:.2f}, CPU/wall {ratio} on {threads} threads, NFE {p['nfe']})")
+        if not p["trusted"]:
+            log(f"WARNING: {job.run} steps {p['steps']}: {describe(p)}")
     device = job.device
     device_name = torch.cuda.get_device_name(device) if str(device).startswith("cuda") else cpu_name()
+    flags = sorted({f for p in points for f in p["flags"]})
     return {"run": job.run, "sampler": job.sampler, "models": job.models, "options": dataclasses.asdict(opts),
             "seq_len": job.seq_len, "threads": threads, "device": str(device), "device_name": device_name,
-            "torch": torch.__version__, "points": points}
+            "torch": torch.__version__, "points": points, "checks": checks_record(checks), "flags": flags,
+            "trusted": not flags}

@@ -91,10 +91,23 @@ def _plain_y(ax, axis: str = "y") -> None:
     target.set_minor_formatter(ticker.FuncFormatter(minor))
 
 
+FLAGGED_NOTE = "† timing flagged: machine busy (hollow markers)"
+
+
 def _timing_frame(timings: list[dict]) -> pd.DataFrame:
+    """One row per timed point; ``trusted``: its checks passed (:mod:`unie.eval.timing`; a record written before
+    the checks existed counts as trusted)."""
     rows = [{"run": t["run"], "steps": int(p["steps"]), "seconds": p["seconds"], "batch_size": p["batch_size"],
-             "threads": t["threads"], "device_name": t["device_name"]} for t in timings for p in t["points"]]
+             "threads": t["threads"], "device_name": t["device_name"], "trusted": bool(p.get("trusted", True))}
+            for t in timings for p in t["points"]]
     return pd.DataFrame(rows)
+
+
+def _hollow(ax, x, y, marker) -> None:
+    """Redraw the points ``(x, y)`` of the curve just drawn on ``ax`` with hollow markers (flagged timings)."""
+    if len(x):
+        colour = ax.get_lines()[-1].get_color()
+        ax.plot(x, y, ls="none", marker=marker, ms=6, mfc="white", mec=colour, mew=1.2, zorder=5)
 
 
 def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
@@ -137,11 +150,11 @@ def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
         ar_t = times[times.run == ar_run]
         if len(ar) and len(ar_t):
             ar_ppl, ar_sec = float(ar.genppl.iloc[0]), float(ar_t.seconds.iloc[0])
-            out["ar"] = {"genppl": ar_ppl, "seconds": ar_sec}
+            out["ar"] = {"genppl": ar_ppl, "seconds": ar_sec, "timing_trusted": bool(ar_t.trusted.iloc[0])}
             for label, run in runs["tradeoff"].items():
                 if run == ar_run:
                     continue
-                sub = df[df.run == run].merge(times[times.run == run][["steps", "seconds"]], on="steps")
+                sub = df[df.run == run].merge(times[times.run == run][["steps", "seconds", "trusted"]], on="steps")
                 sub = sub.sort_values("steps")
                 hit = sub[sub.genppl <= ar_ppl]
                 first = hit.iloc[0] if len(hit) else None
@@ -150,7 +163,8 @@ def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
                     "genppl": None if first is None else float(first.genppl),
                     "seconds": None if first is None else float(first.seconds),
                     "ratio_to_ar": None if first is None else float(first.seconds) / ar_sec,
-                    "best_genppl": float(sub.genppl.min()) if len(sub) else None}
+                    "best_genppl": float(sub.genppl.min()) if len(sub) else None,
+                    "timing_trusted": None if first is None else bool(first.trusted) and out["ar"]["timing_trusted"]}
     return out
 
 
@@ -192,12 +206,18 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
         curve(axes[1], sub, "steps", "genppl", f"w={w}", marker)
         out += [{"panel": "w", "curve": f"w={w}", "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
                  "nll_se": r.nll_se, "entropy_bits": r.entropy_bits} for r in sub.itertuples()]
+    flagged = False
     for (label, run), marker in zip(runs["tradeoff"].items(), "osD^v<>"):
-        sub = df[df.run == run].merge(times[times.run == run][["steps", "seconds"]], on="steps")
-        curve(axes[2], sub, "seconds", "genppl", label, marker)
-        curve(axes[3], sub, "seconds", "entropy_bits", label, marker, err=False)
+        sub = df[df.run == run].merge(times[times.run == run][["steps", "seconds", "trusted"]], on="steps")
+        bad = sub[~sub.trusted.astype(bool)]
+        flagged |= len(bad) > 0
+        for ax, y, err in ((axes[2], "genppl", True), (axes[3], "entropy_bits", False)):
+            curve(ax, sub, "seconds", y, label + (" †" if len(bad) else ""), marker, err=err)
+            if not sub.empty:
+                _hollow(ax, bad.seconds, bad[y], marker)
         out += [{"panel": "tradeoff", "curve": label, "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
-                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "seconds": r.seconds} for r in sub.itertuples()]
+                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "seconds": r.seconds,
+                 "timing_trusted": bool(r.trusted)} for r in sub.itertuples()]
     for ax in axes[:2]:
         _steps_axis(ax, sorted(df.steps.unique()))
     for ax in axes[2:]:
@@ -216,6 +236,9 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
     th = int(times.threads.iloc[0]) if not times.empty else "?"
     axes[2].set_title(f"Gen PPL vs wall-clock (k={fig['K']}, w={fig['w']})", fontsize=9)
     axes[3].set_title("entropy vs wall-clock", fontsize=9)
+    if flagged:
+        for ax in axes[2:]:
+            ax.text(0.02, 0.02, FLAGGED_NOTE, transform=ax.transAxes, fontsize=7, color="firebrick", va="bottom")
     for ax in axes:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
@@ -352,6 +375,8 @@ def fig4_tradeoff(sweep: dict):
     import matplotlib.pyplot as plt
 
     df = pd.DataFrame(sweep["points"])
+    df = df.drop(columns=["timing", "flags"], errors="ignore")  # the details stay in points.json
+    df["trusted"] = df["trusted"].fillna(True).astype(bool) if "trusted" in df else True  # older sweeps: no checks
     figure, ax = plt.subplots(figsize=(6.4, 4.2))
     labels = []
     for (curve, sub), marker in zip(df.groupby("curve", sort=False), "osD^v<>"):
@@ -360,6 +385,8 @@ def fig4_tradeoff(sweep: dict):
                     label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})")
         colour = ax.get_lines()[-1].get_color()
         labels += [(f"{r.value:g}", r.tokens_per_s, r.accuracy, colour) for r in sub.itertuples()]
+        bad = sub[~sub.trusted.astype(bool)]
+        _hollow(ax, bad.tokens_per_s, bad.accuracy, marker)
     ax.set_xscale("log")
     ax.set_xlabel("throughput (generated tokens / s)")
     ax.set_ylabel(f"{sweep['task']} accuracy (%)")
@@ -367,6 +394,8 @@ def fig4_tradeoff(sweep: dict):
     ax.legend(fontsize=7)
     ax.set_title(f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded;\n"
                  f"error bars: ±1 s.e. (lm-eval); labels: the varied knob's value", fontsize=8)
+    if not df.trusted.all():
+        ax.text(0.02, 0.02, FLAGGED_NOTE, transform=ax.transAxes, fontsize=7, color="firebrick", va="bottom")
     figure.tight_layout()
     place_labels(ax, labels)
     return figure, df

@@ -15,3 +15,7 @@ with job(snakemake) as log:
                        o.png, o.csv, o.summary)
     log(df.to_string())
     log(str(summary))
+    if "timing_trusted" in df and not df.timing_trusted.dropna().astype(bool).all():
+        bad = df[df.timing_trusted.eq(False)]
+        log(f"WARNING: {len(bad)} wall-clock points flagged (hollow markers; machine busy?): "
+            + ", ".join(f"{r.run} steps {r.steps}" for r in bad.itertuples()))

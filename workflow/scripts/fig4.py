@@ -9,5 +9,10 @@ from unie.pipeline.rule import job
 with job(snakemake) as log:
     from unie.pipeline.report import fig4
 
+    from unie.core.integrity import read_json
+
     o = snakemake.output
     log(fig4(snakemake.input[0], o.pdf, o.png, o.csv))
+    bad = [p["point"] for p in read_json(f"{snakemake.input[0]}/points.json")["points"] if not p.get("trusted", True)]
+    if bad:
+        log(f"WARNING: throughput of {len(bad)} points flagged (hollow markers; machine busy?): {', '.join(bad)}")

@@ -1,9 +1,11 @@
 """Rule timing: the wall-clock of one sampling run's generation per step count (warm-up excluded, one batch,
-median of repeats), with every core of the job held."""
+median of repeats), with every core of the job held; each point checked (spread, CPU / wall, seconds per call;
+config figures.fig3_tradeoff.timing.checks, else TimingChecks' defaults), flagged points rerun, then marked."""
 
 from unie.pipeline.rule import job, write_json
 
 with job(snakemake) as log:
+    from unie.eval.timing import TimingChecks
     from unie.pipeline.sample import SampleJob
     from unie.pipeline.timing import time_run
 
@@ -27,5 +29,6 @@ with job(snakemake) as log:
         repeats=p.timing["repeats"],
         threads=snakemake.threads,
         log=log,
+        checks=TimingChecks(**p.timing.get("checks", {})),
     )
     write_json(result, snakemake.output[0])
