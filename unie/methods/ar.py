@@ -18,6 +18,8 @@ CUDA graph), float64 Gumbel-max, always ``L`` steps."""
 from __future__ import annotations
 
 import math
+import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +44,7 @@ class ARModel:
         self.mask_id = mask_id
         self.blocked = tuple(i for i in (mask_id, bos_id) if i is not None) if blocked is None else tuple(blocked)
         self.vocab_size = net.cfg.vocab_size
+        self.decode_path, self.capture_seconds = None, 0.0  # how the last sample() decoded (see sample)
 
     def _inputs(self, ctx: torch.Tensor) -> torch.Tensor:
         bos = torch.full_like(ctx[:, :1], self.bos_id)
@@ -121,6 +124,7 @@ class ARModel:
             raise ValueError("CUDA graphs need a CUDA model")
         for start in range(0, n, batch_size):
             b = min(batch_size, n - start)
+            self.capture_seconds = 0.0
             step = self._graph_step(b, L) if use_graphs else None
             self.decode_path = "cuda_graph" if step is not None else "eager"
             if step is None:
@@ -153,6 +157,7 @@ class ARModel:
             with torch.autocast("cuda", dtype=dtype, enabled=autocast, cache_enabled=True):
                 return self.net(tok, cache=cache)[:, -1]
 
+        t0 = time.perf_counter()
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -163,12 +168,13 @@ class ARModel:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 logits = forward()
-        except RuntimeError as err:  # pragma: no cover - depends on the device
-            import warnings
+        except Exception as err:  # pragma: no cover - depends on the device and torch version
             warnings.warn(f"CUDA graph capture failed ({err}); decoding eagerly")
             return None
         cache.k.zero_()
         cache.v.zero_()
+        torch.cuda.synchronize()
+        self.capture_seconds = time.perf_counter() - t0  # warm-up + capture, part of every sample() call
 
         def step(i, x):
             pos.fill_(i)
