@@ -197,3 +197,47 @@ def test_ar_with_bos_equal_to_eos_can_score_and_emit_eos():
         net.ln_f.bias.fill_(1.0)
     x = method.wrap(net).sample(4, 6, torch.Generator().manual_seed(0))
     assert (x == 3).any() and not (x == 4).any()
+
+
+def _sample_reference(model, n, L, generator, batch_size=256):
+    """The KV-cache sampler as it was before the preallocated cache: a per-layer dict cache, concatenated."""
+    out = []
+    for start in range(0, n, batch_size):
+        b = min(batch_size, n - start)
+        cache = model.net.new_cache()
+        x = torch.full((b, 1), model.bos_id, dtype=torch.long)
+        toks = []
+        with torch.no_grad():
+            for _ in range(L):
+                nxt = gumbel_argmax(model.normalise(model.net(x, cache=cache)[:, -1]), generator)
+                toks.append(nxt)
+                x = nxt[:, None]
+        out.append(torch.stack(toks, dim=1))
+    return torch.cat(out)
+
+
+def test_static_cache_sampler_draws_the_dict_cache_tokens_bit_for_bit(model):
+    got = model.sample(7, 16, torch.Generator().manual_seed(4), batch_size=3)
+    assert model.decode_path == "eager"
+    assert torch.equal(got, _sample_reference(model, 7, 16, torch.Generator().manual_seed(4), batch_size=3))
+
+
+def test_static_cache_logits_equal_the_dict_cache_and_fixed_shape_mode_is_close(causal_net, random_words):
+    x = random_words(3, 12, seed=7)
+    with torch.no_grad():
+        grow, static = causal_net.new_cache(), causal_net.static_cache(16)
+        pos = torch.zeros(1, dtype=torch.long)
+        fixed = causal_net.static_cache(16, pos=pos)
+        for i in range(12):
+            a = causal_net(x[:, i: i + 1], cache=grow)
+            assert torch.equal(causal_net(x[:, i: i + 1], cache=static), a)
+            pos.fill_(i)
+            assert torch.allclose(causal_net(x[:, i: i + 1], cache=fixed), a, atol=1e-5)
+        assert static.n == 12
+        with pytest.raises(ValueError, match="KV cache full"):
+            causal_net(x[:, :5], cache=static)
+
+
+def test_graphs_need_a_cuda_model(model):
+    with pytest.raises(ValueError, match="CUDA"):
+        model.sample(2, 4, torch.Generator().manual_seed(0), graphs=True)

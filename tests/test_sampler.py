@@ -216,3 +216,88 @@ def test_oracle_gen_ppl_degrades_with_fewer_steps(owt_hmm, tok):
     # and the fine sampler is not far from the data's own perplexity (entropy rate of owt)
     data = (-owt_hmm.log_marginal(owt_hmm.sample(n, L, torch.Generator().manual_seed(9))) / L).mean().item()
     assert fine < data + 0.6
+
+
+# ---------------------------------------------------------------------- Algorithm 2's candidate draws
+def _chi2_p_value(counts: torch.Tensor, p: torch.Tensor) -> float:
+    """Pearson's chi-square p-value of ``counts`` against ``p`` over the cells with ``p > 0``."""
+    n = counts.sum()
+    keep = p > 0
+    chi2 = ((counts[keep] - n * p[keep]) ** 2 / (n * p[keep])).sum()
+    dof = int(keep.sum()) - 1
+    return torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), chi2 / 2).item()
+
+
+def test_inverse_cdf_draws_from_softmax_and_never_a_blocked_token():
+    from unie.core.gumbel import categorical_inverse_cdf
+
+    p = torch.tensor([0.4, 0.0, 0.25, 0.2, 0.1, 1e-3, 0.049, 0.0], dtype=torch.float64)
+    logp = p.log().float()  # -inf at the zeros (the mask, blocked ids)
+    n = 200_000
+    draws = categorical_inverse_cdf(logp.expand(n // 4, -1), 4, torch.Generator().manual_seed(0))
+    assert draws.shape == (n // 4, 4) and draws.dtype == torch.int64
+    counts = torch.bincount(draws.flatten(), minlength=8).double()
+    assert counts[1] == 0 and counts[7] == 0
+    p = p / p.sum()
+    assert 0.5 * (counts / n - p).abs().sum() < 0.01
+    assert _chi2_p_value(counts, p) > 1e-3
+    # the K draws of one row are independent: the pair (first, second) follows p x p
+    pair = torch.bincount(draws[:, 0] * 8 + draws[:, 1], minlength=64).double()
+    assert _chi2_p_value(pair, (p[:, None] * p[None, :]).flatten()) > 1e-3
+
+
+def test_inverse_cdf_table_is_exact_at_extreme_probabilities():
+    """A near-certain token, a tail down to 1e-30 and unnormalised rows: valid ids, the mode almost always."""
+    from unie.core.gumbel import categorical_inverse_cdf
+
+    logp = torch.full((3, 50), -70.0)
+    logp[0, 7] = 0.0
+    logp[1, :] = torch.linspace(-1, -60, 50)
+    logp[2, -1] = -math.inf
+    logp[2, :-1] = 5.0  # unnormalised: uniform over 49 tokens
+    d = categorical_inverse_cdf(logp, 2000, torch.Generator().manual_seed(1))
+    assert (d[0] == 7).all() and (d >= 0).all() and (d < 50).all() and (d[2] != 49).all()
+    assert len(d[2].unique()) == 49
+    assert categorical_inverse_cdf(logp[:0], 2, None).shape == (0, 2)
+
+
+def _propose_reference(logp, xt, K, mask_id, generator):
+    """``propose`` as it was before the inverse-CDF path: float64 Gumbel-max over every (j, i, v)."""
+    B, L, V = logp.shape
+    x0 = gumbel_argmax(logp[:, None].expand(B, K, L, V), generator).to(xt.device)
+    return torch.where((xt == mask_id)[:, None, :], x0, xt[:, None, :])
+
+
+def test_propose_on_a_cpu_generator_draws_the_reference_gumbel_values_bit_for_bit():
+    from unie.energy.sampler import propose
+
+    g = torch.Generator().manual_seed(0)
+    logp = torch.log_softmax(torch.randn(4, 9, 30, generator=g), -1)
+    xt = torch.randint(0, 29, (4, 9), generator=g)
+    xt[torch.rand(4, 9, generator=g) < 0.6] = 29
+    a = propose(logp, xt, 3, 29, torch.Generator().manual_seed(5))  # draw="auto" on a CPU generator
+    b = _propose_reference(logp, xt, 3, 29, torch.Generator().manual_seed(5))
+    assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="unknown draw"):
+        propose(logp, xt, 3, 29, g, draw="float32")
+
+
+def test_propose_inverse_cdf_has_the_law_of_p_theta_at_masked_positions():
+    """The fast path (selected by a CUDA generator, forced here): carry-over where unmasked, p_theta elsewhere."""
+    from unie.energy.sampler import propose
+
+    g = torch.Generator().manual_seed(0)
+    V, L, K, mask_id = 6, 3, 2, 5
+    logits = torch.randn(1, L, V, generator=g) * 2
+    logits[..., mask_id] = -math.inf
+    logp = torch.log_softmax(logits, -1)
+    xt = torch.tensor([[mask_id, 2, mask_id]])
+    n = 40_000
+    x0 = propose(logp.expand(n, -1, -1), xt.expand(n, -1), K, mask_id, torch.Generator().manual_seed(1),
+                 draw="inverse_cdf")
+    assert x0.shape == (n, K, L) and (x0[:, :, 1] == 2).all() and (x0 != mask_id).all()
+    for i in (0, 2):
+        p = logp[0, i].double().exp()
+        for j in range(K):
+            counts = torch.bincount(x0[:, j, i], minlength=V).double()
+            assert _chi2_p_value(counts, p) > 1e-4

@@ -12,11 +12,14 @@ Ids the model never predicts (``blocked``) are the tokenizer's :func:`~unie.data
 the mask, and ``<bos>`` only when it is an input-only token.  GPT-2's BOS is its EOS, a real data token
 that the AR must be able to emit (it ends documents).
 
-**Sampler** (``ar``): left to right with a KV cache, float64 Gumbel-max, always ``L`` steps."""
+**Sampler** (``ar``): left to right with a preallocated KV cache (on a GPU the one-token forward replayed as a
+CUDA graph), float64 Gumbel-max, always ``L`` steps."""
 
 from __future__ import annotations
 
 import math
+import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +44,7 @@ class ARModel:
         self.mask_id = mask_id
         self.blocked = tuple(i for i in (mask_id, bos_id) if i is not None) if blocked is None else tuple(blocked)
         self.vocab_size = net.cfg.vocab_size
+        self.decode_path, self.capture_seconds = None, 0.0  # how the last sample() decoded (see sample)
 
     def _inputs(self, ctx: torch.Tensor) -> torch.Tensor:
         bos = torch.full_like(ctx[:, :1], self.bos_id)
@@ -103,22 +107,81 @@ class ARModel:
         return self.logp_next(x).gather(-1, x[..., None]).squeeze(-1).double().sum(-1)
 
     @torch.no_grad()
-    def sample(self, n: int, L: int, generator=None, batch_size: int = 256) -> torch.Tensor:
-        """Ancestral sampling with a KV cache (one new token per forward), float64 Gumbel-max. ``(n, L)``."""
+    def sample(self, n: int, L: int, generator=None, batch_size: int = 256, graphs: bool | None = None
+               ) -> torch.Tensor:
+        """Ancestral sampling with a preallocated KV cache (one new token per forward), float64 Gumbel-max.
+        ``(n, L)``.
+
+        ``graphs``: replay the one-token forward as a CUDA graph (fixed-shape cache; no per-token launch
+        overhead, the decode of a user's static-cache ``generate``); default: on for a CUDA model, never on a
+        CPU.  A capture that fails falls back to the eager loop (``self.decode_path`` says which ran).  The
+        eager loop draws the tokens of the concatenating dict cache exactly (a test); the graph attends over
+        every slot with the future masked, the same distribution up to float rounding."""
         out = []
         dev = self.net.device
+        use_graphs = dev.type == "cuda" and torch.cuda.is_available() if graphs is None else graphs
+        if use_graphs and dev.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA model")
         for start in range(0, n, batch_size):
             b = min(batch_size, n - start)
-            cache = self.net.new_cache()
+            self.capture_seconds = 0.0
+            step = self._graph_step(b, L) if use_graphs else None
+            self.decode_path = "cuda_graph" if step is not None else "eager"
+            if step is None:
+                cache = self.net.static_cache(L)
+                step = lambda i, tok: self.net(tok, cache=cache)[:, -1]  # noqa: E731
             x = torch.full((b, 1), self.bos_id, dtype=torch.long, device=dev)
-            toks = []
+            toks = torch.empty(b, L, dtype=torch.long, device=dev)
             for i in range(L):
-                logp = self.normalise(self.net(x, cache=cache)[:, -1])
-                nxt = gumbel_argmax(logp, generator).to(dev)
-                toks.append(nxt)
-                x = nxt[:, None]
-            out.append(torch.stack(toks, dim=1).cpu())
+                logp = self.normalise(step(i, x))
+                toks[:, i] = gumbel_argmax(logp, generator).to(dev)
+                x = toks[:, i: i + 1]
+            out.append(toks.cpu())
         return torch.cat(out)
+
+    def _graph_step(self, b: int, L: int):
+        """``step(i, tok (b, 1)) -> logits (b, V)`` replaying one captured forward at position ``i``, or None
+        when the capture fails (the caller falls back to the eager loop)."""
+        dev = self.net.device
+        tok = torch.full((b, 1), self.bos_id, dtype=torch.long, device=dev)
+        pos = torch.zeros(1, dtype=torch.long, device=dev)
+        cache = self.net.static_cache(L, pos=pos)
+        autocast = torch.is_autocast_enabled("cuda")
+        dtype = torch.get_autocast_dtype("cuda") if autocast else None
+
+        def forward():
+            # Under the caller's autocast the weights are cast once, by the warm-up, into autocast's cache (which
+            # lives until the caller's outermost autocast region exits, after this sampler returns); the graph
+            # then reads those copies instead of recording a float32 -> bf16 cast of every weight per token (that
+            # would move ~3x the bytes of the bf16 weights and make bf16 slower than fp32).
+            with torch.autocast("cuda", dtype=dtype, enabled=autocast, cache_enabled=True):
+                return self.net(tok, cache=cache)[:, -1]
+
+        t0 = time.perf_counter()
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up before the capture (allocator, kernel selection)
+                    forward()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = forward()
+        except Exception as err:  # pragma: no cover - depends on the device and torch version
+            warnings.warn(f"CUDA graph capture failed ({err}); decoding eagerly")
+            return None
+        cache.k.zero_()
+        cache.v.zero_()
+        torch.cuda.synchronize()
+        self.capture_seconds = time.perf_counter() - t0  # warm-up + capture, part of every sample() call
+
+        def step(i, x):
+            pos.fill_(i)
+            tok.copy_(x)
+            graph.replay()
+            return logits
+        return step
 
 
 @dataclass(frozen=True)

@@ -212,8 +212,8 @@ class CachedDenoiser:
             stale &= (x == self.denoiser.mask_id).any(-1)  # a row without masks needs no prediction
         if stale.any():
             fresh = self.evaluate(x[stale], None if self.logp is None else stale).to(x.device)
-            if self.logp is None:
-                self.logp = fresh
+            if self.logp is None or bool(stale.all()):
+                self.logp = fresh  # every row fresh: no copy of the old (B, L, V) table
             else:
                 self.logp = self.logp.clone()
                 self.logp[stale] = fresh

@@ -1,9 +1,10 @@
 """One transformer block stack used two ways: a bidirectional denoiser (masked diffusion) and a
 causal autoregressive model.  Pre-LN blocks, rotary position embeddings, PyTorch SDPA attention,
 optional adaLN time conditioning (SEDD, Duo), an optional arbitrary attention mask (BD3-LM,
-DCD's causal pass) and a KV cache for AR sampling.  On request (``return_attn=n``) the softmax attention
-probabilities of the last ``n`` layers are computed alongside SDPA (DAWN's dependency proxy); the default
-path never computes them.
+DCD's causal pass) and a KV cache for AR sampling (a growing per-layer dict, or a preallocated
+:class:`KVCache` whose fixed-shape mode can be captured as a CUDA graph).  On request (``return_attn=n``) the
+softmax attention probabilities of the last ``n`` layers are computed alongside SDPA (DAWN's dependency proxy);
+the default path never computes them.
 
 Shapes: tokens ``(B, L)`` int64 -> logits ``(B, L, V)`` float32.
 """
@@ -53,6 +54,46 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, attn_mask=None, is_causal:
     return torch.softmax(s, dim=-1)
 
 
+class KVCache:
+    """A preallocated key/value cache for AR decoding: per layer ``(B, H, max_len, Dh)`` keys and values,
+    allocated on the first write in the dtype of the keys (float32, or bfloat16 under autocast), filled in
+    place (no concatenation per token).
+
+    Two modes:
+
+    * **eager** (``pos=None``): ``n`` positions are filled; a call with ``L`` new tokens writes slots
+      ``n .. n + L - 1`` and attends over the first ``n + L`` slots (a slice: the same keys and values as the
+      per-layer dict cache that concatenates, and on a CPU the same logits, bit for bit; tested).
+    * **fixed shape** (``pos`` a ``(1,)`` int64 tensor on the device): one new token at position ``pos``,
+      attention over all ``max_len`` slots with the slots after ``pos`` masked out.  Every shape and address
+      is the same at every step, so the step can be captured once as a CUDA graph and replayed
+      (:meth:`unie.methods.ar.ARModel.sample` on a GPU)."""
+
+    def __init__(self, n_layers: int, max_len: int, pos: torch.Tensor | None = None):
+        self.n_layers, self.max_len, self.pos = n_layers, max_len, pos
+        self.k = self.v = None
+        self.n = 0
+
+    def update(self, i: int, k: torch.Tensor, v: torch.Tensor):
+        """Store layer ``i``'s new keys/values ``(B, H, L, Dh)``; returns ``(keys, values, attn_mask)`` to attend
+        over (``attn_mask`` None in eager mode, bool ``(1, max_len)`` in fixed-shape mode)."""
+        if self.k is None:
+            B, H, _, Dh = k.shape
+            self.k = torch.zeros(self.n_layers, B, H, self.max_len, Dh, dtype=k.dtype, device=k.device)
+            self.v = torch.zeros_like(self.k)
+        if self.pos is not None:
+            self.k[i].index_copy_(2, self.pos, k)
+            self.v[i].index_copy_(2, self.pos, v)
+            keep = torch.arange(self.max_len, device=k.device) <= self.pos  # (max_len,): the past and pos
+            return self.k[i], self.v[i], keep[None, :]
+        n, L = self.n, k.shape[2]
+        if n + L > self.max_len:
+            raise ValueError(f"KV cache full: {n} + {L} positions > max_len {self.max_len}")
+        self.k[i, :, :, n: n + L] = k
+        self.v[i, :, :, n: n + L] = v
+        return self.k[i, :, :, : n + L], self.v[i, :, :, : n + L], None
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -73,7 +114,11 @@ class Attention(nn.Module):
         qk = apply_rotary(qkv[:, :, :2].reshape(B, L, 2 * H, Dh), cos[:, None], sin[:, None])
         q, k = qk.view(B, L, 2, H, Dh).permute(2, 0, 3, 1, 4)
         v = qkv[:, :, 2].transpose(1, 2)
-        if cache is not None:  # AR decoding: append the new keys/values to the cache
+        if isinstance(cache, tuple):  # a preallocated KVCache and this layer's index
+            k, v, kv_mask = cache[0].update(cache[1], k, v)
+            if kv_mask is not None:
+                attn_mask = kv_mask if attn_mask is None else attn_mask & kv_mask
+        elif cache is not None:  # AR decoding: append the new keys/values to the cache
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)
                 v = torch.cat([cache["v"], v], dim=2)
@@ -188,7 +233,8 @@ class Transformer(nn.Module):
             sigma: noise level ``(B,)``, required iff the model was built with ``cond_dim > 0``.
             attn_mask: bool ``(L, L_k)`` or ``(B, 1, L, L_k)``, True = may attend (overrides ``causal``).
             positions: rotary positions ``(L,)`` (default ``0..L-1``, offset by the cache length).
-            cache: list of per-layer dicts for AR decoding (filled in place).
+            cache: list of per-layer dicts for AR decoding (filled in place, keys concatenated), or a
+                preallocated :class:`KVCache` (:meth:`static_cache`).
             causal: override the configured attention direction (DCD's causal pass of a denoiser).
             return_attn: ``n > 0`` also returns the softmax attention probabilities of the last ``n`` layers
                 (all of them if ``n >= n_layers``), a list of ``(B, H, L, L_k)`` float32 tensors, shallowest
@@ -198,9 +244,16 @@ class Transformer(nn.Module):
         h = self.embed(x) if inputs_embeds is None else inputs_embeds
         L = h.shape[1]
         causal = self.cfg.causal if causal is None else causal
+        static = isinstance(cache, KVCache)
         if positions is None:
-            start = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
-            positions = torch.arange(start, start + L, device=h.device)
+            if static:
+                start = cache.n if cache.pos is None else None
+                if start is None:
+                    positions = cache.pos
+            else:
+                start = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
+            if positions is None:
+                positions = torch.arange(start, start + L, device=h.device)
         cos, sin = rotary_tables(positions, self.cfg.d_model // self.cfg.n_heads)
         c = None
         if self.cond is not None:
@@ -212,9 +265,15 @@ class Transformer(nn.Module):
         first = len(self.blocks) - return_attn if return_attn else len(self.blocks)
         probs = [] if return_attn else None
         for i, blk in enumerate(self.blocks):
-            h = blk(h, cos, sin, causal, c, attn_mask, None if cache is None else cache[i],
-                    probs if i >= first else None)
+            layer_cache = (cache, i) if static else None if cache is None else cache[i]
+            h = blk(h, cos, sin, causal, c, attn_mask, layer_cache, probs if i >= first else None)
+        if static and cache.pos is None:
+            cache.n += L
         return (self.ln_f(h), probs) if return_attn else self.ln_f(h)
 
     def new_cache(self) -> list:
         return [dict() for _ in self.blocks]
+
+    def static_cache(self, max_len: int, pos: torch.Tensor | None = None) -> KVCache:
+        """A preallocated :class:`KVCache` of ``max_len`` positions (fixed-shape mode when ``pos`` is given)."""
+        return KVCache(len(self.blocks), max_len, pos)

@@ -12,6 +12,10 @@
   Figure 3; the Gen PPL of each comes from the workflow's result JSONs; the ratio is Uni-E's wall-clock at the
   fewest steps whose Gen PPL is at most the AR's, over the AR's (None when never reached).
 * **Training throughput** of the backbone: tokens/s of the training step (loss, backward, AdamW).
+* **Paper scale** (:func:`paper_scale_bench`, no checkpoint, no download): random weights of GPT-2-small's sizes,
+  every number of ``notes/gpu.md``'s table in fp32 / TF32 / bf16 autocast (:func:`precision_mode`), with the
+  ratios to their limits and the AR's per-token latency; ``python -m unie.pipeline.bench --paper-scale --device
+  cuda --out DIR`` runs it with torch alone (this module imports no workflow package).
 
 Timing protocol (:mod:`unie.eval.timing`): models loaded first, warm-up untimed, one batch, median of repeats.
 The window-step and whole-run ratios and their limits are measured in interleaved rounds (each round times
@@ -22,8 +26,11 @@ virtual CPU: ±30 % between minutes measured here) moves a ratio and its limit t
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -204,3 +211,289 @@ def bench_markdown(r: dict) -> str:
          f"{eq['paper_ratio']:.2f})."),
     ]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- paper scale, random weights
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+@dataclass(frozen=True)
+class PaperScale:
+    """The paper-scale bench (:func:`paper_scale_bench`): GPT-2-small sizes with random weights (a pass costs the
+    same whatever the weights), ``batch_size`` sequences of ``seq_len`` tokens, Uni-E with ``K`` candidates,
+    window ``w`` and the mask-aware proxy (``ar_context: masked``, ``P = K + 1``), the MDLM/Uni-E runs at each of
+    ``steps``, Algorithm 2's window step at ``window_steps`` (``w = 1`` over plain MDLM; ``None``: the fewest
+    ``steps``, whose MDLM run is then the plain reference), ``train_steps`` timed training steps, medians of
+    ``repeats`` generations.  ``skip``: ``(precision, steps)`` pairs not run (e.g. fp32 at 256 steps)."""
+
+    vocab_size: int = 50258
+    d_model: int = 768
+    n_layers: int = 12
+    n_heads: int = 12
+    seq_len: int = 1024
+    batch_size: int = 8
+    K: int = 2
+    w: float = 0.2
+    energy: str = "uni"
+    ar_context: str = "masked"
+    steps: tuple[int, ...] = (128, 256)
+    window_steps: int | None = None
+    train_steps: int = 5
+    repeats: int = 1
+    compare_gumbel: tuple[str, ...] = ("bf16",)  # precisions that also time the window step with float64
+    # Gumbel-max candidates (the draw of every CPU run; on a GPU the old one), CUDA only
+    skip: tuple[tuple[str, int], ...] = ()
+
+
+@contextmanager
+def precision_mode(precision: str, device):
+    """``fp32``: full float32 matmuls; ``tf32``: TF32 matmuls and convolutions on CUDA
+    (``torch.backends.cuda.matmul.allow_tf32``); ``bf16``: ``torch.autocast(dtype=bfloat16)`` (log-softmax and the
+    samplers' decisions stay in float32/float64: every ``normalise``/``subs_logp`` calls ``.float()`` first)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    try:
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def _timed(fn, device) -> tuple[float, object]:
+    _sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return time.perf_counter() - t0, out
+
+
+def _peak_reset(device):
+    if str(device).startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gb(device):
+    return torch.cuda.max_memory_allocated() / 1e9 if str(device).startswith("cuda") else None
+
+
+def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=PRECISIONS, *, log=print,
+                      on_precision=None) -> dict:
+    """Every number of ``notes/gpu.md``'s table for each of ``precisions`` (``fp32``, ``tf32``, ``bf16``), one
+    process, random weights of ``size`` (:class:`PaperScale`; nothing is downloaded).  ``on_precision(result)``
+    is called after each precision (write partial results).  Returns the record :func:`paper_scale_markdown`
+    prints."""
+    import copy
+
+    from ..core.config import ModelConfig
+    from ..energy.sampler import sample_energy
+    from ..methods.ar import ARModel
+    from ..methods.mdlm import MDLM, MDLMDenoiser, sample_mdlm
+    from ..models.transformer import Transformer
+
+    s = size or PaperScale()
+    dev = torch.device(device)
+    V, B, L, K = s.vocab_size, s.batch_size, s.seq_len, s.K
+    mask_id, bos_id = V - 1, V - 2
+    info = {"mask_id": mask_id, "bos_id": bos_id, "eos_id": bos_id}
+    torch.manual_seed(0)
+
+    def net(causal):
+        cfg = ModelConfig(vocab_size=V, d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, max_len=L,
+                          causal=causal)
+        return Transformer(cfg).to(dev).eval()
+
+    dlm_net, ar_net = net(False), net(True)
+    dlm = MDLMDenoiser(dlm_net, mask_id, (bos_id,))
+    ar = ARModel(ar_net, bos_id, mask_id, eos_id=bos_id)  # the proxy and the AR baseline (same size)
+    P = K + 1 if s.ar_context == "masked" else K
+    rows = torch.randint(0, V - 2, (B, L), generator=torch.Generator().manual_seed(0))
+    eopts = {"energy": s.energy, "ar_context": s.ar_context}
+    win_steps = s.window_steps or min(s.steps)
+    result = {"device": str(dev), "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
+              "torch": torch.__version__, "size": dataclasses.asdict(s), "P": P, "window_steps": win_steps,
+              "precisions": {}}
+
+    def gen(seed):
+        return torch.Generator(device=dev).manual_seed(seed)
+
+    def mdlm_run(steps, seed):
+        return sample_mdlm(dlm, B, L, steps, gen(seed), batch_size=B, device=dev)
+
+    def energy_run(steps, seed, k, w, draw="auto"):
+        return sample_energy(dlm, ar, B, L, steps, gen(seed), {**eopts, "K": k, "w": w}, batch_size=B, device=dev,
+                             draw=draw)
+
+    def med_time(fn):
+        out = [_timed(fn, dev) for _ in range(s.repeats)]
+        return statistics.median(t for t, _ in out), out[-1][1]
+
+    for prec in precisions:
+        r = {}
+        _peak_reset(dev)
+        with precision_mode(prec, dev):
+            mdlm_run(2, 0), energy_run(2, 0, K, 1.0), ar.sample(B, 8, gen(0))  # warm-up (kernels, allocator)
+            c_dlm, c_ar = pass_costs(dlm, ar, rows, mask_id, max(3, s.repeats), dev, warmup=1)
+            r.update(C_DLM_s=c_dlm, C_AR_s=c_ar)
+            log(f"[{prec}] C_DLM {c_dlm * 1e3:.1f} ms, C_AR {c_ar * 1e3:.1f} ms")
+            # Algorithm 2's window step: w = 1 over plain MDLM (K = 1 is the plain sampler, bit for bit)
+            t_plain, _ = med_time(lambda: mdlm_run(win_steps, 1))
+            t_full, (_, st) = med_time(lambda: energy_run(win_steps, 1, K, 1.0))
+            limit = 1 + P * c_ar / c_dlm
+            f = st["energy_rows"] / max(1, B * st["window_steps"])
+            ws = {"steps": win_steps, "seconds_plain": t_plain, "seconds_energy": t_full, "measured": t_full / t_plain,
+                  "limit": limit, "rows_scored": f, "draw": "inverse_cdf" if dev.type == "cuda" else "gumbel"}
+            ws["measured_to_limit"] = ws["measured"] / limit
+            if prec in s.compare_gumbel and dev.type == "cuda":
+                t_g, _ = med_time(lambda: energy_run(win_steps, 1, K, 1.0, draw="gumbel"))
+                ws.update(seconds_energy_gumbel=t_g, measured_gumbel=t_g / t_plain,
+                          measured_to_limit_gumbel=t_g / t_plain / limit)
+            r["window_step"] = ws
+            log(f"[{prec}] window step {ws['measured']:.3f} / limit {limit:.3f} = {ws['measured_to_limit']:.3f}"
+                + (f" (float64 Gumbel candidates: {ws['measured_to_limit_gumbel']:.3f})" if "measured_gumbel" in ws
+                   else ""))
+            # the AR baseline: KV cache, L tokens (CUDA graphs on a GPU), per-token latency
+            t_ar, _ = med_time(lambda: ar.sample(B, L, gen(2)))
+            r["ar"] = {"seconds": t_ar, "ms_per_token": t_ar / L * 1e3, "decode_path": ar.decode_path,
+                       "capture_seconds": ar.capture_seconds}
+            if prec == "bf16":  # what a user runs in bf16: the weights cast once (no autocast)
+                ar16 = ARModel(copy.deepcopy(ar_net).to(torch.bfloat16), bos_id, mask_id, eos_id=bos_id)
+                with torch.autocast(dev.type, enabled=False):
+                    ar16.sample(B, 8, gen(0))
+                    t16, _ = med_time(lambda: ar16.sample(B, L, gen(2)))
+                r["ar_bf16_weights"] = {"seconds": t16, "ms_per_token": t16 / L * 1e3, "decode_path": ar16.decode_path,
+                                        "capture_seconds": ar16.capture_seconds}
+                del ar16
+            log(f"[{prec}] AR {t_ar:.2f} s for {L} tokens ({r['ar']['ms_per_token']:.2f} ms/token, "
+                f"{r['ar']['decode_path']})" + (f"; bf16 weights {r['ar_bf16_weights']['seconds']:.2f} s"
+                                                 if "ar_bf16_weights" in r else ""))
+        # training throughput: MDLM loss (under the precision) + backward + AdamW, on a copy of the denoiser
+        train_net = copy.deepcopy(dlm_net).train()
+        method, opt = MDLM(info), torch.optim.AdamW(train_net.parameters(), lr=1e-4)
+        g, x0 = gen(3), rows.to(dev)
+
+        def train_step():
+            with precision_mode(prec, dev):
+                loss = method.loss(train_net, x0, g)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        train_step()
+        t_train, _ = _timed(lambda: [train_step() for _ in range(s.train_steps)], dev)
+        r["train_tokens_per_s"] = s.train_steps * B * L / t_train
+        del train_net, opt
+        log(f"[{prec}] MDLM training {r['train_tokens_per_s']:.0f} tokens/s")
+        r["runs"] = []
+        with precision_mode(prec, dev):
+            for S in s.steps:
+                if (prec, S) in {tuple(x) for x in s.skip}:
+                    continue
+                t_m, _ = (t_plain, None) if S == win_steps else med_time(lambda: mdlm_run(S, 4))
+                t_u, (_, st) = med_time(lambda: energy_run(S, 4, K, s.w))
+                frac = st["window_steps"] / S
+                run = {"steps": S, "seconds_mdlm": t_m, "seconds_uni": t_u, "ratio": t_u / t_m,
+                       "limit": 1 + s.w * P * c_ar / c_dlm, "limit_window_fraction": 1 + frac * P * c_ar / c_dlm}
+                run["ratio_to_limit"] = run["ratio"] / run["limit_window_fraction"]
+                r["runs"].append(run)
+                log(f"[{prec}] {S} steps: MDLM {t_m:.2f} s, Uni-E {t_u:.2f} s (ratio {run['ratio']:.3f}, limit "
+                    f"{run['limit_window_fraction']:.3f})")
+        r["peak_gpu_gb"] = _peak_gb(dev)
+        result["precisions"][prec] = r
+        if on_precision is not None:
+            on_precision(result)
+    return result
+
+
+def paper_scale_markdown(res: dict) -> str:
+    """:func:`paper_scale_bench`'s record as ``notes/gpu.md``'s table plus the ratios to their limits."""
+    s, precs = res["size"], list(res["precisions"])
+    R = res["precisions"]
+    head = "| quantity | " + " | ".join(precs) + " |"
+    sep = "|---" * (len(precs) + 1) + "|"
+
+    def row(name, fn):
+        cells = []
+        for p in precs:
+            try:
+                cells.append(fn(R[p]))
+            except (KeyError, IndexError, TypeError, StopIteration):
+                cells.append("")
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    def run_of(r, S):
+        return next(x for x in r["runs"] if x["steps"] == S)
+
+    steps = s["steps"]
+    lines = [f"# Paper-scale bench ({res['device_name']}, torch {res['torch']})", "",
+             f"Random weights: d {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, L {s['seq_len']}, "
+             f"V {s['vocab_size']}, batch {s['batch_size']}; Uni-E {s['energy']} energy, ar_context "
+             f"{s['ar_context']}, K = {s['K']}, w = {s['w']}, P = {res['P']}; repeats {s['repeats']}.", "",
+             head, sep,
+             row(f"C_DLM (denoiser pass, {s['batch_size']} × {s['seq_len']})",
+                 lambda r: f"{r['C_DLM_s'] * 1e3:.1f} ms"),
+             row("C_AR (proxy pass)", lambda r: f"{r['C_AR_s'] * 1e3:.1f} ms"),
+             row("MDLM training (loss + backward + AdamW)", lambda r: f"{r['train_tokens_per_s'] / 1e3:.1f}k tok/s"),
+             row("MDLM, " + " / ".join(map(str, steps)) + " steps",
+                 lambda r: " / ".join(f"{run_of(r, S)['seconds_mdlm']:.2f}" if any(x['steps'] == S for x in r['runs'])
+                                      else "–" for S in steps) + " s"),
+             row(f"Uni-E (K = {s['K']}, w = {s['w']}), " + " / ".join(map(str, steps)) + " steps",
+                 lambda r: " / ".join(f"{run_of(r, S)['seconds_uni']:.2f}" if any(x['steps'] == S for x in r['runs'])
+                                      else "–" for S in steps) + " s"),
+             row(f"Algorithm 2 window step (w = 1, {res['window_steps']} steps) / its limit 1 + P·C_AR/C_DLM",
+                 lambda r: f"{r['window_step']['measured']:.2f} / {r['window_step']['limit']:.2f}"),
+             row("same with the float64 Gumbel-max candidates (the old draw)",
+                 lambda r: f"{r['window_step']['measured_gumbel']:.2f} / {r['window_step']['limit']:.2f}"),
+             row(f"AR, KV cache, {s['seq_len']} tokens",
+                 lambda r: f"{r['ar']['seconds']:.2f} s ({r['ar']['decode_path']}; capture "
+                 f"{r['ar']['capture_seconds']:.2f} s)"),
+             row(f"AR, bf16 weights (no autocast), {s['seq_len']} tokens",
+                 lambda r: f"{r['ar_bf16_weights']['seconds']:.2f} s"),
+             row("peak GPU memory (this precision)", lambda r: f"{r['peak_gpu_gb']:.1f} GB"),
+             "", "Ratios to their limits (AR per-token latency alongside):", "",
+             head, sep,
+             row("window step / its limit", lambda r: f"{r['window_step']['measured_to_limit']:.3f} "
+                 f"(AR {r['ar']['ms_per_token']:.2f} ms/token)"),
+             *[row(f"Uni-E / MDLM at {S} steps / its limit 1 + (window steps)·P·C_AR/C_DLM",
+                   lambda r, S=S: f"{run_of(r, S)['ratio']:.3f} / {run_of(r, S)['limit_window_fraction']:.3f} = "
+                   f"{run_of(r, S)['ratio_to_limit']:.3f} (AR {r['ar']['ms_per_token']:.2f} ms/token)") for S in steps],
+             ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    """``python -m unie.pipeline.bench --paper-scale --device cuda --out DIR``: the paper-scale bench without
+    snakemake (torch only); writes ``DIR/paper_scale.json`` and ``DIR/paper_scale.md``."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(prog="python -m unie.pipeline.bench", description=main.__doc__)
+    ap.add_argument("--paper-scale", action="store_true", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+    ap.add_argument("--steps", nargs="+", type=int, default=list(PaperScale.steps))
+    ap.add_argument("--window-steps", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--skip", nargs="*", default=[], help="PRECISION:STEPS pairs not run, e.g. fp32:256")
+    ap.add_argument("--tiny", action="store_true", help="d 32, 2 layers, L 64, V 100, batch 2 (a CPU check)")
+    a = ap.parse_args(argv)
+    tiny = dict(vocab_size=100, d_model=32, n_layers=2, n_heads=4, seq_len=64, batch_size=2, train_steps=2)
+    skip = tuple((p, int(n)) for p, n in (x.split(":") for x in a.skip))
+    size = PaperScale(**(tiny if a.tiny else {}), steps=tuple(a.steps), window_steps=a.window_steps,
+                      repeats=a.repeats, skip=skip)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(res):
+        (out / "paper_scale.json").write_text(json.dumps(res, indent=1))
+        (out / "paper_scale.md").write_text(paper_scale_markdown(res))
+
+    write(paper_scale_bench(a.device, size, a.precisions, on_precision=write, log=lambda m: print(m, flush=True)))
+    print((out / "paper_scale.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
