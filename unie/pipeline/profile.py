@@ -41,7 +41,7 @@ PROFILE_KEYS: tuple[str, ...] = (
     "genppl.eos_rule",  # how Gen PPL scores <eos>: a property of the data (stationary toy windows vs documents)
     "figures.*.evaluator",  # the oracle a profile has (exact pi on the toy world, an HF LM on real data)
     "figures.*.n_samples", "figures.fig3_tradeoff.timing",
-    "bench.batch_size", "bench.steps", "bench.repeats", "bench.train_batch", "bench.train_steps",
+    "bench.batch_size", "bench.steps", "bench.paper_scale", "bench.repeats", "bench.train_batch", "bench.train_steps",
     # the DLLM half: sizes, tokenizers, trained models, lm-eval settings
     "dllm.seed", "dllm.pretrain_texts", "dllm.bpe_vocab_size", "dllm.decoding", "dllm.batch_size",
     "dllm.include_default_tasks", "dllm.limit", "dllm.models",

@@ -39,3 +39,30 @@ rule bench:
         runtime=res("bench", "runtime", 60),
     script:
         "../scripts/bench.py"
+
+
+rule bench_paper_scale:
+    # the paper-scale bench (not part of `all`): GPT-2-small sizes with random weights (no download), on the
+    # profile's device, in fp32 / TF32 / bf16 autocast; `snakemake --cores 1 bench_paper_scale --config device=cuda`
+    output:
+        json=report("results/bench/paper_scale/paper_scale.json", **REPORT["bench_paper_scale"], labels={"file": "JSON"}),
+        md=report("results/bench/paper_scale/paper_scale.md", **REPORT["bench_paper_scale"], labels={"file": "Markdown"}),
+    log:
+        "logs/bench/paper_scale.log",
+    params:
+        device=config["device"],
+        precisions=" ".join(config["bench"].get("paper_scale", {}).get("precisions", ["fp32", "tf32", "bf16"])),
+        steps=" ".join(map(str, config["bench"].get("paper_scale", {}).get("steps", [128, 256]))),
+        repeats=config["bench"].get("paper_scale", {}).get("repeats", 1),
+        skip=" ".join(config["bench"].get("paper_scale", {}).get("skip", [])),
+    threads: held_cores()
+    resources:
+        gpu=res("bench", "gpu", 0),
+        cpus_per_gpu=cpus_per_gpu("bench"),
+        slurm_partition=partition("bench"),
+        mem_mb=res("bench", "mem_mb", 8000),
+        runtime=res("bench", "runtime", 60),
+    shell:
+        "python -m unie.pipeline.bench --paper-scale --device {params.device} --precisions {params.precisions} "
+        "--steps {params.steps} --repeats {params.repeats} --skip {params.skip} --out results/bench/paper_scale "
+        "> {log} 2>&1"
