@@ -52,6 +52,7 @@ from .config import TrainConfig
 from .distributed import (all_reduce_gradients, all_reduce_sum, barrier, broadcast_object, broadcast_state,
                           world)
 from .integrity import atomic_write
+from .precision import autocast, check_precision, widen
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -248,6 +249,7 @@ def train(
     eval_fn: Callable[[torch.nn.Module], dict] | None = None,
     row_lengths: torch.Tensor | None = None,
     collate: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    precision: str = "fp32",
 ) -> tuple[torch.nn.Module, list[dict]]:
     """Train ``net`` on rows of ``data`` ``(N, L)`` int64; returns ``(ema_net, history)``.
 
@@ -266,6 +268,9 @@ def train(
             batches: the rows sorted by length are cut into ``length_buckets`` equal buckets, a step draws one row
             uniformly and takes its whole batch from that row's bucket).
         collate: applied to each micro-batch ``data[idx]`` before the loss (e.g. dropping all-padding columns).
+        precision: ``fp32`` | ``tf32`` | ``bf16`` (:mod:`unie.core.precision`): the forward passes and the loss (and
+            ``eval_fn``) run under :func:`~unie.core.precision.autocast`; the loss is float32, the backward pass, the
+            weights, AdamW's state and the EMA stay float32 (no gradient scaler: bfloat16 has float32's range).
 
     Under ``torch.distributed`` (world size > 1) every rank calls this with the same network (the same seed;
     rank 0's weights are broadcast anyway), computes its micro-batches (``cfg.shards``, module doc) and the
@@ -277,13 +282,15 @@ def train(
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     with checkpoint_lock(ckpt_dir, enabled=world()[0] == 0):  # only rank 0 writes the directory
         return _train(net, loss_fn, data, cfg, ckpt_dir, signature, log, stop_after, params, progress, eval_fn,
-                      row_lengths, collate)
+                      row_lengths, collate, check_precision(precision))
 
 
 def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, params, progress, eval_fn,
-           row_lengths, collate):
+           row_lengths, collate, precision):
     """The body of :func:`train` (its lock held): the training procedure, step by step."""
     rank, world_size = world()
+    if precision != "fp32":
+        eval_fn = _under(eval_fn, next(net.parameters()).device, precision)
     shards, my_shards = shard_plan(cfg, rank, world_size)
     if rank != 0:
         log, progress = (lambda _msg: None), False
@@ -306,7 +313,7 @@ def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, 
     t0 = time.time()
     while st.step < cfg.steps:
         idx = draw_batch(cfg, st.step, data.shape[0], buckets)
-        gnorm = train_step(st, loss_fn, data, idx, cfg, shards, my_shards, collate)
+        gnorm = train_step(st, loss_fn, data, idx, cfg, shards, my_shards, collate, precision)
         if bar is not None:
             bar.update(1)
         if st.step % cfg.log_every == 0 or st.step == cfg.steps:
@@ -325,6 +332,18 @@ def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, 
     if stop_after is not None and st.step < cfg.steps:
         return st.ema, st.history
     return select_best(st, log)
+
+
+def _under(eval_fn, device, precision):
+    """``eval_fn`` run under :func:`~unie.core.precision.autocast` (None stays None)."""
+    if eval_fn is None:
+        return None
+
+    def run(ema):
+        with autocast(device, precision):
+            return eval_fn(ema)
+
+    return run
 
 
 # ---- the parts of the procedure, in the order it uses them ----
@@ -428,14 +447,14 @@ def draw_batch(cfg: TrainConfig, step: int, n_rows: int, buckets) -> torch.Tenso
 
 
 def train_step(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfig, shards: int, my_shards,
-               collate) -> torch.Tensor:
+               collate, precision: str = "fp32") -> torch.Tensor:
     """One optimisation step on the global batch ``data[idx]``: the learning rate of ``st.step``, the gradients of
     this rank's micro-batches summed over ranks, clipping, AdamW, the EMA; ``st.step`` advances and the step's
     mean loss joins ``st.running``.  Returns the gradient norm before clipping."""
     for group in st.opt.param_groups:
         group["lr"] = lr_at(st.step, cfg)
     st.opt.zero_grad(set_to_none=True)
-    losses = micro_batch_losses(st, loss_fn, data, idx, cfg, shards, my_shards, collate)
+    losses = micro_batch_losses(st, loss_fn, data, idx, cfg, shards, my_shards, collate, precision)
     all_reduce_gradients(st.params)  # the sum over ranks = the mean over all micro-batches (module doc)
     gnorm = torch.nn.utils.clip_grad_norm_(st.params, cfg.grad_clip)
     st.opt.step()
@@ -446,10 +465,12 @@ def train_step(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfi
 
 
 def micro_batch_losses(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfig, shards: int, my_shards,
-                       collate) -> list[float]:
+                       collate, precision: str = "fp32") -> list[float]:
     """Forward and backward of this rank's micro-batches of the global batch ``idx`` (micro-batch ``s``: rows
     ``s * micro:(s + 1) * micro``, loss stream ``1 + s``, dropout seed :func:`_dropout_seed`); returns the loss of
-    every micro-batch (all ranks'), each finite, else :class:`NonFiniteLossError` before anything is written."""
+    every micro-batch (all ranks'), each finite, else :class:`NonFiniteLossError` before anything is written.
+    The forward pass and the loss run in ``precision`` (the loss itself float32), the backward pass outside
+    autocast."""
     device = next(st.net.parameters()).device
     set_step = getattr(getattr(loss_fn, "__self__", None), "set_step", None)
     micro = cfg.batch_size // shards
@@ -462,7 +483,8 @@ def micro_batch_losses(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: Tr
         gl = _step_generator(cfg.seed, st.step, 1 + s, device)
         if set_step is not None:  # step-dependent losses (Duo's curriculum) stay right after a resume
             set_step(st.step)
-        loss = loss_fn(st.net, x0, gl)
+        with autocast(device, precision):
+            loss = widen(loss_fn(st.net, x0, gl))  # float32 (a bfloat16 loss is widened)
         (loss if shards == 1 else loss / shards).backward()
         shard_loss[s] = loss.detach().double()
     all_reduce_sum(shard_loss)  # every rank sees every shard's loss (the others' entries are zero)

@@ -24,6 +24,7 @@ import torch
 
 from .. import methods  # noqa: F401  (registration: the methods a checkpoint names, the AR proxy's included)
 from ..core.config import ConfigError, from_dict
+from ..core.precision import PRECISIONS, autocast, widen
 from ..core.registry import DLLM_SAMPLERS, METHODS
 from ..data.dllm_format import dllm_prompt_rows
 from ..data.tokenizer import load_tokenizer
@@ -72,7 +73,9 @@ class ModelArgs:
     a Hugging Face name, with ``proxy_trust_remote_code``) of a sampler that reads one.  ``name``: the
     decoder's name (default: ``pretrained``'s last path component).  ``prompt_len``: the prompt positions
     (default: the checkpoint's; a Hugging Face model pads to each batch's longest prompt).  ``seed`` seeds the
-    decoder's generator, ``mc_num`` is the Monte-Carlo sample count of ``loglikelihood``."""
+    decoder's generator, ``mc_num`` is the Monte-Carlo sample count of ``loglikelihood``.  ``precision``
+    (``fp32`` | ``tf32`` | ``bf16``, :mod:`unie.core.precision`): the network passes of ``generate`` and
+    ``loglikelihood`` (the model's and the proxy's) run under that autocast; weights keep their dtype."""
 
     pretrained: str
     kind: str = "unie"
@@ -90,8 +93,11 @@ class ModelArgs:
     trust_remote_code: bool = False
     mask_token: str | None = None
     attn_implementation: str | None = None
+    precision: str = "fp32"
 
     def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"model_args precision={self.precision!r}; known: {', '.join(PRECISIONS)}")
         if self.sampler is None:
             object.__setattr__(self, "sampler", default_sampler(self.options))
         if self.name is None:
@@ -178,6 +184,16 @@ def check_positions(model, name: str, prompt_positions: int, gen_length: int) ->
                          "model_args (dllm.decoding) or shorten the prompts")
 
 
+def model_device(model) -> torch.device:
+    """The device a wrapped model computes on (``model.device``, else ``model.net.device``; CPU if neither): where
+    :func:`~unie.core.precision.autocast` applies."""
+    for obj in (model, getattr(model, "net", None)):
+        device = getattr(obj, "device", None)
+        if device is not None:
+            return torch.device(device)
+    return torch.device("cpu")
+
+
 class DLLMDecoder:
     """A :class:`~unie.core.protocols.TextDecoder` over a DLLM backbone and a registered DLLM sampler
     (:data:`~unie.core.registry.DLLM_SAMPLERS`: ``plain``, the backbone's own decoder; ``energy``, Algorithm 3;
@@ -186,11 +202,12 @@ class DLLMDecoder:
     def __init__(self, backbone, tokenizer, prompt_len: int | None, decode_options: DecodeOptions,
                  options=None, proxy: ProxyBridge | None = None,
                  seed: int = 0, mc_num: int = 32, name: str = "dllm", pad_to_batch: bool = False,
-                 sampler: str | None = None):
+                 sampler: str | None = None, precision: str = "fp32"):
         """``prompt_len``: the prompt positions the model was trained with (longer prompts are refused); prompts
         are left-padded to it, or only to the batch's longest prompt when ``pad_to_batch`` (a model trained on
         length-bucketed batches, which never saw more padding than its bucket needed).  ``options``: the
-        sampler's options object (or mapping); ``proxy``: the AR proxy, for a sampler that needs one."""
+        sampler's options object (or mapping); ``proxy``: the AR proxy, for a sampler that needs one;
+        ``precision``: of every network pass (:func:`~unie.core.precision.autocast`)."""
         sampler = sampler or ("plain" if options is None else "energy")
         self.sampler = DLLM_SAMPLERS[sampler]
         if self.sampler.needs_proxy and proxy is None:
@@ -201,7 +218,7 @@ class DLLMDecoder:
         self.decode_options, self.proxy = decode_options, proxy
         self.options = self.sampler.options(options)
         self.generator = torch.Generator().manual_seed(seed)
-        self.mc_num, self.name = mc_num, name
+        self.mc_num, self.name, self.precision = mc_num, name, precision
 
     def check(self, prompts: list[str]) -> None:
         """Errors before any generation: prompts that do not fit (the trained prompt length, or a Hugging Face
@@ -222,26 +239,30 @@ class DLLMDecoder:
         x = dllm_prompt_rows(self.tok, prompts, P, G)
         device = getattr(getattr(self.backbone, "net", None), "device", "cpu")
         x = x.to(device)
-        out, stats = self.sampler.fn(self.backbone, x, self.decode_options, self.options, proxy=self.proxy,
-                                     generator=self.generator)
+        with autocast(model_device(self.backbone), self.precision):
+            out, stats = self.sampler.fn(self.backbone, x, self.decode_options, self.options, proxy=self.proxy,
+                                         generator=self.generator)
         gen = out[:, P:P + min(G, max_new_tokens)].tolist()
         return [completion_text(self.tok, g) for g in gen], {"nfe": stats["nfe"], "generated_tokens": G * len(prompts),
                                                              "proxy_forwards": stats.get("proxy_forwards", 0)}
 
     def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
         out = []
+        device = model_device(self.backbone)
         for c, t in zip(contexts, continuations):
-            out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t),
-                                        mc_num=self.mc_num, batch_size=min(self.mc_num, 32),
-                                        generator=self.generator))
+            with autocast(device, self.precision):
+                out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t),
+                                            mc_num=self.mc_num, batch_size=min(self.mc_num, 32),
+                                            generator=self.generator))
         return out
 
 
 class ARDecoder:
     """A :class:`~unie.core.protocols.TextDecoder` over an AR model (greedy, ``gen_length`` tokens)."""
 
-    def __init__(self, model, tokenizer, gen_length: int, name: str = "ar"):
+    def __init__(self, model, tokenizer, gen_length: int, name: str = "ar", precision: str = "fp32"):
         self.model, self.tok, self.gen_length, self.name = model, tokenizer, gen_length, name
+        self.precision, self.device = precision, model_device(model)
 
     def check(self, prompts: list[str]) -> None:
         lengths = [len(ids) for ids in self.tok.encode_batch(prompts)]
@@ -249,7 +270,8 @@ class ARDecoder:
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
         G = min(self.gen_length, max_new_tokens)
-        gen = self.model.greedy_continue(self.tok.encode_batch(prompts), G).tolist()
+        with autocast(self.device, self.precision):
+            gen = self.model.greedy_continue(self.tok.encode_batch(prompts), G).tolist()
         return [completion_text(self.tok, g) for g in gen], {"nfe": G, "generated_tokens": G * len(prompts)}
 
     @torch.no_grad()
@@ -258,7 +280,9 @@ class ARDecoder:
         for c, t in zip(contexts, continuations):
             ctx, tgt = self.tok.encode(c), self.tok.encode(t)
             x = torch.tensor([[self.tok.bos_id] + ctx + tgt])
-            lp = self.model.logits(x).log_softmax(-1)[0, :-1].gather(-1, x[0, 1:, None]).squeeze(-1)
+            with autocast(self.device, self.precision):
+                logits = self.model.logits(x)
+            lp = widen(logits).log_softmax(-1)[0, :-1].gather(-1, x[0, 1:, None]).squeeze(-1)
             out.append(float(lp[len(ctx):].double().sum()))
         return out
 
@@ -310,11 +334,12 @@ def build_decoder(args: Mapping | ModelArgs):
     if is_ar:
         if a.proxy is not None or a.sampler != "plain" or a.options:
             raise ConfigError("an AR model decodes left to right: sampler/proxy options apply to DLLMs only")
-        return ARDecoder(model, tok, gen_length, name=a.name)
+        return ARDecoder(model, tok, gen_length, name=a.name, precision=a.precision)
     entry = DLLM_SAMPLERS[a.sampler]
     d_opts = from_dict(DecodeOptions, {**a.decoding, "gen_length": gen_length}, "decoding options")
     s_opts = from_dict(entry.options_cls, a.options, f"DLLM sampler {a.sampler!r} options")
-    common = dict(seed=a.seed, mc_num=a.mc_num, name=a.name, pad_to_batch=pad_to_batch, sampler=a.sampler)
+    common = dict(seed=a.seed, mc_num=a.mc_num, name=a.name, pad_to_batch=pad_to_batch, sampler=a.sampler,
+                  precision=a.precision)
     if entry.preflight is not None:
         try:
             entry.preflight(model, s_opts)

@@ -12,6 +12,10 @@ EOS rule (``eos_rule``): ``all`` scores every token, including each ``<eos>`` an
 one (the toy world's windows are stationary streams whose ``<eos>`` tokens are document boundaries);
 ``first`` follows MDLM: ``<eos>`` targets after the first one get weight 0, non-EOS text after it is
 still scored.
+
+Precision: the pipeline runs ``score`` under :func:`unie.core.precision.autocast`; the log-probabilities are taken
+from float32 logits and summed in float64 whatever the precision (an ``hf`` evaluator's weights keep their
+``dtype``).
 """
 
 from __future__ import annotations

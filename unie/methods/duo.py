@@ -101,6 +101,7 @@ import torch.nn.functional as F
 
 from ..core.config import ConfigError, make_options
 from ..core.gumbel import gumbel_argmax, uniform
+from ..core.precision import widen
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import Schedule, antithetic_t, make_schedule
@@ -274,8 +275,8 @@ def gaussian_latent(x0: torch.Tensor, gamma: torch.Tensor, V: int, generator) ->
 
 # ---------------------------------------------------------------------- network as a denoiser
 def restricted_logits(net, sub_to_tok: torch.Tensor, sigma: torch.Tensor, tokens=None, inputs_embeds=None):
-    """The network's logits over the real tokens ``(B, L, V)``; ``tokens`` are tokenizer ids."""
-    logits = net(tokens, sigma=sigma.float(), inputs_embeds=inputs_embeds)
+    """The network's logits over the real tokens ``(B, L, V)``, float32 at least; ``tokens`` are tokenizer ids."""
+    logits = widen(net(tokens, sigma=sigma.float(), inputs_embeds=inputs_embeds))  # float32 before log_softmax
     return logits.index_select(-1, sub_to_tok.to(logits.device))
 
 

@@ -64,6 +64,7 @@ import torch
 
 from ..core.config import make_options
 from ..core.gumbel import gumbel_argmax
+from ..core.precision import widen
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import Schedule, antithetic_t, make_schedule
@@ -87,7 +88,8 @@ def sedd_log_score(out: torch.Tensor, xt: torch.Tensor, sigma: torch.Tensor, mas
     ``sigma`` ``(B,)`` is the total noise ``-log alpha_t``.  Blocked ids (the mask, ``blocked``) get
     ``-inf`` (score 0, an exact exclusion); then the entry of the current token ``xt_i`` is set to 0
     (score 1: the ratio of ``xt`` to itself), so on a masked position the mask column is 0 and on an
-    unmasked one the carried token is 0.  Keeps ``out``'s dtype."""
+    unmasked one the carried token is 0.  Float32 at least (a bfloat16 ``out`` is widened; float64 stays)."""
+    out = widen(out)
     excl = excluded_ids(mask_id, blocked)
     n_real = out.shape[-1] - len(excl)
     shift = (log_expm1(sigma.double()) + math.log(n_real)).to(device=out.device, dtype=out.dtype)

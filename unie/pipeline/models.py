@@ -14,6 +14,7 @@ import torch
 
 from ..core.config import ConfigError, ModelConfig, TrainConfig, from_dict
 from ..core.distributed import world
+from ..core.precision import check_precision, precision_record
 from ..core.registry import METHODS
 from ..core.train import run_spec, train
 from ..data.corpus import TokenRows, load_tokens, token_file_info
@@ -82,11 +83,14 @@ def init_fingerprint(init_dir) -> str | None:
 
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
                     device: str = "cpu", init_dir=None, log=print, stop_after: int | None = None,
-                    partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512):
+                    partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512, precision: str = "fp32"):
     """Train model ``name`` of ``config['models']``; writes ``out_dir/{model.safetensors,config.json}``.
 
     ``partner_dirs`` (role -> checkpoint dir) are frozen models a method needs (NCE's proxy or DLM);
     ``dev_path`` is a held-out split for methods with ``dev_metrics`` (model selection on dev).
+    ``precision`` (:mod:`unie.core.precision`): the training passes' precision; a run in another precision than
+    ``fp32`` has another run specification (its ``last.pt`` is not resumed by an fp32 run, nor the converse) and
+    records it in ``config.json``.
     Under ``torch.distributed`` every rank calls this (data-parallel :func:`~unie.core.train.train`, ``device``
     is the rank's own); only rank 0 writes ``out_dir``."""
     tok = load_tokenizer(tokenizer_dir)
@@ -94,6 +98,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     method = build_method(spec["method"], tok.info(), options, f"models.{name}.options")
     cfg = model_config(spec["arch"], tok.vocab_size, seq_len, method)
     tcfg = from_dict(TrainConfig, spec["train"], f"models.{name}.train")
+    check_precision(precision)
     with torch.random.fork_rng(devices=[]):  # initial weights are a function of the config's seed
         torch.manual_seed(tcfg.seed)
         net = (method.build_net(cfg) if hasattr(method, "build_net") else Transformer(cfg)).to(device)
@@ -122,16 +127,18 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
                           "data": data_id, "tokenizer": tok.info()["fingerprint"],
                           "init": init_fingerprint(init_dir),
                           "partners": {role: init_fingerprint(d) for role, d in sorted((partner_dirs or {}).items())},
-                          "dev": None if eval_fn is None else {**token_file_info(dev_path), "n_dev": n_dev}})
+                          "dev": None if eval_fn is None else {**token_file_info(dev_path), "n_dev": n_dev},
+                          **precision_record(precision)})
     n_params = sum(p.numel() for p in net.parameters())
     log(f"training {name} ({spec['method']}): {n_params/1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
     params = method.parameters(net) if hasattr(method, "parameters") else None
     ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, stop_after=stop_after, params=params,
-                         eval_fn=eval_fn)
+                         eval_fn=eval_fn, precision=precision)
     if stop_after is not None and stop_after < tcfg.steps:
         return ema, history
     dev = [h for h in history if "dev" in h]
-    extra = {"options": options, "train": spec["train"], "final": next((h for h in reversed(history) if "loss" in h), {})}
+    extra = {"options": options, "train": spec["train"], **precision_record(precision),
+             "final": next((h for h in reversed(history) if "loss" in h), {})}
     if dev:
         best = min((h for h in dev if h["dev"]["admissible"]), key=lambda h: h["dev"]["loss"])
         extra["dev"] = {"initial": dev[0], "selected": best, "dev_split": str(dev_path),

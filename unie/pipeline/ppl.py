@@ -8,13 +8,15 @@
 * :func:`energy_ppl`: an energy-corrected model (EDLM / Uni-EDLM rows) with the same sequences and
   Monte-Carlo seeds as :func:`model_ppl`.
 
-Every result carries its identity (``source``: the Table 1 name it answers to).
+Every result carries its identity (``source``: the Table 1 name it answers to) and, unless it is ``fp32``, the
+``precision`` its network passes ran in (:mod:`unie.core.precision`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..core.precision import precision_record
 from ..core.schedule import make_schedule
 from ..data.corpus import load_tokens
 from ..data.tokenizer import load_tokenizer
@@ -26,15 +28,17 @@ from .models import build_method, load_wrapped
 
 
 def model_ppl(source: str, model_dir, tokenizer_dir, data_paths: dict, n_mc: int = 1, batch_size: int = 256,
-              max_sequences: int | None = None, seed: int = 0, device: str = "cpu", log=print) -> dict:
+              max_sequences: int | None = None, seed: int = 0, device: str = "cpu", log=print,
+              precision: str = "fp32") -> dict:
     tok = load_tokenizer(tokenizer_dir)
     net, meta = load_model(model_dir, device=device, tokenizer_info=tok.info())
     method = build_method(meta["method"], tok.info(), meta.get("extra", {}).get("options", {}))
     passes = n_mc if getattr(method, "stochastic_nll", True) else 1
-    out = {"source": source, "model": str(model_dir), "method": meta["method"], "n_mc": passes, "domains": {}}
+    out = {"source": source, "model": str(model_dir), "method": meta["method"], "n_mc": passes,
+           **precision_record(precision), "domains": {}}
     for domain, path in data_paths.items():
         x = load_tokens(path, max_sequences).long()
-        nll = mc_nll(x, lambda xb, g: method.nll(net, xb, g), passes, batch_size, seed, domain, device)
+        nll = mc_nll(x, lambda xb, g: method.nll(net, xb, g), passes, batch_size, seed, domain, device, precision)
         out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
         log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f} (nll/token {out['domains'][domain]['nll_per_token']:.4f} "
             f"± {out['domains'][domain]['nll_se']:.4f})")
@@ -59,7 +63,7 @@ def exact_ppl(data_paths: dict, tokenizer_dir, max_sequences: int | None = None,
 
 def energy_ppl(source: str, spec: dict, model_dirs: dict, tokenizer_dir, data_paths: dict, n_mc: int = 1,
                batch_size: int = 256, max_sequences: int | None = None, seed: int = 0, device: str = "cpu",
-               log=print) -> dict:
+               log=print, precision: str = "fp32") -> dict:
     """Table 1 perplexity of an energy-corrected model (``spec``: energy, dlm, and proxy + ar_context or ebm) on
     each domain."""
     tok = load_tokenizer(tokenizer_dir)
@@ -79,14 +83,15 @@ def energy_ppl(source: str, spec: dict, model_dirs: dict, tokenizer_dir, data_pa
         scorer_for = lambda domain: proxy
         estimator = "paper (energy-corrected conditional, closed-form log F)"
     schedule = make_schedule("loglinear")
-    out = {"source": source, "spec": spec, "n_mc": n_mc, "estimator": estimator, "domains": {}}
+    out = {"source": source, "spec": spec, "n_mc": n_mc, "estimator": estimator, **precision_record(precision),
+           "domains": {}}
     with torch.no_grad():
         for domain, path in data_paths.items():
             x = load_tokens(path, max_sequences).long()
             scorer = scorer_for(domain)
             nll = mc_nll(x, lambda xb, g: energy_corrected_nelbo(dlm, scorer, spec["energy"], ar_context, xb,
                                                                  schedule, tok.mask_id, g),
-                         n_mc, batch_size, seed, domain, device)
+                         n_mc, batch_size, seed, domain, device, precision)
             out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
             log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f}")
     return out

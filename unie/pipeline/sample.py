@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 
+from ..core.precision import autocast, check_precision, precision_record
 from ..core.registry import EVALUATORS, SAMPLERS
 from ..data.corpus import load_tokens, write_tokens
 from ..data.tokenizer import blocked_ids, load_tokenizer
@@ -53,6 +54,8 @@ class SampleJob:
             the proxy is never built for a silent one.
         seed: the workflow's seed.
         device: the torch device the models run on.
+        precision: ``fp32`` | ``tf32`` | ``bf16`` (:mod:`unie.core.precision`): the sampler's and the model
+            evaluators' network passes; recorded in the samples' metadata and the Gen PPL result unless ``fp32``.
     """
 
     run: str
@@ -66,6 +69,10 @@ class SampleJob:
     domain: str
     seed: int = 0
     device: str = "cpu"
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        check_precision(self.precision)
 
     @classmethod
     def from_spec(cls, run: str, spec: dict, inputs: dict, **fields) -> "SampleJob":
@@ -122,8 +129,9 @@ def run_sampler(job: SampleJob, steps: int, out_path, *, log=print, models: dict
         models = load_models(job, tok)
     g = torch.Generator(device=job.device).manual_seed(job.seed_at(steps))
     t0 = time.perf_counter()
-    x, stats = entry(models, job.n_samples, job.seq_len, steps, g, opts, batch_size=job.batch_size,
-                     device=job.device)
+    with autocast(job.device, job.precision):
+        x, stats = entry(models, job.n_samples, job.seq_len, steps, g, opts, batch_size=job.batch_size,
+                         device=job.device)
     seconds = time.perf_counter() - t0
     x = x.cpu()
     for bad in blocked_ids(tok.info()):
@@ -134,7 +142,7 @@ def run_sampler(job: SampleJob, steps: int, out_path, *, log=print, models: dict
         raise RuntimeError(f"run {job.run}: samples have shape {tuple(x.shape)}, expected "
                            f"{(job.n_samples, job.seq_len)}")
     meta = {"run": job.run, "sampler": job.sampler, "steps": steps, "seconds": seconds, "models": job.models,
-            "options": dataclasses.asdict(opts), "n_samples": job.n_samples, **stats}
+            "options": dataclasses.asdict(opts), "n_samples": job.n_samples, **precision_record(job.precision), **stats}
     write_tokens(x, out_path, extra={"unie": json.dumps(meta)})
     log(json.dumps(meta))
     return meta
@@ -178,8 +186,12 @@ def make_evaluator(ev: dict, path, tokenizer, eos_rule: str, domain: str, device
 
 
 def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: str, evaluator_paths: dict, *,
-                     domain: str, device: str = "cpu", log=print, cache: dict | None = None) -> dict:
+                     domain: str, device: str = "cpu", log=print, cache: dict | None = None,
+                     precision: str = "fp32") -> dict:
     """Gen PPL of the samples under each evaluator (decode -> re-encode with the evaluator's tokenizer).
+
+    ``precision``: the evaluators' forward passes run under :func:`~unie.core.precision.autocast` (their weights
+    keep the evaluator's ``dtype``; the log-probabilities are float32, the sums float64).
 
     ``cache``: a dict that keeps the evaluators built here (name -> evaluator) for the next call of the same
     job; without it each evaluator is built and freed.  ``seconds`` counts scoring only when it is reused."""
@@ -187,14 +199,16 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
     x = load_tokens(samples_path).long()
     texts = [tok.decode(row) for row in x.tolist()]
     result = {"samples": str(samples_path), "n_samples": len(texts), "entropy_bits": mean_entropy_bits(x),
-              "sampling": read_sample_meta(samples_path), "eos_rule": eos_rule, "genppl": {}}
+              "sampling": read_sample_meta(samples_path), "eos_rule": eos_rule, **precision_record(precision),
+              "genppl": {}}
     for name, ev in evaluators.items():
         t0 = time.perf_counter()
         if cache is not None and name in cache:
             evaluator = cache[name]
         else:
             evaluator = make_evaluator(ev, evaluator_paths.get(name), tok, eos_rule, domain, device)
-        nll, ntok = evaluator.score(texts)
+        with autocast(device, precision):
+            nll, ntok = evaluator.score(texts)
         if cache is not None:
             cache[name] = evaluator
         del evaluator
@@ -220,7 +234,8 @@ def sample_and_score(job: SampleJob, steps: list[int], sample_paths: list, genpp
     for s, samples_path, genppl_path in zip(steps, sample_paths, genppl_paths):
         run_sampler(job, int(s), samples_path, log=log, models=models)
         result = evaluate_samples(samples_path, job.inputs["tokenizer"], evaluators, eos_rule, evaluator_paths,
-                                  domain=job.domain, device=job.device, log=log, cache=cache)
+                                  domain=job.domain, device=job.device, log=log, cache=cache,
+                                  precision=job.precision)
         write_json(result, genppl_path)
         results.append(result)
     return results

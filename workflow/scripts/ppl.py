@@ -3,6 +3,7 @@
 from unie.pipeline.rule import job, write_json
 
 with job(snakemake) as log:
+    from unie.core.precision import for_device
     from unie.pipeline.ppl import model_ppl
 
     p = snakemake.params
@@ -17,5 +18,6 @@ with job(snakemake) as log:
         seed=p.seed,
         device=p.device,
         log=log,
+        precision=for_device(p.get("precision", "fp32"), p.device),
     )
     write_json(result, snakemake.output[0])

@@ -7,6 +7,7 @@ from pathlib import Path
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
+    from unie.core.precision import for_device
     from unie.pipeline.sample import SampleJob, sample_and_score
 
     p = snakemake.params
@@ -26,6 +27,7 @@ with job(snakemake) as log:
         domain=p.train_domain,
         seed=p.seed,
         device=p.device,
+        precision=for_device(p.get("precision", "fp32"), p.device),
     )
     sample_and_score(
         sampling,
