@@ -11,6 +11,7 @@ import platform
 
 import torch
 
+from ..core.precision import autocast
 from ..data.tokenizer import load_tokenizer
 from ..eval.timing import TimingChecks, check_calls, checks_record, describe, time_generation
 from .sample import SampleJob, load_models
@@ -42,9 +43,10 @@ def time_run(job: SampleJob, steps: list[int], *, warmup: int, repeats: int, thr
     models = load_models(job, load_tokenizer(job.inputs["tokenizer"]))
 
     def measure(s: int, warm: int) -> dict:
-        return time_generation(entry, models, opts, job.seq_len, s, batch_size=job.batch_size, warmup=warm,
-                               repeats=repeats, seed=job.seed_at(s), device=job.device, threads=threads,
-                               checks=checks, reruns=checks.reruns)
+        with autocast(job.device, job.precision):  # the job's precision, as its sampling job ran (fp32: no-op)
+            return time_generation(entry, models, opts, job.seq_len, s, batch_size=job.batch_size, warmup=warm,
+                                   repeats=repeats, seed=job.seed_at(s), device=job.device, threads=threads,
+                                   checks=checks, reruns=checks.reruns)
 
     points = [measure(int(s), warmup) for s in steps]
     for _ in range(checks.reruns):  # a point off the run's per-call median: once more (already warm)

@@ -20,7 +20,15 @@ from unie.pipeline.targets import TARGETS, report_args
 expand_config(config)  # adds the sampling runs generated from figures.fig2_ablation
 check_config(config)
 
-SETTINGS = WorkflowSettings.from_config(config)  # optional workflow switches, their defaults in one place
+SETTINGS = WorkflowSettings.from_config(config)
+
+
+def precision_params():
+    """``precision`` only when not fp32: fp32 jobs keep their params, so existing result trees do not rerun."""
+    p = config.get("precision", "fp32")
+    return {} if p == "fp32" else {"precision": p}
+
+  # optional workflow switches, their defaults in one place
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
 # sampling.job: run -> the runs on the standard step counts get one job for all of them (rule sample_run)

@@ -17,6 +17,7 @@ rule ppl:
         ppl=config["ppl"],
         seed=config["seed"],
         device=config["device"],
+        **precision_params(),
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),
@@ -74,6 +75,7 @@ rule ppl_energy:
         ppl=config["ppl"],
         seed=config["seed"],
         device=config["device"],
+        **precision_params(),
     threads: config["threads"]
     resources:
         gpu=res("ppl", "gpu", 0),

@@ -51,6 +51,7 @@ rule timing:
         seed=config["seed"],
         train_domain=TRAIN_DOMAIN,
         device=config["device"],
+        **precision_params(),
     # on a CPU the job holds every core of a local run (nothing runs beside a timed run): held_cores()
     threads: held_cores()
     resources:

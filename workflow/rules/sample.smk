@@ -33,6 +33,7 @@ def sample_params():
         eos_rule=config["genppl"]["eos_rule"],
         train_domain=TRAIN_DOMAIN,
         device=config["device"],
+        **precision_params(),
     )
 
 

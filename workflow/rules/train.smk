@@ -33,6 +33,7 @@ rule train:
         seq_len=config["data"]["seq_len"],
         ckpt_dir=lambda wc: f"results/checkpoints/{wc.model}",
         device=config["device"],
+        **precision_params(),
         processes=res("train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
     threads: config["threads"]
     resources:

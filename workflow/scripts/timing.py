@@ -5,6 +5,7 @@ config figures.fig3_tradeoff.timing.checks, else TimingChecks' defaults), flagge
 from unie.pipeline.rule import job, write_json
 
 with job(snakemake) as log:
+    from unie.core.precision import for_device
     from unie.eval.timing import TimingChecks
     from unie.pipeline.sample import SampleJob
     from unie.pipeline.timing import time_run
@@ -21,6 +22,7 @@ with job(snakemake) as log:
         domain=p.train_domain,
         seed=p.seed,
         device=p.device,
+        precision=for_device(p.get("precision", "fp32"), p.device),
     )
     result = time_run(
         sampling,
