@@ -76,9 +76,13 @@ def test_gpu_smoke_sources_end_to_end_on_cpu(tmp_path):
 
 
 def test_missing_google_drive_file_is_one_line(tmp_path):
-    overlay = tmp_path / "by_hand.yaml"
-    overlay.write_text("models:\n  ar:\n    method: ar\n    source: {kind: ar, path: resources/released/ar.ckpt}\n")
-    r = smk("resources/released/missing/ar", "--cores", "1", cwd=tmp_path, configfiles=(GPU_SMOKE, overlay),
+    text = GPU_SMOKE.read_text()
+    standin = "source: {kind: ar, standin: ckpt, n_heads: 4}"
+    assert standin in text
+    profile = tmp_path / "by_hand.yaml"  # the AR placed by hand, as in the paper profile
+    profile.write_text(text.replace(standin, "source: {kind: ar, path: resources/released/ar.ckpt, tokenizer_info: "
+                                             "{vocab_size: 201, mask_id: 200, bos_id: 199, eos_id: 198}}"))
+    r = smk("results/models/ar/config.json", "--cores", "1", cwd=tmp_path, configfiles=(profile,),
             config=["device=cpu"])
     assert r.returncode != 0
     line = next(x for x in r.stderr.splitlines() if x.startswith("unie: error:"))
