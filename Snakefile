@@ -41,6 +41,7 @@ if workflow.is_main_process:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/released.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/sample.smk"
 include: "workflow/rules/tables.smk"

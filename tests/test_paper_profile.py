@@ -491,10 +491,21 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     out = _dry_run_with_profile(tmp_path, "all")
     assert "paper.yaml" in out
     train = _job_blocks(out, "train")
-    assert len(train) == len(_paper_config()["models"])
+    # the paper trains no backbone: MDLM, AR, SEDD, Duo and BD3-LM are the released checkpoints, imported once;
+    # only the NCE rows (from the released MDLM) and the masked-context proxy (from the released AR) are trained
+    trained = sorted(re.search(r"model=(\w+)", b).group(1) for b in train)
+    assert trained == ["ar_masked", "edlm_nce", "uni_edlm_nce"]
+    assert all("results/models/mdlm/model.safetensors" in b for b in train if "model=ar_masked" not in b)
     for block in train:
         res = re.search(r"resources: (.*)", block).group(1)
         assert "gpu=1" in res and "slurm_partition=gpu" in res and "mem_mb=128000" in res
+    imports = _job_blocks(out, "import_released")
+    assert sorted(re.search(r"model=(\w+)", b).group(1) for b in imports) == ["ar", "bd3lm", "duo", "mdlm", "sedd"]
+    assert all("gpu=" not in b and "slurm_partition=cpu" in b for b in imports)  # a conversion on a CPU node
+    fetched = sorted(re.search(r"model=(\w+)", b).group(1) for b in _job_blocks(out, "download_released"))
+    assert fetched == ["bd3lm", "mdlm"]  # the HF folders; the Google-Drive files are placed by hand:
+    by_hand = sorted(re.search(r"model=(\w+)", b).group(1) for b in _job_blocks(out, "released_missing"))
+    assert by_hand == ["ar", "duo", "sedd"]
     hf = _job_blocks(out, "download_hf_model")
     assert sorted(re.search(r"hf_model=(\w+)", b).group(1) for b in hf) == sorted(_paper_config()["hf_models"])
     # Table 3: one lm-eval run per row on the Hugging Face DLLMs, AR rows and proxy, nothing trained
@@ -509,7 +520,8 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
              if "localrule: True" in body
              or ('localrule: config["data"]["source"] == "hf"' in body and _paper_config()["data"]["source"] == "hf")}
     # downloads run on the submit host (compute nodes are often offline): the datasets, models and task files
-    assert {"download", "download_task_file", "download_hf_model", "table3"} <= local
+    assert {"download", "download_task_file", "download_hf_model", "download_released", "released_missing",
+            "table3"} <= local
     local |= set(re.findall(r"^rule (\w+):", (REPO / "Snakefile").read_text(), re.M))  # targets: nothing to run
     submitted = [(n, b) for n, b in re.findall(r"^rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M) if n not in local]
     assert {"tokenize", "train", "dllm_eval"} <= {name for name, _ in submitted}

@@ -37,8 +37,8 @@ from ..core.schedule import antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
 from ..methods.ar import ARModel
 from ..methods.mdlm import MDLMDenoiser, nelbo, q_xt, subs_logp, transition
+from ..models.dit import backbone_for
 from ..models.energy_net import EnergyNet
-from ..models.transformer import Transformer
 from .energies import AR_CONTEXTS
 from .energies import energy as energy_fn
 
@@ -128,8 +128,9 @@ class NCE:
 
     # -- wiring ---------------------------------------------------------------------------------
     def build_net(self, cfg):
-        """The network this method trains: :class:`EnergyNet` for ``train: energy_net``, else a transformer."""
-        return EnergyNet(cfg) if self.train == "energy_net" else Transformer(cfg)
+        """The network this method trains: :class:`EnergyNet` for ``train: energy_net``, else the backbone the
+        config describes (our transformer, or the released DiT it is fine-tuned from)."""
+        return EnergyNet(cfg) if self.train == "energy_net" else backbone_for(cfg)
 
     def init_from(self, net, init_net) -> None:
         """Start from ``init_net`` (``init_from``): the energy network takes the denoiser as its backbone."""

@@ -1,6 +1,7 @@
 """Model checkpoints: ``model.safetensors`` + ``config.json`` in one directory.
 
-``config.json`` holds the :class:`ModelConfig`, the method that trained the weights (``mdlm``, ``ar``,
+``config.json`` holds the :class:`ModelConfig` (or, with ``arch: dit``, the :class:`~unie.models.dit.DiTConfig` of
+a released checkpoint imported by rule ``import_released`` and of what is fine-tuned from it), the method that trained the weights (``mdlm``, ``ar``,
 ...), the tokenizer fingerprint (so a mismatch is caught on load, not as garbage samples), the size and SHA-256
 of ``model.safetensors`` (``weights``: safetensors has no checksum, so a flipped byte is caught on load instead of
 being used) and any method-specific metadata.  Both files are written atomically, the weights first: a
@@ -43,8 +44,11 @@ def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict,
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in net.state_dict().items()}
     weights = atomic_write(out / "model.safetensors", lambda tmp: save_file(state, str(tmp)))
+    from .dit import DiTConfig
+
     meta = {
         "backbone": getattr(net, "registry_name", "transformer"),
+        **({"arch": "dit"} if isinstance(net.cfg, DiTConfig) else {}),
         "model": dataclasses.asdict(net.cfg),
         "method": method,
         "tokenizer": tokenizer_info,
@@ -99,6 +103,22 @@ def load_state(ckpt_dir, meta: dict | None = None) -> dict:
         raise DamagedCheckpointError(wpath, f"safetensors cannot read it ({why})", _fix(ckpt_dir)) from None
 
 
+ARCHS = ("transformer", "dit")
+
+
+def model_config_of(meta: dict):
+    """The architecture recorded in a checkpoint's ``config.json``: a :class:`ModelConfig` (our transformer), or a
+    :class:`~unie.models.dit.DiTConfig` when ``arch`` is ``dit`` (the released MDLM-family network)."""
+    arch = meta.get("arch", "transformer")
+    if arch not in ARCHS:
+        raise CheckpointError(f"checkpoint architecture {arch!r} is not one of {ARCHS}")
+    if arch == "dit":
+        from .dit import DiTConfig
+
+        return from_dict(DiTConfig, meta["model"], "checkpoint model (dit)")
+    return from_dict(ModelConfig, meta["model"], "checkpoint model")
+
+
 def load_model(ckpt_dir, device="cpu", tokenizer_info: dict | None = None, expect_method: str | tuple | None = None):
     """Rebuild the network saved in ``ckpt_dir``; returns ``(net, meta)``.
 
@@ -112,7 +132,7 @@ def load_model(ckpt_dir, device="cpu", tokenizer_info: dict | None = None, expec
             raise CheckpointError(f"{ckpt_dir}: trained as {meta['method']!r}, expected one of {allowed}")
     if tokenizer_info is not None:
         check_tokenizer_match(meta["tokenizer"], tokenizer_info, str(ckpt_dir))
-    cfg = from_dict(ModelConfig, meta["model"], "checkpoint model")
+    cfg = model_config_of(meta)
     net = BACKBONES[meta.get("backbone", "transformer")](cfg)
     state = load_state(ckpt_dir, meta)
     missing, unexpected = net.load_state_dict(state, strict=False)

@@ -41,6 +41,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..core.registry import BACKBONES
+
 FREQ_DIM = 256  # TimestepEmbedder.frequency_embedding_size upstream
 
 
@@ -90,6 +92,10 @@ class Embedding(nn.Module):
         super().__init__()
         self.embedding = nn.Parameter(torch.empty(vocab, d))
         nn.init.normal_(self.embedding, std=0.02)
+
+    @property
+    def weight(self):  # the name nn.Embedding uses (Duo's soft inputs read net.embed.weight)
+        return self.embedding
 
     def forward(self, x):
         return self.embedding[x]
@@ -185,17 +191,27 @@ class FinalLayer(nn.Module):
         if cfg.adaln:
             self.adaLN_modulation = nn.Linear(cfg.cond_dim, 2 * cfg.d_model)
 
-    def forward(self, h, c):
+    def features(self, h, c):
         x = self.norm_final(h)
         if c is not None:
             shift, scale = self.adaLN_modulation(c)[:, None].chunk(2, dim=-1)
             x = x * (1 + scale) + shift
-        return self.linear(x)
+        return x
+
+    def forward(self, h, c):
+        return self.linear(self.features(h, c))
 
 
+@BACKBONES.register("dit")
 class DiT(nn.Module):
     """The released DiT: ``vocab_embed``, [``sigma_map``], ``rotary_emb``, ``blocks.N``, ``output_layer``
-    (registration order = upstream's, so ``parameters()`` enumerates in the order of an upstream EMA)."""
+    (registration order = upstream's, so ``parameters()`` enumerates in the order of an upstream EMA).
+
+    Saved by :func:`unie.models.checkpoint.save_model` like every network (``backbone: dit``, ``arch: dit``:
+    the config is a :class:`DiTConfig`), so an imported released checkpoint is a unie model folder."""
+
+    registry_name = "dit"
+    config_class = DiTConfig
 
     def __init__(self, cfg: DiTConfig):
         super().__init__()
@@ -214,17 +230,18 @@ class DiT(nn.Module):
     def new_cache(self) -> list:
         return [dict() for _ in self.blocks]
 
-    def forward(self, x: torch.Tensor | None = None, sigma: torch.Tensor | None = None,
-                attn_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None, cache: list | None = None, causal: bool | None = None,
-                return_attn: int = 0) -> torch.Tensor:
-        """Raw logits ``(B, L, V)`` float32 (no parameterisation: the method wrappers apply it).
+    @property
+    def embed(self):
+        """The token embedding as a module ``ids -> (.., d)`` (the name :class:`unie.models.transformer.Transformer`
+        uses; :class:`unie.models.energy_net.EnergyNet` reads it)."""
+        return self.vocab_embed
 
-        ``sigma`` ``(B,)``: required iff ``cfg.time_conditioning``; otherwise ignored and replaced by zeros
-        (upstream's ``_process_sigma``).  ``attn_mask`` bool, True = may attend (overrides ``causal``);
-        ``positions`` rotary positions ``(L,)`` (default ``0..L-1`` after the cache); ``cache`` per-layer dicts."""
-        if return_attn:
-            raise NotImplementedError("the released DiT does not return attention probabilities")
+    def hidden(self, x: torch.Tensor | None = None, sigma: torch.Tensor | None = None,
+               attn_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+               inputs_embeds: torch.Tensor | None = None, cache: list | None = None,
+               causal: bool | None = None) -> torch.Tensor:
+        """The final hidden states ``(B, L, d)``: blocks, ``norm_final`` and its adaLN modulation, before
+        ``output_layer.linear`` (the features EDLM's energy network pools)."""
         h = self.vocab_embed(x) if inputs_embeds is None else inputs_embeds.to(self.vocab_embed.embedding.dtype)
         B, L = h.shape[:2]
         causal = self.cfg.causal if causal is None else causal
@@ -243,4 +260,29 @@ class DiT(nn.Module):
             c = F.silu(self.sigma_map(s))
         for i, blk in enumerate(self.blocks):
             h = blk(h, cos, sin, c, causal, attn_mask, None if cache is None else cache[i])
-        return self.output_layer(h, c).float()
+        return self.output_layer.features(h, c)
+
+    def forward(self, x: torch.Tensor | None = None, sigma: torch.Tensor | None = None,
+                attn_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, cache: list | None = None, causal: bool | None = None,
+                return_attn: int = 0) -> torch.Tensor:
+        """Raw logits ``(B, L, V)`` float32 (no parameterisation: the method wrappers apply it).
+
+        ``sigma`` ``(B,)``: required iff ``cfg.time_conditioning``; otherwise ignored and replaced by zeros
+        (upstream's ``_process_sigma``).  ``attn_mask`` bool, True = may attend (overrides ``causal``);
+        ``positions`` rotary positions ``(L,)`` (default ``0..L-1`` after the cache); ``cache`` per-layer dicts."""
+        if return_attn:
+            raise NotImplementedError("the released DiT does not return attention probabilities")
+        h = self.hidden(x, sigma=sigma, attn_mask=attn_mask, positions=positions, inputs_embeds=inputs_embeds,
+                        cache=cache, causal=causal)
+        return self.output_layer.linear(h).float()
+
+
+def backbone_for(cfg):
+    """The network a config describes: a :class:`DiT` for a :class:`DiTConfig` (a released architecture and
+    whatever is fine-tuned from it), else our :class:`~unie.models.transformer.Transformer`."""
+    if isinstance(cfg, DiTConfig):
+        return DiT(cfg)
+    from .transformer import Transformer
+
+    return Transformer(cfg)

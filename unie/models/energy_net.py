@@ -4,7 +4,10 @@ A copy of the denoiser's backbone that reads both the noisy state and a clean ca
 ``[emb(xt) ; emb(x0)]`` ``(B, L, 2H)`` -> ``Linear(2H -> H)`` -> the transformer blocks and final LayerNorm ->
 mean over positions -> ``Linear(H -> H)``, ReLU, ``Linear(H -> 1)``: one scalar energy per sequence.
 (EDLM's backbone is MDLM's DiT with time conditioning; ours is our MDLM's, which has none: with SUBS the
-mask fraction of ``xt`` carries the time.)
+mask fraction of ``xt`` carries the time.)  The backbone is the denoiser's class: our
+:class:`~unie.models.transformer.Transformer` for a :class:`ModelConfig`, the released
+:class:`~unie.models.dit.DiT` for a :class:`~unie.models.dit.DiTConfig` (an energy network fine-tuned from
+the released MDLM, whose constant adaLN modulation it keeps); both give ``embed`` and ``hidden``.
 
 Initialised from the denoiser (``init_from``): the backbone takes its weights; the input merge starts as
 ``[I | N(0, 0.02)]`` (reads ``xt`` as the denoiser did, plus a small random view of ``x0``) and the last
@@ -19,6 +22,7 @@ import torch.nn as nn
 
 from ..core.config import ModelConfig
 from ..core.registry import BACKBONES
+from .dit import DiTConfig, backbone_for
 from .transformer import Transformer
 
 
@@ -27,14 +31,16 @@ class EnergyNet(nn.Module):
     """``forward(xt (N, L), x0 (N, L)) -> (N,)`` energies (float32)."""
 
     registry_name = "energy_net"
+    config_class = None  # the saved config says which: ModelConfig, or DiTConfig (checkpoint ``arch: dit``)
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig | DiTConfig):
         super().__init__()
-        if cfg.causal or cfg.cond_dim:
+        timed = cfg.time_conditioning if isinstance(cfg, DiTConfig) else cfg.cond_dim
+        if cfg.causal or timed:
             raise ValueError("the energy network is a bidirectional backbone without time conditioning")
         self.cfg = cfg
         d = cfg.d_model
-        self.backbone = Transformer(cfg)
+        self.backbone = backbone_for(cfg)
         self.merge = nn.Linear(2 * d, d, bias=False)
         self.out = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, 1))
         with torch.no_grad():
@@ -47,7 +53,7 @@ class EnergyNet(nn.Module):
     def device(self):
         return self.merge.weight.device
 
-    def load_backbone(self, denoiser_net: Transformer) -> None:
+    def load_backbone(self, denoiser_net: Transformer | nn.Module) -> None:
         """Start from a trained denoiser's weights (same :class:`ModelConfig`)."""
         self.backbone.load_state_dict(denoiser_net.state_dict())
 

@@ -163,6 +163,9 @@ def check_arch_train(spec: dict, where: str) -> None:
 
     _options(TrainConfig, spec["train"], f"{where}.train")
     arch = dict(spec["arch"])
+    for key in ("d_model", "n_layers", "n_heads"):
+        if key not in arch:
+            _err(f"{where}.arch", f"missing {key!r} (a model trained from scratch states its size)")
     for fixed in ("vocab_size", "max_len", "causal"):  # set by the workflow from the tokenizer, data and method
         if fixed in arch:
             _err(f"{where}.arch.{fixed}", "is set by the workflow (tokenizer, data.seq_len, method), not the config")
@@ -170,6 +173,109 @@ def check_arch_train(spec: dict, where: str) -> None:
     if isinstance(d, int) and isinstance(h, int) and h > 0 and (d % h or (d // h) % 2):
         _err(f"{where}.arch", f"d_model={d} must be divisible by n_heads={h} into an even head size")
     _options(ModelConfig, {**arch, "vocab_size": 2}, f"{where}.arch")
+
+
+# -- released checkpoints as models (`source:`), docs/released-checkpoints.md
+SOURCE_KEYS = ("kind", "path", "hf_id", "standin", "trust_remote_code", "use_ema", "n_heads", "block_size",
+               "tokenizer_info")
+CUSTOM_CODE_KINDS = ("mdlm", "bd3lm", "duo")  # their HF folders name custom code (auto_map)
+
+
+def released_models(config: dict) -> dict[str, dict]:
+    """Model name -> its ``source`` (a released checkpoint imported by rule ``import_released``, not trained)."""
+    return {name: spec["source"] for name, spec in config["models"].items() if spec.get("source")}
+
+
+def trained_models(config: dict) -> list[str]:
+    return [name for name, spec in config["models"].items() if not spec.get("source")]
+
+
+def source_format(source: dict) -> str:
+    """``hf`` (an HF folder) or ``ckpt`` (a Lightning checkpoint file)."""
+    if source.get("hf_id"):
+        return "hf"
+    if source.get("standin"):
+        return "ckpt" if source["standin"] == "ckpt" else "hf"
+    return "ckpt" if str(source.get("path", "")).endswith(".ckpt") else "hf"
+
+
+def source_path(name: str, source: dict) -> str:
+    """Where the import reads model ``name``'s released checkpoint: the download folder of ``hf_id``
+    (``resources/released/NAME``), the stand-in the workflow writes (``resources/standins/NAME[/KIND.ckpt]``), or
+    ``path`` as given."""
+    if source.get("hf_id"):
+        return f"resources/released/{name}"
+    if source.get("standin"):
+        return f"resources/standins/{name}/{source['kind']}.ckpt" if source["standin"] == "ckpt" else \
+            f"resources/standins/{name}"
+    return str(source["path"])
+
+
+def dit_root(config: dict, name: str) -> str | None:
+    """The released model at the root of model ``name``'s ``init_from`` chain, if any (the model is then a DiT)."""
+    seen = set()
+    while name is not None and name not in seen:
+        seen.add(name)
+        spec = config["models"].get(name, {})
+        if spec.get("source"):
+            return name
+        name = spec.get("init_from")
+    return None
+
+
+def is_dit_model(config: dict, name: str) -> bool:
+    return dit_root(config, name) is not None
+
+
+def check_sources(config: dict) -> None:
+    """Each ``models.NAME.source``: a known kind of the model's method, exactly one of ``path``, ``hf_id`` or
+    ``standin`` in a format the authors publish, the custom-code grant where the HF folder needs it, no ``train``,
+    ``arch`` or ``init_from`` (the weights are the release's), a tokenizer of the release's layout."""
+    from ..methods.released import GPT2_MASKED
+    from ..models.released import SOURCES
+    from ..models.standins import FORMATS
+
+    for name, source in released_models(config).items():
+        where = f"models.{name}.source"
+        spec = config["models"][name]
+        if not isinstance(source, dict):
+            _err(where, "a mapping {kind, path | hf_id | standin, trust_remote_code, ...}")
+        unknown = sorted(set(source) - set(SOURCE_KEYS))
+        if unknown:
+            _err(f"{where}.{unknown[0]}", f"unknown key; allowed: {', '.join(SOURCE_KEYS)}")
+        kind = source.get("kind")
+        if kind not in SOURCES:
+            _err(f"{where}.kind", f"{kind!r} is not a released checkpoint kind ({', '.join(SOURCES)})")
+        if SOURCES[kind].method != spec["method"]:
+            _err(f"models.{name}.method", f"a released {kind} checkpoint is a {SOURCES[kind].method!r} model")
+        given = [k for k in ("path", "hf_id", "standin") if source.get(k)]
+        if len(given) != 1:
+            _err(where, f"give exactly one of path (a local HF folder or .ckpt), hf_id (downloaded) or standin "
+                        f"(a tiny stand-in the workflow writes), got {given or 'none'}")
+        fmt = source_format(source)
+        if source.get("standin"):
+            std = FORMATS[kind]
+            if source["standin"] not in std:
+                _err(f"{where}.standin", f"a {kind} stand-in is written as {' or '.join(std)}, not {source['standin']!r}")
+        elif fmt not in SOURCES[kind].formats:
+            _err(where, f"{kind} is published as {' or '.join(SOURCES[kind].formats)} only "
+                        f"({SOURCES[kind].identifier}), not as {'an HF folder' if fmt == 'hf' else 'a .ckpt'}")
+        if kind in CUSTOM_CODE_KINDS and fmt == "hf" and source.get("trust_remote_code") is not True:
+            _err(f"{where}.trust_remote_code", f"the released {kind} HF folder names custom code (auto_map); set "
+                 "trust_remote_code: true to load it (our own DiT reads its weights, its code is never run)")
+        for key in ("train", "arch", "init_from"):
+            if spec.get(key) is not None:
+                _err(f"models.{name}.{key}", "a model with a `source` is the released checkpoint: it is imported, "
+                                             "not trained (drop the key, or drop `source` to train it)")
+        info = source.get("tokenizer_info")
+        if info is not None:
+            bad = sorted(set(info) - {"vocab_size", "mask_id", "bos_id", "eos_id"})
+            if bad:
+                _err(f"{where}.tokenizer_info.{bad[0]}", "unknown key; allowed: vocab_size, mask_id, bos_id, eos_id")
+        elif not source.get("standin") and (config["tokenizer"].get("kind") != "hf"
+                                            or config["tokenizer"].get("path") not in ("gpt2", "openai-community/gpt2")):
+            _err(where, f"a released {kind} checkpoint reads GPT-2 + the appended mask ({GPT2_MASKED}): set "
+                        "tokenizer: {kind: hf, path: gpt2}, or state the checkpoint's layout in source.tokenizer_info")
 
 
 def method_options(config: dict, name: str):
@@ -258,6 +364,25 @@ def check_config(config: dict) -> None:
         method_options(config, name)
         if spec.get("init_from") is not None and spec["init_from"] not in models:
             _err(f"models.{name}.init_from", f"unknown model {spec['init_from']!r}")
+    check_sources(config)
+    for name, spec in models.items():
+        if spec.get("source"):
+            continue
+        if "train" not in spec:
+            _err(f"models.{name}", "a trained model needs `train` (or a `source`: a released checkpoint)")
+        if is_dit_model(config, name):  # fine-tuned from a released checkpoint: its architecture
+            from .models import DIT_ARCH_KEYS
+
+            extra = sorted(set(spec.get("arch") or {}) - set(DIT_ARCH_KEYS))
+            if extra:
+                _err(f"models.{name}.arch", f"{extra} cannot be set: the model is fine-tuned from the released "
+                     f"checkpoint of {dit_root(config, name)!r}, whose architecture it keeps (only {list(DIT_ARCH_KEYS)})")
+            from ..core.config import TrainConfig
+
+            _options(TrainConfig, spec["train"], f"models.{name}.train")
+            continue
+        if "arch" not in spec:
+            _err(f"models.{name}", "a model trained from scratch needs `arch` (or a `source`: a released checkpoint)")
         check_arch_train(spec, f"models.{name}")
     kinds = {name: model_kind(config, name) for name in models}
     for name, spec in models.items():

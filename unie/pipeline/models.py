@@ -1,6 +1,7 @@
 """Training a model of ``config['models']`` and loading checkpoints as the objects samplers use.
 
 * :func:`train_from_spec`: build a model for a method, train it (resumable), save the EMA weights.
+* :func:`import_released`: a released checkpoint (a model's ``source``) converted once into our checkpoint format.
 * :func:`load_wrapped`: a saved checkpoint as its method's sampler-facing object (denoiser, AR proxy, ...).
 """
 
@@ -19,8 +20,8 @@ from ..core.registry import METHODS
 from ..core.train import run_spec, train
 from ..data.corpus import TokenRows, load_tokens, token_file_info
 from ..data.tokenizer import load_tokenizer
-from ..models.checkpoint import CheckpointError, load_model, save_model
-from ..models.transformer import Transformer
+from ..models.checkpoint import CheckpointError, load_model, model_config_of, read_meta, save_model
+from ..models.dit import DiTConfig, backbone_for
 
 
 def build_method(method: str, tokenizer_info: dict, options: dict | None = None, where: str | None = None):
@@ -69,6 +70,29 @@ def warm_start(net, init, init_meta: dict, cfg: ModelConfig, method, where: str,
         f"not used: {dropped}")
 
 
+def is_dit(model_dir) -> bool:
+    """Whether a saved model is the released DiT architecture (imported, or fine-tuned from an import)."""
+    return read_meta(model_dir).get("arch") == "dit"
+
+
+# what a model fine-tuned from a released checkpoint may set in `arch`: the rest is the checkpoint's
+DIT_ARCH_KEYS = ("dropout",)
+
+
+def released_arch(init_dir, arch: dict | None, method, where: str) -> DiTConfig:
+    """The architecture of a model fine-tuned from a DiT (``init_from`` a released checkpoint): the init's
+    :class:`DiTConfig`, with ``arch.dropout`` if given; causal iff the method is (the AR proxy from the AR)."""
+    cfg = model_config_of(read_meta(init_dir))
+    extra = sorted(set(arch or {}) - set(DIT_ARCH_KEYS))
+    if extra:
+        raise ConfigError(f"{where}.arch: {extra} cannot be set for a model fine-tuned from a released checkpoint "
+                          f"(its architecture is {init_dir}'s); only {list(DIT_ARCH_KEYS)}")
+    if bool(method.causal) != cfg.causal:
+        raise ConfigError(f"{where}: init_from {init_dir} is {'causal' if cfg.causal else 'bidirectional'}, but the "
+                          f"method is {'causal' if method.causal else 'bidirectional'}")
+    return DiTConfig(**{**dataclasses.asdict(cfg), **(arch or {})})
+
+
 def init_fingerprint(init_dir) -> str | None:
     """The identity of a checkpoint another training starts from or reads (``init_from``, NCE's frozen partners)
     for the resume check: its path and the SHA-256 of its weights, so a checkpoint left by a run that started
@@ -96,12 +120,13 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     tok = load_tokenizer(tokenizer_dir)
     options = spec.get("options", {})
     method = build_method(spec["method"], tok.info(), options, f"models.{name}.options")
-    cfg = model_config(spec["arch"], tok.vocab_size, seq_len, method)
+    cfg = (released_arch(init_dir, spec.get("arch"), method, f"models.{name}") if init_dir and is_dit(init_dir)
+           else model_config(spec["arch"], tok.vocab_size, seq_len, method))
     tcfg = from_dict(TrainConfig, spec["train"], f"models.{name}.train")
     check_precision(precision)
     with torch.random.fork_rng(devices=[]):  # initial weights are a function of the config's seed
         torch.manual_seed(tcfg.seed)
-        net = (method.build_net(cfg) if hasattr(method, "build_net") else Transformer(cfg)).to(device)
+        net = (method.build_net(cfg) if hasattr(method, "build_net") else backbone_for(cfg)).to(device)
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)
@@ -149,6 +174,55 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
         save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
         Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
     return ema, history
+
+
+def _source_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return [p for p in (path / "config.json", path / "model.safetensors", path / "pytorch_model.bin") if p.is_file()]
+
+
+def import_released(name: str, source: dict, method_name: str, options: dict | None, tokenizer_dir, out_dir,
+                    source_path, log=print) -> None:
+    """Model ``name``'s ``source`` (a released checkpoint: HF folder or Lightning ``.ckpt`` at ``source_path``)
+    read by :func:`unie.methods.released.load_released` and written to ``out_dir`` as our own checkpoint
+    (``config.json`` with ``arch: dit`` and the ``weights`` record, ``model.safetensors``), so that loading,
+    verification, fingerprints, ``init_from`` and NCE's partners treat it as any trained model.
+
+    The tokenizer must have the layout the checkpoint was trained with: GPT-2 + the appended mask, unless the
+    source says otherwise (``tokenizer_info``) or is a stand-in written for this very tokenizer (``standin``).
+    Runs on the CPU (a conversion)."""
+    from ..core.integrity import file_sha256
+    from ..methods.released import GPT2_MASKED, load_released
+    from ..models.released import SOURCES, ReleasedCheckpointError
+
+    tok = load_tokenizer(tokenizer_dir)
+    info = tok.info()
+    kind = source["kind"]
+    if SOURCES[kind].method != method_name:
+        raise ConfigError(f"models.{name}: a released {kind} checkpoint is a {SOURCES[kind].method!r} model, "
+                          f"not {method_name!r}")
+    expected = dict(info) if source.get("standin") else {**GPT2_MASKED, **(source.get("tokenizer_info") or {})}
+    bad = [k for k in ("vocab_size", "mask_id", "bos_id", "eos_id") if expected[k] != info[k]]
+    if bad:
+        raise ReleasedCheckpointError(
+            f"{source_path}: tokenizer mismatch for models.{name}: the checkpoint was trained with "
+            f"{ {k: expected[k] for k in bad} }, {tokenizer_dir} has { {k: info[k] for k in bad} } (use the tokenizer "
+            "the checkpoint was trained with: GPT-2 + the appended mask, tokenizer: {kind: hf, path: gpt2})")
+    net_kwargs = {k: source[k] for k in ("use_ema", "n_heads", "block_size") if source.get(k) is not None}
+    wrapped = load_released(kind, source_path, tokenizer_info=info, trust_remote_code=bool(source.get("trust_remote_code")),
+                            device="cpu", options=options, **net_kwargs)
+    opts = dict(options or {})
+    if kind == "bd3lm":
+        opts["block_size"] = wrapped.net.cfg.block_size
+    meta = dict(wrapped.released)
+    meta["files"] = {p.name: file_sha256(p) for p in _source_files(Path(source_path))}
+    if source.get("standin"):
+        meta["standin"] = True
+    save_model(wrapped.net, out_dir, method_name, info, extra={"options": opts, "released": meta})
+    n = sum(p.numel() for p in wrapped.net.parameters())
+    log(f"imported {name}: released {kind} ({meta['identifier']}) from {source_path} ({meta['format']}"
+        f"{', EMA weights' if meta.get('ema') else ''}), {n / 1e6:.2f}M parameters, arch {meta['arch']} -> {out_dir}")
 
 
 def load_wrapped(model_dir, tokenizer, device: str = "cpu"):

@@ -1,5 +1,10 @@
 # Training: every model in config['models'] with its method's loss (one shared loop: AdamW,
 # warm-up, grad clip, EMA, checkpoints in results/checkpoints/{model}/ that a rerun resumes from).
+# A model with a `source:` (a released checkpoint) is not trained: rule import_released (released.smk) writes it.
+
+from unie.pipeline.checks import trained_models
+
+TRAINED = trained_models(config)
 
 
 def train_inputs(wc):
@@ -26,6 +31,8 @@ rule train:
         config="results/models/{model}/config.json",
     log:
         "logs/train/{model}.log",
+    wildcard_constraints:
+        model="|".join(TRAINED) or "(?!)",
     benchmark:
         "benchmarks/train/{model}.tsv"
     params:

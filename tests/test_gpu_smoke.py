@@ -1,0 +1,128 @@
+"""config/gpu-smoke.yaml: the whole DAG with the paper's model provenance (released checkpoints imported, only NCE
+and the masked proxy fine-tuned from them), on stand-ins the workflow writes; and the `source:` config checks.
+
+The lead runs the whole profile on a GPU (`device: cuda`); here it runs on the CPU (`--config device=cpu`), enough
+of it to prove the sources path end to end (stand-ins -> import -> NCE fine-tunes from the imported MDLM -> Table 1)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
+from unie.core.config import ConfigError
+from unie.pipeline.checks import check_config
+from unie.pipeline.profile import resolve_config
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_SMOKE = REPO / "config" / "gpu-smoke.yaml"
+PAPER = REPO / "config" / "paper.yaml"
+RELEASED = ["ar", "bd3lm", "duo", "mdlm", "sedd"]
+
+
+def smk(*args, cwd, configfiles=(GPU_SMOKE,), config=()):
+    """``snakemake ARGS --configfile FILES --config CONFIG`` (targets before the list-valued options)."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args,
+           "--configfile", *map(str, configfiles), *(["--config", *config] if config else [])]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+
+
+def job_counts(out: str) -> dict[str, int]:
+    m = re.search(r"Job stats:\n(.*?)\n\n", out, re.S)
+    return {p[0]: int(p[1]) for line in m.group(1).splitlines()[2:]
+            if len(p := line.split()) == 2 and p[1].isdigit() and p[0] != "total"}
+
+
+def test_gpu_smoke_dry_run_all(tmp_path):
+    cfg = resolve_config([GPU_SMOKE])
+    assert cfg["device"] == "cuda" and cfg["data"]["source"] == "toy"
+    r = smk("-n", "all", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    jobs = job_counts(r.stdout)
+    assert jobs["released_standin"] == jobs["import_released"] == 5
+    assert jobs["train"] == 4  # ar_masked, edlm_nce, uni_edlm_nce (from the imports) and the toy oracle ar_long
+    assert not {"download_released", "released_missing", "download_hf_model"} & set(jobs)  # nothing downloads
+    assert {"table1", "table2", "table3", "fig2", "fig3", "fig4", "dllm_eval"} <= set(jobs)
+
+
+@pytest.mark.slow
+def test_gpu_smoke_sources_end_to_end_on_cpu(tmp_path):
+    """Stand-ins in all five upstream formats -> import -> NCE fine-tunes (energy network on the released DiT,
+    the DiT itself) and the masked proxy from the imported AR -> Table 1 on every row."""
+    r = smk("results/tables/table1_ppl.csv", "--cores", "2", cwd=tmp_path, config=["device=cpu"])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    models = tmp_path / "results" / "models"
+    for name in RELEASED:
+        meta = json.loads((models / name / "config.json").read_text())
+        assert meta["arch"] == "dit" and meta["extra"]["released"]["standin"] and "sha256" in meta["weights"]
+    assert json.loads((models / "ar" / "config.json").read_text())["extra"]["released"]["ema"]  # the .ckpt's EMA
+    for name, backbone in (("edlm_nce", "energy_net"), ("uni_edlm_nce", "dit"), ("ar_masked", "dit")):
+        meta = json.loads((models / name / "config.json").read_text())
+        assert meta["arch"] == "dit" and meta["backbone"] == backbone, name
+    assert "initialised from results/models/mdlm" in (tmp_path / "logs" / "train" / "edlm_nce.log").read_text()
+    t1 = pd.read_csv(tmp_path / "results" / "tables" / "table1_ppl.csv")
+    scored = t1.dropna(subset=["ppl"])
+    assert set(RELEASED) | {"edlm_nce", "uni_edlm_nce"} <= set(scored["source"])
+    assert (scored["ppl"] > 1).all()
+    r = smk("-n", "results/tables/table1_ppl.csv", cwd=tmp_path, config=["device=cpu"])  # cached: nothing to do
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr
+
+
+def test_missing_google_drive_file_is_one_line(tmp_path):
+    text = GPU_SMOKE.read_text()
+    standin = "source: {kind: ar, standin: ckpt, n_heads: 4}"
+    assert standin in text
+    profile = tmp_path / "by_hand.yaml"  # the AR placed by hand, as in the paper profile
+    profile.write_text(text.replace(standin, "source: {kind: ar, path: resources/released/ar.ckpt, tokenizer_info: "
+                                             "{vocab_size: 201, mask_id: 200, bos_id: 199, eos_id: 198}}"))
+    r = smk("results/models/ar/config.json", "--cores", "1", cwd=tmp_path, configfiles=(profile,),
+            config=["device=cpu"])
+    assert r.returncode != 0
+    line = next(x for x in r.stderr.splitlines() if x.startswith("unie: error:"))
+    assert "resources/released/ar.ckpt is missing" in line and "MDLM's Google Drive" in line and "place it at" in line
+
+
+def _with(cfg: dict, name: str, **changes) -> dict:
+    cfg = copy.deepcopy(cfg)
+    for key, value in changes.items():
+        if value is None:
+            cfg["models"][name].pop(key, None)
+        else:
+            cfg["models"][name][key] = value
+    return cfg
+
+
+@pytest.mark.parametrize("name, changes, message", [
+    ("mdlm", {"source": {"kind": "mdlm", "standin": "hf"}}, "trust_remote_code"),
+    ("mdlm", {"source": {"kind": "sedd", "standin": "ckpt"}}, "is a 'sedd' model"),
+    ("ar", {"source": {"kind": "ar", "standin": "hf"}}, "written as ckpt"),
+    ("mdlm", {"train": {"steps": 1, "batch_size": 1, "lr": 1e-3}}, "imported, not trained"),
+    ("edlm_nce", {"arch": {"d_model": 64, "n_layers": 1, "n_heads": 2}}, "fine-tuned from the released"),
+    ("mdlm", {"source": {"kind": "mdlm", "path": "x", "hf_id": "y", "trust_remote_code": True}}, "exactly one of"),
+    ("mdlm", {"source": {"kind": "mdlm", "path": "resources/released/mdlm", "trust_remote_code": True}},
+     "reads GPT-2 + the appended mask"),  # a real release on the toy tokenizer
+])
+def test_source_config_errors_before_any_job(name, changes, message):
+    cfg = _with(resolve_config([GPU_SMOKE]), name, **changes)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_config(cfg)
+
+
+def test_paper_profile_sources():
+    cfg = resolve_config([PAPER])
+    check_config(cfg)
+    sources = {n: s["source"] for n, s in cfg["models"].items() if s.get("source")}
+    assert sorted(sources) == RELEASED
+    assert sources["mdlm"] == {"kind": "mdlm", "hf_id": "kuleshov-group/mdlm-owt", "trust_remote_code": True}
+    assert sources["ar"]["path"].endswith("ar.ckpt") and sources["sedd"]["path"].endswith("sedd.ckpt")
+    for name in ("edlm_nce", "uni_edlm_nce"):
+        assert cfg["models"][name]["init_from"] == "mdlm" and "arch" not in cfg["models"][name]
+    with pytest.raises(ConfigError, match="trust_remote_code"):
+        check_config(_with(cfg, "bd3lm", source={"kind": "bd3lm", "hf_id": "kuleshov-group/bd3lm-owt-block_size4"}))

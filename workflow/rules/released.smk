@@ -1,0 +1,108 @@
+# Released checkpoints as models: a model of config['models'] with a `source:` is not trained; rule import_released
+# converts the released weights once into our checkpoint format (results/models/{model}/: config.json with
+# `arch: dit` and the weights' SHA-256, model.safetensors), so everything downstream (verification on load,
+# fingerprints, init_from, NCE's frozen partners, damage checks) treats it as any trained model.
+# docs/released-checkpoints.md.  Where the released files come from (exactly one per source):
+#   hf_id:   rule download_released fetches the HF folder on the submit host (resources/released/{model})
+#   standin: rule released_standin writes a tiny stand-in in the upstream format (resources/standins/{model})
+#   path:    a file placed by hand (MDLM's Google-Drive ar.ckpt, sedd.ckpt); absent, rule released_missing fails
+#            with one line naming the file and where to put it
+
+from unie.pipeline.checks import released_models, source_path
+
+RELEASED = released_models(config)
+_HF_SOURCES = [m for m, s in RELEASED.items() if s.get("hf_id")]
+_STANDINS = [m for m, s in RELEASED.items() if s.get("standin")]
+_BY_HAND = [m for m, s in RELEASED.items() if s.get("path")]
+
+
+def _names(names):
+    return "|".join(names) or "(?!)"  # "(?!)" never matches: no such model in this profile
+
+
+def import_inputs(wc):
+    source = RELEASED[wc.model]
+    inputs = {"tokenizer": "resources/tokenizer"}
+    if source.get("hf_id"):
+        inputs["source"] = f"resources/released/{wc.model}"
+    elif source.get("standin"):
+        inputs["source"] = f"resources/standins/{wc.model}"
+    elif os.path.exists(source["path"]):
+        inputs["source"] = source["path"]
+    else:
+        inputs["source"] = f"resources/released/missing/{wc.model}"
+    return inputs
+
+
+rule import_released:
+    input:
+        unpack(import_inputs),
+    output:
+        weights="results/models/{model}/model.safetensors",
+        config="results/models/{model}/config.json",
+    log:
+        "logs/import_released/{model}.log",
+    params:
+        source=lambda wc: RELEASED[wc.model],
+        path=lambda wc: source_path(wc.model, RELEASED[wc.model]),
+        method=lambda wc: config["models"][wc.model]["method"],
+        options=lambda wc: config["models"][wc.model].get("options", {}),
+    wildcard_constraints:
+        model=_names(RELEASED),
+    threads: 1
+    resources:  # a conversion on the CPU: reads the released file, writes safetensors
+        mem_mb=res("import_released", "mem_mb", 4000),
+        runtime=res("import_released", "runtime", 60),
+        slurm_partition=partition("import_released"),
+    script:
+        "../scripts/import_released.py"
+
+
+rule download_released:
+    output:
+        directory("resources/released/{model}"),
+    log:
+        "logs/download_released/{model}.log",
+    params:
+        repo_id=lambda wc: RELEASED[wc.model]["hf_id"],
+    wildcard_constraints:
+        model=_names(_HF_SOURCES),
+    localrule: True  # compute nodes are often offline: fetched on the submit host
+    threads: 1
+    retries: 2
+    script:
+        "../scripts/download_hf_model.py"
+
+
+rule released_standin:
+    input:
+        tokenizer="resources/tokenizer",
+    output:
+        directory("resources/standins/{model}"),
+    log:
+        "logs/released_standin/{model}.log",
+    params:
+        kind=lambda wc: RELEASED[wc.model]["kind"],
+        format=lambda wc: RELEASED[wc.model]["standin"],
+        block_size=lambda wc: RELEASED[wc.model].get("block_size"),
+        seed=config["seed"],
+    wildcard_constraints:
+        model=_names(_STANDINS),
+    localrule: True
+    threads: 1
+    script:
+        "../scripts/released_standin.py"
+
+
+rule released_missing:
+    output:
+        "resources/released/missing/{model}",
+    params:
+        path=lambda wc: RELEASED[wc.model]["path"],
+        kind=lambda wc: RELEASED[wc.model]["kind"],
+    wildcard_constraints:
+        model=_names(_BY_HAND),
+    localrule: True
+    threads: 1
+    script:
+        "../scripts/released_missing.py"
