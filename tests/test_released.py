@@ -10,6 +10,8 @@ import pickle
 
 import pytest
 import torch
+
+from unie.core.gumbel import gumbel_argmax
 import torch.nn.functional as F
 
 from standins_released import (BOS, MASK, TOKENIZER, V, random_state, reference_logits, save_hf, save_lightning,
@@ -161,6 +163,23 @@ def test_ar_model_matches_upstream(tmp_path):
     ours = ar.logp_next(x)
     real = torch.arange(V) != MASK
     torch.testing.assert_close(ours[..., real], up[..., real], atol=ATOL, rtol=0)
+
+
+def test_released_ar_samples_with_its_dict_cache(tmp_path):
+    """A released AR is a DiT (no preallocated cache): the sampler falls back to the DiT's dict KV cache and draws
+    exactly the tokens of a cache-free teacher-forced loop (a GPU run failed here: 'DiT' has no static_cache)."""
+    ema, _ = random_state("ar", seed=13)
+    ar = load_released("ar", save_lightning(tmp_path / "ar.ckpt", ema, ema=ema), tokenizer_info=TOKENIZER,
+                       n_heads=4)
+    x = ar.sample(2, 6, generator=torch.Generator().manual_seed(0))
+    assert x.shape == (2, 6) and ar.decode_path == "eager" and not (x == MASK).any()
+    g = torch.Generator().manual_seed(0)  # the same draws, recomputing the whole prefix each step
+    ref = torch.empty(2, 0, dtype=torch.long)
+    for _ in range(6):
+        inp = torch.cat([torch.full((2, 1), BOS), ref], 1)
+        logp = ar.normalise(ar.net(inp)[:, -1])
+        ref = torch.cat([ref, gumbel_argmax(logp, g)[:, None]], 1)
+    assert torch.equal(x, ref)
 
 
 # ---------------------------------------------------------------------- NELBO through our estimator, by hand

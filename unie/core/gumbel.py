@@ -24,12 +24,17 @@ def gumbel_argmax(logp: torch.Tensor, generator: torch.Generator | None) -> torc
     ``logp`` may be a broadcast view (e.g. ``(B, 1, L, V)`` expanded to ``K`` candidates): it is added to the
     noise in place, never materialised in float64."""
     g = gumbel_noise(logp.shape, generator, logp.device)
+    if g.device != logp.device:  # a CPU generator for a model on the GPU: the same noise as on the CPU, moved
+        g = g.to(logp.device)
     return g.add_(logp).argmax(-1)
 
 
 def uniform(shape, generator: torch.Generator | None, device=None) -> torch.Tensor:
+    """``U(0, 1)`` in float64, drawn on the generator's device and returned on ``device`` when one is given (a CPU
+    generator driving a model on the GPU draws the same numbers as on the CPU)."""
     dev = generator.device if generator is not None else device
-    return torch.rand(shape, generator=generator, dtype=torch.float64, device=dev)
+    u = torch.rand(shape, generator=generator, dtype=torch.float64, device=dev)
+    return u if device is None or u.device == torch.device(device) else u.to(device)
 
 
 def categorical_inverse_cdf(logp: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:

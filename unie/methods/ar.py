@@ -119,16 +119,17 @@ class ARModel:
         every slot with the future masked, the same distribution up to float rounding."""
         out = []
         dev = self.net.device
-        use_graphs = dev.type == "cuda" and torch.cuda.is_available() if graphs is None else graphs
-        if use_graphs and dev.type != "cuda":
-            raise ValueError("CUDA graphs need a CUDA model")
+        static = hasattr(self.net, "static_cache")  # our Transformer; a released DiT has the dict cache only
+        use_graphs = static and dev.type == "cuda" and torch.cuda.is_available() if graphs is None else graphs
+        if use_graphs and (dev.type != "cuda" or not static):
+            raise ValueError("CUDA graphs need a CUDA model with a preallocated cache (unie's Transformer)")
         for start in range(0, n, batch_size):
             b = min(batch_size, n - start)
             self.capture_seconds = 0.0
             step = self._graph_step(b, L) if use_graphs else None
             self.decode_path = "cuda_graph" if step is not None else "eager"
             if step is None:
-                cache = self.net.static_cache(L)
+                cache = self.net.static_cache(L) if static else self.net.new_cache()
                 step = lambda i, tok: self.net(tok, cache=cache)[:, -1]  # noqa: E731
             x = torch.full((b, 1), self.bos_id, dtype=torch.long, device=dev)
             toks = torch.empty(b, L, dtype=torch.long, device=dev)
