@@ -5,6 +5,8 @@
 
 def docs_results_inputs(wc):
     tables = [f for f in final_outputs() if f.endswith((".csv", ".json", ".md"))]
+    if config.get("figures", {}).get("fig2_ablation"):
+        tables.append("results/figures/fig2_ablation.csv")  # written beside the figure, not a target of `all`
     timing = []
     if config.get("figures", {}).get("fig3_tradeoff"):
         timing = [f"results/timing/{r}.json" for r in dict.fromkeys(fig3_runs(config)["tradeoff"].values())]
@@ -19,7 +21,7 @@ rule docs:
     log:
         "logs/docs/results.log",
     params:
-        note=lambda wc: f"Profile `{config['profile']}`, seed {config['seed']}.",
+        note=lambda wc: f"Profile `{config['profile']}`, seed {config['seed']}, device `{config['device']}`.",
     localrule: True
     script:
         "../scripts/docs_results.py"

@@ -1,4 +1,4 @@
-"""Rule docs_results: every regenerated table as Markdown (``results/docs/results.md``, copied to
+"""Rule docs: every regenerated table as Markdown (``results/docs/results.md``, copied to
 ``docs/results.md`` when a run's numbers are published).  By hand, on any results directory:
 
     python workflow/scripts/docs_results.py results docs/results.md
@@ -37,7 +37,10 @@ if "snakemake" in globals():
 
     with job(snakemake) as log:  # noqa: F821
         i = snakemake.input  # noqa: F821
-        log(f"wrote {write_page(i.tables, i.timing, snakemake.output.md, snakemake.params.note)}")  # noqa: F821
+        from unie.pipeline.timing import cpu_name
+
+        note = f"{snakemake.params.note} Made on: {cpu_name()}."  # noqa: F821  (bit-identity holds on one CPU model)
+        log(f"wrote {write_page(i.tables, i.timing, snakemake.output.md, note)}")  # noqa: F821
 else:
     # run as a file, this folder comes first on sys.path, and its tokenize.py would shadow the standard library's
     sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
