@@ -20,7 +20,7 @@ def unie(*args, cwd):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tok):
-    from tests.conftest import make_net
+    from conftest import make_net
 
     d = tmp_path_factory.mktemp("cli")
     tok.save(d / "tokenizer")

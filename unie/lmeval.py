@@ -55,9 +55,10 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
+from .dllm.decoder import DEFAULT_MAX_GEN_TOKS
+
 MODEL_NAMES = ("unie_dllm", "unie_ar")
 DEFAULT_BATCH_SIZE = 32
-DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default, used when a task sets no max_gen_toks
 
 log = logging.getLogger(__name__)
 

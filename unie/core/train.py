@@ -40,9 +40,7 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import time
-import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -146,9 +144,11 @@ def _short(v) -> str:
 
 
 # what torch.load raises for bytes that are not a checkpoint: a truncated zip ("PytorchStreamReader failed reading
-# zip archive"), garbage (UnpicklingError), an empty file (EOFError), text (KeyError); never an OSError (the disk,
-# permissions, NFS) or running out of memory, which are raised as they are
-_UNREADABLE = (RuntimeError, EOFError, pickle.UnpicklingError, KeyError, ValueError, zipfile.BadZipFile)
+# zip archive"), garbage (UnpicklingError; random bytes read by the legacy unpickler also give IndexError, TypeError,
+# AttributeError, struct.error, OverflowError...), an empty file (EOFError), text (KeyError): every Exception but an
+# OSError (the disk, permissions, NFS) or running out of memory, which are raised as they are
+_UNREADABLE = (Exception,)
+_SYSTEM = (OSError, MemoryError, torch.OutOfMemoryError)
 
 
 def load_resume_state(last: Path, signature: str, spec: dict | None, log) -> dict | None:
@@ -165,7 +165,7 @@ def load_resume_state(last: Path, signature: str, spec: dict | None, log) -> dic
         if not isinstance(state, dict) or not {"model", "ema", "opt", "step"} <= set(state):
             raise ValueError("not a training checkpoint (no model/ema/opt/step)")
     except _UNREADABLE as e:
-        if isinstance(e, torch.OutOfMemoryError):
+        if isinstance(e, _SYSTEM):
             raise
         why = (str(e).splitlines() or [type(e).__name__])[0]
         aside = last.with_name(last.name + ".unreadable")

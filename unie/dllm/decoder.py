@@ -32,6 +32,8 @@ from ..models.checkpoint import CheckpointError, load_model, read_meta
 from .backbone import DecodeOptions, mc_loglikelihood
 from .bridge import ProxyBridge
 
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default, used when a task sets no max_gen_toks
+
 HF_GEN_LENGTH = 256  # gen_length of a Hugging Face checkpoint when model_args give none (ours: the trained one)
 
 # how a row's model (and proxy) is loaded: copied from a Table 3 row into its model_args (unie.dllm.rows)

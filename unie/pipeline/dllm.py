@@ -28,6 +28,7 @@ from ..core.train import run_spec, train
 from ..data.dllm_format import ar_sft_rows, content_lengths, dllm_sft_rows, pack_text, trim_padding
 from ..data.tasks import task_vocabulary
 from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
+from ..dllm.decoder import DEFAULT_MAX_GEN_TOKS
 from ..dllm.rows import row_model_args, sweep_points
 from ..eval.timing import TimingChecks, describe, time_passes
 from ..models.checkpoint import CheckpointError, load_model, save_model
@@ -212,8 +213,6 @@ class SweepTiming:
 def sweep_batches(samples_path, batch_size: int, batches: int | None) -> list[tuple[list[str], int]]:
     """The prompts of an lm-eval ``samples_*.jsonl`` (document order) in batches of ``batch_size`` with the same
     ``max_gen_toks`` (as the adapter groups them), the first ``batches`` of them (None: all)."""
-    from ..lmeval import DEFAULT_MAX_GEN_TOKS
-
     groups: dict[int, list[str]] = {}
     for doc in sorted(read_jsonl(samples_path), key=lambda d: d["doc_id"]):
         args = doc["arguments"]["gen_args_0"]
