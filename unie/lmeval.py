@@ -234,7 +234,7 @@ class UnieLM(LM):
         model_args = getattr(self.decoder, "model_args", None)
         if model_args:
             info["checkpoint"] = str(model_args.get("pretrained", info.get("checkpoint", "")))
-        return {"model_args": model_args or info, "unie_decoder": info, "model_name": str(self.decoder.name)}
+        return {"model_args": model_args or info, "unie_decoder": info}
 
     # ------------------------------------------------------------------ data parallel (lm-eval's evaluator)
     def _comm_device(self):
