@@ -311,3 +311,33 @@ def test_results_json_records_the_checkpoint_sampler_and_options(tmp_path, hf_di
     rec = config["unie_decoder"]
     assert rec["checkpoint"] == str(hf_dir) and rec["sampler"] == "core" and rec["options"]["remask"] == 0
     assert rec["decoding"]["gen_length"] == 8 and rec["seed"] == 7
+
+
+def _samples(res) -> dict:
+    return {(task, s["doc_id"]): s["resps"] for task, rows in res["samples"].items() for s in rows}
+
+
+def test_simple_evaluate_gives_the_same_samples_for_any_task_order_and_batch_size(tmp_path, hf_dir):
+    """Through lm-eval itself: two generative tasks and a multiple-choice (log-likelihood) task, in two orders, at
+    batch sizes 1 and 64: every sample's responses are the same; the model named by string (``import unie.lmeval``
+    registers it) records its model_args."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    from test_lmeval_dp import MC_YAML
+
+    task_dir = tmp_path / "tasks"
+    write_lmeval_tasks(task_dir, 1, 6, 0)
+    (task_dir / "toy_mmlu_mc.yaml").write_text(MC_YAML.format(test=task_dir / "data" / "toy_mmlu_test.jsonl"))
+    dec = build_decoder(_hf_args(hf_dir))
+    runs = []
+    for bs, tasks in ((1, ["toy_math", "toy_gsm8k", "toy_mmlu_mc"]), (64, ["toy_mmlu_mc", "toy_gsm8k", "toy_math"])):
+        res = lm_eval.simple_evaluate(model=UnieLM(decoder=dec, batch_size=bs), tasks=tasks, bootstrap_iters=0,
+                                      log_samples=True,
+                                      task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
+        runs.append(_samples(res))
+    assert len(runs[0]) == 18 and runs[0] == runs[1]
+    res = lm_eval.simple_evaluate(model="unie_dllm", model_args=_hf_args(hf_dir), tasks=["toy_math"], limit=2,
+                                  device="cpu", bootstrap_iters=0,
+                                  task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
+    assert res["config"]["model_args"]["pretrained"] == str(hf_dir)
+    assert res["config"]["unie_decoder"]["sampler"] == "plain"
