@@ -311,6 +311,9 @@ def test_results_json_records_the_checkpoint_sampler_and_options(tmp_path, hf_di
     rec = config["unie_decoder"]
     assert rec["checkpoint"] == str(hf_dir) and rec["sampler"] == "core" and rec["options"]["remask"] == 0
     assert rec["decoding"]["gen_length"] == 8 and rec["seed"] == 7
+    found = evaluate(_hf_args(hf_dir), ["toy_math"], task_dir, tmp_path / "out2", batch_size=4, seed=3, limit=2,
+                     log=lambda m: None)
+    assert json.loads(found.read_text())["config"]["model_args"]["seed"] == 3  # evaluate's seed reaches the noise
 
 
 def _samples(res) -> dict:

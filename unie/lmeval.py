@@ -494,6 +494,9 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     rank 0 writes the files, with each task's samples in the order of a single process (filter, then document),
     and returns the path; the other ranks return None.
 
+    ``seed`` seeds lm-eval (sampling of few-shot examples, ...) and, unless ``model_args`` has its own ``seed``,
+    the decoder's per-request noise.
+
     A task whose ``output_type`` the adapter does not answer (``loglikelihood_rolling``) is refused before the
     model loads (:func:`load_supported_tasks`; the tasks are loaded once, here, and handed to lm-eval).
 
@@ -511,6 +514,7 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     output_path = Path(output_path)
     tm = TaskManager(include_path=str(include_path), include_defaults=include_defaults)
     loaded = load_supported_tasks(tm, tasks)  # an unsupported task is refused before the model loads
+    model_args = {"seed": seed, **model_args}  # lm-eval's seed reaches the decoder's noise unless model_args set one
     lm = UnieLM(batch_size=batch_size, throughput_path=output_path / "throughput.json", **model_args)
     if lm.rank == 0:  # one result set per run: an earlier run's timestamped files would sit beside the new ones
         stale = clear_lmeval_outputs(output_path)
