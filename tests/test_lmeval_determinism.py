@@ -344,3 +344,38 @@ def test_simple_evaluate_gives_the_same_samples_for_any_task_order_and_batch_siz
                                   task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
     assert res["config"]["model_args"]["pretrained"] == str(hf_dir)
     assert res["config"]["unie_decoder"]["sampler"] == "plain"
+
+
+def test_the_command_line_refuses_a_rolling_task_before_answering_anything(tmp_path):
+    """``python -m unie.lmeval`` (lm-eval's own CLI): a loglikelihood_rolling task beside a generative one is refused
+    before the adapter answers any request; nothing is written.  The decoder factory is a fake that records calls."""
+    import subprocess
+    import sys
+
+    task_dir = tmp_path / "tasks"
+    write_lmeval_tasks(task_dir, 1, 3, 0)
+    (task_dir / "toy_rolling.yaml").write_text(ROLLING_YAML.format(test=task_dir / "data" / "toy_math_test.jsonl"))
+    calls = tmp_path / "calls.txt"
+    driver = tmp_path / "driver.py"
+    driver.write_text(f"""
+import runpy, sys, types
+class Decoder:
+    def __init__(self, args):
+        self.name = "fake"
+    def generate(self, prompts, max_new_tokens):
+        open({str(calls)!r}, "a").write("generate\\n")
+        return ["1"] * len(prompts), {{"nfe": 1, "generated_tokens": len(prompts)}}
+    def loglikelihood(self, contexts, continuations):
+        open({str(calls)!r}, "a").write("loglikelihood\\n")
+        return [0.0] * len(contexts)
+fake = types.ModuleType("unie.dllm.decoder")
+fake.build_decoder = Decoder
+sys.modules["unie.dllm.decoder"] = fake
+runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
+""")
+    cmd = [sys.executable, str(driver), "--model", "unie_dllm", "--device", "cpu", "--model_args", "pretrained=toy",
+           "--tasks", "toy_math,toy_rolling", "--include_path", str(task_dir), "--output_path", str(tmp_path / "out")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert r.returncode != 0
+    assert "task 'toy_rolling' has output_type 'loglikelihood_rolling'" in r.stderr, r.stderr[-3000:]
+    assert not calls.exists() and not (tmp_path / "out").exists()

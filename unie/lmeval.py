@@ -459,6 +459,29 @@ def _cached_env_info(storage: dict) -> None:
 SUPPORTED_OUTPUT_TYPES = ("generate_until", "multiple_choice", "loglikelihood")
 
 
+def check_output_types(tasks: dict) -> None:
+    """A ``ValueError`` naming the first of ``tasks`` (name -> lm-eval Task) whose ``output_type`` the adapter does
+    not answer (:data:`SUPPORTED_OUTPUT_TYPES`)."""
+    for name, task in tasks.items():
+        kind = task.get_config("output_type") or getattr(task, "OUTPUT_TYPE", None)
+        if kind not in SUPPORTED_OUTPUT_TYPES:
+            raise ValueError(f"task {name!r} has output_type {kind!r}, which unie_dllm/unie_ar do not answer "
+                             f"(supported: {', '.join(SUPPORTED_OUTPUT_TYPES)}); remove it from the task list")
+
+
+def _checking_evaluate(real):
+    """lm-eval's ``evaluator.evaluate`` preceded, for our adapter, by :func:`check_output_types` on the loaded
+    tasks: on the command line (:func:`main`) an unsupported task is refused before any request is answered."""
+
+    def evaluate(*args, **kwargs):
+        lm, task_dict = kwargs.get("lm", args[0] if args else None), kwargs.get("task_dict")
+        if isinstance(lm, UnieLM) and isinstance(task_dict, dict):
+            check_output_types(task_dict.get("tasks", {}))
+        return real(*args, **kwargs)
+
+    return evaluate
+
+
 def load_supported_tasks(task_manager, tasks) -> list:
     """``tasks`` (names of tasks, groups or tags) loaded once by lm-eval's ``task_manager``, as the Task/Group
     objects ``simple_evaluate`` accepts, after checking that every leaf task's ``output_type`` is one the adapter
@@ -468,11 +491,7 @@ def load_supported_tasks(task_manager, tasks) -> list:
     out = []
     for spec in tasks:
         loaded = task_manager.load(spec)
-        for name, task in loaded["tasks"].items():
-            kind = task.get_config("output_type") or getattr(task, "OUTPUT_TYPE", None)
-            if kind not in SUPPORTED_OUTPUT_TYPES:
-                raise ValueError(f"task {name!r} has output_type {kind!r}, which unie_dllm/unie_ar do not answer "
-                                 f"(supported: {', '.join(SUPPORTED_OUTPUT_TYPES)}); remove it from the task list")
+        check_output_types(loaded["tasks"])
         if isinstance(spec, str) and spec in loaded["groups"]:
             out.append(loaded["groups"][spec])
         elif isinstance(spec, str) and spec in loaded["tasks"]:
@@ -601,8 +620,11 @@ def main() -> None:
             raise SystemExit(f"usage: python -m unie.lmeval {RANK_FLAG} ARGS.json")
         _rank_main(sys.argv[2])
         return
+    import lm_eval.evaluator
     from lm_eval.__main__ import cli_evaluate
 
+    # this process only: refuse unsupported tasks (loglikelihood_rolling) before the adapter answers anything
+    lm_eval.evaluator.evaluate = _checking_evaluate(lm_eval.evaluator.evaluate)
     cli_evaluate()
 
 
