@@ -111,4 +111,6 @@ def test_an_hf_ar_row_decodes_greedily_whatever_its_batch(dirs):
         assert torch.equal(batched[i], ref), i
         assert torch.equal(model.greedy_continue([p], 5)[0], batched[i])
     texts, counters = ar.generate(PROMPTS, 5)
-    assert len(texts) == 2 and counters["generated_tokens"] == 10
+    # tokens produced: per row up to and including its first EOS (not 5 x 2 positions)
+    produced = [row.tolist().index(model.eos_id) + 1 if model.eos_id in row.tolist() else 5 for row in batched[:2]]
+    assert len(texts) == 2 and counters["row_tokens"] == produced and counters["generated_tokens"] == sum(produced)

@@ -166,12 +166,19 @@ def test_throughput_through_simple_evaluate(task_dir, docs, tmp_path):
     assert tp["requests"] == N_TEST and tp["nfe"] == 2 * N_TEST and tp["generated_tokens"] == 16 * N_TEST
 
 
-def test_loglikelihood_and_rolling():
+def test_loglikelihood_and_rolling(caplog):
+    """A decoder without ``loglikelihood_greedy`` gives ``is_greedy`` False, with one warning (a loglikelihood
+    task's ``acc`` reads it; the real decoders compute it: tests/test_lmeval_determinism.py)."""
+    import logging
+
     from lm_eval.api.instance import Instance
 
     reqs = [Instance(request_type="loglikelihood", doc={}, arguments=(f"ctx{i}", " a" * i), idx=0) for i in range(5)]
     lm = UnieLM(decoder=FakeDecoder(lambda p: ""), batch_size=2)
-    assert lm.loglikelihood(reqs) == [(-float(4 + 2 * i), False) for i in range(5)]
+    with caplog.at_level(logging.WARNING, logger="unie.lmeval"):
+        assert lm.loglikelihood(reqs) == [(-float(4 + 2 * i), False) for i in range(5)]
+        lm.loglikelihood(reqs)
+    assert sum("does not compute is_greedy" in r.getMessage() for r in caplog.records) == 1
     with pytest.raises(NotImplementedError, match="loglikelihood_rolling"):
         lm.loglikelihood_rolling(reqs)
 

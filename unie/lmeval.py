@@ -13,7 +13,16 @@ registers the models; lm-eval discovers no plugins)::
         --include_path TASK_DIR --device cpu --batch_size 32
 
 Without a ``decoder`` the constructor builds one with :func:`unie.dllm.decoder.build_decoder` from the
-``--model_args`` (values literal-eval'd by lm-eval) plus ``device`` (``--device``, default cpu).
+``--model_args`` (values literal-eval'd by lm-eval) plus ``device`` (``--device``; lm-eval's CLI default ``cuda:0``
+falls back to cpu with a warning where CUDA is unavailable, :func:`resolve_device`).  ``lm_eval --model unie_dllm``
+itself cannot find the model (lm-eval 0.4 has no plugin discovery); from Python, ``import unie.lmeval`` first and
+``lm_eval.simple_evaluate(model="unie_dllm", model_args=...)`` works.
+
+A request's answer does not depend on its batch, the task mix or the order (as with lm-eval's own models):
+prompts are batched by the decoder's ``batch_key`` (their length where the padding depends on it), every
+request's noise is seeded from the model's seed and the request itself (:mod:`unie.dllm.decoder`), and
+``is_greedy`` is computed (the decoder's ``loglikelihood_greedy``).  The results' ``config`` records the decoder's
+model arguments and options (:meth:`UnieLM.get_model_info`).
 
 Throughput: only the decoder's ``generate`` calls are timed, after one untimed warm-up (the first batch is
 generated once and discarded), so model loading, compilation and first-call allocations are excluded.
@@ -133,6 +142,27 @@ def join_world(device: str) -> tuple[int, int, str]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def resolve_device(device) -> str:
+    """``device``, or ``cpu`` with a warning when it names CUDA and this torch has no usable CUDA (lm-eval's CLI
+    passes ``cuda:0`` when no ``--device`` is given; lm-eval's HFLM falls back the same way)."""
+    import torch
+
+    device = "cpu" if device in (None, "") else str(device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        log.warning("device %r requested but CUDA is not available (no GPU, or torch built without CUDA): using "
+                    "cpu; pass --device cpu to silence this", device)
+        return "cpu"
+    return device
+
+
+GEN_KWARGS_READ = ("until", "max_gen_toks")  # what the adapter applies; the decoder's own options decide the rest
+
+
+def _is_sampling(gen_kwargs: dict) -> bool:
+    temperature = gen_kwargs.get("temperature")
+    return bool(gen_kwargs.get("do_sample")) or (temperature not in (None, 0, 0.0, "0", "0.0"))
+
+
 def padding_copies(requests) -> dict[int, int]:
     """Positions of lm-eval's padding in ``requests`` -> the position of the request each one repeats.
 
@@ -171,7 +201,7 @@ class UnieLM(LM):
         if decoder is not None and model_args:
             raise ValueError(f"model arguments {sorted(model_args)} given together with a ready decoder "
                              f"{getattr(decoder, 'name', decoder)!r}; pass one or the other")
-        rank, world_size, device = join_world(device)
+        rank, world_size, device = join_world(resolve_device(device))
         if decoder is None:
             from unie.dllm.decoder import build_decoder
 
@@ -187,6 +217,25 @@ class UnieLM(LM):
         self.stats = {"requests": 0, "generated_tokens": 0, "nfe": 0, "seconds": 0.0}
         self._warmed_up = False
         self._world_seconds, self._rank_stats = 0.0, []  # rank 0 of several: see throughput()
+        self._warned: set[str] = set()
+
+    def _warn_once(self, key: str, message: str) -> None:
+        """``message`` as a warning, once per distinct ``key`` over the adapter's lifetime (rank 0 only)."""
+        if key not in self._warned:
+            self._warned.add(key)
+            if self.rank == 0:
+                log.warning(message)
+
+    def get_model_info(self) -> dict:
+        """What lm-eval's evaluator adds to the results' ``config`` (lm-eval 0.4.13 records ``model_args: None``
+        for a ready model instance): ``model_args`` (the decoder's parsed model arguments: checkpoint, sampler,
+        options, decoding, seed, ...; for a ready decoder without them, its :meth:`info`), and ``unie_decoder``,
+        the decoder's own record (checkpoint, sampler, its resolved options, decoding, seed)."""
+        info = self.decoder.info() if hasattr(self.decoder, "info") else {"decoder": self.decoder.name}
+        model_args = getattr(self.decoder, "model_args", None)
+        if model_args:
+            info["checkpoint"] = str(model_args.get("pretrained", info.get("checkpoint", "")))
+        return {"model_args": model_args or info, "unie_decoder": info}
 
     # ------------------------------------------------------------------ data parallel (lm-eval's evaluator)
     def _comm_device(self):
@@ -232,11 +281,19 @@ class UnieLM(LM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """One completion per request ``(context, gen_kwargs)``, in input order.
 
-        Requests with identical ``gen_kwargs`` are batched together (input order kept inside a group);
-        each completion is cut at its earliest ``until`` string.  ``max_gen_toks`` goes to the decoder;
-        other keys (``do_sample``, ``temperature``) are the decoder's business and are not applied here.
+        Requests with identical ``gen_kwargs`` are batched together, sorted by the decoder's ``batch_key`` (the
+        prompt length where the padding depends on it) so that a batch holds prompts of one key, as lm-eval's HFLM
+        sorts by length; each completion is cut at its earliest ``until`` string.  ``max_gen_toks`` goes to the
+        decoder (beyond its ``gen_length`` it cannot be honoured: a warning); sampling keys (``do_sample``,
+        ``temperature``) and any other key are not applied (the sampler's options decide): a warning, once per
+        distinct setting.  Each row's noise is seeded from the model's seed, the context, the ``gen_kwargs`` and
+        the request's repeat index (decoders whose ``generate`` takes ``keys``), so an answer does not depend on its
+        batch, the task mix or the order.  ``generated_tokens`` counts per row the tokens up to and including the
+        first ``<eos>``, or up to the stop-string cut (decoders that report ``row_tokens``).
         With several ranks every rank must call this as often as the others (lm-eval does: once per run), since
         rank 0 gathers the throughput counters at the end."""
+        import inspect
+
         if not requests and self.world_size == 1:
             return []
         pad = padding_copies(requests) if self.world_size > 1 else {}
@@ -249,22 +306,48 @@ class UnieLM(LM):
                 groups.setdefault(json.dumps(gen_kwargs, sort_keys=True, default=str), []).append(i)
         if requests and hasattr(self.decoder, "check"):  # prompts that do not fit, unreadable text: before any work
             self.decoder.check([req.args[0] for req in requests])
+        gen_length = getattr(self.decoder, "gen_length", None)
+        for key, idx in groups.items():
+            gen_kwargs = requests[idx[0]].args[1]
+            _stop_strings(gen_kwargs)  # malformed ``until``: before any work
+            max_new = _positive_int("max_gen_toks", gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+            if gen_length is not None and max_new > gen_length:
+                self._warn_once(f"max_gen_toks={max_new}", f"max_gen_toks={max_new} exceeds the decoder's gen_length "
+                                f"{gen_length}: completions are at most {gen_length} tokens (raise gen_length in "
+                                "model_args to honour it)")
+            ignored = {k: v for k, v in gen_kwargs.items() if k not in GEN_KWARGS_READ}
+            if _is_sampling(gen_kwargs) or set(ignored) - {"do_sample", "temperature"}:
+                self._warn_once(json.dumps(ignored, sort_keys=True, default=str),
+                                f"gen_kwargs {ignored} are not applied by {self.decoder.name!r}: its sampler and "
+                                "options decide how it decodes (set them in model_args)")
+        batch_key = getattr(self.decoder, "batch_key", None)
+        takes_keys = "keys" in inspect.signature(self.decoder.generate).parameters
+        repeat, seen = {}, {}  # lm-eval's ``repeats`` are copies of one Instance: their index seeds distinct noise
+        for i, req in enumerate(requests):
+            if i not in pad:
+                repeat[i] = seen.get(id(req), 0)
+                seen[id(req)] = repeat[i] + 1
         out: list[str | None] = [None] * len(requests)
         seconds_before = self.stats["seconds"]
         bar = tqdm(total=len(requests) - len(pad), desc=f"generate_until ({self.decoder.name})",
                    disable=disable_tqdm or self.rank != 0)
-        for idx in groups.values():
+        for gk_key, idx in groups.items():
             gen_kwargs = requests[idx[0]].args[1]
             until = _stop_strings(gen_kwargs)
             max_new = _positive_int("max_gen_toks", gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
-            for start in range(0, len(idx), self.batch_size):
-                batch = idx[start:start + self.batch_size]
+            by_key: dict = {}
+            for i in idx:  # input order kept inside a key
+                by_key.setdefault(batch_key(requests[i].args[0]) if batch_key else 0, []).append(i)
+            batches = [same[s:s + self.batch_size] for k in sorted(by_key) for same in [by_key[k]]
+                       for s in range(0, len(same), self.batch_size)]
+            for batch in batches:
                 prompts = [requests[i].args[0] for i in batch]
+                extra = {"keys": [json.dumps([gk_key, repeat[i]]) for i in batch]} if takes_keys else {}
                 if not self._warmed_up:  # untimed, discarded: loading/compilation/allocator warm-up
-                    self.decoder.generate(prompts, max_new)
+                    self.decoder.generate(prompts, max_new, **extra)
                     self._warmed_up = True
                 t0 = time.perf_counter()
-                texts, counters = self.decoder.generate(prompts, max_new)
+                texts, counters = self.decoder.generate(prompts, max_new, **extra)
                 self.stats["seconds"] += time.perf_counter() - t0
                 if len(texts) != len(prompts):
                     raise ValueError(f"decoder {self.decoder.name!r} returned {len(texts)} completions for "
@@ -274,11 +357,16 @@ class UnieLM(LM):
                     raise KeyError(f"decoder {self.decoder.name!r} returned counters {sorted(counters)} "
                                    f"without {sorted(missing)}")
                 self.stats["requests"] += len(prompts)
-                self.stats["generated_tokens"] += int(counters["generated_tokens"])
                 self.stats["nfe"] += int(counters["nfe"])
-                for i, text in zip(batch, texts):
+                rows = counters.get("row_tokens")
+                tokens = 0 if rows is not None else int(counters["generated_tokens"])
+                for n, (i, text) in enumerate(zip(batch, texts)):
                     out[i] = truncate_at(text, until)
+                    if rows is not None:
+                        cut = out[i] != text and hasattr(self.decoder, "count_tokens")
+                        tokens += min(int(rows[n]), self.decoder.count_tokens(out[i])) if cut else int(rows[n])
                     self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
+                self.stats["generated_tokens"] += tokens
                 bar.update(len(batch))
         bar.close()
         for i, j in pad.items():
@@ -319,22 +407,32 @@ class UnieLM(LM):
 
     # ------------------------------------------------------------------ likelihood
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """``(log p(continuation | context), False)`` per request ``(context, continuation)``, in input order
-        (``is_greedy`` is not computed, as in LLaDA and Dream); lm-eval's padding copies are not recomputed."""
+        """``(log p(continuation | context), is_greedy)`` per request ``(context, continuation)``, in input order;
+        lm-eval's padding copies are not recomputed.  Both come from the decoder's ``loglikelihood_greedy``
+        (an AR model: exact, ``is_greedy`` when every continuation token is the argmax; a DLLM: LLaDA's MC-ELBO, its
+        noise seeded per request, and LLaDA's greedy-decode rule, see
+        :meth:`unie.dllm.decoder.DLLMDecoder.loglikelihood_greedy`); a decoder without it gives ``is_greedy``
+        False, with a warning (a task's ``acc`` that reads it would be 0)."""
         pad = padding_copies(requests) if self.world_size > 1 else {}
         todo = [i for i in range(len(requests)) if i not in pad]
+        both = getattr(self.decoder, "loglikelihood_greedy", None)
+        if both is None and todo:
+            self._warn_once("is_greedy", f"decoder {self.decoder.name!r} does not compute is_greedy: it is False "
+                            "for every request (a loglikelihood task's acc reads it)")
         out: list[tuple[float, bool] | None] = [None] * len(requests)
         for start in tqdm(range(0, len(todo), self.batch_size), desc=f"loglikelihood ({self.decoder.name})",
                           disable=disable_tqdm or self.rank != 0):
             idx = todo[start:start + self.batch_size]
             batch = [requests[i].args for i in idx]
-            lls = self.decoder.loglikelihood([c for c, _ in batch], [x for _, x in batch])
-            if len(lls) != len(batch):
-                raise ValueError(f"decoder {self.decoder.name!r} returned {len(lls)} log-likelihoods for "
+            ctxs, conts = [c for c, _ in batch], [x for _, x in batch]
+            res = both(ctxs, conts) if both is not None else \
+                [(ll, False) for ll in self.decoder.loglikelihood(ctxs, conts)]
+            if len(res) != len(batch):
+                raise ValueError(f"decoder {self.decoder.name!r} returned {len(res)} log-likelihoods for "
                                  f"{len(batch)} requests")
-            for i, args, ll in zip(idx, batch, lls):
-                self.cache_hook.add_partial("loglikelihood", args, (float(ll), False))
-                out[i] = (float(ll), False)
+            for i, args, (ll, greedy) in zip(idx, batch, res):
+                out[i] = (float(ll), bool(greedy))
+                self.cache_hook.add_partial("loglikelihood", args, out[i])
         for i, j in pad.items():
             out[i] = out[j]
         return out
@@ -359,6 +457,51 @@ def _cached_env_info(storage: dict) -> None:
     storage.update(_ENV_INFO)
 
 
+SUPPORTED_OUTPUT_TYPES = ("generate_until", "multiple_choice", "loglikelihood")
+
+
+def check_output_types(tasks: dict) -> None:
+    """A ``ValueError`` naming the first of ``tasks`` (name -> lm-eval Task) whose ``output_type`` the adapter does
+    not answer (:data:`SUPPORTED_OUTPUT_TYPES`)."""
+    for name, task in tasks.items():
+        kind = task.get_config("output_type") or getattr(task, "OUTPUT_TYPE", None)
+        if kind not in SUPPORTED_OUTPUT_TYPES:
+            raise ValueError(f"task {name!r} has output_type {kind!r}, which unie_dllm/unie_ar do not answer "
+                             f"(supported: {', '.join(SUPPORTED_OUTPUT_TYPES)}); remove it from the task list")
+
+
+def _checking_evaluate(real):
+    """lm-eval's ``evaluator.evaluate`` preceded, for our adapter, by :func:`check_output_types` on the loaded
+    tasks: on the command line (:func:`main`) an unsupported task is refused before any request is answered."""
+
+    def evaluate(*args, **kwargs):
+        lm, task_dict = kwargs.get("lm", args[0] if args else None), kwargs.get("task_dict")
+        if isinstance(lm, UnieLM) and isinstance(task_dict, dict):
+            check_output_types(task_dict.get("tasks", {}))
+        return real(*args, **kwargs)
+
+    return evaluate
+
+
+def load_supported_tasks(task_manager, tasks) -> list:
+    """``tasks`` (names of tasks, groups or tags) loaded once by lm-eval's ``task_manager``, as the Task/Group
+    objects ``simple_evaluate`` accepts, after checking that every leaf task's ``output_type`` is one the adapter
+    answers: a task of another type (``loglikelihood_rolling``: perplexity tasks such as wikitext) is a
+    ``ValueError`` naming it, before any model is loaded or request answered (lm-eval itself would run every
+    other task first and fail at the end, writing nothing)."""
+    out = []
+    for spec in tasks:
+        loaded = task_manager.load(spec)
+        check_output_types(loaded["tasks"])
+        if isinstance(spec, str) and spec in loaded["groups"]:
+            out.append(loaded["groups"][spec])
+        elif isinstance(spec, str) and spec in loaded["tasks"]:
+            out.append(loaded["tasks"][spec])
+        else:  # a tag (or a path, a dict): its tasks
+            out.extend(loaded["tasks"].values())
+    return out
+
+
 def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batch_size: int,
              include_defaults: bool = False, limit=None, seed: int = 0, allow_code_execution: bool = False,
              log=print) -> Path | None:
@@ -370,6 +513,12 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     Under torchrun every rank calls this and answers its share of the documents (see the module docstring);
     rank 0 writes the files, with each task's samples in the order of a single process (filter, then document),
     and returns the path; the other ranks return None.
+
+    ``seed`` seeds lm-eval (sampling of few-shot examples, ...) and, unless ``model_args`` has its own ``seed``,
+    the decoder's per-request noise.
+
+    A task whose ``output_type`` the adapter does not answer (``loglikelihood_rolling``) is refused before the
+    model loads (:func:`load_supported_tasks`; the tasks are loaded once, here, and handed to lm-eval).
 
     ``allow_code_execution`` (config ``dllm.tasks.allow_code_execution``) is lm-eval's
     ``--confirm_run_unsafe_code`` plus ``HF_ALLOW_CODE_EVAL=1``: tasks that run model-written code (``mbpp``,
@@ -383,17 +532,19 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
         lm_eval.evaluator.add_env_info = _cached_env_info
 
     output_path = Path(output_path)
+    tm = TaskManager(include_path=str(include_path), include_defaults=include_defaults)
+    loaded = load_supported_tasks(tm, tasks)  # an unsupported task is refused before the model loads
+    model_args = {"seed": seed, **model_args}  # lm-eval's seed reaches the decoder's noise unless model_args set one
     lm = UnieLM(batch_size=batch_size, throughput_path=output_path / "throughput.json", **model_args)
     if lm.rank == 0:  # one result set per run: an earlier run's timestamped files would sit beside the new ones
         stale = clear_lmeval_outputs(output_path)
         if stale:
             log(f"removed {len(stale)} files of an earlier lm-eval run under {output_path}")
-    tm = TaskManager(include_path=str(include_path), include_defaults=include_defaults)
     tracker = EvaluationTracker(output_path=str(output_path))
     if allow_code_execution:
         os.environ["HF_ALLOW_CODE_EVAL"] = "1"
     try:
-        res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm, log_samples=True, limit=limit,
+        res = lm_eval.simple_evaluate(model=lm, tasks=loaded, task_manager=tm, log_samples=True, limit=limit,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                       fewshot_random_seed=seed, evaluation_tracker=tracker, bootstrap_iters=1000,
                                       confirm_run_unsafe_code=allow_code_execution)  # mean: analytic s.e.
@@ -470,8 +621,11 @@ def main() -> None:
             raise SystemExit(f"usage: python -m unie.lmeval {RANK_FLAG} ARGS.json")
         _rank_main(sys.argv[2])
         return
+    import lm_eval.evaluator
     from lm_eval.__main__ import cli_evaluate
 
+    # this process only: refuse unsupported tasks (loglikelihood_rolling) before the adapter answers anything
+    lm_eval.evaluator.evaluate = _checking_evaluate(lm_eval.evaluator.evaluate)
     cli_evaluate()
 
 

@@ -4,7 +4,10 @@
   The prompt is left-padded with ``<eos>`` to ``prompt_len`` positions so that every answer starts at the same
   position ``prompt_len``, and the answer is followed by ``<eos>`` up to ``gen_len`` positions (LLaDA's SFT:
   the ``<eos>`` padding inside the answer is trained as tokens, so the model learns where to stop).
-  Training and decoding use the same layout (the pads are visible, as in training).
+  Training and decoding use the same layout (the pads are visible, as in training).  A model trained on
+  length-bucketed batches (``pad_to_batch``) and a Hugging Face DLLM decode each prompt padded only to its own
+  length (:class:`unie.dllm.decoder.DLLMDecoder` groups a call's prompts by length), so the padding a row sees
+  never depends on the other rows of its batch.
 * **AR layout** (the AR rows and the proxy, causal): ``[prompt; answer; <eos>; <eos> pads]`` right-padded to
   ``prompt_len + gen_len`` (the AR prepends its ``<bos>`` itself); right padding never changes a causal
   model's earlier conditionals.

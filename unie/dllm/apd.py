@@ -149,7 +149,12 @@ def shared_vocabulary(proxy) -> bool:
 def row_generators(x: torch.Tensor, generator: torch.Generator | None) -> list[torch.Generator]:
     """One ``torch.Generator`` (on ``x``'s device) per row of ``x`` ``(B, T)``: seeded from one draw of
     ``generator`` (the global RNG when None) hashed with the row's tokens and its occurrence index among the
-    identical rows before it, so a row's noise does not depend on the other rows or its index."""
+    identical rows before it, so a row's noise does not depend on the other rows or its index.  A list of
+    generators (one per row, as :class:`~unie.dllm.decoder.DLLMDecoder` passes them) is used as it is."""
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != x.shape[0]:
+            raise ValueError(f"{len(generator)} generators for {x.shape[0]} rows")
+        return list(generator)
     if generator is not None:
         base = int(torch.randint(0, 2 ** 62, (1,), generator=generator, device=generator.device))
     else:

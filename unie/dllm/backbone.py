@@ -271,3 +271,29 @@ def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int
         loss = torch.where(masked, ce, torch.zeros_like(ce)).sum(-1) / (n.to(dev).float() / T)
         losses.append(loss)
     return -float(torch.cat(losses).mean())
+
+
+@torch.no_grad()
+def greedy_matches(backbone, prefix: list[int], target: list[int], rule: str = "low_confidence") -> bool:
+    """Whether ``target`` is the backbone's greedy decode of ``len(target)`` masked positions after ``prefix``:
+    LLaDA's ``is_check_greedy`` rule (lm-eval's ``is_greedy`` of a DLLM).  One token per step: the masked position
+    of highest confidence (``rule``, :func:`confidence`; ties: lowest index) is committed with its greedy token;
+    False at the first committed token that differs from ``target`` (so a mismatch usually costs one pass)."""
+    T = len(target)
+    if T == 0:
+        return True
+    dev = backbone.net.device if hasattr(backbone, "net") else "cpu"
+    P = len(prefix)
+    x = torch.tensor([prefix + [backbone.mask_id] * T], dtype=torch.long, device=dev)
+    tgt = torch.tensor(target, dtype=torch.long)
+    blocked = (backbone.mask_id, *getattr(backbone, "blocked", ()))
+    for _ in range(T):
+        logp = normalise(backbone.logits(x), blocked)[:, P:].cpu()
+        x0 = logp.argmax(-1)
+        conf = confidence(logp, x0, rule)[0].double()
+        conf = conf.masked_fill(x[0, P:].cpu() != backbone.mask_id, -math.inf)
+        j = int(conf.argmax())
+        if int(x0[0, j]) != int(tgt[j]):
+            return False
+        x[0, P + j] = int(x0[0, j])
+    return True

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,7 @@ from ..core.registry import DLLM_SAMPLERS, METHODS
 from ..data.dllm_format import dllm_prompt_rows
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, read_meta
-from .backbone import DecodeOptions, mc_loglikelihood
+from .backbone import DecodeOptions, greedy_matches, mc_loglikelihood
 from .bridge import ProxyBridge
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default, used when a task sets no max_gen_toks
@@ -74,10 +76,11 @@ class ModelArgs:
     checkpoint's, :data:`HF_GEN_LENGTH` for a Hugging Face one).  ``proxy``: the AR proxy (a model directory or
     a Hugging Face name, with ``proxy_trust_remote_code``) of a sampler that reads one.  ``name``: the
     decoder's name (default: ``pretrained``'s last path component).  ``prompt_len``: the prompt positions
-    (default: the checkpoint's; a Hugging Face model pads to each batch's longest prompt).  ``seed`` seeds the
-    decoder's generator, ``mc_num`` is the Monte-Carlo sample count of ``loglikelihood``.  ``precision``
-    (``fp32`` | ``tf32`` | ``bf16``, :mod:`unie.core.precision`): the network passes of ``generate`` and
-    ``loglikelihood`` (the model's and the proxy's) run under that autocast; weights keep their dtype."""
+    (default: the checkpoint's; a Hugging Face model has none: prompts are batched by length, unpadded).
+    ``seed`` seeds every request's generators (:func:`request_generator`), ``mc_num`` is the Monte-Carlo sample
+    count of ``loglikelihood``.  ``precision`` (``fp32`` | ``tf32`` | ``bf16``, :mod:`unie.core.precision`): the
+    network passes of ``generate`` and ``loglikelihood`` (the model's and the proxy's) run under that autocast;
+    weights keep their dtype."""
 
     pretrained: str
     kind: str = "unie"
@@ -175,6 +178,35 @@ def completion_text(tok, ids: list[int]) -> str:
     return tok.decode(ids).strip()
 
 
+def produced_tokens(ids: list[int], eos_id: int) -> int:
+    """The tokens a row produced: up to and including its first ``<eos>`` (all of them when it has none)."""
+    ids = list(ids)
+    return ids.index(eos_id) + 1 if eos_id in ids else len(ids)
+
+
+def request_seed(seed: int, *parts) -> int:
+    """A 63-bit seed from ``seed`` and a request's identity ``parts`` (strings, ints): sha256, so the same request
+    gets the same noise in any batch, task mix, order, process or rank (Python's ``hash`` of a str is salted)."""
+    digest = hashlib.sha256(json.dumps([int(seed), *parts], ensure_ascii=False).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def request_generator(seed: int, *parts) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded with :func:`request_seed` (the samplers move CPU draws to the model)."""
+    return torch.Generator().manual_seed(request_seed(seed, *parts))
+
+
+def occurrence_keys(prompts: list[str]) -> list[str]:
+    """Each prompt's occurrence index among the identical prompts before it (``"0"``, ``"1"``, ...): the default
+    per-row key of :meth:`DLLMDecoder.generate`, so repeated prompts (lm-eval's ``repeats``) get distinct noise."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        out.append(str(seen.get(p, 0)))
+        seen[p] = seen.get(p, 0) + 1
+    return out
+
+
 def check_positions(model, name: str, prompt_positions: int, gen_length: int) -> None:
     """A :class:`ConfigError` before any generation when the longest prompt plus ``gen_length`` exceeds the positions
     the model covers (a Hugging Face model's ``max_position_embeddings``: beyond it, a raw indexing error mid-run)."""
@@ -199,18 +231,36 @@ def model_device(model) -> torch.device:
 class DLLMDecoder:
     """A :class:`~unie.core.protocols.TextDecoder` over a DLLM backbone and a registered DLLM sampler
     (:data:`~unie.core.registry.DLLM_SAMPLERS`: ``plain``, the backbone's own decoder; ``energy``, Algorithm 3;
-    the baselines).  Without ``sampler`` it is ``energy`` when ``options`` are given, else ``plain``."""
+    the baselines).  Without ``sampler`` it is ``energy`` when ``options`` are given, else ``plain``.
+
+    **Batch invariance.**  A request's answer does not depend on the other requests of its call:
+
+    * layout: with a fixed ``prompt_len`` every prompt is left-padded to it; otherwise (``pad_to_batch``, a Hugging
+      Face model) the prompts of a call are split into groups of equal length (:meth:`batch_key`), each decoded
+      without padding, so no row ever sees padding that depends on its neighbours (the Hugging Face DLLMs get no
+      attention mask: LLaDA's and Dream's forwards are called on unpadded rows, as their own ``generate`` does);
+    * noise: every row gets its own generator, seeded from ``seed``, the prompt and a per-row key
+      (:func:`request_generator`; the adapter passes the request's ``gen_kwargs`` and its occurrence, repeated
+      prompts included); the samplers that draw noise (``energy``, ``apd``) take these per-row generators;
+    * the Monte-Carlo ELBO of :meth:`loglikelihood` draws from a generator seeded from ``seed``, the context and
+      the continuation (:func:`request_generator`), apart from generation.
+
+    What then remains batch-dependent is the floating-point result of a batched forward pass (a BLAS kernel may
+    block a matrix product differently for another number of rows); ``tests/test_lmeval_determinism.py`` measures
+    that it does not change a greedy decode or a log-likelihood on the CPU at batch sizes 1, 8 and 64."""
 
     def __init__(self, backbone, tokenizer, prompt_len: int | None, decode_options: DecodeOptions,
                  options=None, proxy: ProxyBridge | None = None,
                  seed: int = 0, mc_num: int = 32, name: str = "dllm", pad_to_batch: bool = False,
                  sampler: str | None = None, precision: str = "fp32"):
         """``prompt_len``: the prompt positions the model was trained with (longer prompts are refused); prompts
-        are left-padded to it, or only to the batch's longest prompt when ``pad_to_batch`` (a model trained on
-        length-bucketed batches, which never saw more padding than its bucket needed).  ``options``: the
-        sampler's options object (or mapping); ``proxy``: the AR proxy, for a sampler that needs one;
-        ``precision``: of every network pass (:func:`~unie.core.precision.autocast`)."""
+        are left-padded to it, or only to their own length when ``pad_to_batch`` (a model trained on
+        length-bucketed batches, which never saw more padding than its bucket needed) or when it is None.
+        ``options``: the sampler's options object (or mapping); ``proxy``: the AR proxy, for a sampler that needs
+        one; ``seed``: of every request's generators; ``precision``: of every network pass
+        (:func:`~unie.core.precision.autocast`)."""
         sampler = sampler or ("plain" if options is None else "energy")
+        self.sampler_name = sampler
         self.sampler = DLLM_SAMPLERS[sampler]
         if self.sampler.needs_proxy and proxy is None:
             raise ValueError(f"DLLM sampler {sampler!r} needs a proxy")
@@ -219,8 +269,25 @@ class DLLMDecoder:
         self.backbone, self.tok, self.prompt_len, self.pad_to_batch = backbone, tokenizer, prompt_len, pad_to_batch
         self.decode_options, self.proxy = decode_options, proxy
         self.options = self.sampler.options(options)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.seed = int(seed)
         self.mc_num, self.name, self.precision = mc_num, name, precision
+
+    @property
+    def gen_length(self) -> int:
+        return self.decode_options.gen_length
+
+    def _positions(self, n_ids: int) -> int:
+        """Prompt positions of a prompt of ``n_ids`` tokens (``<bos>`` included) in the decoding layout."""
+        if self.prompt_len is not None and not self.pad_to_batch:
+            return self.prompt_len
+        return n_ids + 1
+
+    def batch_key(self, prompt: str) -> int:
+        """Prompts with the same key are decoded in one batch (the adapter sorts and batches by it): the prompt
+        positions when they vary with the prompt (``pad_to_batch`` or no ``prompt_len``), else 0."""
+        if self.prompt_len is not None and not self.pad_to_batch:
+            return 0
+        return self._positions(len(self.tok.encode(prompt)))
 
     def check(self, prompts: list[str]) -> None:
         """Errors before any generation: prompts that do not fit (the trained prompt length, or a Hugging Face
@@ -229,64 +296,138 @@ class DLLMDecoder:
         if self.prompt_len is not None and max(lengths) > self.prompt_len:
             raise ValueError(f"a prompt needs {max(lengths)} positions; the model was trained with prompt_len "
                              f"{self.prompt_len}")
-        P = self.prompt_len if self.prompt_len is not None and not self.pad_to_batch else max(lengths)
-        check_positions(self.backbone, self.name, P, self.decode_options.gen_length)
+        check_positions(self.backbone, self.name, max(self._positions(n - 1) for n in lengths), self.gen_length)
         if self.proxy is not None:
             self.proxy.check(prompts)
 
-    def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
-        G = self.decode_options.gen_length
-        longest = 1 + max(len(ids) for ids in self.tok.encode_batch(prompts))
-        P = longest if self.pad_to_batch or not self.prompt_len else self.prompt_len
-        x = dllm_prompt_rows(self.tok, prompts, P, G)
+    def generate(self, prompts: list[str], max_new_tokens: int, keys: list[str] | None = None
+                 ) -> tuple[list[str], dict]:
+        """Completions of ``prompts`` (``max_new_tokens`` of the ``gen_length`` decoded positions kept) and the
+        counters ``nfe`` (network passes, summed over the length groups), ``generated_tokens`` (tokens produced:
+        per row up to and including its first ``<eos>``), ``row_tokens`` (that count per row) and
+        ``proxy_forwards``.  ``keys``: one string per prompt that, with the seed and the prompt, seeds the row's
+        generator (default: :func:`occurrence_keys`)."""
+        G = self.gen_length
+        keys = occurrence_keys(prompts) if keys is None else list(keys)
+        if len(keys) != len(prompts):
+            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(self.tok.encode_batch(prompts)):
+            groups.setdefault(self._positions(len(ids)), []).append(i)
+        check_positions(self.backbone, self.name, max(groups), G)
+        texts: list[str | None] = [None] * len(prompts)
+        row_tokens = [0] * len(prompts)
+        counters = {"nfe": 0, "proxy_forwards": 0}
         device = getattr(getattr(self.backbone, "net", None), "device", "cpu")
-        x = x.to(device)
-        with autocast(model_device(self.backbone), self.precision):
-            out, stats = self.sampler.fn(self.backbone, x, self.decode_options, self.options, proxy=self.proxy,
-                                         generator=self.generator)
-        gen = out[:, P:P + min(G, max_new_tokens)].tolist()
-        return [completion_text(self.tok, g) for g in gen], {"nfe": stats["nfe"], "generated_tokens": G * len(prompts),
-                                                             "proxy_forwards": stats.get("proxy_forwards", 0)}
+        for P, idx in groups.items():
+            x = dllm_prompt_rows(self.tok, [prompts[i] for i in idx], P, G).to(device)
+            gens = [request_generator(self.seed, "generate", prompts[i], keys[i]) for i in idx]
+            with autocast(model_device(self.backbone), self.precision):
+                out, stats = self.sampler.fn(self.backbone, x, self.decode_options, self.options, proxy=self.proxy,
+                                             generator=gens)
+            counters["nfe"] += int(stats["nfe"])
+            counters["proxy_forwards"] += int(stats.get("proxy_forwards", 0))
+            for i, g in zip(idx, out[:, P:P + min(G, max_new_tokens)].tolist()):
+                texts[i] = completion_text(self.tok, g)
+                row_tokens[i] = produced_tokens(g, self.tok.eos_id)
+        return texts, {**counters, "generated_tokens": sum(row_tokens), "row_tokens": row_tokens}
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` (a completion cut at a stop string: what the adapter counts as produced)."""
+        return len(self.tok.encode(text))
+
+    def loglikelihood_greedy(self, contexts: list[str], continuations: list[str]) -> list[tuple[float, bool]]:
+        """``(log p(continuation | context), is_greedy)`` per pair: LLaDA's Monte-Carlo ELBO
+        (:func:`~unie.dllm.backbone.mc_loglikelihood`, ``mc_num`` copies, its noise from
+        :func:`request_generator` of the pair), and whether the continuation is what the backbone decodes greedily
+        from the context with one token per step, highest confidence first (LLaDA's ``is_check_greedy`` rule:
+        :func:`~unie.dllm.backbone.greedy_matches`)."""
+        out = []
+        device = model_device(self.backbone)
+        for c, t in zip(contexts, continuations):
+            prefix, target = [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t)
+            gen = request_generator(self.seed, "loglikelihood", c, t)
+            with autocast(device, self.precision):
+                ll = mc_loglikelihood(self.backbone, prefix, target, mc_num=self.mc_num,
+                                      batch_size=min(self.mc_num, 32), generator=gen)
+                greedy = greedy_matches(self.backbone, prefix, target, self.decode_options.confidence)
+            out.append((ll, greedy))
+        return out
 
     def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
         out = []
         device = model_device(self.backbone)
         for c, t in zip(contexts, continuations):
+            gen = request_generator(self.seed, "loglikelihood", c, t)
             with autocast(device, self.precision):
                 out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t),
-                                            mc_num=self.mc_num, batch_size=min(self.mc_num, 32),
-                                            generator=self.generator))
+                                            mc_num=self.mc_num, batch_size=min(self.mc_num, 32), generator=gen))
         return out
+
+    def info(self) -> dict:
+        """What made this decoder's answers (the results' ``config``, :meth:`unie.lmeval.UnieLM.get_model_info`)."""
+        return {"decoder": self.name, "type": "dllm", "sampler": self.sampler_name,
+                "options": dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else
+                repr(self.options),
+                "decoding": dataclasses.asdict(self.decode_options), "prompt_len": self.prompt_len,
+                "pad_to_batch": self.pad_to_batch, "seed": self.seed, "mc_num": self.mc_num,
+                "precision": self.precision,
+                "checkpoint": str(getattr(self.backbone, "path", None) or getattr(self.tok, "path", None) or ""),
+                "proxy": str(getattr(getattr(self.proxy, "model", None), "path", None) or "") or None}
 
 
 class ARDecoder:
-    """A :class:`~unie.core.protocols.TextDecoder` over an AR model (greedy, ``gen_length`` tokens)."""
+    """A :class:`~unie.core.protocols.TextDecoder` over an AR model (greedy, ``gen_length`` tokens).  A prompt's
+    completion and log-likelihood never depend on the other prompts of a call (prompts of the same length are
+    decoded together without padding; one forward pass per log-likelihood)."""
 
     def __init__(self, model, tokenizer, gen_length: int, name: str = "ar", precision: str = "fp32"):
         self.model, self.tok, self.gen_length, self.name = model, tokenizer, gen_length, name
         self.precision, self.device = precision, model_device(model)
 
+    def batch_key(self, prompt: str) -> int:
+        return len(self.tok.encode(prompt))
+
     def check(self, prompts: list[str]) -> None:
         lengths = [len(ids) for ids in self.tok.encode_batch(prompts)]
         check_positions(self.model, self.name, max(lengths), self.gen_length)
 
-    def generate(self, prompts: list[str], max_new_tokens: int) -> tuple[list[str], dict]:
+    def generate(self, prompts: list[str], max_new_tokens: int, keys=None) -> tuple[list[str], dict]:
         G = min(self.gen_length, max_new_tokens)
+        ids = self.tok.encode_batch(prompts)
+        check_positions(self.model, self.name, max(len(p) for p in ids), self.gen_length)
         with autocast(self.device, self.precision):
-            gen = self.model.greedy_continue(self.tok.encode_batch(prompts), G).tolist()
-        return [completion_text(self.tok, g) for g in gen], {"nfe": G, "generated_tokens": G * len(prompts)}
+            gen = self.model.greedy_continue(ids, G).tolist()
+        rows = [produced_tokens(g, self.tok.eos_id) for g in gen]
+        return [completion_text(self.tok, g) for g in gen], {"nfe": G, "generated_tokens": sum(rows),
+                                                             "row_tokens": rows}
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tok.encode(text))
 
     @torch.no_grad()
-    def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
+    def loglikelihood_greedy(self, contexts: list[str], continuations: list[str]) -> list[tuple[float, bool]]:
+        """``(log p(continuation | context), is_greedy)`` per pair; ``is_greedy``: every continuation token is the
+        argmax of its conditional (lm-eval's HFLM rule)."""
         out = []
         for c, t in zip(contexts, continuations):
             ctx, tgt = self.tok.encode(c), self.tok.encode(t)
             x = torch.tensor([[self.tok.bos_id] + ctx + tgt])
             with autocast(self.device, self.precision):
                 logits = self.model.logits(x)
-            lp = widen(logits).log_softmax(-1)[0, :-1].gather(-1, x[0, 1:, None]).squeeze(-1)
-            out.append(float(lp[len(ctx):].double().sum()))
+            logp = widen(logits).log_softmax(-1)[0, :-1]
+            lp = logp.gather(-1, x[0, 1:, None].to(logp.device)).squeeze(-1)
+            greedy = bool((logp[len(ctx):].argmax(-1).cpu() == x[0, 1 + len(ctx):]).all())
+            out.append((float(lp[len(ctx):].double().sum()), greedy))
         return out
+
+    def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
+        return [ll for ll, _ in self.loglikelihood_greedy(contexts, continuations)]
+
+    def info(self) -> dict:
+        return {"decoder": self.name, "type": "ar", "sampler": "greedy", "gen_length": self.gen_length,
+                "precision": self.precision,
+                "checkpoint": str(getattr(self.model, "path", None) or getattr(self.tok, "path", None) or "")}
 
 
 # ---------------------------------------------------------------------- model_args -> decoder
@@ -333,6 +474,12 @@ def build_decoder(args: Mapping | ModelArgs):
     a = args if isinstance(args, ModelArgs) else ModelArgs.parse(args)
     model, tok, prompt_len, pad_to_batch, default_gen, is_ar = load_backbone(a)
     gen_length = int(a.decoding.get("gen_length", default_gen))
+    decoder = _build(a, model, tok, prompt_len, pad_to_batch, gen_length, is_ar)
+    decoder.model_args = {k: v for k, v in dataclasses.asdict(a).items()}  # what made it (the results' config)
+    return decoder
+
+
+def _build(a: ModelArgs, model, tok, prompt_len, pad_to_batch, gen_length, is_ar):
     if is_ar:
         if a.proxy is not None or a.sampler != "plain" or a.options:
             raise ConfigError("an AR model decodes left to right: sampler/proxy options apply to DLLMs only")

@@ -62,6 +62,17 @@ class DLLMEnergyOptions:
                              f"temperature={self.temperature}")
 
 
+def draw(logp: torch.Tensor, generator) -> torch.Tensor:
+    """One Gumbel-max draw per position of ``logp`` ``(B, T, V)``: from one ``generator`` for the batch, or, given a
+    list of per-row generators (:class:`~unie.dllm.decoder.DLLMDecoder` passes one per request), row ``b`` from
+    ``generator[b]`` (a row's noise is then the same in any batch)."""
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != logp.shape[0]:
+            raise ValueError(f"{len(generator)} generators for {logp.shape[0]} rows")
+        return torch.cat([gumbel_argmax(logp[b:b + 1], g) for b, g in enumerate(generator)])
+    return gumbel_argmax(logp, generator)
+
+
 def in_window(n: int, N: int, w: float) -> bool:
     """``t_n = 1 - n/N ∈ (1 - w, 1]``  <=>  ``n < w N``."""
     return n < w * N
@@ -70,7 +81,8 @@ def in_window(n: int, N: int, w: float) -> bool:
 @torch.no_grad()
 def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions,
                   generator=None) -> tuple[torch.Tensor, dict]:
-    """Algorithm 3 on prompts ``x`` ``(B, T)`` (DLLM layout, ``gen_length`` trailing masks).
+    """Algorithm 3 on prompts ``x`` ``(B, T)`` (DLLM layout, ``gen_length`` trailing masks); ``generator``: one
+    ``torch.Generator`` or a list of one per row (:func:`draw`).
 
     ``proxy``: the AR proxy as a :class:`~unie.dllm.bridge.ProxyBridge`.  Returns the decoded ``(B, T)`` and
     ``{"nfe": DLLM forwards, "proxy_forwards": ..., "window_iterations": ...}``."""
@@ -92,8 +104,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
         if in_window(n, N, options.w):
             window += 1
             # (a) K candidates x0^j (B, K, T): j = 0 greedy, j >= 1 ~ p_theta at the temperature
-            draws = [x0_hat] + [gumbel_argmax(logp_dlm / options.temperature, generator).to(x.device)
-                                for _ in range(K - 1)]
+            draws = [x0_hat] + [draw(logp_dlm / options.temperature, generator).to(x.device) for _ in range(K - 1)]
             x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
             # (b) xs^j: top-m masked positions of the block by each candidate's confidence
             conf = confidence(logp_dlm, x0, decode.confidence)

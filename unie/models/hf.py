@@ -22,6 +22,10 @@ transformers-native architecture, e.g. Qwen2.5 or a test's tiny Llama stand-in) 
 The forward pass gets no attention mask: LLaDA's ``generate.py`` and Dream's ``eval.py`` call
 ``model(x).logits`` on unpadded rows, and both models attend bidirectionally by construction (Dream's SDPA
 hard-codes ``is_causal=False`` and ignores a non-tensor mask).  A causal stand-in therefore stays causal.
+Rows are never padded for these models: :class:`unie.dllm.decoder.DLLMDecoder` decodes the prompts of a call in
+groups of equal token length (no ``prompt_len``), so a row's logits never see another row's padding and a
+greedy decode does not depend on its batch (lm-eval's HFLM sorts by length for the same reason; it pads with an
+attention mask, which LLaDA's and Dream's own ``generate`` do not pass).
 
 ``transformers`` is imported inside the functions (importing it costs ~1 s).
 """
