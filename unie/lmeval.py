@@ -64,7 +64,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from .dllm.decoder import DEFAULT_MAX_GEN_TOKS
+from .dllm.backbone import DEFAULT_MAX_GEN_TOKS
 
 MODEL_NAMES = ("unie_dllm", "unie_ar")
 DEFAULT_BATCH_SIZE = 32

@@ -139,7 +139,11 @@ class DLLMSamplerEntry:
 
 
 def register_dllm_sampler(name: str, options, needs_proxy: bool = False, preflight: Callable | None = None):
-    """Decorator: register ``fn`` as DLLM sampler ``name`` with its options dataclass."""
+    """Decorator: register ``fn`` as DLLM sampler ``name`` with its options dataclass.
+
+    ``fn(backbone, x, decoding, options, proxy=None, generator=None) -> (x, stats)``; ``generator`` is one
+    ``torch.Generator`` or a list of one per row of ``x`` (the lm-eval decoder's per-request noise): draw per row,
+    so a row's noise does not depend on its batch (docs/adding-a-dllm-sampler.md)."""
 
     def deco(fn):
         DLLM_SAMPLERS.add(name, DLLMSamplerEntry(name, fn, options, needs_proxy, preflight))

@@ -72,6 +72,9 @@ def normalise(logits: torch.Tensor, blocked) -> torch.Tensor:
 ESTIMATORS = ("time", "count")
 
 
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default: the most tokens a request asks for when its task sets none
+
+
 @dataclass(frozen=True)
 class DLLMOptions:
     """LLaDA's loss and which of its two Monte-Carlo forms estimates it.

@@ -31,10 +31,8 @@ from ..core.registry import DLLM_SAMPLERS, METHODS
 from ..data.dllm_format import dllm_prompt_rows
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, read_meta
-from .backbone import DecodeOptions, greedy_matches, mc_loglikelihood
+from .backbone import DEFAULT_MAX_GEN_TOKS, DecodeOptions, greedy_matches, mc_loglikelihood  # noqa: F401
 from .bridge import ProxyBridge
-
-DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default, used when a task sets no max_gen_toks
 
 HF_GEN_LENGTH = 256  # gen_length of a Hugging Face checkpoint when model_args give none (ours: the trained one)
 

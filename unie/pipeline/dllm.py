@@ -28,7 +28,7 @@ from ..core.train import run_spec, train
 from ..data.dllm_format import ar_sft_rows, content_lengths, dllm_sft_rows, pack_text, trim_padding
 from ..data.tasks import task_vocabulary
 from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
-from ..dllm.decoder import DEFAULT_MAX_GEN_TOKS
+from ..dllm.backbone import DEFAULT_MAX_GEN_TOKS
 from ..dllm.rows import row_model_args, sweep_points
 from ..eval.timing import TimingChecks, describe, time_passes
 from ..models.checkpoint import CheckpointError, load_model, save_model
@@ -210,15 +210,21 @@ class SweepTiming:
         return cls(**{**d, "checks": TimingChecks(**d.get("checks", {}))})
 
 
-def sweep_batches(samples_path, batch_size: int, batches: int | None) -> list[tuple[list[str], int]]:
-    """The prompts of an lm-eval ``samples_*.jsonl`` (document order) in batches of ``batch_size`` with the same
-    ``max_gen_toks`` (as the adapter groups them), the first ``batches`` of them (None: all)."""
+def sweep_batches(samples_path, batch_size: int, batches: int | None, batch_key=None) -> list[tuple[list[str], int]]:
+    """The prompts of an lm-eval ``samples_*.jsonl`` (document order) in the batches the adapter makes: the same
+    ``max_gen_toks``, then the same ``batch_key(prompt)`` (the decoder's: prompts of one length), at most
+    ``batch_size`` each; the first ``batches`` of them (None: all)."""
     groups: dict[int, list[str]] = {}
     for doc in sorted(read_jsonl(samples_path), key=lambda d: d["doc_id"]):
         args = doc["arguments"]["gen_args_0"]
         groups.setdefault(int(args["arg_1"].get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)), []).append(args["arg_0"])
-    out = [(prompts[i:i + batch_size], max_new) for max_new, prompts in groups.items()
-           for i in range(0, len(prompts), batch_size)]
+    out = []
+    for max_new, prompts in groups.items():
+        by_key: dict = {}
+        for p in prompts:  # document order kept inside a key, keys in sorted order (as unie.lmeval does)
+            by_key.setdefault(batch_key(p) if batch_key else 0, []).append(p)
+        out += [(same[i:i + batch_size], max_new) for k in sorted(by_key) for same in [by_key[k]]
+                for i in range(0, len(same), batch_size)]
     return out if batches is None else out[:batches]
 
 
@@ -234,7 +240,8 @@ def time_sweep_point(args: dict, samples_path, batch_size: int, timing: SweepTim
 
     decoder = build_decoder(args)
     checks = timing.checks
-    out = time_passes(decoder.generate, sweep_batches(samples_path, batch_size, timing.batches),
+    out = time_passes(decoder.generate, sweep_batches(samples_path, batch_size, timing.batches,
+                                                      getattr(decoder, "batch_key", None)),
                       repeats=timing.repeats, warmup=timing.warmup, device=args.get("device", "cpu"), checks=checks,
                       reruns=checks.reruns)
     ref = lmeval_tp["seconds"] / lmeval_tp["nfe"] if lmeval_tp.get("nfe") and lmeval_tp.get("seconds") else None
