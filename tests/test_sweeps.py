@@ -63,6 +63,10 @@ def test_sweep_timing_batches_and_defaults(tmp_path):
     path.write_text("\n".join(json.dumps(d) for d in docs))
     assert sweep_batches(path, 2, None) == [(["q0", "q1"], 16), (["q2", "q3"], 16), (["q4"], 16)]  # document order
     assert sweep_batches(path, 2, 1) == [(["q0", "q1"], 16)]
+    # batched as the adapter batches: the same length key together, keys in sorted order, document order inside
+    assert sweep_batches(path, 2, None, batch_key=lambda p: int(p[1:]) % 2) == \
+        [(["q0", "q2"], 16), (["q4"], 16), (["q1", "q3"], 16)]
     t = SweepTiming.from_config({"repeats": 5, "checks": {"max_spread": 0.5}})
-    assert (t.repeats, t.warmup, t.batches) == (5, 1, 1) and t.checks == TimingChecks(max_spread=0.5)
+    # every prompt by default: the first batches alone would be the shortest prompts
+    assert (t.repeats, t.warmup, t.batches) == (5, 1, None) and t.checks == TimingChecks(max_spread=0.5)
     assert SweepTiming.from_config(None) == SweepTiming() and SweepTiming().repeats >= 3

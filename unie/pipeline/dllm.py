@@ -194,14 +194,16 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
 @dataclass(frozen=True)
 class SweepTiming:
     """How a sweep point's throughput is timed, after its lm-eval run (:func:`time_sweep_point`): ``repeats``
-    timed passes over the first ``batches`` batches of ``dllm.batch_size`` prompts of the task (None: every
-    prompt), after ``warmup`` untimed batches; tokens/s is the median over the passes.  ``checks``: when a
+    timed passes over the first ``batches`` batches of the task's prompts, batched as the lm-eval pass batches
+    them (None, the default: every prompt, so that a pass makes the model calls of lm-eval's pass; prompts are
+    batched by length, and the first batches alone would be the shortest prompts), after ``warmup`` untimed
+    batches; tokens/s is the median over the passes.  ``checks``: when a
     timing is flagged (:class:`~unie.eval.timing.TimingChecks`; a flagged one is measured again up to
     ``checks.reruns`` times)."""
 
     repeats: int = 3
     warmup: int = 1
-    batches: int | None = 1
+    batches: int | None = None
     checks: TimingChecks = TimingChecks()
 
     @classmethod
