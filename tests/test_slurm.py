@@ -43,7 +43,12 @@ pytestmark = pytest.mark.slurm
 # (a timed job holds every core it is given: --cores locally, the job's CPUs under Slurm) and Figure 3's
 # wall-clock ratios are measurements too
 TIMING_KEYS = re.compile(r"^(seconds|seconds_all|ratio_to_ar|threads|elapsed_s|tokens_per_s|requests_per_s|date|"
-                         r"start_time|end_time|total_evaluation_time_seconds)$")
+                         r"start_time|end_time|total_evaluation_time_seconds|"
+                         # the checks of a timing (unie.eval.timing): its spread, CPU/wall, seconds per call, the
+                         # flags they raise and the reruns they cause, and the timed passes of a sweep point
+                         r"seconds_min|seconds_max|seconds_per_call|seconds_per_call_lmeval|spread|cpu_seconds_all|"
+                         r"cpu_ratio|cpu_checked|flags|earlier_flags|trusted|timing_trusted|attempts|tokens_per_s_all|"
+                         r"tokens_per_s_lmeval)$")
 # lm-eval's timestamp in its file names
 STAMP = re.compile(r"_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d+")
 
