@@ -42,6 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..core.registry import BACKBONES
+from .transformer import cached_keys, causal_mask
 
 FREQ_DIM = 256  # TimestepEmbedder.frequency_embedding_size upstream
 
@@ -161,14 +162,8 @@ class DiTBlock(nn.Module):
         H = self.n_heads
         q, k, v = self.attn_qkv(x).view(B, L, 3, H, D // H).permute(2, 0, 3, 1, 4)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        if cache is not None:  # same convention as unie.models.transformer.Attention
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)
-                v = torch.cat([cache["v"], v], dim=2)
-            cache["k"], cache["v"] = k, v
-        is_causal = causal and attn_mask is None and k.shape[2] == L and L > 1
-        if causal and attn_mask is None and k.shape[2] != L and L > 1:
-            attn_mask = torch.ones(L, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=k.shape[2] - L)
+        k, v = cached_keys(cache, k, v)  # the dict KV cache of unie.models.transformer
+        attn_mask, is_causal = causal_mask(causal, attn_mask, L, k.shape[2], x.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
                                              dropout_p=0.0, scale=1.0 / math.sqrt(D // H))
         return self.attn_out(out.transpose(1, 2).reshape(B, L, D))

@@ -94,6 +94,27 @@ class KVCache:
         return self.k[i, :, :, : n + L], self.v[i, :, :, : n + L], None
 
 
+def cached_keys(cache: dict | None, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """AR decoding with a dict KV cache (one per layer): the new keys/values ``(B, H, L, Dh)`` appended to the
+    cached ones along the sequence axis, stored back, and returned; no cache: ``k, v`` unchanged."""
+    if cache is not None:
+        if "k" in cache:
+            k = torch.cat([cache["k"], k], dim=2)
+            v = torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = k, v
+    return k, v
+
+
+def causal_mask(causal: bool, attn_mask, L: int, L_k: int, device) -> tuple[torch.Tensor | None, bool]:
+    """``(attn_mask, is_causal)`` for SDPA over ``L`` queries and ``L_k`` keys: SDPA's own causal mask when the
+    keys are the queries; cached decoding of several new tokens (``L_k > L``): causal over the new block, full
+    over the past.  An explicit ``attn_mask`` is kept as it is."""
+    is_causal = causal and attn_mask is None and L_k == L and L > 1
+    if causal and attn_mask is None and L_k != L and L > 1:
+        attn_mask = torch.ones(L, L_k, dtype=torch.bool, device=device).tril(diagonal=L_k - L)
+    return attn_mask, is_causal
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -118,16 +139,9 @@ class Attention(nn.Module):
             k, v, kv_mask = cache[0].update(cache[1], k, v)
             if kv_mask is not None:
                 attn_mask = kv_mask if attn_mask is None else attn_mask & kv_mask
-        elif cache is not None:  # AR decoding: append the new keys/values to the cache
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)
-                v = torch.cat([cache["v"], v], dim=2)
-            cache["k"], cache["v"] = k, v
-        is_causal = causal and attn_mask is None and k.shape[2] == L and L > 1
-        if causal and attn_mask is None and k.shape[2] != L and L > 1:
-            # cached decoding of several new tokens: causal over the new block, full over the past
-            past = k.shape[2] - L
-            attn_mask = torch.ones(L, k.shape[2], dtype=torch.bool, device=h.device).tril(diagonal=past)
+        else:
+            k, v = cached_keys(cache, k, v)
+        attn_mask, is_causal = causal_mask(causal, attn_mask, L, k.shape[2], h.device)
         if probs is not None:
             probs.append(attention_probs(q, k, attn_mask, is_causal))
         out = F.scaled_dot_product_attention(
