@@ -30,6 +30,7 @@ from unie.dllm.backbone import (
 from unie.dllm.bridge import BridgeError, ProxyBridge
 from unie.dllm.energy import DLLMEnergyOptions, energy_decode, in_window
 from unie.energy.energies import energy as energy_fn
+from unie.energy.energies import selection_energy
 from unie.methods.ar import AR
 from unie.models.transformer import Transformer
 from unie.pipeline.profile import resolve_config
@@ -508,12 +509,13 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, 
     x = torch.cat([torch.full((2, 1), tok.bos_id), prompts, torch.full((2, 8), tok.mask_id)], dim=1)
     calls = []
 
-    def spy(*args):
-        E = energy_fn(*args)
+    def spy(selection, *args, **kw):  # selection_energy(selection, name, xt, x0, xs, logp, scorer, ctx, mask_id)
+        assert selection == "argmin"
+        E = selection_energy(selection, *args, **kw)
         calls.append((args, E, args[5].score_until))
         return E
 
-    monkeypatch.setattr(alg3, "energy_fn", spy)
+    monkeypatch.setattr(alg3, "selection_energy", spy)
     bridge = ProxyBridge(proxy_, tok)
     opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2)
     out, stats = energy_decode(dllm, bridge, x, opts, DLLMEnergyOptions(energy=name, K=3, w=1.0),

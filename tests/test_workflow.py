@@ -342,11 +342,29 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     assert "+CoRe$^{\\dagger}$" in tex and tex.count("our reading of its neighbour-stability test") == 1
     # the appendix's full table: every row, the appendix-only one too; Table 3 without it, the shared cells equal
     full = pd.read_csv(smoke_run / "results" / "tables" / "table_app_dllm_full.csv")
-    assert list(full.row.unique()) == list(resolve_config([SMOKE])["dllm"]["rows"])
+    all_rows = resolve_config([SMOKE])["dllm"]["rows"]
+    assert list(full.row.unique()) == [r for r, spec in all_rows.items() if not spec.get("selection_table")]
     assert "proxy_appendix" in set(full.row) and "proxy_appendix" not in rows
     shared = full[full.row != "proxy_appendix"].reset_index(drop=True)
     pd.testing.assert_frame_equal(shared, df.reset_index(drop=True))
     assert "AR proxy (appendix only)" in (smoke_run / "results" / "tables" / "table_app_dllm_full.tex").read_text()
+    # every decoder row's effect.json: the paired change against its backbone, and Algorithm 3's window counters
+    for row, spec in all_rows.items():
+        eff = json.loads((smoke_run / "results" / "dllm" / "rows" / row / "effect.json").read_text())
+        assert eff["row"] == row and eff["backbone"] == spec.get("delta_to")
+        if spec.get("delta_to"):
+            assert eff["avg"]["items"] == 7 * 8 and 0 <= eff["avg"]["changed"] <= 1
+        if "energy" in spec.get("options", {}):
+            w = eff["window"]
+            assert w["window_rows"] > 0 and 0 <= w["steered"] <= w["disagree"] <= 1
+            assert eff["selection"] == spec["options"].get("selection", "argmin")
+        else:
+            assert eff["window"] is None
+    # the selection-rule table: the backbone, Table 3's energy row and the selection row, with their effects
+    sel = pd.read_csv(smoke_run / "results" / "tables" / "table_app_selection.csv")
+    assert list(sel.row) == ["llada", "llada_uni", "llada_rerank"]
+    assert list(sel.selection)[1:] == ["argmin", "proxy_rerank"] and sel.disagree[1:].notna().all()
+    assert "proxy rerank" in (smoke_run / "results" / "tables" / "table_app_selection.tex").read_text()
 
 
 def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):

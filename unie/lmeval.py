@@ -65,6 +65,7 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from .dllm.backbone import DEFAULT_MAX_GEN_TOKS
+from .dllm.energy import WINDOW_COUNTERS
 
 MODEL_NAMES = ("unie_dllm", "unie_ar")
 DEFAULT_BATCH_SIZE = 32
@@ -358,6 +359,9 @@ class UnieLM(LM):
                                    f"without {sorted(missing)}")
                 self.stats["requests"] += len(prompts)
                 self.stats["nfe"] += int(counters["nfe"])
+                for k in WINDOW_COUNTERS:  # Algorithm 3's window counters, when the sampler reports them
+                    if k in counters:
+                        self.stats[k] = self.stats.get(k, 0) + int(counters[k])
                 rows = counters.get("row_tokens")
                 tokens = 0 if rows is not None else int(counters["generated_tokens"])
                 for n, (i, text) in enumerate(zip(batch, texts)):
@@ -388,7 +392,8 @@ class UnieLM(LM):
         and each rank's own counters under ``ranks``; ``batch_size`` is per rank.  On another rank: its own."""
         s, extra = self.stats, {}
         if self.world_size > 1 and self.rank == 0:
-            s = {k: sum(r[k] for r in self._rank_stats) for k in ("requests", "generated_tokens", "nfe")}
+            s = {k: sum(r.get(k, 0) for r in self._rank_stats)
+                 for k in ("requests", "generated_tokens", "nfe", *WINDOW_COUNTERS) if k in self.stats}
             s["seconds"] = self._world_seconds
             extra = {"world_size": self.world_size, "ranks": self._rank_stats}
         secs = s["seconds"]
@@ -402,6 +407,7 @@ class UnieLM(LM):
             "batch_size": self.batch_size,
             "warmup_excluded": True,
             "decoder": self.decoder.name,
+            **{k: s[k] for k in WINDOW_COUNTERS if k in s},
             **extra,
         }
 

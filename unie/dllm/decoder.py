@@ -33,6 +33,7 @@ from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, read_meta
 from .backbone import DEFAULT_MAX_GEN_TOKS, DecodeOptions, greedy_matches, mc_loglikelihood  # noqa: F401
 from .bridge import ProxyBridge
+from .energy import WINDOW_COUNTERS
 
 HF_GEN_LENGTH = 256  # gen_length of a Hugging Face checkpoint when model_args give none (ours: the trained one)
 
@@ -302,8 +303,8 @@ class DLLMDecoder:
                  ) -> tuple[list[str], dict]:
         """Completions of ``prompts`` (``max_new_tokens`` of the ``gen_length`` decoded positions kept) and the
         counters ``nfe`` (network passes, summed over the length groups), ``generated_tokens`` (tokens produced:
-        per row up to and including its first ``<eos>``), ``row_tokens`` (that count per row) and
-        ``proxy_forwards``.  ``keys``: one string per prompt that, with the seed and the prompt, seeds the row's
+        per row up to and including its first ``<eos>``), ``row_tokens`` (that count per row),
+        ``proxy_forwards`` and, for a sampler that reports them, :data:`WINDOW_COUNTERS`.  ``keys``: one string per prompt that, with the seed and the prompt, seeds the row's
         generator (default: :func:`occurrence_keys`)."""
         G = self.gen_length
         keys = occurrence_keys(prompts) if keys is None else list(keys)
@@ -325,6 +326,9 @@ class DLLMDecoder:
                                              generator=gens)
             counters["nfe"] += int(stats["nfe"])
             counters["proxy_forwards"] += int(stats.get("proxy_forwards", 0))
+            for k in WINDOW_COUNTERS:  # Algorithm 3's: what the energy had to act on (unie.dllm.energy)
+                if k in stats:
+                    counters[k] = counters.get(k, 0) + int(stats[k])
             for i, g in zip(idx, out[:, P:P + min(G, max_new_tokens)].tolist()):
                 texts[i] = completion_text(self.tok, g)
                 row_tokens[i] = produced_tokens(g, self.tok.eos_id)

@@ -18,12 +18,19 @@ The loop mirrors the algorithm.  Iterations ``n = 0..N-1`` walk the paper's grid
       filled with ``x0^0``'s tokens for every candidate (identical across ``j``, so they are not ``M_t``) and the
       proxy's scores are cut at the block's end (``proxy.until(end)``); a word the block boundary splits is
       scored with the block that completes it (:mod:`unie.dllm.bridge`);
-   d. ``j* = argmin_j E^j``; ``xt <- xs^{j*}``;
+   d. ``j*`` by the ``selection`` rule (:func:`~unie.energy.energies.select`, shared with Algorithm 2):
+      ``argmin_j E^j`` (the paper), a draw from ``softmax(-E/τ)`` (``resample``, importance sampling) or the
+      proxy's favourite reveal (``proxy_rerank``: the released code's rule, no DLLM term); ``xt <- xs^{j*}``;
 3. **outside the window**: the backbone's own rule (commit ``m`` tokens by confidence, greedy tokens).
 
 The proxy is read through :class:`~unie.dllm.bridge.ProxyBridge` (decode the candidate to text, re-encode,
 map the scores back to DLLM positions), also when both sides share a tokenizer, so the two backbones are
 scored the same way.  All ``B·K`` candidates go through one batched proxy call per window iteration.
+
+What the energy had to act on is counted per row and window iteration (the stats): ``window_rows`` (row-iterations
+inside the window), ``disagree_rows`` (those whose ``K`` candidates do not all reveal the same tokens at the same
+positions: only there can any rule change the decode) and ``steered_rows`` (those where the chosen reveal differs
+from the greedy candidate's, ``j = 0``, i.e. from what the backbone alone would have committed).
 """
 
 from __future__ import annotations
@@ -34,22 +41,27 @@ import torch
 
 from ..core.gumbel import gumbel_argmax
 from ..core.registry import ENERGIES, register_dllm_sampler
-from ..energy.energies import energy as energy_fn
+from ..energy.energies import SELECTIONS, select, selection_energy
 from .backbone import DecodeOptions, block_bounds, commit_top, confidence, normalise
 
 BRIDGEABLE_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over")
+WINDOW_COUNTERS = ("window_rows", "disagree_rows", "steered_rows")  # the stats of what the energy acted on
 
 
 @dataclass(frozen=True)
 class DLLMEnergyOptions:
-    """Algorithm 3's options; defaults from the paper (``K = 3``, ``w = 0.2``; ``m`` is the decoder's
-    ``tokens_per_step``).  ``temperature``: of the candidates ``j >= 1``."""
+    """Algorithm 3's options; defaults from the paper (``K = 3``, ``w = 0.2``, ``argmin``; ``m`` is the decoder's
+    ``tokens_per_step``).  ``temperature``: of the candidates ``j >= 1``; ``selection``: ``argmin`` | ``resample``
+    | ``proxy_rerank`` (:data:`~unie.energy.energies.SELECTIONS`), ``selection_temperature``: ``τ`` of
+    ``resample``."""
 
     energy: str = "uni"
     K: int = 3
     w: float = 0.2
     ar_context: str = "teacher_forced"
     temperature: float = 1.0
+    selection: str = "argmin"
+    selection_temperature: float = 1.0
 
     def __post_init__(self):
         if self.energy not in ENERGIES or ENERGIES[self.energy].scorer != "proxy":
@@ -57,9 +69,12 @@ class DLLMEnergyOptions:
         if self.ar_context not in BRIDGEABLE_CONTEXTS:
             raise ValueError(f"ar_context {self.ar_context!r} cannot be read through a tokenizer bridge; "
                              f"use one of {', '.join(BRIDGEABLE_CONTEXTS)}")
-        if self.K < 1 or not 0.0 <= self.w <= 1.0 or self.temperature <= 0:
-            raise ValueError(f"need K >= 1, 0 <= w <= 1, temperature > 0; got K={self.K}, w={self.w}, "
-                             f"temperature={self.temperature}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"unknown selection {self.selection!r}; known: {', '.join(SELECTIONS)}")
+        if self.K < 1 or not 0.0 <= self.w <= 1.0 or self.temperature <= 0 or self.selection_temperature <= 0:
+            raise ValueError(f"need K >= 1, 0 <= w <= 1, temperature > 0, selection_temperature > 0; got K={self.K}, "
+                             f"w={self.w}, temperature={self.temperature}, "
+                             f"selection_temperature={self.selection_temperature}")
 
 
 def draw(logp: torch.Tensor, generator) -> torch.Tensor:
@@ -85,7 +100,8 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
     ``torch.Generator`` or a list of one per row (:func:`draw`).
 
     ``proxy``: the AR proxy as a :class:`~unie.dllm.bridge.ProxyBridge`.  Returns the decoded ``(B, T)`` and
-    ``{"nfe": DLLM forwards, "proxy_forwards": ..., "window_iterations": ...}``."""
+    ``{"nfe": DLLM forwards, "proxy_forwards": ..., "window_iterations": ..., "window_rows": ...,
+    "disagree_rows": ..., "steered_rows": ...}`` (the last three: module doc)."""
     x = x.clone()
     B, T = x.shape
     K, m, mask_id = options.K, decode.tokens_per_step, backbone.mask_id
@@ -95,6 +111,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
     pos = torch.arange(T, device=x.device)
     rows = torch.arange(B, device=x.device)
     proxy_before, window = proxy.forwards, 0
+    counts = {"window_rows": 0, "disagree_rows": 0, "steered_rows": 0}
     for n in range(N):
         start, end = block_bounds(prompt_len, decode, n)
         logp_dlm = normalise(backbone.logits(x), blocked).to(x.device)  # (B, T, V)
@@ -114,13 +131,17 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
             xt_b = torch.where(later, x0_hat, x)
             x0_b = torch.where(later[:, None], x0_hat[:, None], x0)
             xs_b = torch.where(later[:, None], x0_hat[:, None], xs)
-            E = energy_fn(options.energy, xt_b, x0_b, xs_b, logp_dlm, proxy.until(end), options.ar_context, mask_id)
-            # (d) j* = argmin_j E^j; xt <- xs^{j*}
-            j_star = E.argmin(-1)
+            E = selection_energy(options.selection, options.energy, xt_b, x0_b, xs_b, logp_dlm, proxy.until(end),
+                                 options.ar_context, mask_id)
+            # (d) j* by the selection rule (argmin_j E^j in the paper); xt <- xs^{j*}
+            j_star = select(E, options.selection, options.selection_temperature, generator)
             x = xs[rows, j_star]
+            counts["window_rows"] += B
+            counts["disagree_rows"] += int((xs != xs[:, :1]).any(-1).any(-1).sum())
+            counts["steered_rows"] += int((x != xs[:, 0]).any(-1).sum())
         else:
             x = commit_top(x, x0_hat, confidence(logp_dlm, x0_hat, decode.confidence), allowed, m)
-    return x, {"nfe": N, "proxy_forwards": proxy.forwards - proxy_before, "window_iterations": window}
+    return x, {"nfe": N, "proxy_forwards": proxy.forwards - proxy_before, "window_iterations": window, **counts}
 
 
 @register_dllm_sampler("energy", DLLMEnergyOptions, needs_proxy=True)

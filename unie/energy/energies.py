@@ -55,7 +55,11 @@ from ..core.gumbel import gumbel_argmax
 from ..core.registry import ENERGIES
 
 AR_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over", "masked", "exact")
-SELECTIONS = ("argmin", "resample")
+# How a candidate is chosen from its energies (Algorithms 2 and 3 share it): ``argmin`` (the paper's text),
+# ``resample`` (self-normalised importance sampling: one draw from softmax(-E/τ), EDLM's and the released DLM
+# code's rule), ``proxy_rerank`` (the released DLLM code's ``adaption`` rule: the candidate whose revealed tokens
+# the proxy, teacher-forced on the whole candidate, finds most likely; no diffusion term, whatever the energy)
+SELECTIONS = ("argmin", "resample", "proxy_rerank")
 
 
 def register_energy(name: str, scorer: str):
@@ -262,10 +266,40 @@ def log_importance_weights(energy: torch.Tensor, temperature: float = 1.0) -> to
     return torch.log_softmax(-energy / temperature, dim=-1)
 
 
+def rerank_energy(xt, x0, xs, scorer, mask_id: int) -> torch.Tensor:
+    """``proxy_rerank``'s score as an energy ``(B, K)``: ``-Σ_D log p_AR(x0_i | x0_<i)``, the proxy's teacher-forced
+    log-probability of the tokens each candidate reveals (``D = M_t \\ M_s``), the whole candidate as context:
+    the released DLLM code's ``adaption`` rule (``notes/official-code.md`` §5.3), its argmax as an argmin."""
+    return -ARTerms(scorer, "teacher_forced_carry_over", xt, x0, xs, mask_id).xs_given_xt()
+
+
+def selection_energy(selection: str, name: str, xt, x0, xs, logp_dlm, scorer, ar_context: str | None, mask_id: int,
+                     check: bool = True) -> torch.Tensor:
+    """The ``(B, K)`` values that ``selection`` chooses by: the energy ``name`` (:func:`energy`) for ``argmin`` and
+    ``resample``, :func:`rerank_energy` for ``proxy_rerank`` (which reads only the proxy)."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown selection {selection!r}; known: {', '.join(SELECTIONS)}")
+    if selection == "proxy_rerank":
+        if ENERGIES[name].scorer != "proxy":
+            raise ValueError(f"selection 'proxy_rerank' reads an AR proxy; energy {name!r} has none")
+        if check:
+            _check_consistent(xt, x0, xs, mask_id)
+        return rerank_energy(xt, x0, xs, scorer, mask_id)
+    return energy(name, xt, x0, xs, logp_dlm, scorer, ar_context, mask_id, check=check)
+
+
 def select(energy: torch.Tensor, how: str = "argmin", temperature: float = 1.0, generator=None) -> torch.Tensor:
-    """Index of the chosen candidate per row ``(B,)``: ``argmin`` (paper) or ``resample`` from ``softmax(-E/τ)``."""
-    if how == "argmin":
+    """Index of the chosen candidate per row ``(B,)`` from energies ``(B, K)``: ``argmin`` (the paper; also
+    ``proxy_rerank``, whose energies are :func:`rerank_energy`) or ``resample``: one draw from ``softmax(-E/τ)``.
+    ``generator``: one ``torch.Generator``, or a list of one per row (row ``b`` draws from ``generator[b]``, so its
+    choice is the same in any batch)."""
+    if how in ("argmin", "proxy_rerank"):
         return energy.argmin(-1)
     if how == "resample":
-        return gumbel_argmax(log_importance_weights(energy, temperature), generator).to(energy.device)
+        logw = log_importance_weights(energy, temperature)
+        if isinstance(generator, (list, tuple)):
+            if len(generator) != energy.shape[0]:
+                raise ValueError(f"{len(generator)} generators for {energy.shape[0]} rows")
+            return torch.cat([gumbel_argmax(logw[b:b + 1], g) for b, g in enumerate(generator)]).to(energy.device)
+        return gumbel_argmax(logw, generator).to(energy.device)
     raise ValueError(f"unknown selection {how!r}; known: {', '.join(SELECTIONS)}")

@@ -5,8 +5,9 @@ At every step ``t`` inside the window ``t ∈ (1 - w, 1]``: one denoiser pass gi
 draw at the masked positions only, :func:`propose`); one ``s = u·t`` per sequence; each
 ``xs^j`` is derived **from its own** ``x0^j`` (every masked position revealed with probability
 ``(alpha_s - alpha_t)/(1 - alpha_t)``); the energies ``(B, K)`` come from one batched call; the
-candidate with the lowest energy (``argmin``, the paper) or one resampled from ``softmax(-E/τ)`` (the
-released code) drives the ancestral step ``q(x_{t-Δ} | xt, x0^{j*})``.  Outside the window it is the
+candidate with the lowest energy (``argmin``, the paper), one resampled from ``softmax(-E/τ)`` (``resample``:
+EDLM and the released code) or the proxy's favourite reveal (``proxy_rerank``; the rules are
+:func:`~unie.energy.energies.select`, shared with Algorithm 3) drives the ancestral step ``q(x_{t-Δ} | xt, x0^{j*})``.  Outside the window it is the
 plain MDLM step with caching.  ``K = 1`` or ``w = 0`` is the plain MDLM sampler, bit for bit.
 
 The positions that a step reveals are drawn first: they do not depend on which ``x0`` is chosen, so
@@ -27,7 +28,7 @@ from ..core.sampling import in_batches, time_grid
 from ..core.schedule import Schedule, make_schedule
 from ..methods.mdlm import CachedDenoiser, fill_remaining, mdlm_step, reveal_mask, transition
 from .energies import AR_CONTEXTS, SELECTIONS, select
-from .energies import energy as energy_fn
+from .energies import selection_energy
 
 
 DRAWS = ("auto", "gumbel", "inverse_cdf")
@@ -67,7 +68,7 @@ class EnergyOptions:
     """Algorithm 2's options: the ``energy`` (a key of ``ENERGIES``), ``K`` candidates, the window ``w``
     (``t ∈ (1 - w, 1]``), how the proxy reads a partial state (``ar_context``; default ``teacher_forced``
     for the proxy energies, none for ``ebm``), the ``selection`` rule (``argmin``, the paper; ``resample``
-    from ``softmax(-E/temperature)``, the released code) and ``eps``, the end of the time grid."""
+    from ``softmax(-E/temperature)``, EDLM and the released code; ``proxy_rerank``, the released DLLM code's rule) and ``eps``, the end of the time grid."""
 
     energy: str = "uni"
     K: int = 2
@@ -91,6 +92,8 @@ class EnergyOptions:
             raise ConfigError(f"need K >= 1 and 0 <= w <= 1, got K={self.K}, w={self.w}")
         if self.selection not in SELECTIONS:
             raise ConfigError(f"unknown selection {self.selection!r}; known: {', '.join(SELECTIONS)}")
+        if self.selection == "proxy_rerank" and ENERGIES[self.energy].scorer == "ebm":
+            raise ConfigError(f"selection 'proxy_rerank' reads an AR proxy; energy {self.energy!r} has none")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
 
@@ -146,8 +149,8 @@ def sample_energy(denoiser, scorer, n: int, L: int, steps: int, generator: torch
             rows = reveal.any(-1)  # the choice only matters where the step reveals something
             if rows.any():
                 sub = (x, x0, xs, logp) if rows.all() else (x[rows], x0[rows], xs[rows], logp[rows])  # no copy
-                E = energy_fn(energy, *sub, scorer, ar_context, mask_id,
-                              check=False)  # l.5: E^j for every (x0^j, xs^j), one batched call
+                E = selection_energy(selection, energy, *sub, scorer, ar_context, mask_id,
+                                     check=False)  # l.5: E^j for every (x0^j, xs^j), one batched call
                 j[rows] = select(E, selection, temperature, generator)  # l.6: j* = argmin_j E^j
                 stats["energy_rows"] += int(rows.sum())
                 stats["energy_calls"] += 1

@@ -40,3 +40,48 @@ def unigram_entropy_bits(x: torch.Tensor) -> torch.Tensor:
 
 def mean_entropy_bits(x: torch.Tensor) -> float:
     return unigram_entropy_bits(x).mean().item()
+
+
+def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
+    """A decoder row against its backbone on the same items: per task and over the tasks' average.
+
+    ``row``, ``base``: ``task -> {item id: (score, completion text)}`` (lm-eval's per-sample records; ``score`` in
+    [0, 1]).  Per task, over the ``n`` items both have: ``delta`` = mean of ``d_i = score_row_i - score_base_i``
+    (x 100, points), ``se`` = ``sd(d) / sqrt(n)`` (sample sd, x 100: the paired s.e., far below either accuracy's
+    own s.e. when the rows agree on most items), ``changed`` = share of items whose completion text differs.
+    ``avg``: the change of the tasks' *average* accuracy (each task weighted 1/T, as Table 3's Avg. column):
+    ``delta = Σ_t delta_t / T``, ``se = sqrt(Σ_t se_t²) / T`` (the tasks are disjoint item sets, so their
+    paired differences are independent); ``changed`` pools every item.  ``detectable`` = ``2 se`` of the average:
+    the smallest change of the average that this sample resolves at 2 s.e. (0 if no item changed)."""
+    per_task, n_all, changed_all = {}, 0, 0
+    for task in tasks:
+        a, b = row.get(task, {}), base.get(task, {})
+        ids = sorted(set(a) & set(b))
+        if not ids:
+            continue
+        d = [a[i][0] - b[i][0] for i in ids]
+        n = len(d)
+        mean = sum(d) / n
+        var = sum((v - mean) ** 2 for v in d) / (n - 1) if n > 1 else float("nan")
+        changed = sum(a[i][1] != b[i][1] for i in ids)
+        per_task[task] = {"n": n, "delta": 100 * mean, "se": 100 * math.sqrt(var / n) if n > 1 else float("nan"),
+                          "changed": changed / n, "changed_items": changed}
+        n_all, changed_all = n_all + n, changed_all + changed
+    T = len(per_task)
+    if not T:
+        return {"tasks": {}, "avg": None}
+    se = math.sqrt(sum(v["se"] ** 2 for v in per_task.values())) / T
+    return {"tasks": per_task,
+            "avg": {"delta": sum(v["delta"] for v in per_task.values()) / T, "se": se, "detectable": 2 * se,
+                    "changed": changed_all / n_all, "changed_items": changed_all, "items": n_all, "tasks": T}}
+
+
+def window_shares(counters: dict) -> dict | None:
+    """Algorithm 3's window counters (``window_rows``, ``disagree_rows``, ``steered_rows``: row-iterations inside
+    the window, those whose ``K`` candidates reveal different tokens, those whose chosen reveal differs from the
+    greedy candidate's) as shares of the window's row-iterations; None for a decoder without a window."""
+    n = counters.get("window_rows")
+    if not n:
+        return None
+    return {"window_rows": int(n), "disagree": counters["disagree_rows"] / n, "steered": counters["steered_rows"] / n,
+            "disagree_rows": int(counters["disagree_rows"]), "steered_rows": int(counters["steered_rows"])}

@@ -591,6 +591,12 @@ def check_dllm(config: dict) -> None:
         if row.get("delta_to") and not row.get("appendix_only") and d["rows"][row["delta_to"]].get("appendix_only"):
             _err(f"dllm.rows.{name}.delta_to", f"row {row['delta_to']!r} is appendix_only, so Table 3 (which this "
                  "row is in) has no backbone to take its delta to")
+        if row.get("selection_table"):
+            backbone = d["rows"].get(row.get("delta_to"), {})
+            if not row.get("delta_to") or backbone.get("appendix_only") or backbone.get("selection_table"):
+                _err(f"dllm.rows.{name}.delta_to", "a selection_table row needs delta_to: a Table 3 backbone")
+            if row_sampler(row) != "energy":
+                _err(f"dllm.rows.{name}.options", "a selection_table row is an Algorithm 3 row (give it an energy)")
     check_sweeps(d, check_row)
 
 

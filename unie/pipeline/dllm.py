@@ -44,12 +44,14 @@ def read_jsonl(path) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- data
-def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], out_dir, gen_length: int,
+def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], out_dir, gen_length: int | dict,
                       bpe_vocab_size: int, n_pretrain_texts: int, log=print) -> dict:
     """Tokenizers and training tensors of the DLLM half.
 
     ``task_files``: task -> train JSONL (the fine-tuning mix); ``test_files``: task -> test JSONL (only to size
-    the prompt length); ``toy_texts``: toy-world text (pretraining, and the proxy's mix)."""
+    the prompt length); ``toy_texts``: toy-world text (pretraining, and the proxy's mix); ``gen_length``: the
+    answer positions of a training row (the answer and its ``<eos>`` padding), one number or one per tokenizer
+    (``word``, ``bpe``; config ``dllm.sft_length``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train_docs = [d for t in sorted(task_files) for d in read_jsonl(task_files[t])]
@@ -62,15 +64,16 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
         # the LLaDA-like model's own tokenizer: BPE on the same text (it splits many words into pieces)
         "bpe": bpe_tokenizer(toy + [p + " " + a for p, a in zip(prompts, answers)], bpe_vocab_size),
     }
-    meta = {"gen_length": gen_length, "prompt_len": {}, "n_sft": len(train_docs), "tasks": sorted(task_files),
+    lengths = {name: int(gen_length[name] if isinstance(gen_length, dict) else gen_length) for name in toks}
+    meta = {"gen_length": lengths, "prompt_len": {}, "n_sft": len(train_docs), "tasks": sorted(task_files),
             "n_pretrain_texts": len(toy), "files": {}}  # files: size and SHA-256 of each tensor file (checked on load)
     g = torch.Generator().manual_seed(0)
     for name, tok in toks.items():
         tok.save(out / "tokenizers" / name)
-        P = 1 + max(len(ids) for ids in tok.encode_batch(all_prompts))
-        T = P + gen_length
+        P, G = 1 + max(len(ids) for ids in tok.encode_batch(all_prompts)), lengths[name]
+        T = P + G
         meta["prompt_len"][name] = P
-        dllm = dllm_sft_rows(tok, prompts, answers, P, gen_length)
+        dllm = dllm_sft_rows(tok, prompts, answers, P, G)
         ar = ar_sft_rows(tok, prompts, answers, T)
         pre = pack_text(tok, toy, T)
         pre3 = torch.stack([pre, torch.ones_like(pre)], dim=1)
@@ -181,7 +184,7 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
     ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, **bucketed)
     extra = {"options": spec.get("options", {}), "train": spec["train"], "data": str(path),
              "layout": {"kind": layout, "tokenizer": tok_name, "prompt_len": meta["prompt_len"][tok_name],
-                        "gen_length": meta["gen_length"], "pad_to_batch": tcfg.length_buckets > 1},
+                        "gen_length": meta["gen_length"][tok_name], "pad_to_batch": tcfg.length_buckets > 1},
              "final": next((h for h in reversed(history) if "loss" in h), {})}
     if world()[0] == 0:
         save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)

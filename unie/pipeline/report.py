@@ -88,14 +88,18 @@ def partition_check(tex_path, csv_path):
     return summary
 
 
-def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path) -> str:
+def read_effects(effect_paths) -> dict:
+    """``row -> effect.json`` (:func:`dllm_effect`) from ``results/dllm/rows/{row}/effect.json`` paths."""
+    return {Path(p).parent.name: read_json(p) for p in effect_paths}
+
+
+def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_paths=()) -> str:
     """Table 3 from the ``results/dllm/rows/{row}/results.json`` files (lm-eval's own JSON).  ``tasks``: config
     ``dllm.tasks`` (toy tasks: metric and column from :mod:`unie.data.tasks`; built-in tasks: ``metrics`` and
     ``columns`` from the config)."""
     import json
     from pathlib import Path
 
-    from ..data.tasks import PAPER_COLUMNS, PRIMARY_METRIC
     from ..report.tables import table3 as build
 
     results = {}
@@ -105,20 +109,36 @@ def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path) -> str:
     missing = sorted(set(rows) - set(results))
     if missing:
         raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
-    names = list(tasks["names"])
-    metrics = tasks.get("metrics") or {t: f"{PRIMARY_METRIC[t]},none" for t in names}
-    columns = tasks.get("columns") or {t: PAPER_COLUMNS[t] for t in names}
+    names, metrics, columns = task_metrics(tasks)
     samples = {Path(p).parent.name: item_scores(Path(p).parent, names, metrics) for p in result_paths}
-    tex, df = build(rows, names, results, metrics, columns, samples)
+    tex, df = build(rows, names, results, metrics, columns, samples, read_effects(effect_paths))
+    write_table(tex, df, tex_path, csv_path)
+    return tex
+
+
+def selection_table(rows: dict, tasks: dict, result_paths, effect_paths, tex_path, csv_path) -> str:
+    """The appendix's selection-rule table (:func:`unie.report.tables.selection_table`) from the rows' lm-eval
+    results and ``effect.json`` files."""
+    from ..report.tables import selection_table as build
+
+    results = {Path(p).parent.name: read_json(p) for p in result_paths}
+    names, metrics, _ = task_metrics(tasks)
+    tex, df = build(rows, results, read_effects(effect_paths), metrics, names)
     write_table(tex, df, tex_path, csv_path)
     return tex
 
 
 def item_scores(row_dir, tasks: list[str], metrics: dict) -> dict:
-    """``task -> {(subtask, doc_id): score}`` from the ``--log_samples`` files of the newest lm-eval run under
-    ``row_dir`` (``samples_{subtask}_{date}.jsonl`` beside ``results_{date}.json``; a group such as ``mmlu`` is read
-    through its leaf subtasks in ``group_subtasks``; the records of the metric's filter).  A task whose samples
-    are missing is left out (its delta then has no paired standard error)."""
+    """``task -> {(subtask, doc_id): score}`` (:func:`item_records` without the completions)."""
+    return {t: {k: score for k, (score, _) in recs.items()} for t, recs in item_records(row_dir, tasks, metrics).items()}
+
+
+def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:
+    """``task -> {(subtask, doc_id): (score, completion)}`` from the ``--log_samples`` files of the newest lm-eval run
+    under ``row_dir`` (``samples_{subtask}_{date}.jsonl`` beside ``results_{date}.json``; a group such as ``mmlu`` is
+    read through its leaf subtasks in ``group_subtasks``; the records of the metric's filter; the completion is the
+    filtered response as text).  A task whose samples are missing is left out (its delta then has no paired
+    standard error)."""
     found = sorted(Path(row_dir).rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
     if not found:
         return {}
@@ -131,19 +151,52 @@ def item_scores(row_dir, tasks: list[str], metrics: dict) -> dict:
     out = {}
     for task in tasks:
         metric, filt = metrics[task].split(",", 1)
-        scores = {}
+        records = {}
         for leaf in leaves(task):
             path = found[-1].parent / f"samples_{leaf}_{stamp}.jsonl"
             if not path.exists():
-                scores = {}
+                records = {}
                 break
             for line in path.read_text().splitlines():
                 rec = json.loads(line)
                 if rec.get("filter", "none") == filt and metric in rec:
-                    scores[(leaf, int(rec["doc_id"]))] = float(rec[metric])
-        if scores:
-            out[task] = scores
+                    records[(leaf, int(rec["doc_id"]))] = (float(rec[metric]), json.dumps(rec.get("filtered_resps")))
+        if records:
+            out[task] = records
     return out
+
+
+def task_metrics(tasks: dict) -> tuple[list[str], dict, dict]:
+    """``(names, metrics, columns)`` of config ``dllm.tasks`` (toy tasks: metric and column from
+    :mod:`unie.data.tasks`; built-in tasks: ``metrics`` and ``columns`` from the config)."""
+    from ..data.tasks import PAPER_COLUMNS, PRIMARY_METRIC
+
+    names = list(tasks["names"])
+    metrics = tasks.get("metrics") or {t: f"{PRIMARY_METRIC[t]},none" for t in names}
+    columns = tasks.get("columns") or {t: PAPER_COLUMNS[t] for t in names}
+    return names, metrics, columns
+
+
+def dllm_effect(row: str, base: str | None, tasks: dict, row_dir, base_dir, out_path) -> dict:
+    """``results/dllm/rows/{row}/effect.json``: what a decoder row changed against its backbone (``base``, its
+    ``delta_to``; None for a row without one) on the same items: the paired change per task and of the average ±
+    s.e., the share of completions changed (:func:`unie.eval.metrics.paired_effect`) and, for Algorithm 3, the
+    window's disagreement and steering shares from the row's ``throughput.json``
+    (:func:`unie.eval.metrics.window_shares`).  The sampler and its resolved options are the ones lm-eval's
+    results record (``config.unie_decoder``)."""
+    from ..eval.metrics import paired_effect, window_shares
+    from .rule import write_json
+
+    names, metrics, _ = task_metrics(tasks)
+    decoder = read_json(Path(row_dir, "results.json"))["config"].get("unie_decoder") or {}
+    options = decoder.get("options") if isinstance(decoder.get("options"), dict) else {}
+    effect = (paired_effect(item_records(row_dir, names, metrics), item_records(base_dir, names, metrics), names)
+              if base else {"tasks": {}, "avg": None})
+    record = {"row": row, "backbone": base, "sampler": decoder.get("sampler"), "energy": options.get("energy"),
+              "selection": options.get("selection"), "options": options, **effect,
+              "window": window_shares(read_json(Path(row_dir, "throughput.json")))}
+    write_json(record, out_path)
+    return record
 
 
 def fig3(fig: dict, genppl_paths, timing_paths, pdf_path, png_path, csv_path, summary_path):

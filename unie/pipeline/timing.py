@@ -17,6 +17,22 @@ from ..eval.timing import TimingChecks, check_calls, checks_record, describe, ti
 from .sample import SampleJob, load_models
 
 
+def cpu_isa() -> str:
+    """The widest x86 vector extension of this CPU (``AVX-512``, ``AVX2``, ...): what decides how matrix products
+    are blocked and rounded, so two CPUs of one model name can still train different bits."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")):
+                    if flag in flags:
+                        return name
+                return "no AVX"
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def cpu_name() -> str:
     try:
         for line in open("/proc/cpuinfo"):

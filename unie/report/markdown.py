@@ -91,6 +91,23 @@ def dllm_table(df: pd.DataFrame) -> str:
     return md_table(["row", *cols, "avg"], body)
 
 
+def selection_md(df: pd.DataFrame) -> str:
+    """The selection-rule table: average accuracy ± s.e., the paired change ± s.e., and the window's disagreement,
+    steering and changed-completion shares (%)."""
+    def pct(v):
+        return "–" if pd.isna(v) else f"{100 * v:.0f}"
+
+    body = []
+    for r in df.to_dict("records"):
+        base = r["row"] == r["backbone"]
+        delta = "–" if base or pd.isna(r.get("delta")) else f"{r['delta']:+.1f} ± {r['delta_se']:.1f}"
+        body.append([plain(r["label"]), "–" if base else str(r.get("energy") or "–"),
+                     "–" if base else str(r.get("selection") or "–"), f"{num(r['avg'], 1)} ± {num(r['avg_se'], 1)}",
+                     delta, pct(r.get("disagree")), pct(r.get("steered")), "–" if base else pct(r.get("changed"))])
+    return md_table(["row", "energy", "selection", "avg (%)", "Δ avg", "disagree (%)", "steered (%)", "changed (%)"],
+                    body)
+
+
 def sweep_table(df: pd.DataFrame) -> str:
     """An appendix k or w table: accuracy ± s.e. and throughput per point."""
     body = [[plain(r["row"]), f"{num(r['value'])} ± {num(r['stderr'])}", num(r["tokens_per_s"], 0), str(r["nfe"])]
@@ -198,6 +215,9 @@ SECTIONS = [
      "In brackets: the delta to the row's backbone ± its paired standard error.", dllm_table),
     ("table_app_dllm_full", "Appendix: the full DLLM table", "Table 3's rows and the appendix-only ones.",
      dllm_table),
+    ("table_app_selection", "Appendix: Algorithm 3's selection rules (beyond the paper)",
+     "Per backbone and energy: argmin (the paper), resample, proxy_rerank; Δ is the paired change from the backbone.",
+     selection_md),
     ("fig4_dllm_tradeoff", "Figure 4: accuracy against throughput (MATH500 analogue)", "", fig4_table),
     ("table_app_k", "Appendix: candidates k", "", sweep_table),
     ("table_app_w", "Appendix: window w", "", sweep_table),

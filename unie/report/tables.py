@@ -1,4 +1,4 @@
-"""LaTeX and CSV tables with the row/column structure of the paper's tables.
+r"""LaTeX and CSV tables with the row/column structure of the paper's tables.
 
 Each function takes the result records written by the workflow's rules (parsed JSON; they carry their
 own identity: ``source`` for Table 1, ``sampling.run``/``sampling.steps`` for Table 2) and returns the
@@ -244,7 +244,7 @@ def paired_delta_se(scores: dict, base: dict) -> float:
 
 
 def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: dict,
-           samples: dict | None = None) -> tuple[str, pd.DataFrame]:
+           samples: dict | None = None, effects: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Table 3: accuracy (%) per benchmark, the paper's column order, one row per Table 3 row.
 
     ``rows``: row name -> ``{label, delta_to?}`` (config ``dllm.rows``); ``results``: row name -> lm-eval's
@@ -253,7 +253,10 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
     shows its delta to its backbone (``delta_to``) in green (gain) or red (loss), as the paper does; a row's
     ``note`` (e.g. "our reading") marks its label with a dagger and is printed under the table; the CSV
     holds lm-eval's standard error and, where ``samples`` (row -> task -> ``{doc_id: score}``, lm-eval's
-    ``--log_samples``) has both rows, the paired standard error of the delta (:func:`paired_delta_se`, x 100)."""
+    ``--log_samples``) has both rows, the paired standard error of the delta (:func:`paired_delta_se`, x 100).
+    ``effects`` (decoder row -> its ``effect.json``): the CSV gains each row's share of changed completions per task
+    and, for Algorithm 3, of disagreeing window iterations; the caption one sentence per energy row
+    (:func:`effect_note`)."""
     records = []
     for name, row in rows.items():
         res = results[name]["results"]
@@ -279,6 +282,12 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                     a, b = samples.get(name, {}).get(t), samples.get(base, {}).get(t)
                     se = 100 * paired_delta_se(a, b) if a and b else float("nan")
                     df.loc[(df.row == name) & (df.task == t), "delta_se"] = se
+            eff = (effects or {}).get(name) or {}
+            for t, v in eff.get("tasks", {}).items():
+                df.loc[(df.row == name) & (df.task == t), "changed"] = v["changed"]
+            if eff.get("window"):
+                df.loc[df.row == name, "disagree"] = eff["window"]["disagree"]
+                df.loc[df.row == name, "steered"] = eff["window"]["steered"]
     notes = list(dict.fromkeys(row["note"] for row in rows.values() if row.get("note")))  # one mark per text
     marks = {n: (rf"$^{{\dagger{i}}}$" if len(notes) > 1 else r"$^{\dagger}$") for i, n in enumerate(notes, 1)}
     backbones = {row["delta_to"] for row in rows.values() if row.get("delta_to")}
@@ -313,6 +322,9 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                r"column is in \textbf{bold} (the AR rows left out).")
     for note, mark in marks.items():  # the rows' notes, in the caption
         caption += " " + f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
+    note = effect_note(rows, effects or {})
+    if note:
+        caption += " " + note
     return latex_float(table, caption=caption, label="tab:dllm", bold=bold, groups=groups,
                        packages=("booktabs", "adjustbox", "xcolor")), df
 
@@ -339,3 +351,75 @@ def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
                           "tokens/s": [f"{v:.0f}" for v in df.tokens_per_s]})
     bold = np.column_stack([np.zeros(len(df), bool), best_mask(df[["value"]], lower=False), np.zeros(len(df), bool)])
     return latex_float(cells, caption=caption, label=f"tab:sweep-{key.lower()}", bold=bold, column_format="lrr"), df
+
+
+SELECTION_LABELS = {"argmin": "argmin (paper)", "resample": "resample", "proxy_rerank": "proxy rerank"}
+
+
+def _pct(v, nd=0) -> str:
+    return DASH if _missing(v) else f"{100 * v:.{nd}f}"
+
+
+def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tasks: list[str]
+                    ) -> tuple[str, pd.DataFrame]:
+    """The appendix's selection-rule table (beyond the paper): for each backbone, Algorithm 3 with each energy under
+    each selection rule, against the backbone's own decoder on the same items.
+
+    ``rows``: row name -> config row (``label``, ``delta_to``, ``options``); ``results``: row -> lm-eval's results
+    JSON; ``effects``: decoder row -> its ``effect.json`` (:func:`unie.eval.metrics.paired_effect` and
+    :func:`unie.eval.metrics.window_shares`).  Per row: the seven-task average accuracy (± its s.e.,
+    ``sqrt(Σ se_t²) / T``), its paired change from the backbone ± s.e., the share of window iterations whose ``K``
+    candidates reveal different tokens (disagree), the share where the chosen reveal is not the greedy candidate's
+    (steered) and the share of completions that differ from the backbone's (changed)."""
+    records = []
+    for name, row in rows.items():
+        res = results[name]["results"]
+        vals, ses = [], []
+        for t in tasks:
+            metric, filt = metrics[t].split(",", 1)
+            vals.append(100 * float(res[t][metrics[t]]))
+            se = res[t].get(f"{metric}_stderr,{filt}")
+            ses.append(100 * float(se) if isinstance(se, (int, float)) else float("nan"))
+        eff = effects.get(name) or {}
+        avg, win = eff.get("avg") or {}, eff.get("window") or {}
+        records.append({"row": name, "label": row["label"], "backbone": row.get("delta_to") or name,
+                        "energy": eff.get("energy"), "selection": eff.get("selection"),
+                        "avg": float(np.mean(vals)), "avg_se": float(np.sqrt(np.sum(np.square(ses)))) / len(ses),
+                        "delta": avg.get("delta"), "delta_se": avg.get("se"), "detectable": avg.get("detectable"),
+                        "disagree": win.get("disagree"), "steered": win.get("steered"), "changed": avg.get("changed"),
+                        "items": avg.get("items")})
+    df = pd.DataFrame.from_records(records)
+    cells = []
+    for r in df.itertuples():
+        is_base = r.row == r.backbone
+        delta = DASH if is_base or _missing(r.delta) else rf"{r.delta:+.1f}{{\scriptsize $\pm${r.delta_se:.1f}}}"
+        cells.append([r.label, DASH if is_base else (r.energy or DASH),
+                      DASH if is_base else SELECTION_LABELS.get(r.selection, r.selection or DASH),
+                      _pm(r.avg, r.avg_se, 1), delta, _pct(r.disagree), _pct(r.steered),
+                      DASH if is_base else _pct(r.changed)])
+    table = pd.DataFrame(cells, columns=["Methods", "Energy", "Selection", "Avg.", r"$\Delta$ Avg.",
+                                         r"Disagree (\%)", r"Steered (\%)", r"Changed (\%)"])
+    caption = (r"Selection rules of Algorithm 3 (beyond the paper): the average accuracy (\%) over the benchmarks "
+               r"$\pm$ its s.e.; $\Delta$: its paired change from the backbone's own decoder on the same items "
+               r"$\pm$ the paired s.e.; Disagree: window iterations whose $K$ candidates reveal different tokens; "
+               r"Steered: those where the chosen reveal is not the greedy candidate's; Changed: completions that "
+               r"differ from the backbone's.  argmin is the paper's rule, resample draws from "
+               r"$\mathrm{softmax}(-E/\tau)$ (importance sampling), proxy rerank keeps the reveal that the proxy "
+               r"finds most likely (the released code's rule; it reads no energy).")
+    return latex_float(table, caption=caption, label="tab:selection", groups=list(df.backbone)), df
+
+
+def effect_note(rows: dict, effects: dict) -> str:
+    """One sentence per energy row for Table 3's caption: its disagreement and changed-completion shares and its
+    paired change of the average ± s.e. (from the rows' ``effect.json``)."""
+    parts = []
+    for name, row in rows.items():
+        eff = effects.get(name)
+        if not eff or not eff.get("window"):
+            continue
+        base = rows.get(row.get("delta_to"), {}).get("label", row.get("delta_to"))
+        avg = eff["avg"]
+        parts.append(f"{row['label']} on {base}: {100 * eff['window']['disagree']:.0f}\\% of window iterations "
+                     f"disagree, {100 * avg['changed']:.0f}\\% of completions change, average "
+                     f"{avg['delta']:+.1f} $\\pm$ {avg['se']:.1f}")
+    return ("Algorithm 3 rows: " + "; ".join(parts) + ".") if parts else ""

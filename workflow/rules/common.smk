@@ -121,6 +121,8 @@ def final_outputs():
     if config.get("dllm"):
         out += ["results/tables/table3_dllm.tex", "results/tables/table3_dllm.csv",
                 "results/tables/table_app_dllm_full.tex", "results/tables/table_app_dllm_full.csv"]
+        if any(r.get("selection_table") for r in config["dllm"].get("rows", {}).values()):
+            out += ["results/tables/table_app_selection.tex", "results/tables/table_app_selection.csv"]
     if config.get("figures", {}).get("fig2_ablation"):
         out += ["results/figures/fig2_ablation.pdf", "results/figures/fig2_ablation.png"]
     out += [f"results/tables/paper_vs_ours.{ext}" for ext in ("md", "tex")]

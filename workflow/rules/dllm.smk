@@ -4,14 +4,45 @@
 #   resources/dllm/tasks/            lm-eval task YAMLs + JSONL (rule dllm_tasks)
 #   resources/dllm/meta.json         tokenizers and training tensors (rule dllm_data)
 #   results/dllm/models/{dmodel}/    trained DLLM-half models (rule dllm_train)
-#   results/dllm/rows/{row}/         lm-eval's results_*.json, samples_*.jsonl, throughput.json (rule dllm_eval)
-#   results/tables/table3_dllm.*     Table 3 (rows without appendix_only); table_app_dllm_full.*: every row
+#   results/dllm/rows/{row}/         lm-eval's results_*.json, samples_*.jsonl, throughput.json, effect.json (the
+#                                    row against its backbone: paired change, window disagreement) (rule dllm_eval)
+#   results/tables/table3_dllm.*     Table 3 (rows without appendix_only / selection_table); table_app_dllm_full.*:
+#                                    those and the appendix_only ones; table_app_selection.*: the selection rules
 
 DLLM = config.get("dllm", {})
 DLLM_MODELS = list(DLLM.get("models", {}))
 DLLM_ROWS = list(DLLM.get("rows", {}))
-# Table 3's rows; the appendix's full table (table_app_dllm_full) has every row, the appendix-only ones too
-TABLE3_ROWS = {name: row for name, row in DLLM.get("rows", {}).items() if not row.get("appendix_only")}
+# Table 3's rows; the appendix's full table (table_app_dllm_full) has the appendix-only ones too; the selection-rule
+# table (table_app_selection) has the selection_table rows with their backbones and Table 3's energy rows
+FULL_ROWS = {name: row for name, row in DLLM.get("rows", {}).items() if not row.get("selection_table")}
+TABLE3_ROWS = {name: row for name, row in FULL_ROWS.items() if not row.get("appendix_only")}
+
+
+def selection_rows():
+    """The selection-rule table's rows, per backbone: the backbone, then its Algorithm 3 rows (Table 3's and the
+    selection_table ones) by energy (ind, inv, uni), selection rule (argmin, resample) and proxy_rerank last."""
+    from unie.dllm.energy import DLLMEnergyOptions
+    from unie.dllm.rows import row_sampler
+    from unie.energy.energies import SELECTIONS
+
+    rows = DLLM.get("rows", {})
+    shared = {**{"energy": DLLMEnergyOptions.energy, "selection": DLLMEnergyOptions.selection},
+              **DLLM.get("energy", {})}
+
+    def key(name):
+        o = {**shared, **rows[name].get("options", {})}
+        return (o["selection"] == "proxy_rerank", ("ind", "inv", "uni").index(o["energy"]),
+                SELECTIONS.index(o["selection"]))
+
+    out = {}
+    for base in dict.fromkeys(r["delta_to"] for r in rows.values() if r.get("selection_table")):
+        energy_rows = [n for n, r in rows.items() if r.get("delta_to") == base and row_sampler(r) == "energy"]
+        out[base] = rows[base]
+        out.update({n: rows[n] for n in sorted(energy_rows, key=key)})
+    return out
+
+
+SELECTION_ROWS = selection_rows()
 TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
 LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
 
@@ -83,7 +114,7 @@ rule dllm_data:
     log:
         "logs/dllm/data.log",
     params:  # only what the data depend on (a model's training settings must not rebuild the data)
-        dllm={k: DLLM.get(k) for k in ("tasks", "pretrain_texts", "bpe_vocab_size", "decoding")},
+        dllm={k: DLLM.get(k) for k in ("tasks", "pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")},
     threads: 1
     resources:
         slurm_partition=partition("dllm_data"),
@@ -139,6 +170,8 @@ def dllm_row_inputs(wc):
             out[role] = f"results/dllm/models/{name}/model.safetensors"
         elif name:
             out[role] = f"resources/hf/{name}"  # a Hugging Face checkpoint (paper profile)
+    if row.get("delta_to"):  # effect.json compares the row with its backbone on the same items
+        out["base"] = f"results/dllm/rows/{row['delta_to']}/results.json"
     return out
 
 
@@ -148,6 +181,7 @@ rule dllm_eval:
     output:
         results="results/dllm/rows/{row}/results.json",
         throughput="results/dllm/rows/{row}/throughput.json",
+        effect="results/dllm/rows/{row}/effect.json",
     log:
         "logs/dllm/eval_{row}.log",
     benchmark:
@@ -213,7 +247,8 @@ rule dllm_sweep:
 
 def table3_inputs(rows):
     files = [f"results/dllm/rows/{row}/results.json" for row in rows]
-    return {"results": files, "dirs": result_dirs(files)}
+    effects = [f"results/dllm/rows/{row}/effect.json" for row in rows if rows[row].get("delta_to")]
+    return {"results": files, "dirs": result_dirs(files), "effects": effects}
 
 
 rule table3:
@@ -236,18 +271,35 @@ rule table_app_dllm_full:
     # the appendix's full benchmark table: Table 3's layout with every row (the appendix-only ones: the second
     # AR of the DLLMs' size, the Llama3.1-8B analogue)
     input:
-        unpack(lambda wc: table3_inputs(DLLM_ROWS)),
+        unpack(lambda wc: table3_inputs(FULL_ROWS)),
     output:
         tex=report("results/tables/table_app_dllm_full.tex", **REPORT["table_app_dllm_full"], labels={"file": "LaTeX"}),
         csv=report("results/tables/table_app_dllm_full.csv", **REPORT["table_app_dllm_full"], labels={"file": "CSV"}),
     log:
         "logs/tables/table_app_dllm_full.log",
     params:
-        rows=DLLM.get("rows", {}),
+        rows=FULL_ROWS,
         tasks=DLLM.get("tasks", {}),
     localrule: True
     script:
         "../scripts/table3.py"
+
+
+rule table_app_selection:
+    # beyond the paper: Algorithm 3 under each selection rule (argmin, resample, proxy_rerank) per backbone and energy
+    input:
+        unpack(lambda wc: table3_inputs(SELECTION_ROWS)),
+    output:
+        tex=report("results/tables/table_app_selection.tex", **REPORT["table_app_selection"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table_app_selection.csv", **REPORT["table_app_selection"], labels={"file": "CSV"}),
+    log:
+        "logs/tables/table_app_selection.log",
+    params:
+        rows=SELECTION_ROWS,
+        tasks=DLLM.get("tasks", {}),
+    localrule: True
+    script:
+        "../scripts/table_app_selection.py"
 
 
 def sweep_caption(sweep):

@@ -10,6 +10,7 @@ with job(snakemake) as log:
     from unie.dllm.rows import row_model_args
     from unie.lmeval import run_evaluation
     from unie.pipeline.launch import processes
+    from unie.pipeline.report import dllm_effect
     from unie.pipeline.settings import LmEvalSettings
 
     d = snakemake.params.dllm
@@ -26,3 +27,12 @@ with job(snakemake) as log:
     nproc = processes(snakemake.resources.get("gpu", 0), snakemake.params.device)
     found = run_evaluation(kwargs, nproc, log=log, threads=snakemake.threads)
     shutil.copyfile(found, snakemake.output.results)  # lm-eval's JSON, byte for byte, at a deterministic path
+    base = snakemake.params.row.get("delta_to")
+    e = dllm_effect(snakemake.wildcards.row, base, d["tasks"], out_dir,
+                    os.path.dirname(snakemake.input.base) if base else None, snakemake.output.effect)
+    if e["avg"]:
+        log(f"against {base}: average {e['avg']['delta']:+.2f} ± {e['avg']['se']:.2f} points, "
+            f"{100 * e['avg']['changed']:.1f} % of completions changed")
+    if e["window"]:
+        log(f"window: {100 * e['window']['disagree']:.1f} % of {e['window']['window_rows']} row-iterations disagree, "
+            f"{100 * e['window']['steered']:.1f} % steered")

@@ -37,9 +37,13 @@ if "snakemake" in globals():
 
     with job(snakemake) as log:  # noqa: F821
         i = snakemake.input  # noqa: F821
-        from unie.pipeline.timing import cpu_name
+        import torch
 
-        note = f"{snakemake.params.note} Made on: {cpu_name()}."  # noqa: F821  (bit-identity holds on one CPU model)
+        from unie.pipeline.timing import cpu_isa, cpu_name
+
+        note = (f"{snakemake.params.note} Made on: {cpu_name()} ({cpu_isa()}), torch {torch.__version__}. "  # noqa: F821
+                "A rerun reproduces these numbers bit for bit only on the same CPU model and library versions; on "
+                "another CPU the trained models round differently and cells move within their sampling error.")
         log(f"wrote {write_page(i.tables, i.timing, snakemake.output.md, note)}")  # noqa: F821
 else:
     # run as a file, this folder comes first on sys.path, and its tokenize.py would shadow the standard library's
