@@ -369,7 +369,7 @@ def test_model_args_parse_into_one_frozen_record():
     a = ModelArgs.parse({"pretrained": "results/models/llada", "energy": "uni", "K": 2, "gen_length": 8,
                          "proxy": "results/models/proxy", "seed": "3"})
     assert a.sampler == "energy" and a.options == {"energy": "uni", "K": 2} and a.decoding == {"gen_length": 8}
-    assert a.proxy == "results/models/proxy" and a.name == "llada" and a.seed == 3 and a.mc_num == 32
+    assert a.proxy == "results/models/proxy" and a.name == "llada" and a.seed == 3 and a.mc_num == 128
     assert ModelArgs.parse({"pretrained": "x"}).sampler == "plain"
     assert ModelArgs(pretrained="x/y") == ModelArgs.parse({"pretrained": "x/y"})
     with pytest.raises(dataclasses.FrozenInstanceError):

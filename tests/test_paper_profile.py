@@ -530,11 +530,13 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
         want = "gpu" if re.search(r"\bgpu=[1-9]", res) else "cpu"
         assert re.search(rf"\bslurm_partition={want}\b", res), (name, res)
     assert _job_blocks(out, "table3") and not _job_blocks(out, "dllm_tasks")
-    # LiveCodeBench v2 (two release files) and MBPP (its test split) fetched on the submit host, then written as
-    # local lm-eval tasks
+    # LiveCodeBench v2 (two release files), MBPP (its test split), MMLU (test + dev, the shots) and HellaSwag
+    # (validation) fetched on the submit host, then written as local lm-eval tasks (MMLU, HellaSwag generative)
     files = sorted(re.search(r"task=(\w+), file=([\w./-]+)", b).groups() for b in _job_blocks(out, "download_task_file"))
-    assert files == [("livecodebench_v2", "test.jsonl"), ("livecodebench_v2", "test2.jsonl"),
-                     ("mbpp_local", "full/test-00000-of-00001.parquet")]
+    assert files == [("hellaswag_gen", "data/validation-00000-of-00001.parquet"),
+                     ("livecodebench_v2", "test.jsonl"), ("livecodebench_v2", "test2.jsonl"),
+                     ("mbpp_local", "full/test-00000-of-00001.parquet"),
+                     ("mmlu_gen", "all/dev-00000-of-00001.parquet"), ("mmlu_gen", "all/test-00000-of-00001.parquet")]
     assert len(_job_blocks(out, "dllm_local_tasks")) == 1
     downloads = {re.search(r"domain=(\w+), split=(\w+)", b).groups() for b in _job_blocks(out, "download")}
     # OWT train, OWT valid (the NCE dev split) and the `test` split of all 8 domains

@@ -244,18 +244,35 @@ def plain(backbone, x: torch.Tensor, decoding: DecodeOptions, options: PlainOpti
 
 
 # ---------------------------------------------------------------------- likelihood (lm-eval's loglikelihood)
+MC_NUM = 128  # LLaDA's and Dream's eval default (eval_llada.py, eval/eval.py); LLaDA's MMLU run: 1 (one-token answers)
+
+
+def backbone_device(backbone) -> torch.device:
+    """Where ``backbone`` computes: a toy :class:`DLLM`'s ``net.device``, a Hugging Face wrapper's ``device``, else
+    the CPU (the likelihood passes build their inputs there, so the logits never travel to the host)."""
+    for obj in (getattr(backbone, "net", None), backbone):
+        device = getattr(obj, "device", None)
+        if device is not None:
+            return torch.device(device)
+    return torch.device("cpu")
+
+
 @torch.no_grad()
-def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int = 32, batch_size: int = 32,
+def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int = MC_NUM, batch_size: int = 32,
                      generator=None) -> float:
-    """LLaDA's Monte-Carlo ELBO of ``log p(target | prefix)`` (``eval_llada.py::get_loglikelihood``).
+    """LLaDA's Monte-Carlo ELBO of ``log p(target | prefix)`` (``eval_llada.py::get_loglikelihood``, ``cfg=0``).
 
     ``b = batch_size`` copies per pass: ``k ~ U{1..T}``, masked counts ``n_j = round(linspace(k, k + (b-1) T/b))``
     wrapped into ``[1, T]``; exactly ``n_j`` target positions masked (random permutation); the prefix is never
-    masked; ``loss_j = Σ_masked CE / (n_j / T)``; the estimate is ``-mean_j loss_j`` over ``mc_num`` copies."""
+    masked; ``loss_j = Σ_masked CE / (n_j / T)``; the estimate is ``-mean_j loss_j`` over ``mc_num`` copies.
+    A one-token target (``T = 1``: MMLU's letter) has a single masking, so every copy is the same and the estimate
+    is the exact ``log p(target | prefix)`` for any ``mc_num``: one pass of one row (LLaDA's MMLU run, ``mc_num=1``)."""
     T = len(target)
     if T == 0:
         return 0.0
-    dev = backbone.net.device if hasattr(backbone, "net") else "cpu"
+    if T == 1:
+        mc_num = batch_size = 1
+    dev = backbone_device(backbone)
     seq = torch.tensor(prefix + target, dtype=torch.long, device=dev)
     blocked = (backbone.mask_id, *getattr(backbone, "blocked", ()))
     losses = []
@@ -285,7 +302,7 @@ def greedy_matches(backbone, prefix: list[int], target: list[int], rule: str = "
     T = len(target)
     if T == 0:
         return True
-    dev = backbone.net.device if hasattr(backbone, "net") else "cpu"
+    dev = backbone_device(backbone)
     P = len(prefix)
     x = torch.tensor([prefix + [backbone.mask_id] * T], dtype=torch.long, device=dev)
     tgt = torch.tensor(target, dtype=torch.long)

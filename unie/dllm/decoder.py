@@ -31,7 +31,7 @@ from ..core.registry import DLLM_SAMPLERS, METHODS
 from ..data.dllm_format import dllm_prompt_rows
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, read_meta
-from .backbone import DEFAULT_MAX_GEN_TOKS, DecodeOptions, greedy_matches, mc_loglikelihood  # noqa: F401
+from .backbone import DEFAULT_MAX_GEN_TOKS, MC_NUM, DecodeOptions, greedy_matches, mc_loglikelihood  # noqa: F401
 from .bridge import ProxyBridge
 from .energy import WINDOW_COUNTERS
 
@@ -77,9 +77,9 @@ class ModelArgs:
     decoder's name (default: ``pretrained``'s last path component).  ``prompt_len``: the prompt positions
     (default: the checkpoint's; a Hugging Face model has none: prompts are batched by length, unpadded).
     ``seed`` seeds every request's generators (:func:`request_generator`), ``mc_num`` is the Monte-Carlo sample
-    count of ``loglikelihood``.  ``precision`` (``fp32`` | ``tf32`` | ``bf16``, :mod:`unie.core.precision`): the
-    network passes of ``generate`` and ``loglikelihood`` (the model's and the proxy's) run under that autocast;
-    weights keep their dtype."""
+    count of ``loglikelihood`` (LLaDA's default, 128).  ``precision`` (``fp32`` | ``tf32`` | ``bf16``,
+    :mod:`unie.core.precision`): the network passes of ``generate`` and ``loglikelihood`` (the model's and the
+    proxy's) run under that autocast; weights keep their dtype."""
 
     pretrained: str
     kind: str = "unie"
@@ -90,7 +90,7 @@ class ModelArgs:
     proxy_trust_remote_code: bool = False
     device: str = "cpu"
     seed: int = 0
-    mc_num: int = 32
+    mc_num: int = MC_NUM
     name: str | None = None
     prompt_len: int | None = None
     style: str = "llada"
@@ -217,6 +217,22 @@ def check_positions(model, name: str, prompt_positions: int, gen_length: int) ->
                          "model_args (dllm.decoding) or shorten the prompts")
 
 
+def encode_pair(tok, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """A log-likelihood request's ``(context ids, continuation ids)`` as lm-eval's HFLM and LLaDA's
+    ``eval_llada.py`` (``_encode_pair``) cut them: the context's trailing whitespace moves to the continuation, the
+    context and continuation are encoded *together*, and the continuation is what follows the context's own
+    encoding, so a token that spans the boundary is not split in two.  The toy world's word tokenizer (``kind``
+    ``word``) encodes the two apart: its words never span a boundary, and a continuation without a leading space
+    (``"the"`` + ``"boat"``) means the next word there, not the glued ``"theboat"`` it cannot read."""
+    if getattr(tok, "kind", None) == "word":
+        return tok.encode(context), tok.encode(continuation)
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
+    whole, ctx = tok.encode(context + continuation), tok.encode(context)
+    return ctx, whole[len(ctx):]
+
+
 def model_device(model) -> torch.device:
     """The device a wrapped model computes on (``model.device``, else ``model.net.device``; CPU if neither): where
     :func:`~unie.core.precision.autocast` applies."""
@@ -250,7 +266,7 @@ class DLLMDecoder:
 
     def __init__(self, backbone, tokenizer, prompt_len: int | None, decode_options: DecodeOptions,
                  options=None, proxy: ProxyBridge | None = None,
-                 seed: int = 0, mc_num: int = 32, name: str = "dllm", pad_to_batch: bool = False,
+                 seed: int = 0, mc_num: int = MC_NUM, name: str = "dllm", pad_to_batch: bool = False,
                  sampler: str | None = None, precision: str = "fp32"):
         """``prompt_len``: the prompt positions the model was trained with (longer prompts are refused); prompts
         are left-padded to it, or only to their own length when ``pad_to_batch`` (a model trained on
@@ -339,15 +355,16 @@ class DLLMDecoder:
         return len(self.tok.encode(text))
 
     def loglikelihood_greedy(self, contexts: list[str], continuations: list[str]) -> list[tuple[float, bool]]:
-        """``(log p(continuation | context), is_greedy)`` per pair: LLaDA's Monte-Carlo ELBO
-        (:func:`~unie.dllm.backbone.mc_loglikelihood`, ``mc_num`` copies, its noise from
+        """``(log p(continuation | context), is_greedy)`` per pair, the two encoded together (:func:`encode_pair`):
+        LLaDA's Monte-Carlo ELBO (:func:`~unie.dllm.backbone.mc_loglikelihood`, ``mc_num`` copies, its noise from
         :func:`request_generator` of the pair), and whether the continuation is what the backbone decodes greedily
         from the context with one token per step, highest confidence first (LLaDA's ``is_check_greedy`` rule:
         :func:`~unie.dllm.backbone.greedy_matches`)."""
         out = []
         device = model_device(self.backbone)
         for c, t in zip(contexts, continuations):
-            prefix, target = [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t)
+            ctx, target = encode_pair(self.tok, c, t)
+            prefix = [self.tok.bos_id] + ctx
             gen = request_generator(self.seed, "loglikelihood", c, t)
             with autocast(device, self.precision):
                 ll = mc_loglikelihood(self.backbone, prefix, target, mc_num=self.mc_num,
@@ -360,10 +377,11 @@ class DLLMDecoder:
         out = []
         device = model_device(self.backbone)
         for c, t in zip(contexts, continuations):
+            ctx, target = encode_pair(self.tok, c, t)
             gen = request_generator(self.seed, "loglikelihood", c, t)
             with autocast(device, self.precision):
-                out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + self.tok.encode(c), self.tok.encode(t),
-                                            mc_num=self.mc_num, batch_size=min(self.mc_num, 32), generator=gen))
+                out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + ctx, target, mc_num=self.mc_num,
+                                            batch_size=min(self.mc_num, 32), generator=gen))
         return out
 
     def info(self) -> dict:
@@ -413,7 +431,7 @@ class ARDecoder:
         argmax of its conditional (lm-eval's HFLM rule)."""
         out = []
         for c, t in zip(contexts, continuations):
-            ctx, tgt = self.tok.encode(c), self.tok.encode(t)
+            ctx, tgt = encode_pair(self.tok, c, t)
             x = torch.tensor([[self.tok.bos_id] + ctx + tgt])
             with autocast(self.device, self.precision):
                 logits = self.model.logits(x)

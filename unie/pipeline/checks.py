@@ -522,12 +522,17 @@ def check_dllm(config: dict) -> None:
     for t in local:
         if t not in d["tasks"]["names"]:
             _err(f"dllm.tasks.local.{t}", f"{t!r} is written but not evaluated: add it to dllm.tasks.names")
-    from .tasks import BUILTIN_UNSAFE, LOCAL_KINDS
+    from .tasks import BUILTIN_UNSAFE, LOCAL_KINDS, LOCAL_SPEC_KEYS
 
     unsafe = [t for t, spec in local.items() if LOCAL_KINDS.get(spec.get("kind"), {}).get("unsafe_code", True)]
     unsafe += [t for t in d["tasks"]["names"] if not toy_tasks and t in BUILTIN_UNSAFE]
     if unsafe and not lm_eval.allow_code_execution:
         _err("dllm.tasks.allow_code_execution", f"{unsafe} execute model-written code; set it to true to grant that")
+    for t, spec in local.items():
+        options = LOCAL_KINDS.get(spec.get("kind"), {}).get("options", ())
+        foreign = sorted(set(spec) - set(LOCAL_SPEC_KEYS) - set(options))
+        if foreign:
+            _err(f"dllm.tasks.local.{t}", f"{foreign} are not options of kind {spec.get('kind')!r}")
     gen = d.get("decoding", {}).get("gen_length")
     for t, spec in local.items():
         if gen is not None and spec.get("max_gen_toks", 0) > gen:

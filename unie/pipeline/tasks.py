@@ -21,16 +21,22 @@ marked ``unsafe_code`` and need neither ``--confirm_run_unsafe_code`` nor ``HF_A
 :func:`write_local_tasks` writes the paper profile's benchmarks that lm-eval 0.4.13 lacks or cannot run offline
 (``dllm.tasks.local``): LiveCodeBench v2 from LiveCodeBench's own release files, and MBPP with lm-eval's ``mbpp``
 prompt and metric but without its hub-loaded ``code_eval``; both scored by :mod:`unie.eval.code_exec`
-(model-written code is executed: the tasks are ``unsafe_code``).
+(model-written code is executed: the tasks are ``unsafe_code``).  And MMLU and HellaSwag *generatively* (kinds
+``mmlu``, ``hellaswag``: the question and its lettered options, the model writes the letter, scored by
+:mod:`unie.eval.choice`), since lm-eval's built-in ``mmlu`` and ``hellaswag`` are log-likelihood tasks, which no
+decoder can change: MMLU with lm-eval's ``mmlu_generative`` prompt (5-shot from each subject's ``dev`` rows), HellaSwag
+with LLaDA's generative prompt (its OpenCompass ``hellaswag_gen`` config; lm-eval has no generative HellaSwag).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from ..data.tasks import PRIMARY_METRIC, TASKS, generate_task
+from ..eval.choice import LETTERS
 
 GROUP = "toy_dllm"
 TEST_ONLY = ("toy_livebench",)  # held-out templates: never in the fine-tuning data
@@ -252,6 +258,98 @@ def mbpp_docs(paths: list) -> list[dict]:
     return docs
 
 
+# MMLU and HellaSwag scored generatively: the model writes the option's letter (unie.eval.choice), so a decoder can
+# change the score; lm-eval's built-in ``mmlu``/``hellaswag`` are log-likelihood tasks that no decoder changes
+MMLU_DESCRIPTION = "The following are multiple choice questions (with answers) about {subject}.\n\n"
+HELLASWAG_QUESTION = ("{ctx}\nQuestion: Which ending makes the most sense?\nA. {A}\nB. {B}\nC. {C}\nD. {D}\n"
+                      "You may choose from 'A', 'B', 'C', 'D'.\nAnswer:")
+
+
+def _is_dev_file(path) -> bool:
+    """Whether a downloaded MMLU file is its ``dev`` split (the few-shot pool): ``all/dev-00000-of-00001.parquet``
+    on the hub's main branch, ``all/dev/0000.parquet`` in its Parquet export."""
+    p = Path(path)
+    return p.name.startswith("dev") or p.parent.name == "dev"
+
+
+def mmlu_text(row: dict) -> str:
+    """lm-eval's ``mmlu_generative`` ``doc_to_text``: the question, the four lettered options, ``Answer:``."""
+    c = row["choices"]
+    return f"{row['question'].strip()}\nA. {c[0]}\nB. {c[1]}\nC. {c[2]}\nD. {c[3]}\nAnswer:"
+
+
+def mmlu_prompt(row: dict, shots: list[dict]) -> str:
+    """lm-eval's ``mmlu_generative`` context with ``len(shots)`` shots: the subject's description, each shot's text,
+    a space, its letter and a blank line, then the question's text (``--num_fewshot`` with the ``first_n`` sampler
+    over the subject's ``dev`` rows)."""
+    head = MMLU_DESCRIPTION.format(subject=row["subject"].replace("_", " "))
+    return head + "".join(f"{mmlu_text(s)} {LETTERS[s['answer']]}\n\n" for s in shots) + mmlu_text(row)
+
+
+def mmlu_docs(paths: list, num_fewshot: int = 5) -> list[dict]:
+    """Documents of the local ``mmlu`` kind from ``cais/mmlu`` ``all`` Parquet files: the ``test`` rows scored, each
+    with lm-eval's ``mmlu_generative`` prompt and the first ``num_fewshot`` ``dev`` rows of its subject as shots
+    (LLaDA and Dream evaluate MMLU 5-shot); ``answer`` is the gold letter."""
+    dev = [p for p in paths if _is_dev_file(p)]
+    if num_fewshot and not dev:
+        raise ValueError(f"MMLU with {num_fewshot} shots needs its dev split among the files (all/dev-*.parquet); "
+                         f"got {[str(p) for p in paths]}")
+    pool: dict[str, list[dict]] = {}
+    for path in dev:
+        for n, row in _read_rows(path):
+            pool.setdefault(_mmlu_row(row, path, n)["subject"], []).append(row)
+    docs = []
+    for path in (p for p in paths if not _is_dev_file(p)):
+        for n, row in _read_rows(path):
+            row = _mmlu_row(row, path, n)
+            shots = pool.get(row["subject"], [])[:num_fewshot]
+            if len(shots) < num_fewshot:
+                raise ValueError(f"{path}:{n + 1}: subject {row['subject']!r} has {len(shots)} dev rows, "
+                                 f"{num_fewshot} shots asked")
+            docs.append({"id": len(docs), "subject": row["subject"], "question": mmlu_prompt(row, shots),
+                         "answer": LETTERS[row["answer"]]})
+    if not docs:
+        raise ValueError(f"no MMLU test questions in {[str(p) for p in paths]}")
+    return docs
+
+
+def _mmlu_row(row: dict, path, n: int) -> dict:
+    missing = {"question", "subject", "choices", "answer"} - set(row)
+    if missing or len(row.get("choices") or []) != 4 or row.get("answer") not in range(4):
+        raise ValueError(f"{path}:{n + 1}: not an MMLU row (no {sorted(missing) or 'four choices and an answer 0-3'})")
+    return row
+
+
+def hellaswag_preprocess(text: str) -> str:
+    """lm-eval's ``hellaswag`` ``preprocess``: strip, WikiHow's `` [title]`` to ``. ``, bracketed artifacts removed,
+    double spaces collapsed."""
+    text = text.strip().replace(" [title]", ". ")
+    return re.sub("\\[.*?\\]", "", text).replace("  ", " ")
+
+
+def hellaswag_docs(paths: list) -> list[dict]:
+    """Documents of the local ``hellaswag`` kind from ``Rowan/hellaswag`` Parquet (``validation``: 10,042 rows): the
+    context and endings as lm-eval's ``hellaswag`` preprocesses them (its ``query`` without the activity label,
+    as OpenCompass's ``HellaswagDataset_V2`` reads it), in LLaDA's generative prompt (OpenCompass
+    ``hellaswag_gen_6faab5``, 0-shot); ``answer`` is the gold letter."""
+    docs = []
+    for path in paths:
+        for n, row in _read_rows(path):
+            missing = {"activity_label", "ctx_a", "ctx_b", "endings", "label"} - set(row)
+            if missing or len(row.get("endings") or []) != 4 or str(row.get("label")) not in ("0", "1", "2", "3"):
+                raise ValueError(f"{path}:{n + 1}: not a labelled HellaSwag row "
+                                 f"(no {sorted(missing) or 'four endings and a label 0-3'})")
+            query = hellaswag_preprocess(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize())
+            endings = [hellaswag_preprocess(e) for e in row["endings"]]
+            docs.append({"id": len(docs), "ind": row.get("ind"),
+                         "question": HELLASWAG_QUESTION.format(ctx=query.split(": ", 1)[-1],
+                                                               **dict(zip(LETTERS, endings))),
+                         "answer": LETTERS[int(row["label"])]})
+    if not docs:
+        raise ValueError(f"no HellaSwag rows in {[str(p) for p in paths]}")
+    return docs
+
+
 # lm-eval built-in tasks marked ``unsafe_code`` (they execute model-written code) that a config may name
 BUILTIN_UNSAFE = ("mbpp", "mbpp_plus", "mbpp_instruct", "mbpp_plus_instruct", "humaneval", "humaneval_plus",
                   "humaneval_instruct")
@@ -259,7 +357,16 @@ LOCAL_KINDS = {"livecodebench": {"docs": livecodebench_docs, "metric": "pass_at_
                                  "unsafe_code": True, "hook": "unie.eval.code_exec:pass_at_1"},
                "mbpp": {"docs": mbpp_docs, "metric": "pass_at_1", "until": ["[DONE]"],
                         "unsafe_code": True, "hook": "unie.eval.code_exec:mbpp_pass_at_1",
-                        "target": "{{test_list[0]}}\n{{test_list[1]}}\n{{test_list[2]}}"}}  # lm-eval's mbpp target
+                        "target": "{{test_list[0]}}\n{{test_list[1]}}\n{{test_list[2]}}"},  # lm-eval's mbpp target
+               # the letter, stopped at a newline as lm-eval's mmlu_generative (exact_match: unie.eval.choice)
+               "mmlu": {"docs": mmlu_docs, "options": ("num_fewshot",), "metric": "exact_match",
+                        "until": ["</s>", "\n"], "unsafe_code": False, "hook": "unie.eval.choice:letter_match",
+                        "target": "{{answer}}"},
+               "hellaswag": {"docs": hellaswag_docs, "metric": "exact_match", "until": ["</s>", "\n"],
+                             "unsafe_code": False, "hook": "unie.eval.choice:letter_match", "target": "{{answer}}"}}
+
+
+LOCAL_SPEC_KEYS = ("kind", "repo", "revision", "files", "max_gen_toks")  # every kind's; a kind's "options" add to them
 
 
 def local_task_yaml(task: str, kind: str, test_path: Path, n_docs: int, max_gen_toks: int) -> str:
@@ -271,8 +378,9 @@ def local_task_yaml(task: str, kind: str, test_path: Path, n_docs: int, max_gen_
 
 
 def write_local_tasks(out_dir, local: dict) -> list[str]:
-    """Write ``dllm.tasks.local`` (task -> ``{kind, files, max_gen_toks}``, ``files`` the downloaded release files)
-    as lm-eval tasks under ``out_dir`` (``{task}.yaml``, ``data/{task}_test.jsonl``, ``utils.py``); return the names."""
+    """Write ``dllm.tasks.local`` (task -> ``{kind, files, max_gen_toks}`` and the kind's ``options``, e.g. ``mmlu``'s
+    ``num_fewshot``; ``files`` the downloaded release files) as lm-eval tasks under ``out_dir`` (``{task}.yaml``,
+    ``data/{task}_test.jsonl``, ``utils.py``); return the names."""
     out = Path(out_dir).resolve()
     (out / "data").mkdir(parents=True, exist_ok=True)
     hooks = ['"""lm-eval hooks of the local paper tasks, written by unie.pipeline.tasks.write_local_tasks."""\n']
@@ -280,7 +388,11 @@ def write_local_tasks(out_dir, local: dict) -> list[str]:
         kind = spec.get("kind")
         if kind not in LOCAL_KINDS:
             raise ValueError(f"dllm.tasks.local.{task}.kind: unknown kind {kind!r}; known: {', '.join(LOCAL_KINDS)}")
-        docs = LOCAL_KINDS[kind]["docs"](spec["files"])
+        foreign = sorted(set(spec) - set(LOCAL_SPEC_KEYS) - set(LOCAL_KINDS[kind].get("options", ())))
+        if foreign:
+            raise ValueError(f"dllm.tasks.local.{task}: {foreign} are not options of kind {kind!r}")
+        opts = {k: spec[k] for k in LOCAL_KINDS[kind].get("options", ()) if k in spec}
+        docs = LOCAL_KINDS[kind]["docs"](spec["files"], **opts)
         test_path = out / "data" / f"{task}_test.jsonl"
         _write_text(test_path, _jsonl(docs))
         _write_text(out / f"{task}.yaml", local_task_yaml(task, kind, test_path, len(docs), int(spec["max_gen_toks"])))

@@ -243,6 +243,31 @@ def paired_delta_se(scores: dict, base: dict) -> float:
     return float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
+LOGLIK_OUTPUT_TYPES = ("multiple_choice", "loglikelihood")  # lm-eval's output types scored by log-likelihood
+LOGLIK_NOTE = "n/a — log-likelihood"  # the change of a log-likelihood column: no decoder can move it
+
+
+def loglikelihood_tasks(results: dict, tasks: list[str]) -> set[str]:
+    """The ``tasks`` scored by log-likelihood, hence decoder-independent: their lm-eval ``output_type`` (from the
+    results JSONs' ``configs``; a group such as ``mmlu`` through its leaf subtasks in ``group_subtasks``) is
+    ``multiple_choice`` or ``loglikelihood`` in every leaf.  ``results``: row name -> parsed results JSON; a task
+    no JSON describes counts as generative."""
+    out = set()
+    for task in tasks:
+        for res in results.values():
+            groups, configs = res.get("group_subtasks", {}), res.get("configs", {})
+
+            def leaves(t):
+                return [leaf for sub in groups[t] for leaf in leaves(sub)] if groups.get(t) else [t]
+
+            kinds = [configs[leaf].get("output_type") for leaf in leaves(task) if leaf in configs]
+            if kinds:
+                if all(k in LOGLIK_OUTPUT_TYPES for k in kinds):
+                    out.add(task)
+                break
+    return out
+
+
 def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: dict,
            samples: dict | None = None, effects: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Table 3: accuracy (%) per benchmark, the paper's column order, one row per Table 3 row.
@@ -256,7 +281,14 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
     ``--log_samples``) has both rows, the paired standard error of the delta (:func:`paired_delta_se`, x 100).
     ``effects`` (decoder row -> its ``effect.json``): the CSV gains each row's share of changed completions per task
     and, for Algorithm 3, of disagreeing window iterations; the caption one sentence per energy row
-    (:func:`effect_note`)."""
+    (:func:`effect_note`).
+
+    A task scored by log-likelihood (:func:`loglikelihood_tasks`: lm-eval's built-in ``mmlu``, ``hellaswag``) is
+    *decoder-independent*: a decoder row's change there is :data:`LOGLIK_NOTE` instead of a number (exactly 0 for
+    a deterministic decoder, Monte-Carlo noise otherwise), the CSV's ``decoder_independent`` is true and its
+    ``delta`` empty, and the change of ``Avg.`` is the mean change over the other columns (``Avg.`` itself is over
+    all columns, as the paper's)."""
+    loglik = loglikelihood_tasks(results, tasks)
     records = []
     for name, row in rows.items():
         res = results[name]["results"]
@@ -268,7 +300,8 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
             records.append({"row": name, "label": row["label"], "task": task, "column": columns[task],
                             "metric": m, "value": 100 * float(r[m]),
                             "stderr": 100 * float(se) if isinstance(se, (int, float)) else None,
-                            "n": results[name]["n-samples"][task]["effective"]})
+                            "n": results[name]["n-samples"][task]["effective"],
+                            "decoder_independent": task in loglik})
     df = pd.DataFrame.from_records(records)
     avg = df.groupby("row", sort=False)["value"].mean()
     for name, row in rows.items():
@@ -276,9 +309,14 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
         if base:
             cur = df.loc[df.row == name, "value"].to_numpy()
             ref = df.loc[df.row == base, "value"].to_numpy()
-            df.loc[df.row == name, "delta"] = cur - ref
+            indep = df.loc[df.row == name, "decoder_independent"].to_numpy(bool)
+            df.loc[df.row == name, "delta"] = np.where(indep, np.nan, cur - ref)
+            if indep.any():
+                df.loc[(df.row == name) & df.decoder_independent, "delta_note"] = LOGLIK_NOTE
             if samples is not None:
                 for t in tasks:
+                    if t in loglik:
+                        continue
                     a, b = samples.get(name, {}).get(t), samples.get(base, {}).get(t)
                     se = 100 * paired_delta_se(a, b) if a and b else float("nan")
                     df.loc[(df.row == name) & (df.task == t), "delta_se"] = se
@@ -300,11 +338,16 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
             v, se = sub.loc[t, "value"], sub.loc[t, "stderr"]
             cell = _pm(v, se, 1)
             if base:
-                cell += " " + _delta(sub.loc[t, "delta"])
+                cell += " " + (f"({LOGLIK_NOTE})".replace("—", "---") if t in loglik else _delta(sub.loc[t, "delta"]))
             out.append(cell)
             val.append(v)
         a = avg[name]
-        out.append(f"{a:.1f}" + (" " + _delta(a - avg[base]) if base else ""))
+        if base and loglik:  # the mean change over the columns a decoder can change
+            changes = [sub.loc[t, "delta"] for t in tasks if t not in loglik]
+            a_cell = _delta(float(np.mean(changes))) if changes else f"({LOGLIK_NOTE})".replace("—", "---")
+        elif base:
+            a_cell = _delta(a - avg[base])
+        out.append(f"{a:.1f}" + (" " + a_cell if base else ""))
         val.append(a)
         label = row["label"].replace("%", r"\%")
         if row.get("note"):
@@ -320,6 +363,10 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                r"(lm-eval); in brackets the change from the row's backbone (\textcolor{green!50!black}{gain}, "
                r"\textcolor{red}{loss}; the paired s.e. of each change is in the CSV). The best diffusion row of each "
                r"column is in \textbf{bold} (the AR rows left out).")
+    if loglik:
+        names = ", ".join(columns[t] for t in tasks if t in loglik).replace("%", r"\%")
+        caption += (f" {names}: scored by log-likelihood, which no decoder changes (lm-eval's multiple-choice "
+                    r"scoring): their change is n/a and the change of Avg.\ is the mean change over the other columns.")
     for note, mark in marks.items():  # the rows' notes, in the caption
         caption += " " + f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
     note = effect_note(rows, effects or {})
