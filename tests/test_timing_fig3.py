@@ -43,10 +43,14 @@ def test_fig3_runs_reuse_table2_and_generate_the_rest():
     runs = fig3_runs(cfg)
     assert runs["w"][1.0] == "uni_edlm_ar"  # K = 2, w = 1, masked proxy: Table 2's run and its 256 samples
     assert runs["k"][2] == runs["w"][0.2] == runs["tradeoff"]["Uni-EDLM-AR"] == "fig3_uni_k2_w20"
-    assert runs["tradeoff"]["EDLM-AR"] == "fig3_ind_k2_w20" and runs["tradeoff"]["AR"] == "ar"
+    # EDLM-AR with EDLM's own selection rule (resample); the name says the rule when it is not argmin
+    assert runs["tradeoff"]["EDLM-AR"] == "fig3_ind_k2_w20_resample" and runs["tradeoff"]["AR"] == "ar"
     expand_config(cfg)
-    gen = cfg["sampling"]["runs"]["fig3_ind_k2_w20"]
-    assert gen["options"] == {"energy": "ind", "K": 2, "w": 0.2, "ar_context": "teacher_forced"}
+    gen = cfg["sampling"]["runs"]["fig3_ind_k2_w20_resample"]
+    assert gen["options"] == {"energy": "ind", "K": 2, "w": 0.2, "ar_context": "teacher_forced",
+                              "selection": "resample"}
+    assert cfg["sampling"]["runs"]["fig3_uni_k2_w20"]["options"] == {"energy": "uni", "K": 2, "w": 0.2,
+                                                                      "ar_context": "masked"}  # argmin: as it was
     assert gen["models"] == {"dlm": "mdlm", "proxy": "ar"} and gen["n_samples"] == 128
     assert cfg["sampling"]["runs"]["fig3_uni_k1_w20"]["options"]["K"] == 1
     assert "n_samples" not in cfg["sampling"]["runs"]["uni_edlm_ar"]

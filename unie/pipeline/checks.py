@@ -40,47 +40,97 @@ def run_steps(config: dict, run: str) -> list[int]:
     return list(spec.get("steps", config["sampling"]["steps"]))
 
 
-def _fig2_spec(fig: dict, energy: str, context: str) -> dict:
+DEFAULT_SELECTION = "argmin"  # Algorithm 2 as the paper writes it (EnergyOptions.selection's default)
+
+
+def fig2_curves(fig: dict) -> dict:
+    """Figure 2's energy curves: label -> ``{energy, selection}``.  ``figures.fig2_ablation.energies`` maps a
+    label to an energy name (selection ``argmin``, the paper's rule) or to ``{energy, selection}`` (e.g. Uni-E
+    with ``resample``, EDLM's own rule, beside it)."""
+    out = {}
+    for label, e in fig["energies"].items():
+        e = {"energy": e} if isinstance(e, str) else dict(e)
+        out[label] = {"energy": e.get("energy"), "selection": e.get("selection", DEFAULT_SELECTION)}
+    return out
+
+
+def _run_suffix(selection: str) -> str:
+    """A generated run's name suffix for its selection rule: none for ``argmin`` (the names runs always had)."""
+    return "" if selection == DEFAULT_SELECTION else f"_{selection}"
+
+
+def _selection_option(selection: str) -> dict:
+    """A generated run's ``selection`` option: written only when it is not the default ``argmin``, so that the
+    generated argmin runs keep the exact spec (the rules' params) they always had and an existing result tree is
+    not resampled for nothing; the samples' metadata records the resolved rule either way."""
+    return {} if selection == DEFAULT_SELECTION else {"selection": selection}
+
+
+def _fig2_spec(fig: dict, curve: dict, context: str) -> dict:
     models = {"dlm": fig["dlm"]} if context == "exact" else {"dlm": fig["dlm"], "proxy": fig["proxy"]}
     return {"sampler": "energy", "models": models,
-            "options": {"energy": energy, "K": fig["K"], "w": fig["w"], "ar_context": context}}
+            "options": {"energy": curve["energy"], "K": fig["K"], "w": fig["w"], "ar_context": context,
+                        **_selection_option(curve["selection"])}}
+
+
+def _resolved(spec: dict):
+    """A run's identity for reuse: its sampler, models and its options resolved by the sampler's options class
+    (defaults filled in, so ``selection: argmin`` written out or left to its default is the same run)."""
+    import dataclasses
+
+    from ..core.registry import SAMPLERS
+
+    entry = SAMPLERS.get(spec.get("sampler"))
+    options = spec.get("options", {}) or {}
+    if entry is not None:
+        try:
+            options = dataclasses.asdict(entry.options(options))
+        except (ValueError, TypeError):  # an invalid run is reported by check_config, by its key
+            pass
+    return spec.get("sampler"), spec.get("models", {}) or {}, options
+
+
+def _same_run(own: dict, spec: dict) -> str | None:
+    """The first configured run whose sampler, models and resolved options are ``spec``'s."""
+    want = _resolved(spec)
+    same = [n for n, r in own.items() if _resolved(r) == want]
+    return same[0] if same else None
 
 
 def fig2_runs(config: dict) -> dict:
-    """Figure 2's sampling run per curve: context -> energy -> run name.  A curve whose sampler, models and
-    options are exactly those of a configured run (e.g. Uni-E with the mask-aware proxy = Table 2's
-    Uni-EDLM-AR) reuses that run's samples; the others get a generated run ``fig2_{energy}_{context}``."""
+    """Figure 2's sampling run per curve: context -> curve label -> run name.  A curve whose sampler, models and
+    resolved options are those of a configured run (e.g. Uni-E with the mask-aware proxy and ``argmin`` = Table 2's
+    Uni-EDLM-AR) reuses that run's samples; the others get a generated run ``fig2_{energy}_{context}``, with
+    ``_{selection}`` appended for a rule other than ``argmin`` (``fig2_uni_masked_resample``)."""
     fig = config.get("figures", {}).get("fig2_ablation")
     if not fig:
         return {}
     own = {name: spec for name, spec in config["sampling"]["runs"].items() if not name.startswith(("fig2_", "fig3_"))}
     out = {}
     for context in fig["contexts"]:
-        for energy in fig["energies"].values():
-            spec = _fig2_spec(fig, energy, context)
-            same = [n for n, r in own.items() if {k: r.get(k, {}) for k in spec} == spec]
-            out.setdefault(context, {})[energy] = same[0] if same else f"fig2_{energy}_{context}"
+        for label, curve in fig2_curves(fig).items():
+            spec = _fig2_spec(fig, curve, context)
+            out.setdefault(context, {})[label] = _same_run(own, spec) or \
+                f"fig2_{curve['energy']}_{context}{_run_suffix(curve['selection'])}"
     return out
 
 
 def _fig3_spec(fig: dict, K: int, w: float, energy: dict | None = None) -> dict:
-    e = energy or {"energy": fig["energy"], "ar_context": fig["ar_context"], "proxy": fig["proxy"]}
+    e = energy or {"energy": fig["energy"], "ar_context": fig["ar_context"], "proxy": fig["proxy"],
+                   "selection": fig.get("selection", DEFAULT_SELECTION)}
     return {"sampler": "energy", "models": {"dlm": fig["dlm"], "proxy": e["proxy"]},
-            "options": {"energy": e["energy"], "K": K, "w": w, "ar_context": e["ar_context"]}}
-
-
-def _same_run(own: dict, spec: dict) -> str | None:
-    same = [n for n, r in own.items() if {k: r.get(k, {}) for k in spec} == spec]
-    return same[0] if same else None
+            "options": {"energy": e["energy"], "K": K, "w": w, "ar_context": e["ar_context"],
+                        **_selection_option(e.get("selection", DEFAULT_SELECTION))}}
 
 
 def fig3_runs(config: dict) -> dict:
     """Figure 3's sampling run per point: ``{"k": {K: run}, "w": {w: run}, "tradeoff": {label: run}}``.
 
     Panels 1-2 vary K (at the default w) and w (at the default K) of Uni-EDLM-AR; panels 3-4 put the AR and MDLM
-    runs (``baselines``) beside EDLM-AR (``edlm``: Ind-E with its proxy and context, at the same K and w) and
-    Uni-EDLM-AR at the default K and w.  A point whose spec equals a configured run's reuses it (w = 1, K = 2 is
-    Table 2's Uni-EDLM-AR); the others get ``fig3_{energy}_k{K}_w{100 w}``."""
+    runs (``baselines``) beside EDLM-AR (``edlm``: Ind-E with its proxy, context and selection rule, at the same K
+    and w) and Uni-EDLM-AR at the default K and w.  A point whose spec equals a configured run's reuses it (w = 1,
+    K = 2 is Table 2's Uni-EDLM-AR); the others get ``fig3_{energy}_k{K}_w{100 w}``, with ``_{selection}``
+    appended for a rule other than ``argmin`` (``fig3_ind_k2_w20_resample``)."""
     fig = config.get("figures", {}).get("fig3_tradeoff")
     if not fig:
         return {}
@@ -88,7 +138,9 @@ def fig3_runs(config: dict) -> dict:
 
     def name(K, w, energy=None):
         spec = _fig3_spec(fig, K, w, energy)
-        return _same_run(own, spec) or f"fig3_{spec['options']['energy']}_k{K}_w{round(100 * w)}"
+        o = spec["options"]
+        return _same_run(own, spec) or \
+            f"fig3_{o['energy']}_k{K}_w{round(100 * w)}{_run_suffix(o.get('selection', DEFAULT_SELECTION))}"
 
     K, w = fig["K"], fig["w"]
     return {"k": {k: name(k, w) for k in fig["Ks"]}, "w": {v: name(K, v) for v in fig["ws"]},
@@ -115,10 +167,11 @@ def figure_runs(config: dict) -> dict:
                 runs[name] = spec
     if not fig:
         return runs
-    for context, by_energy in fig2_runs(config).items():
-        for energy, name in by_energy.items():
+    curves = fig2_curves(fig)
+    for context, by_label in fig2_runs(config).items():
+        for label, name in by_label.items():
             if name.startswith("fig2_"):
-                spec = _fig2_spec(fig, energy, context)
+                spec = _fig2_spec(fig, curves[label], context)
                 if "n_samples" in fig:
                     spec["n_samples"] = fig["n_samples"]
                 runs[name] = spec
@@ -128,6 +181,7 @@ def figure_runs(config: dict) -> dict:
 def check_fig3(config: dict) -> None:
     """Figure 3's cross-checks, before its runs are generated (so the error names its key)."""
     from ..core.registry import ENERGIES
+    from ..energy.energies import SELECTIONS
 
     fig3 = config.get("figures", {}).get("fig3_tradeoff")
     if fig3:
@@ -141,12 +195,41 @@ def check_fig3(config: dict) -> None:
         for key, e in (("energy", fig3["energy"]), ("edlm.energy", fig3["edlm"]["energy"])):
             if e not in ENERGIES:
                 _err(f"figures.fig3_tradeoff.{key}", ENERGIES.unknown_message(e))
+        for key, sel in (("selection", fig3.get("selection")), ("edlm.selection", fig3["edlm"].get("selection"))):
+            if sel is not None and sel not in SELECTIONS:
+                _err(f"figures.fig3_tradeoff.{key}", f"unknown selection {sel!r}; known: {', '.join(SELECTIONS)}")
+
+
+def check_fig2(config: dict) -> None:
+    """Figure 2's curves, before its runs are generated (so the error names its key): each
+    ``figures.fig2_ablation.energies.<label>`` is a registered energy, or ``{energy, selection}`` with a known
+    selection rule (:data:`unie.energy.energies.SELECTIONS`)."""
+    from ..core.registry import ENERGIES
+    from ..energy.energies import SELECTIONS
+
+    fig = config.get("figures", {}).get("fig2_ablation")
+    if not fig:
+        return
+    for label, e in fig["energies"].items():
+        key = f"figures.fig2_ablation.energies.{label}"
+        if not isinstance(e, (str, dict)):
+            _err(key, f"an energy name or {{energy, selection}}, got {e!r}")
+        if isinstance(e, dict):
+            extra = sorted(set(e) - {"energy", "selection"})
+            if extra:
+                _err(f"{key}.{extra[0]}", "unknown key; allowed: energy, selection")
+            if e.get("selection", DEFAULT_SELECTION) not in SELECTIONS:
+                _err(f"{key}.selection", f"unknown selection {e['selection']!r}; known: {', '.join(SELECTIONS)}")
+            e = e.get("energy")
+        if e not in ENERGIES:
+            _err(f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}", ENERGIES.unknown_message(e))
 
 
 def expand_config(config: dict) -> None:
     """Add generated sampling runs (Figures 2 and 3) to ``config['sampling']['runs']`` in place."""
     import unie  # noqa: F401  (fills the registries)
 
+    check_fig2(config)
     check_fig3(config)
     for name, spec in figure_runs(config).items():
         if name in config["sampling"]["runs"] and config["sampling"]["runs"][name] != spec:
@@ -398,7 +481,12 @@ def check_config(config: dict) -> None:
         if spec["sampler"] not in SAMPLERS:
             _err(f"sampling.runs.{name}.sampler", SAMPLERS.unknown_message(spec["sampler"]))
         entry = SAMPLERS[spec["sampler"]]
-        opts = entry.options(spec.get("options", {}), where=f"config key 'sampling.runs.{name}.options'")
+        try:
+            opts = entry.options(spec.get("options", {}), where=f"config key 'sampling.runs.{name}.options'")
+        except ConfigError as e:  # a value the options class refuses (e.g. an unknown selection): name the key
+            if f"sampling.runs.{name}." in str(e):
+                raise
+            _err(f"sampling.runs.{name}.options", str(e))
         if getattr(opts, "ar_context", None) == "exact" and not toy:
             _err(f"sampling.runs.{name}.options.ar_context", "'exact' needs the toy world")
         named = spec.get("models", {})
@@ -484,9 +572,7 @@ def check_config(config: dict) -> None:
             _err("figures.fig2_ablation.evaluator", f"unknown evaluator {fig['evaluator']!r}")
         if fig["baseline"] not in runs:
             _err("figures.fig2_ablation.baseline", f"unknown sampling run {fig['baseline']!r}")
-        for label, e in fig["energies"].items():
-            if e not in ENERGIES:
-                _err(f"figures.fig2_ablation.energies.{label}", ENERGIES.unknown_message(e))
+    check_fig2(config)
 
 
 def check_dllm(config: dict) -> None:

@@ -12,6 +12,12 @@ CONTEXT_TITLES = {"teacher_forced": "AR context: teacher forced", "masked": "AR 
                   "exact": r"AR context: exact $\pi$ (oracle)"}
 
 
+def selection_of(record: dict) -> str | None:
+    """The candidate selection rule a Gen PPL record's samples were drawn with (``argmin``, ``resample``; the
+    options the samples carry), ``None`` for a sampler without one."""
+    return ((record.get("sampling") or {}).get("options") or {}).get("selection")
+
+
 def genppl_frame(records: list[dict]) -> pd.DataFrame:
     """One row per (run, steps, evaluator) of Gen PPL result records."""
     rows = []
@@ -19,16 +25,34 @@ def genppl_frame(records: list[dict]) -> pd.DataFrame:
         for ev, g in r["genppl"].items():
             rows.append({"run": r["sampling"]["run"], "steps": int(r["sampling"]["steps"]), "evaluator": ev,
                          "genppl": g["ppl"], "nll_se": g["nll_se"], "nll": g["nll_per_token"],
-                         "entropy_bits": r["entropy_bits"], "seconds": r["sampling"].get("seconds")})
+                         "entropy_bits": r["entropy_bits"], "seconds": r["sampling"].get("seconds"),
+                         "selection": selection_of(r)})
     return pd.DataFrame(rows)
 
 
-def fig2_ablation(fig: dict, records: list[dict]):
-    """Gen PPL vs steps for no energy, Inv-E only, Ind-E only and Uni-E; one panel per ``ar_context``.
+def _selection_at(df: pd.DataFrame, run: str) -> str | None:
+    """The selection rule of ``run``'s points in ``df`` (:func:`genppl_frame`), ``None`` if it has none."""
+    sel = df.loc[df.run == run, "selection"].dropna().unique() if "selection" in df else []
+    if len(sel) > 1:
+        raise ValueError(f"run {run!r}: samples drawn with different selection rules {sorted(sel)}")
+    return sel[0] if len(sel) else None
 
-    ``fig`` is ``config['figures']['fig2_ablation']`` plus ``runs``: context -> energy -> the sampling run of
+
+def with_selection(label: str, selection: str | None) -> str:
+    """A curve's label naming its selection rule (``EDLM-AR (resample)``); unchanged when it names it already or
+    the curve has none."""
+    return label if selection is None or f"({selection})" in label else f"{label} ({selection})"
+
+
+def fig2_ablation(fig: dict, records: list[dict]):
+    """Gen PPL vs steps for no energy, Inv-E only, Ind-E only and Uni-E (each by ``argmin``, the paper's rule, unless
+    its config entry names a ``selection``: Uni-E is also drawn with ``resample``); one panel per ``ar_context``.
+
+    ``fig`` is ``config['figures']['fig2_ablation']`` plus ``runs``: context -> curve label -> the sampling run of
     that curve (:func:`unie.pipeline.checks.fig2_runs`); ``records`` the Gen PPL results of its runs.
-    Error bars: ±2 s.e. of the pooled NLL, mapped to perplexity.  Returns ``(figure, points)``."""
+    Error bars: ±2 s.e. of the pooled NLL, mapped to perplexity.  The points (CSV) carry the NLL per token, its
+    s.e. and the selection rule the samples were drawn with (read from the records).  Returns
+    ``(figure, points)``."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -36,21 +60,30 @@ def fig2_ablation(fig: dict, records: list[dict]):
     df = df[df.evaluator == fig["evaluator"]]
     contexts = fig["contexts"]
     curves = {"No energy": lambda ctx: fig["baseline"]}
-    for label, energy in fig["energies"].items():
-        curves[label] = lambda ctx, e=energy: fig["runs"][ctx][e]
+    for label in fig["energies"]:
+        curves[label] = lambda ctx, lab=label: fig["runs"][ctx][lab]
     out = []
+    # the argmin curves solid, the others (resample) dashed in the colour of the argmin curve of the same energy
+    energy_of = {label: (e if isinstance(e, str) else e["energy"]) for label, e in fig["energies"].items()}
     figure, axes = plt.subplots(1, len(contexts), figsize=(4.2 * len(contexts), 3.4), sharey=True, squeeze=False)
     for ax, ctx in zip(axes[0], contexts):
-        for (label, run_of), marker in zip(curves.items(), "osD^v"):
+        colours = {}
+        for (label, run_of), marker in zip(curves.items(), "osD^v<>p"):
             sub = df[df.run == run_of(ctx)].sort_values("steps")
             if sub.empty:
                 continue
+            selection = _selection_at(df, run_of(ctx))
             lo = np.exp(sub.nll - 2 * sub.nll_se)
             hi = np.exp(sub.nll + 2 * sub.nll_se)
-            ax.errorbar(sub.steps, sub.genppl, yerr=[sub.genppl - lo, hi - sub.genppl], marker=marker, capsize=2,
-                        label=label, lw=1.2, ms=4)
-            out += [{"context": ctx, "curve": label, "run": run_of(ctx), "steps": s, "genppl": g}
-                    for s, g in zip(sub.steps, sub.genppl)]
+            style = {}
+            if selection not in (None, "argmin") and energy_of.get(label) in colours:
+                style = {"color": colours[energy_of[label]], "ls": "--", "mfc": "white"}
+            bars = ax.errorbar(sub.steps, sub.genppl, yerr=[sub.genppl - lo, hi - sub.genppl], marker=marker,
+                               capsize=2, label=label, lw=1.2, ms=4, **style)
+            colours.setdefault(energy_of.get(label), bars.lines[0].get_color())
+            out += [{"context": ctx, "curve": label, "run": run_of(ctx), "steps": s, "genppl": g, "nll": n,
+                     "nll_se": se, "selection": selection}
+                    for s, g, n, se in zip(sub.steps, sub.genppl, sub.nll, sub.nll_se)]
         ax.set_yscale("log")
         _steps_axis(ax, sorted(df.steps.unique()))
         _plain_y(ax)
@@ -58,8 +91,8 @@ def fig2_ablation(fig: dict, records: list[dict]):
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel(f"Gen PPL ({fig['evaluator']})")
     axes[0][-1].legend(fontsize=8)
-    figure.suptitle(f"Ablation (K={fig['K']}, w={fig['w']}); error bars: ±2 s.e. of the per-token NLL, as perplexity",
-                    fontsize=10)
+    figure.suptitle(f"Ablation, K={fig['K']}, w={fig['w']}: the candidate by argmin E unless the label says resample "
+                    f"(j ~ softmax(-E)). Error bars: ±2 s.e. of the per-token NLL, as perplexity", fontsize=9)
     figure.tight_layout()
     return figure, pd.DataFrame(out)
 
@@ -159,7 +192,8 @@ def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
                 hit = sub[sub.genppl <= ar_ppl]
                 first = hit.iloc[0] if len(hit) else None
                 out["wallclock"][label] = {
-                    "run": run, "steps": None if first is None else int(first.steps),
+                    "run": run, "selection": _selection_at(df, run),
+                    "steps": None if first is None else int(first.steps),
                     "genppl": None if first is None else float(first.genppl),
                     "seconds": None if first is None else float(first.seconds),
                     "ratio_to_ar": None if first is None else float(first.seconds) / ar_sec,
@@ -200,24 +234,27 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
         sub = df[df.run == run]
         curve(axes[0], sub, "steps", "genppl", f"k={K}", marker)
         out += [{"panel": "k", "curve": f"k={K}", "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
-                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits} for r in sub.itertuples()]
+                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "selection": r.selection}
+                for r in sub.itertuples()]
     for (w, run), marker in zip(runs["w"].items(), "osD^v<>"):
         sub = df[df.run == run]
         curve(axes[1], sub, "steps", "genppl", f"w={w}", marker)
         out += [{"panel": "w", "curve": f"w={w}", "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
-                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits} for r in sub.itertuples()]
+                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "selection": r.selection}
+                for r in sub.itertuples()]
     flagged = False
     for (label, run), marker in zip(runs["tradeoff"].items(), "osD^v<>"):
         sub = df[df.run == run].merge(times[times.run == run][["steps", "seconds", "trusted"]], on="steps")
         bad = sub[~sub.trusted.astype(bool)]
         flagged |= len(bad) > 0
+        label = with_selection(label, _selection_at(df, run))  # EDLM-AR (resample), Uni-EDLM-AR (argmin)
         for ax, y, err in ((axes[2], "genppl", True), (axes[3], "entropy_bits", False)):
             curve(ax, sub, "seconds", y, label + (" †" if len(bad) else ""), marker, err=err)
             if not sub.empty:
                 _hollow(ax, bad.seconds, bad[y], marker)
         out += [{"panel": "tradeoff", "curve": label, "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
                  "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "seconds": r.seconds,
-                 "timing_trusted": bool(r.trusted)} for r in sub.itertuples()]
+                 "timing_trusted": bool(r.trusted), "selection": r.selection} for r in sub.itertuples()]
     for ax in axes[:2]:
         _steps_axis(ax, sorted(df.steps.unique()))
     for ax in axes[2:]:
@@ -247,6 +284,8 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
                     f"{dev}", fontsize=9)
     figure.tight_layout()
     points = pd.DataFrame(out)
+    if "selection" in points:  # a column added later: at the end, after the ones the CSV always had
+        points = points[[c for c in points.columns if c != "selection"] + ["selection"]]
     return figure, points, fig3_summary(fig, df, times)
 
 

@@ -58,6 +58,8 @@ def table1(df: pd.DataFrame) -> str:
 
 def table2(df: pd.DataFrame, evaluator: str) -> str:
     """Table 2 under one evaluator: Gen PPL per step count, the NLL's s.e., entropy and excess NLL at most steps."""
+    from .tables import selection_label
+
     sub = df[df["evaluator"] == evaluator]
     rows, steps, cells = _pivot(sub, "row", "steps", lambda r: num(r["genppl"], 1))
     steps = sorted(steps)
@@ -65,7 +67,8 @@ def table2(df: pd.DataFrame, evaluator: str) -> str:
     for row in rows:
         own = sub[sub["row"] == row]
         last = own.loc[own["steps"].idxmax()]
-        body.append([plain(row)] + [cells.get((row, s), "") for s in steps]
+        rule = selection_label(own, latex=False)  # an energy row names its candidate selection rule
+        body.append([plain(row) + (f" ({rule})" if rule else "")] + [cells.get((row, s), "") for s in steps]
                     + [f"{own['nll_se'].min():.3f}–{own['nll_se'].max():.3f}", num(last["entropy_bits"], 2),
                        num(last["excess_nll"], 3)])
     return md_table(["row", *[f"{s} steps" for s in steps], "s.e. of NLL (nats)", f"entropy (bits, {steps[-1]} steps)",
@@ -119,15 +122,23 @@ def fig2_table(df: pd.DataFrame) -> str:
     """Figure 2: Gen PPL at every step count (``a / b / c / d``) per energy and AR context."""
     steps = sorted(df["steps"].unique())
     curves, contexts = list(dict.fromkeys(df["curve"])), list(dict.fromkeys(df["context"]))
+    with_se = "nll_se" in df and df["nll_se"].notna().any()
     body = []
     for curve in curves:
         row = [plain(curve)]
         for ctx in contexts:
             sub = df[(df["curve"] == curve) & (df["context"] == ctx)].set_index("steps")["genppl"]
             row.append(" / ".join(num(sub.get(s), 1) for s in steps))
+        if with_se:
+            se = df.loc[df["curve"] == curve, "nll_se"].dropna()
+            row.append(f"{se.min():.3f}–{se.max():.3f}" if len(se) else "–")
         body.append(row)
-    return md_table(["energy", *[c.replace("_", " ") for c in contexts]], body) + (
-        f"\n\nCells are Gen PPL at {' / '.join(map(str, steps))} steps.")
+    rules = ""
+    if "selection" in df and df["selection"].notna().any():
+        rules = (" An energy curve picks its candidate by argmin E (the paper's Algorithm 2) unless its label says "
+                 "resample (j drawn from softmax(−E), EDLM's own rule).")
+    return md_table(["energy", *[c.replace("_", " ") for c in contexts]] + (["s.e. of NLL (nats)"] if with_se else []),
+                    body) + f"\n\nCells are Gen PPL at {' / '.join(map(str, steps))} steps.{rules}"
 
 
 def fig3_table(df: pd.DataFrame) -> str:
@@ -143,6 +154,8 @@ def fig3_claims(record: dict) -> str:
     ar = record.get("ar") or {}
     lines = [f"* AR: Gen PPL {num(ar.get('genppl'), 1)} in {num(ar.get('seconds'), 3)} s per batch."]
     for name, w in (record.get("wallclock") or {}).items():
+        if w.get("selection"):
+            name = f"{name} ({w['selection']})"
         if w.get("genppl") is None:
             lines.append(f"* {plain(name)}: never reaches the AR's Gen PPL (best {num(w.get('best_genppl'), 1)}).")
         else:

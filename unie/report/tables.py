@@ -166,7 +166,8 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
                                 "nll_per_token": g["nll_per_token"] if g else None,
                                 "nll_se": g["nll_se"] if g else None, "entropy_bits": res["entropy_bits"],
                                 "excess_nll": excess, "seconds": samp.get("seconds"), "nfe": samp.get("nfe"),
-                                "options": json.dumps(samp.get("options", {}), sort_keys=True)})
+                                "options": json.dumps(samp.get("options", {}), sort_keys=True),
+                                "selection": (samp.get("options") or {}).get("selection")})
     df = pd.DataFrame.from_records(records)
     ev_names = list(evaluators)
     with_excess = len(df) > 0 and df.excess_nll.notna().any()
@@ -176,10 +177,11 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
     for label, run in rows.items():
         sub = df[df.row == label] if len(df) else df
         steps = sorted(sub.steps.unique()) if len(sub) else [None]
+        rule = selection_label(sub)
         for i, s in enumerate(steps):
             at = sub[sub.steps == s] if s is not None else sub
             ts = DASH if runs[run]["sampler"] == "data" or s is None else str(s)
-            row, val = [label if i == 0 else "", ts], []
+            row, val = [(label + (rf" {{\scriptsize ({rule})}}" if rule else "")) if i == 0 else "", ts], []
             for e in ev_names:
                 g = at[at.evaluator == e]
                 v = g.genppl.iloc[0] if len(g) else None
@@ -211,8 +213,30 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
                + (r"; excess NLL$_\pi$: the samples' NLL per token under $\pi$ minus $\pi$'s entropy rate (nats, "
                   r"$\pm$ s.e.)" if with_excess else "")
                + r"; entropy: per-sample unigram entropy in bits. The best value of a column among the rows with the "
-                 r"same number of steps is in \textbf{bold} (data and AR left out).")
+                 r"same number of steps is in \textbf{bold} (data and AR left out)."
+               + (r" An energy row names its candidate selection rule: argmin, the paper's Algorithm 2 ($j^* = "
+                  r"\arg\min_j E^j$); resample, EDLM's own sampler ($j^* \sim \mathrm{softmax}(-E/\tau)$, "
+                  r"self-normalised importance resampling)." if len(df) and df.selection.notna().any() else ""))
     return latex_float(table, caption=caption, label="tab:genppl", bold=bold, groups=block), df
+
+
+def selection_label(records: pd.DataFrame, latex: bool = True) -> str | None:
+    """The candidate selection rule of one Table 2 row (``argmin``, ``resample``, with its temperature when not 1),
+    read from its results' sampling options (the CSV's ``selection`` and ``options`` columns); ``None`` for a
+    sampler without one.  Every step count of a row must agree.  ``latex``: the temperature as ``$\\tau$``."""
+    if "selection" not in records or not records.selection.notna().any():
+        return None
+    rules = set()
+    for opts, sel in zip(records.options, records.selection):
+        if sel is None or sel != sel:
+            continue
+        tau = json.loads(opts).get("temperature", 1.0) if opts else 1.0
+        tau_name = r"$\tau$" if latex else "τ"
+        rules.add(sel if sel == "argmin" or tau in (None, 1, 1.0) else f"{sel}, {tau_name}={tau:g}")
+    if len(rules) > 1:
+        raise ValueError(f"row {records.row.iloc[0]!r}: step counts drawn with different selection rules "
+                         f"{sorted(rules)}")
+    return rules.pop()
 
 
 def partition_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
