@@ -657,3 +657,50 @@ def test_decoder_pads_prompts_to_the_batch_only_for_a_bucketed_model(word, monke
         assert len(texts) == 2 and seen[-1] == expected
         with pytest.raises(ValueError, match="prompt_len"):
             dec.check(["question : " + "the pie " * 12 + "answer :"])
+
+
+class EosLeaning:
+    """A tiny random DLLM whose ``<eos>`` logit gets ``bonus`` at every position: rows commit their ``<eos>`` at
+    different iterations, so an early exit has something to skip."""
+
+    def __init__(self, b, bonus):
+        self.b, self.bonus = b, bonus
+        self.mask_id, self.eos_id, self.bos_id, self.blocked = b.mask_id, b.eos_id, b.bos_id, b.blocked
+        self.vocab_size, self.tokenizer, self.net = b.vocab_size, b.tokenizer, b.net
+
+    def _lean(self, logits):
+        logits = logits.clone()
+        logits[..., self.eos_id] += self.bonus
+        return logits
+
+    def logits(self, x):
+        return self._lean(self.b.logits(x))
+
+    def logits_and_attention(self, x, n_layers):
+        logits, A = self.b.logits_and_attention(x, n_layers)
+        return self._lean(logits), A
+
+
+@pytest.mark.parametrize("sampler", sorted(DLLM_SAMPLERS))
+def test_early_exit_keeps_every_completion_and_saves_forwards(word, sampler):
+    """``DecodeOptions.early_exit`` (stop once every row has a committed <eos> with no mask before it) gives every
+    sampler the same completion text (up to the first <eos>) as decoding all N iterations, B = 6, 3 blocks."""
+    entry = DLLM_SAMPLERS[sampler]
+    b = EosLeaning(backbone(word, seed=3), bonus=4.0)
+    x = dllm_prompt_rows(word, PROMPTS * 3, 12, 12)
+    options = entry.options_cls(**({"energy": "uni", "K": 3, "w": 0.5} if sampler == "energy" else {}))
+    kw = {"proxy": ProxyBridge(proxy(word), word)} if entry.needs_proxy else {}
+    outs = {}
+    for early in (False, True):
+        opts = DecodeOptions(gen_length=12, block_length=4, tokens_per_step=2, early_exit=early)
+        out, stats = entry.fn(b, x, opts, options, generator=[torch.Generator().manual_seed(i) for i in range(6)],
+                              **kw)
+        assert not (out == word.mask_id).any()
+        texts = []
+        for row in out[:, 12:].tolist():
+            texts.append(row[:row.index(word.eos_id)] if word.eos_id in row else row)
+        outs[early] = (texts, stats["nfe"])
+    assert outs[True][0] == outs[False][0]
+    assert outs[True][1] <= outs[False][1]
+    if sampler in ("plain", "energy", "core", "fast_dllm"):
+        assert outs[True][1] < outs[False][1], outs  # the <eos>-leaning rows settle before the last block

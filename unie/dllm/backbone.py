@@ -156,12 +156,19 @@ class Dream(_MaskPredictor):
 @dataclass(frozen=True)
 class DecodeOptions:
     """The backbone's own decoder: ``gen_length`` new tokens in blocks of ``block_length``, ``tokens_per_step``
-    (the paper's static ``m = 4``) committed per iteration by the ``confidence`` rule."""
+    (the paper's static ``m = 4``) committed per iteration by the ``confidence`` rule.
+
+    ``early_exit``: stop once every row is :func:`settled` (a committed ``<eos>`` with no mask before it) and fill
+    the rest with ``<eos>``.  Exact for the completions: a completion is the text before its first ``<eos>``, and
+    a sampler that never revises a committed token (every one here; CoRe checks after a block's revision) cannot
+    change it afterwards; only the forward count falls (the iterations that would decode ``<eos>`` padding).
+    The paper's grid and Algorithm 3's window still count the ``N = gen_length / m`` iterations."""
 
     gen_length: int = 16
     block_length: int = 8
     tokens_per_step: int = 4
     confidence: str = "low_confidence"
+    early_exit: bool = True
 
     def __post_init__(self):
         if self.confidence not in CONFIDENCES:
@@ -192,6 +199,23 @@ def confidence(logp: torch.Tensor, tokens: torch.Tensor, rule: str) -> torch.Ten
     return neg_h[:, None].expand_as(tokens) if tokens.dim() == 3 else neg_h
 
 
+def settled(x: torch.Tensor, prompt_len: int, eos_id: int, mask_id: int) -> torch.Tensor:
+    """Per row ``(B,)``: the generation region ``x[:, prompt_len:]`` holds a committed ``<eos>`` with no mask before
+    it, so the completion (the text before the first ``<eos>``) is final for a decoder that never revises."""
+    gen = x[:, prompt_len:]
+    before_mask = (gen == mask_id).long().cumsum(-1) == 0
+    return ((gen == eos_id) & before_mask).any(-1)
+
+
+def exit_early(x: torch.Tensor, prompt_len: int, options: DecodeOptions, backbone) -> torch.Tensor | None:
+    """With ``options.early_exit`` and every row :func:`settled`: ``x`` with its remaining masks set to ``<eos>`` (the
+    DLLM layout's answer padding), else None (decode on)."""
+    eos_id = getattr(backbone, "eos_id", None)
+    if not options.early_exit or eos_id is None or not bool(settled(x, prompt_len, eos_id, backbone.mask_id).all()):
+        return None
+    return torch.where(x == backbone.mask_id, torch.full_like(x, eos_id), x)
+
+
 def block_bounds(prompt_len: int, options: DecodeOptions, n: int) -> tuple[int, int]:
     """``[start, end)`` of the block decoded at iteration ``n``."""
     per_block = options.block_length // options.tokens_per_step
@@ -216,19 +240,25 @@ def decode(backbone, x: torch.Tensor, options: DecodeOptions) -> tuple[torch.Ten
     """The backbone's own semi-autoregressive decoder.
 
     ``x`` ``(B, T)``: prompts in the DLLM layout followed by ``gen_length`` masks.  Per iteration: one forward
-    pass, greedy ``x0_hat``, commit ``m`` positions of the current block by confidence.  Returns the final
-    ``(B, T)`` and ``{"nfe": N}``."""
+    pass, greedy ``x0_hat``, commit ``m`` positions of the current block by confidence (until
+    :func:`exit_early`).  Returns the final ``(B, T)`` and ``{"nfe": forwards}``."""
     x = x.clone()
     prompt_len = x.shape[1] - options.gen_length
     blocked = (backbone.mask_id, *getattr(backbone, "blocked", ()))
     pos = torch.arange(x.shape[1], device=x.device)
+    nfe = 0
     for n in range(options.iterations):
         start, end = block_bounds(prompt_len, options, n)
         logp = normalise(backbone.logits(x), blocked).to(x.device)
+        nfe += 1
         x0_hat = logp.argmax(-1)
         allowed = (x == backbone.mask_id) & (pos >= start) & (pos < end)
         x = commit_top(x, x0_hat, confidence(logp, x0_hat, options.confidence), allowed, options.tokens_per_step)
-    return x, {"nfe": options.iterations}
+        done = exit_early(x, prompt_len, options, backbone)
+        if done is not None:
+            x = done
+            break
+    return x, {"nfe": nfe}
 
 
 @dataclass(frozen=True)

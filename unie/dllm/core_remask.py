@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.registry import register_dllm_sampler
-from .backbone import DecodeOptions, commit_top, confidence, normalise
+from .backbone import DecodeOptions, commit_top, confidence, exit_early, normalise
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,10 @@ def core_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: CoR
             x = step(x, start, end)
             nfe += 1
         if options.remask == 0 or options.min_drop == math.inf:
+            done = exit_early(x, prompt_len, decoding, backbone)
+            if done is not None:
+                x = done
+                break
             continue
         # 2. probe: the lowest-margin committed positions of the block, their neighbourhoods masked jointly
         cand = lowest(margin, in_block & ~revised & (x != mask_id), options.candidates)
@@ -142,4 +146,8 @@ def core_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: CoR
             x = step(x, start, end)
             nfe += 1
         changed += int((out & (x != before)).sum())
+        done = exit_early(x, prompt_len, decoding, backbone)  # after the block's revision: nothing is revised later
+        if done is not None:
+            x = done
+            break
     return x, {"nfe": nfe, "probes": probes, "remasked": remasked, "changed": changed}

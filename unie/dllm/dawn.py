@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.registry import register_dllm_sampler
-from .backbone import DecodeOptions, commit_top, confidence, normalise
+from .backbone import DecodeOptions, commit_top, confidence, exit_early, normalise
 
 
 @dataclass(frozen=True)
@@ -203,4 +203,8 @@ def dawn_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DAW
         counts["committed_conf"] += int(u_conf.sum())
         counts["committed_anchor"] += int(u_a.sum())
         counts["committed_conflict"] += int(u_c.sum())
+        done = exit_early(x, prompt_len, decoding, backbone)
+        if done is not None:
+            x = done
+            break
     return x, {"nfe": nfe, "tokens_per_step": decoding.gen_length / max(nfe, 1), **counts}

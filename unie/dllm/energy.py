@@ -42,7 +42,7 @@ import torch
 from ..core.gumbel import gumbel_argmax
 from ..core.registry import ENERGIES, register_dllm_sampler
 from ..energy.energies import SELECTIONS, select, selection_energy
-from .backbone import DecodeOptions, block_bounds, commit_top, confidence, normalise
+from .backbone import DecodeOptions, block_bounds, commit_top, confidence, exit_early, normalise
 
 BRIDGEABLE_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over")
 WINDOW_COUNTERS = ("window_rows", "disagree_rows", "steered_rows")  # the stats of what the energy acted on
@@ -110,11 +110,12 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
     blocked = (mask_id, *getattr(backbone, "blocked", ()))
     pos = torch.arange(T, device=x.device)
     rows = torch.arange(B, device=x.device)
-    proxy_before, window = proxy.forwards, 0
+    proxy_before, window, nfe = proxy.forwards, 0, 0
     counts = {"window_rows": 0, "disagree_rows": 0, "steered_rows": 0}
     for n in range(N):
         start, end = block_bounds(prompt_len, decode, n)
         logp_dlm = normalise(backbone.logits(x), blocked).to(x.device)  # (B, T, V)
+        nfe += 1
         x0_hat = logp_dlm.argmax(-1)  # the backbone's greedy x0
         masked = x == mask_id
         allowed = masked & (pos >= start) & (pos < end)  # masked positions of the current block
@@ -141,7 +142,11 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
             counts["steered_rows"] += int((x != xs[:, 0]).any(-1).sum())
         else:
             x = commit_top(x, x0_hat, confidence(logp_dlm, x0_hat, decode.confidence), allowed, m)
-    return x, {"nfe": N, "proxy_forwards": proxy.forwards - proxy_before, "window_iterations": window, **counts}
+        done = exit_early(x, prompt_len, decode, backbone)  # every row's completion final: the rest is <eos>
+        if done is not None:
+            x = done
+            break
+    return x, {"nfe": nfe, "proxy_forwards": proxy.forwards - proxy_before, "window_iterations": window, **counts}
 
 
 @register_dllm_sampler("energy", DLLMEnergyOptions, needs_proxy=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.registry import register_dllm_sampler
-from .backbone import DecodeOptions, commit_top, confidence, normalise
+from .backbone import DecodeOptions, commit_top, confidence, exit_early, normalise
 
 
 @dataclass(frozen=True)
@@ -73,4 +73,8 @@ def fast_dllm_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options
         x = commit_top(x, x0_hat, c, allowed, 1)
         above = allowed & (c >= options.threshold)
         x = torch.where(above, x0_hat, x)
+        done = exit_early(x, prompt_len, decoding, backbone)
+        if done is not None:
+            x = done
+            break
     return x, {"nfe": nfe, "tokens_per_step": decoding.gen_length / max(nfe, 1)}
