@@ -704,3 +704,47 @@ def test_early_exit_keeps_every_completion_and_saves_forwards(word, sampler):
     assert outs[True][1] <= outs[False][1]
     if sampler in ("plain", "energy", "core", "fast_dllm"):
         assert outs[True][1] < outs[False][1], outs  # the <eos>-leaning rows settle before the last block
+
+
+@pytest.mark.parametrize("sampler", sorted(DLLM_SAMPLERS))
+def test_horizon_limits_what_the_network_sees(word, sampler):
+    """``DecodeOptions.horizon`` (TraceRL's further_horizon): the network is run on the prompt, the decoded blocks,
+    the current block and ``horizon`` positions more; a horizon reaching the canvas's end decodes exactly as the
+    whole canvas; every sampler decodes to the end behind it."""
+    from unie.dllm.backbone import Horizon, with_horizon
+
+    entry = DLLM_SAMPLERS[sampler]
+    b = EosLeaning(backbone(word, seed=4), bonus=1.0)
+    seen = []
+
+    class Spy(EosLeaning):
+        def logits(self, x):
+            seen.append(x.shape[1])
+            return super().logits(x)
+
+        def logits_and_attention(self, x, n_layers):
+            seen.append(x.shape[1])
+            return super().logits_and_attention(x, n_layers)
+
+    spy = Spy(b.b, 1.0)
+    x = dllm_prompt_rows(word, PROMPTS * 3, 12, 12)
+    options = entry.options_cls(**({"energy": "uni", "K": 3, "w": 0.5} if sampler == "energy" else {}))
+    kw = {"proxy": ProxyBridge(proxy(word), word)} if entry.needs_proxy else {}
+    gens = lambda: [torch.Generator().manual_seed(i) for i in range(6)]  # noqa: E731
+    outs = {}
+    for h in (None, 8, 4):
+        opts = DecodeOptions(gen_length=12, block_length=4, tokens_per_step=2, early_exit=False, horizon=h)
+        seen.clear()
+        outs[h], _ = entry.fn(with_horizon(spy, opts), x, opts, options, generator=gens(), **kw)
+        assert not (outs[h] == word.mask_id).any()
+        if h == 4:  # block 0 ends at 16: the network saw at most 16 + 4 of the 24 positions at first
+            assert seen and seen[0] == 20 and max(seen) <= 24
+        if h is None:
+            assert set(seen) == {24}
+    assert torch.equal(outs[8], outs[None])  # 16 + 8 reaches the end: the whole canvas
+    hz = Horizon(b, DecodeOptions(gen_length=12, block_length=4, tokens_per_step=2, horizon=4))
+    lp = hz.logits(x)
+    assert lp.shape == (6, 24, b.vocab_size) and (lp[:, 20:].argmax(-1) == word.eos_id).all()
+    assert torch.equal(lp[:, :20], b.logits(x[:, :20]))
+    with pytest.raises(ValueError, match="horizon"):
+        DecodeOptions(horizon=-1)

@@ -162,17 +162,25 @@ class DecodeOptions:
     the rest with ``<eos>``.  Exact for the completions: a completion is the text before its first ``<eos>``, and
     a sampler that never revises a committed token (every one here; CoRe checks after a block's revision) cannot
     change it afterwards; only the forward count falls (the iterations that would decode ``<eos>`` padding).
-    The paper's grid and Algorithm 3's window still count the ``N = gen_length / m`` iterations."""
+    The paper's grid and Algorithm 3's window still count the ``N = gen_length / m`` iterations.
+
+    ``horizon``: the network sees the prompt, the decoded blocks, the current block and at most ``horizon``
+    positions beyond it (TraceRL's ``further_horizon``, the released Uni-E code's setting: 128 beyond a block of
+    32); positions further on are read as ``<eos>`` padding (:class:`Horizon`).  None: the whole canvas (LLaDA's
+    and Dream's own ``generate``)."""
 
     gen_length: int = 16
     block_length: int = 8
     tokens_per_step: int = 4
     confidence: str = "low_confidence"
     early_exit: bool = True
+    horizon: int | None = None
 
     def __post_init__(self):
         if self.confidence not in CONFIDENCES:
             raise ValueError(f"unknown confidence rule {self.confidence!r}; known: {', '.join(CONFIDENCES)}")
+        if self.horizon is not None and (isinstance(self.horizon, bool) or self.horizon < 0):
+            raise ValueError(f"horizon must be None or >= 0, got {self.horizon!r}")
         if self.gen_length % self.block_length or self.block_length % self.tokens_per_step:
             raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length}) "
                              f"and block_length of tokens_per_step ({self.tokens_per_step})")
@@ -214,6 +222,60 @@ def exit_early(x: torch.Tensor, prompt_len: int, options: DecodeOptions, backbon
     if not options.early_exit or eos_id is None or not bool(settled(x, prompt_len, eos_id, backbone.mask_id).all()):
         return None
     return torch.where(x == backbone.mask_id, torch.full_like(x, eos_id), x)
+
+
+class Horizon:
+    """A backbone that sees at most ``options.horizon`` positions past the current block (:class:`DecodeOptions`).
+
+    ``logits(x)`` ``(B, T, V)``: the network runs on ``x[:, :cut]`` with ``cut`` = the end of the furthest current
+    block over the rows (a row's current block: the block of its first masked position; rows that decode their own
+    blocks, DAWN and Fast-dLLM, may differ) plus ``horizon``; positions from ``cut`` on get the logits of a
+    certain ``<eos>`` (0 there, -1e4 elsewhere), so they read as the layout's answer padding and are the same for
+    every candidate.  ``logits_and_attention`` pads the attention ``(B, T, T)`` with zeros.  Decoding only ever
+    commits positions of the current block, all before ``cut``."""
+
+    def __init__(self, backbone, options: DecodeOptions):
+        self.backbone, self.options = backbone, options
+        for name in ("mask_id", "eos_id", "bos_id", "blocked", "vocab_size", "tokenizer", "net", "shift"):
+            if hasattr(backbone, name):
+                setattr(self, name, getattr(backbone, name))
+
+    def cut(self, x: torch.Tensor) -> int:
+        T, G, bl = x.shape[1], self.options.gen_length, self.options.block_length
+        P = T - G
+        masked = x[:, P:] == self.backbone.mask_id
+        rows = masked.any(-1)
+        if not bool(rows.any()):
+            return T
+        first = masked.float().argmax(-1)[rows]  # each unfinished row's first masked position
+        end = P + int(((first // bl + 1) * bl).max())
+        return min(T, end + self.options.horizon)
+
+    def _pad(self, logits: torch.Tensor, T: int) -> torch.Tensor:
+        B, cut, V = logits.shape
+        if cut == T:
+            return logits
+        rest = torch.full((B, T - cut, V), -1e4, dtype=logits.dtype, device=logits.device)
+        rest[..., self.backbone.eos_id] = 0.0
+        return torch.cat([logits, rest], dim=1)
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self._pad(self.backbone.logits(x[:, :self.cut(x)]), x.shape[1])
+
+    @torch.no_grad()
+    def logits_and_attention(self, x: torch.Tensor, n_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+        cut, T = self.cut(x), x.shape[1]
+        logits, A = self.backbone.logits_and_attention(x[:, :cut], n_layers)
+        return self._pad(logits, T), F.pad(A, (0, T - cut, 0, T - cut))
+
+
+def with_horizon(backbone, options: DecodeOptions):
+    """``backbone`` behind a :class:`Horizon` when ``options.horizon`` is set (and it can be honoured: the backbone
+    names its ``<eos>``), else ``backbone`` itself."""
+    if options.horizon is None or getattr(backbone, "eos_id", None) is None:
+        return backbone
+    return Horizon(backbone, options)
 
 
 def block_bounds(prompt_len: int, options: DecodeOptions, n: int) -> tuple[int, int]:

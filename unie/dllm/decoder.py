@@ -31,7 +31,9 @@ from ..core.registry import DLLM_SAMPLERS, METHODS
 from ..data.dllm_format import dllm_prompt_rows
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, read_meta
-from .backbone import DEFAULT_MAX_GEN_TOKS, MC_NUM, DecodeOptions, greedy_matches, mc_loglikelihood  # noqa: F401
+from .backbone import (  # noqa: F401
+    DEFAULT_MAX_GEN_TOKS, MC_NUM, DecodeOptions, greedy_matches, mc_loglikelihood, with_horizon,
+)
 from .bridge import ProxyBridge
 from .energy import WINDOW_COUNTERS
 
@@ -338,8 +340,8 @@ class DLLMDecoder:
             x = dllm_prompt_rows(self.tok, [prompts[i] for i in idx], P, G).to(device)
             gens = [request_generator(self.seed, "generate", prompts[i], keys[i]) for i in idx]
             with autocast(model_device(self.backbone), self.precision):
-                out, stats = self.sampler.fn(self.backbone, x, self.decode_options, self.options, proxy=self.proxy,
-                                             generator=gens)
+                out, stats = self.sampler.fn(with_horizon(self.backbone, self.decode_options), x,
+                                             self.decode_options, self.options, proxy=self.proxy, generator=gens)
             counters["nfe"] += int(stats["nfe"])
             counters["proxy_forwards"] += int(stats.get("proxy_forwards", 0))
             for k in WINDOW_COUNTERS:  # Algorithm 3's: what the energy had to act on (unie.dllm.energy)
@@ -419,7 +421,8 @@ class ARDecoder:
         with autocast(self.device, self.precision):
             gen = self.model.greedy_continue(ids, G).tolist()
         rows = [produced_tokens(g, self.tok.eos_id) for g in gen]
-        return [completion_text(self.tok, g) for g in gen], {"nfe": G, "generated_tokens": sum(rows),
+        # forwards: one per token until every row has written <eos> (greedy_continue stops there)
+        return [completion_text(self.tok, g) for g in gen], {"nfe": max(rows, default=0), "generated_tokens": sum(rows),
                                                              "row_tokens": rows}
 
     def count_tokens(self, text: str) -> int:

@@ -71,7 +71,8 @@ class ARModel:
         """Greedy continuations ``(B, gen_len)`` of token-id prompts of any lengths (an AR row of Table 3).
 
         Right-padded batch, one full forward per new token (a causal model's conditionals never see the
-        padding to their right); ties are broken by the lowest id (``argmax``), no sampling."""
+        padding to their right); ties are broken by the lowest id (``argmax``), no sampling.  Once every row has
+        written ``<eos>`` the rest is ``<eos>`` without forwards (a completion ends at its first ``<eos>``)."""
         lengths = torch.tensor([len(p) for p in prompts])
         T = int(lengths.max()) + gen_len
         fill = self.eos_id if self.eos_id is not None else self.bos_id
@@ -80,10 +81,14 @@ class ARModel:
             x[b, : len(p)] = torch.tensor(p, dtype=torch.long)
         rows = torch.arange(len(prompts), device=x.device)
         pos = lengths.to(x.device)
+        ended = torch.zeros(len(prompts), dtype=torch.bool, device=x.device)
         for g in range(gen_len):
             logp = self.logp_next(x[:, : int(pos.max()) + 1])
             x[rows, pos] = logp[rows, pos].argmax(-1)
+            ended |= x[rows, pos] == self.eos_id
             pos = pos + 1
+            if self.eos_id is not None and bool(ended.all()):
+                break  # the positions after are <eos> already (fill)
         return torch.stack([x[b, lengths[b]: lengths[b] + gen_len] for b in range(len(prompts))]).cpu()
 
     @torch.no_grad()
