@@ -9,7 +9,8 @@ The loop mirrors the algorithm.  Iterations ``n = 0..N-1`` walk the paper's grid
 2. **inside the window** ``t ∈ (1 - w, 1]`` (``n < w N``):
    a. ``K`` candidates ``x0^j`` ``(B, K, T)``: ``j = 0`` is the backbone's greedy ``x0_hat`` (so ``K = 1`` is the
       backbone's own decoder bit for bit), ``j >= 1`` are drawn from ``p_theta`` at ``temperature`` (float64
-      Gumbel-max); every candidate carries ``xt``'s unmasked tokens;
+      Gumbel-max) at the current block's positions (the only ones whose draw can matter: earlier positions are
+      unmasked, later ones hold ``x0_hat``'s tokens in step c); every candidate carries ``xt``'s unmasked tokens;
    b. ``xs^j``: the top-``m`` masked positions of the current block by the candidate's confidence under the
       backbone's rule (``low_confidence``: ``p_theta(x0^j_i)``, the paper's "highest logit"; ``entropy``: Dream's
       ``-H_i``) are revealed from ``x0^j``, the rest stay masked;
@@ -121,8 +122,10 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
         allowed = masked & (pos >= start) & (pos < end)  # masked positions of the current block
         if in_window(n, N, options.w):
             window += 1
-            # (a) K candidates x0^j (B, K, T): j = 0 greedy, j >= 1 ~ p_theta at the temperature
-            draws = [x0_hat] + [draw(logp_dlm / options.temperature, generator).to(x.device) for _ in range(K - 1)]
+            # (a) K candidates x0^j (B, K, T): j = 0 greedy, j >= 1 ~ p_theta at the temperature, drawn at the
+            # current block's positions only (elsewhere a candidate carries xt's tokens or, after the block, x0^0's)
+            draws = [x0_hat] + [x0_hat.index_copy(1, pos[start:end], draw(
+                logp_dlm[:, start:end] / options.temperature, generator).to(x.device)) for _ in range(K - 1)]
             x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
             # (b) xs^j: top-m masked positions of the block by each candidate's confidence
             conf = confidence(logp_dlm, x0, decode.confidence)
