@@ -282,7 +282,7 @@ def test_sampler_reproducible_and_registered(net, tok, tok_info):
 
 
 def test_registered_method_trains_and_loads(tmp_path, tok, random_words):
-    from unie.data.corpus import write_tokens
+    from unie.data.tokens import write_tokens
 
     assert METHODS["bd3lm"] is BD3LM and build_method("bd3lm", tok.info(), {"block_size": 2}).block_size == 2
     tok.save(tmp_path / "tokenizer")

@@ -41,12 +41,12 @@ def files(tmp_path_factory, tok):
     root = tmp_path_factory.mktemp("ddp")
     tok.save(root / "tokenizer")
     write_text_parquet(generate_corpus("owt", "train", 64, SEQ_LEN, seed=0), root / "raw.parquet")
-    tokenize_corpus(root / "raw.parquet", tok, root / "train.npy", SEQ_LEN, insert_eos=False, chunk_specials=False)
+    tokenize_corpus(root / "raw.parquet", tok, root / "train.parquet", SEQ_LEN, insert_eos=False, chunk_specials=False)
     return root
 
 
 def _kwargs(files, out, ckpt, **extra) -> dict:
-    return {"name": "m", "spec": SPEC, "train_path": str(files / "train.npy"),
+    return {"name": "m", "spec": SPEC, "train_path": str(files / "train.parquet"),
             "tokenizer_dir": str(files / "tokenizer"), "out_dir": str(out), "ckpt_dir": str(ckpt),
             "seq_len": SEQ_LEN, "device": "cpu", **extra}
 
@@ -176,7 +176,8 @@ class _Named(dict):
 
 
 def _fake_snakemake(script: str, gpu: int, device: str, log_path, processes=None):
-    params = {"spec": SPEC, "ckpt_dir": "ckpt", "device": device, "processes": processes, "seq_len": SEQ_LEN}
+    params = {"spec": SPEC, "ckpt_dir": "ckpt", "device": device, "processes": processes, "seq_len": SEQ_LEN,
+              "token_cache": "resources/cache/tokenized/owt"}
     if script == "train":
         wildcards, inputs = {"model": "m"}, {"train": "t.parquet", "tokenizer": "tok"}
         output = {"weights": "results/models/m/model.safetensors"}
@@ -211,3 +212,4 @@ def test_rule_scripts_launch(monkeypatch, tmp_path, fake_torchrun, script, train
         assert "rank 0 says hello" in (tmp_path / "rule.log").read_text()  # the ranks' output is in the rule's log
     assert kwargs["device"] == device and kwargs["spec"] == SPEC and kwargs["ckpt_dir"] == "ckpt"
     assert kwargs["name"] == ("m" if script == "train" else "d")
+    assert kwargs.get("token_cache") == ("resources/cache/tokenized/owt" if script == "train" else None)

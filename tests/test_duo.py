@@ -355,12 +355,12 @@ def test_denoiser_time_conditioning(duo_denoiser):
 def test_train_from_spec_and_sample(tok, tmp_path):
     tok.save(tmp_path / "tokenizer")
     write_text_parquet(generate_corpus("owt", "train", 32, 8, seed=0), tmp_path / "raw.parquet")
-    tokenize_corpus(tmp_path / "raw.parquet", tok, tmp_path / "train.npy", 8, insert_eos=False,
+    tokenize_corpus(tmp_path / "raw.parquet", tok, tmp_path / "train.parquet", 8, insert_eos=False,
                     chunk_specials=False)
     spec = {"method": "duo", "options": {"curriculum_steps": 2},
             "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
             "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "warmup": 1, "ckpt_every": 4, "log_every": 2}}
-    ema, history = train_from_spec("duo", spec, tmp_path / "train.npy", tmp_path / "tokenizer", tmp_path / "out",
+    ema, history = train_from_spec("duo", spec, tmp_path / "train.parquet", tmp_path / "tokenizer", tmp_path / "out",
                                    tmp_path / "ckpt", seq_len=8, log=lambda m: None)
     assert ema.cfg.cond_dim > 0 and all(math.isfinite(h["loss"]) for h in history)
     wrapped = load_wrapped(tmp_path / "out", tok)

@@ -288,7 +288,8 @@ def test_energy_rejects_inconsistent_candidates(tok, models):
 def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
     """NCE (Algorithm 1) trains, resumes after an interruption to the same weights, and reports its dev-set
     energy separation on a split disjoint from the test split."""
-    from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
+    from unie.data.corpus import tokenize_corpus, write_text_parquet
+    from unie.data.tokens import load_tokens
     from unie.pipeline.models import train_from_spec
     from unie.models.checkpoint import load_model
     from unie.data.toy_world import generate_corpus
@@ -298,7 +299,7 @@ def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
     for split, n in (("train", 400), ("valid", 40), ("test", 40)):
         raw = tmp_path / f"{split}.raw.parquet"
         write_text_parquet(generate_corpus("owt", split, n, L), raw)
-        paths[split] = tmp_path / f"{split}.npy"
+        paths[split] = tmp_path / f"{split}.parquet"
         tokenize_corpus(raw, tok, paths[split], L, insert_eos=False, chunk_specials=False)
     valid, test = load_tokens(paths["valid"]), load_tokens(paths["test"])
     assert not ({tuple(r) for r in valid.tolist()} & {tuple(r) for r in test.tolist()})
@@ -323,7 +324,7 @@ def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
     for (k, va), (_, vb) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(va, vb), k
     dev = meta["extra"]["dev"]
-    assert dev["dev_split"].endswith("valid.npy")
+    assert dev["dev_split"].endswith("valid.parquet")
     for key in ("separation", "accuracy", "energy_pos", "energy_neg", "loss"):
         assert math.isfinite(dev["initial"]["dev"][key]) and math.isfinite(dev["selected"]["dev"][key])
     # the selected checkpoint is the one with the lowest dev loss among those evaluated

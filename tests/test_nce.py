@@ -12,7 +12,8 @@ import torch
 from unie.core.config import ConfigError, ModelConfig, TrainConfig
 from unie.core.schedule import make_schedule
 from unie.core.train import train
-from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
+from unie.data.corpus import tokenize_corpus, write_text_parquet
+from unie.data.tokens import load_tokens
 from unie.data.toy_world import generate_corpus
 from unie.energy.energies import energy
 from unie.energy.likelihood import energy_corrected_nelbo
@@ -173,7 +174,7 @@ def test_edlm_nce_trains_an_energy_network_with_p_theta_frozen(tmp_path, tok):
     for split, n in (("train", 600), ("valid", 64)):
         raw = tmp_path / f"{split}.raw.parquet"
         write_text_parquet(generate_corpus("owt", split, n, L), raw)
-        paths[split] = tmp_path / f"{split}.npy"
+        paths[split] = tmp_path / f"{split}.parquet"
         tokenize_corpus(raw, tok, paths[split], L, insert_eos=False, chunk_specials=False)
     tokdir = tmp_path / "tok"
     tok.save(tokdir)

@@ -25,7 +25,8 @@ import torch
 import yaml
 
 from unie.data import hf as hf_data
-from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
+from unie.data.corpus import tokenize_corpus, write_text_parquet
+from unie.data.tokens import load_tokens
 from unie.data.detokenize import (DETOKENIZERS, lambada_detokenizer, lm1b_detokenizer, ptb_detokenizer,
                              scientific_papers_detokenizer, wikitext_detokenizer)
 from unie.pipeline.profile import resolve_config
@@ -309,7 +310,7 @@ def test_documents_to_wrapped_chunks(fixtures, bpe_dir, tmp_path):
         docs = hf_data.load_documents(spec)
         raw = tmp_path / "raw" / f"{name}.parquet"
         write_text_parquet(docs, raw)
-        out = tmp_path / "tokenized" / f"{name}.npy"
+        out = tmp_path / "tokenized" / f"{name}.parquet"
         n = tokenize_corpus(raw, tok, out, seq_len=L, insert_eos=True, chunk_specials=True)
         x = load_tokens(out)
         stream = [i for d in docs for i in tok.encode(d) + [tok.eos_id]]

@@ -112,13 +112,13 @@ def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path)
     #    the one a fresh checkout trains, and nothing else is lost
     ckpt = wd / "results/checkpoints/ar/last.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
-    tokens = (wd / "resources/tokenized/owt/train.npy").read_bytes()
+    tokens = (wd / "resources/tokenized/owt/train.parquet").read_bytes()
     smk(TARGET, cwd=wd, check=True)
     log = (wd / "logs/train/ar.log").read_text()
     (line,) = [l for l in log.splitlines() if "discarding results/checkpoints/ar/last.pt" in l]
     assert "cannot be read" in line and "training starts again from step 0" in line
     assert weights(wd) == references["smoke"] and (wd / "results/models/ar/config.json").exists()
-    assert (wd / "resources/tokenized/owt/train.npy").read_bytes() == tokens
+    assert (wd / "resources/tokenized/owt/train.parquet").read_bytes() == tokens
     # 6. a flipped byte in the finished model: a dry run says what the run will do; the run sets it aside before
     #    planning and rebuilds it
     w = wd / TARGET

@@ -18,7 +18,8 @@ import torch
 from unie.core.config import ConfigError, TrainConfig
 from unie.core.integrity import DamagedFileError, atomic_write, file_record, read_json, verify_file
 from unie.core.train import CheckpointBusyError, checkpoint_lock, spec_changes, train
-from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet, write_tokens
+from unie.data.corpus import tokenize_corpus, write_text_parquet
+from unie.data.tokens import load_tokens, token_view, write_tokens
 from unie.data.toy_world import generate_corpus
 from unie.methods.mdlm import MDLM
 from unie.models.checkpoint import CheckpointError, DamagedCheckpointError, load_model, save_model
@@ -56,11 +57,11 @@ def toy(tmp_path_factory, tok):
     tok.save(root / "tokenizer")
     for seed in (0, 1):
         write_text_parquet(generate_corpus("owt", "train", 48, 8, seed=seed), root / f"raw{seed}.parquet")
-        tokenize_corpus(root / f"raw{seed}.parquet", tok, root / f"train{seed}.npy", 8, insert_eos=False,
+        tokenize_corpus(root / f"raw{seed}.parquet", tok, root / f"train{seed}.parquet", 8, insert_eos=False,
                         chunk_specials=False)
-    assert not torch.equal(load_tokens(root / "train0.npy"), load_tokens(root / "train1.npy"))
+    assert not torch.equal(load_tokens(root / "train0.parquet"), load_tokens(root / "train1.parquet"))
     for seed in (0, 1):  # two different initial models
-        train_from_spec("init", _spec("mdlm", seed=seed), root / "train0.npy", root / "tokenizer",
+        train_from_spec("init", _spec("mdlm", seed=seed), root / "train0.parquet", root / "tokenizer",
                         root / f"init{seed}", root / f"init{seed}_ckpt", seq_len=8, log=_quiet)
     return root
 
@@ -77,7 +78,7 @@ CHANGES = {
     "lr": dict(spec=_spec(lr=1e-3)),
     "architecture": dict(spec={**_spec(), "arch": {"d_model": 32, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2}}),
     "method options": dict(spec={**_spec("ar"), "options": {"mask_inputs": True}}, base=_spec("ar")),
-    "data": dict(data="train1.npy"),  # other tokens at the same path (the top-level seed regenerates the data)
+    "data": dict(data="train1.parquet"),  # other tokens at the same path (the top-level seed regenerates the data)
     "init_from": dict(init="init1"),  # other initial weights at the same path (the init model was retrained)
 }
 
@@ -90,7 +91,7 @@ def test_a_changed_run_trains_fresh_and_equals_a_fresh_clone(toy, tok, tmp_path,
     case = CHANGES[change]
     base_spec, new_spec = case.get("base", _spec()), case.get("spec", case.get("base", _spec()))
     work = tmp_path / "work"
-    for f in ("tokenizer", "train0.npy", "train0.meta.json"):  # the rule's inputs, at fixed paths
+    for f in ("tokenizer", "train0.parquet"):  # the rule's inputs, at fixed paths
         src, dst = toy / f, work / f.replace("train0", "train")
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
@@ -107,14 +108,13 @@ def test_a_changed_run_trains_fresh_and_equals_a_fresh_clone(toy, tok, tmp_path,
             (init / f).write_bytes((toy / "init0" / f).read_bytes())
 
     def run(spec, out, ckpt, logs=None):
-        return train_from_spec("m", spec, work / "train.npy", work / "tokenizer", out, ckpt, seq_len=8,
+        return train_from_spec("m", spec, work / "train.parquet", work / "tokenizer", out, ckpt, seq_len=8,
                                init_dir=init if uses_init else None, log=_quiet if logs is None else logs.append)
 
     first, _ = run(base_spec, work / "out", work / "ckpt")
     # the change: a new spec, or new bytes behind the same data / init paths
     if "data" in case:
-        for suffix in (".npy", ".meta.json"):
-            (work / f"train{suffix}").write_bytes((toy / f"train1{suffix}").read_bytes())
+        (work / "train.parquet").write_bytes((toy / "train1.parquet").read_bytes())
     if uses_init:
         for f in ("model.safetensors", "config.json"):
             (init / f).write_bytes((toy / case["init"] / f).read_bytes())
@@ -313,19 +313,33 @@ def test_unreadable_weights_without_a_record_and_a_broken_config_name_the_file(s
 
 
 def test_damaged_token_files_are_refused(toy, tmp_path):
-    for f in ("train0.npy", "train0.meta.json"):
-        (tmp_path / f).write_bytes((toy / f).read_bytes())
-    npy = tmp_path / "train0.npy"
-    assert load_tokens(npy).shape == (48, 8)
-    _flip(npy)
-    with pytest.raises(DamagedFileError, match="train0.npy is damaged: its content hash"):
-        load_tokens(npy)
-    _truncate(npy, 0.7)
-    with pytest.raises(DamagedFileError, match=r"train0.npy is damaged: truncated \(\d+ bytes, 1664 when written\)"):
-        load_tokens(npy)
-    (tmp_path / "train0.meta.json").unlink()  # no metadata: numpy's own complaint, with the path
-    with pytest.raises(DamagedFileError, match="train0.npy is damaged: numpy cannot map it"):
-        load_tokens(npy)
+    """A flipped byte in a page fails its CRC, other tokens under the same metadata fail the content hash (when
+    read whole, and when the view is built), a truncated file has no footer: each a one-line error naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "train0.parquet"
+    p.write_bytes((toy / "train0.parquet").read_bytes())
+    assert load_tokens(p).shape == (48, 8)
+    _flip(p, 100)  # inside the first data page
+    with pytest.raises(DamagedFileError, match="train0.parquet is damaged: pyarrow cannot read it"):
+        load_tokens(p)
+    with pytest.raises(DamagedFileError, match="train0.parquet is damaged: pyarrow cannot read it"):
+        token_view(p, tmp_path / "cache")
+    table = pq.read_table(toy / "train0.parquet")  # valid pages, other tokens, the original metadata
+    values = table.column(0).combine_chunks().flatten().to_numpy()
+    other = pa.FixedSizeListArray.from_arrays(pa.array(values[::-1].copy()), 8)
+    pq.write_table(pa.table({"input_ids": other}).replace_schema_metadata(table.schema.metadata), p)
+    with pytest.raises(DamagedFileError, match="train0.parquet is damaged: its content hash differs"):
+        load_tokens(p)
+    assert load_tokens(p, 5).shape == (5, 8)  # the first rows alone are not checked against the whole's hash
+    with pytest.raises(DamagedFileError, match="train0.parquet is damaged: its tokens differ from the content hash"):
+        token_view(p, tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("*.arrow"))
+    _truncate(p, 0.7)
+    with pytest.raises(DamagedFileError, match="train0.parquet is damaged: pyarrow cannot read it"):
+        load_tokens(p)
+
 
 
 def test_samples_parquet_pages_are_checksummed(tmp_path):
@@ -373,27 +387,32 @@ def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_
     root = tmp_path
     tokdir = root / "resources" / "tokenized" / "owt"
     tokdir.mkdir(parents=True)
-    for f in ("train0.npy", "train0.meta.json"):
-        (tokdir / f.replace("train0", "train")).write_bytes((toy / f).read_bytes())
+    (tokdir / "train.parquet").write_bytes((toy / "train0.parquet").read_bytes())
+    (tokdir / "valid.parquet").write_bytes((toy / "train1.parquet").read_bytes())
     assert find_damaged(root) == []
     assert json.loads((root / ".snakemake/unie/verified.json").read_text()).keys() == {
-        "results/models/m/model.safetensors", "resources/tokenized/owt/train.npy"}
+        "results/models/m/model.safetensors", "resources/tokenized/owt/train.parquet",
+        "resources/tokenized/owt/valid.parquet"}
     _flip(saved / "model.safetensors")
-    _truncate(tokdir / "train.npy", 0.9)
+    _truncate(tokdir / "train.parquet", 0.9)
+    _flip(tokdir / "valid.parquet", 100)  # a page's CRC fails
     logs = []
-    assert len(set_aside_damaged(root, log=logs.append, dry_run=True)) == 2
+    assert len(set_aside_damaged(root, log=logs.append, dry_run=True)) == 3
     assert (saved / "model.safetensors").exists() and all("the run will set it aside" in m for m in logs)
     logs = []
     damaged = set_aside_damaged(root, log=logs.append)
-    assert {d.output for d in damaged} == {"results/models/m/model.safetensors", "resources/tokenized/owt/train.npy"}
+    assert {d.output for d in damaged} == {"results/models/m/model.safetensors", "resources/tokenized/owt/train.parquet",
+                                           "resources/tokenized/owt/valid.parquet"}
+    assert {d.problem.split(" (")[0] for d in damaged if d.path.endswith(".parquet")} == {
+        "its footer cannot be read", "pyarrow cannot read it"}
     assert not (saved / "model.safetensors").exists() and (saved / "model.safetensors.damaged").exists()
-    assert (tokdir / "train.npy.damaged").exists() and len(logs) == 2 and all("\n" not in m for m in logs)
+    assert (tokdir / "train.parquet.damaged").exists() and len(logs) == 3 and all("\n" not in m for m in logs)
     assert any("results/models/m/model.safetensors is damaged" in m and "this run rebuilds it" in m for m in logs)
     # beside a running snakemake (its lock), nothing is touched
     (root / ".snakemake" / "locks").mkdir(parents=True)
     (root / ".snakemake" / "locks" / "0.input.lock").write_text("x")
-    (tokdir / "train.npy.damaged").rename(tokdir / "train.npy")
-    assert set_aside_damaged(root, log=logs.append) == [] and (tokdir / "train.npy").exists()
+    (tokdir / "train.parquet.damaged").rename(tokdir / "train.parquet")
+    assert set_aside_damaged(root, log=logs.append) == [] and (tokdir / "train.parquet").exists()
 
 
 def test_damage_the_scan_cannot_see_is_reported_by_the_job_that_reads_the_file(saved, tmp_path, monkeypatch):
@@ -440,7 +459,7 @@ def test_a_tokenizer_mismatch_between_tokens_and_tokenizer_is_refused(toy, tmp_p
 
     word_tokenizer(["other", "words"]).save(tmp_path / "tok")
     with pytest.raises(ConfigError, match="tokenizer mismatch"):
-        train_from_spec("m", _spec(), toy / "train0.npy", tmp_path / "tok", tmp_path / "out", tmp_path / "ck",
+        train_from_spec("m", _spec(), toy / "train0.parquet", tmp_path / "tok", tmp_path / "out", tmp_path / "ck",
                         seq_len=8, log=_quiet)
     assert not (tmp_path / "out").exists() and not (tmp_path / "ck" / "last.pt").exists()
 
@@ -559,29 +578,28 @@ def test_nce_with_a_changed_partner_or_dev_split_trains_fresh(tmp_path, tok, cha
     tok.save(tmp_path / "tok")
     for name, split, n, seed in (("train", "train", 64, 0), ("valid", "valid", 16, 0), ("valid1", "valid", 16, 1)):
         write_text_parquet(generate_corpus("owt", split, n, L, seed=seed), tmp_path / f"{name}.parquet")
-        tokenize_corpus(tmp_path / f"{name}.parquet", tok, tmp_path / f"{name}.npy", L, insert_eos=False,
+        tokenize_corpus(tmp_path / f"{name}.parquet", tok, tmp_path / f"{name}_tokens.parquet", L, insert_eos=False,
                         chunk_specials=False)
     small = {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2}
-    train_from_spec("mdlm", {"method": "mdlm", "arch": arch, "train": small}, tmp_path / "train.npy", tmp_path / "tok",
+    train_from_spec("mdlm", {"method": "mdlm", "arch": arch, "train": small}, tmp_path / "train_tokens.parquet", tmp_path / "tok",
                     tmp_path / "m", tmp_path / "ck_m", L, log=_quiet)
     for seed in (0, 1):
         train_from_spec("p", {"method": "ar", "options": {"mask_inputs": True}, "arch": arch, "train": {**small, "seed": seed}},
-                        tmp_path / "train.npy", tmp_path / "tok", tmp_path / f"p{seed}", tmp_path / f"ck_p{seed}", L,
+                        tmp_path / "train_tokens.parquet", tmp_path / "tok", tmp_path / f"p{seed}", tmp_path / f"ck_p{seed}", L,
                         log=_quiet)
-    proxy, dev = tmp_path / "proxy", tmp_path / "dev.npy"
+    proxy, dev = tmp_path / "proxy", tmp_path / "dev.parquet"
 
     def place(proxy_seed, dev_name):
         proxy.mkdir(exist_ok=True)
         for f in ("model.safetensors", "config.json"):
             (proxy / f).write_bytes((tmp_path / f"p{proxy_seed}" / f).read_bytes())
-        for suffix in (".npy", ".meta.json"):
-            (tmp_path / f"dev{suffix}").write_bytes((tmp_path / f"{dev_name}{suffix}").read_bytes())
+        dev.write_bytes((tmp_path / f"{dev_name}_tokens.parquet").read_bytes())
 
     spec = {"method": "nce", "options": {"energy": "uni", "train": "dlm", "ar_context": "masked", "proxy": "p"},
             "arch": arch, "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
 
     def run(out, ckpt, logs=None):
-        return train_from_spec("n", spec, tmp_path / "train.npy", tmp_path / "tok", out, ckpt, L,
+        return train_from_spec("n", spec, tmp_path / "train_tokens.parquet", tmp_path / "tok", out, ckpt, L,
                                init_dir=tmp_path / "m", partner_dirs={"proxy": proxy}, dev_path=dev,
                                log=_quiet if logs is None else logs.append)[0]
 

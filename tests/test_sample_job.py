@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import make_net
-from unie.data.corpus import load_tokens
+from unie.data.tokens import load_tokens
 from unie.models.checkpoint import save_model
 from unie.pipeline.sample import SampleJob, read_sample_meta, run_sampler, sample_and_score, sampling_seed
 from unie.pipeline.timing import time_run

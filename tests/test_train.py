@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 
 from unie.methods.ar import ARModel
 from unie.core.config import TrainConfig
-from unie.data.corpus import load_tokens, tokenize_corpus, write_text_parquet
+from unie.data.corpus import tokenize_corpus, write_text_parquet
+from unie.data.tokens import load_tokens
 from unie.pipeline.models import load_wrapped, train_from_spec
 from unie.methods.mdlm import MDLM, MDLMDenoiser
 from unie.models.checkpoint import CheckpointError, load_model, save_model
@@ -203,7 +204,7 @@ def toy_files(tmp_path_factory, tok):
     root = tmp_path_factory.mktemp("toy")
     tok.save(root / "tokenizer")
     write_text_parquet(generate_corpus("owt", "train", 48, 8, seed=0), root / "raw.parquet")
-    n = tokenize_corpus(root / "raw.parquet", tok, root / "train.npy", 8, insert_eos=False, chunk_specials=False)
+    n = tokenize_corpus(root / "raw.parquet", tok, root / "train.parquet", 8, insert_eos=False, chunk_specials=False)
     assert n == 48
     return root
 
@@ -216,7 +217,7 @@ def _spec(method):
 @pytest.mark.parametrize("method", ["mdlm", "ar"])
 def test_train_from_spec_end_to_end(toy_files, tok, tmp_path, method):
     out = tmp_path / "out"
-    ema, history = train_from_spec(method, _spec(method), toy_files / "train.npy", toy_files / "tokenizer", out,
+    ema, history = train_from_spec(method, _spec(method), toy_files / "train.parquet", toy_files / "tokenizer", out,
                                    tmp_path / "ckpt", seq_len=8, log=_quiet)
     assert [r["step"] for r in history] == [2, 4]
     net, meta = load_model(out, tokenizer_info=tok.info(), expect_method=method)
@@ -225,7 +226,7 @@ def test_train_from_spec_end_to_end(toy_files, tok, tmp_path, method):
     assert meta["extra"]["train"] == _spec(method)["train"]
     assert json.loads((out / "history.json").read_text())[-1]["step"] == 4
     wrapped = load_wrapped(out, tok)
-    x = load_tokens(toy_files / "train.npy", limit=3).long()
+    x = load_tokens(toy_files / "train.parquet", limit=3).long()
     if method == "mdlm":
         assert isinstance(wrapped, MDLMDenoiser)
         xt = x.clone()
@@ -238,7 +239,7 @@ def test_train_from_spec_end_to_end(toy_files, tok, tmp_path, method):
 
 def test_train_from_spec_interrupted_writes_only_when_done(toy_files, tmp_path):
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    args = (_spec("mdlm"), toy_files / "train.npy", toy_files / "tokenizer")
+    args = (_spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer")
     torch.manual_seed(0)  # the same initialisation for both runs (see the next test)
     train_from_spec("m", *args, out, ckpt, seq_len=8, log=_quiet, stop_after=2)
     assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
@@ -254,7 +255,7 @@ def test_train_from_spec_interrupted_writes_only_when_done(toy_files, tmp_path):
 def test_train_from_spec_is_a_function_of_its_inputs(toy_files, tmp_path):
     """The same spec and data give the same model, whatever the caller did with the global RNG before
     (TrainConfig.seed, not torch's global state, must decide the initial weights)."""
-    args = (_spec("mdlm"), toy_files / "train.npy", toy_files / "tokenizer")
+    args = (_spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer")
     torch.manual_seed(1)
     a, _ = train_from_spec("m", *args, tmp_path / "a", tmp_path / "ca", seq_len=8, log=_quiet)
     torch.manual_seed(2)
@@ -266,7 +267,7 @@ def test_train_from_spec_nan_loss_writes_no_model(toy_files, tmp_path, monkeypat
     monkeypatch.setattr(MDLM, "loss", lambda self, net, x0, g: net(x0).sum() * float("nan"))
     out = tmp_path / "out"
     with pytest.raises(NonFiniteLossError):
-        train_from_spec("m", _spec("mdlm"), toy_files / "train.npy", toy_files / "tokenizer", out,
+        train_from_spec("m", _spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer", out,
                         tmp_path / "ckpt", seq_len=8, log=_quiet)
     assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
 
@@ -275,7 +276,7 @@ def test_train_from_spec_rejects_wrong_seq_len(toy_files, tmp_path):
     from unie.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="seq_len"):
-        train_from_spec("m", _spec("mdlm"), toy_files / "train.npy", toy_files / "tokenizer", tmp_path / "o",
+        train_from_spec("m", _spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer", tmp_path / "o",
                         tmp_path / "c", seq_len=16, log=_quiet)
 
 

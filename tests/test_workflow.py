@@ -82,7 +82,7 @@ def test_smoke_outputs(smoke_run):
     tex = (tables / "table2_genppl.tex").read_text()
     assert f"{ex[ex.run == 'data'].genppl.iloc[0]:.1f}" in tex
     # samples contain no masks and have the configured shape
-    from unie.data.corpus import load_tokens
+    from unie.data.tokens import load_tokens
 
     x = load_tokens(smoke_run / "results" / "samples" / "mdlm" / "steps2.parquet")
     assert x.shape == (cfg["sampling"]["n_samples"], cfg["data"]["seq_len"])
@@ -103,7 +103,7 @@ def test_smoke_outputs(smoke_run):
     part = pd.read_csv(tables / "partition_check.csv")
     assert (part.derived_xs.round(4) == 3.0 ** part.revealed).all() and (part.fixed_xs_max.round(6) == 1).all()
     nce = json.loads((smoke_run / "results" / "models" / "uni_edlm_nce" / "config.json").read_text())
-    assert nce["extra"]["dev"]["dev_split"].endswith("valid.npy") and cfg["ppl"]["split"] == "test"
+    assert nce["extra"]["dev"]["dev_split"].endswith("valid.parquet") and cfg["ppl"]["split"] == "test"
     sel = nce["extra"]["dev"]["selected"]["dev"]  # Uni-EDLM-NCE: p_theta's dev NELBO may not get worse
     assert sel["admissible"] and sel["guard"] <= nce["extra"]["dev"]["initial"]["dev"]["guard"]
     ebm = json.loads((smoke_run / "results" / "models" / "edlm_nce" / "config.json").read_text())
@@ -209,12 +209,18 @@ def test_bench_target(smoke_run):
     assert (eq["steps"] is None) == (min(u["genppl"] for u in eq["uni"]) > eq["ar_genppl"])
     md = (smoke_run / "results" / "bench" / "sampler.md").read_text()
     assert f"{ws['measured']:.3f}" in md and f"{ws['limit']:.3f}" in md
+    # training from the Parquet token file's view against the memory-mapped .npy: same batches, both timed
+    tf = r["token_file"]
+    assert tf["identical_batches"] and tf["batch_size"] == cfg["train_batch"] and tf["rounds"] == cfg["repeats"]
+    assert all(len(v) == cfg["repeats"] and min(v) > 0 for v in tf["per_round"].values())
+    assert tf["ratio"] == pytest.approx(med([a / b for a, b in zip(tf["per_round"]["parquet"], tf["per_round"]["npy"])]))
+    assert f"{tf['ratio']:.3f}" in md and not tf["view_built"]  # training built the view before
 
 
 @pytest.mark.slow
 def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
     """sampling.job: run (the smoke and default profiles) writes the files one job per step count would."""
-    from unie.data.corpus import load_tokens
+    from unie.data.tokens import load_tokens
     from unie.pipeline.sample import SampleJob, run_sampler
 
     cfg = resolve_config([SMOKE])
@@ -236,7 +242,7 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
 
 @pytest.mark.slow
 def test_rerun_is_noop_and_targeted(smoke_run):
-    from unie.data.corpus import load_tokens
+    from unie.data.tokens import load_tokens
 
     r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
     assert r.returncode == 0

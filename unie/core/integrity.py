@@ -5,8 +5,9 @@
   one, never a half-written one.  The new file gets the permissions of an ordinary new file (``0666 & ~umask``,
   ``0644`` under the usual umask), whatever the library that wrote it chose (safetensors writes ``0600``).
 * :func:`file_record` / :func:`verify_file`: a content hash (SHA-256) and the size of a file, recorded in its
-  metadata when it is written and checked when it is read (safetensors and ``.npy`` have no checksum of their own:
-  a flipped byte would otherwise be used silently).
+  metadata when it is written and checked when it is read (safetensors and ``torch.save`` files have no checksum of
+  their own: a flipped byte would otherwise be used silently; token files carry page CRCs and a content hash in
+  their Parquet metadata, :mod:`unie.data.tokens`).
 * :class:`DamagedFileError`: the one-line error for a file that is missing a part, or whose bytes differ from
   the ones recorded; it names the file and what to do.
 """

@@ -12,6 +12,9 @@
   Figure 3; the Gen PPL of each comes from the workflow's result JSONs; the ratio is Uni-E's wall-clock at the
   fewest steps whose Gen PPL is at most the AR's, over the AR's (None when never reached).
 * **Training throughput** of the backbone: tokens/s of the training step (loss, backward, AdamW).
+* **Token file** (:func:`data_path_throughput`): training steps/s with batches drawn as training draws them from
+  the Parquet token file's zero-copy Arrow view (what training reads) and from the memory-mapped int32 ``.npy``
+  array training read before (the same bytes mapped by numpy), in interleaved rounds; the same model and batch.
 * **Paper scale** (:func:`paper_scale_bench`, no checkpoint, no download): random weights of GPT-2-small's sizes,
   every number of ``notes/gpu.md``'s table in fp32 / TF32 / bf16 autocast (:func:`precision_mode`), with the
   ratios to their limits and the AR's per-token latency; ``python -m unie.pipeline.bench --paper-scale --device
@@ -31,11 +34,15 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
 
+from ..core.config import TrainConfig
 from ..core.registry import SAMPLERS
-from ..data.corpus import load_tokens
+from ..core.train import draw_batch
+from ..data.tokens import TOKEN_DTYPE, TokenRows, load_tokens, map_view, read_token_meta, token_view, view_path
 from ..data.tokenizer import load_tokenizer
 from ..eval.timing import _sync, time_generation
 from ..models.checkpoint import load_model
@@ -92,10 +99,73 @@ def train_throughput(model_dir, tokenizer, rows: torch.Tensor, steps: int, devic
     return steps * x0.numel() / (time.perf_counter() - t0)
 
 
+def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: int, steps: int, rounds: int,
+                         device, seed: int = 0) -> dict:
+    """Training steps/s of the checkpoint's method on the token file ``train_path`` read two ways, in ``rounds``
+    interleaved rounds of ``steps`` steps each (each round times both, the first one alternating):
+
+    * ``parquet``: :meth:`TokenRows.open` (the zero-copy Arrow view in ``token_cache``, built if missing), as
+      training reads it now;
+    * ``npy``: the same int32 values memory-mapped by numpy as the ``.npy`` was (``np.load(mmap_mode="c")`` is a
+      copy-on-write ``np.memmap`` at the header's end; here at the view's values) and indexed as a tensor.
+
+    A step draws its batch as training does (:func:`unie.core.train.draw_batch`: ``seed``, step, ``batch`` rows),
+    reads it, and runs loss, backward and AdamW on a model of its own (two copies of the checkpoint).  Returns the
+    median steps/s of each, the median over rounds of the ratio, whether every batch was identical, the seconds of
+    the first open (building the view if it was missing) and the bytes of the Parquet file and of the view."""
+    t0 = time.perf_counter()
+    meta = read_token_meta(train_path)
+    view = view_path(train_path, meta, token_cache)
+    built = not view.exists()
+    x = token_view(train_path, token_cache)
+    open_s = time.perf_counter() - t0
+    offset = map_view(view)[2]
+    npy = np.memmap(view, dtype=TOKEN_DTYPE, mode="c", offset=offset, shape=x.shape)  # what np.load(mmap_mode="c") gave
+    sources = {"parquet": TokenRows(x), "npy": TokenRows(torch.from_numpy(npy))}
+    cfg = TrainConfig(steps=steps, batch_size=batch, seed=seed)
+    n = x.shape[0]
+    models = {}
+    for name in sources:
+        net, meta_m = load_model(model_dir, device=device, tokenizer_info=tokenizer.info())
+        method = build_method(meta_m["method"], tokenizer.info(), meta_m.get("extra", {}).get("options", {}))
+        net.train()
+        models[name] = (net, method, torch.optim.AdamW(net.parameters(), lr=1e-4),
+                        torch.Generator(device=device).manual_seed(seed))
+
+    def run(name, first_step):
+        net, method, opt, g = models[name]
+        for step in range(first_step, first_step + steps):
+            x0 = sources[name][draw_batch(cfg, step, n, None)]
+            loss = method.loss(net, x0.to(device), g)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        _sync(device)
+
+    for name in sources:  # warm-up, untimed
+        run(name, 0)
+    per = {name: [] for name in sources}
+    for r in range(rounds):
+        order = list(sources) if r % 2 == 0 else list(reversed(sources))
+        for name in order:
+            t = time.perf_counter()
+            run(name, (r + 1) * steps)
+            per[name].append(steps / (time.perf_counter() - t))
+    same = all(torch.equal(sources["parquet"][idx], sources["npy"][idx])
+               for idx in (draw_batch(cfg, step, n, None) for step in range((rounds + 1) * steps)))
+    med = statistics.median
+    return {"steps_per_s": {name: med(v) for name, v in per.items()},
+            "ratio": med([a / b for a, b in zip(per["parquet"], per["npy"])]), "rounds": rounds, "steps": steps,
+            "batch_size": batch, "identical_batches": same, "open_s": open_s, "view_built": built,
+            "parquet_bytes": Path(train_path).stat().st_size, "view_bytes": view.stat().st_size, "rows": n,
+            "per_round": per}
+
+
 def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, threads: int, evaluator: str,
-              device: str = "cpu", log=print) -> dict:
-    """The whole benchmark (module doc).  ``cfg``: config ``bench``; ``inputs``: ``tokenizer``, ``train`` (tokens)
-    and ``dlm``/``proxy``/``ar`` checkpoint directories; ``genppl``: Figure 3's trade-off records (Uni-E and AR)."""
+              device: str = "cpu", log=print, token_cache=None) -> dict:
+    """The whole benchmark (module doc).  ``cfg``: config ``bench``; ``inputs``: ``tokenizer``, ``train`` (a Parquet
+    token file) and ``dlm``/``proxy``/``ar`` checkpoint directories; ``genppl``: Figure 3's trade-off records (Uni-E
+    and AR); ``token_cache``: where the token file's Arrow view is kept (:func:`unie.data.tokens.token_view`)."""
     torch.set_num_threads(threads)
     tok = load_tokenizer(inputs["tokenizer"])
     dlm = load_wrapped(inputs["dlm"], tok, device)
@@ -172,6 +242,13 @@ def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, thre
                            cfg["train_steps"], device)
     out["train_tokens_per_s"] = tps
     log(f"training throughput of {inputs['dlm']}: {tps:.0f} tokens/s")
+    d = data_path_throughput(inputs["dlm"], tok, inputs["train"], token_cache, cfg["train_batch"], cfg["train_steps"],
+                             cfg["repeats"], device)
+    out["token_file"] = d
+    log(f"training from the Parquet token file's view {d['steps_per_s']['parquet']:.2f} steps/s, from the "
+        f"memory-mapped .npy {d['steps_per_s']['npy']:.2f} steps/s (ratio {d['ratio']:.3f}, median of {d['rounds']} "
+        f"rounds; identical batches: {d['identical_batches']}); first open {d['open_s']:.2f} s "
+        f"({'built the view' if d['view_built'] else 'view cached'})")
     return out
 
 
@@ -195,6 +272,7 @@ def bench_markdown(r: dict) -> str:
         f"the rows scored | | {wr['limit_window_fraction']:.3f} |",
         f"| training throughput (backbone) | {r['train_tokens_per_s']:.0f} tokens/s | |",
         "",
+        *_token_file_lines(r.get("token_file")),
         f"Window step / its limit (median over {len(r['rounds'])} interleaved rounds of each round's ratio): "
         f"{ws['measured_to_limit']:.3f}; within 1.1 x its limit: **{'yes' if ws['within_1.1'] else 'no'}**.",
         "",
@@ -211,6 +289,27 @@ def bench_markdown(r: dict) -> str:
          f"{eq['paper_ratio']:.2f})."),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _token_file_lines(d: dict | None) -> list[str]:
+    if d is None:
+        return []
+    sps = d["steps_per_s"]
+    return [
+        f"Training from the token file ({d['rows']} rows; batch {d['batch_size']}, {d['steps']} steps per round, "
+        f"{d['rounds']} interleaved rounds, the same model):",
+        "",
+        "| tokens read from | steps/s (median) |",
+        "|---|---|",
+        f"| Parquet, zero-copy Arrow view (training now) | {sps['parquet']:.2f} |",
+        f"| memory-mapped int32 `.npy` array (before) | {sps['npy']:.2f} |",
+        "",
+        f"Parquet / `.npy`: **{d['ratio']:.3f}** (median of the rounds' ratios); identical batches: "
+        f"**{'yes' if d['identical_batches'] else 'no'}**.  Parquet file {d['parquet_bytes'] / 1e6:.2f} MB, its view "
+        f"{d['view_bytes'] / 1e6:.2f} MB; first open {d['open_s']:.2f} s "
+        f"({'view built' if d['view_built'] else 'view cached, values hashed'}).",
+        "",
+    ]
 
 
 # ---------------------------------------------------------------------- paper scale, random weights

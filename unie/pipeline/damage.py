@@ -7,7 +7,9 @@ Checked (the files the workflow records a hash for, :mod:`unie.core.integrity`):
 
 * model weights ``results/models/*/model.safetensors`` and ``results/dllm/models/*/model.safetensors`` against
   their ``config.json``'s ``weights`` record (a damaged ``config.json`` sets the weights aside too);
-* token files ``resources/tokenized/*/*.npy`` against their ``.meta.json``;
+* token files ``resources/tokenized/*/*.parquet`` against the content hash in their own metadata (the decoded
+  values, pages checked against their CRCs: :mod:`unie.data.tokens`); an unreadable footer (a truncated file) is
+  damage too;
 * the DLLM training tensors ``resources/dllm/*.pt`` against ``resources/dllm/meta.json`` (which is set aside: it
   is the rule's declared output, and its rule rewrites every tensor).
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.integrity import DamagedFileError, file_sha256
+from ..data.tokens import read_token_meta, token_content_sha256
 
 CACHE = Path(".snakemake/unie/verified.json")
 REPORTED = Path(".snakemake/unie/damaged.txt")  # files a job found damaged (one relative path per line)
@@ -42,8 +45,14 @@ class Damaged:
     output: str  # the declared output to set aside so that its rule reruns
 
 
+def _token_digest(path: Path) -> str:
+    """A token file's content hash, decoded (its record counts rows, not bytes)."""
+    return token_content_sha256(path)[0]
+
+
 def _record_checks(root: Path):
-    """``(file, record, output)`` for every file with a recorded hash under ``root``."""
+    """``(file, record, output, digest)`` for every file with a recorded hash under ``root``: ``record`` has the
+    ``sha256`` that ``digest(file)`` must give (and ``bytes``, the size, where recorded), None when unreadable."""
     for cfg in sorted([*root.glob("results/models/*/config.json"), *root.glob("results/dllm/models/*/config.json")]):
         weights = cfg.parent / "model.safetensors"
         if not weights.exists():
@@ -51,27 +60,27 @@ def _record_checks(root: Path):
         try:
             meta = json.loads(cfg.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
-            yield cfg, None, weights
+            yield cfg, None, weights, file_sha256
             continue
         if isinstance(meta, dict) and isinstance(meta.get("weights"), dict):
-            yield weights, meta["weights"], weights
-    for meta_path in sorted(root.glob("resources/tokenized/*/*.meta.json")):
-        tokens = meta_path.with_name(meta_path.name.removesuffix(".meta.json") + ".npy")
-        if not tokens.exists():
-            continue
+            yield weights, meta["weights"], weights, file_sha256
+    for tokens in sorted(root.glob("resources/tokenized/*/*.parquet")):
         try:
-            yield tokens, json.loads(meta_path.read_text()), tokens
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            yield meta_path, None, tokens
+            meta = read_token_meta(tokens)
+        except DamagedFileError:
+            yield tokens, None, tokens, _token_digest
+            continue
+        if meta is not None:
+            yield tokens, {"sha256": meta.get("content_sha256")}, tokens, _token_digest
     dllm_meta = root / "resources/dllm/meta.json"
     if dllm_meta.exists():
         try:
             files = json.loads(dllm_meta.read_text()).get("files", {})
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            yield dllm_meta, None, dllm_meta
+            yield dllm_meta, None, dllm_meta, file_sha256
             return
         for name, record in sorted(files.items()):
-            yield dllm_meta.parent / name, record, dllm_meta
+            yield dllm_meta.parent / name, record, dllm_meta, file_sha256
 
 
 def _stamp(st, record: dict) -> list:
@@ -103,10 +112,11 @@ def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HA
     if (root / REPORTED).exists():
         reported = {line.strip() for line in (root / REPORTED).read_text().splitlines() if line.strip()}
     found, verified = [], {}
-    for path, record, output in _record_checks(root):
+    for path, record, output, digest in _record_checks(root):
         rel, out = os.path.relpath(path, root), os.path.relpath(output, root)
         if record is None:
-            found.append(Damaged(rel, "its metadata is not valid JSON", out))
+            what = "its footer cannot be read" if path.suffix == ".parquet" else "its metadata is not valid JSON"
+            found.append(Damaged(rel, what, out))
             continue
         try:
             st = path.stat()
@@ -123,7 +133,12 @@ def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HA
         if cache.get(rel) == stamp or st.st_size > hash_limit:
             verified[rel] = stamp
             continue
-        if record.get("sha256") and file_sha256(path) != record["sha256"]:
+        try:
+            same = not record.get("sha256") or digest(path) == record["sha256"]
+        except DamagedFileError as e:  # a token file whose pages fail their CRC
+            found.append(Damaged(rel, e.problem, out))
+            continue
+        if not same:
             found.append(Damaged(rel, "content hash differs from the one recorded when it was written", out))
             continue
         verified[rel] = stamp

@@ -18,7 +18,7 @@ from ..core.distributed import world
 from ..core.precision import check_precision, precision_record
 from ..core.registry import METHODS
 from ..core.train import run_spec, train
-from ..data.corpus import TokenRows, load_tokens, token_file_info
+from ..data.tokens import TokenRows, load_tokens, token_file_info
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, model_config_of, read_meta, save_model
 from ..models.dit import DiTConfig, backbone_for
@@ -107,11 +107,15 @@ def init_fingerprint(init_dir) -> str | None:
 
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
                     device: str = "cpu", init_dir=None, log=print, stop_after: int | None = None,
-                    partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512, precision: str = "fp32"):
+                    partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512, precision: str = "fp32",
+                    token_cache=None):
     """Train model ``name`` of ``config['models']``; writes ``out_dir/{model.safetensors,config.json}``.
 
     ``partner_dirs`` (role -> checkpoint dir) are frozen models a method needs (NCE's proxy or DLM);
     ``dev_path`` is a held-out split for methods with ``dev_metrics`` (model selection on dev).
+    ``train_path`` is a Parquet token file (:mod:`unie.data.tokens`): its metadata is the data's identity for the
+    resume check and names its tokenizer; batches come from its zero-copy Arrow view, kept in ``token_cache``
+    (default: beside the file).
     ``precision`` (:mod:`unie.core.precision`): the training passes' precision; a run in another precision than
     ``fp32`` has another run specification (its ``last.pt`` is not resumed by an fp32 run, nor the converse) and
     records it in ``config.json``.
@@ -130,15 +134,15 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)
-    data_id = token_file_info(train_path)  # its identity, the bytes checked against the token file's metadata
+    data_id = token_file_info(train_path)  # its metadata: content hash, shape, largest id, tokenizer
     if data_id["tokenizer"] not in (None, tok.info()["fingerprint"]):
         raise ConfigError(f"{train_path} was tokenised with tokenizer {data_id['tokenizer']}, but {tokenizer_dir} is "
                           f"{tok.info()['fingerprint']} (tokenizer mismatch: rerun the tokenize rule)")
-    data = TokenRows(load_tokens(train_path))  # memory-mapped; batches are read as int64
-    if data.shape[1] != seq_len:
-        raise ConfigError(f"{train_path}: sequences have length {data.shape[1]}, config says seq_len={seq_len}")
-    if data.max() >= tok.vocab_size:
+    if data_id["shape"][1] != seq_len:
+        raise ConfigError(f"{train_path}: sequences have length {data_id['shape'][1]}, config says seq_len={seq_len}")
+    if data_id["max_id"] >= tok.vocab_size:
         raise ConfigError(f"{train_path}: token ids exceed the tokenizer's vocabulary (tokenizer mismatch)")
+    data = TokenRows.open(train_path, token_cache)  # a memory-mapped view, its values checked against the hash
     if hasattr(method, "prepare"):  # methods that need other models (e.g. NCE's frozen AR proxy)
         partners = {role: load_wrapped(d, tok, device) for role, d in (partner_dirs or {}).items()}
         method.prepare(net=net, models=partners, device=device, log=log)

@@ -18,7 +18,7 @@ import torch
 
 from ..core.precision import precision_record
 from ..core.schedule import make_schedule
-from ..data.corpus import load_tokens
+from ..data.tokens import load_tokens
 from ..data.tokenizer import load_tokenizer
 from ..energy.likelihood import energy_corrected_nelbo
 from ..eval.likelihood import mc_nll

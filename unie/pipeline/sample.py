@@ -21,7 +21,7 @@ import torch
 
 from ..core.precision import autocast, check_precision, precision_record
 from ..core.registry import EVALUATORS, SAMPLERS
-from ..data.corpus import load_tokens, write_tokens
+from ..data.tokens import load_tokens, write_tokens
 from ..data.tokenizer import blocked_ids, load_tokenizer
 from ..eval import genppl  # noqa: F401  (registers the evaluators)
 from ..eval.metrics import mean_entropy_bits, ppl_with_se

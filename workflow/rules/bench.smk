@@ -8,7 +8,7 @@ def bench_inputs(wc):
     fig = config["figures"]["fig3_tradeoff"]
     return {
         "tokenizer": "resources/tokenizer",
-        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.npy",
+        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
         "dlm": model_files(b["dlm"]),
         "proxy": model_files(b["proxy"]),
         "ar": model_files(b["ar"]),
@@ -30,6 +30,7 @@ rule bench:
         evaluator=lambda wc: config["figures"]["fig3_tradeoff"]["evaluator"],
         seq_len=config["data"]["seq_len"],
         device=config["device"],
+        token_cache=TOKEN_CACHE,
     threads: held_cores()
     resources:
         gpu=res("bench", "gpu", 0),

@@ -43,6 +43,9 @@ ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]
 DOMAINS = config["data"]["domains"]
 TRAIN_DOMAIN = config["data"]["train_domain"]
 PPL_SPLIT = config["ppl"]["split"]
+# token files are Parquet (resources/tokenized/{domain}/{split}.parquet, rule tokenize); training reads the train
+# split through a zero-copy Arrow view derived from it, cached here (unie.data.tokens.token_view)
+TOKEN_CACHE = f"resources/cache/tokenized/{TRAIN_DOMAIN}"
 # report(file, **REPORT[target]): the caption (workflow/report/{target}.rst), category and subcategory of a target's
 # files in `snakemake --report report.html` (unie.pipeline.targets)
 REPORT = {name: report_args(name) for name in TARGETS if TARGETS[name].category}

@@ -39,14 +39,17 @@ rule tokenize:
         raw="resources/raw/{domain}/{split}.parquet",
         tokenizer="resources/tokenizer",
     output:
-        tokens="resources/tokenized/{domain}/{split}.npy",
-        meta="resources/tokenized/{domain}/{split}.meta.json",  # what made the tokens, their size and SHA-256
+        # one row of L int32 per chunk; its metadata: the tokenizer, L, the wrapping, the source, the content hash
+        tokens="resources/tokenized/{domain}/{split}.parquet",
     log:
         "logs/tokenize/{domain}/{split}.log",
     params:
         seq_len=config["data"]["seq_len"],
         insert_eos=SETTINGS.insert_eos,
         chunk_specials=SETTINGS.chunk_specials,
+        source=lambda wc: {"dataset": wc.domain, "split": wc.split,
+                           **({"hf": config["data"]["hf"][wc.domain][wc.split]} if config["data"]["source"] == "hf"
+                              else {"toy_world": {"seed": config["seed"], "sequences": config["data"]["splits"][wc.split]}})},
     threads: 1
     resources:
         slurm_partition=partition("tokenize"),

@@ -108,7 +108,7 @@ rule dllm_data:
     input:
         yamls=rules.dllm_tasks.output.yamls,
         tokenizer="resources/tokenizer",
-        toy=f"resources/tokenized/{TRAIN_DOMAIN}/train.npy",
+        toy=f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
     output:
         meta="resources/dllm/meta.json",
     log:

@@ -7,7 +7,7 @@ rule ppl:
     input:
         model=lambda wc: model_files(wc.ppl_model),
         tokenizer="resources/tokenizer",
-        data=expand("resources/tokenized/{domain}/{split}.npy", domain=DOMAINS, split=PPL_SPLIT),
+        data=expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
     output:
         "results/ppl/{ppl_model}.json",
     log:
@@ -32,7 +32,7 @@ rule ppl:
 rule ppl_exact:
     input:
         tokenizer="resources/tokenizer",
-        data=expand("resources/tokenized/{domain}/{split}.npy", domain=DOMAINS, split=PPL_SPLIT),
+        data=expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
     output:
         "results/ppl/exact.json",
     log:
@@ -51,7 +51,7 @@ def estimator_inputs(wc):
     spec = config["likelihood"][wc.estimator]
     inputs = {
         "tokenizer": "resources/tokenizer",
-        "data": expand("resources/tokenized/{domain}/{split}.npy", domain=DOMAINS, split=PPL_SPLIT),
+        "data": expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
         "dlm": model_files(spec["dlm"]),
     }
     for role in ("proxy", "ebm"):  # the AR proxy (not for the exact context) or EDLM's energy network

@@ -8,7 +8,7 @@ def sample_inputs(wc):
     for role, model in spec.get("models", {}).items():
         inputs[role] = model_files(model)
     if spec["sampler"] == "data":
-        inputs["data"] = f"resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.npy"
+        inputs["data"] = f"resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.parquet"
     return inputs
 
 

@@ -5,7 +5,7 @@ from unie.pipeline.rule import job
 with job(snakemake) as log:
     import os
 
-    from unie.data.corpus import load_tokens
+    from unie.data.tokens import load_tokens
     from unie.data.tokenizer import load_tokenizer
     from unie.pipeline.dllm import prepare_dllm_data
 

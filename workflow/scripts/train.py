@@ -14,6 +14,7 @@ with job(snakemake) as log:
         tokenizer_dir=snakemake.input.tokenizer,
         out_dir=snakemake.output.weights.rsplit("/", 1)[0],
         ckpt_dir=snakemake.params.ckpt_dir,
+        token_cache=snakemake.params.token_cache,
         seq_len=snakemake.params.seq_len,
         device=snakemake.params.device,
         init_dir=snakemake.input.get("init", "").rsplit("/", 1)[0] or None,
