@@ -401,7 +401,8 @@ def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_
     assert (saved / "model.safetensors").exists() and all("the run will set it aside" in m for m in logs)
     logs = []
     damaged = set_aside_damaged(root, log=logs.append)
-    assert {d.output for d in damaged} == {"results/models/m/model.safetensors", "resources/tokenized/owt/train.parquet",
+    assert {d.output for d in damaged} == {"results/models/m/model.safetensors",
+                                           "resources/tokenized/owt/train.parquet",
                                            "resources/tokenized/owt/valid.parquet"}
     assert {d.problem.split(" (")[0] for d in damaged if d.path.endswith(".parquet")} == {
         "its footer cannot be read", "pyarrow cannot read it"}
@@ -581,11 +582,12 @@ def test_nce_with_a_changed_partner_or_dev_split_trains_fresh(tmp_path, tok, cha
         tokenize_corpus(tmp_path / f"{name}.parquet", tok, tmp_path / f"{name}_tokens.parquet", L, insert_eos=False,
                         chunk_specials=False)
     small = {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2}
-    train_from_spec("mdlm", {"method": "mdlm", "arch": arch, "train": small}, tmp_path / "train_tokens.parquet", tmp_path / "tok",
+    train = tmp_path / "train_tokens.parquet"
+    train_from_spec("mdlm", {"method": "mdlm", "arch": arch, "train": small}, train, tmp_path / "tok",
                     tmp_path / "m", tmp_path / "ck_m", L, log=_quiet)
     for seed in (0, 1):
         train_from_spec("p", {"method": "ar", "options": {"mask_inputs": True}, "arch": arch, "train": {**small, "seed": seed}},
-                        tmp_path / "train_tokens.parquet", tmp_path / "tok", tmp_path / f"p{seed}", tmp_path / f"ck_p{seed}", L,
+                        train, tmp_path / "tok", tmp_path / f"p{seed}", tmp_path / f"ck_p{seed}", L,
                         log=_quiet)
     proxy, dev = tmp_path / "proxy", tmp_path / "dev.parquet"
 
@@ -599,7 +601,7 @@ def test_nce_with_a_changed_partner_or_dev_split_trains_fresh(tmp_path, tok, cha
             "arch": arch, "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
 
     def run(out, ckpt, logs=None):
-        return train_from_spec("n", spec, tmp_path / "train_tokens.parquet", tmp_path / "tok", out, ckpt, L,
+        return train_from_spec("n", spec, train, tmp_path / "tok", out, ckpt, L,
                                init_dir=tmp_path / "m", partner_dirs={"proxy": proxy}, dev_path=dev,
                                log=_quiet if logs is None else logs.append)[0]
 

@@ -72,8 +72,8 @@ def test_tokenize_corpus_streams_the_same_chunks(tok, tmp_path, insert_eos, chun
         col = pq.read_table(out).column("input_ids")
         assert col.type == pa.list_(pa.int32(), L)
         assert np.array_equal(col.combine_chunks().flatten().to_numpy().reshape(-1, L), want), bs
-        assert [g.num_rows for g in map(pq.ParquetFile(out).metadata.row_group, range(pq.ParquetFile(out).num_row_groups))
-                ] == [5] * (n // 5) + ([n % 5] if n % 5 else [])
+        md = pq.ParquetFile(out).metadata
+        assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [5] * (n // 5) + ([n % 5] if n % 5 else [])
         x = load_tokens(out)
         assert x.dtype == torch.int32 and x.shape == (n, L) and torch.equal(x.long(), torch.from_numpy(want))
         assert read_token_meta(out)["content_sha256"] == content_sha256(want)
@@ -155,10 +155,10 @@ TOKENIZE = textwrap.dedent("""
 
 # Training on the corpus: a warm-up training on a tiny token file first (the view writer, pyarrow's reader, torch's
 # autograd start lazily), then the 200 MB corpus's view is built (decoded a row group at a time) and a batch read,
-# and a tiny network trains on it as train_from_spec does (the metadata, the view with its values hashed again as a
-# new process would, unie.core.train.train), as it trained on the tiny file.  The peak RSS of each phase is measured from the RSS at its start (writing
-# 5 to /proc/self/clear_refs resets VmHWM); the RSS is split as the kernel counts it: anonymous memory is what a copy of
-# the corpus would cost; file-backed pages (the map, the libraries) are page cache.
+# then a tiny network trains on the tiny file and on the corpus as train_from_spec does (the metadata, the view with
+# its values hashed again as a new process would, unie.core.train.train).  The peak RSS of each phase is measured from
+# the RSS at its start (writing 5 to /proc/self/clear_refs resets VmHWM); the RSS is split as the kernel counts it:
+# anonymous memory is what a copy of the corpus would cost; file-backed pages (the map, the libraries) are page cache.
 LOAD = textwrap.dedent("""
     import json, sys
     import numpy as np, torch

@@ -2,19 +2,19 @@
 
 **Layout.**  One column ``input_ids`` of type ``fixed_size_list<int32>[L]``, one row per sequence (a chunk of a
 tokenised corpus, or a sample).  Token files (:func:`write_token_file`, called by
-:func:`unie.data.corpus.tokenize_corpus`) are zstd-compressed with dictionary pages and page CRCs, in row groups
-of ``row_group_rows`` rows (:data:`ROW_GROUP_TOKENS` tokens: 32,768 rows of 32, 1,024 of 1,024), written one
-row group at a time, so writing holds one row group and reading one holds one.
+:func:`unie.data.corpus.tokenize_corpus`) are zstd-compressed (plain values: dictionary pages made GPT-2 ids no
+smaller and cost the writer memory) with page CRCs, in row groups of ``row_group_rows`` rows
+(:data:`ROW_GROUP_TOKENS` tokens: 4,096 rows of 32, 128 of 1,024), written one row group at a time, so writing holds
+one row group and reading one holds one.
 
 **Metadata.**  The key ``unie.tokens`` (:data:`META_KEY`) of the file's key-value metadata, a JSON object:
 ``format`` (``unie-tokens/2``), ``column``, ``dtype``, ``rows``, ``seq_len``, ``row_group_rows``, ``max_id`` (the
-largest token id), ``tokenizer``
-(its fingerprint) and ``vocab_size``, ``wrap`` (``rule: mdlm``, ``insert_eos``, ``chunk_specials``,
-``max_chunks``), ``source`` (the raw file's path and SHA-256, and what the caller adds: dataset, split) and
+largest token id), ``tokenizer`` (its fingerprint) and ``vocab_size``, ``wrap`` (``rule: mdlm``, ``insert_eos``,
+``chunk_specials``, ``max_chunks``), ``source`` (the raw file's path and SHA-256, and what the caller adds: dataset, split) and
 ``content_sha256``: the SHA-256 of the token values as little-endian int32, row after row (the bytes of the
 ``(N, L)`` array in C order, so :func:`content_sha256` of any reader's copy gives it).  The content hash is the
-data's identity: the resume check of training and the tokenizer-mismatch check read this metadata
-(:func:`token_file_info`), never the file's bytes.  pyarrow keeps the Arrow schema (with its metadata) in the key
+data's identity: the resume check of training and the tokenizer-mismatch and vocabulary checks read this metadata
+(:func:`token_file_info`), not the tokens.  pyarrow keeps the Arrow schema (with its metadata) in the key
 ``ARROW:schema``; the writer puts the final metadata there too, so ``pq.read_table(path).schema.metadata`` has it.
 
 **Reading.**  :func:`load_tokens` decodes the first rows (evaluation, samples, page CRCs checked).  Training reads
@@ -94,18 +94,19 @@ def _row_groups(chunks: Iterable[np.ndarray], rows: int) -> Iterator[np.ndarray]
 
 def write_token_file(path, chunks: Iterable[np.ndarray], seq_len: int, meta: dict,
                      row_group_rows: int | None = None) -> dict:
-    """Stream ``chunks`` (int arrays ``(n_i, seq_len)``) into the Parquet token file ``path`` (module doc), a row group
-    at a time, and finish its metadata: ``meta`` plus ``format``, ``column``, ``dtype``, ``rows``, ``seq_len``,
-    ``row_group_rows``, ``max_id`` and ``content_sha256``.  Returns the metadata.  Written atomically: if ``chunks`` raises,
-    nothing is left at ``path``.  An empty file (no rows) is an error."""
+    """Stream ``chunks`` (int arrays ``(n_i, seq_len)``) into the Parquet token file ``path`` (module doc), a row
+    group at a time, and finish its metadata: ``meta`` plus ``format``, ``column``, ``dtype``, ``rows``, ``seq_len``,
+    ``row_group_rows``, ``max_id`` and ``content_sha256``.  Returns the metadata.  Written atomically: if ``chunks``
+    raises, nothing is left at ``path``.  An empty file (no rows) is an error."""
     rows_per_group = row_group_rows or max(1, ROW_GROUP_TOKENS // seq_len)
     schema = token_schema(seq_len)
     out = {}
 
     def write(tmp):
         h, n, top = hashlib.sha256(), 0, -1
-        with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False, write_statistics=False, data_page_size=1 << 16,
-                              write_page_checksum=True) as writer:
+        # 64 KB pages: the writer buffers a page before compressing it (1 MB pages cost tokenisation ~10 MB more)
+        with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False, write_statistics=False,
+                              data_page_size=1 << 16, write_page_checksum=True) as writer:
             for group in _row_groups(chunks, rows_per_group):
                 group = np.ascontiguousarray(group, TOKEN_DTYPE)
                 if group.ndim != 2 or group.shape[1] != seq_len:

@@ -101,8 +101,7 @@ def train_throughput(model_dir, tokenizer, rows: torch.Tensor, steps: int, devic
 
 def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: int, steps: int, rounds: int,
                          device, seed: int = 0) -> dict:
-    """Training steps/s of the checkpoint's method on the token file ``train_path`` read two ways, in ``rounds``
-    interleaved rounds of ``steps`` steps each (each round times both, the first one alternating):
+    """Training steps/s of the checkpoint's method on the token file ``train_path`` read two ways:
 
     * ``parquet``: :meth:`TokenRows.open` (the zero-copy Arrow view in ``token_cache``, built if missing), as
       training reads it now;
@@ -110,55 +109,73 @@ def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: i
       copy-on-write ``np.memmap`` at the header's end; here at the view's values) and indexed as a tensor.
 
     A step draws its batch as training does (:func:`unie.core.train.draw_batch`: ``seed``, step, ``batch`` rows),
-    reads it, and runs loss, backward and AdamW on a model of its own (two copies of the checkpoint).  Returns the
-    median steps/s of each, the median over rounds of the ratio, whether every batch was identical, the seconds of
-    the first open (building the view if it was missing) and the bytes of the Parquet file and of the view."""
+    reads it, and runs loss, backward and AdamW on a model of its own (two copies of the checkpoint).  The two
+    alternate step by step (which one first alternating too), so that a drift of the machine's speed falls on both:
+    the ratio is the median over the ``rounds * steps`` pairs of adjacent steps of the ``.npy`` step's seconds over
+    the Parquet one's (> 1: Parquet faster); steps/s are medians over ``rounds`` rounds of ``steps`` steps of each.
+    The reading alone is timed too (microseconds per batch, medians of 5 passes over the same draws).  Also: whether
+    every batch was identical, the seconds of the first open (building the view if it was missing) and the bytes of
+    the Parquet file and of the view."""
     t0 = time.perf_counter()
     meta = read_token_meta(train_path)
     view = view_path(train_path, meta, token_cache)
     built = not view.exists()
     x = token_view(train_path, token_cache)
     open_s = time.perf_counter() - t0
-    offset = map_view(view)[2]
-    npy = np.memmap(view, dtype=TOKEN_DTYPE, mode="c", offset=offset, shape=x.shape)  # what np.load(mmap_mode="c") gave
-    sources = {"parquet": TokenRows(x), "npy": TokenRows(torch.from_numpy(npy))}
+    npy = np.memmap(view, dtype=TOKEN_DTYPE, mode="c", offset=map_view(view)[2], shape=x.shape)
+    sources = {"parquet": TokenRows(x), "npy": TokenRows(torch.from_numpy(npy))}  # what np.load(mmap_mode="c") gave
     cfg = TrainConfig(steps=steps, batch_size=batch, seed=seed)
     n = x.shape[0]
     models = {}
     for name in sources:
-        net, meta_m = load_model(model_dir, device=device, tokenizer_info=tokenizer.info())
-        method = build_method(meta_m["method"], tokenizer.info(), meta_m.get("extra", {}).get("options", {}))
+        net, saved = load_model(model_dir, device=device, tokenizer_info=tokenizer.info())
+        method = build_method(saved["method"], tokenizer.info(), saved.get("extra", {}).get("options", {}))
         net.train()
         models[name] = (net, method, torch.optim.AdamW(net.parameters(), lr=1e-4),
                         torch.Generator(device=device).manual_seed(seed))
 
-    def run(name, first_step):
+    def step(name, k) -> float:
         net, method, opt, g = models[name]
-        for step in range(first_step, first_step + steps):
-            x0 = sources[name][draw_batch(cfg, step, n, None)]
-            loss = method.loss(net, x0.to(device), g)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
         _sync(device)
+        t = time.perf_counter()
+        x0 = sources[name][draw_batch(cfg, k, n, None)]
+        loss = method.loss(net, x0.to(device), g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        _sync(device)
+        return time.perf_counter() - t
 
-    for name in sources:  # warm-up, untimed
-        run(name, 0)
-    per = {name: [] for name in sources}
+    for k in range(2):  # warm-up, untimed
+        for name in sources:
+            step(name, k)
+    per, pairs = {name: [] for name in sources}, []
     for r in range(rounds):
-        order = list(sources) if r % 2 == 0 else list(reversed(sources))
-        for name in order:
-            t = time.perf_counter()
-            run(name, (r + 1) * steps)
-            per[name].append(steps / (time.perf_counter() - t))
-    same = all(torch.equal(sources["parquet"][idx], sources["npy"][idx])
-               for idx in (draw_batch(cfg, step, n, None) for step in range((rounds + 1) * steps)))
+        spent = dict.fromkeys(sources, 0.0)
+        for k in range(steps):
+            t = {name: step(name, 2 + r * steps + k) for name in (sources if k % 2 == 0 else reversed(sources))}
+            pairs.append(t["npy"] / t["parquet"])
+            for name in sources:
+                spent[name] += t[name]
+        for name in sources:
+            per[name].append(steps / spent[name])
+    draws = [draw_batch(cfg, k, n, None) for k in range(2 + rounds * steps)]
+    same = all(torch.equal(sources["parquet"][idx], sources["npy"][idx]) for idx in draws)
+    read_us = {name: statistics.median(_read_pass(src, draws) for _ in range(5)) for name, src in sources.items()}
     med = statistics.median
     return {"steps_per_s": {name: med(v) for name, v in per.items()},
-            "ratio": med([a / b for a, b in zip(per["parquet"], per["npy"])]), "rounds": rounds, "steps": steps,
-            "batch_size": batch, "identical_batches": same, "open_s": open_s, "view_built": built,
-            "parquet_bytes": Path(train_path).stat().st_size, "view_bytes": view.stat().st_size, "rows": n,
-            "per_round": per}
+            "ratio": med(pairs), "rounds": rounds, "steps": steps,
+            "batch_size": batch, "identical_batches": same, "read_us_per_batch": read_us, "open_s": open_s,
+            "view_built": built, "parquet_bytes": Path(train_path).stat().st_size, "view_bytes": view.stat().st_size,
+            "rows": n, "per_round": per}
+
+
+def _read_pass(rows, draws) -> float:
+    """Microseconds per batch of reading ``rows[idx]`` for every ``idx`` of ``draws``."""
+    t = time.perf_counter()
+    for idx in draws:
+        rows[idx]
+    return (time.perf_counter() - t) / len(draws) * 1e6
 
 
 def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, threads: int, evaluator: str,
@@ -296,16 +313,19 @@ def _token_file_lines(d: dict | None) -> list[str]:
         return []
     sps = d["steps_per_s"]
     return [
-        f"Training from the token file ({d['rows']} rows; batch {d['batch_size']}, {d['steps']} steps per round, "
-        f"{d['rounds']} interleaved rounds, the same model):",
+        f"Training from the token file ({d['rows']} rows; batch {d['batch_size']}, {d['steps']} steps of each per "
+        f"round, {d['rounds']} rounds, the same model):",
         "",
         "| tokens read from | steps/s (median) |",
         "|---|---|",
         f"| Parquet, zero-copy Arrow view (training now) | {sps['parquet']:.2f} |",
         f"| memory-mapped int32 `.npy` array (before) | {sps['npy']:.2f} |",
         "",
-        f"Parquet / `.npy`: **{d['ratio']:.3f}** (median of the rounds' ratios); identical batches: "
-        f"**{'yes' if d['identical_batches'] else 'no'}**.  Parquet file {d['parquet_bytes'] / 1e6:.2f} MB, its view "
+        f"Parquet / `.npy`: **{d['ratio']:.3f}** (median over the pairs of adjacent steps; the two alternate step by "
+        "step); "
+        f"identical batches: **{'yes' if d['identical_batches'] else 'no'}**.  Reading a batch alone: "
+        f"{d['read_us_per_batch']['parquet']:.1f} µs from the view, {d['read_us_per_batch']['npy']:.1f} µs from the "
+        f"`.npy` map.  Parquet file {d['parquet_bytes'] / 1e6:.2f} MB, its view "
         f"{d['view_bytes'] / 1e6:.2f} MB; first open {d['open_s']:.2f} s "
         f"({'view built' if d['view_built'] else 'view cached, values hashed'}).",
         "",

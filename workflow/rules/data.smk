@@ -34,6 +34,15 @@ rule tokenizer:
         "../scripts/tokenizer.py"
 
 
+def token_source(domain, split):
+    """What a token file was made from, beyond the raw file: the dataset and split, and the toy world's seed and size
+    or the Hugging Face spec."""
+    data = config["data"]
+    made = {"hf": data["hf"][domain][split]} if data["source"] == "hf" else {
+        "toy_world": {"seed": config["seed"], "sequences": data["splits"][split]}}
+    return {"dataset": domain, "split": split, **made}
+
+
 rule tokenize:
     input:
         raw="resources/raw/{domain}/{split}.parquet",
@@ -47,9 +56,7 @@ rule tokenize:
         seq_len=config["data"]["seq_len"],
         insert_eos=SETTINGS.insert_eos,
         chunk_specials=SETTINGS.chunk_specials,
-        source=lambda wc: {"dataset": wc.domain, "split": wc.split,
-                           **({"hf": config["data"]["hf"][wc.domain][wc.split]} if config["data"]["source"] == "hf"
-                              else {"toy_world": {"seed": config["seed"], "sequences": config["data"]["splits"][wc.split]}})},
+        source=lambda wc: token_source(wc.domain, wc.split),  # recorded in the token file's metadata
     threads: 1
     resources:
         slurm_partition=partition("tokenize"),
