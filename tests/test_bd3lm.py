@@ -282,11 +282,12 @@ def test_sampler_reproducible_and_registered(net, tok, tok_info):
 
 
 def test_registered_method_trains_and_loads(tmp_path, tok, random_words):
-    from unie.data.tokens import write_tokens
+    from unie.data.tokens import write_token_file
 
     assert METHODS["bd3lm"] is BD3LM and build_method("bd3lm", tok.info(), {"block_size": 2}).block_size == 2
     tok.save(tmp_path / "tokenizer")
-    write_tokens(random_words(16, 8, seed=0), tmp_path / "train.parquet")
+    write_token_file(tmp_path / "train.parquet", [random_words(16, 8, seed=0).numpy()], 8,
+                     {"tokenizer": tok.info()["fingerprint"], "vocab_size": tok.vocab_size})
     spec = {"method": "bd3lm", "options": {"block_size": 2},
             "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
             "train": {"steps": 2, "batch_size": 4, "lr": 1e-3, "warmup": 1, "ckpt_every": 2, "log_every": 1}}
