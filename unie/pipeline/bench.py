@@ -112,10 +112,10 @@ def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: i
     reads it, and runs loss, backward and AdamW on a model of its own (two copies of the checkpoint).  The two
     alternate step by step (which one first alternating too), so that a drift of the machine's speed falls on both:
     the ratio is the median over the ``rounds * steps`` pairs of adjacent steps of the ``.npy`` step's seconds over
-    the Parquet one's (> 1: Parquet faster); steps/s are medians over ``rounds`` rounds of ``steps`` steps of each.
-    The reading alone is timed too (microseconds per batch, medians of 5 passes over the same draws).  Also: whether
-    every batch was identical, the seconds of the first open (building the view if it was missing) and the bytes of
-    the Parquet file and of the view."""
+    the Parquet one's (> 1: Parquet faster; a median resists the bursts of a shared machine), and steps/s are all the
+    steps over all their seconds (and per round).  The reading alone is timed too (microseconds per batch, medians
+    of 5 passes over the same draws).  Also: whether every batch was identical, the seconds of the first open
+    (building the view if it was missing) and the bytes of the Parquet file and of the view."""
     t0 = time.perf_counter()
     meta = read_token_meta(train_path)
     view = view_path(train_path, meta, token_cache)
@@ -149,21 +149,20 @@ def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: i
     for k in range(2):  # warm-up, untimed
         for name in sources:
             step(name, k)
-    per, pairs = {name: [] for name in sources}, []
+    per, seconds, pairs = {name: [] for name in sources}, {name: [] for name in sources}, []
     for r in range(rounds):
-        spent = dict.fromkeys(sources, 0.0)
         for k in range(steps):
             t = {name: step(name, 2 + r * steps + k) for name in (sources if k % 2 == 0 else reversed(sources))}
             pairs.append(t["npy"] / t["parquet"])
             for name in sources:
-                spent[name] += t[name]
+                seconds[name].append(t[name])
         for name in sources:
-            per[name].append(steps / spent[name])
+            per[name].append(steps / sum(seconds[name][-steps:]))
     draws = [draw_batch(cfg, k, n, None) for k in range(2 + rounds * steps)]
     same = all(torch.equal(sources["parquet"][idx], sources["npy"][idx]) for idx in draws)
     read_us = {name: statistics.median(_read_pass(src, draws) for _ in range(5)) for name, src in sources.items()}
     med = statistics.median
-    return {"steps_per_s": {name: med(v) for name, v in per.items()},
+    return {"steps_per_s": {name: len(v) / sum(v) for name, v in seconds.items()},
             "ratio": med(pairs), "rounds": rounds, "steps": steps,
             "batch_size": batch, "identical_batches": same, "read_us_per_batch": read_us, "open_s": open_s,
             "view_built": built, "parquet_bytes": Path(train_path).stat().st_size, "view_bytes": view.stat().st_size,
@@ -263,8 +262,8 @@ def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, thre
                              cfg["repeats"], device)
     out["token_file"] = d
     log(f"training from the Parquet token file's view {d['steps_per_s']['parquet']:.2f} steps/s, from the "
-        f"memory-mapped .npy {d['steps_per_s']['npy']:.2f} steps/s (ratio {d['ratio']:.3f}, median of {d['rounds']} "
-        f"rounds; identical batches: {d['identical_batches']}); first open {d['open_s']:.2f} s "
+        f"memory-mapped .npy {d['steps_per_s']['npy']:.2f} steps/s (ratio {d['ratio']:.3f}, median over "
+        f"{d['rounds'] * d['steps']} pairs of steps; identical batches: {d['identical_batches']}); first open {d['open_s']:.2f} s "
         f"({'built the view' if d['view_built'] else 'view cached'})")
     return out
 
@@ -316,7 +315,7 @@ def _token_file_lines(d: dict | None) -> list[str]:
         f"Training from the token file ({d['rows']} rows; batch {d['batch_size']}, {d['steps']} steps of each per "
         f"round, {d['rounds']} rounds, the same model):",
         "",
-        "| tokens read from | steps/s (median) |",
+        "| tokens read from | steps/s (all steps) |",
         "|---|---|",
         f"| Parquet, zero-copy Arrow view (training now) | {sps['parquet']:.2f} |",
         f"| memory-mapped int32 `.npy` array (before) | {sps['npy']:.2f} |",
