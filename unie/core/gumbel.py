@@ -29,6 +29,16 @@ def gumbel_argmax(logp: torch.Tensor, generator: torch.Generator | None) -> torc
     return g.add_(logp).argmax(-1)
 
 
+def gumbel_argmax_rows(logp: torch.Tensor, generator) -> torch.Tensor:
+    """:func:`gumbel_argmax` along the last axis of ``logp`` ``(B, ...)`` from one ``generator`` for the batch, or, given
+    a list of per-row generators, row ``b`` from ``generator[b]`` (a row's draw is then the same in any batch)."""
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != logp.shape[0]:
+            raise ValueError(f"{len(generator)} generators for {logp.shape[0]} rows")
+        return torch.cat([gumbel_argmax(logp[b:b + 1], g) for b, g in enumerate(generator)])
+    return gumbel_argmax(logp, generator)
+
+
 def uniform(shape, generator: torch.Generator | None, device=None) -> torch.Tensor:
     """``U(0, 1)`` in float64, drawn on the generator's device and returned on ``device`` when one is given (a CPU
     generator driving a model on the GPU draws the same numbers as on the CPU)."""

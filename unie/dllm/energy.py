@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.gumbel import gumbel_argmax
+from ..core.gumbel import gumbel_argmax_rows
 from ..core.registry import ENERGIES, register_dllm_sampler
 from ..energy.energies import SELECTIONS, select, selection_energy
 from .backbone import DecodeOptions, block_bounds, commit_top, confidence, exit_early, normalise
@@ -78,17 +78,6 @@ class DLLMEnergyOptions:
                              f"selection_temperature={self.selection_temperature}")
 
 
-def draw(logp: torch.Tensor, generator) -> torch.Tensor:
-    """One Gumbel-max draw per position of ``logp`` ``(B, T, V)``: from one ``generator`` for the batch, or, given a
-    list of per-row generators (:class:`~unie.dllm.decoder.DLLMDecoder` passes one per request), row ``b`` from
-    ``generator[b]`` (a row's noise is then the same in any batch)."""
-    if isinstance(generator, (list, tuple)):
-        if len(generator) != logp.shape[0]:
-            raise ValueError(f"{len(generator)} generators for {logp.shape[0]} rows")
-        return torch.cat([gumbel_argmax(logp[b:b + 1], g) for b, g in enumerate(generator)])
-    return gumbel_argmax(logp, generator)
-
-
 def in_window(n: int, N: int, w: float) -> bool:
     """``t_n = 1 - n/N ∈ (1 - w, 1]``  <=>  ``n < w N``."""
     return n < w * N
@@ -98,7 +87,7 @@ def in_window(n: int, N: int, w: float) -> bool:
 def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions,
                   generator=None) -> tuple[torch.Tensor, dict]:
     """Algorithm 3 on prompts ``x`` ``(B, T)`` (DLLM layout, ``gen_length`` trailing masks); ``generator``: one
-    ``torch.Generator`` or a list of one per row (:func:`draw`).
+    ``torch.Generator`` or a list of one per row (:func:`~unie.core.gumbel.gumbel_argmax_rows`).
 
     ``proxy``: the AR proxy as a :class:`~unie.dllm.bridge.ProxyBridge`.  Returns the decoded ``(B, T)`` and
     ``{"nfe": DLLM forwards, "proxy_forwards": ..., "window_iterations": ..., "window_rows": ...,
@@ -124,7 +113,8 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
             window += 1
             # (a) K candidates x0^j (B, K, T): j = 0 greedy, j >= 1 ~ p_theta at the temperature, drawn at the
             # current block's positions only (elsewhere a candidate carries xt's tokens or, after the block, x0^0's)
-            draws = [x0_hat] + [x0_hat.index_copy(1, pos[start:end], draw(
+            # (one generator for the batch, or one per row: DLLMDecoder passes one per request)
+            draws = [x0_hat] + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(
                 logp_dlm[:, start:end] / options.temperature, generator).to(x.device)) for _ in range(K - 1)]
             x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
             # (b) xs^j: top-m masked positions of the block by each candidate's confidence

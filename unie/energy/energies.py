@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.gumbel import gumbel_argmax
+from ..core.gumbel import gumbel_argmax_rows
 from ..core.registry import ENERGIES
 
 AR_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over", "masked", "exact")
@@ -296,10 +296,5 @@ def select(energy: torch.Tensor, how: str = "argmin", temperature: float = 1.0, 
     if how in ("argmin", "proxy_rerank"):
         return energy.argmin(-1)
     if how == "resample":
-        logw = log_importance_weights(energy, temperature)
-        if isinstance(generator, (list, tuple)):
-            if len(generator) != energy.shape[0]:
-                raise ValueError(f"{len(generator)} generators for {energy.shape[0]} rows")
-            return torch.cat([gumbel_argmax(logw[b:b + 1], g) for b, g in enumerate(generator)]).to(energy.device)
-        return gumbel_argmax(logw, generator).to(energy.device)
+        return gumbel_argmax_rows(log_importance_weights(energy, temperature), generator).to(energy.device)
     raise ValueError(f"unknown selection {how!r}; known: {', '.join(SELECTIONS)}")
