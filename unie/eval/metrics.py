@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 
@@ -42,6 +43,15 @@ def mean_entropy_bits(x: torch.Tensor) -> float:
     return unigram_entropy_bits(x).mean().item()
 
 
+def paired_mean_se(d) -> tuple[float, float]:
+    """``(mean(d), sd(d) / sqrt(n))`` of paired per-item differences ``d`` (sample sd, ``ddof = 1``): a change and its
+    paired standard error; the s.e. is NaN for fewer than 2 items."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return (float(d.mean()) if len(d) else float("nan")), float("nan")
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+
+
 def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
     """A decoder row against its backbone on the same items: per task and over the tasks' average.
 
@@ -59,13 +69,10 @@ def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
         ids = sorted(set(a) & set(b))
         if not ids:
             continue
-        d = [a[i][0] - b[i][0] for i in ids]
-        n = len(d)
-        mean = sum(d) / n
-        var = sum((v - mean) ** 2 for v in d) / (n - 1) if n > 1 else float("nan")
+        n = len(ids)
+        mean, se = paired_mean_se([a[i][0] - b[i][0] for i in ids])
         changed = sum(a[i][1] != b[i][1] for i in ids)
-        per_task[task] = {"n": n, "delta": 100 * mean, "se": 100 * math.sqrt(var / n) if n > 1 else float("nan"),
-                          "changed": changed / n, "changed_items": changed}
+        per_task[task] = {"n": n, "delta": 100 * mean, "se": 100 * se, "changed": changed / n, "changed_items": changed}
         n_all, changed_all = n_all + n, changed_all + changed
     T = len(per_task)
     if not T:

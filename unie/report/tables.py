@@ -20,6 +20,8 @@ import json
 import numpy as np
 import pandas as pd
 
+from ..eval.metrics import paired_mean_se
+
 DOMAIN_LABELS = {"owt": "OWT", "ptb": "PTB", "wikitext": "WikiText", "lm1b": "LM1B", "lambada": "Lambada",
                  "ag_news": "AG News", "pubmed": "Pubmed", "arxiv": "Arxiv"}
 DASH = "--"
@@ -261,10 +263,7 @@ def paired_delta_se(scores: dict, base: dict) -> float:
     The rows decode the same items, so this is the s.e. of an energy row's delta to its backbone; it is far
     smaller than either accuracy's own s.e. when the two rows agree on most items.  NaN for fewer than 2 items."""
     ids = sorted(set(scores) & set(base))
-    if len(ids) < 2:
-        return float("nan")
-    d = np.array([scores[i] - base[i] for i in ids], dtype=float)
-    return float(d.std(ddof=1) / np.sqrt(len(d)))
+    return paired_mean_se([scores[i] - base[i] for i in ids])[1]
 
 
 LOGLIK_OUTPUT_TYPES = ("multiple_choice", "loglikelihood")  # lm-eval's output types scored by log-likelihood
