@@ -103,8 +103,10 @@ def test_settings_single_home_of_defaults():
     assert LmEvalSettings.from_config(paper).task_source == "builtin"
     ev = EvaluatorSettings.from_config(paper, "llama2")
     assert (ev.max_length, ev.dtype, ev.batch_size) == (1024, "float32", 8)
-    assert WorkflowSettings.from_config(toy).sampling_job == "run"
+    assert WorkflowSettings.from_config(toy).sampling_job == "table"
     assert WorkflowSettings.from_config(paper).sampling_job == "step"
+    assert (WorkflowSettings.from_config(toy).dllm_eval_job, WorkflowSettings.from_config(paper).dllm_eval_job) == \
+        ("model", "row")
     assert [dllm_sampler(o) for o in ({}, {"energy": "uni"}, {"sampler": "apd", "energy": "uni"})] == \
         ["plain", "energy", "apd"]
 

@@ -220,12 +220,13 @@ def test_bench_target(smoke_run):
 
 @pytest.mark.slow
 def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
-    """sampling.job: run (the smoke and default profiles) writes the files one job per step count would."""
+    """sampling.job: table (the smoke and default profiles: one job per table for all its runs and step counts)
+    writes the files one job per (run, step count) would."""
     from unie.data.tokens import load_tokens
     from unie.pipeline.sample import SampleJob, run_sampler
 
     cfg = resolve_config([SMOKE])
-    assert cfg["sampling"]["job"] == "run"
+    assert cfg["sampling"]["job"] == "table"
     models = smoke_run / "results" / "models"
     run = "uni_edlm_ar"
     spec = cfg["sampling"]["runs"][run]
@@ -253,16 +254,19 @@ def test_rerun_is_noop_and_targeted(smoke_run):
     target.unlink()
     r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
     assert r.returncode == 0, r.stderr
-    assert planned_jobs(r.stdout + r.stderr) == {"sample_run": 1, "table2": 1}  # the run's one job
-    # and really rerunning touches only that sample's chain
-    # (one job per run: the run's other step counts are rewritten too, with the same tokens)
-    same_run = {p: load_tokens(p) for p in target.parent.glob("*.parquet") if p != target}
+    assert planned_jobs(r.stdout + r.stderr) == {"sample_table2": 1, "table2": 1}  # Table 2's one sampling job
+    # and really rerunning touches only Table 2's sampling (sampling.job: table: every run of the table is
+    # rewritten, with the same tokens); the figures' runs are not touched
+    table2_runs = set(resolve_config([SMOKE])["sampling"]["runs"]) - {r for r in resolve_config([SMOKE])["sampling"]["runs"]
+                                                                     if r.startswith(("fig2_", "fig3_"))}
+    same_table = {p: load_tokens(p) for p in (smoke_run / "results" / "samples").rglob("*.parquet")
+                  if p.parent.name in table2_runs and p != target}
     before = {p: p.stat().st_mtime_ns for p in (smoke_run / "results" / "samples").rglob("*.parquet")
-              if p.parent != target.parent}
+              if p.parent.name not in table2_runs}
     smk("results/tables/table2_genppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
     assert target.exists()
-    assert all(p.stat().st_mtime_ns == t for p, t in before.items())
-    assert same_run and all((load_tokens(p) == x).all() for p, x in same_run.items())
+    assert before and all(p.stat().st_mtime_ns == t for p, t in before.items())
+    assert same_table and all((load_tokens(p) == x).all() for p, x in same_table.items())
 
 
 @pytest.mark.slow

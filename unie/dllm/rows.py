@@ -14,6 +14,34 @@ def row_sampler(row: dict) -> str:
     return default_sampler(row.get("options", {}))
 
 
+def eval_groups(rows: dict) -> dict[str, list[str]]:
+    """Table 3's rows (config ``dllm.rows``) as the jobs of ``dllm.eval_job: model``: one group per backbone (a
+    row's ``model``, named by it with every non-identifier character made ``_``), its rows in config order except
+    that a row's ``delta_to`` comes before it when both are in the group (its effect compares with that row's
+    completions).  Every row is in exactly one group."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for name, row in rows.items():
+        groups.setdefault(re.sub(r"\W", "_", str(row["model"])), []).append(name)
+    out = {}
+    for group, names in groups.items():
+        ordered: list[str] = []
+
+        def place(n, seen=()):
+            if n in ordered:
+                return
+            base = rows[n].get("delta_to")
+            if base in names and base not in seen:
+                place(base, (*seen, n))
+            ordered.append(n)
+
+        for n in names:
+            place(n)
+        out[group] = ordered
+    return out
+
+
 def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) -> dict:
     """lm-eval ``model_args`` of a Table 3 row (config ``dllm.rows``): the model (and proxy) directories from
     the rule's inputs, the shared decoding options, the shared energy options (``dllm.energy``) for an

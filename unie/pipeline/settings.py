@@ -58,13 +58,15 @@ class LmEvalSettings:
 class WorkflowSettings:
     """Workflow-level switches read by the rules."""
 
-    sampling_job: Literal["step", "run"] = "step"  # sampling.job: one job per (run, step count) or per run
+    # sampling.job: one job per (run, step count), per run, or per table/figure for all its runs
+    sampling_job: Literal["step", "run", "table"] = "step"
+    dllm_eval_job: Literal["row", "model"] = "row"  # dllm.eval_job: one lm-eval job per Table 3 row or per model
     insert_eos: bool = True  # data.insert_eos: an EOS after every document (MDLM wrapping)
     chunk_specials: bool = True  # data.chunk_specials: chunks [BOS] + ... + [EOS]
 
     @classmethod
     def from_config(cls, config: dict) -> "WorkflowSettings":
-        picked = {"sampling_job": config["sampling"].get("job")}
+        picked = {"sampling_job": config["sampling"].get("job"), "dllm_eval_job": config.get("dllm", {}).get("eval_job")}
         picked.update({k: config["data"].get(k) for k in ("insert_eos", "chunk_specials")})
         return from_dict(cls, {k: v for k, v in picked.items() if v is not None}, "config")
 

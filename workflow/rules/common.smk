@@ -31,12 +31,18 @@ def precision_params():
   # optional workflow switches, their defaults in one place
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
-# sampling.job: run -> the runs on the standard step counts get one job for all of them (rule sample_run)
+# sampling.job: run -> the runs on the standard step counts get one job for all of them (rule sample_run);
+# table -> every run of a table or figure in one job: Table 2's runs, those Figure 2 adds (fig2_*), those
+# Figure 3 adds (fig3_*) (rules sample_table2, sample_fig2, sample_fig3)
+TABLE_RUNS = {}
+if SETTINGS.sampling_job == "table":
+    for r in RUNS:
+        TABLE_RUNS.setdefault(next((f for f in ("fig2", "fig3") if r.startswith(f"{f}_")), "table2"), []).append(r)
 GROUPED_RUNS = [
     r for r in RUNS
     if SETTINGS.sampling_job == "run" and run_steps(config, r) == list(config["sampling"]["steps"])
 ]
-STEP_RUNS = [r for r in RUNS if r not in GROUPED_RUNS]
+STEP_RUNS = [r for r in RUNS if r not in GROUPED_RUNS and not any(r in runs for runs in TABLE_RUNS.values())]
 SOURCES = likelihood_sources(config)  # Table 1 sources: exact, models with a likelihood, energy estimators
 PPL_MODELS = [m for m, kind in SOURCES.items() if kind == "model"]
 ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]

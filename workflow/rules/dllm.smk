@@ -5,7 +5,8 @@
 #   resources/dllm/meta.json         tokenizers and training tensors (rule dllm_data)
 #   results/dllm/models/{dmodel}/    trained DLLM-half models (rule dllm_train)
 #   results/dllm/rows/{row}/         lm-eval's results_*.json, samples_*.jsonl, throughput.json, effect.json (the
-#                                    row against its backbone: paired change, window disagreement) (rule dllm_eval)
+#                                    row against its backbone: paired change, window disagreement) (rule
+#                                    dllm_eval, or dllm_eval_{model} for all rows of a model)
 #   results/tables/table3_dllm.*     Table 3 (rows without appendix_only / selection_table); table_app_dllm_full.*:
 #                                    those and the appendix_only ones; table_app_selection.*: the selection rules
 
@@ -159,8 +160,9 @@ rule dllm_train:
         "../scripts/dllm_train.py"
 
 
-def dllm_row_inputs(wc):
-    row = DLLM["rows"][wc.row]
+def row_inputs(name):
+    """The files a Table 3 row reads: the tasks, its model (and proxy), its backbone row's results (delta_to)."""
+    row = DLLM["rows"][name]
     out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else {}
     if LOCAL_TASKS:
         out["local_tasks"] = rules.dllm_local_tasks.output.yamls
@@ -175,9 +177,36 @@ def dllm_row_inputs(wc):
     return out
 
 
+def dllm_eval_params(rows):
+    """A job's rows (name -> spec), each with the files it reads, and the shared settings they read (not the other
+    rows' or the models' settings)."""
+    return dict(
+        rows={name: DLLM["rows"][name] for name in rows},
+        inputs={name: {k: v if isinstance(v, str) else [str(f) for f in v] for k, v in row_inputs(name).items()}
+                for name in rows},  # plain strings (a rule's output list would carry the rule into the job)
+        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
+                                       "seed")},
+        device=config["device"],
+    )
+
+
+def row_outputs(rows, kind):
+    return [f"results/dllm/rows/{name}/{kind}.json" for name in rows]
+
+
+# `dllm.eval_job: row` (default; the paper profile: hours per row on a GPU): one job per Table 3 row (rule
+# dllm_eval).  `dllm.eval_job: model` (the toy profile, where a row is seconds and starting Python, torch and
+# lm-eval costs ~4 s): one job per backbone model for all its rows in one process (rules dllm_eval_{model}), the
+# backbone row before the rows compared with it; a row's files are the same either way.
+from unie.dllm.rows import eval_groups  # noqa: E402
+
+EVAL_GROUPS = eval_groups(DLLM.get("rows", {})) if SETTINGS.dllm_eval_job == "model" else {}
+ROW_JOBS = [r for r in DLLM_ROWS if not any(r in rows for rows in EVAL_GROUPS.values())]
+
+
 rule dllm_eval:
     input:
-        unpack(dllm_row_inputs),
+        unpack(lambda wc: row_inputs(wc.row)),
     output:
         results="results/dllm/rows/{row}/results.json",
         throughput="results/dllm/rows/{row}/throughput.json",
@@ -186,11 +215,11 @@ rule dllm_eval:
         "logs/dllm/eval_{row}.log",
     benchmark:
         "benchmarks/dllm/eval_{row}.tsv"
-    params:  # the row, and the shared settings it reads (not the other rows' or the models' settings)
-        row=lambda wc: DLLM["rows"][wc.row],
-        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
-                                       "seed")},
-        device=config["device"],
+    wildcard_constraints:
+        row="|".join(ROW_JOBS) or "(?!)",
+    params:
+        **{k: (lambda wc, k=k: dllm_eval_params([wc.row])[k]) for k in ("rows", "inputs")},
+        **{k: v for k, v in dllm_eval_params([]).items() if k not in ("rows", "inputs")},
     threads: config["threads"]
     resources:
         gpu=res("dllm_eval", "gpu", 0),  # > 1 on CUDA: lm-eval data parallel, one torchrun rank per GPU
@@ -202,14 +231,45 @@ rule dllm_eval:
         "../scripts/dllm_eval.py"
 
 
+for _group, _rows in EVAL_GROUPS.items():
+
+    rule:
+        name:
+            f"dllm_eval_{_group}"
+        input:
+            # the rows' files, less the results of rows this job writes itself
+            unpack(lambda wc, rows=tuple(_rows): {f"{name}_{k}": v for name in rows
+                                                  for k, v in row_inputs(name).items()
+                                                  if not (k == "base" and DLLM["rows"][name]["delta_to"] in rows)}),
+        output:
+            results=row_outputs(_rows, "results"),
+            throughput=row_outputs(_rows, "throughput"),
+            effect=row_outputs(_rows, "effect"),
+        log:
+            f"logs/dllm/eval_{_group}.log",
+        benchmark:
+            f"benchmarks/dllm/eval_{_group}.tsv"
+        params:
+            **dllm_eval_params(_rows),
+        threads: config["threads"]
+        resources:
+            gpu=res("dllm_eval", "gpu", 0),
+            cpus_per_gpu=cpus_per_gpu("dllm_eval"),
+            slurm_partition=partition("dllm_eval"),
+            mem_mb=res("dllm_eval", "mem_mb", 4000),
+            runtime=res("dllm_eval", "runtime", 120),
+        script:
+            "../scripts/dllm_eval.py"
+
+
 SWEEPS = list(DLLM.get("sweeps", {}).get("sets", {}))
 
 
-def dllm_sweep_inputs(wc):
+def sweep_inputs(sweep):
     out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else {}
     if LOCAL_TASKS:
         out["local_tasks"] = rules.dllm_local_tasks.output.yamls
-    for curve, spec in DLLM["sweeps"]["sets"][wc.sweep].items():
+    for curve, spec in DLLM["sweeps"]["sets"][sweep].items():
         for role in ("model", "proxy"):
             name = spec.get(role)
             if name:
@@ -218,11 +278,26 @@ def dllm_sweep_inputs(wc):
     return out
 
 
+def sweep_params(sweeps):
+    return dict(
+        sweeps={s: {k: v if isinstance(v, str) else [str(f) for f in v] for k, v in sweep_inputs(s).items()}
+                for s in sweeps},  # each sweep's files, as plain strings
+        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
+                                       "seed", "sweeps")},
+        device=config["device"],
+    )
+
+
+# `dllm.eval_job: model`: every sweep in one job (rule dllm_sweeps: lm-eval, torch and the models imported once,
+# every core held once); else one job per sweep (rule dllm_sweep).  The same files either way.
+SWEEP_JOB = SWEEPS if SETTINGS.dllm_eval_job == "model" else []
+
+
 rule dllm_sweep:
     # Figure 4 and the appendix k/w tables: one lm-eval run per point on one task, all points of a sweep in one
     # job (lm-eval and the models imported once); it holds every core (throughput is timed): held_cores()
     input:
-        unpack(dllm_sweep_inputs),
+        unpack(lambda wc: sweep_inputs(wc.sweep)),
     output:
         directory("results/dllm/sweeps/{sweep}"),
     log:
@@ -230,11 +305,10 @@ rule dllm_sweep:
     benchmark:
         "benchmarks/dllm/sweep_{sweep}.tsv"
     wildcard_constraints:
-        sweep="|".join(SWEEPS) or "(?!)",
+        sweep="|".join(s for s in SWEEPS if s not in SWEEP_JOB) or "(?!)",
     params:
-        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
-                                       "seed", "sweeps")},
-        device=config["device"],
+        sweeps=lambda wc: sweep_params([wc.sweep])["sweeps"],
+        **{k: v for k, v in sweep_params([]).items() if k != "sweeps"},
     threads: held_cores()
     resources:
         gpu=res("dllm_sweep", "gpu", 0),
@@ -243,6 +317,29 @@ rule dllm_sweep:
         runtime=res("dllm_sweep", "runtime", 120),
     script:
         "../scripts/dllm_sweep.py"
+
+
+if SWEEP_JOB:
+
+    rule dllm_sweeps:
+        input:
+            unpack(lambda wc: {f"{s}_{k}": v for s in SWEEP_JOB for k, v in sweep_inputs(s).items()}),
+        output:
+            [directory(f"results/dllm/sweeps/{s}") for s in SWEEP_JOB],
+        log:
+            "logs/dllm/sweeps.log",
+        benchmark:
+            "benchmarks/dllm/sweeps.tsv"
+        params:
+            **sweep_params(SWEEP_JOB),
+        threads: held_cores()
+        resources:
+            gpu=res("dllm_sweep", "gpu", 0),
+            slurm_partition=partition("dllm_sweep"),
+            mem_mb=res("dllm_sweep", "mem_mb", 4000),
+            runtime=res("dllm_sweep", "runtime", 120),
+        script:
+            "../scripts/dllm_sweep.py"
 
 
 def table3_inputs(rows):

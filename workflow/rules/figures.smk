@@ -36,6 +36,21 @@ def fig3_inputs(wc):
     return {**files, "dirs": result_dirs(files["genppl"] + files["timing"])}
 
 
+def timing_params(run):
+    return dict(
+        spec=config["sampling"]["runs"][run],
+        steps=run_steps(config, run),
+        inputs={k: v if isinstance(v, str) else [str(f) for f in v] for k, v in run_inputs(run).items()
+                if k != "data"},
+    )
+
+
+# `sampling.job: table`: the runs Figure 3 times in one job (rule timing_fig3: lm-eval-free, torch imported once,
+# every core held once); else one job per run (rule timing).  The same files either way.
+TIMED_RUNS = (list(dict.fromkeys(fig3_runs(config)["tradeoff"].values()))
+              if SETTINGS.sampling_job == "table" and config.get("figures", {}).get("fig3_tradeoff") else [])
+
+
 rule timing:
     input:
         unpack(lambda wc: {k: v for k, v in sample_inputs(wc).items() if k != "data"}),
@@ -43,9 +58,10 @@ rule timing:
         "results/timing/{run}.json",
     log:
         "logs/timing/{run}.log",
+    wildcard_constraints:
+        run="|".join(r for r in RUNS if r not in TIMED_RUNS) or "(?!)",
     params:
-        spec=lambda wc: config["sampling"]["runs"][wc.run],
-        steps=lambda wc: run_steps(config, wc.run),
+        runs=lambda wc: {wc.run: timing_params(wc.run)},
         timing=lambda wc: config["figures"]["fig3_tradeoff"]["timing"],
         seq_len=config["data"]["seq_len"],
         seed=config["seed"],
@@ -62,6 +78,34 @@ rule timing:
         runtime=res("timing", "runtime", 60),
     script:
         "../scripts/timing.py"
+
+
+if TIMED_RUNS:
+
+    rule timing_fig3:
+        input:
+            unpack(lambda wc: {f"{r}_{k}": v for r in TIMED_RUNS for k, v in run_inputs(r).items() if k != "data"}),
+        output:
+            [f"results/timing/{r}.json" for r in TIMED_RUNS],
+        log:
+            "logs/timing/fig3.log",
+        params:
+            runs={r: timing_params(r) for r in TIMED_RUNS},
+            timing=config["figures"]["fig3_tradeoff"]["timing"],
+            seq_len=config["data"]["seq_len"],
+            seed=config["seed"],
+            train_domain=TRAIN_DOMAIN,
+            device=config["device"],
+            **precision_params(),
+        threads: held_cores()
+        resources:
+            gpu=res("timing", "gpu", 0),
+            cpus_per_gpu=cpus_per_gpu("timing"),
+            slurm_partition=partition("timing"),
+            mem_mb=res("timing", "mem_mb", 4000),
+            runtime=res("timing", "runtime", 60),
+        script:
+            "../scripts/timing.py"
 
 
 rule fig3:

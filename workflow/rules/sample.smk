@@ -3,7 +3,11 @@
 
 
 def sample_inputs(wc):
-    spec = config["sampling"]["runs"][wc.run]
+    return run_inputs(wc.run)
+
+
+def run_inputs(run):
+    spec = config["sampling"]["runs"][run]
     inputs = {"tokenizer": "resources/tokenizer"}
     for role, model in spec.get("models", {}).items():
         inputs[role] = model_files(model)
@@ -97,3 +101,38 @@ rule sample_run:
         runtime=lambda wc, attempt: res("sample", "runtime", 60)(wc, attempt) * len(config["sampling"]["steps"]),
     script:
         "../scripts/sample.py"
+
+
+# `sampling.job: table`: every run of a table or figure (Table 2's, the fig2_* or the fig3_* runs: seconds each here)
+# in one job, each run as rules sample / sample_run make it (its own generator, its models loaded per run; the same
+# files).  Deleting one output reruns the job.
+for _group, _runs in TABLE_RUNS.items():
+
+    rule:
+        name:
+            f"sample_{_group}"
+        input:
+            unpack(lambda wc, runs=tuple(_runs): {**{f"{r}_{k}": v for r in runs for k, v in run_inputs(r).items()},
+                                                   **evaluator_inputs()}),
+        output:
+            samples=[f"results/samples/{r}/steps{s}.parquet" for r in _runs for s in run_steps(config, r)],
+            genppl=[f"results/genppl/{r}/steps{s}.json" for r in _runs for s in run_steps(config, r)],
+        log:
+            f"logs/sample/{_group}.log",
+        benchmark:
+            f"benchmarks/sample/{_group}.tsv"
+        params:
+            runs={r: {"spec": config["sampling"]["runs"][r], "n_samples": run_n_samples(config, r),
+                      "steps": run_steps(config, r),
+                      "inputs": {k: v if isinstance(v, str) else [str(f) for f in v] for k, v in run_inputs(r).items()}}
+                  for r in _runs},
+            **{k: v for k, v in sample_params().items() if k not in ("spec", "n_samples")},
+        threads: config["threads"]
+        resources:
+            gpu=res("sample", "gpu", 0),
+            cpus_per_gpu=cpus_per_gpu("sample"),
+            slurm_partition=partition("sample"),
+            mem_mb=res("sample", "mem_mb", 4000),
+            runtime=res("sample", "runtime", 60),
+        script:
+            "../scripts/sample.py"

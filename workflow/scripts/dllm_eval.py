@@ -1,5 +1,6 @@
-"""Rule dllm_eval: one Table 3 row = one lm-eval run over the seven tasks (lm-eval writes the JSONs).
-More than one GPU (resources.gpu > 1 on CUDA): data parallel, one rank per GPU under torchrun."""
+"""Rules dllm_eval (one Table 3 row) and dllm_eval_{model} (every row of one backbone, `dllm.eval_job: model`):
+per row one lm-eval run over the seven tasks (lm-eval writes the JSONs), then the row's effect against its
+backbone.  More than one GPU (resources.gpu > 1 on CUDA): data parallel, one rank per GPU under torchrun."""
 
 from unie.pipeline.rule import job
 
@@ -14,25 +15,29 @@ with job(snakemake) as log:
     from unie.pipeline.settings import LmEvalSettings
 
     d = snakemake.params.dllm
-    out_dir = os.path.dirname(snakemake.output.results)
-    args = row_model_args(snakemake.wildcards.row, snakemake.params.row, d, dict(snakemake.input.items()),
-                          snakemake.params.device)
-    log(f"model_args: {args}")
-    local = snakemake.input.get("tasks") or snakemake.input.get("local_tasks")  # toy tasks, or the paper's local ones
-    include = os.path.dirname(local[0]) if local else None
     lm = LmEvalSettings.from_dllm(d)
-    kwargs = dict(model_args=args, tasks=d["tasks"]["names"], include_path=include, output_path=out_dir,
-                  batch_size=lm.batch_size, include_defaults=lm.include_default_tasks, limit=lm.limit, seed=lm.seed,
-                  allow_code_execution=lm.allow_code_execution)
     nproc = processes(snakemake.resources.get("gpu", 0), snakemake.params.device)
-    found = run_evaluation(kwargs, nproc, log=log, threads=snakemake.threads)
-    shutil.copyfile(found, snakemake.output.results)  # lm-eval's JSON, byte for byte, at a deterministic path
-    base = snakemake.params.row.get("delta_to")
-    e = dllm_effect(snakemake.wildcards.row, base, d["tasks"], out_dir,
-                    os.path.dirname(snakemake.input.base) if base else None, snakemake.output.effect)
-    if e["avg"]:
-        log(f"against {base}: average {e['avg']['delta']:+.2f} ± {e['avg']['se']:.2f} points, "
-            f"{100 * e['avg']['changed']:.1f} % of completions changed")
-    if e["window"]:
-        log(f"window: {100 * e['window']['disagree']:.1f} % of {e['window']['window_rows']} row-iterations disagree, "
-            f"{100 * e['window']['steered']:.1f} % steered")
+    out = snakemake.output
+    many = not isinstance(out.results, str)  # a model's job: one output of each kind per row, in the rows' order
+
+    for i, (name, row) in enumerate(snakemake.params.rows.items()):
+        inputs = snakemake.params.inputs[name]
+        results, effect = (out.results[i], out.effect[i]) if many else (out.results, out.effect)
+        out_dir = os.path.dirname(results)
+        args = row_model_args(name, row, d, inputs, snakemake.params.device)
+        log(f"{name}: model_args: {args}")
+        local = inputs.get("tasks") or inputs.get("local_tasks")  # toy tasks, or the paper's local ones
+        include = os.path.dirname(local[0]) if local else None
+        kwargs = dict(model_args=args, tasks=d["tasks"]["names"], include_path=include, output_path=out_dir,
+                      batch_size=lm.batch_size, include_defaults=lm.include_default_tasks, limit=lm.limit,
+                      seed=lm.seed, allow_code_execution=lm.allow_code_execution)
+        found = run_evaluation(kwargs, nproc, log=log, threads=snakemake.threads)
+        shutil.copyfile(found, results)  # lm-eval's JSON, byte for byte, at a deterministic path
+        base = row.get("delta_to")
+        e = dllm_effect(name, base, d["tasks"], out_dir, os.path.dirname(inputs["base"]) if base else None, effect)
+        if e["avg"]:
+            log(f"{name} against {base}: average {e['avg']['delta']:+.2f} ± {e['avg']['se']:.2f} points, "
+                f"{100 * e['avg']['changed']:.1f} % of completions changed")
+        if e["window"]:
+            log(f"{name} window: {100 * e['window']['disagree']:.1f} % of {e['window']['window_rows']} "
+                f"row-iterations disagree, {100 * e['window']['steered']:.1f} % steered")

@@ -1,4 +1,5 @@
-"""Rule dllm_sweep: the points of one sweep (Figure 4, appendix k/w tables), one lm-eval run each."""
+"""Rules dllm_sweep / dllm_sweeps: the points of one sweep (Figure 4, appendix k/w tables) or of every sweep (one
+after the other), one lm-eval run each."""
 
 from unie.pipeline.rule import job
 
@@ -8,7 +9,6 @@ with job(snakemake) as log:
     from unie.lmeval import evaluate
     from unie.pipeline.dllm import run_sweep
 
-    out = snakemake.output[0]
-    os.makedirs(out, exist_ok=True)
-    run_sweep(snakemake.wildcards.sweep, snakemake.params.dllm, dict(snakemake.input.items()), out,
-              snakemake.params.device, evaluate, log=log)
+    for (sweep, inputs), out in zip(snakemake.params.sweeps.items(), snakemake.output):  # outputs in sweeps' order
+        os.makedirs(out, exist_ok=True)
+        run_sweep(sweep, snakemake.params.dllm, inputs, out, snakemake.params.device, evaluate, log=log)

@@ -1,6 +1,7 @@
-"""Rule timing: the wall-clock of one sampling run's generation per step count (warm-up excluded, one batch,
-median of repeats), with every core of the job held; each point checked (spread, CPU / wall, seconds per call;
-config figures.fig3_tradeoff.timing.checks, else TimingChecks' defaults), flagged points rerun, then marked."""
+"""Rules timing / timing_fig3: the wall-clock of one sampling run's generation (``timing``) or of each run Figure 3
+times (``timing_fig3``, one after the other) per step count (warm-up excluded, one batch, median of repeats), with
+every core of the job held; each point checked (spread, CPU / wall, seconds per call; config
+figures.fig3_tradeoff.timing.checks, else TimingChecks' defaults), flagged points rerun, then marked."""
 
 from unie.pipeline.rule import job, write_json
 
@@ -12,25 +13,26 @@ with job(snakemake) as log:
 
     p = snakemake.params
     batch_size = p.timing["batch_size"]
-    sampling = SampleJob.from_spec(
-        snakemake.wildcards.run,
-        p.spec,
-        inputs={k: v for k, v in snakemake.input.items()},
-        seq_len=p.seq_len,
-        n_samples=batch_size,  # one batch is timed
-        batch_size=batch_size,
-        domain=p.train_domain,
-        seed=p.seed,
-        device=p.device,
-        precision=for_device(p.get("precision", "fp32"), p.device),
-    )
-    result = time_run(
-        sampling,
-        steps=list(p.steps),
-        warmup=p.timing["warmup"],
-        repeats=p.timing["repeats"],
-        threads=snakemake.threads,
-        log=log,
-        checks=TimingChecks(**p.timing.get("checks", {})),
-    )
-    write_json(result, snakemake.output[0])
+    for (run, r), out in zip(p.runs.items(), snakemake.output):  # the outputs are in the runs' order
+        sampling = SampleJob.from_spec(
+            run,
+            r["spec"],
+            inputs=r["inputs"],
+            seq_len=p.seq_len,
+            n_samples=batch_size,  # one batch is timed
+            batch_size=batch_size,
+            domain=p.train_domain,
+            seed=p.seed,
+            device=p.device,
+            precision=for_device(p.get("precision", "fp32"), p.device),
+        )
+        result = time_run(
+            sampling,
+            steps=list(r["steps"]),
+            warmup=p.timing["warmup"],
+            repeats=p.timing["repeats"],
+            threads=snakemake.threads,
+            log=log,
+            checks=TimingChecks(**p.timing.get("checks", {})),
+        )
+        write_json(result, out)
