@@ -42,7 +42,7 @@ GROUPED_RUNS = [
     r for r in RUNS
     if SETTINGS.sampling_job == "run" and run_steps(config, r) == list(config["sampling"]["steps"])
 ]
-STEP_RUNS = [r for r in RUNS if r not in GROUPED_RUNS and not any(r in runs for runs in TABLE_RUNS.values())]
+STEP_RUNS = [] if TABLE_RUNS else [r for r in RUNS if r not in GROUPED_RUNS]  # table: every run is in a group
 SOURCES = likelihood_sources(config)  # Table 1 sources: exact, models with a likelihood, energy estimators
 PPL_MODELS = [m for m, kind in SOURCES.items() if kind == "model"]
 ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]
@@ -104,6 +104,12 @@ def partition(rule_name):
     ``--config 'slurm_partitions={cpu: normal, gpu: a100}'``), so a GPU job never lands on a CPU partition."""
     names = {"cpu": "cpu", "gpu": "gpu", **config.get("slurm_partitions", {})}
     return names["gpu" if res(rule_name, "gpu", 0) > 0 else "cpu"]
+
+
+def plain_files(inputs):
+    """A job's input mapping as a param: each value a path or a list of paths, as plain strings (a rule's output
+    list would carry the rule, and its unpicklable resources, into the job)."""
+    return {k: v if isinstance(v, str) else [str(f) for f in v] for k, v in inputs.items()}
 
 
 def model_files(name):

@@ -182,8 +182,7 @@ def dllm_eval_params(rows):
     rows' or the models' settings)."""
     return dict(
         rows={name: DLLM["rows"][name] for name in rows},
-        inputs={name: {k: v if isinstance(v, str) else [str(f) for f in v] for k, v in row_inputs(name).items()}
-                for name in rows},  # plain strings (a rule's output list would carry the rule into the job)
+        inputs={name: plain_files(row_inputs(name)) for name in rows},
         dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
                                        "seed")},
         device=config["device"],
@@ -201,7 +200,7 @@ def row_outputs(rows, kind):
 from unie.dllm.rows import eval_groups  # noqa: E402
 
 EVAL_GROUPS = eval_groups(DLLM.get("rows", {})) if SETTINGS.dllm_eval_job == "model" else {}
-ROW_JOBS = [r for r in DLLM_ROWS if not any(r in rows for rows in EVAL_GROUPS.values())]
+ROW_JOBS = [] if EVAL_GROUPS else DLLM_ROWS  # eval_groups puts every row in exactly one group
 
 
 rule dllm_eval:
@@ -280,8 +279,7 @@ def sweep_inputs(sweep):
 
 def sweep_params(sweeps):
     return dict(
-        sweeps={s: {k: v if isinstance(v, str) else [str(f) for f in v] for k, v in sweep_inputs(s).items()}
-                for s in sweeps},  # each sweep's files, as plain strings
+        sweeps={s: plain_files(sweep_inputs(s)) for s in sweeps},  # each sweep's files
         dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
                                        "seed", "sweeps")},
         device=config["device"],

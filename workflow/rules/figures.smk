@@ -40,8 +40,7 @@ def timing_params(run):
     return dict(
         spec=config["sampling"]["runs"][run],
         steps=run_steps(config, run),
-        inputs={k: v if isinstance(v, str) else [str(f) for f in v] for k, v in run_inputs(run).items()
-                if k != "data"},
+        inputs=plain_files({k: v for k, v in run_inputs(run).items() if k != "data"}),
     )
 
 

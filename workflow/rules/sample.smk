@@ -115,8 +115,8 @@ for _group, _runs in TABLE_RUNS.items():
             unpack(lambda wc, runs=tuple(_runs): {**{f"{r}_{k}": v for r in runs for k, v in run_inputs(r).items()},
                                                    **evaluator_inputs()}),
         output:
-            samples=[f"results/samples/{r}/steps{s}.parquet" for r in _runs for s in run_steps(config, r)],
-            genppl=[f"results/genppl/{r}/steps{s}.json" for r in _runs for s in run_steps(config, r)],
+            samples=sample_targets(_runs),
+            genppl=genppl_targets(_runs),
         log:
             f"logs/sample/{_group}.log",
         benchmark:
@@ -124,7 +124,7 @@ for _group, _runs in TABLE_RUNS.items():
         params:
             runs={r: {"spec": config["sampling"]["runs"][r], "n_samples": run_n_samples(config, r),
                       "steps": run_steps(config, r),
-                      "inputs": {k: v if isinstance(v, str) else [str(f) for f in v] for k, v in run_inputs(r).items()}}
+                      "inputs": plain_files(run_inputs(r))}
                   for r in _runs},
             **{k: v for k, v in sample_params().items() if k not in ("spec", "n_samples")},
         threads: config["threads"]
