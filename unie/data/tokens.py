@@ -32,7 +32,6 @@ import fcntl
 import hashlib
 import json
 import mmap
-import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path

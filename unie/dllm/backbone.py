@@ -339,10 +339,11 @@ def plain(backbone, x: torch.Tensor, decoding: DecodeOptions, options: PlainOpti
 MC_NUM = 128  # LLaDA's and Dream's eval default (eval_llada.py, eval/eval.py); LLaDA's MMLU run: 1 (one-token answers)
 
 
-def backbone_device(backbone) -> torch.device:
-    """Where ``backbone`` computes: a toy :class:`DLLM`'s ``net.device``, a Hugging Face wrapper's ``device``, else
-    the CPU (the likelihood passes build their inputs there, so the logits never travel to the host)."""
-    for obj in (getattr(backbone, "net", None), backbone):
+def model_device(model) -> torch.device:
+    """The device a wrapped model computes on (``model.device``, a Hugging Face wrapper's; else ``model.net.device``,
+    a toy :class:`DLLM`'s or AR's; CPU if neither): where :func:`~unie.core.precision.autocast` applies, and where
+    the likelihood passes build their inputs, so the logits never travel to the host."""
+    for obj in (model, getattr(model, "net", None)):
         device = getattr(obj, "device", None)
         if device is not None:
             return torch.device(device)
@@ -364,7 +365,7 @@ def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int
         return 0.0
     if T == 1:
         mc_num = batch_size = 1
-    dev = backbone_device(backbone)
+    dev = model_device(backbone)
     seq = torch.tensor(prefix + target, dtype=torch.long, device=dev)
     blocked = (backbone.mask_id, *getattr(backbone, "blocked", ()))
     losses = []
@@ -394,7 +395,7 @@ def greedy_matches(backbone, prefix: list[int], target: list[int], rule: str = "
     T = len(target)
     if T == 0:
         return True
-    dev = backbone_device(backbone)
+    dev = model_device(backbone)
     P = len(prefix)
     x = torch.tensor([prefix + [backbone.mask_id] * T], dtype=torch.long, device=dev)
     tgt = torch.tensor(target, dtype=torch.long)

@@ -32,7 +32,7 @@ from ..data.dllm_format import dllm_prompt_rows
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, read_meta
 from .backbone import (  # noqa: F401
-    DEFAULT_MAX_GEN_TOKS, MC_NUM, DecodeOptions, greedy_matches, mc_loglikelihood, with_horizon,
+    DEFAULT_MAX_GEN_TOKS, MC_NUM, DecodeOptions, greedy_matches, mc_loglikelihood, model_device, with_horizon,
 )
 from .bridge import ProxyBridge
 from .energy import WINDOW_COUNTERS
@@ -233,16 +233,6 @@ def encode_pair(tok, context: str, continuation: str) -> tuple[list[int], list[i
         context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
     whole, ctx = tok.encode(context + continuation), tok.encode(context)
     return ctx, whole[len(ctx):]
-
-
-def model_device(model) -> torch.device:
-    """The device a wrapped model computes on (``model.device``, else ``model.net.device``; CPU if neither): where
-    :func:`~unie.core.precision.autocast` applies."""
-    for obj in (model, getattr(model, "net", None)):
-        device = getattr(obj, "device", None)
-        if device is not None:
-            return torch.device(device)
-    return torch.device("cpu")
 
 
 class DLLMDecoder:

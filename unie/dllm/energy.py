@@ -114,8 +114,9 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
             # (a) K candidates x0^j (B, K, T): j = 0 greedy, j >= 1 ~ p_theta at the temperature, drawn at the
             # current block's positions only (elsewhere a candidate carries xt's tokens or, after the block, x0^0's)
             # (one generator for the batch, or one per row: DLLMDecoder passes one per request)
+            block_logits = logp_dlm[:, start:end] / options.temperature  # once for the K - 1 draws
             draws = [x0_hat] + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(
-                logp_dlm[:, start:end] / options.temperature, generator).to(x.device)) for _ in range(K - 1)]
+                block_logits, generator).to(x.device)) for _ in range(K - 1)]
             x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
             # (b) xs^j: top-m masked positions of the block by each candidate's confidence
             conf = confidence(logp_dlm, x0, decode.confidence)
