@@ -211,7 +211,7 @@ def test_table3_marks_log_likelihood_columns_decoder_independent():
     assert loglikelihood_tasks(results, tasks) == {"mmlu"}
     metrics = {"mmlu_gen": "exact_match,none", "mmlu": "acc,none"}
     tex, df = table3(rows, tasks, results, metrics, {"mmlu_gen": "MMLU", "mmlu": "MMLU (log-lik.)"},
-                     samples={"llada": {"mmlu": {0: 1.0, 1: 0.0}}, "llada_dawn": {"mmlu": {0: 0.0, 1: 0.0}}})
+                     effects={"llada_dawn": {"tasks": {"mmlu": {"delta": -50.0, "se": 50.0, "changed": 0.5}}}})
     dawn = df[df.row == "llada_dawn"].set_index("task")
     assert dawn.loc["mmlu_gen", "delta"] == pytest.approx(4.0) and not dawn.loc["mmlu_gen", "decoder_independent"]
     assert math.isnan(dawn.loc["mmlu", "delta"]) and dawn.loc["mmlu", "decoder_independent"]

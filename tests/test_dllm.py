@@ -580,26 +580,32 @@ def test_bridge_with_two_tokenizers_sums_to_exact_pi(owt_hmm, tok):
 
 
 def test_paired_delta_se_matches_its_formula_and_pairs_items_by_doc_id():
-    """s.e. of mean(row - backbone) = sd(d, ddof=1) / sqrt(n) over the items both rows scored, paired by doc_id."""
-    from unie.report.tables import paired_delta_se
+    """s.e. of mean(row - backbone) = sd(d, ddof=1) / sqrt(n) over the items both rows scored, paired by doc_id
+    (effect.json's per-task ``se``, Table 3's ``delta_se``; x 100, points)."""
+    from unie.eval.metrics import paired_effect
+
+    def se(row, base):
+        e = paired_effect({"t": {i: (s, "") for i, s in row.items()}}, {"t": {i: (s, "") for i, s in base.items()}},
+                          ["t"])
+        return e["tasks"]["t"]["se"] / 100
 
     base = {0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0, 4: 1.0}
     row = {4: 1.0, 3: 1.0, 2: 0.0, 1: 0.0, 0: 1.0, 9: 1.0}  # another order, one item the backbone lacks
     d = [0.0, 0.0, -1.0, 1.0, 0.0]
     mean = sum(d) / 5
     expected = (sum((x - mean) ** 2 for x in d) / 4) ** 0.5 / 5 ** 0.5
-    assert paired_delta_se(row, base) == pytest.approx(expected)
-    assert paired_delta_se(base, base) == 0.0
-    assert math.isnan(paired_delta_se({0: 1.0}, base))
+    assert se(row, base) == pytest.approx(expected)
+    assert se(base, base) == 0.0
+    assert math.isnan(se({0: 1.0}, base))
 
 
-def test_item_scores_reads_the_newest_run_and_a_group_through_its_subtasks(tmp_path):
+def test_item_records_read_the_newest_run_and_a_group_through_its_subtasks(tmp_path):
     """Per-item scores for the paired s.e.: only the newest lm-eval run's samples, a group (MMLU) paired on
     (subtask, doc_id), the metric's filter only; a task without samples is left out."""
     import json
     import os
 
-    from unie.pipeline.report import item_scores
+    from unie.pipeline.report import item_records
 
     d = tmp_path / "row" / "model"
     d.mkdir(parents=True)
@@ -615,8 +621,9 @@ def test_item_scores_reads_the_newest_run_and_a_group_through_its_subtasks(tmp_p
 
     run("old", 0.0, 1_000)
     run("new", 1.0, 2_000)
-    got = item_scores(tmp_path / "row", ["mmlu", "gsm8k", "hellaswag"],
-                      {"mmlu": "acc,none", "gsm8k": "exact_match,strict-match", "hellaswag": "acc,none"})
+    got = {t: {k: score for k, (score, _) in recs.items()} for t, recs in item_records(
+        tmp_path / "row", ["mmlu", "gsm8k", "hellaswag"],
+        {"mmlu": "acc,none", "gsm8k": "exact_match,strict-match", "hellaswag": "acc,none"}).items()}
     assert got["mmlu"] == {(s, i): 1.0 for s in ("mmlu_a", "mmlu_b") for i in range(2)}
     assert got["gsm8k"] == {("gsm8k", 0): 1.0, ("gsm8k", 1): 1.0} and "hellaswag" not in got
 

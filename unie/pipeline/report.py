@@ -96,10 +96,7 @@ def read_effects(effect_paths) -> dict:
 def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_paths=()) -> str:
     """Table 3 from the ``results/dllm/rows/{row}/results.json`` files (lm-eval's own JSON).  ``tasks``: config
     ``dllm.tasks`` (toy tasks: metric and column from :mod:`unie.data.tasks`; built-in tasks: ``metrics`` and
-    ``columns`` from the config)."""
-    import json
-    from pathlib import Path
-
+    ``columns`` from the config); each decoder row's per-task paired s.e. from its ``effect.json``."""
     from ..report.tables import table3 as build
 
     results = {}
@@ -110,8 +107,7 @@ def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_pat
     if missing:
         raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
     names, metrics, columns = task_metrics(tasks)
-    samples = {Path(p).parent.name: item_scores(Path(p).parent, names, metrics) for p in result_paths}
-    tex, df = build(rows, names, results, metrics, columns, samples, read_effects(effect_paths))
+    tex, df = build(rows, names, results, metrics, columns, read_effects(effect_paths))
     write_table(tex, df, tex_path, csv_path)
     return tex
 
@@ -126,11 +122,6 @@ def selection_table(rows: dict, tasks: dict, result_paths, effect_paths, tex_pat
     tex, df = build(rows, results, read_effects(effect_paths), metrics, names)
     write_table(tex, df, tex_path, csv_path)
     return tex
-
-
-def item_scores(row_dir, tasks: list[str], metrics: dict) -> dict:
-    """``task -> {(subtask, doc_id): score}`` (:func:`item_records` without the completions)."""
-    return {t: {k: score for k, (score, _) in recs.items()} for t, recs in item_records(row_dir, tasks, metrics).items()}
 
 
 def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:

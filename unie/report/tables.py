@@ -20,7 +20,6 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..eval.metrics import paired_mean_se
 
 DOMAIN_LABELS = {"owt": "OWT", "ptb": "PTB", "wikitext": "WikiText", "lm1b": "LM1B", "lambada": "Lambada",
                  "ag_news": "AG News", "pubmed": "Pubmed", "arxiv": "Arxiv"}
@@ -257,15 +256,6 @@ def partition_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     return latex_float(cells, caption=caption, label="tab:partition", groups=list(summary.ar_context)), summary
 
 
-def paired_delta_se(scores: dict, base: dict) -> float:
-    """Standard error (in the scores' unit) of ``mean(scores - base)`` over the items both score
-    (``{doc_id: score}``): ``sd(d) / sqrt(n)`` with the sample standard deviation of the per-item differences ``d``.
-    The rows decode the same items, so this is the s.e. of an energy row's delta to its backbone; it is far
-    smaller than either accuracy's own s.e. when the two rows agree on most items.  NaN for fewer than 2 items."""
-    ids = sorted(set(scores) & set(base))
-    return paired_mean_se([scores[i] - base[i] for i in ids])[1]
-
-
 LOGLIK_OUTPUT_TYPES = ("multiple_choice", "loglikelihood")  # lm-eval's output types scored by log-likelihood
 LOGLIK_NOTE = "n/a — log-likelihood"  # the change of a log-likelihood column: no decoder can move it
 
@@ -292,7 +282,7 @@ def loglikelihood_tasks(results: dict, tasks: list[str]) -> set[str]:
 
 
 def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: dict,
-           samples: dict | None = None, effects: dict | None = None) -> tuple[str, pd.DataFrame]:
+           effects: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Table 3: accuracy (%) per benchmark, the paper's column order, one row per Table 3 row.
 
     ``rows``: row name -> ``{label, delta_to?}`` (config ``dllm.rows``); ``results``: row name -> lm-eval's
@@ -300,11 +290,11 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
     ``exact_match,flexible-extract``); ``columns``: task -> the paper's column name.  A cell is that value x 100; an energy row
     shows its delta to its backbone (``delta_to``) in green (gain) or red (loss), as the paper does; a row's
     ``note`` (e.g. "our reading") marks its label with a dagger and is printed under the table; the CSV
-    holds lm-eval's standard error and, where ``samples`` (row -> task -> ``{doc_id: score}``, lm-eval's
-    ``--log_samples``) has both rows, the paired standard error of the delta (:func:`paired_delta_se`, x 100).
-    ``effects`` (decoder row -> its ``effect.json``): the CSV gains each row's share of changed completions per task
-    and, for Algorithm 3, of disagreeing window iterations; the caption one sentence per energy row
-    (:func:`effect_note`).
+    holds lm-eval's standard error.  ``effects`` (decoder row -> its ``effect.json``,
+    :func:`unie.eval.metrics.paired_effect` over lm-eval's ``--log_samples``): the CSV gains each row's paired
+    standard error of the delta per task (``delta_se``, NaN where the effect has none), its share of changed
+    completions per task and, for Algorithm 3, of disagreeing window iterations; the caption one sentence per energy
+    row (:func:`effect_note`).
 
     A task scored by log-likelihood (:func:`loglikelihood_tasks`: lm-eval's built-in ``mmlu``, ``hellaswag``) is
     *decoder-independent*: a decoder row's change there is :data:`LOGLIK_NOTE` instead of a number (exactly 0 for
@@ -336,14 +326,13 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
             df.loc[df.row == name, "delta"] = np.where(indep, np.nan, cur - ref)
             if indep.any():
                 df.loc[(df.row == name) & df.decoder_independent, "delta_note"] = LOGLIK_NOTE
-            if samples is not None:
+            eff = (effects or {}).get(name)
+            if eff is not None:
                 for t in tasks:
-                    if t in loglik:
-                        continue
-                    a, b = samples.get(name, {}).get(t), samples.get(base, {}).get(t)
-                    se = 100 * paired_delta_se(a, b) if a and b else float("nan")
-                    df.loc[(df.row == name) & (df.task == t), "delta_se"] = se
-            eff = (effects or {}).get(name) or {}
+                    if t not in loglik:
+                        se = eff.get("tasks", {}).get(t, {}).get("se", float("nan"))
+                        df.loc[(df.row == name) & (df.task == t), "delta_se"] = se
+            eff = eff or {}
             for t, v in eff.get("tasks", {}).items():
                 df.loc[(df.row == name) & (df.task == t), "changed"] = v["changed"]
             if eff.get("window"):

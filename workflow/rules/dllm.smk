@@ -343,7 +343,7 @@ if SWEEP_JOB:
 def table3_inputs(rows):
     files = [f"results/dllm/rows/{row}/results.json" for row in rows]
     effects = [f"results/dllm/rows/{row}/effect.json" for row in rows if rows[row].get("delta_to")]
-    return {"results": files, "dirs": result_dirs(files), "effects": effects}
+    return {"results": files, "effects": effects}  # a decoder row's paired s.e. is in its effect.json
 
 
 rule table3:
