@@ -50,6 +50,13 @@ def test_gpu_smoke_dry_run_all(tmp_path):
     assert jobs["train"] == 4  # ar_masked, edlm_nce, uni_edlm_nce (from the imports) and the toy oracle ar_long
     assert not {"download_released", "released_missing", "download_hf_model"} & set(jobs)  # nothing downloads
     assert {"table1", "table2", "table3", "fig2", "fig3", "fig4", "dllm_eval"} <= set(jobs)
+    # bf16 on the GPU for every job that runs a model, the DLLM half's three trainings and its lm-eval runs included
+    blocks = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?=^\[|\n\n|\Z)", r.stdout, re.S | re.M)
+    runs_a_model = {"train", "ppl", "ppl_energy", "dllm_train", "dllm_eval", "timing"}
+    checked = [(n, b) for n, b in blocks if n in runs_a_model or n.startswith(("sample_", "dllm_eval_", "dllm_sweep"))]
+    assert {n for n, _ in checked} >= {"train", "dllm_train", "ppl"} and sum(n == "dllm_train" for n, _ in checked) == 3
+    for name, block in checked:
+        assert re.search(r"resources: .*\bprecision=bf16\b", block), (name, block)
 
 
 @pytest.mark.slow

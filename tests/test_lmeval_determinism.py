@@ -379,3 +379,67 @@ runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
     assert r.returncode != 0
     assert "task 'toy_rolling' has output_type 'loglikelihood_rolling'" in r.stderr, r.stderr[-3000:]
     assert not calls.exists() and not (tmp_path / "out").exists()
+
+
+def test_a_rows_results_json_names_its_proxy_batch_weights_and_device(tmp_path, hf_dir, caplog):
+    """What a reader of a Table 3 row's results JSON needs (issue 36): the proxy by name, the batch size, the SHA-256
+    of the weights the answers came from (model and proxy), the device actually used (after a CUDA fallback: the cpu,
+    in fp32, whatever the precision asked for)."""
+    import hashlib
+
+    task_dir = tmp_path / "tasks"
+    write_lmeval_tasks(task_dir, 1, 3, 0)
+    args = _hf_args(hf_dir, proxy=str(hf_dir), energy="uni", K=2, w=1.0, precision="bf16")
+    device = "cpu" if torch.cuda.is_available() else "cuda"  # the fallback where there is no CUDA
+    with caplog.at_level(logging.WARNING, logger="unie.lmeval"):
+        found = evaluate({**args, "device": device}, ["toy_math"], task_dir, tmp_path / "out", batch_size=4,
+                         limit=2, log=lambda m: None)
+    config = json.loads(found.read_text())["config"]
+    rec = config["unie_decoder"]
+    assert rec["proxy"] == str(hf_dir) and config["model_args"]["proxy"] == str(hf_dir)
+    assert config["batch_size"] == 4 and config["device"] == "cpu" and rec["device"] == "cpu"
+    digest = hashlib.sha256((hf_dir / "model.safetensors").read_bytes()).hexdigest()
+    for role in ("model", "proxy"):
+        w = rec["weights"][role]
+        assert w["path"] == str(hf_dir) and w["files"] == {"model.safetensors": digest}
+        assert w["sha256"] == hashlib.sha256(f"model.safetensors {digest}\n".encode()).hexdigest()
+    if device == "cuda":  # the fallback: the cpu runs fp32, and says so
+        assert rec["precision"] == "fp32" and config["model_args"]["precision"] == "fp32"
+        assert "the cpu runs fp32" in caplog.text
+    else:
+        assert rec["precision"] == "bf16"
+
+
+def test_bf16_loads_a_hugging_face_model_in_bfloat16_and_ours_in_float32(hf_dir, toks):
+    """precision bf16: the Hugging Face backbone and proxy are loaded in bfloat16 weights (LLaDA's and Dream's own
+    evaluations: float32 weights would double the memory of an 8B model); logits stay float32."""
+    dec = build_decoder(_hf_args(hf_dir, proxy=str(hf_dir), sampler="apd", precision="bf16"))
+    assert next(dec.backbone.model.parameters()).dtype == torch.bfloat16
+    assert next(dec.proxy.model.model.parameters()).dtype == torch.bfloat16
+    assert dec.backbone.logits(torch.tensor([[1, 2, 3]])).dtype == torch.float32
+    fp32 = build_decoder(_hf_args(hf_dir))
+    assert next(fp32.backbone.model.parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("mc_num", [100, 33, 0])
+def test_an_mc_num_the_estimator_cannot_honour_is_refused(hf_dir, mc_num):
+    with pytest.raises(ConfigError, match=f"mc_num={mc_num}: .* 1..32 or a multiple of 32"):
+        build_decoder(_hf_args(hf_dir, mc_num=mc_num))
+
+
+def test_mc_num_is_honoured_exactly(toks, monkeypatch):
+    """mc_num copies exactly: 96 = three passes of 32 (not 96 // 32 rounded), 5 = one pass of 5; a direct call
+    with a remainder is refused instead of drawing fewer copies (it drew 96 of 100)."""
+    from unie.dllm import backbone as bb
+
+    dec = _llada(toks)
+    rows = []
+    real = dec.backbone.logits
+    monkeypatch.setattr(dec.backbone, "logits", lambda x: rows.append(x.shape[0]) or real(x))
+    for n in (96, 5):
+        rows.clear()
+        bb.mc_loglikelihood(dec.backbone, [1, 2, 3], [4, 5, 6], mc_num=n, batch_size=min(n, 32),
+                            generator=torch.Generator().manual_seed(0))
+        assert sum(rows) == n
+    with pytest.raises(ValueError, match="mc_num=100 is not a positive multiple of batch_size=32"):
+        bb.mc_loglikelihood(dec.backbone, [1, 2, 3], [4, 5, 6], mc_num=100, batch_size=32)

@@ -515,7 +515,14 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     # every job's partition follows its GPU request (ppl_energy and the lm-eval runs included)
     blocks = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
     gpu_rules = {name for name, b in blocks if re.search(r"resources: .*\bgpu=1\b", b)}
-    assert {"train", "ppl", "ppl_energy", "sample", "timing", "dllm_eval"} <= gpu_rules
+    assert {"train", "ppl", "ppl_energy", "sample", "timing", "dllm_eval", "dllm_sweep"} <= gpu_rules
+    # every job that runs a model runs it in bf16 (config/paper.yaml's precision on its cuda device), the DLLM half's
+    # lm-eval rows and sweeps included: each GPU job's resources show it (a CPU job's, fp32)
+    for name, b in blocks:
+        res = re.search(r"resources: (.*)", b).group(1)
+        if re.search(r"\bgpu=1\b", res):
+            assert re.search(r"\bprecision=bf16\b", res), (name, res)
+    assert {name for name, b in blocks if "precision=" in b} == gpu_rules
     local = {name for f in (REPO / "workflow" / "rules").glob("*.smk")
              for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", f.read_text(), re.S | re.M)
              if "localrule: True" in body

@@ -4,6 +4,9 @@ sampled tokens); log-probabilities, losses and likelihoods stay float32/float64 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -281,3 +284,66 @@ def test_evaluators_and_decoders_under_bf16(tok, random_words):
     backbone.logits = lambda x: seen.append(torch.is_autocast_enabled("cpu")) or real(x)
     texts_out, _ = dec.generate(["the"], 4)
     assert len(texts_out) == 1 and seen and all(seen)
+
+
+# ------------------------------------------------------------------ (e) one helper, every rule, the DLLM half too
+def test_every_script_reads_the_precision_from_one_helper():
+    """The scripts of the rules that run a model read their precision from unie.pipeline.rule.job_precision (the
+    params precision_params() passes, on the job's device): none calls for_device itself, none reads the param."""
+    from types import SimpleNamespace
+
+    from unie.pipeline.rule import job_precision
+
+    scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
+    readers = {f.stem for f in scripts.glob("*.py") if "job_precision(snakemake" in f.read_text()}
+    assert readers == {"train", "sample", "ppl", "ppl_energy", "timing", "dllm_train", "dllm_eval", "dllm_sweep"}
+    for f in scripts.glob("*.py"):
+        assert "for_device" not in f.read_text() and '"precision"' not in f.read_text(), f.name
+
+    class Params(SimpleNamespace):
+        def get(self, key, default=None):
+            return getattr(self, key, default)
+
+    job = lambda **p: SimpleNamespace(params=Params(**p))  # noqa: E731
+    assert job_precision(job(device="cuda")) == "fp32"  # fp32 jobs get no precision param
+    assert job_precision(job(device="cuda", precision="bf16")) == "bf16"
+    assert job_precision(job(device="cpu", precision="bf16")) == "fp32"  # a CPU runs fp32
+    assert job_precision(job(device="cuda", precision="bf16"), device="cpu") == "fp32"
+
+
+def test_dllm_rows_and_training_carry_the_precision(tmp_path):
+    from unie.dllm.rows import row_model_args
+    from unie.pipeline.dllm import prepare_dllm_data, train_dllm_model
+
+    row = {"model": "llada", "options": {"confidence": "low_confidence"}}
+    dllm = {"decoding": {"gen_length": 8}}
+    inputs = {"model": "results/dllm/models/llada/model.safetensors"}
+    assert "precision" not in row_model_args("llada", row, dllm, inputs, "cpu")  # fp32: model_args as before
+    assert row_model_args("llada", row, dllm, inputs, "cuda", "bf16")["precision"] == "bf16"
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    rows = [{"question": f"question : sort [ {i} {i + 1} ]", "answer": f"[ {i} {i + 1} ]"} for i in range(8)]
+    (tasks / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    data = tmp_path / "data"
+    prepare_dllm_data({"t": tasks / "t.jsonl"}, {"t": tasks / "t.jsonl"}, ["the baker bakes the pie"] * 4, data,
+                      gen_length=16, bpe_vocab_size=40, n_pretrain_texts=4, log=lambda m: None)
+    spec = {"method": "llada", "tokenizer": "word", "data": "sft", "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+            "train": {"steps": 2, "batch_size": 4, "lr": 1e-3, "ckpt_every": 2, "log_every": 1}}
+    entered = []
+    real = torch.autocast
+
+    def spy(*a, **k):
+        entered.append(k.get("dtype"))
+        return real(*a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "autocast", spy)
+        train_dllm_model("m", spec, data, tmp_path / "bf16", tmp_path / "ckpt", precision="bf16", log=lambda m: None)
+    assert torch.bfloat16 in entered  # the training passes ran under bf16 autocast
+    meta = json.loads((tmp_path / "bf16" / "config.json").read_text())
+    assert meta["extra"]["precision"] == "bf16"
+    logs = []  # another precision is another run: the bf16 checkpoint is not resumed by an fp32 run
+    train_dllm_model("m", spec, data, tmp_path / "fp32", tmp_path / "ckpt", log=logs.append)
+    assert any("not resuming" in m for m in logs), logs
+    assert "precision" not in json.loads((tmp_path / "fp32" / "config.json").read_text())["extra"]

@@ -202,7 +202,12 @@ class UnieLM(LM):
         if decoder is not None and model_args:
             raise ValueError(f"model arguments {sorted(model_args)} given together with a ready decoder "
                              f"{getattr(decoder, 'name', decoder)!r}; pass one or the other")
-        rank, world_size, device = join_world(resolve_device(device))
+        resolved = resolve_device(device)
+        if resolved != str(device) and model_args.get("precision", "fp32") != "fp32":  # CUDA asked for, CPU used
+            log.warning("precision %s was asked for %s; the cpu runs fp32 (unie.core.precision.for_device)",
+                        model_args["precision"], device)
+            model_args = {**model_args, "precision": "fp32"}
+        rank, world_size, device = join_world(resolved)
         if decoder is None:
             from unie.dllm.decoder import build_decoder
 
@@ -231,7 +236,9 @@ class UnieLM(LM):
         """What lm-eval's evaluator adds to the results' ``config`` (lm-eval 0.4.13 records ``model_args: None``
         for a ready model instance): ``model_args`` (the decoder's parsed model arguments: checkpoint, sampler,
         options, decoding, seed, ...; for a ready decoder without them, its :meth:`info`), and ``unie_decoder``,
-        the decoder's own record (checkpoint, sampler, its resolved options, decoding, seed)."""
+        the decoder's own record (checkpoint, proxy, the SHA-256 of their weights, sampler, its resolved options,
+        decoding, seed, precision, the device its model is on).  :func:`evaluate` also has lm-eval record the
+        batch size and the device actually used (``config.batch_size``, ``config.device``)."""
         info = self.decoder.info() if hasattr(self.decoder, "info") else {"decoder": self.decoder.name}
         model_args = getattr(self.decoder, "model_args", None)
         if model_args:
@@ -550,7 +557,10 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     if allow_code_execution:
         os.environ["HF_ALLOW_CODE_EVAL"] = "1"
     try:
+        # batch_size and device are only recorded (config.batch_size, config.device) for a ready model: the
+        # adapter's batch and the device its decoder runs on (cpu after a CUDA fallback), not what was asked for
         res = lm_eval.simple_evaluate(model=lm, tasks=loaded, task_manager=tm, log_samples=True, limit=limit,
+                                      batch_size=lm.batch_size, device=str(lm.device),
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                       fewshot_random_seed=seed, evaluation_tracker=tracker, bootstrap_iters=1000,
                                       confirm_run_unsafe_code=allow_code_execution)  # mean: analytic s.e.

@@ -359,7 +359,12 @@ def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int
     wrapped into ``[1, T]``; exactly ``n_j`` target positions masked (random permutation); the prefix is never
     masked; ``loss_j = Σ_masked CE / (n_j / T)``; the estimate is ``-mean_j loss_j`` over ``mc_num`` copies.
     A one-token target (``T = 1``: MMLU's letter) has a single masking, so every copy is the same and the estimate
-    is the exact ``log p(target | prefix)`` for any ``mc_num``: one pass of one row (LLaDA's MMLU run, ``mc_num=1``)."""
+    is the exact ``log p(target | prefix)`` for any ``mc_num``: one pass of one row (LLaDA's MMLU run, ``mc_num=1``).
+    ``mc_num`` must be a multiple of ``batch_size`` (``mc_num / batch_size`` passes, as LLaDA's ``eval_llada.py``
+    asserts): anything else is a ValueError, never fewer copies than asked."""
+    if mc_num < 1 or batch_size < 1 or mc_num % batch_size:
+        raise ValueError(f"mc_num={mc_num} is not a positive multiple of batch_size={batch_size}: the estimate would "
+                         f"not use mc_num copies")
     T = len(target)
     if T == 0:
         return 0.0
@@ -369,7 +374,7 @@ def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int
     seq = torch.tensor(prefix + target, dtype=torch.long, device=dev)
     blocked = (backbone.mask_id, *getattr(backbone, "blocked", ()))
     losses = []
-    for _ in range(max(1, mc_num // batch_size)):
+    for _ in range(mc_num // batch_size):
         k = int(torch.randint(1, T + 1, (1,), generator=generator))
         n = torch.linspace(k, k + (batch_size - 1) * T / batch_size, batch_size).round().long()
         n = ((n - 1) % T) + 1

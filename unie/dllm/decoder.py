@@ -65,6 +65,46 @@ def sampler_option_keys() -> set[str]:
     return {k for entry in DLLM_SAMPLERS.values() for k in entry.option_names()}
 
 
+MC_BATCH = 32  # copies of a continuation per Monte-Carlo pass of loglikelihood (LLaDA's eval: --batch_size)
+
+
+def check_mc_num(mc_num) -> int:
+    """``mc_num`` if :meth:`DLLMDecoder.loglikelihood` draws exactly that many Monte-Carlo copies: at most
+    :data:`MC_BATCH` (one pass of ``mc_num`` copies) or a multiple of it (``mc_num / MC_BATCH`` passes); any
+    other value a :class:`ConfigError` (LLaDA's ``eval_llada.py`` asserts ``mc_num % batch_size == 0`` too)."""
+    n = int(mc_num)
+    if n < 1 or (n > MC_BATCH and n % MC_BATCH):
+        lo, hi = max(MC_BATCH, n - n % MC_BATCH), n - n % MC_BATCH + MC_BATCH
+        raise ConfigError(f"model_args mc_num={mc_num}: the Monte-Carlo ELBO draws its copies {MC_BATCH} per pass, "
+                          f"so mc_num must be 1..{MC_BATCH} or a multiple of {MC_BATCH} (e.g. {lo} or {hi})")
+    return n
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def weights_record(path) -> dict | None:
+    """The identity of the weights a model directory holds, for a row's results: ``{"path", "files": {name:
+    sha256}, "sha256"}``: the SHA-256 of every weight file directly in ``path`` (``*.safetensors``, ``*.bin``,
+    ``*.pt``, ``*.pth``: our ``model.safetensors``, a Hugging Face folder's shards) and one digest over them (the
+    SHA-256 of their sorted ``name sha256`` lines).  None when ``path`` is not a local directory (a hub name)."""
+    from ..core.integrity import file_sha256
+
+    p = Path(str(path))
+    if not p.is_dir():
+        return None
+    files = {f.name: file_sha256(f) for f in sorted(p.iterdir()) if f.is_file() and f.suffix in WEIGHT_SUFFIXES}
+    lines = "".join(f"{name} {digest}\n" for name, digest in files.items())
+    return {"path": str(p), "files": files, "sha256": hashlib.sha256(lines.encode()).hexdigest()}
+
+
+def hf_dtype(precision: str) -> str:
+    """The dtype a Hugging Face model's weights are loaded in: ``bfloat16`` under ``bf16`` (LLaDA's and Dream's
+    evaluations load them so; float32 weights would double the memory and the time of an 8B model), else
+    ``float32``."""
+    return "bfloat16" if precision == "bf16" else "float32"
+
+
 @dataclass(frozen=True)
 class ModelArgs:
     """lm-eval's ``--model_args`` of a unie decoder (:meth:`parse` builds it from the dict).
@@ -79,9 +119,11 @@ class ModelArgs:
     decoder's name (default: ``pretrained``'s last path component).  ``prompt_len``: the prompt positions
     (default: the checkpoint's; a Hugging Face model has none: prompts are batched by length, unpadded).
     ``seed`` seeds every request's generators (:func:`request_generator`), ``mc_num`` is the Monte-Carlo sample
-    count of ``loglikelihood`` (LLaDA's default, 128).  ``precision`` (``fp32`` | ``tf32`` | ``bf16``,
+    count of ``loglikelihood`` (LLaDA's default, 128; honoured exactly: up to :data:`MC_BATCH` or a multiple
+    of it, anything else refused, :func:`check_mc_num`).  ``precision`` (``fp32`` | ``tf32`` | ``bf16``,
     :mod:`unie.core.precision`): the network passes of ``generate`` and ``loglikelihood`` (the model's and the
-    proxy's) run under that autocast; weights keep their dtype."""
+    proxy's) run under that autocast; a Hugging Face model or proxy is loaded in bfloat16 weights under ``bf16``
+    (as LLaDA's and Dream's own evaluations load them), our own checkpoints keep float32 weights."""
 
     pretrained: str
     kind: str = "unie"
@@ -104,6 +146,7 @@ class ModelArgs:
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise ConfigError(f"model_args precision={self.precision!r}; known: {', '.join(PRECISIONS)}")
+        check_mc_num(self.mc_num)
         if self.sampler is None:
             object.__setattr__(self, "sampler", default_sampler(self.options))
         if self.name is None:
@@ -360,7 +403,7 @@ class DLLMDecoder:
             gen = request_generator(self.seed, "loglikelihood", c, t)
             with autocast(device, self.precision):
                 ll = mc_loglikelihood(self.backbone, prefix, target, mc_num=self.mc_num,
-                                      batch_size=min(self.mc_num, 32), generator=gen)
+                                      batch_size=min(self.mc_num, MC_BATCH), generator=gen)
                 greedy = greedy_matches(self.backbone, prefix, target, self.decode_options.confidence)
             out.append((ll, greedy))
         return out
@@ -373,7 +416,7 @@ class DLLMDecoder:
             gen = request_generator(self.seed, "loglikelihood", c, t)
             with autocast(device, self.precision):
                 out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + ctx, target, mc_num=self.mc_num,
-                                            batch_size=min(self.mc_num, 32), generator=gen))
+                                            batch_size=min(self.mc_num, MC_BATCH), generator=gen))
         return out
 
     def info(self) -> dict:
@@ -383,9 +426,10 @@ class DLLMDecoder:
                 repr(self.options),
                 "decoding": dataclasses.asdict(self.decode_options), "prompt_len": self.prompt_len,
                 "pad_to_batch": self.pad_to_batch, "seed": self.seed, "mc_num": self.mc_num,
-                "precision": self.precision,
+                "precision": self.precision, "device": str(model_device(self.backbone)),
                 "checkpoint": str(getattr(self.backbone, "path", None) or getattr(self.tok, "path", None) or ""),
-                "proxy": str(getattr(getattr(self.proxy, "model", None), "path", None) or "") or None}
+                "proxy": str(getattr(getattr(self.proxy, "model", None), "path", None) or "") or None,
+                **getattr(self, "provenance", {})}
 
 
 class ARDecoder:
@@ -439,8 +483,9 @@ class ARDecoder:
 
     def info(self) -> dict:
         return {"decoder": self.name, "type": "ar", "sampler": "greedy", "gen_length": self.gen_length,
-                "precision": self.precision,
-                "checkpoint": str(getattr(self.model, "path", None) or getattr(self.tok, "path", None) or "")}
+                "precision": self.precision, "device": str(self.device),
+                "checkpoint": str(getattr(self.model, "path", None) or getattr(self.tok, "path", None) or ""),
+                **getattr(self, "provenance", {})}
 
 
 # ---------------------------------------------------------------------- model_args -> decoder
@@ -455,10 +500,12 @@ def load_backbone(a: ModelArgs):
         from ..models.hf import load_hf_causal, load_hf_dllm
 
         if a.kind == "hf_ar":
-            model = load_hf_causal(a.pretrained, trust_remote_code=a.trust_remote_code, device=a.device)
+            model = load_hf_causal(a.pretrained, trust_remote_code=a.trust_remote_code, device=a.device,
+                                   dtype=hf_dtype(a.precision))
         else:
             model = load_hf_dllm(a.pretrained, style=a.style, trust_remote_code=a.trust_remote_code,
-                                 mask_token=a.mask_token, device=a.device, attn_implementation=a.attn_implementation)
+                                 mask_token=a.mask_token, device=a.device, attn_implementation=a.attn_implementation,
+                                 dtype=hf_dtype(a.precision))
         return model, model.tokenizer, a.prompt_len, False, HF_GEN_LENGTH, a.kind == "hf_ar"
     raise ConfigError(f"unknown decoder kind {a.kind!r}; known: {', '.join(KINDS)}")
 
@@ -473,7 +520,8 @@ def load_proxy(a: ModelArgs, tokenizer) -> ProxyBridge:
     else:
         from ..models.hf import load_hf_causal
 
-        model = load_hf_causal(a.proxy, trust_remote_code=a.proxy_trust_remote_code, device=a.device)
+        model = load_hf_causal(a.proxy, trust_remote_code=a.proxy_trust_remote_code, device=a.device,
+                               dtype=hf_dtype(a.precision))
     if not hasattr(model, "logits") or not hasattr(model, "bos_id"):
         raise ConfigError(f"proxy {a.proxy} is not an autoregressive model")
     return ProxyBridge(model, tokenizer)
@@ -489,6 +537,11 @@ def build_decoder(args: Mapping | ModelArgs):
     gen_length = int(a.decoding.get("gen_length", default_gen))
     decoder = _build(a, model, tok, prompt_len, pad_to_batch, gen_length, is_ar)
     decoder.model_args = {k: v for k, v in dataclasses.asdict(a).items()}  # what made it (the results' config)
+    # what its answers came from, in its info() (the results' config.unie_decoder): the model and the proxy as
+    # given, the SHA-256 of their weight files
+    decoder.provenance = {"checkpoint": str(a.pretrained), "proxy": None if a.proxy is None else str(a.proxy),
+                          "weights": {"model": weights_record(a.pretrained),
+                                      **({"proxy": weights_record(a.proxy)} if a.proxy is not None else {})}}
     return decoder
 
 

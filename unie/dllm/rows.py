@@ -42,15 +42,19 @@ def eval_groups(rows: dict) -> dict[str, list[str]]:
     return out
 
 
-def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str) -> dict:
+def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str, precision: str = "fp32") -> dict:
     """lm-eval ``model_args`` of a Table 3 row (config ``dllm.rows``): the model (and proxy) directories from
     the rule's inputs, the shared decoding options, the shared energy options (``dllm.energy``) for an
-    Algorithm 3 row (:func:`row_sampler`), then the row's own ``options`` (``sampler`` and its options)."""
+    Algorithm 3 row (:func:`row_sampler`), then the row's own ``options`` (``sampler`` and its options).
+    ``precision`` (the job's, :func:`unie.pipeline.rule.job_precision`) is added when it is not ``fp32`` (the
+    model_args of an fp32 row are those of before the option)."""
     def directory(path):
         p = Path(path)
         return str(p.parent if p.suffix else p)
 
     args = {"pretrained": directory(inputs["model"]), "name": name, "device": device}
+    if precision != "fp32":
+        args["precision"] = precision
     for key in LOADING_KEYS:
         if key in row:
             args[key] = row[key]

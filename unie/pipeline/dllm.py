@@ -24,6 +24,7 @@ from ..core.config import ConfigError, TrainConfig, from_dict
 from ..core.distributed import world
 from ..core.integrity import (DamagedFileError, atomic_write, file_record, file_sha256, read_json, verify_file,
                               write_json)
+from ..core.precision import check_precision, precision_record
 from ..core.train import run_spec, train
 from ..data.dllm_format import ar_sft_rows, content_lengths, dllm_sft_rows, pack_text, trim_padding
 from ..data.tasks import task_vocabulary
@@ -142,8 +143,12 @@ def transfer_weights(net, init, new_tok, old_tok, log=print) -> None:
 
 
 def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device: str = "cpu",
-                     init_dir=None, init_tokenizer_dir=None, log=print):
+                     init_dir=None, init_tokenizer_dir=None, log=print, precision: str = "fp32"):
     """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt`` (``{tokenizer}_pretrain.pt``).
+
+    ``precision`` (:mod:`unie.core.precision`): the training passes' precision, as for the models of the DLM half
+    (:func:`~unie.pipeline.models.train_from_spec`): another precision than ``fp32`` is another run specification
+    and is recorded in ``config.json``.
 
     Under ``torch.distributed`` every rank calls this (data-parallel :func:`~unie.core.train.train`, ``device``
     is the rank's own); only rank 0 writes ``out_dir``."""
@@ -174,15 +179,15 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
     sig = run_spec(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"],
                           "options": spec.get("options", {}), "data": {"sha256": data_sha, "shape": list(data.shape)},
                           "tokenizer": tok.info()["fingerprint"], "init": init_fingerprint(init_dir),
-                          "init_tokenizer": init_tok_fp})
+                          "init_tokenizer": init_tok_fp, **precision_record(check_precision(precision))})
     log(f"training {name} ({spec['method']}, {tok_name} tokenizer, {data_kind} data {tuple(data.shape)}): "
         f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters")
     bucketed = {}
     if tcfg.length_buckets > 1:  # batches of similar length, all-padding columns dropped (see TrainConfig)
         bucketed = {"row_lengths": content_lengths(data, tok.eos_id),
                     "collate": functools.partial(trim_padding, pad_id=tok.eos_id)}
-    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, **bucketed)
-    extra = {"options": spec.get("options", {}), "train": spec["train"], "data": str(path),
+    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, precision=precision, **bucketed)
+    extra = {"options": spec.get("options", {}), "train": spec["train"], "data": str(path), **precision_record(precision),
              "layout": {"kind": layout, "tokenizer": tok_name, "prompt_len": meta["prompt_len"][tok_name],
                         "gen_length": meta["gen_length"][tok_name], "pad_to_batch": tcfg.length_buckets > 1},
              "final": next((h for h in reversed(history) if "loss" in h), {})}
@@ -257,7 +262,8 @@ def time_sweep_point(args: dict, samples_path, batch_size: int, timing: SweepTim
     return out
 
 
-def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print) -> list[dict]:
+def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print,
+              precision: str = "fp32") -> list[dict]:
     """Rule dllm_sweep: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the task
     ``dllm.sweeps.task``, all in this process (lm-eval and the models are imported once; every point's
     throughput is timed by the adapter over its single pass: warm-up batch excluded, model loading excluded,
@@ -267,7 +273,8 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
     as ``tokens_per_s_lmeval`` and ``seconds`` (its timed generation, all prompts).
     Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` per point and
     ``points.json`` (one record per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under
-    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.lmeval.evaluate` (the layer above passes it in)."""
+    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.lmeval.evaluate` (the layer above passes it in).
+    ``precision``: every point's model_args (:func:`~unie.dllm.rows.row_model_args`)."""
     from ..data.tasks import PRIMARY_METRIC
 
     out_dir = Path(out_dir)
@@ -280,7 +287,8 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
     for point in sweep_points(dllm, sweep):
         point_dir = out_dir / point["name"]
         args = row_model_args(point["name"], point["row"], dllm, {role: inputs[f"{point['curve']}_{role}"]
-                              for role in ("model", "proxy") if f"{point['curve']}_{role}" in inputs}, device)
+                              for role in ("model", "proxy") if f"{point['curve']}_{role}" in inputs}, device,
+                              precision)
         log(f"{sweep} {point['name']}: model_args {args}")
         lm = LmEvalSettings.from_dllm(dllm)
         found = evaluate(args, [task], include, point_dir, lm.batch_size, include_defaults=lm.include_default_tasks,

@@ -23,6 +23,17 @@ def operator_errors() -> tuple[type, ...]:
             HubUnreachableError, RankError, FileNotFoundError, PermissionError)
 
 
+def job_precision(snakemake, device: str | None = None) -> str:
+    """The precision a rule's job runs its networks in (docs/precision.md): the rule's ``params.precision``
+    (absent: ``fp32``; ``precision_params()`` in workflow/rules/common.smk passes it) on ``device`` (default: the
+    rule's ``params.device``), through :func:`unie.core.precision.for_device`, so a CPU runs ``fp32`` whatever the
+    config says.  The one place every script that runs a model reads it from."""
+    from ..core.precision import for_device
+
+    p = snakemake.params
+    return for_device(p.get("precision", "fp32"), p.device if device is None else device)
+
+
 @contextmanager
 def job(snakemake, name: str | None = None):
     """Context for a rule's script: logs (stdout, stderr, logging) go to ``snakemake.log[0]``;

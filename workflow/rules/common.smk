@@ -23,10 +23,18 @@ check_config(config)
 SETTINGS = WorkflowSettings.from_config(config)
 
 
+from unie.core.precision import for_device  # noqa: E402
+
+# The precision every job that runs a model runs in: the config's `precision` on the config's `device`, fp32 on a CPU
+# (unie.core.precision.for_device).  Each such rule gets it twice, from here: as a param (precision_params: what its
+# script reads, unie.pipeline.rule.job_precision, and what reruns it when it changes) and as the resource
+# `precision` (what `snakemake -n` prints beside the GPU request; no executor reads it).
+PRECISION = for_device(config.get("precision", "fp32"), config["device"])
+
+
 def precision_params():
     """``precision`` only when not fp32: fp32 jobs keep their params, so existing result trees do not rerun."""
-    p = config.get("precision", "fp32")
-    return {} if p == "fp32" else {"precision": p}
+    return {} if PRECISION == "fp32" else {"precision": PRECISION}
 
   # optional workflow switches, their defaults in one place
 MODELS = list(config["models"])

@@ -148,12 +148,14 @@ rule dllm_train:
         spec=lambda wc: DLLM["models"][wc.dmodel],
         ckpt_dir=lambda wc: f"results/checkpoints/dllm_{wc.dmodel}",
         device=config["device"],
+        **precision_params(),
         processes=res("dllm_train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
     threads: config["threads"]
     resources:
         gpu=res("dllm_train", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("dllm_train"),
         slurm_partition=partition("dllm_train"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("dllm_train", "mem_mb", 4000),
         runtime=res("dllm_train", "runtime", 120),
     script:
@@ -186,6 +188,7 @@ def dllm_eval_params(rows):
         dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
                                        "seed")},
         device=config["device"],
+        **precision_params(),
     )
 
 
@@ -224,6 +227,7 @@ rule dllm_eval:
         gpu=res("dllm_eval", "gpu", 0),  # > 1 on CUDA: lm-eval data parallel, one torchrun rank per GPU
         cpus_per_gpu=cpus_per_gpu("dllm_eval"),
         slurm_partition=partition("dllm_eval"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("dllm_eval", "mem_mb", 4000),
         runtime=res("dllm_eval", "runtime", 120),
     script:
@@ -255,6 +259,7 @@ for _group, _rows in EVAL_GROUPS.items():
             gpu=res("dllm_eval", "gpu", 0),
             cpus_per_gpu=cpus_per_gpu("dllm_eval"),
             slurm_partition=partition("dllm_eval"),
+            precision=PRECISION,  # printed by snakemake -n (common.smk)
             mem_mb=res("dllm_eval", "mem_mb", 4000),
             runtime=res("dllm_eval", "runtime", 120),
         script:
@@ -283,6 +288,7 @@ def sweep_params(sweeps):
         dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
                                        "seed", "sweeps")},
         device=config["device"],
+        **precision_params(),
     )
 
 
@@ -311,6 +317,7 @@ rule dllm_sweep:
     resources:
         gpu=res("dllm_sweep", "gpu", 0),
         slurm_partition=partition("dllm_sweep"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("dllm_sweep", "mem_mb", 4000),
         runtime=res("dllm_sweep", "runtime", 120),
     script:
@@ -334,6 +341,7 @@ if SWEEP_JOB:
         resources:
             gpu=res("dllm_sweep", "gpu", 0),
             slurm_partition=partition("dllm_sweep"),
+            precision=PRECISION,  # printed by snakemake -n (common.smk)
             mem_mb=res("dllm_sweep", "mem_mb", 4000),
             runtime=res("dllm_sweep", "runtime", 120),
         script:

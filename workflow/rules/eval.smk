@@ -23,6 +23,7 @@ rule ppl:
         gpu=res("ppl", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("ppl"),
         slurm_partition=partition("ppl"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),
     script:
@@ -81,6 +82,7 @@ rule ppl_energy:
         gpu=res("ppl", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("ppl"),
         slurm_partition=partition("ppl"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("ppl", "mem_mb", 4000),
         runtime=res("ppl", "runtime", 60),
     script:

@@ -73,6 +73,7 @@ rule timing:
         gpu=res("timing", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("timing"),
         slurm_partition=partition("timing"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("timing", "mem_mb", 4000),
         runtime=res("timing", "runtime", 60),
     script:
@@ -101,6 +102,7 @@ if TIMED_RUNS:
             gpu=res("timing", "gpu", 0),
             cpus_per_gpu=cpus_per_gpu("timing"),
             slurm_partition=partition("timing"),
+            precision=PRECISION,  # printed by snakemake -n (common.smk)
             mem_mb=res("timing", "mem_mb", 4000),
             runtime=res("timing", "runtime", 60),
         script:

@@ -69,6 +69,7 @@ rule sample:
         gpu=res("sample", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("sample"),
         slurm_partition=partition("sample"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("sample", "mem_mb", 4000),
         runtime=res("sample", "runtime", 60),
     script:
@@ -97,6 +98,7 @@ rule sample_run:
         gpu=res("sample", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("sample"),
         slurm_partition=partition("sample"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("sample", "mem_mb", 4000),
         runtime=lambda wc, attempt: res("sample", "runtime", 60)(wc, attempt) * len(config["sampling"]["steps"]),
     script:
@@ -132,6 +134,7 @@ for _group, _runs in TABLE_RUNS.items():
             gpu=res("sample", "gpu", 0),
             cpus_per_gpu=cpus_per_gpu("sample"),
             slurm_partition=partition("sample"),
+            precision=PRECISION,  # printed by snakemake -n (common.smk)
             mem_mb=res("sample", "mem_mb", 4000),
             runtime=res("sample", "runtime", 60),
         script:

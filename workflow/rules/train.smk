@@ -48,6 +48,7 @@ rule train:
         gpu=res("train", "gpu", 0),
         cpus_per_gpu=cpus_per_gpu("train"),
         slurm_partition=partition("train"),
+        precision=PRECISION,  # printed by snakemake -n (common.smk)
         mem_mb=res("train", "mem_mb", 4000),
         runtime=res("train", "runtime", 120),
     script:

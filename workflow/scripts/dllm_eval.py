@@ -2,7 +2,7 @@
 per row one lm-eval run over the seven tasks (lm-eval writes the JSONs), then the row's effect against its
 backbone.  More than one GPU (resources.gpu > 1 on CUDA): data parallel, one rank per GPU under torchrun."""
 
-from unie.pipeline.rule import job
+from unie.pipeline.rule import job, job_precision
 
 with job(snakemake) as log:
     import os
@@ -24,7 +24,7 @@ with job(snakemake) as log:
         inputs = snakemake.params.inputs[name]
         results, effect = (out.results[i], out.effect[i]) if many else (out.results, out.effect)
         out_dir = os.path.dirname(results)
-        args = row_model_args(name, row, d, inputs, snakemake.params.device)
+        args = row_model_args(name, row, d, inputs, snakemake.params.device, job_precision(snakemake))
         log(f"{name}: model_args: {args}")
         local = inputs.get("tasks") or inputs.get("local_tasks")  # toy tasks, or the paper's local ones
         include = os.path.dirname(local[0]) if local else None

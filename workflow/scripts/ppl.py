@@ -1,9 +1,8 @@
 """Rule ppl: a model's perplexity (bound) on the evaluation split of every domain (Table 1)."""
 
-from unie.pipeline.rule import job, write_json
+from unie.pipeline.rule import job, job_precision, write_json
 
 with job(snakemake) as log:
-    from unie.core.precision import for_device
     from unie.pipeline.ppl import model_ppl
 
     p = snakemake.params
@@ -18,6 +17,6 @@ with job(snakemake) as log:
         seed=p.seed,
         device=p.device,
         log=log,
-        precision=for_device(p.get("precision", "fp32"), p.device),
+        precision=job_precision(snakemake),
     )
     write_json(result, snakemake.output[0])

@@ -2,10 +2,9 @@
 
 from pathlib import Path
 
-from unie.pipeline.rule import job, write_json
+from unie.pipeline.rule import job, job_precision, write_json
 
 with job(snakemake) as log:
-    from unie.core.precision import for_device
     from unie.pipeline.ppl import energy_ppl
 
     p = snakemake.params
@@ -14,5 +13,5 @@ with job(snakemake) as log:
     result = energy_ppl(snakemake.wildcards.estimator, p.spec, dirs, snakemake.input.tokenizer,
                         dict(zip(p.domains, snakemake.input.data)), n_mc=p.ppl["n_mc"],
                         batch_size=p.ppl["batch_size"], max_sequences=p.ppl.get("max_sequences"), seed=p.seed,
-                        device=p.device, log=log, precision=for_device(p.get("precision", "fp32"), p.device))
+                        device=p.device, log=log, precision=job_precision(snakemake))
     write_json(result, snakemake.output[0])

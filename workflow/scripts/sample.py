@@ -5,10 +5,9 @@ generative perplexity under every evaluator and their entropy in bits."""
 
 from pathlib import Path
 
-from unie.pipeline.rule import job
+from unie.pipeline.rule import job, job_precision
 
 with job(snakemake) as log:
-    from unie.core.precision import for_device
     from unie.pipeline.sample import SampleJob, sample_and_score
 
     p = snakemake.params
@@ -37,7 +36,7 @@ with job(snakemake) as log:
             domain=p.train_domain,
             seed=p.seed,
             device=p.device,
-            precision=for_device(p.get("precision", "fp32"), p.device),
+            precision=job_precision(snakemake),
         )
         sample_and_score(
             sampling,

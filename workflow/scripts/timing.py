@@ -3,10 +3,9 @@ times (``timing_fig3``, one after the other) per step count (warm-up excluded, o
 every core of the job held; each point checked (spread, CPU / wall, seconds per call; config
 figures.fig3_tradeoff.timing.checks, else TimingChecks' defaults), flagged points rerun, then marked."""
 
-from unie.pipeline.rule import job, write_json
+from unie.pipeline.rule import job, job_precision, write_json
 
 with job(snakemake) as log:
-    from unie.core.precision import for_device
     from unie.eval.timing import TimingChecks
     from unie.pipeline.sample import SampleJob
     from unie.pipeline.timing import time_run
@@ -24,7 +23,7 @@ with job(snakemake) as log:
             domain=p.train_domain,
             seed=p.seed,
             device=p.device,
-            precision=for_device(p.get("precision", "fp32"), p.device),
+            precision=job_precision(snakemake),
         )
         result = time_run(
             sampling,

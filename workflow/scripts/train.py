@@ -1,10 +1,9 @@
 """Rule train: one model of config['models'] with its method's loss; EMA weights -> safetensors.
 More than one process (resources.gpu > 1 on CUDA, or resources.train.processes): data parallel under torchrun."""
 
-from unie.pipeline.rule import job
+from unie.pipeline.rule import job, job_precision
 
 with job(snakemake) as log:
-    from unie.core.precision import for_device
     from unie.pipeline.launch import rule_processes, run_training
 
     kwargs = dict(
@@ -21,6 +20,6 @@ with job(snakemake) as log:
         partner_dirs={k[len("partner_"):]: v.rsplit("/", 1)[0] for k, v in snakemake.input.items()
                       if k.startswith("partner_")},
         dev_path=snakemake.input.get("dev") or None,
-        precision=for_device(snakemake.params.get("precision", "fp32"), snakemake.params.device),
+        precision=job_precision(snakemake),
     )
     run_training("models", kwargs, rule_processes(snakemake), log=log, threads=snakemake.threads)
