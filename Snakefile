@@ -50,11 +50,12 @@ include: "workflow/rules/hf.smk"
 include: "workflow/rules/dllm.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/docs.smk"
+include: "workflow/rules/prefetch.smk"
 
 
 # The named targets (unie/pipeline/targets.py, the README's "Targets" table): `all` here, every other one the rule
 # that writes its files (table1, table2, table3, fig2, fig3, fig4, cases, partition_check, table_app_dllm_full,
-# table_app_selection, table_app_k, table_app_w, paper_vs_ours, bench), so that `snakemake --cores 2 -f table2` reruns the table.
+# table_app_selection, table_app_k, table_app_w, paper_vs_ours, bench, prefetch), so that `snakemake --cores 2 -f table2` reruns the table.
 
 
 rule all:

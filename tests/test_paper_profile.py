@@ -339,6 +339,12 @@ def test_select_model_files():
     assert not any(f.startswith("original/") for f in sel) and "model.safetensors.index.json" in sel
     assert hf_data.select_model_files(["config.json", "pytorch_model.bin", "training_args.bin"]) == \
         ["config.json", "pytorch_model.bin"]
+    # a custom-code DLLM (LLaDA, Dream: auto_map) does not load without its configuration and modeling code
+    llada = ["config.json", "configuration_llada.py", "modeling_llada.py", "generation_config.json", "README.md",
+             "model-00001-of-00006.safetensors", "model.safetensors.index.json", "tokenizer.json",
+             "tokenizer_config.json", "special_tokens_map.json", ".gitattributes"]
+    assert {"configuration_llada.py", "modeling_llada.py", "model-00001-of-00006.safetensors"} <= \
+        set(hf_data.select_model_files(llada))
     with pytest.raises(ValueError, match="no \\*.safetensors"):
         hf_data.select_model_files(["config.json"])
 

@@ -31,8 +31,13 @@ class HubUnreachableError(ConnectionError):
         from huggingface_hub import constants
 
         home = constants.HF_HOME
-        fetch = (f"python -c \"import datasets; datasets.load_dataset('{name}')\"" if kind == "dataset"
-                 else f"hf download {name}")
+        if kind == "dataset":
+            fetch = f"python -c \"import datasets; datasets.load_dataset('{name}')\""
+        elif kind == "dataset file":  # name: org/repo/path/in/repo
+            parts = name.split("/")
+            fetch = f"hf download {'/'.join(parts[:2])} {'/'.join(parts[2:])} --repo-type dataset"
+        else:
+            fetch = f"hf download {name}"
         super().__init__(
             f"cannot download {kind} {name!r}: the Hugging Face Hub {problem}, and {name!r} is not in the local "
             f"cache (HF_HOME={home}); pre-fetch it on a machine with network access into that cache "
@@ -188,15 +193,18 @@ def fetch_tokenizer(path: str, out_dir):
     return hf_tokenizer(out)
 
 
-# Files an evaluator needs: configs, tokenizer files, weights.  Other frameworks' weights (TF, Flax,
-# ONNX, Rust) and Meta's original consolidated checkpoints (Llama `original/`) are skipped.
-_MODEL_EXTRA = (".json", ".model", ".txt", ".tiktoken")
+# Files an evaluator needs: configs, tokenizer files, weights, and the modeling/configuration code of a
+# custom-code model (LLaDA's and Dream's `auto_map` names *.py files that transformers imports under
+# trust_remote_code: without them the folder does not load).  Other frameworks' weights (TF, Flax, ONNX, Rust) and
+# Meta's original consolidated checkpoints (Llama `original/`) are skipped.
+_MODEL_EXTRA = (".json", ".model", ".txt", ".tiktoken", ".py")
 _SKIP_DIRS = ("original/", "onnx/", "coreml/")
 
 
 def select_model_files(files: list[str]) -> list[str]:
-    """The repository files to download for a causal-LM evaluator: configs and tokenizer files, plus the
-    ``*.safetensors`` weights (or the PyTorch ``*.bin`` weights when a repo has no safetensors)."""
+    """The repository files to download for a causal-LM evaluator or a DLLM: configs, tokenizer files and custom
+    code (top-level ``*.py``), plus the ``*.safetensors`` weights (or the PyTorch ``*.bin`` weights when a repo
+    has no safetensors)."""
     files = [f for f in files if not f.startswith(_SKIP_DIRS)]
     weights = [f for f in files if f.endswith(".safetensors")]
     if not weights:
@@ -231,4 +239,31 @@ def fetch_model(repo_id: str, out_dir) -> Path:
             shutil.copyfile(cached / name, out / name)
     if not (out / "config.json").exists():
         raise FileNotFoundError(f"{repo_id}: no config.json after download into {out}")
+    return out
+
+
+def fetch_dataset_file(repo_id: str, filename: str, out_path, revision: str | None = None) -> Path:
+    """One file of the Hugging Face dataset repository ``repo_id`` (at ``revision``, default ``main``) at
+    ``out_path`` (rule ``download_task_file``: a local task's release file).  From the hub when it answers (checked
+    first, :func:`hub_problem`), else from the local cache (``HF_HOME``, filled e.g. by ``hf download --repo-type
+    dataset``); not there either: a :class:`HubUnreachableError` naming it, at once."""
+    import shutil
+    import tempfile
+
+    from huggingface_hub import hf_hub_download
+
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    problem = hub_problem()
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        if problem is None:
+            got = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision, local_dir=tmp)
+        else:
+            try:
+                got = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision,
+                                      local_files_only=True)
+            except Exception:
+                raise HubUnreachableError("dataset file", f"{repo_id}/{filename}", problem) from None
+        shutil.copyfile(got, Path(tmp) / "file")
+        (Path(tmp) / "file").replace(out)
     return out

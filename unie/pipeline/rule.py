@@ -18,9 +18,10 @@ def operator_errors() -> tuple[type, ...]:
     from ..data.hf import HubUnreachableError
     from ..models.checkpoint import CheckpointError
     from .launch import RankError
+    from .prefetch import PrefetchError
 
     return (ConfigError, DamagedFileError, CheckpointError, CheckpointBusyError, NonFiniteLossError,
-            HubUnreachableError, RankError, FileNotFoundError, PermissionError)
+            HubUnreachableError, RankError, PrefetchError, FileNotFoundError, PermissionError)
 
 
 def job_precision(snakemake, device: str | None = None) -> str:

@@ -73,12 +73,15 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("bench_paper_scale", "results/bench/paper_scale/paper_scale.md",
            "C_DLM, C_AR, Algorithm 2 and the AR at GPT-2-small size, random weights, fp32/TF32/bf16 (not in `all`)",
            BENCH, "Paper scale, random weights"),
+    Target("prefetch", "resources/prefetch/report.md",
+           "on the submit host: every model, tokenizer, dataset and lm-eval task dataset `all` downloads, then opened "
+           "offline; lists the checkpoints to place by hand (not part of `all`)"),
     Target("docs", "results/docs/results.md",
            "every table as Markdown, generated (not part of `all`; `docs/results.md` is a copy from a default run)"),
 ]}
 
 # the rules `snakemake -f` reruns to rewrite every table and figure of `all` from the existing results
-RULES = [name for name in TARGETS if name not in ("all", "bench", "bench_paper_scale", "docs")]
+RULES = [name for name in TARGETS if name not in ("all", "bench", "bench_paper_scale", "prefetch", "docs")]
 
 
 def report_args(name: str, basedir: str = "..") -> dict:

@@ -1,19 +1,14 @@
 """Rule download_task_file: one release file of a local paper task (e.g. LiveCodeBench's ``test2.jsonl``) from
-its Hugging Face dataset repository (needs internet; a localrule)."""
+its Hugging Face dataset repository (a localrule: the submit host; from ``HF_HOME``'s cache when the hub does not
+answer, :func:`unie.data.hf.fetch_dataset_file`)."""
 
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
     import os
-    import shutil
-    import tempfile
 
-    from huggingface_hub import hf_hub_download
+    from unie.data.hf import fetch_dataset_file
 
     p = snakemake.params
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(snakemake.output[0]) or ".") as tmp:
-        got = hf_hub_download(p.repo, snakemake.wildcards.file, repo_type="dataset", revision=p.revision,
-                              local_dir=tmp)
-        shutil.move(got, snakemake.output[0])
-    log(f"{p.repo}@{p.revision or 'main'}/{snakemake.wildcards.file} -> {snakemake.output[0]} "
-        f"({os.path.getsize(snakemake.output[0])} bytes)")
+    out = fetch_dataset_file(p.repo, snakemake.wildcards.file, snakemake.output[0], revision=p.revision)
+    log(f"{p.repo}@{p.revision or 'main'}/{snakemake.wildcards.file} -> {out} ({os.path.getsize(out)} bytes)")

@@ -1,0 +1,37 @@
+# `snakemake --profile slurm prefetch` (not part of `all`): on the submit host, everything `all` downloads, through
+# the same download rules (resources/), plus the datasets of lm-eval's built-in tasks into HF_HOME (the dllm_eval
+# jobs load them on compute nodes, often offline); then every one of them opened in a fresh process with
+# HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1, and one line per checkpoint to place by hand (unie.pipeline.prefetch).
+
+from unie.pipeline.prefetch import LMEVAL_RECORD, REPORT, plan as prefetch_plan
+
+PREFETCH = prefetch_plan(config)
+
+
+rule prefetch_lmeval:
+    output:
+        LMEVAL_RECORD,
+    log:
+        "logs/prefetch/lmeval_tasks.log",
+    params:
+        tasks=list(PREFETCH.lmeval_tasks),
+    localrule: True  # the submit host: where the hub is reachable
+    threads: 1
+    retries: 2
+    script:
+        "../scripts/prefetch_lmeval.py"
+
+
+rule prefetch:
+    input:
+        **{kind: files for kind, files in PREFETCH.files().items() if files},
+    output:
+        REPORT,
+    log:
+        "logs/prefetch/check.log",
+    params:
+        by_hand=[dict(item) for item in PREFETCH.by_hand],
+    localrule: True
+    threads: 1
+    script:
+        "../scripts/prefetch.py"
