@@ -192,9 +192,14 @@ class ARModel:
 
 @dataclass(frozen=True)
 class AROptions:
-    """``mask_inputs``: train a mask-aware proxy (contexts randomly masked, targets clean)."""
+    """``mask_inputs``: train a mask-aware proxy (contexts randomly masked, targets clean).  ``chunk_bos``: the
+    sequences are wrapped chunks that begin with their own BOS (``data.chunk_specials``: ``[BOS] + ... + [EOS]``),
+    and the loss and ``nll`` read them as upstream's AR does (MDLM's ``_maybe_sub_sample``/``_loss`` with
+    ``parameterization: ar``): the network reads ``x[:, :-1]`` and predicts ``x[:, 1:]``, so ``L - 1`` tokens are
+    scored (:meth:`AR.scored_tokens`), each with the chunk's own prefix as context and no BOS prepended."""
 
     mask_inputs: bool = False
+    chunk_bos: bool = False
 
 
 @METHODS.register("ar")
@@ -214,10 +219,26 @@ class AR:
         self.mask_id = tokenizer_info["mask_id"]
         self.blocked = blocked_ids(tokenizer_info)
         self.mask_inputs = self.options.mask_inputs
+        self.chunk_bos = self.options.chunk_bos
 
     @staticmethod
     def kind(options: AROptions) -> str:
         return "ar"
+
+    def scored_tokens(self, L: int) -> int:
+        """Tokens ``nll`` scores in a sequence of ``L`` (Table 1's token count): ``L``, or ``L - 1`` with
+        ``chunk_bos`` (the chunk's BOS is context, not a prediction)."""
+        return L - 1 if self.chunk_bos else L
+
+    def _inputs_targets(self, x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(network input, targets)``: ``([bos, x_0..x_{L-2}], x)``, or with ``chunk_bos`` upstream's
+        ``(x[:, :-1], x[:, 1:])`` (every chunk must then begin with BOS: a ValueError otherwise)."""
+        if not self.chunk_bos:
+            return torch.cat([torch.full_like(x0[:, :1], self.bos_id), x0[:, :-1]], dim=1), x0
+        if not bool((x0[:, 0] == self.bos_id).all()):
+            raise ValueError(f"AR option chunk_bos: every sequence must begin with its BOS ({self.bos_id}); "
+                             f"{int((x0[:, 0] != self.bos_id).sum())} of {len(x0)} do not (data.chunk_specials?)")
+        return x0[:, :-1], x0[:, 1:]
 
     def wrap(self, net) -> ARModel:
         """The trained network as a proxy/evaluator (``logp_next``, ``log_prob``, ``sample``)."""
@@ -232,19 +253,26 @@ class AR:
             logp = model.normalise(net(model._inputs(x0)))
             nll = -logp.gather(-1, x0[..., None]).squeeze(-1)
             return torch.where(target, nll, torch.zeros_like(nll)).sum() / target.sum().clamp(min=1)
-        ctx = x0
+        inp, target = self._inputs_targets(x0)
         if self.mask_inputs:
             # half the batch keeps a clean context so the plain teacher-forced use stays in distribution
             t = uniform((x0.shape[0], 1), generator, x0.device)
             t = torch.where(torch.arange(x0.shape[0], device=x0.device)[:, None] % 2 == 0, torch.zeros_like(t), t)
             ctx = torch.where(uniform(x0.shape, generator, x0.device) < t, torch.full_like(x0, self.mask_id), x0)
-        model = self.wrap(net)
-        logp = model.normalise(net(model._inputs(ctx)))
-        return F.nll_loss(logp.transpose(1, 2), x0)
+            if self.chunk_bos:
+                ctx[:, 0] = x0[:, 0]  # the chunk's BOS stays: it is the context every prediction starts from
+            inp = ctx[:, :-1] if self.chunk_bos else self._inputs_targets(ctx)[0]
+        logp = self.wrap(net).normalise(net(inp))
+        return F.nll_loss(logp.transpose(1, 2), target)
 
     @torch.no_grad()
     def nll(self, net, x0: torch.Tensor, generator=None) -> torch.Tensor:
-        return -self.wrap(net).log_prob(x0)
+        """Teacher-forced NLL per sequence ``(B,)`` over :meth:`scored_tokens` tokens."""
+        if not self.chunk_bos:
+            return -self.wrap(net).log_prob(x0)
+        inp, target = self._inputs_targets(x0.to(net.device))
+        logp = self.wrap(net).normalise(net(inp))
+        return -logp.gather(-1, target[..., None]).squeeze(-1).double().sum(-1)
 
 
 # ---------------------------------------------------------------------- sampler

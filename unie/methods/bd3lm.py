@@ -25,8 +25,17 @@ Choices (documented deviations from the released code):
 * **Clipped ("data-driven") schedule.** ``train_t = [beta_min, beta_max]`` draws the training ``t``
   from that interval (antithetic); the variance-minimising interval *search* of
   ``_clipped_schedule_search`` is not implemented, and ``nll`` always uses ``[t_eps, 1]``.
-* **``ignore_bos``.** Not applied: our corpora have no chunk-leading BOS in the toy profile, and our
-  MDLM scores every position too (same token counts in Table 1).
+* **``ignore_bos``** (option, default off; on in the paper profile, as the released ``configs/algo/bd3lm.yaml``):
+  position 0 is never masked (``xt[:, 0] = x0[:, 0]`` in ``_forward_pass_diffusion``), so it adds nothing to the
+  loss, and Table 1 does not count it (``_loss`` sets its ``attention_mask`` to 0 outside training):
+  :meth:`BD3LM.scored_tokens` is ``L - 1``; the sampler starts every sequence with BOS at position 0 as
+  ``_semi_ar_sampler`` does (``x_accum[:, 0] = bos_token_id``).  Off in the toy profile: our corpora have no
+  chunk-leading BOS there, and our MDLM scores every position too (same token counts in Table 1).
+* **The evaluation interval.** Upstream's Table 1 NELBO is the one of ``validation_step`` at the bounds
+  ``(sampling_eps, 1) = (1e-3, 1)``: ``t = u (1 - 1e-3) + 1e-3`` (``_sample_t``), which is our ``nll``'s
+  ``t ~ U[t_eps, 1]``; the clipped interval stored with the checkpoint (``sampling_eps_min``/``_max``,
+  ``var_min``) is used only by training's ``_loss`` and never by ``ppl_eval`` or the sampler, so it is recorded on
+  import and not applied.
 
 Sampling (§4.3) is the sampler below; :meth:`BD3LM.wrap` gives it a
 :class:`BD3Denoiser` (exact: the same attention pattern with the prefix as the clean stream, either
@@ -69,7 +78,8 @@ plus rare noise-removal passes (``nfe`` counts the real passes; caching skips a 
 the current block changed).  The clean keys/values of a finished unit are committed to the cache inside
 the first evaluation of the next unit (one fused pass), so there is no extra pass per block.  With
 ``L' = L`` there is one unit and the sampler is :func:`~unie.methods.mdlm.sample_mdlm` bit for bit
-(tested).  Not reproduced: the forced BOS at position 0, nucleus filtering, the entropy-based early stop.
+(tested).  The forced BOS at position 0 is reproduced under ``ignore_bos``; not reproduced: nucleus filtering,
+the entropy-based early stop.
 """
 
 from __future__ import annotations
@@ -141,7 +151,7 @@ def block_times(n_seq: int, n_blocks: int, generator, t_eps: float, device=None,
 
 
 def block_nelbo(logp_fn, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_id: int,
-                generator=None) -> torch.Tensor:
+                generator=None, keep_first: bool = False) -> torch.Tensor:
     """Single-sample block NELBO per sequence ``(B,)`` in nats (see the module docstring).
 
     Args:
@@ -149,12 +159,15 @@ def block_nelbo(logp_fn, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, 
             or the toy world's block oracle; closes over ``x0``).
         x0: clean tokens ``(B, L)``.
         t: block times ``(B, n_blocks)``; the block size is ``L / n_blocks``.
+        keep_first: position 0 is never masked (``ignore_bos``), so it adds nothing.
     """
     B, L = x0.shape
     nb = t.shape[1]
     bs = L // nb
     tt = t.double().repeat_interleave(bs, dim=1)  # (B, L)
     xt = q_xt(x0, schedule.mask_prob(tt), mask_id, generator)
+    if keep_first:
+        xt[:, 0] = x0[:, 0]
     logp = logp_fn(xt)
     lp = logp.double().gather(-1, x0.to(logp.device)[..., None]).squeeze(-1)
     nll = -torch.where(xt.to(logp.device) == mask_id, lp, torch.zeros_like(lp))  # (B, L)
@@ -175,12 +188,13 @@ class BD3Denoiser:
     among themselves); ``joint=True`` lets them attend to each other as one larger noisy block.
     """
 
-    def __init__(self, net, mask_id: int, block_size: int, blocked=()):
+    def __init__(self, net, mask_id: int, block_size: int, blocked=(), first_token: int | None = None):
         self.net = net
         self.mask_id = mask_id
         self.block_size = int(block_size)
         self.blocked = tuple(blocked) or (mask_id,)
         self.vocab_size = net.cfg.vocab_size
+        self.first_token = first_token  # ignore_bos: every sample starts with this token (BOS), never drawn
 
     def _mask(self, q_pos, q_noisy, k_pos, k_noisy, joint: bool):
         """The §4.2 rule; ``joint`` merges all noisy queries/keys into one block. ``None`` when all True."""
@@ -247,14 +261,16 @@ class BD3Denoiser:
 # ---------------------------------------------------------------------- the method
 @dataclass(frozen=True)
 class BD3LMOptions:
-    """``block_size`` (L'), the noise ``schedule`` and its ``eps``, the time floor ``t_eps`` and the clipped
-    training interval ``train_t = [beta_min, beta_max]`` (None: ``[t_eps, 1]``)."""
+    """``block_size`` (L'), the noise ``schedule`` and its ``eps``, the time floor ``t_eps``, the clipped
+    training interval ``train_t = [beta_min, beta_max]`` (None: ``[t_eps, 1]``) and ``ignore_bos`` (position 0
+    never masked nor counted, the sampler starts with BOS; module doc)."""
 
     block_size: int = 4
     schedule: str = "loglinear"
     eps: float = 1e-3
     t_eps: float = 1e-3
     train_t: tuple[float, ...] | None = None
+    ignore_bos: bool = False
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -282,10 +298,16 @@ class BD3LM:
         self.schedule = make_schedule(o.schedule, o.eps)
         self.t_eps = o.t_eps
         self.train_t = None if o.train_t is None else (float(o.train_t[0]), float(o.train_t[1]))
+        self.ignore_bos = bool(o.ignore_bos)
+        self.bos_id = tokenizer_info["bos_id"]
 
     @staticmethod
     def kind(options: BD3LMOptions) -> str:
         return "bd3lm"
+
+    def scored_tokens(self, L: int) -> int:
+        """Tokens Table 1 counts per sequence: ``L``, or ``L - 1`` with ``ignore_bos``."""
+        return L - 1 if self.ignore_bos else L
 
     def _n_blocks(self, L: int) -> int:
         if L % self.block_size:
@@ -298,6 +320,8 @@ class BD3LM:
         t = block_times(B, self._n_blocks(L), generator, self.t_eps, x0.device, self.train_t)
         tt = t.repeat_interleave(self.block_size, dim=1)  # (B, L)
         xt = q_xt(x0, self.schedule.mask_prob(tt), self.mask_id, generator)
+        if self.ignore_bos:
+            xt[:, 0] = x0[:, 0]
         logits = block_logits(noisy_stream_logits(net, xt, x0, self.block_size), self.blocked)
         nll_tok = F.cross_entropy(logits.transpose(1, 2), x0, reduction="none")  # (B, L)
         nll_tok = torch.where(xt == self.mask_id, nll_tok, torch.zeros_like(nll_tok))
@@ -312,11 +336,12 @@ class BD3LM:
         def logp_fn(xt):
             return subs_logp(noisy_stream_logits(net, xt, x0, self.block_size), xt, self.mask_id, self.blocked)
 
-        return block_nelbo(logp_fn, x0, t, self.schedule, self.mask_id, generator)
+        return block_nelbo(logp_fn, x0, t, self.schedule, self.mask_id, generator, keep_first=self.ignore_bos)
 
     def wrap(self, net) -> BD3Denoiser:
         """The trained network as the block sampler's denoiser."""
-        return BD3Denoiser(net, self.mask_id, self.block_size, self.blocked)
+        return BD3Denoiser(net, self.mask_id, self.block_size, self.blocked,
+                           first_token=self.bos_id if self.ignore_bos else None)
 
 
 # -------------------------------------------------------------------------------------- sampler
@@ -369,8 +394,12 @@ def sample_bd3(denoiser, n: int, L: int, steps: int, generator: torch.Generator,
         raise ValueError(f"sequence length {L} is not a multiple of the block size {bs}")
     units = allocate_steps(L // bs, steps)
 
+    first_token = getattr(denoiser, "first_token", None)
+
     def one_batch(b):
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
+        if first_token is not None:  # ignore_bos: BOS at position 0, as upstream's _semi_ar_sampler
+            x[:, 0] = first_token
         kv = denoiser.new_cache()
         committed, nfe, rows = 0, 0, 0  # tokens x[:, :committed] are in the KV cache
         for first, n_blocks, n_steps in units:

@@ -5,10 +5,21 @@ is left out; so are the Ψ-samplers and Duo++'s polynomial table / top-k inputs.
 
 **Vocabulary.**  A uniform-state process has no mask: its states are the tokenizer's *real* tokens,
 every id except :func:`unie.data.tokenizer.blocked_ids` (the mask and an input-only ``<bos>``).  The
-method works on that sub-vocabulary of size ``V`` (toy world: 198 words + ``<eos>`` = 199; GPT-2:
-50,257) through the index maps ``sub_to_tok (V,)`` and ``tok_to_sub (V_full,)`` (-1 on blocked
-ids).  The shared network still embeds and predicts the full tokenizer vocabulary: its inputs are
-mapped with ``sub_to_tok`` and its logits restricted to the ``V`` real columns.
+method works on that sub-vocabulary of size ``V`` (toy world: 198 words + ``<eos>`` = 199) through the
+index maps ``sub_to_tok (V,)`` and ``tok_to_sub (V_full,)`` (-1 on blocked ids).  The shared network
+still embeds and predicts the full tokenizer vocabulary: its inputs are mapped with ``sub_to_tok`` and
+its logits restricted to the ``V`` state columns.
+
+**Upstream's vocabulary** (``pad_state``).  The released Duo has no mask either, but its tokenizer is GPT-2
+plus ``[PAD]`` (``dataloader.get_tokenizer`` adds it) and its network is ``len(tokenizer)`` = 50,258 wide
+(``trainer_base.py``: ``vocab_size = len(tokenizer)``): ``[PAD]`` (id 50,257) is a state like any other, the
+log-softmax runs over all 50,258 outputs (``DUO_BASE._process_model_output``) and the uniform noise and prior
+draw from all 50,258 (``UniformState.q_xt``, ``prior_sample``), so ``V = 50,258`` in every formula below.  Our
+GPT-2 tokenizer puts its mask at that id: with ``pad_state`` the mask id is a state of the process, playing
+upstream's ``[PAD]`` (the same embedding row and output column), and ``V`` counts it.  A released Duo is read
+with it (:func:`unie.methods.released.load_released`); a ``[PAD]`` a sample keeps (never in the data: after the
+last step of a trained model its probability is ~0) is dropped from the text, where upstream decodes it as
+the string ``[PAD]``.
 
 **Forward process (§3.1).**  ``q(xt | x0) = Cat(alpha_t onehot(x0) + (1 - alpha_t)/V)``: each token is
 redrawn uniformly from the ``V`` real tokens w.p. ``1 - alpha_t`` (possibly drawing ``x0`` again);
@@ -57,12 +68,13 @@ calls :meth:`Duo.set_step` with the true step before each ``loss`` (the loop doe
 continues the curriculum where it stopped).
 
 **Settings at our scale.**
-* ``gamma_min``/``gamma_max``: the reference's (-3.55, -1.85) are tuned to GPT-2's ``V = 50,257``,
-  where they cover ``alpha_USDM`` in [0.049, 0.945] (most of the noise range).  At ``V = 199`` the same
-  gammas cover only [0.42, 0.998]: the curriculum would never see high noise.  The default (``None``)
+* ``gamma_min``/``gamma_max``: the reference's (-3.55, -1.85) are tuned to its ``V = 50,258`` (GPT-2 +
+  ``[PAD]``), where they cover ``alpha_USDM`` in [0.049, 0.945] (most of the noise range).  At ``V = 199`` the
+  same gammas cover only [0.42, 0.998]: the curriculum would never see high noise.  The default (``None``)
   therefore *matches the reference's alpha range*: each end is the ``gamma`` at which ``alpha_USDM`` for
-  our ``V`` equals the reference's ``alpha_USDM`` at ``V = 50,257`` (toy world, V = 199: (-3.00, -0.044);
-  GPT-2: exactly (-3.55, -1.85)).  Explicit values are used as given.
+  our ``V`` equals the reference's ``alpha_USDM`` at ``V = 50,258`` (toy world, V = 199: (-3.00, -0.044);
+  a released Duo, ``pad_state``: exactly (-3.55, -1.85)).  Explicit values are used as given.  (Until issue
+  36 the reference was taken at 50,257: the toy range moved by 2e-6 and 9e-6 in gamma.)
 * ``tau = 1e-3`` (the reference) is kept: ``softmax(w_t/tau)`` is then nearly one-hot, as in the
   reference; larger values give softer inputs.
 * ``curriculum_steps`` defaults to 0 (plain UDLM); the reference uses half of training.
@@ -86,8 +98,8 @@ Gumbel-max (:func:`unie.core.gumbel.gumbel_argmax`); the uniform start is ``floo
 left out.
 
 The denoiser is a :class:`unie.methods.duo.DuoDenoiser` (or anything with ``x_theta(xt, t) -> (B, L, V)``
-probabilities over the real tokens, ``V``, ``sub_to_tok`` and ``schedule``); samples are returned as
-tokenizer ids (never the mask or an input-only ``<bos>``).
+probabilities over the states, ``V``, ``sub_to_tok`` and ``schedule``); samples are returned as
+tokenizer ids (never an input-only ``<bos>``, nor the mask unless it is upstream's ``[PAD]`` state).
 """
 
 from __future__ import annotations
@@ -107,18 +119,19 @@ from ..core.sampling import in_batches, time_grid
 from ..core.schedule import Schedule, antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids
 
-# The reference's curriculum range (scripts/train_owt_duo.sh) and the vocabulary it was tuned for.
-REF_GAMMA_MIN, REF_GAMMA_MAX, REF_VOCAB = -3.55, -1.85, 50257
+# The reference's curriculum range (scripts/train_owt_duo.sh) and the vocabulary it was tuned for: upstream's
+# V = len(tokenizer), GPT-2's 50,257 tokens + [PAD] (module doc, "Upstream's vocabulary").
+REF_GAMMA_MIN, REF_GAMMA_MAX, REF_VOCAB = -3.55, -1.85, 50258
 
 
 # ---------------------------------------------------------------------- sub-vocabulary
-def sub_vocab(tokenizer_info: dict, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index maps between the real tokens and the tokenizer's ids.
+def sub_vocab(tokenizer_info: dict, device=None, pad_state: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index maps between the states of the process and the tokenizer's ids.
 
-    Returns ``sub_to_tok (V,)`` (sorted tokenizer ids of the real tokens) and ``tok_to_sub (V_full,)``
-    (``-1`` on blocked ids), both int64."""
+    Returns ``sub_to_tok (V,)`` (sorted tokenizer ids of the states: the real tokens, and with ``pad_state`` the
+    mask id too, upstream's ``[PAD]``) and ``tok_to_sub (V_full,)`` (``-1`` on blocked ids), both int64."""
     full = tokenizer_info["vocab_size"]
-    blocked = set(blocked_ids(tokenizer_info))
+    blocked = set(blocked_ids(tokenizer_info)) - ({tokenizer_info["mask_id"]} if pad_state else set())
     sub_to_tok = torch.tensor([i for i in range(full) if i not in blocked], dtype=torch.long, device=device)
     tok_to_sub = torch.full((full,), -1, dtype=torch.long, device=device)
     tok_to_sub[sub_to_tok] = torch.arange(len(sub_to_tok), device=device)
@@ -156,7 +169,7 @@ def udlm_nelbo_per_token(log_x_theta: torch.Tensor, xt: torch.Tensor, x0: torch.
     """Continuous-time UDLM NELBO integrand per token ``(B, L)`` float64 (§3.1; formula in the module doc).
 
     Args:
-        log_x_theta: ``(B, L, V)`` log-probabilities of the denoiser over the real tokens.
+        log_x_theta: ``(B, L, V)`` log-probabilities of the denoiser over the states.
         xt, x0: ``(B, L)`` sub-vocabulary ids.
         alpha, dalpha: ``(B,)`` ``alpha_t`` and ``d alpha_t / dt`` (< 0).
     ``log xbar_theta`` is formed in ``log_x_theta``'s dtype; every per-token quantity is float64."""
@@ -275,7 +288,7 @@ def gaussian_latent(x0: torch.Tensor, gamma: torch.Tensor, V: int, generator) ->
 
 # ---------------------------------------------------------------------- network as a denoiser
 def restricted_logits(net, sub_to_tok: torch.Tensor, sigma: torch.Tensor, tokens=None, inputs_embeds=None):
-    """The network's logits over the real tokens ``(B, L, V)``, float32 at least; ``tokens`` are tokenizer ids."""
+    """The network's logits over the states ``(B, L, V)``, float32 at least; ``tokens`` are tokenizer ids."""
     logits = widen(net(tokens, sigma=sigma.float(), inputs_embeds=inputs_embeds))  # float32 before log_softmax
     return logits.index_select(-1, sub_to_tok.to(logits.device))
 
@@ -286,10 +299,14 @@ class DuoDenoiser:
     ``xt`` are sub-vocabulary ids ``(B, L)``; ``t`` a float or ``(B,)`` times (conditioning on
     ``sigma = -log alpha_t``).  ``sub_to_tok``/``tok_to_sub`` map to and from tokenizer ids."""
 
-    def __init__(self, net, sub_to_tok: torch.Tensor, tok_to_sub: torch.Tensor, schedule: Schedule):
+    def __init__(self, net, sub_to_tok: torch.Tensor, tok_to_sub: torch.Tensor, schedule: Schedule,
+                 pad_id: int | None = None):
         self.net = net
         self.sub_to_tok, self.tok_to_sub = sub_to_tok, tok_to_sub
         self.V = len(sub_to_tok)
+        # the tokenizer id that plays upstream's [PAD] (pad_state: the mask id), a state its samples may hold
+        self.pad_id = pad_id
+        self.extra_states = () if pad_id is None else (int(pad_id),)
         self.vocab_size = net.cfg.vocab_size
         self.schedule = schedule
 
@@ -311,7 +328,8 @@ class DuoDenoiser:
 class DuoOptions:
     """Duo's training options: ``curriculum_steps`` (0 = plain UDLM), ``tau`` (soft-input temperature),
     ``gamma_min``/``gamma_max`` (None = matched to the reference's alpha range, see the module doc),
-    ``n_gamma`` (duality table points), ``schedule``/``eps`` (noise schedule), ``t_eps`` (time floor)."""
+    ``n_gamma`` (duality table points), ``schedule``/``eps`` (noise schedule), ``t_eps`` (time floor),
+    ``pad_state`` (upstream's vocabulary: the mask id is a state, upstream's ``[PAD]``; module doc)."""
 
     curriculum_steps: int = 0
     tau: float = 1e-3
@@ -321,6 +339,7 @@ class DuoOptions:
     schedule: str = "loglinear"
     eps: float = 1e-3
     t_eps: float = 1e-3
+    pad_state: bool = False
 
     def __post_init__(self):
         if self.curriculum_steps < 0 or self.tau <= 0 or self.n_gamma < 2:
@@ -340,7 +359,8 @@ class Duo:
 
     def __init__(self, tokenizer_info: dict, options: DuoOptions | dict | None = None, **kwargs):
         self.options = o = make_options(DuoOptions, options, "duo options", **kwargs)
-        self.sub_to_tok, self.tok_to_sub = sub_vocab(tokenizer_info)
+        self.sub_to_tok, self.tok_to_sub = sub_vocab(tokenizer_info, pad_state=o.pad_state)
+        self.pad_id = tokenizer_info["mask_id"] if o.pad_state else None
         self.V = len(self.sub_to_tok)
         self.schedule = make_schedule(o.schedule, o.eps)
         self.t_eps = o.t_eps
@@ -410,7 +430,7 @@ class Duo:
         return self.udlm_nelbo(net, to_sub(x0, self.tok_to_sub), t, generator).sum(-1)
 
     def wrap(self, net) -> DuoDenoiser:
-        return DuoDenoiser(net, self.sub_to_tok, self.tok_to_sub, self.schedule)
+        return DuoDenoiser(net, self.sub_to_tok, self.tok_to_sub, self.schedule, pad_id=self.pad_id)
 
 
 # -------------------------------------------------------------------------------------- sampler

@@ -10,8 +10,10 @@ DiT, their weights) and wraps it with the method whose parameterisation is upstr
   (``SEDD.forward``/``_sedd_parameterization``) -- :func:`unie.methods.sedd.sedd_log_score` (V - 1 = the
   50,257 real GPT-2 tokens; its mask column is -inf where upstream leaves it raw, a column that the absorbing
   graph never uses on unmasked positions and that both set to 0 on masked ones).
-* ``duo``: ``log_softmax`` of the output over the 50,257 real tokens (``DUO_BASE._process_model_output``),
-  conditioned on ``sigma = -log alpha_t`` -- :class:`unie.methods.duo.DuoDenoiser`.
+* ``duo``: ``log_softmax`` of the output over all 50,258 ids of upstream's tokenizer, GPT-2 + ``[PAD]``
+  (``DUO_BASE._process_model_output``; the network is ``len(tokenizer)`` wide), conditioned on
+  ``sigma = -log alpha_t`` -- :class:`unie.methods.duo.DuoDenoiser` with ``pad_state``: ``[PAD]`` (upstream id
+  50,257) is our tokenizer's mask id, a state of the process (:data:`DUO_PAD_ID`).
 * ``ar``: mask logit blocked, ``log_softmax`` (``AR.forward``) -- :class:`unie.methods.ar.ARModel`, which
   feeds ``[bos, x_0..x_{L-2}]`` (upstream: ``x0[:, :-1]`` with ``x0[:, 0] = bos``; GPT-2's bos = eos = 50256).
 
@@ -27,14 +29,23 @@ from ..models.released import SOURCES, ReleasedCheckpointError, load_released_ne
 
 # upstream's tokenizer: GPT-2 (50,257 tokens) with the mask appended (Diffusion.__init__: mask_index = vocab_size)
 GPT2_MASKED = {"vocab_size": 50258, "mask_id": 50257, "bos_id": 50256, "eos_id": 50256}
+# Duo's tokenizer is GPT-2 with [PAD] appended instead (dataloader.get_tokenizer: add_special_tokens pad_token),
+# its network len(tokenizer) = 50,258 wide, and [PAD] a state of its uniform process.  The mapping: upstream's ids
+# 0..50,256 are GPT-2's, ours too; upstream's [PAD] (the last id, 50,257) is the id our tokenizer gives its mask (the
+# last id): one embedding row, one output column, read as the state [PAD] (Duo option pad_state).
+DUO_PAD_ID = GPT2_MASKED["mask_id"]  # upstream's [PAD] = our mask id
 
 
 def check_vocab(kind: str, net_vocab: int, info: dict, where) -> None:
-    """Mask-based models predict over the whole tokenizer (mask included); Duo has no mask token, so its
-    output covers the tokenizer's real ids, which must be ``0..V-1`` with the mask last."""
+    """Mask-based models predict over the whole tokenizer (mask included).  Duo predicts over upstream's whole
+    tokenizer, GPT-2 + ``[PAD]`` (:data:`DUO_PAD_ID`): its output is the tokenizer's width too, and the tokenizer's
+    mask must be its last id, the column of upstream's ``[PAD]``."""
     if kind == "duo":
-        ok = info["mask_id"] == info["vocab_size"] - 1 == net_vocab
-        need = f"vocab {net_vocab} real tokens + the mask at id {net_vocab}"
+        ok = info["mask_id"] == info["vocab_size"] - 1 and net_vocab == info["vocab_size"]
+        need = (f"vocab_size {net_vocab} (upstream's GPT-2 + [PAD]) with the mask as its last id, where upstream "
+                f"has [PAD]")
+        if net_vocab == info["vocab_size"] - 1:
+            need += f"; this network is {net_vocab} wide, without [PAD] (no released Duo is)"
     else:
         ok = net_vocab == info["vocab_size"] and info["mask_id"] < net_vocab
         need = f"vocab_size {net_vocab} with the mask inside it"
@@ -57,6 +68,11 @@ def load_released(kind: str, path, *, tokenizer_info: dict | None = None, trust_
                                   **net_kwargs)
     check_vocab(kind, net.cfg.vocab_size, info, path)
     opts = dict(options or {})
+    if kind == "duo":  # upstream's vocabulary: [PAD] (our mask id) is a state (DUO_PAD_ID)
+        if not opts.get("pad_state", True):
+            raise ReleasedCheckpointError(f"{path}: options pad_state=false, but a released Duo's states are its "
+                                          f"{net.cfg.vocab_size} outputs, [PAD] included (upstream's vocabulary)")
+        opts["pad_state"] = True
     if kind == "bd3lm":
         if opts.get("block_size", net.cfg.block_size) != net.cfg.block_size:
             raise ReleasedCheckpointError(f"{path}: options block_size={opts['block_size']} but the checkpoint was "

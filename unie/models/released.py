@@ -10,8 +10,8 @@ kind       published as                                format read here
                                                        ``backbone.*``; or MDLM's Lightning ``mdlm.ckpt``
 ``bd3lm``  HF ``kuleshov-group/bd3lm-owt-block_size4``  HF folder as MDLM's plus ``block_size``, ``adaln`` and
                                                        the buffers ``sampling_eps_min``/``sampling_eps_max``
-``duo``    HF collection ``s-sahoo/duo``; raw           HF folder (MDLM-style config, ``time_conditioning``
-           Lightning checkpoints on Google Drive        true, no mask token) or Lightning ``.ckpt``
+``duo``    HF ``s-sahoo/duo`` (``s-sahoo/duo-distilled``);  HF folder (MDLM-style config, ``time_conditioning``
+           raw Lightning checkpoints on Google Drive    true, 50,258 outputs: GPT-2 + [PAD]) or Lightning ``.ckpt``
 ``sedd``   HF ``louaaron/sedd-small`` / ``-medium``      ``PyTorchModelHubMixin`` folder: hydra ``config.json``
            (and MDLM's Google-Drive ``sedd.ckpt``)      (``tokens``, ``graph``, ``model``), unprefixed keys;
                                                        or the Lightning ``sedd.ckpt``
@@ -68,8 +68,8 @@ class Source:
 SOURCES = {
     "mdlm": Source("mdlm", "mdlm", "kuleshov-group/mdlm-owt", ("hf", "ckpt"), False),
     "bd3lm": Source("bd3lm", "bd3lm", "kuleshov-group/bd3lm-owt-block_size4", ("hf", "ckpt"), False),
-    "duo": Source("duo", "duo", "s-sahoo/duo (HF collection; raw .ckpt on the README's Google Drive)", ("hf", "ckpt"),
-                  True),
+    "duo": Source("duo", "duo", "s-sahoo/duo on Hugging Face (the distilled model: s-sahoo/duo-distilled), or the raw "
+                  "Lightning .ckpt from the Duo README's Google Drive", ("hf", "ckpt"), True),
     "sedd": Source("sedd", "sedd", "louaaron/sedd-small (or MDLM's Google-Drive sedd.ckpt)", ("hf", "ckpt"), True),
     "ar": Source("ar", "ar", "ar.ckpt from MDLM's Google Drive (README 'Baselines')", ("ckpt",), False, causal=True),
 }

@@ -445,6 +445,9 @@ def check_config(config: dict) -> None:
         if spec["method"] not in METHODS:
             _err(f"models.{name}.method", METHODS.unknown_message(spec["method"]))
         method_options(config, name)
+        if (spec.get("options") or {}).get("chunk_bos") and not data.get("chunk_specials", True):
+            _err(f"models.{name}.options.chunk_bos", "reads chunks that begin with their own BOS: it needs "
+                                                     "data.chunk_specials: true")
         if spec.get("init_from") is not None and spec["init_from"] not in models:
             _err(f"models.{name}.init_from", f"unknown model {spec['init_from']!r}")
     check_sources(config)

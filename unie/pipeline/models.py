@@ -219,6 +219,8 @@ def import_released(name: str, source: dict, method_name: str, options: dict | N
     opts = dict(options or {})
     if kind == "bd3lm":
         opts["block_size"] = wrapped.net.cfg.block_size
+    if kind == "duo":  # upstream's vocabulary, [PAD] a state: what every later load of the import rebuilds
+        opts["pad_state"] = True
     meta = dict(wrapped.released)
     meta["files"] = {p.name: file_sha256(p) for p in _source_files(Path(source_path))}
     if source.get("standin"):

@@ -39,7 +39,10 @@ def model_ppl(source: str, model_dir, tokenizer_dir, data_paths: dict, n_mc: int
     for domain, path in data_paths.items():
         x = load_tokens(path, max_sequences).long()
         nll = mc_nll(x, lambda xb, g: method.nll(net, xb, g), passes, batch_size, seed, domain, device, precision)
-        out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
+        # the tokens the method scores per sequence: L, or L - 1 where position 0 is context (AR chunk_bos, BD3-LM
+        # ignore_bos: as their authors count them)
+        scored = method.scored_tokens(x.shape[1]) if hasattr(method, "scored_tokens") else x.shape[1]
+        out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), scored))
         log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f} (nll/token {out['domains'][domain]['nll_per_token']:.4f} "
             f"± {out['domains'][domain]['nll_se']:.4f})")
     return out
