@@ -260,3 +260,20 @@ def test_sedd_raw_mask_column_never_reaches_a_draw():
     m = xt == MASK
     torch.testing.assert_close(_without_mask(sedd_log_score(out, xt, sigma, MASK)[m], MASK).softmax(-1),
                                probs[m] / probs[m].sum(-1, keepdim=True), atol=1e-7, rtol=0)
+
+
+def test_duo_at_gpt2_width_loads_with_the_paper_tokenizer(tmp_path, tokenizer):
+    """At the real width: a 50,258-wide Duo checkpoint (GPT-2 + [PAD]) and the paper profile's tokenizer layout
+    (GPT-2 + the mask at 50,257): every id a state, [PAD] = our mask id, the curriculum's range exactly upstream's."""
+    from unie.methods.duo import REF_GAMMA_MAX, REF_GAMMA_MIN
+    from unie.methods.released import DUO_PAD_ID, GPT2_MASKED
+
+    net = Backbone(50258, dim=16, n_blocks=1, n_heads=2, cond_dim=8, time_conditioning=True, seed=11)
+    opt, ema = train_steps(net, steps=1, sigma=0.5)
+    lightning_checkpoint(tmp_path / "duo.ckpt", net, ema, opt, tokenizer)
+    den = load_released("duo", tmp_path / "duo.ckpt", n_heads=2)  # tokenizer_info: GPT-2 + mask by default
+    assert den.V == 50258 == GPT2_MASKED["vocab_size"] and int(den.sub_to_tok[-1]) == DUO_PAD_ID == 50257
+    assert (den.method.gamma_min, den.method.gamma_max) == (REF_GAMMA_MIN, REF_GAMMA_MAX)
+    x = torch.tensor([[50256, 11, 50257, 2]])
+    logp = den.logp_x0(x, torch.tensor([0.3], dtype=torch.float64))
+    assert logp.shape == (1, 4, 50258) and torch.allclose(logp.exp().sum(-1), torch.ones(1, 4))
