@@ -74,9 +74,9 @@ def check_mc_num(mc_num) -> int:
     other value a :class:`ConfigError` (LLaDA's ``eval_llada.py`` asserts ``mc_num % batch_size == 0`` too)."""
     n = int(mc_num)
     if n < 1 or (n > MC_BATCH and n % MC_BATCH):
-        lo, hi = max(MC_BATCH, n - n % MC_BATCH), n - n % MC_BATCH + MC_BATCH
+        near = f" (e.g. {n - n % MC_BATCH} or {n - n % MC_BATCH + MC_BATCH})" if n > MC_BATCH else ""
         raise ConfigError(f"model_args mc_num={mc_num}: the Monte-Carlo ELBO draws its copies {MC_BATCH} per pass, "
-                          f"so mc_num must be 1..{MC_BATCH} or a multiple of {MC_BATCH} (e.g. {lo} or {hi})")
+                          f"so mc_num must be 1..{MC_BATCH} or a multiple of {MC_BATCH}{near}")
     return n
 
 

@@ -181,10 +181,8 @@ def fetch_lmeval_tasks(tasks, out_path, include_path=None, log=print, include_de
                                  "include_defaults": include_defaults}, offline=problem is not None)
     if res["errors"]:
         hint = ""
-        if problem is not None:
-            from huggingface_hub import constants
-
-            hint = (f"; the Hugging Face Hub {problem} and the dataset is not in the cache (HF_HOME={constants.HF_HOME}):"
+        if problem is not None:  # HF_HOME as the loading process saw it
+            hint = (f"; the Hugging Face Hub {problem} and the dataset is not in the cache (HF_HOME={res['hf_home']}):"
                     f" run `snakemake prefetch` where the hub answers, with the same HF_HOME")
         raise PrefetchError("; ".join(res["errors"]) + hint)
     for task, rec in res["tasks"].items():
@@ -264,15 +262,13 @@ def check_offline(p: Plan, files: dict | None = None, include_path=None, include
                                 "include_path": include_path, "include_defaults": include_defaults}, offline=True)
     if res["errors"]:
         raise PrefetchError("does not load offline: " + "; ".join(res["errors"]))
-    return res["results"]
+    return [{**r, "hf_home": res["hf_home"]} for r in res["results"]]
 
 
-def report(p: Plan, checked: list[dict], root=".") -> str:
-    """The Markdown report of rule ``prefetch``."""
-    from huggingface_hub import constants
-
+def report(p: Plan, checked: list[dict], root=".", hf_home: str | None = None) -> str:
+    """The Markdown report of rule ``prefetch`` (``hf_home``: the cache the offline check read)."""
     lines = ["# Prefetch", "", f"Everything `all` downloads, fetched and then opened offline ({', '.join(OFFLINE_ENV)}"
-             f" set), HF_HOME={constants.HF_HOME}.", "", "| kind | what | offline check |", "|---|---|---|"]
+             f" set), HF_HOME={hf_home}.", "", "| kind | what | offline check |", "|---|---|---|"]
     lines += [f"| {c['kind']} | `{c['path']}` | {c['ok']} |" for c in checked]
     lines += ["", "## Placed by hand (published on Google Drive only)", ""]
     lines += [f"* {line}" for line in by_hand_lines(p, root)] or ["* none"]
@@ -294,6 +290,9 @@ def main(argv=None) -> None:
     else:
         out = _run_checks(args["files"], args["lmeval_tasks"], args.get("include_path"),
                           args.get("include_defaults", True))
+    from huggingface_hub import constants
+
+    out["hf_home"] = constants.HF_HOME
     Path(argv[2]).write_text(json.dumps(out))
 
 

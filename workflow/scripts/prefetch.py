@@ -23,5 +23,5 @@ with job(snakemake) as log:
     for line in lines:
         log(line)
         print(line, file=sys.__stderr__)  # the console: what the operator must still do
-    Path(snakemake.output[0]).write_text(report(p, checked))
+    Path(snakemake.output[0]).write_text(report(p, checked, hf_home=checked[0]["hf_home"] if checked else None))
     log(f"{len(checked)} items load offline; {len(lines)} to place by hand")
