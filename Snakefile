@@ -7,15 +7,14 @@
 
 
 import os
-import sys
 
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-from unie.pipeline.damage import set_aside_damaged
 from unie.pipeline.profile import resolve_config
+from unie.pipeline.run import StopReport, remake_before_planning
 
 
 # WHAT is run (config/experiments.yaml, the grid) under HOW BIG (a profile: config/config.yaml unless the command
@@ -31,11 +30,23 @@ config.clear()
 config.update(_resolved)
 validate(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 
-# A damaged output (weights, tokens whose bytes differ from the hash recorded when they were written) is set aside
-# as NAME.damaged, so that this run rebuilds it instead of taking it as up to date (unie.pipeline.damage); a dry run
-# only reports.  Only in the run that plans the jobs, never inside a cluster job or beside another run.
+# Before the jobs are planned, a damaged file (weights, tokens, a result whose bytes differ from the hash recorded
+# when they were written) is set aside as NAME.damaged and remade in the same run, whatever the target, with what is
+# made from it; so is a file set aside earlier and not remade; an input replaced by one with an old modification
+# time gets the current one (unie.pipeline.damage, unie.pipeline.run).  A dry run plans the same jobs and renames
+# nothing.  Only in the run that plans the jobs, never inside a cluster job or beside another run.  After a SIGTERM
+# the run says what happened (jobs finished, none failed, rerun to continue).
+STOP = StopReport()
 if workflow.is_main_process:
-    set_aside_damaged(".", log=lambda msg: print(msg, file=sys.stderr), dry_run=workflow.output_settings.dryrun)
+    remake_before_planning(workflow)
+
+
+onstart:
+    STOP.started()
+
+
+onerror:
+    STOP.ended(workflow)
 
 
 include: "workflow/rules/common.smk"

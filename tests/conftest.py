@@ -1,10 +1,12 @@
 """Shared fixtures: a tiny brute-forceable HMM, the real toy-world HMM, its tokenizer, tiny transformers; no
-network for lm-eval runs; a stand-in for the torchrun subprocess."""
+network for lm-eval runs; a stand-in for the torchrun subprocess; one completed run of the workflow on
+config/smoke.yaml."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,21 @@ def fake_torchrun(monkeypatch):
 
     monkeypatch.setattr(subprocess, "Popen", Ranks)
     return Ranks
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def smoke_tree(tmp_path_factory) -> Path:
+    """A working directory in which the whole workflow ran once on config/smoke.yaml (``snakemake --cores 2`` with
+    the default target), from nothing: shared by the modules that read it (``test_workflow.py``) and the one that
+    damages a copy of it (``test_damage_workflow.py``, which runs first)."""
+    pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
+    wd = tmp_path_factory.mktemp("smoke")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd), "--cores", "2",
+           "--configfile", str(REPO / "config" / "smoke.yaml")]
+    r = subprocess.run(cmd, cwd=wd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+    return wd

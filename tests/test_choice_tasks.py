@@ -195,11 +195,12 @@ def test_paper_config_scores_mmlu_and_hellaswag_generatively():
 def _result(value_gen: float, value_ll: float) -> dict:
     """An lm-eval results JSON with a generative task and a log-likelihood group (two multiple-choice leaves)."""
     leaf = {"output_type": "multiple_choice"}
-    return {"results": {"mmlu_gen": {"exact_match,none": value_gen, "exact_match_stderr,none": 0.01},
+    se = math.sqrt(value_gen * (1 - value_gen) / 19)  # lm-eval's s.e. of a mean of 20 0/1 scores
+    return {"results": {"mmlu_gen": {"exact_match,none": value_gen, "exact_match_stderr,none": se},
                         "mmlu": {"acc,none": value_ll, "acc_stderr,none": 0.01}},
             "group_subtasks": {"mmlu": ["mmlu_stem"], "mmlu_stem": ["mmlu_a", "mmlu_b"]},
             "configs": {"mmlu_gen": {"output_type": "generate_until"}, "mmlu_a": leaf, "mmlu_b": leaf},
-            "n-samples": {"mmlu_gen": {"effective": 10}, "mmlu": {"effective": 20}}}
+            "n-samples": {"mmlu_gen": {"effective": 20}, "mmlu": {"effective": 20}}}
 
 
 def test_table3_marks_log_likelihood_columns_decoder_independent():

@@ -296,7 +296,9 @@ def test_damaged_weights_are_refused_with_one_line_naming_the_file(saved, damage
     with pytest.raises(DamagedCheckpointError) as e:
         load_model(saved)
     msg = str(e.value)
-    assert "\n" not in msg and str(w) in msg and problem in msg and f"delete {saved}" in msg
+    assert "\n" not in msg and str(w) in msg and problem in msg
+    assert msg.endswith(f"rerun the workflow: it sets the damaged file of {saved} aside before it plans the jobs and "
+                        "retrains the model in the same run")
     assert isinstance(e.value, CheckpointError) and isinstance(e.value, DamagedFileError)
 
 
@@ -497,7 +499,8 @@ def test_dllm_training_tensors_are_checked_against_meta_json(tmp_path):
     assert torch.equal(x, y) and digest == meta["files"]["bpe_dllm_sft.pt"]["sha256"]
     assert find_damaged(tmp_path, cache_path=None) == []
     _flip(d / "bpe_dllm_sft.pt")
-    with pytest.raises(DamagedFileError, match=r"bpe_dllm_sft.pt is damaged: .*delete .*meta.json and rerun"):
+    with pytest.raises(DamagedFileError, match=r"bpe_dllm_sft.pt is damaged: .*rerun the workflow: .*rule dllm_data "
+                                               r"rewrites every tensor"):
         load_dllm_tensor(d, "bpe_dllm_sft.pt", meta)
     (damaged,) = find_damaged(tmp_path, cache_path=None)
     assert damaged.path == "resources/dllm/bpe_dllm_sft.pt" and damaged.output == "resources/dllm/meta.json"
@@ -614,3 +617,207 @@ def test_nce_with_a_changed_partner_or_dev_split_trains_fresh(tmp_path, tok, cha
     named = "partners.proxy" if change == "partner" else "dev.sha256"
     assert any("not resuming" in m and named in m for m in logs), logs
     assert _same(again, fresh)
+
+
+# ---------------------------------------------------------------------- result files carry their content hash
+def _edit_keep_mtime(path: Path, old: str, new: str) -> None:
+    """Replace ``old`` by ``new`` once in ``path``, its modification time kept (as bit rot or ``cp -p`` keep it)."""
+    st = path.stat()
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _ppl_result() -> dict:
+    import math
+
+    nll = 4.312113517402162
+    return {"source": "mdlm", "domains": {"owt": {"nll_per_token": nll, "nll_se": 0.16, "ppl": math.exp(nll),
+                                                  "tokens": 1024, "sequences": 64}}}
+
+
+def test_a_result_json_carries_its_content_hash_and_a_one_digit_edit_is_named(tmp_path):
+    from unie.core.integrity import HASH_KEY, write_json
+
+    p = tmp_path / "results" / "ppl" / "mdlm.json"
+    write_json(_ppl_result(), p, made_by="ppl", made_from={"results/models/mdlm/model.safetensors": "ab" * 32})
+    raw = json.loads(p.read_text())
+    assert len(raw[HASH_KEY]) == 64 and raw["made_by"] == "ppl"
+    assert read_json(p) == _ppl_result()  # the writer's object, without what the writer added
+    p.write_text(json.dumps(raw, indent=7, sort_keys=True))  # layout is not content
+    assert read_json(p) == _ppl_result()
+    _edit_keep_mtime(p, '"nll_se": 0.16', '"nll_se": 0.18')  # a number no other one checks
+    with pytest.raises(DamagedFileError) as e:
+        read_json(p)
+    assert str(e.value) == (f"{p} is damaged: its values differ from the content hash it recorded when it was "
+                            "written (an edited or corrupted value); rerun the workflow: it sets the file aside "
+                            "before planning and rule ppl remakes it in the same run")
+    # a file without a hash (older, or another program's) is still checked where its numbers allow it
+    bad = _ppl_result()
+    bad["domains"]["owt"]["ppl"] = 14.597986587527
+    (tmp_path / "old.json").write_text(json.dumps(bad))
+    with pytest.raises(DamagedFileError, match=r"old\.json is damaged: its numbers disagree: domains\.owt ppl "
+                                               r"14\.597986587527 is not exp\(nll_per_token 4\.3121"):
+        read_json(tmp_path / "old.json")
+
+
+def test_lm_eval_numbers_must_agree_with_their_count(tmp_path):
+    from unie.eval.metrics import lmeval_numbers_problem
+
+    def results(p, se, n=8, metric="exact_match"):
+        return {"results": {"toy_math": {f"{metric},none": p, f"{metric}_stderr,none": se}},
+                "n-samples": {"toy_math": {"original": n, "effective": n}}, "group_subtasks": {}}
+
+    import math
+
+    assert lmeval_numbers_problem(results(0.0, 0.0)) is None
+    assert lmeval_numbers_problem(results(0.375, math.sqrt(0.375 * 0.625 / 7))) is None
+    assert "has s.e. 0.0, not 0.18898" in lmeval_numbers_problem(results(0.5, 0.0))  # the issue's 0.0 -> 0.5
+    assert "not a count of 8 items" in lmeval_numbers_problem(results(0.3, math.sqrt(0.3 * 0.7 / 7)))
+    # a metric that need not be 0/1 per item (pass@1 over several draws): only the bound holds
+    assert lmeval_numbers_problem(results(0.3, 0.1, metric="pass_at_1")) is None
+    assert "above its bound" in lmeval_numbers_problem(results(0.5, 0.3, metric="pass_at_1"))
+    # groups pool their subtasks' standard errors: not checked
+    grouped = results(0.5, 0.0)
+    grouped["group_subtasks"] = {"toy_math": ["a", "b"]}
+    assert lmeval_numbers_problem(grouped) is None
+
+
+def test_the_scan_sets_aside_edited_results_and_their_records_and_names_what_remakes_them(tmp_path, monkeypatch):
+    """Before planning: a one-digit edit of a result JSON (its mtime kept), a changed samples file the Gen PPL
+    vouches for, and an lm-eval result whose numbers disagree are set aside; the run remakes each by the rule that
+    makes it (a file no rule makes: the one holding its record); a dry run renames nothing and plans the same."""
+    from unie.core.integrity import write_json
+    from unie.pipeline.damage import plan_rebuilds
+
+    root = tmp_path
+    monkeypatch.chdir(root)
+    ppl = Path("results/ppl/mdlm.json")
+    write_json(_ppl_result(), ppl, made_by="ppl")
+    samples = Path("results/samples/mdlm/steps2.parquet")
+    write_tokens(torch.arange(64).view(8, 8), samples)
+    genppl = Path("results/genppl/mdlm/steps2.json")
+    write_json({"samples": str(samples), "genppl": {}}, genppl, records=[samples])
+    lm = Path("results/dllm/rows/llada/llada/results_2026.json")
+    lm.parent.mkdir(parents=True)
+    lm.write_text(json.dumps({"results": {"t": {"acc,none": 0.0, "acc_stderr,none": 0.0}},
+                              "n-samples": {"t": {"effective": 8}}}))
+    rules = {"results/ppl/mdlm.json": "ppl", "results/samples/mdlm/steps2.parquet": "sample_table2",
+             "results/genppl/mdlm/steps2.json": "sample_table2", "results/dllm/rows/llada": "dllm_eval_llada"}
+    producer = rules.get
+    assert plan_rebuilds(root, producer, log=_quiet) == []
+    _edit_keep_mtime(ppl, "4.312113517402162", "4.312113517402163")
+    b = bytearray(samples.read_bytes())
+    b[100] ^= 0x01
+    samples.write_bytes(bytes(b))
+    _edit_keep_mtime(lm, '"acc,none": 0.0', '"acc,none": 0.5')
+    logs = []
+    planned = plan_rebuilds(root, producer, log=logs.append, dry_run=True)
+    assert planned == ["results/dllm/rows/llada", "results/ppl/mdlm.json", "results/samples/mdlm/steps2.parquet"]
+    assert ppl.exists() and samples.exists() and len(logs) == 3
+    logs = []
+    assert plan_rebuilds(root, producer, log=logs.append) == planned
+    assert not ppl.exists() and Path("results/ppl/mdlm.json.damaged").exists() and not samples.exists()
+    assert not lm.exists() and genppl.exists()
+    assert sorted(logs) == sorted([
+        "unie: results/dllm/rows/llada/llada/results_2026.json is damaged: its numbers disagree: t acc,none = 0.5 "
+        "over 8 items has s.e. 0.0, not 0.1889822365046136; set aside as "
+        "results/dllm/rows/llada/llada/results_2026.json.damaged; this run remakes it with results/dllm/rows/llada "
+        "(rule dllm_eval_llada)",
+        "unie: results/ppl/mdlm.json is damaged: its values differ from the content hash it recorded when it was "
+        "written (an edited or corrupted value); set aside as results/ppl/mdlm.json.damaged; this run rebuilds it "
+        "(rule ppl)",
+        "unie: results/samples/mdlm/steps2.parquet is damaged: content hash differs from the one recorded when it "
+        "was written; set aside as results/samples/mdlm/steps2.parquet.damaged; this run rebuilds it "
+        "(rule sample_table2)"])
+    # a run stopped before it remade them: the next one remakes what was set aside and is still missing
+    logs = []
+    assert plan_rebuilds(root, producer, log=logs.append) == planned
+    assert all("not made again since" in m for m in logs) and len(logs) == 3
+
+
+def test_a_replaced_input_with_an_old_mtime_gets_the_current_one(tmp_path, toy, tok, monkeypatch):
+    """``cp -p`` of another token file over the one a model was trained on: the model recorded its input by content,
+    so the check gives the file the current time (Snakemake then retrains what was made from it); a second check
+    finds it newer already and leaves it."""
+    from unie.pipeline.damage import find_stale, plan_rebuilds
+
+    monkeypatch.chdir(tmp_path)
+    tokens = Path("resources/tokenized/owt/train.parquet")
+    tokens.parent.mkdir(parents=True)
+    tokens.write_bytes((toy / "train0.parquet").read_bytes())
+    tok.save(Path("resources/tokenizer"))
+    train_from_spec("m", _spec(steps=2), tokens, "resources/tokenizer", "results/models/m", "results/checkpoints/m",
+                    seq_len=8, log=_quiet)
+    made = json.loads(Path("results/models/m/config.json").read_text())["extra"]["made_from"]
+    assert list(made) == [str(tokens)] and find_stale(".") == []
+    old = os.stat(tokens).st_mtime_ns - 10**12
+    tokens.write_bytes((toy / "train1.parquet").read_bytes())  # other tokens, an old modification time
+    os.utime(tokens, ns=(old, old))
+    (stale,) = find_stale(".")
+    assert stale.output == "results/models/m/model.safetensors" and stale.source == str(tokens)
+    logs = []
+    assert plan_rebuilds(".", log=logs.append) == []  # nothing forced: Snakemake's own rule (a newer input) applies
+    assert tokens.stat().st_mtime_ns > Path("results/models/m/model.safetensors").stat().st_mtime_ns
+    assert len(logs) == 1 and logs[0].startswith("unie: resources/tokenized/owt/train.parquet was replaced (content ")
+    assert "after results/models/m/model.safetensors was made from it: its modification time is set to now" in logs[0]
+    logs = []
+    plan_rebuilds(".", log=logs.append)
+    assert logs == []
+
+
+def test_a_refused_job_never_loses_another_jobs_log(tmp_path, capsys):
+    """Snakemake removes a job's log before it runs it again, also while an orphaned job still writes to it: the
+    orphan copies its earlier lines to the new file and goes on there, under the refused job's lines."""
+    from types import SimpleNamespace
+
+    from unie.pipeline.rule import job
+
+    log = tmp_path / "train.log"
+    with job(SimpleNamespace(threads=1, log=[str(log)])) as say:
+        say("orphan: step 20")
+        log.unlink()  # snakemake, rerun, removes the log; the second job opens it and is refused
+        log.write_text("refused: results/checkpoints/ar is in use by pid 1\n")
+        say("orphan: step 40")
+    lines = log.read_text().splitlines()
+    assert lines[0] == "refused: results/checkpoints/ar is in use by pid 1"
+    assert "this log was replaced by another run's job" in lines[1]
+    assert lines[2].endswith("orphan: step 20") and lines[3].endswith("orphan: step 40")
+
+
+def test_which_parquet_readers_check_page_crcs(tmp_path, hf_offline):
+    """The README's claim: a flipped byte in a samples file can reach ``pandas.read_parquet`` and
+    ``datasets.load_dataset("parquet", ...)`` (pyarrow's default reader) as other tokens without an error; pyarrow
+    with ``page_checksum_verification=True`` (also through pandas) and :func:`unie.data.tokens.load_tokens` refuse
+    it."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "steps4.parquet"
+    x = torch.arange(4000).view(500, 8) % 100
+    write_tokens(x, p)
+    good = p.read_bytes()
+    silent = None
+    for i in range(4, len(good) // 2):
+        b = bytearray(good)
+        b[i] ^= 0x01
+        p.write_bytes(bytes(b))
+        try:
+            got = pd.read_parquet(p)["input_ids"]
+        except Exception:
+            continue
+        if [list(r) for r in got] != x.tolist():
+            silent = i
+            break
+    assert silent is not None, "no flip reached pandas silently"
+    import datasets
+
+    ds = datasets.load_dataset("parquet", data_files=str(p), split="train", cache_dir=str(tmp_path / "cache"))
+    assert [list(r) for r in ds["input_ids"]] != x.tolist()  # no error either
+    with pytest.raises(OSError, match="CRC"):
+        pq.read_table(p, page_checksum_verification=True)
+    with pytest.raises(OSError, match="CRC"):
+        pd.read_parquet(p, page_checksum_verification=True)
+    with pytest.raises(DamagedFileError):
+        load_tokens(p)

@@ -47,10 +47,8 @@ def planned_jobs(dry_run_output: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("smoke")
-    smk("--cores", "2", "--configfile", str(SMOKE), cwd=wd, check=True)
-    return wd
+def smoke_run(smoke_tree):
+    return smoke_tree  # conftest: the workflow run once on config/smoke.yaml
 
 
 @pytest.mark.slow

@@ -8,6 +8,13 @@
   metadata when it is written and checked when it is read (safetensors and ``torch.save`` files have no checksum of
   their own: a flipped byte would otherwise be used silently; token files carry page CRCs and a content hash in
   their Parquet metadata, :mod:`unie.data.tokens`).
+* :func:`write_json` / :func:`read_json`: a result file (JSON object) carries its own content hash
+  (``content_sha256``: the SHA-256 of its canonical JSON without that key, :func:`json_digest`) and, where it was
+  written by a workflow job, the rule that made it (``made_by``), the identities of the files it was made from
+  (``made_from``) and the size and SHA-256 of the files it vouches for (``records``: e.g. the samples a Gen PPL
+  was computed on); :func:`read_json` checks the hash and the numbers that must agree (:func:`check_numbers`: a
+  perplexity is the exponential of its NLL) before anything reads the values, and returns the object as its writer
+  gave it (without these keys).
 * :class:`DamagedFileError`: the one-line error for a file that is missing a part, or whose bytes differ from
   the ones recorded; it names the file and what to do.
 """
@@ -17,6 +24,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +38,7 @@ class DamagedFileError(RuntimeError):
 
     def __init__(self, path, problem: str, fix: str | None = None):
         self.path, self.problem = str(path), problem
-        self.fix = fix or "delete it and rerun the workflow: Snakemake rebuilds a missing file"
+        self.fix = fix or fix_by_rerun()
         super().__init__(f"{self.path} is damaged: {problem}; {self.fix}")
 
 
@@ -154,20 +162,115 @@ def atomic_write_text(path, text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def write_json(obj, path, indent: int | None = 2, **kw) -> Path:
-    """``obj`` as JSON at ``path``, atomically (never a half-written result file)."""
+# the keys a result file's writer adds to its JSON object (:func:`write_json`); :func:`read_json` removes them
+HASH_KEY = "content_sha256"  # SHA-256 of the object's canonical JSON without this key
+MADE_BY = "made_by"  # the workflow rule that wrote it
+MADE_FROM = "made_from"  # {input path: its identity (a content hash)} when it was made
+RECORDS = "records"  # {path: {"sha256", "bytes"}} of files it vouches for (paths relative to the working directory)
+ENVELOPE = (HASH_KEY, MADE_BY, MADE_FROM, RECORDS)
+
+
+def json_digest(obj: dict) -> str:
+    """The content hash of a JSON object: SHA-256 of its canonical form (keys sorted, no spaces, ASCII, the values as
+    Python writes and reads them back: a float round-trips exactly) without :data:`HASH_KEY`.  Whitespace and key
+    order do not count; any changed value, digit or key does."""
+    body = {k: v for k, v in obj.items() if k != HASH_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def fix_by_rerun(made_by: str | None = None) -> str:
+    job = f"rule {made_by} remakes it" if made_by else "the job that made it remakes it"
+    return f"rerun the workflow: it sets the file aside before planning and {job} in the same run"
+
+
+def write_json(obj, path, indent: int | None = 2, *, made_by: str | None = None, made_from: dict | None = None,
+               records=None, **kw) -> Path:
+    """``obj`` as JSON at ``path``, atomically (never a half-written result file).  A JSON object gets its content
+    hash (:data:`HASH_KEY`, :func:`json_digest`) and, when given, ``made_by`` (a rule), ``made_from`` (input
+    identities) and ``records`` (files it vouches for: a list of paths, recorded with :func:`file_record`; they
+    must be written before it)."""
+    if isinstance(obj, dict):
+        extra = {MADE_BY: made_by, MADE_FROM: made_from,
+                 RECORDS: {str(p): file_record(p) for p in records} if records else None}
+        body = {**obj, **{k: v for k, v in extra.items() if v}}
+        body = json.loads(json.dumps(body, **kw))  # as a reader will see it (tuples as lists, keys as strings)
+        obj = {**body, HASH_KEY: json_digest(body)}
     return atomic_write_text(path, json.dumps(obj, indent=indent, **kw))
 
 
-def read_json(path, what: str = "result file"):
-    """A JSON file; a missing or unparsable one raises an error that names it and the fix."""
+def _ppl_mismatch(obj, where: str = "") -> str | None:
+    """The first place in ``obj`` where a perplexity is not the exponential of its NLL per token."""
+    if isinstance(obj, dict):
+        ppl, nll = obj.get("ppl"), obj.get("nll_per_token")
+        if isinstance(ppl, (int, float)) and isinstance(nll, (int, float)) and math.isfinite(nll):
+            try:
+                expected = math.exp(nll)
+            except OverflowError:
+                expected = math.inf
+            if not (ppl == expected or math.isclose(ppl, expected, rel_tol=1e-9)):
+                return f"{where or 'its'} ppl {ppl!r} is not exp(nll_per_token {nll!r}) = {expected!r}"
+        for k, v in obj.items():
+            found = _ppl_mismatch(v, f"{where}.{k}" if where else str(k))
+            if found:
+                return found
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found = _ppl_mismatch(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def check_numbers(obj) -> str | None:
+    """The cheap internal checks of a result object: every perplexity equals the exponential of its NLL per token
+    (``ppl`` beside ``nll_per_token``, Table 1's and Table 2's files).  Returns what disagrees, or None."""
+    return _ppl_mismatch(obj)
+
+
+def check_json(obj, path):
+    """``obj`` (parsed from ``path``) checked against its content hash and :func:`check_numbers`, without the
+    writer's :data:`ENVELOPE` keys.  An object without a hash (written before hashes were recorded, or by another
+    program) is only checked for its numbers.  Raises :class:`DamagedFileError` naming ``path``."""
+    if not isinstance(obj, dict):
+        return obj
+    fix = fix_by_rerun(obj.get(MADE_BY) if isinstance(obj.get(MADE_BY), str) else None)
+    if HASH_KEY in obj and json_digest(obj) != obj[HASH_KEY]:
+        raise DamagedFileError(path, "its values differ from the content hash it recorded when it was written "
+                                     "(an edited or corrupted value)", fix)
+    problem = check_numbers(obj)
+    if problem:
+        raise DamagedFileError(path, f"its numbers disagree: {problem}", fix)
+    return {k: v for k, v in obj.items() if k not in ENVELOPE} if HASH_KEY in obj else obj
+
+
+def parse_json(path, what: str = "result file"):
+    """A JSON file parsed as it is (no checks): a missing or unparsable one raises an error that names it."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FileNotFoundError(f"missing {what}: {p} does not exist (rerun the workflow: Snakemake rebuilds "
-                                "a missing file)") from None
+        raise FileNotFoundError(f"missing {what}: {p} does not exist (rerun the workflow: it remakes a missing "
+                                "result)") from None
+    except UnicodeDecodeError:
+        raise DamagedFileError(p, "not valid UTF-8 text", fix_by_rerun()) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise DamagedFileError(p, f"not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise DamagedFileError(p, f"not valid JSON ({e.msg} at line {e.lineno})", fix_by_rerun()) from None
+
+
+def records_of(holder) -> dict:
+    """``{normalised path: {"sha256", "bytes"}}``: the files a result JSON (``holder``) vouches for (its
+    :data:`RECORDS`), once the holder itself is checked (:func:`read_json`); paths relative to the working
+    directory."""
+    obj = parse_json(holder)
+    check_json(obj, Path(holder))
+    recs = obj.get(RECORDS) if isinstance(obj, dict) else None
+    return {os.path.normpath(k): v for k, v in (recs or {}).items()}
+
+
+def read_json(path, what: str = "result file"):
+    """A JSON file, checked (:func:`check_json`: its content hash and numbers) before its values are used; a
+    missing, unparsable or changed one raises an error that names it and the fix."""
+    return check_json(parse_json(path, what), Path(path))

@@ -92,3 +92,38 @@ def window_shares(counters: dict) -> dict | None:
         return None
     return {"window_rows": int(n), "disagree": counters["disagree_rows"] / n, "steered": counters["steered_rows"] / n,
             "disagree_rows": int(counters["disagree_rows"]), "steered_rows": int(counters["steered_rows"])}
+
+
+# lm-eval metrics whose per-item value is 0 or 1 (a mean of indicators): their standard error is the binomial one
+BINARY_METRICS = ("acc", "acc_norm", "exact_match")
+
+
+def lmeval_numbers_problem(results: dict, tol: float = 1e-9) -> str | None:
+    """What disagrees in an lm-eval results file (``results``, ``n-samples``, ``group_subtasks``), or None.
+
+    lm-eval reports a mean metric's standard error as the sample standard deviation over the ``n`` items divided by
+    ``sqrt(n)``.  For a metric in [0, 1] that is at most ``sqrt(p (1 - p) / (n - 1))`` (``p`` the mean), with
+    equality when every item scores 0 or 1 (:data:`BINARY_METRICS`), whose mean is then ``k / n``.  Groups (their
+    standard error is pooled over subtasks) and tasks without ``n`` are not checked."""
+    groups = {g for g, subs in (results.get("group_subtasks") or {}).items() if subs}
+    n_samples = results.get("n-samples") or {}
+    for task, metrics in sorted((results.get("results") or {}).items()):
+        n = (n_samples.get(task) or {}).get("effective")
+        if task in groups or not isinstance(n, int) or n < 2 or not isinstance(metrics, dict):
+            continue
+        for key, p in sorted(metrics.items()):
+            if "," not in key or "_stderr," in key or not isinstance(p, (int, float)) or isinstance(p, bool):
+                continue
+            name, filt = key.split(",", 1)
+            se = metrics.get(f"{name}_stderr,{filt}")
+            if not isinstance(se, (int, float)) or not 0 <= p <= 1:
+                continue
+            bound = math.sqrt(p * (1 - p) / (n - 1))
+            if name in BINARY_METRICS:
+                if abs(p * n - round(p * n)) > 1e-6:
+                    return f"{task} {key} = {p!r} is not a count of {n} items"
+                if abs(se - bound) > tol:
+                    return f"{task} {key} = {p!r} over {n} items has s.e. {se!r}, not {bound!r}"
+            elif se > bound + tol:
+                return f"{task} {key} = {p!r} over {n} items has s.e. {se!r}, above its bound {bound!r}"
+    return None

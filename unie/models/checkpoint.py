@@ -34,8 +34,8 @@ class DamagedCheckpointError(CheckpointError, DamagedFileError):
 
 
 def _fix(ckpt_dir) -> str:
-    return (f"delete {ckpt_dir} and rerun the workflow (Snakemake retrains a missing model; "
-            "the workflow also sets a damaged model aside by itself before it plans the jobs)")
+    return (f"rerun the workflow: it sets the damaged file of {ckpt_dir} aside before it plans the jobs and "
+            "retrains the model in the same run")
 
 
 def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict, extra: dict | None = None) -> None:

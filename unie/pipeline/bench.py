@@ -584,7 +584,6 @@ def main(argv=None) -> None:
     """``python -m unie.pipeline.bench --paper-scale --device cuda --out DIR``: the paper-scale bench without
     snakemake (torch only); writes ``DIR/paper_scale.json`` and ``DIR/paper_scale.md``."""
     import argparse
-    import json
     from pathlib import Path
 
     ap = argparse.ArgumentParser(prog="python -m unie.pipeline.bench", description=main.__doc__)
@@ -605,9 +604,11 @@ def main(argv=None) -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    def write(res):
-        (out / "paper_scale.json").write_text(json.dumps(res, indent=1))
-        (out / "paper_scale.md").write_text(paper_scale_markdown(res))
+    def write(res):  # after each precision: the Markdown, then the JSON that vouches for it (its content hash)
+        from ..core.integrity import atomic_write_text, write_json
+
+        atomic_write_text(out / "paper_scale.md", paper_scale_markdown(res))
+        write_json(res, out / "paper_scale.json", indent=1, records=[out / "paper_scale.md"])
 
     write(paper_scale_bench(a.device, size, a.precisions, on_precision=write, log=lambda m: print(m, flush=True)))
     print((out / "paper_scale.md").read_text())

@@ -22,8 +22,8 @@ import torch
 
 from ..core.config import ConfigError, TrainConfig, from_dict
 from ..core.distributed import world
-from ..core.integrity import (DamagedFileError, atomic_write, file_record, file_sha256, read_json, verify_file,
-                              write_json)
+from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_write, file_record, file_sha256, read_json,
+                              verify_file, write_json)
 from ..core.precision import check_precision, precision_record
 from ..core.train import run_spec, train
 from ..data.dllm_format import ar_sft_rows, content_lengths, dllm_sft_rows, pack_text, trim_padding
@@ -34,6 +34,8 @@ from ..dllm.rows import row_model_args, sweep_points
 from ..eval.timing import TimingChecks, describe, time_passes
 from ..models.checkpoint import CheckpointError, load_model, save_model
 from ..models.transformer import Transformer
+from .damage import identities
+from .rule import write_json
 from .settings import LmEvalSettings
 from .models import build_method, init_fingerprint, model_config
 
@@ -94,7 +96,7 @@ def load_dllm_tensor(data_dir, filename: str, meta: dict) -> tuple[torch.Tensor,
     and SHA-256 in ``meta.json``; a damaged file is a :class:`DamagedFileError` naming it and the fix (rule
     ``dllm_data`` rewrites every tensor when its ``meta.json`` is missing)."""
     path = Path(data_dir) / filename
-    fix = f"delete {Path(data_dir) / 'meta.json'} and rerun the workflow (rule dllm_data rewrites every tensor)"
+    fix = "rerun the workflow: it sets the damaged file aside and rule dllm_data rewrites every tensor in the same run"
     record = meta.get("files", {}).get(filename)
     digest = verify_file(path, record, fix) if record else file_sha256(path)
     try:
@@ -190,7 +192,8 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
     extra = {"options": spec.get("options", {}), "train": spec["train"], "data": str(path), **precision_record(precision),
              "layout": {"kind": layout, "tokenizer": tok_name, "prompt_len": meta["prompt_len"][tok_name],
                         "gen_length": meta["gen_length"][tok_name], "pad_to_batch": tcfg.length_buckets > 1},
-             "final": next((h for h in reversed(history) if "loss" in h), {})}
+             "final": next((h for h in reversed(history) if "loss" in h), {}),
+             MADE_FROM: identities([data_dir / "meta.json", Path(init_dir, "model.safetensors") if init_dir else None])}
     if world()[0] == 0:
         save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
         shutil.copytree(data_dir / "tokenizers" / tok_name, Path(out_dir) / "tokenizer", dirs_exist_ok=True)
@@ -313,9 +316,7 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
             f"{timed['spread']:.2f}; lm-eval's pass {tp['tokens_per_s'] or 0:.0f}), NFE {tp['nfe']}")
         if not timed["trusted"]:
             log(f"WARNING: {sweep} {point['name']}: {describe(timed)}")
-    tmp = out_dir / "points.json.tmp"
-    tmp.write_text(json.dumps({"sweep": sweep, "task": task, "metric": metric, "batch_size": dllm["batch_size"],
-                               "points": records, "timing": dataclasses.asdict(timing),
-                               "trusted": all(r["trusted"] for r in records)}, indent=1))
-    tmp.replace(out_dir / "points.json")
+    write_json({"sweep": sweep, "task": task, "metric": metric, "batch_size": dllm["batch_size"],
+                "points": records, "timing": dataclasses.asdict(timing),
+                "trusted": all(r["trusted"] for r in records)}, out_dir / "points.json", indent=1)
     return records

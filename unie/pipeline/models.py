@@ -15,6 +15,7 @@ import torch
 
 from ..core.config import ConfigError, ModelConfig, TrainConfig, from_dict
 from ..core.distributed import world
+from ..core.integrity import MADE_FROM
 from ..core.precision import check_precision, precision_record
 from ..core.registry import METHODS
 from ..core.train import run_spec, train
@@ -22,6 +23,7 @@ from ..data.tokens import TokenRows, load_tokens, token_file_info
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, model_config_of, read_meta, save_model
 from ..models.dit import DiTConfig, backbone_for
+from .damage import identities
 
 
 def build_method(method: str, tokenizer_info: dict, options: dict | None = None, where: str | None = None):
@@ -167,7 +169,11 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
         return ema, history
     dev = [h for h in history if "dev" in h]
     extra = {"options": options, "train": spec["train"], **precision_record(precision),
-             "final": next((h for h in reversed(history) if "loss" in h), {})}
+             "final": next((h for h in reversed(history) if "loss" in h), {}),
+             # what it was trained from, by content: a later run retrains it when one of these is replaced
+             MADE_FROM: identities([train_path, dev_path if eval_fn is not None else None,
+                                    *(Path(d, "model.safetensors") for d in [init_dir, *(partner_dirs or {}).values()]
+                                      if d)])}
     if dev:
         best = min((h for h in dev if h["dev"]["admissible"]), key=lambda h: h["dev"]["loss"])
         extra["dev"] = {"initial": dev[0], "selected": best, "dev_split": str(dev_path),

@@ -102,7 +102,7 @@ def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_pat
     results = {}
     for p in result_paths:
         name = Path(p).parent.name
-        results[name] = read_json(p)
+        results[name] = read_lmeval_results(p)
     missing = sorted(set(rows) - set(results))
     if missing:
         raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
@@ -117,7 +117,7 @@ def selection_table(rows: dict, tasks: dict, result_paths, effect_paths, tex_pat
     results and ``effect.json`` files."""
     from ..report.tables import selection_table as build
 
-    results = {Path(p).parent.name: read_json(p) for p in result_paths}
+    results = {Path(p).parent.name: read_lmeval_results(p) for p in result_paths}
     names, metrics, _ = task_metrics(tasks)
     tex, df = build(rows, results, read_effects(effect_paths), metrics, names)
     write_table(tex, df, tex_path, csv_path)
@@ -133,6 +133,7 @@ def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:
     found = sorted(Path(row_dir).rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
     if not found:
         return {}
+    check_recorded(found[-1])
     stamp = found[-1].stem[len("results_"):]
     groups = json.loads(found[-1].read_text()).get("group_subtasks", {})
 
@@ -148,6 +149,7 @@ def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:
             if not path.exists():
                 records = {}
                 break
+            check_recorded(path)
             for line in path.read_text().splitlines():
                 rec = json.loads(line)
                 if rec.get("filter", "none") == filt and metric in rec:
@@ -186,8 +188,49 @@ def dllm_effect(row: str, base: str | None, tasks: dict, row_dir, base_dir, out_
     record = {"row": row, "backbone": base, "sampler": decoder.get("sampler"), "energy": options.get("energy"),
               "selection": options.get("selection"), "options": options, **effect,
               "window": window_shares(read_json(Path(row_dir, "throughput.json")))}
-    write_json(record, out_path)
+    write_json(record, out_path, records=row_files(row_dir))  # it vouches for the row's lm-eval files
     return record
+
+
+def row_files(row_dir) -> list[str]:
+    """A Table 3 row's lm-eval files (``results.json``, ``throughput.json``, lm-eval's ``results_*.json`` and
+    ``samples_*.jsonl``), whose sizes and hashes its ``effect.json`` records."""
+    found = [Path(row_dir, "results.json"), Path(row_dir, "throughput.json"),
+             *sorted(Path(row_dir).rglob("results_*.json")), *sorted(Path(row_dir).rglob("samples_*.jsonl"))]
+    return [str(p) for p in found if p.exists()]
+
+
+def check_recorded(path) -> None:
+    """Check an lm-eval file of a row against its record in the row's ``effect.json`` (:func:`row_files`), when the
+    row has one (a backbone row read for a decoder row's paired effect)."""
+    from ..core.integrity import fix_by_rerun, records_of, verify_file
+
+    for holder in (Path(path).parent / "effect.json", Path(path).parent.parent / "effect.json"):
+        if holder.exists():
+            record = records_of(holder).get(os.path.normpath(path))
+            if record is not None:
+                verify_file(path, record, fix_by_rerun())
+            return
+
+
+def read_lmeval_results(path) -> dict:
+    """A row's ``results.json`` (lm-eval's own JSON), checked before its values are used: against the size and hash
+    its row's ``effect.json`` records, or, without that record, for numbers that agree
+    (:func:`unie.eval.metrics.lmeval_numbers_problem`)."""
+    from ..core.integrity import DamagedFileError, fix_by_rerun, parse_json, records_of, verify_file
+    from ..eval.metrics import lmeval_numbers_problem
+
+    path = Path(path)
+    effect = path.parent / "effect.json"
+    record = records_of(effect).get(os.path.normpath(path)) if effect.exists() else None
+    if record is not None:
+        verify_file(path, record, fix_by_rerun())
+        return parse_json(path)
+    results = parse_json(path)
+    problem = lmeval_numbers_problem(results) if isinstance(results, dict) else None
+    if problem:
+        raise DamagedFileError(path, f"its numbers disagree: {problem}", fix_by_rerun())
+    return results
 
 
 def fig3(fig: dict, genppl_paths, timing_paths, pdf_path, png_path, csv_path, summary_path):

@@ -3,10 +3,81 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from contextlib import contextmanager
 
-from ..core.integrity import write_json  # noqa: F401  (rules import it from here: atomic, never half-written)
+from ..core import integrity
+
+_JOB = None  # the running rule's snakemake object (inside job())
+
+
+def _job_inputs(snakemake) -> list[str]:
+    out = []
+    for f in getattr(snakemake, "input", None) or []:
+        out.extend([str(x) for x in f] if isinstance(f, (list, tuple)) else [str(f)])
+    return list(dict.fromkeys(out))
+
+
+def write_json(obj, path, indent: int | None = 2, *, records=None, **kw):
+    """A result file (:func:`unie.core.integrity.write_json`: atomic, with its content hash and ``records``); inside
+    a rule's job also the rule (``made_by``) and the identities of the job's inputs (``made_from``,
+    :func:`unie.pipeline.damage.identities`), so that a later run remakes it when one of them is replaced."""
+    made_by = made_from = None
+    if _JOB is not None:
+        from .damage import identities
+
+        made_by = getattr(_JOB, "rule", None)  # the rule's name
+        made_from = identities(_job_inputs(_JOB))
+    return integrity.write_json(obj, path, indent, made_by=made_by if isinstance(made_by, str) else None,
+                                made_from=made_from, records=records, **kw)
+
+
+class _Log:
+    """A job's log file, reopened when another run removes it: Snakemake deletes a job's log before it runs the job
+    again, also while an earlier job (left running by a ``kill -9`` of snakemake) still writes to it.  That job then
+    finds its file gone at its next line, copies what it wrote so far to the new file under the refused job's
+    lines, and goes on there: no line of either job is lost."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open(path, "a+", buffering=1)
+
+    def _reopen_if_removed(self):
+        try:
+            if os.fstat(self.f.fileno()).st_nlink > 0:
+                return
+        except (OSError, ValueError):
+            return
+        try:
+            new = open(self.path, "a+", buffering=1)
+        except OSError:  # its folder is gone too: go on in the removed file
+            return
+        old, self.f = self.f, new
+        old.flush()
+        old.seek(0)
+        new.write(f"--- pid {os.getpid()}: this log was replaced by another run's job; its earlier lines, then its "
+                  "next ones ---\n" + old.read())
+        old.close()
+
+    def write(self, text):
+        self._reopen_if_removed()
+        return self.f.write(text)
+
+    def flush(self):
+        self.f.flush()
+
+    def fileno(self):
+        return self.f.fileno()
+
+    def isatty(self):
+        return False
+
+    def close(self):
+        self.f.close()
+
+    def __getattr__(self, name):  # encoding, errors, buffer, ...: the file's
+        return getattr(self.f, name)
 
 
 def operator_errors() -> tuple[type, ...]:
@@ -45,14 +116,16 @@ def job(snakemake, name: str | None = None):
     traceback.  Both are written to the log with their traceback."""
     import torch
 
+    global _JOB
     torch.set_num_threads(max(1, int(snakemake.threads)))
     logpath = snakemake.log[0] if len(snakemake.log) else None
-    stream = open(logpath, "w", buffering=1) if logpath else sys.stderr
+    stream = _Log(logpath) if logpath else sys.stderr
     old_out, old_err = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = stream
     logging.basicConfig(stream=stream, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
     log = logging.getLogger(name or "unie").info
     failure = None
+    _JOB = snakemake
     try:
         yield log
     except BaseException as e:
@@ -64,6 +137,7 @@ def job(snakemake, name: str | None = None):
         else:
             raise
     finally:
+        _JOB = None
         sys.stdout, sys.stderr = old_out, old_err
         if logpath:
             stream.close()

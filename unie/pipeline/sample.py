@@ -237,6 +237,6 @@ def sample_and_score(job: SampleJob, steps: list[int], sample_paths: list, genpp
         result = evaluate_samples(samples_path, job.inputs["tokenizer"], evaluators, eos_rule, evaluator_paths,
                                   domain=job.domain, device=job.device, log=log, cache=cache,
                                   precision=job.precision)
-        write_json(result, genppl_path)
+        write_json(result, genppl_path, records=[samples_path])  # it vouches for the samples it scored
         results.append(result)
     return results

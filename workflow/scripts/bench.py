@@ -14,9 +14,9 @@ with job(snakemake) as log:
               **{role: str(Path(getattr(i, role)[0]).parent) for role in ("dlm", "proxy", "ar")}}
     result = run_bench(p.bench, inputs, read_results(i.genppl), seq_len=p.seq_len, threads=snakemake.threads,
                        evaluator=p.evaluator, device=p.device, log=log, token_cache=p.token_cache)
-    write_json(result, snakemake.output.json)
     text = bench_markdown(result)
     tmp = Path(snakemake.output.md + ".tmp")
     tmp.write_text(text)
     tmp.replace(snakemake.output.md)
+    write_json(result, snakemake.output.json, records=[snakemake.output.md])  # last: it vouches for the Markdown
     log(text)

@@ -4,7 +4,6 @@
     python workflow/scripts/docs_results.py results docs/results.md
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -13,12 +12,14 @@ def load(paths) -> dict:
     """stem -> DataFrame (CSV), parsed JSON (``stem.json``) or text (``stem.md``)."""
     import pandas as pd
 
+    from unie.core.integrity import read_json
+
     out = {}
     for path in map(Path, paths):
         if path.suffix == ".csv":
             out[path.stem] = pd.read_csv(path)
         elif path.suffix == ".json":
-            out[path.name] = json.loads(path.read_text())
+            out[path.name] = read_json(path)  # checked against its content hash
         elif path.suffix == ".md":
             out[path.name] = path.read_text()
     return out
@@ -28,7 +29,9 @@ def write_page(tables, timing, out, note=""):
     from unie.core.integrity import atomic_write_text
     from unie.report.markdown import page_from_results
 
-    timing = [json.loads(Path(p).read_text()) for p in timing]
+    from unie.core.integrity import read_json
+
+    timing = [read_json(p) for p in timing]
     return atomic_write_text(out, page_from_results(load(tables), timing, note))
 
 

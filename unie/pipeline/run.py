@@ -1,0 +1,95 @@
+"""What the Snakefile adds around a run of the workflow (in the process that plans the jobs, never inside a job).
+
+* :func:`remake_before_planning`: before Snakemake builds its DAG, :func:`unie.pipeline.damage.plan_rebuilds` sets
+  damaged files aside and returns what the run must remake; those files are added to the run's forced files
+  (Snakemake's ``--forcerun``, whose files are also targets), so that they and what is made from them are made again
+  in this run whatever the target, and a dry run plans exactly these jobs.  Snakemake reads its DAG settings when it
+  starts executing (``Workflow.execute``), after the Snakefile is read: the check wraps that method of this run's
+  workflow object, since nothing in the Snakefile runs between the two.
+* :class:`StopReport`: after a SIGTERM (Snakemake's graceful stop: no new job, the running ones finish), the run
+  ends with one line saying what happened (``unie: stopped by SIGTERM: ... none failed ...; rerun the same command
+  to continue``) and exit status 1, instead of Snakemake's ``At least one job did not complete successfully``.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from .damage import plan_rebuilds
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def producer_of(workflow):
+    """``path -> rule name`` (or None) over the workflow's rules."""
+
+    def producer(path: str) -> str | None:
+        for rule in workflow.rules:
+            try:
+                if rule.is_producer(path):
+                    return rule.name
+            except Exception:  # a rule whose outputs cannot be matched (e.g. functions): not this one
+                continue
+        return None
+
+    return producer
+
+
+def remake_before_planning(workflow, log=_say) -> None:
+    """Wrap ``workflow.execute`` so that, just before the jobs are planned, damaged files are set aside and what
+    must be remade is forced (module doc).  A ``--touch`` run is left alone."""
+    execute = workflow.execute
+
+    def execute_after_checks(*args, **kwargs):
+        plugin = kwargs.get("executor_plugin", args[0] if args else None)  # what the run executes with
+        common = getattr(plugin, "common_settings", None)
+        dry_run = bool(getattr(plugin, "name", None) == "dryrun" or getattr(common, "dryrun_exec", False)
+                       or getattr(workflow.output_settings, "dryrun", False))
+        if getattr(plugin, "name", None) != "touch":
+            remake = plan_rebuilds(".", producer_of(workflow), log=log, dry_run=dry_run)
+            if remake:
+                settings = workflow.dag_settings
+                settings.forcerun = frozenset(settings.forcerun) | frozenset(remake)
+        return execute(*args, **kwargs)
+
+    workflow.execute = execute_after_checks
+
+
+class StopReport:
+    """The ending of a run stopped by SIGTERM (module doc): :meth:`started` from the Snakefile's ``onstart`` (after
+    Snakemake installed its own handler, which still runs), :meth:`ended` from its ``onerror``."""
+
+    def __init__(self):
+        self.signalled = False
+
+    def started(self) -> None:
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def handler(signum, frame):
+            self.signalled = True
+            if callable(previous):
+                previous(signum, frame)
+
+        try:
+            signal.signal(signal.SIGTERM, handler)
+        except ValueError:  # not the main thread
+            pass
+
+    def ended(self, workflow, log=_say) -> None:
+        """After a SIGTERM: one line on what ran, and exit 1 when no job failed (else Snakemake's error follows)."""
+        if not self.signalled:
+            return
+        scheduler = getattr(workflow, "scheduler", None)
+        failed = len(getattr(scheduler, "failed", ()) or ())
+        dag = workflow.dag
+        done = sum(1 for job in dag.finished_jobs if not job.is_norun)
+        left = sum(1 for job in dag.needrun_jobs() if not job.is_norun)
+        if failed:
+            log(f"unie: stopped by SIGTERM: {done} jobs finished, {failed} failed (see above), {left} not started")
+            return
+        log(f"unie: stopped by SIGTERM: the running jobs finished ({done} in this run), none failed; {left} not "
+            "started: rerun the same command to continue")
+        raise SystemExit(1)
