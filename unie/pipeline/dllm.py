@@ -23,7 +23,7 @@ import torch
 from ..core.config import ConfigError, TrainConfig, from_dict
 from ..core.distributed import world
 from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_write, file_record, file_sha256, read_json,
-                              verify_file, write_json)
+                              verify_file)
 from ..core.precision import check_precision, precision_record
 from ..core.train import run_spec, train
 from ..data.dllm_format import ar_sft_rows, content_lengths, dllm_sft_rows, pack_text, trim_padding
