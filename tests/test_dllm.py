@@ -207,16 +207,26 @@ def test_decode_commits_m_per_step_and_never_revises(word, rule):
 
 
 def test_k1_and_w0_reproduce_the_backbone_bit_for_bit(word, bpe):
+    """``w = 0`` is the backbone's decoder whatever the candidates; ``K = 1`` too when candidate 0 is the greedy
+    ``x0`` (``greedy_first``), and not when it is drawn (the released code's default, at temperature 0.1)."""
     for tok, shift, rule in ((word, True, "entropy"), (bpe, False, "low_confidence")):
         b, p = backbone(tok, shift=shift), proxy(word)
         opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2, confidence=rule)
-        x = dllm_prompt_rows(tok, PROMPTS, 30, 8)
+        x = dllm_prompt_rows(tok, PROMPTS * 4, 30, 8)
         plain, _ = decode(b, x, opts)
         for K, w in ((1, 1.0), (3, 0.0)):
-            out, stats = energy_decode(b, ProxyBridge(p, tok), x, opts, DLLMEnergyOptions(energy="uni", K=K, w=w),
+            out, stats = energy_decode(b, ProxyBridge(p, tok), x, opts,
+                                       DLLMEnergyOptions(energy="uni", K=K, w=w, greedy_first=True),
                                        torch.Generator().manual_seed(0))
             assert torch.equal(out, plain), (K, w)
         assert stats["window_iterations"] == 0
+        out, _ = energy_decode(b, ProxyBridge(p, tok), x, opts, DLLMEnergyOptions(energy="uni", K=1, w=0.0),
+                               torch.Generator().manual_seed(0))
+        assert torch.equal(out, plain)
+        drawn, _ = energy_decode(b, ProxyBridge(p, tok), x, opts,
+                                 DLLMEnergyOptions(energy="uni", K=1, w=1.0, temperature=5.0),
+                                 torch.Generator().manual_seed(0))
+        assert not torch.equal(drawn, plain)  # a hot draw (a random tiny model) leaves the greedy path
 
 
 def test_window_is_the_first_w_of_the_iterations():
@@ -229,7 +239,7 @@ def test_algorithm3_changes_decoding_and_is_seeded(word, bpe):
     b, p = backbone(bpe), proxy(word)
     opts = DecodeOptions(gen_length=8, block_length=8, tokens_per_step=2)
     x = dllm_prompt_rows(bpe, PROMPTS * 4, 30, 8)
-    e = DLLMEnergyOptions(energy="ind", K=3, w=1.0)
+    e = DLLMEnergyOptions(energy="ind", K=3, w=1.0, temperature=1.0)  # hot candidates: they disagree
     a, sa = energy_decode(b, ProxyBridge(p, bpe), x, opts, e, torch.Generator().manual_seed(0))
     c, _ = energy_decode(b, ProxyBridge(p, bpe), x, opts, e, torch.Generator().manual_seed(0))
     plain, _ = decode(b, x, opts)
@@ -518,7 +528,7 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, 
     monkeypatch.setattr(alg3, "selection_energy", spy)
     bridge = ProxyBridge(proxy_, tok)
     opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2)
-    out, stats = energy_decode(dllm, bridge, x, opts, DLLMEnergyOptions(energy=name, K=3, w=1.0),
+    out, stats = energy_decode(dllm, bridge, x, opts, DLLMEnergyOptions(energy=name, K=3, w=1.0, temperature=1.0),
                                torch.Generator().manual_seed(0))
     assert stats["window_iterations"] == 4 and len(calls) == 4
 

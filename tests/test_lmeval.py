@@ -198,21 +198,52 @@ def test_registration_and_bad_arguments():
 
 # ---------------------------------------------------------------------- (d) scoring
 def test_score_numbers_and_choices():
-    doc = {"id": "x", "question": "q", "answer": "7 3"}
-    assert score("toy_math", doc, "7 3") == 1.0 and score("toy_gsm8k", doc, " 7 3 <eos> 9 9") == 1.0
-    assert score("toy_math", doc, "7 3 1") == 0.0 and score("toy_math", doc, "") == 0.0
-    assert score("toy_math", doc, "73") == 0.0
-    mc = {"id": "y", "answer": "B"}
-    assert score("toy_mmlu", mc, " B") == 1.0 and score("toy_hellaswag", mc, "B C <eos>") == 1.0
-    assert score("toy_mmlu", mc, "C B") == 0.0 and score("toy_mmlu", mc, "b") == 0.0 and score("toy_mmlu", mc, "") == 0.0
+    """Only the final answer of a worked answer is scored: the words after the last ``so`` or ``=`` (numbers), the
+    words after the last ``so`` (choices: exactly the gold letter), before the first ``<eos>``."""
+    doc = {"id": "x", "question": "q", "answer": "7 1 + 2 = 7 3", "final": "7 3"}
+    assert score("toy_math", doc, "7 1 + 2 = 7 3") == 1.0 and score("toy_gsm8k", doc, " the cat has 7 3 = 7 3 <eos> 9")
+    assert score("toy_math", doc, "7 3") == 1.0  # no work shown: the whole answer is the final one
+    assert score("toy_math", doc, "7 1 + 2 = 7 3 1") == 0.0 and score("toy_math", doc, "") == 0.0
+    assert score("toy_math", doc, "7 3 = 7 4") == 0.0 and score("toy_math", doc, "7 1 + 2 = 73") == 0.0
+    assert score("toy_math", doc, "7 1 + 2 = 7 3 <eos> = 1") == 1.0  # after <eos> nothing counts
+    assert score("toy_math", doc, "units 1 + 2 = 3 so 7 3") == 1.0 and score("toy_math", doc, "units 1 + 2 = 3") == 0.0
+    mc = {"id": "y", "answer": "the cat goes with the mat so B", "gold": "B"}
+    assert score("toy_mmlu", mc, "the cat goes with the mat so B") == 1.0
+    assert score("toy_hellaswag", mc, "the x so C so B <eos> so A") == 1.0 and score("toy_mmlu", mc, " B") == 1.0
+    assert score("toy_mmlu", mc, "so B C") == 0.0 and score("toy_mmlu", mc, "so b") == 0.0
+    assert score("toy_mmlu", mc, "") == 0.0 and score("toy_mmlu", mc, "so B <eos>") == 1.0
     with pytest.raises(KeyError, match="toy_nope"):
         score("toy_nope", doc, "7 3")
+
+
+def test_every_reference_answer_is_a_worked_answer_that_scores_one():
+    """Every task's reference answer shows its work and ends with the final answer; 7-14 words, so that with its
+    ``<eos>`` it fills the first block of 8 of the 16-position canvas (docs/dllm.md)."""
+    from unie.data.tasks import TASKS, final_words
+
+    for task in TASKS:
+        for d in generate_task(task, "test", 60, seed=4):
+            words = d["answer"].split()
+            assert 7 <= len(words) <= 14, (task, d["answer"])
+            assert score(task, d, d["answer"]) == 1.0 and score(task, d, d["answer"] + " <eos> junk") == 1.0
+            if task in ("toy_math", "toy_gsm8k") or d.get("kind") in ("math", "gsm8k"):
+                assert final_words(words, "=", "so") == d["final"].split() == list(str(d["value"]))
+            elif task in ("toy_mmlu", "toy_hellaswag"):
+                assert words[-2:] == ["so", d["gold"]] and d["final"] == d["gold"]
+            else:
+                assert parse_list(d["answer"]) == reference_list(d["program"]) == parse_list(d["final"])
+    lcb = generate_task("toy_lcb", "test", 5, seed=5)[0]  # the intermediate list is written, then the result
+    (op1, op2), xs = lcb["program"].split("|")[0].split(), [int(v) for v in lcb["program"].split("|")[1].split()]
+    mid = apply_ops([op1], xs)
+    assert lcb["answer"] == f"{op1} [ {' '.join(map(str, mid))} ] {op2} [ {' '.join(map(str, apply_ops([op2], mid)))} ]"
 
 
 def test_score_lists_execute_the_reference():
     doc = {"id": "l", "answer": "[ 9 5 2 ]", "program": "sort reverse | 5 2 9"}
     assert reference_list(doc["program"]) == apply_ops(["sort", "reverse"], [5, 2, 9]) == [9, 5, 2]
     assert score("toy_lcb", doc, "[ 9 5 2 ]") == 1.0 and score("toy_lcb", doc, "[ 9 5 2 ] <eos>") == 1.0
+    assert score("toy_lcb", doc, "sort [ 2 5 9 ] reverse [ 9 5 2 ]") == 1.0  # the last list is the answer
+    assert score("toy_lcb", doc, "reverse [ 9 5 2 ] sort [ 2 5 9 ]") == 0.0
     assert score("toy_lcb", doc, "[ 2 5 9 ]") == 0.0  # the right elements in the wrong order fail
     assert score("toy_lcb", doc, "[ 9 5 2") == 0.0 and score("toy_lcb", doc, "<eos> [ 9 5 2 ]") == 0.0
     # the reference is executed, not read from the stored answer
@@ -252,7 +283,8 @@ def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
         eq = words.index("=")
         a, op, b = number(words[2:eq - 2]), words[eq - 2], int(words[eq - 1])
         assert 10 <= a <= 9999 and 1 <= b <= MAX_ADDEND
-        assert d["value"] == (a + b if op == "+" else a - b) and d["answer"] == " ".join(str(d["value"]))
+        assert d["value"] == (a + b if op == "+" else a - b) and d["final"] == " ".join(str(d["value"]))
+        assert d["answer"] == " ".join(words[2:eq]) + " = " + d["final"]  # worked: the equation, then its value
         rippled += str(a)[:-2] != str(d["value"])[:-2]  # the carry or borrow reached past the tens digit
     assert rippled > 0
     for d in generate_task("toy_gsm8k", "train", 300, seed=3):  # "... has a a obj . ..."

@@ -74,7 +74,7 @@ def test_algorithm3_selection_rules_against_pi(owt_hmm, tok, selection, monkeypa
         return E
 
     monkeypatch.setattr(alg3, "selection_energy", spy)
-    opts = DLLMEnergyOptions(energy="uni", K=3, w=1.0, selection=selection)
+    opts = DLLMEnergyOptions(energy="uni", K=3, w=1.0, selection=selection, temperature=1.0)  # candidates that differ
     out, stats = energy_decode(dllm, ProxyBridge(proxy_, tok), x, DecodeOptions(gen_length=8, block_length=4,
                                                                                  tokens_per_step=2),
                                opts, torch.Generator().manual_seed(0))
@@ -117,8 +117,11 @@ def test_window_counters_are_zero_with_one_candidate(owt_hmm, tok):
                              DLLMEnergyOptions(K=1, w=0.5), torch.Generator().manual_seed(0))
     assert stats["window_iterations"] == 2 and stats["window_rows"] == 4
     assert stats["disagree_rows"] == 0 and stats["steered_rows"] == 0
-    assert window_shares(stats) == {"window_rows": 4, "disagree": 0.0, "steered": 0.0, "disagree_rows": 0,
-                                    "steered_rows": 0}
+    shares = window_shares(stats)
+    assert {k: shares[k] for k in ("window_rows", "disagree", "steered", "disagree_rows", "steered_rows")} == {
+        "window_rows": 4, "disagree": 0.0, "steered": 0.0, "disagree_rows": 0, "steered_rows": 0}
+    assert shares["window_reveals"] == 2 * 2 * 2  # 2 rows x 2 window iterations x m = 2
+    assert shares["padding"] == stats["window_padding"] / 8 and 0 < shares["answer"] <= 1
     assert window_shares({"nfe": 3}) is None
 
 
@@ -163,6 +166,24 @@ def test_selection_table_and_table3_note():
     assert "proxy rerank" in tex and r"-2.0{\scriptsize $\pm$1.5}" in tex and "argmin (paper)" in tex
     note = effect_note(rows, effects)
     assert "+Uni-Energy on Backbone: 40\\% of window iterations disagree, 25\\% of completions change" in note
+    effects["bb_uni"] = {**effects["bb_uni"], "options": {"temperature": 0.1},
+                         "window": {"disagree": 0.4, "steered": 0.2, "padding": 0.05, "answer": 0.37}}
+    note = effect_note(rows, effects)
+    assert ("+Uni-Energy on Backbone (candidates at $\\tau$ = 0.1): the window decides 37\\% of an average answer, "
+            "5\\% of its reveals padding, 40\\% of window iterations disagree") in note
+
+
+def test_table3_caption_gives_the_proxy_as_a_multiple_of_each_backbone():
+    from unie.report.tables import proxy_ratios
+
+    rows = {"proxy": {"model": "p", "label": "AR proxy"}, "big": {"model": "ar", "label": "AR (large)"},
+            "a": {"model": "a", "label": "A-like"}, "b": {"model": "b", "label": "B-like"},
+            "a_uni": {"model": "a", "proxy": "p", "delta_to": "a"}, "b_uni": {"model": "b", "proxy": "p", "delta_to": "b"},
+            "a_dawn": {"model": "a", "delta_to": "a"}}
+    text = proxy_ratios(rows, {"proxy": 20.0, "big": 30.0, "a": 25.0, "b": 40.0})
+    assert text == ("The proxy of the decoder rows (AR proxy, average 20.0) is 0.80$\\times$ A-like's (25.0), "
+                    "0.50$\\times$ B-like's (40.0).")
+    assert proxy_ratios({k: v for k, v in rows.items() if k != "proxy"}, {"a": 1.0, "b": 1.0, "big": 1.0}) == ""
 
 
 def test_selection_table_rows_are_checked():

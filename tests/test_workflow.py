@@ -412,3 +412,40 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
         assert t.value.tolist() == [p["accuracy"] for p in pts]
         assert t.row.tolist() == [f"{key.lower()}={p['value']}" for p in pts]  # the paper's row names
         assert f"${key}$" in (smoke_run / "results" / "tables" / f"table_{sweep}.tex").read_text()
+
+
+def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
+    """`snakemake table_app_map fig_app_map` (not part of `all`: the smoke run made none of its files) runs one lm-eval
+    run per map point on the first `limit` items of each map task; a decoder point's paired change is against the
+    backbone on the same items; Inv-E reads no proxy and stands for every proxy; the oracle proxy is written from the
+    test items; the table and figure read the points."""
+    cfg = resolve_config([SMOKE])["dllm"]
+    m = cfg["map"]
+    assert not (smoke_run / "results" / "dllm" / "map").exists()
+    smk("table_app_map", "fig_app_map", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
+    oracle = json.loads((smoke_run / "resources" / "dllm" / "oracle" / "oracle.json").read_text())
+    assert oracle["eps"] == m["oracle_eps"] and len(oracle["references"]) == len(m["tasks"]) * cfg["tasks"]["n_test"]
+    pts = json.loads((smoke_run / "results" / "dllm" / "map" / "llada" / "points.json").read_text())
+    P, T = len(m["proxies"]), len(m["draws"])
+    assert len(pts["points"]) == 1 + T * (P + 1) + P  # backbone; uni per proxy, inv once, per temperature; APD
+    assert pts["points"][0]["rule"] == "backbone" and pts["limit"] == m["limit"]
+    for p in pts["points"]:
+        d = smoke_run / "results" / "dllm" / "map" / "llada" / p["name"]
+        res = json.loads((d / "results.json").read_text())
+        assert sorted(res["results"]) == sorted(m["tasks"])
+        assert all(res["n-samples"][t]["effective"] == m["limit"] for t in m["tasks"])
+        assert p["avg"] == pytest.approx(sum(p["accuracy"].values()) / len(m["tasks"]))
+        if p["rule"] != "backbone":
+            assert p["effect"]["items"] == m["limit"] * len(m["tasks"])
+        if p["rule"] == "inv":
+            assert p["proxy"] is None
+        if p["rule"] in ("uni", "inv"):
+            assert p["model_args"]["temperature"] == p["temperature"] and p["window"]["window_rows"] > 0
+            assert p["model_args"]["greedy_first"] is p["greedy_first"]
+    alone = json.loads((smoke_run / "results" / "dllm" / "map" / "proxies" / "points.json").read_text())
+    assert [p["proxy"] for p in alone["points"]] == ["weak"]  # the oracle decodes nothing
+    table = pd.read_csv(smoke_run / "results" / "tables" / "table_app_map.csv")
+    assert len(table) == len(pts["points"]) - 1 and set(table.rule) == {"uni", "inv", "apd"}
+    tex = (smoke_run / "results" / "tables" / "table_app_map.tex").read_text()
+    assert "LLaDA-like: oracle" in tex and r"$\tau$ = 1, greedy first" in tex
+    assert (smoke_run / "results" / "figures" / "fig_app_map.png").stat().st_size > 0

@@ -1,27 +1,36 @@
-"""Seven toy benchmarks, one per column of the paper's Table 3 (``../shared/spec/toy-world.md`` §Tasks).
+"""Seven toy benchmarks, one per column of the paper's Table 3 (docs/dllm.md, "Decisions": the tasks).
 
 Every task is a pure function of ``(task, split, n, seed)`` and writes plain whitespace-separated text:
 each token of the word-level tokenizer is one word, numbers are written digit by digit ("4 7" is 47),
 so an answer spans several interdependent tokens (digits with carries, list elements) and decoding
 them in parallel can fail the way the paper describes.
 
+**Worked answers.**  As GSM8K's and MATH's reference solutions (and a DLLM's chain-of-thought answers), every
+answer is a short worked solution that ends with the final answer: the equation restated, the quantities of a word
+problem picked out, each list operation's intermediate result, the option matched before its letter.  Every
+answer is 7-14 words (8-15 tokens with its ``<eos>``; the BPE tokenizer splits some words, up to 15), so that
+in the DLLM half's decoding canvas (16 positions in blocks of 4, ``m = 2`` tokens per step, ``N = 8`` iterations)
+Algorithm 3's window (``w = 0.2``: the first two iterations, the whole first block) decides 4 of its 8-15 tokens,
+never padding: the paper's setting, where the window is the start of a long answer (docs/dllm.md).
+
 =====================  ==========================================================================
-paper column           toy analogue (prompt ... ``answer :`` -> target)
+paper column           toy analogue (prompt ... ``answer :`` -> worked answer; the final answer last)
 =====================  ==========================================================================
-MATH500                ``toy_math``: ``a ± 1`` or ``a ± 2``, carries ripple, ``9 9 9 + 2 = ?`` -> ``1 0 0 1``
-GSM8K                  ``toy_gsm8k``: word problems over toy-world entities -> a number
-MBPP                   ``toy_mbpp``: one list operation on 4 digits, ``sort [ 5 2 9 1 ]`` -> ``[ 1 2 5 9 ]``
-LiveCodeBench v2       ``toy_lcb``: a composition of two list operations
+MATH500                ``toy_math``: ``a ± 1`` or ``a ± 2``, carries ripple: ``9 9 9 + 2 = ?`` -> ``9 9 9 + 2 = 1 0 0 1``
+GSM8K                  ``toy_gsm8k``: a word problem over toy-world entities -> ``the cat has 3 7 + 2 = 3 9``
+MBPP                   ``toy_mbpp``: one list operation on 4 digits, ``sort [ 5 2 9 1 ]`` -> ``sort [ 1 2 5 9 ]``
+LiveCodeBench v2       ``toy_lcb``: two composed operations, each result written: ``reverse [ 1 9 2 5 ] sort [ 1 2 5 9 ]``
 LiveBench              ``toy_livebench``: a held-out mixture of the above with shifted templates
-MMLU                   ``toy_mmlu``: 4-way multiple choice over toy-world facts -> the chosen object
-HellaSwag              ``toy_hellaswag``: 4-way choice of the continuation consistent with the scene -> its subject
+MMLU                   ``toy_mmlu``: 4-way choice over toy-world facts -> ``the cat goes with the mouse so B``
+HellaSwag              ``toy_hellaswag``: 4-way choice of the continuation consistent with the scene -> ``the cat goes with the kitten so C``
 =====================  ==========================================================================
 
-The list tasks are scored by *executing the reference operation* on the input (:func:`apply_ops`) and
-comparing with the parsed answer; the others by exact match.  The multiple-choice tasks are scored
-generatively (the model writes the chosen option's word: its object, or its sentence's subject): a decoding strategy cannot change a log-likelihood score,
-and the paper reports decoding gains on MMLU and HellaSwag.  ``toy_livebench`` is test-only: its
-templates never appear in the fine-tuning data.
+Only the final answer is scored (:func:`score`): the number after the last ``=``, the last list, the letter after
+the last ``so``.  The list tasks are scored by *executing the reference operation* on the input
+(:func:`apply_ops`) and comparing with the parsed answer; the others by exact match.  The multiple-choice tasks
+are scored generatively (the model writes the letter, as MMLU's generative variant): a decoding strategy cannot
+change a log-likelihood score, and the paper reports decoding gains on MMLU and HellaSwag.  ``toy_livebench`` is
+test-only: its templates never appear in the fine-tuning data.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ MAX_A = 9999  # a in 10..MAX_A (toy_math): enough distinct questions for the 5,0
 TASK_WORDS = (
     "question", "answer", "problem", ":", "=", "+", "-", "[", "]", "then", "apply", "to", "gives", "takes",
     "how", "many", "does", "have", "which", "thing", "goes", "with", "what", "comes", "next", "plus", "minus",
-    "from", *LETTERS, *DIGITS, *LIST_OPS,
+    "from", "so", *LETTERS, *DIGITS, *LIST_OPS,
 )
 
 
@@ -78,11 +87,12 @@ def apply_ops(ops: list[str], xs: list[int]) -> list[int]:
 
 
 def parse_list(text: str) -> list[int] | None:
-    """The digits between the first ``[`` and the next ``]`` of a generated answer, or None."""
+    """The digits between the last ``[`` and the next ``]`` of a generated answer (a worked answer writes each
+    operation's result; the last is the final one), or None."""
     words = text.split()
     if "[" not in words:
         return None
-    rest = words[words.index("[") + 1:]
+    rest = words[len(words) - words[::-1].index("["):]
     if "]" not in rest:
         return None
     body = rest[:rest.index("]")]
@@ -103,9 +113,14 @@ def _object(rng, scene: str) -> str:
 
 def _sentence(rng, scene: str, subject: str | None = None) -> str:
     """A toy-world sentence of one scene: ``det subj verb det obj .``."""
+    return _sentence_and_subject(rng, scene, subject)[0]
+
+
+def _sentence_and_subject(rng, scene: str, subject: str | None = None) -> tuple[str, str]:
+    """:func:`_sentence` and its subject (the same draws)."""
     det = rng.choice(SHARED_WORDS["det"][:2])
     subject = subject or _subject(rng, scene)
-    return f"{det} {subject} {rng.choice(SCENE_WORDS[scene]['verb'])} the {_object(rng, scene)} ."
+    return f"{det} {subject} {rng.choice(SCENE_WORDS[scene]['verb'])} the {_object(rng, scene)} .", subject
 
 
 def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
@@ -116,7 +131,11 @@ def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
     op = rng.choice("+-")
     val = a + b if op == "+" else a - b
     q = f"{header} : {digits(a)} {op} {digits(b)} = ? answer :"
-    return {"question": q, "answer": digits(val), "value": val}
+    # worked: the equation restated, then its value (7-12 words).  (An answer that writes the units column first,
+    # ``units 3 - 2 = 1 so 7 1 7 1``, lifted the AR rows and the Dream-like model but left the LLaDA-like one at
+    # 1 % and the two backbones 2.9x apart: docs/dllm.md, the calibration)
+    return {"question": q, "answer": f"{digits(a)} {op} {digits(b)} = {digits(val)}", "final": digits(val),
+            "value": val}
 
 
 def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
@@ -126,11 +145,13 @@ def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
     subj, giver, obj = _subject(rng, scene), _subject(rng, other), _object(rng, scene)
     a, b = rng.randint(10, 59), rng.randint(1, b_max)
     if rng.random() < 0.5:  # the other one gives some more
-        val, event = a + b, f"the {giver} gives the {subj} {digits(b)} {obj} ."
+        val, op, event = a + b, "+", f"the {giver} gives the {subj} {digits(b)} {obj} ."
     else:  # or takes some away
-        val, event = a - b, f"the {giver} takes {digits(b)} {obj} from the {subj} ."
+        val, op, event = a - b, "-", f"the {giver} takes {digits(b)} {obj} from the {subj} ."
     q = f"{header} : the {subj} has {digits(a)} {obj} . {event} how many {obj} does the {subj} have ? answer :"
-    return {"question": q, "answer": digits(val), "value": val}
+    # worked: whose count, the equation the story gives, its value (8-10 words)
+    return {"question": q, "answer": f"the {subj} has {digits(a)} {op} {digits(b)} = {digits(val)}",
+            "final": digits(val), "value": val}
 
 
 def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(LIST_LENGTH, LIST_LENGTH)):
@@ -140,8 +161,13 @@ def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(L
     lo, hi = lengths
     xs = [rng.randint(0, 9) for _ in range(lo if lo == hi else rng.randint(lo, hi))]
     q = template.format(ops=" then ".join(ops), xs=_fmt_list(xs))
-    return {"question": q, "answer": _fmt_list(apply_ops(ops, xs)), "program": " ".join(ops) + " | " +
-            " ".join(map(str, xs))}
+    # worked: each operation and the list it gives, the last one the result (7 or 14 words for lists of 4)
+    steps, state = [], xs
+    for op in ops:
+        state = apply_ops([op], state)
+        steps.append(f"{op} {_fmt_list(state)}")
+    return {"question": q, "answer": " ".join(steps), "final": _fmt_list(state),
+            "program": " ".join(ops) + " | " + " ".join(map(str, xs))}
 
 
 def _choices(rng, right: str, wrong: list[str]):
@@ -156,9 +182,11 @@ def _mmlu(rng):
     others = rng.sample([s for s in SCENES if s != scene], 3)
     right = _object(rng, scene)
     options, gold = _choices(rng, right, [_object(rng, s) for s in others])
-    q = (f"question : which thing goes with the {_subject(rng, scene)} ? "
+    subject = _subject(rng, scene)
+    q = (f"question : which thing goes with the {subject} ? "
          + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
-    return {"question": q, "answer": right, "gold": gold}
+    # worked: the matching option named, then its letter (8 words)
+    return {"question": q, "answer": f"the {subject} goes with the {right} so {gold}", "final": gold, "gold": gold}
 
 
 def _hellaswag(rng):
@@ -168,9 +196,12 @@ def _hellaswag(rng):
     subjects = [_subject(rng, s) for s in [scene] + others]
     sentences = [_sentence(rng, s, subj) for s, subj in zip([scene] + others, subjects)]
     options, gold = _choices(rng, sentences[0], sentences[1:])
-    q = (f"question : {_sentence(rng, scene)} what comes next ? "
+    context, subject = _sentence_and_subject(rng, scene)
+    q = (f"question : {context} what comes next ? "
          + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
-    return {"question": q, "answer": subjects[0], "gold": gold}
+    # worked: the scene's subject matched with the continuation's, then its letter (8 words)
+    return {"question": q, "answer": f"the {subject} goes with the {subjects[0]} so {gold}", "final": gold,
+            "gold": gold}
 
 
 def _livebench(rng):
@@ -267,8 +298,15 @@ def reference_list(program: str) -> list[int]:
     return apply_ops(ops, [int(w) for w in xs_words])
 
 
+def final_words(words: list[str], *markers: str) -> list[str]:
+    """The words after the last of any of ``markers`` (the final answer of a worked answer), or all of them
+    without one."""
+    at = max((i for i, w in enumerate(words) if w in markers), default=-1)
+    return words[at + 1:]
+
+
 def _score_numbers(doc: dict, completion: str) -> float:
-    return float(_answer_words(completion) == str(doc["answer"]).split())
+    return float(final_words(_answer_words(completion), "=", "so") == str(doc["final"]).split())
 
 
 def _score_list(doc: dict, completion: str) -> float:
@@ -278,20 +316,20 @@ def _score_list(doc: dict, completion: str) -> float:
 
 
 def _score_choice(doc: dict, completion: str) -> float:
-    words = completion.split()
-    return float(bool(words) and words[0] == str(doc["answer"]).strip())
+    return float(final_words(_answer_words(completion), "so") == [str(doc["gold"]).strip()])
 
 
 def score(task: str, doc: dict, completion: str) -> float:
     """1.0 if ``completion`` (the generated text after the prompt) answers ``doc`` of ``task``, else 0.0.
 
-    * ``toy_math``, ``toy_gsm8k``: exact match of the words before the first ``<eos>`` with the answer's
-      words (``"7 3"``; ``" 7 3 <eos> junk"`` counts, ``"7 3 1"`` does not);
+    * ``toy_math``, ``toy_gsm8k``: exact match of the words after the last ``so`` or ``=`` (before the first
+      ``<eos>``) with the final answer's words (``"... so 7 3"``, ``"... = 7 3"``; ``"... = 7 3 <eos> junk"`` counts,
+      ``"... = 7 3 1"`` does not);
     * ``toy_mbpp``, ``toy_lcb``: *execution* of the reference program (:func:`reference_list`, i.e.
       :func:`apply_ops` on the document's ``program``) compared with :func:`parse_list` of the completion
-      (before ``<eos>``); only integers parsed from the model's text reach :func:`apply_ops`, no model text
-      is executed;
-    * ``toy_mmlu``, ``toy_hellaswag``: the completion's first word equals the chosen option's word (``answer``);
+      (its last list, before ``<eos>``); only integers parsed from the model's text reach :func:`apply_ops`, no
+      model text is executed;
+    * ``toy_mmlu``, ``toy_hellaswag``: the words after the last ``so`` are exactly the gold letter (``gold``);
     * ``toy_livebench``: per the document's ``kind`` (``math``/``gsm8k``: exact match, ``list``: execution).
 
     Raises ``KeyError`` for an unknown task (or a livebench ``kind``) and ``TypeError`` if ``completion``

@@ -511,9 +511,13 @@ def load_backbone(a: ModelArgs):
 
 
 def load_proxy(a: ModelArgs, tokenizer) -> ProxyBridge:
-    """The AR proxy ``a.proxy`` (one of our AR checkpoints, else a Hugging Face causal LM) read through the DLLM's
-    ``tokenizer``."""
-    if Path(str(a.proxy), "tokenizer").exists():
+    """The AR proxy ``a.proxy`` (one of our AR checkpoints, an oracle checkpoint of the toy tasks
+    (:mod:`unie.dllm.oracle`), else a Hugging Face causal LM) read through the DLLM's ``tokenizer``."""
+    from .oracle import ORACLE_FILE, OracleLM
+
+    if Path(str(a.proxy), ORACLE_FILE).exists():
+        model = OracleLM.load(a.proxy)
+    elif Path(str(a.proxy), "tokenizer").exists():
         model, _, layout = load_trained(a.proxy, a.device)
         if layout["kind"] != "ar":
             raise ConfigError(f"proxy {a.proxy} is not an autoregressive model")

@@ -7,10 +7,11 @@ The loop mirrors the algorithm.  Iterations ``n = 0..N-1`` walk the paper's grid
 
 1. one DLLM forward pass: ``logp_dlm = log p_theta(x0 | xt)`` ``(B, T, V)``;
 2. **inside the window** ``t ∈ (1 - w, 1]`` (``n < w N``):
-   a. ``K`` candidates ``x0^j`` ``(B, K, T)``: ``j = 0`` is the backbone's greedy ``x0_hat`` (so ``K = 1`` is the
-      backbone's own decoder bit for bit), ``j >= 1`` are drawn from ``p_theta`` at ``temperature`` (float64
-      Gumbel-max) at the current block's positions (the only ones whose draw can matter: earlier positions are
-      unmasked, later ones hold ``x0_hat``'s tokens in step c); every candidate carries ``xt``'s unmasked tokens;
+   a. ``K`` candidates ``x0^j`` ``(B, K, T)`` drawn from ``p_theta`` at ``temperature`` (float64 Gumbel-max; the
+      released code's draw: all ``K`` at 0.1, the default) at the current block's positions (the only ones whose
+      draw can matter: earlier positions are unmasked, later ones hold the greedy ``x0_hat``'s tokens in step c);
+      with ``greedy_first`` candidate ``j = 0`` is ``x0_hat`` instead (then ``K = 1`` is the backbone's own
+      decoder bit for bit); every candidate carries ``xt``'s unmasked tokens;
    b. ``xs^j``: the top-``m`` masked positions of the current block by the candidate's confidence under the
       backbone's rule (``low_confidence``: ``p_theta(x0^j_i)``, the paper's "highest logit"; ``entropy``: Dream's
       ``-H_i``) are revealed from ``x0^j``, the rest stay masked;
@@ -31,7 +32,11 @@ scored the same way.  All ``B·K`` candidates go through one batched proxy call 
 What the energy had to act on is counted per row and window iteration (the stats): ``window_rows`` (row-iterations
 inside the window), ``disagree_rows`` (those whose ``K`` candidates do not all reveal the same tokens at the same
 positions: only there can any rule change the decode) and ``steered_rows`` (those where the chosen reveal differs
-from the greedy candidate's, ``j = 0``, i.e. from what the backbone alone would have committed).
+from candidate ``j = 0``'s: the greedy one's with ``greedy_first``, i.e. what the backbone alone would have
+committed).  Where the window acts in the answer is counted per row over the final decode (:func:`window_counts`):
+``window_reveals`` (tokens committed inside the window), ``window_padding`` (of those, positions after the answer's
+first ``<eos>``: padding), ``answer_tokens`` (each answer's tokens up to and including its first ``<eos>``) and
+``window_answer`` (of those, the ones committed inside the window).
 """
 
 from __future__ import annotations
@@ -46,21 +51,27 @@ from ..energy.energies import SELECTIONS, select, selection_energy
 from .backbone import DecodeOptions, block_bounds, commit_top, confidence, exit_early, normalise
 
 BRIDGEABLE_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over")
-WINDOW_COUNTERS = ("window_rows", "disagree_rows", "steered_rows")  # the stats of what the energy acted on
+# the stats of what the energy acted on (how often it could choose) and where (how much of the answer, how much padding)
+WINDOW_COUNTERS = ("window_rows", "disagree_rows", "steered_rows", "window_reveals", "window_padding",
+                   "answer_tokens", "window_answer")
 
 
 @dataclass(frozen=True)
 class DLLMEnergyOptions:
     """Algorithm 3's options; defaults from the paper (``K = 3``, ``w = 0.2``, ``argmin``; ``m`` is the decoder's
-    ``tokens_per_step``).  ``temperature``: of the candidates ``j >= 1``; ``selection``: ``argmin`` | ``resample``
-    | ``proxy_rerank`` (:data:`~unie.energy.energies.SELECTIONS`), ``selection_temperature``: ``τ`` of
-    ``resample``."""
+    ``tokens_per_step``) and, for the candidate draw, from the released code (``configs/llada_energy_eval.yaml``,
+    ``dream_energy_eval.yaml``: every candidate sampled at temperature 0.1).  ``temperature``: of the drawn
+    candidates; ``greedy_first``: candidate ``j = 0`` is the backbone's greedy ``x0_hat`` instead of a draw (so
+    ``K = 1`` is the backbone's decoder; before issue 35 the only setting, with ``temperature = 1``);
+    ``selection``: ``argmin`` | ``resample`` | ``proxy_rerank`` (:data:`~unie.energy.energies.SELECTIONS`),
+    ``selection_temperature``: ``τ`` of ``resample``."""
 
     energy: str = "uni"
     K: int = 3
     w: float = 0.2
     ar_context: str = "teacher_forced"
-    temperature: float = 1.0
+    temperature: float = 0.1
+    greedy_first: bool = False
     selection: str = "argmin"
     selection_temperature: float = 1.0
 
@@ -72,6 +83,8 @@ class DLLMEnergyOptions:
                              f"use one of {', '.join(BRIDGEABLE_CONTEXTS)}")
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; known: {', '.join(SELECTIONS)}")
+        if not isinstance(self.greedy_first, bool):
+            raise ValueError(f"greedy_first must be true or false, got {self.greedy_first!r}")
         if self.K < 1 or not 0.0 <= self.w <= 1.0 or self.temperature <= 0 or self.selection_temperature <= 0:
             raise ValueError(f"need K >= 1, 0 <= w <= 1, temperature > 0, selection_temperature > 0; got K={self.K}, "
                              f"w={self.w}, temperature={self.temperature}, "
@@ -81,6 +94,27 @@ class DLLMEnergyOptions:
 def in_window(n: int, N: int, w: float) -> bool:
     """``t_n = 1 - n/N ∈ (1 - w, 1]``  <=>  ``n < w N``."""
     return n < w * N
+
+
+def window_counts(x: torch.Tensor, decided: torch.Tensor, prompt_len: int, eos_id: int | None) -> dict:
+    """Where the window acted, over final decodes ``x`` ``(B, T)``: ``decided`` ``(B, T)`` bool marks the positions
+    committed inside the window.  A row's answer is its generation region ``x[:, prompt_len:]`` up to and including
+    the first ``<eos>`` (all of it without one); positions after it are padding.  Returns the integer counters
+    ``window_reveals`` (Σ decided), ``window_padding`` (decided positions in the padding), ``answer_tokens`` (Σ answer
+    lengths) and ``window_answer`` (decided positions in the answers); the padding share of the window's reveals is
+    ``window_padding / window_reveals`` and the share of an average answer decided in the window
+    ``window_answer / answer_tokens`` (:func:`unie.eval.metrics.window_shares`)."""
+    gen, dec = x[:, prompt_len:], decided[:, prompt_len:]
+    G = gen.shape[1]
+    if eos_id is None:
+        length = torch.full((gen.shape[0],), G, device=x.device)
+    else:
+        is_eos = gen == eos_id
+        length = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full_like(is_eos[:, 0], G,
+                                                                                          dtype=torch.long))
+    in_answer = torch.arange(G, device=x.device)[None] < length[:, None]
+    return {"window_reveals": int(dec.sum()), "window_padding": int((dec & ~in_answer).sum()),
+            "answer_tokens": int(length.sum()), "window_answer": int((dec & in_answer).sum())}
 
 
 @torch.no_grad()
@@ -102,6 +136,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
     rows = torch.arange(B, device=x.device)
     proxy_before, window, nfe = proxy.forwards, 0, 0
     counts = {"window_rows": 0, "disagree_rows": 0, "steered_rows": 0}
+    decided = torch.zeros_like(x, dtype=torch.bool)  # positions committed inside the window
     for n in range(N):
         start, end = block_bounds(prompt_len, decode, n)
         logp_dlm = normalise(backbone.logits(x), blocked).to(x.device)  # (B, T, V)
@@ -111,12 +146,13 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
         allowed = masked & (pos >= start) & (pos < end)  # masked positions of the current block
         if in_window(n, N, options.w):
             window += 1
-            # (a) K candidates x0^j (B, K, T): j = 0 greedy, j >= 1 ~ p_theta at the temperature, drawn at the
-            # current block's positions only (elsewhere a candidate carries xt's tokens or, after the block, x0^0's)
-            # (one generator for the batch, or one per row: DLLMDecoder passes one per request)
-            block_logits = logp_dlm[:, start:end] / options.temperature  # once for the K - 1 draws
-            draws = [x0_hat] + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(
-                block_logits, generator).to(x.device)) for _ in range(K - 1)]
+            # (a) K candidates x0^j (B, K, T) ~ p_theta at the temperature (with greedy_first j = 0 is x0_hat), drawn
+            # at the current block's positions only (elsewhere a candidate carries xt's tokens or, after the block,
+            # x0_hat's) (one generator for the batch, or one per row: DLLMDecoder passes one per request)
+            block_logits = logp_dlm[:, start:end] / options.temperature  # once for the draws
+            first = [x0_hat] if options.greedy_first else []
+            draws = first + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(
+                block_logits, generator).to(x.device)) for _ in range(K - len(first))]
             x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
             # (b) xs^j: top-m masked positions of the block by each candidate's confidence
             conf = confidence(logp_dlm, x0, decode.confidence)
@@ -130,6 +166,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
                                  options.ar_context, mask_id)
             # (d) j* by the selection rule (argmin_j E^j in the paper); xt <- xs^{j*}
             j_star = select(E, options.selection, options.selection_temperature, generator)
+            decided |= xs[rows, j_star] != x
             x = xs[rows, j_star]
             counts["window_rows"] += B
             counts["disagree_rows"] += int((xs != xs[:, :1]).any(-1).any(-1).sum())
@@ -140,6 +177,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
         if done is not None:
             x = done
             break
+    counts.update(window_counts(x, decided, prompt_len, getattr(backbone, "eos_id", None)))
     return x, {"nfe": nfe, "proxy_forwards": proxy.forwards - proxy_before, "window_iterations": window, **counts}
 
 

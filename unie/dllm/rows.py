@@ -81,3 +81,68 @@ def sweep_points(dllm: dict, sweep: str) -> list[dict]:
             out.append({"name": f"{curve}__{key}_{value}", "curve": curve, "label": spec.get("label", curve),
                         "key": key, "value": value, "row": row})
     return out
+
+
+# ---------------------------------------------------------------------- the proxy-strength map (beyond the paper)
+def reads_proxy(options: dict) -> bool:
+    """Whether an Algorithm 3 row's choices depend on its proxy.  Under ``ar_context: teacher_forced`` Inv-E's AR
+    terms cancel exactly (``log p_AR(xs|xt) = A(xs) - A(xt)`` and ``log p_AR(x0|xt) - log p_AR(x0|xs) = A(xs) -
+    A(xt)``, the same two numbers with opposite signs: :mod:`unie.energy.energies`), so ``inv`` with ``argmin`` or
+    ``resample`` reads no proxy; every other energy, ``proxy_rerank`` and APD do (a test checks both)."""
+    if default_sampler(options) != "energy":
+        return True
+    return not (options.get("energy") == "inv" and options.get("selection", "argmin") != "proxy_rerank"
+                and options.get("ar_context", "teacher_forced") == "teacher_forced")
+
+
+def draw_label(draw: dict) -> str:
+    """A candidate draw of the map (``dllm.map.draws``) in words: ``τ = 0.1``, ``τ = 1, greedy first``."""
+    return f"τ = {draw['temperature']:g}" + (", greedy first" if draw.get("greedy_first") else "")
+
+
+def map_points(dllm: dict, backbone: str) -> list[dict]:
+    """The points of the proxy-strength map for one backbone (config ``dllm.map``): first the backbone itself
+    (``rule: backbone``), then per candidate draw (``dllm.map.draws``: the candidates' temperature and whether
+    candidate 0 is the greedy one), per rule (``dllm.map.rules``: Algorithm 3's options) and per proxy
+    (``dllm.map.proxies``, weakest first) one Algorithm 3 row, then APD per proxy (it draws its own drafts: no
+    candidate draw).  A rule that reads no proxy (:func:`reads_proxy`: Inv-E) runs once per draw, with the first
+    proxy, and stands for every proxy (``proxy: None``).
+
+    Each point is ``{name, backbone, rule, label, proxy, draw, temperature, greedy_first, row}``; ``row`` is a Table 3
+    row spec (model, proxy, options) for :func:`row_model_args` with ``dllm.energy``'s shared options under it."""
+    m = dllm["map"]
+    b = m["backbones"][backbone]
+    base_opts = dict(b.get("options", {}))
+    proxies = list(m["proxies"])
+    shared = dict(dllm.get("energy", {}))
+    none = {"draw": None, "temperature": None, "greedy_first": None}
+    out = [{"name": f"{backbone}__backbone", "backbone": backbone, "rule": "backbone", "label": b.get("label", backbone),
+            "proxy": None, **none, "row": {"model": b["model"], "options": base_opts}}]
+    for draw in m["draws"]:
+        tau, greedy = draw["temperature"], bool(draw.get("greedy_first", False))
+        for rule, spec in m["rules"].items():
+            options = {**base_opts, **spec.get("options", {}), "temperature": tau, "greedy_first": greedy}
+            for p in (proxies if reads_proxy({**shared, **options}) else [None]):
+                proxy = m["proxies"][p or proxies[0]]["model"]
+                out.append({"name": f"{backbone}__{rule}__{p or 'any'}__t{tau}" + ("g" if greedy else ""),
+                            "backbone": backbone, "rule": rule, "label": spec.get("label", rule), "proxy": p,
+                            "draw": draw_label(draw), "temperature": tau, "greedy_first": greedy,
+                            "row": {"model": b["model"], "proxy": proxy, "options": options}})
+    apd = m.get("apd")
+    if apd:
+        for p in proxies:
+            out.append({"name": f"{backbone}__apd__{p}", "backbone": backbone, "rule": "apd",
+                        "label": apd.get("label", "APD"), "proxy": p, **none,
+                        "row": {"model": b["model"], "proxy": m["proxies"][p]["model"],
+                                "options": {**{k: v for k, v in base_opts.items() if k != "confidence"},
+                                            **apd.get("options", {"sampler": "apd"})}}})
+    return out
+
+
+def map_proxy_points(dllm: dict) -> list[dict]:
+    """The map's proxies decoded on their own (their accuracy on the map's items: the x axis of the map), one point
+    per proxy that is a model of ``dllm.models`` (an oracle checkpoint is no decoder)."""
+    m = dllm["map"]
+    return [{"name": f"proxy__{p}", "backbone": None, "rule": "proxy_alone", "label": spec.get("label", p),
+             "proxy": p, "draw": None, "temperature": None, "greedy_first": None, "row": {"model": spec["model"]}}
+            for p, spec in m["proxies"].items() if spec["model"] in dllm.get("models", {})]

@@ -84,14 +84,25 @@ def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
 
 
 def window_shares(counters: dict) -> dict | None:
-    """Algorithm 3's window counters (``window_rows``, ``disagree_rows``, ``steered_rows``: row-iterations inside
-    the window, those whose ``K`` candidates reveal different tokens, those whose chosen reveal differs from the
-    greedy candidate's) as shares of the window's row-iterations; None for a decoder without a window."""
+    """Algorithm 3's window counters (:data:`unie.dllm.energy.WINDOW_COUNTERS`) as shares; None for a decoder without
+    a window.  ``disagree``, ``steered``: of the window's row-iterations, those whose ``K`` candidates reveal
+    different tokens, and those whose chosen reveal differs from candidate 0's.  ``padding``: of the tokens committed
+    inside the window, the share after their answer's first ``<eos>`` (``window_padding / window_reveals``);
+    ``answer``: of an average answer's tokens (up to and including its first ``<eos>``), the share committed inside
+    the window (``window_answer / answer_tokens``, i.e. the window's average count over the average length).  The
+    last two are None for counters written before they existed."""
     n = counters.get("window_rows")
     if not n:
         return None
-    return {"window_rows": int(n), "disagree": counters["disagree_rows"] / n, "steered": counters["steered_rows"] / n,
-            "disagree_rows": int(counters["disagree_rows"]), "steered_rows": int(counters["steered_rows"])}
+    out = {"window_rows": int(n), "disagree": counters["disagree_rows"] / n, "steered": counters["steered_rows"] / n,
+           "disagree_rows": int(counters["disagree_rows"]), "steered_rows": int(counters["steered_rows"])}
+    reveals, answers = counters.get("window_reveals"), counters.get("answer_tokens")
+    out["padding"] = counters["window_padding"] / reveals if reveals else None
+    out["answer"] = counters["window_answer"] / answers if answers else None
+    for k in ("window_reveals", "window_padding", "answer_tokens", "window_answer"):
+        if k in counters:
+            out[k] = int(counters[k])
+    return out
 
 
 # lm-eval metrics whose per-item value is 0 or 1 (a mean of indicators): their standard error is the binomial one

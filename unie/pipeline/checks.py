@@ -644,14 +644,15 @@ def check_dllm(config: dict) -> None:
     hf = set(config.get("hf_models", {}))
     dec_fields = {f.name for f in dataclasses.fields(DecodeOptions)}
 
-    def check_row(where: str, row: dict) -> None:
+    def check_row(where: str, row: dict, oracle: str | None = None) -> None:
+        """``oracle``: a proxy name that stands for the oracle checkpoint (the map's), accepted as a proxy."""
         kind = row.get("kind", "unie")
         ignored = unread_keys(row)
         if ignored:
             _err(f"{where}.{ignored[0]}", f"{ignored} do not apply to kind={kind!r}: nothing would read them")
         for role in ("model", "proxy"):
             m = row.get(role)
-            if m is None:
+            if m is None or (role == "proxy" and m == oracle):
                 continue
             if m in models:
                 if role == "proxy" and LAYOUTS[models[m]["method"]] != "ar":
@@ -692,6 +693,38 @@ def check_dllm(config: dict) -> None:
             if row_sampler(row) != "energy":
                 _err(f"dllm.rows.{name}.options", "a selection_table row is an Algorithm 3 row (give it an energy)")
     check_sweeps(d, check_row)
+    check_map(d, check_row, toy_tasks)
+
+
+MAP_ORACLE = "oracle"  # the model name of the map's oracle proxy (rule dllm_oracle)
+
+
+def check_map(d: dict, check_row, toy_tasks: bool) -> None:
+    """``dllm.map`` (the proxy-strength map, beyond the paper): toy tasks of ``dllm.tasks.names`` (the oracle knows
+    only their answers), backbones that are DLLMs of ``dllm.models``, proxies that are its ARs or the oracle, and
+    every point a valid row (``check_row``)."""
+    from ..dllm.rows import map_points
+
+    m = d.get("map")
+    if not m:
+        return
+    if not toy_tasks:
+        _err("dllm.map", "the proxy-strength map needs the toy tasks (its oracle knows their answers); drop it with "
+                         "exclude: {dllm: {map: true}}")
+    for i, t in enumerate(m["tasks"]):
+        if t not in d["tasks"]["names"]:
+            _err(f"dllm.map.tasks[{i}]", f"{t!r} is not in dllm.tasks.names")
+    models = d.get("models", {})
+    for b, spec in m["backbones"].items():
+        if models.get(spec["model"], {}).get("method") not in ("llada", "dream"):
+            _err(f"dllm.map.backbones.{b}.model", f"{spec['model']!r} is not a DLLM of dllm.models")
+    for p, spec in m["proxies"].items():
+        if spec["model"] != MAP_ORACLE and models.get(spec["model"], {}).get("method") != "ar":
+            _err(f"dllm.map.proxies.{p}.model", f"{spec['model']!r} is neither an AR of dllm.models nor "
+                                                f"{MAP_ORACLE!r}")
+    for b in m["backbones"]:
+        for point in map_points(d, b):
+            check_row(f"dllm.map ({point['name']})", point["row"], oracle=MAP_ORACLE)
 
 
 def check_sweeps(d: dict, check_row) -> None:

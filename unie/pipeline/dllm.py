@@ -320,3 +320,57 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
                 "points": records, "timing": dataclasses.asdict(timing),
                 "trusted": all(r["trusted"] for r in records)}, out_dir / "points.json", indent=1)
     return records
+
+
+# ---------------------------------------------------------------------- the proxy-strength map (beyond the paper)
+def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print) -> dict:
+    """Rule dllm_map_{job}: the points of the proxy-strength map (:func:`~unie.dllm.rows.map_points` of backbone
+    ``job``, or with ``job == "proxies"`` the proxies decoded alone, :func:`~unie.dllm.rows.map_proxy_points`), each
+    one lm-eval run (the real evaluator, the Table 3 adapter and seeding) over ``dllm.map.tasks`` with the first
+    ``dllm.map.limit`` documents of each, all in this process.  ``models``: model name -> its directory (a trained
+    model or an oracle checkpoint).  Writes ``{point}/results.json`` (lm-eval's) and ``points.json`` under
+    ``out_dir``: per point its accuracy per task and average, and for a decoder point the paired change against the
+    backbone on the same items (:func:`unie.eval.metrics.paired_effect`) and Algorithm 3's window shares
+    (:func:`unie.eval.metrics.window_shares`).  Returns the ``points.json`` record."""
+    from ..dllm.rows import map_points, map_proxy_points
+    from ..eval.metrics import paired_effect, window_shares
+    from .report import item_records, task_metrics
+
+    m = dllm["map"]
+    tasks = {"names": list(m["tasks"])}
+    names, metrics, _ = task_metrics(tasks)
+    points = map_proxy_points(dllm) if job == "proxies" else map_points(dllm, job)
+    lm = LmEvalSettings.from_dllm(dllm)
+    out_dir = Path(out_dir)
+    records, base_items = [], None
+    for point in points:
+        point_dir = out_dir / point["name"]
+        row = point["row"]
+        args = row_model_args(point["name"], row, dllm, {role: models[row[role]] for role in ("model", "proxy")
+                                                         if row.get(role)}, device)
+        log(f"map {point['name']}: model_args {args}")
+        found = evaluate(args, names, tasks_dir, point_dir, lm.batch_size, include_defaults=False, limit=m["limit"],
+                         seed=lm.seed, allow_code_execution=False, log=log)
+        shutil.copyfile(found, point_dir / "results.json")
+        res = json.loads((point_dir / "results.json").read_text())["results"]
+        acc = {t: 100 * res[t][metrics[t]] for t in names}
+        items = item_records(point_dir, names, metrics)
+        rec = {k: v for k, v in point.items() if k != "row"} | {
+            "model_args": {k: v for k, v in args.items() if k != "device"}, "accuracy": acc,
+            "avg": sum(acc.values()) / len(acc), "n": {t: len(items.get(t, {})) for t in names}}
+        if point["rule"] == "backbone":
+            base_items = items
+        elif base_items is not None:
+            effect = paired_effect(items, base_items, names)
+            rec["effect"] = effect["avg"]
+            rec["effect_tasks"] = effect["tasks"]
+        rec["window"] = window_shares(read_json(point_dir / "throughput.json", "throughput record"))
+        records.append(rec)
+        e = rec.get("effect")
+        log(f"  average {rec['avg']:.1f} %" + (f", against the backbone {e['delta']:+.1f} ± {e['se']:.1f}" if e else ""))
+    out = {"job": job, "tasks": names, "limit": m["limit"], "batch_size": lm.batch_size, "seed": lm.seed,
+           "oracle_eps": m.get("oracle_eps", 0.05),
+           "draws": [dict(d) for d in m["draws"]], "proxies": {p: dict(s) for p, s in m["proxies"].items()},
+           "points": records}
+    write_json(out, out_dir / "points.json", indent=1)
+    return out

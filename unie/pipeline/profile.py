@@ -57,6 +57,8 @@ PROFILE_CHOICES: dict[str, str] = {
     "dllm.rows": "Table 3's rows name the profile's backbones: the tiny DLLMs it trains, or Hugging Face "
                  "checkpoints (paper); the smoke profile trains fewer of them",
     "dllm.sweeps": "the sweeps name the profile's backbones (see dllm.rows) and fewer points in the smoke profile",
+    "dllm.map": "the proxy-strength map names the profile's backbones and proxies (toy world only: its oracle knows "
+                "the toy tasks' answers; fewer points in the smoke profile)",
 }
 
 

@@ -263,3 +263,22 @@ def sweep_table(sweep_dir, caption: str, tex_path, csv_path) -> str:
     tex, df = build(sweep, caption)
     write_table(tex, df, tex_path, csv_path)
     return tex
+
+
+def map_table(points_paths, tex_path, csv_path) -> str:
+    """The proxy-strength map's table from the ``points.json`` of rules ``dllm_map_{job}``."""
+    from ..report.tables import map_table as build
+
+    jobs = read_results(points_paths)
+    tex, df = build(jobs)
+    write_table(tex, df, tex_path, csv_path)
+    return f"{len(df)} map points"
+
+
+def map_figure(points_paths, pdf_path, png_path, csv_path) -> str:
+    """The proxy-strength map's figure from the ``points.json`` of rules ``dllm_map_{job}``."""
+    from ..report.figures import map_figure as build
+
+    figure, df = build(read_results(points_paths))
+    write_figure(figure, df, pdf_path, png_path, csv_path)
+    return f"{len(df)} map points"

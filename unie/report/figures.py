@@ -462,3 +462,59 @@ def place_labels(ax, labels, fontsize=6.5) -> None:
             ann = ax.annotate(text, (x, y), xytext=offsets[0], textcoords="offset points", fontsize=fontsize,
                               color=colour)
             placed.append(ann.get_window_extent(renderer))
+
+
+MAP_STYLE = {  # one colour and marker per rule, the same in every panel (colour: the energy; marker: the selection)
+    "ind": ("tab:blue", "o", "-"), "ind_resample": ("tab:blue", "s", "--"),
+    "inv": ("tab:orange", "o", "-"), "inv_resample": ("tab:orange", "s", "--"),
+    "uni": ("tab:red", "o", "-"), "uni_resample": ("tab:red", "s", "--"),
+    "rerank": ("tab:green", "D", "-"), "apd": ("tab:purple", "^", ":"),
+}
+
+
+def map_figure(jobs: list[dict]):
+    """The proxy-strength map (beyond the paper): one panel per backbone (rows) and candidate draw (columns: the
+    candidates' temperature, and whether candidate 0 is the greedy one); x: the proxy, weakest to the oracle (each
+    with its own average on the items); y: the paired change of the average accuracy against the backbone, error
+    bars ±1 s.e. (paired).  APD (its own drafts, no candidate draw) is drawn in every column; Inv-E reads no proxy
+    and is flat by construction.  Returns ``(figure, frame)`` (the frame: :func:`unie.report.tables.map_frame`)."""
+    import matplotlib.pyplot as plt
+
+    from .tables import map_frame
+
+    df = map_frame(jobs)
+    proxies = list(dict.fromkeys(p for job in jobs for p in job.get("proxies", {})))
+    plabel = {k: v.get("label", k) for job in jobs for k, v in job.get("proxies", {}).items()}
+    alone = {p: (df[df.proxy == p].proxy_avg.iloc[0] if (df.proxy == p).any() else float("nan")) for p in proxies}
+    ticks = [plabel[p] + ("" if alone[p] != alone[p] else f"\n({alone[p]:.0f} %)") for p in proxies]
+    backbones = list(dict.fromkeys(df.backbone))
+    draws = list(dict.fromkeys(d for d in df.draw if isinstance(d, str)))
+    figure, axes = plt.subplots(len(backbones), len(draws), figsize=(4.4 * len(draws), 3.5 * len(backbones)),
+                                sharey="row", squeeze=False)
+    x = {p: i for i, p in enumerate(proxies)}
+    for i, b in enumerate(backbones):
+        for j, draw in enumerate(draws):
+            ax = axes[i][j]
+            sub = df[(df.backbone == b) & ((df.draw == draw) | df.draw.isna())]
+            for rule in dict.fromkeys(sub.rule):
+                r = sub[sub.rule == rule]
+                colour, marker, ls = MAP_STYLE.get(rule, ("black", "x", "-"))
+                if r.proxy.isna().all():  # reads no proxy: one value for every proxy
+                    xs, ys, es = list(range(len(proxies))), [r.delta.iloc[0]] * len(proxies), [r.se.iloc[0]] * len(proxies)
+                else:
+                    r = r.assign(x=r.proxy.map(x)).sort_values("x")
+                    xs, ys, es = list(r.x), list(r.delta), list(r.se)
+                ax.errorbar(xs, ys, yerr=es, color=colour, marker=marker, ls=ls, lw=1.2, ms=4, capsize=2,
+                            label=r.label.iloc[0])
+            ax.axhline(0, color="black", lw=0.8)
+            ax.set_xticks(range(len(proxies)), ticks, fontsize=7)
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{sub.backbone_label.iloc[0]} ({sub.backbone_avg.iloc[0]:.1f} %), candidates {draw}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel("change of the average accuracy\n(points, ±1 s.e. paired)", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=min(8, len(labels)), fontsize=7, frameon=False)
+    figure.suptitle("When does Uni-E help a DLLM? The paired change against the backbone vs the proxy "
+                    "(x: the proxy, its own average on the items in brackets); error bars ±1 s.e.", fontsize=9)
+    figure.tight_layout(rect=(0, 0.05, 1, 0.97))
+    return figure, df

@@ -106,9 +106,37 @@ def selection_md(df: pd.DataFrame) -> str:
         delta = "–" if base or pd.isna(r.get("delta")) else f"{r['delta']:+.1f} ± {r['delta_se']:.1f}"
         body.append([plain(r["label"]), "–" if base else str(r.get("energy") or "–"),
                      "–" if base else str(r.get("selection") or "–"), f"{num(r['avg'], 1)} ± {num(r['avg_se'], 1)}",
-                     delta, pct(r.get("disagree")), pct(r.get("steered")), "–" if base else pct(r.get("changed"))])
-    return md_table(["row", "energy", "selection", "avg (%)", "Δ avg", "disagree (%)", "steered (%)", "changed (%)"],
-                    body)
+                     delta, pct(r.get("disagree")), pct(r.get("steered")), "–" if base else pct(r.get("changed")),
+                     pct(r.get("answer")), pct(r.get("padding"))])
+    return md_table(["row", "energy", "selection", "avg (%)", "Δ avg", "disagree (%)", "steered (%)", "changed (%)",
+                     "window (% of an answer)", "padding (% of the window)"], body)
+
+
+def map_md(df: pd.DataFrame) -> str:
+    """The proxy-strength map (``table_app_map.csv``): per rule and candidate draw, the paired change of the average ±
+    s.e. for each backbone and proxy (weakest to the oracle); the proxies' own averages in the header."""
+    proxies = list(dict.fromkeys(df["proxy"].dropna()))
+    backbones = list(dict.fromkeys(df["backbone"]))
+    own = {p: df.loc[df["proxy"] == p, "proxy_avg"].iloc[0] for p in proxies}
+    plabel = {p: df.loc[df["proxy"] == p, "proxy_label"].iloc[0] for p in proxies}
+    blabel = {b: f"{df.loc[df['backbone'] == b, 'backbone_label'].iloc[0]} "
+                 f"({num(df.loc[df['backbone'] == b, 'backbone_avg'].iloc[0], 1)} %)" for b in backbones}
+    header = ["rule", "candidates"] + [f"{blabel[b]}: {plabel[p]}" + ("" if pd.isna(own[p]) else f" ({num(own[p], 1)} %)")
+                                       for b in backbones for p in proxies]
+    draws = list(dict.fromkeys(d for d in df["draw"] if isinstance(d, str)))
+    keys = sorted(dict.fromkeys(zip(df["label"], [d if isinstance(d, str) else None for d in df["draw"]])),
+                  key=lambda k: (k[1] is None, draws.index(k[1]) if k[1] in draws else 0))
+    body = []
+    for label, draw in keys:
+        sub = df[(df["label"] == label) & ((df["draw"] == draw) if draw is not None else df["draw"].isna())]
+        row = [plain(label), "–" if draw is None else draw]
+        for b in backbones:
+            for p in proxies:
+                hit = sub[(sub["backbone"] == b) & ((sub["proxy"] == p) | sub["proxy"].isna())]
+                r = hit.iloc[0] if len(hit) else None
+                row.append("–" if r is None or pd.isna(r["delta"]) else f"{r['delta']:+.1f} ± {r['se']:.1f}")
+        body.append(row)
+    return md_table(header, body)
 
 
 def sweep_table(df: pd.DataFrame) -> str:
@@ -234,6 +262,11 @@ SECTIONS = [
     ("fig4_dllm_tradeoff", "Figure 4: accuracy against throughput (MATH500 analogue)", "", fig4_table),
     ("table_app_k", "Appendix: candidates k", "", sweep_table),
     ("table_app_w", "Appendix: window w", "", sweep_table),
+    ("table_app_map", "Beyond the paper: when does Uni-E help a DLLM?",
+     "The paired change of the average accuracy against the backbone ± s.e., per selection rule and candidate draw "
+     "(temperature τ; greedy first: candidate 0 is the backbone's greedy x̂0), as the proxy goes from weak to an "
+     "oracle (target `table_app_map`, not in `all`; the first 100 items of MATH, GSM8K, MBPP and MMLU). Inv-E reads "
+     "no proxy (one value under every proxy); APD draws its own drafts.", map_md),
 ]
 
 

@@ -336,8 +336,9 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
             for t, v in eff.get("tasks", {}).items():
                 df.loc[(df.row == name) & (df.task == t), "changed"] = v["changed"]
             if eff.get("window"):
-                df.loc[df.row == name, "disagree"] = eff["window"]["disagree"]
-                df.loc[df.row == name, "steered"] = eff["window"]["steered"]
+                for k in ("disagree", "steered", "padding", "answer"):
+                    df.loc[df.row == name, k] = eff["window"].get(k)
+                df.loc[df.row == name, "candidate_temperature"] = (eff.get("options") or {}).get("temperature")
     notes = list(dict.fromkeys(row["note"] for row in rows.values() if row.get("note")))  # one mark per text
     marks = {n: (rf"$^{{\dagger{i}}}$" if len(notes) > 1 else r"$^{\dagger}$") for i, n in enumerate(notes, 1)}
     backbones = {row["delta_to"] for row in rows.values() if row.get("delta_to")}
@@ -381,6 +382,9 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                     r"scoring): their change is n/a and the change of Avg.\ is the mean change over the other columns.")
     for note, mark in marks.items():  # the rows' notes, in the caption
         caption += " " + f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
+    ratio = proxy_ratios(rows, avg)
+    if ratio:
+        caption += " " + ratio
     note = effect_note(rows, effects or {})
     if note:
         caption += " " + note
@@ -446,7 +450,7 @@ def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tas
                         "avg": float(np.mean(vals)), "avg_se": float(np.sqrt(np.sum(np.square(ses)))) / len(ses),
                         "delta": avg.get("delta"), "delta_se": avg.get("se"), "detectable": avg.get("detectable"),
                         "disagree": win.get("disagree"), "steered": win.get("steered"), "changed": avg.get("changed"),
-                        "items": avg.get("items")})
+                        "padding": win.get("padding"), "answer": win.get("answer"), "items": avg.get("items")})
     df = pd.DataFrame.from_records(records)
     cells = []
     for r in df.itertuples():
@@ -455,30 +459,131 @@ def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tas
         cells.append([r.label, DASH if is_base else (r.energy or DASH),
                       DASH if is_base else SELECTION_LABELS.get(r.selection, r.selection or DASH),
                       _pm(r.avg, r.avg_se, 1), delta, _pct(r.disagree), _pct(r.steered),
-                      DASH if is_base else _pct(r.changed)])
+                      DASH if is_base else _pct(r.changed), _pct(r.answer), _pct(r.padding)])
     table = pd.DataFrame(cells, columns=["Methods", "Energy", "Selection", "Avg.", r"$\Delta$ Avg.",
-                                         r"Disagree (\%)", r"Steered (\%)", r"Changed (\%)"])
+                                         r"Disagree (\%)", r"Steered (\%)", r"Changed (\%)", r"Window (\%)",
+                                         r"Padding (\%)"])
     caption = (r"Selection rules of Algorithm 3 (beyond the paper): the average accuracy (\%) over the benchmarks "
                r"$\pm$ its s.e.; $\Delta$: its paired change from the backbone's own decoder on the same items "
                r"$\pm$ the paired s.e.; Disagree: window iterations whose $K$ candidates reveal different tokens; "
-               r"Steered: those where the chosen reveal is not the greedy candidate's; Changed: completions that "
-               r"differ from the backbone's.  argmin is the paper's rule, resample draws from "
+               r"Steered: those where the chosen reveal is not candidate 0's; Changed: completions that "
+               r"differ from the backbone's; Window: the share of an average answer's tokens decided in the window; "
+               r"Padding: the share of the window's reveals after the answer's end.  argmin is the paper's rule, "
+               r"resample draws from "
                r"$\mathrm{softmax}(-E/\tau)$ (importance sampling), proxy rerank keeps the reveal that the proxy "
                r"finds most likely (the released code's rule; it reads no energy).")
     return latex_float(table, caption=caption, label="tab:selection", groups=list(df.backbone)), df
 
 
+def proxy_ratios(rows: dict, avg) -> str:
+    """The caption's sentence on the proxy's strength: the average of the AR row whose model is the decoder rows'
+    proxy, as a multiple of each backbone's average (``avg``: row name -> average accuracy).  Empty when no
+    row shows the proxy (one sentence per distinct proxy)."""
+    parts = []
+    for proxy in dict.fromkeys(r["proxy"] for r in rows.values() if r.get("proxy") and r.get("delta_to")):
+        own = next((n for n, r in rows.items() if r.get("model") == proxy and not r.get("delta_to")
+                    and not r.get("proxy") and n not in {x.get("delta_to") for x in rows.values()}), None)
+        if own is None:
+            continue
+        bases = dict.fromkeys(r["delta_to"] for r in rows.values() if r.get("proxy") == proxy and r.get("delta_to"))
+        ratios = ", ".join(f"{avg[own] / avg[b]:.2f}$\\times$ {rows[b]['label']}'s ({avg[b]:.1f})" for b in bases
+                           if avg[b] > 0)
+        parts.append(f"The proxy of the decoder rows ({rows[own]['label']}, average {avg[own]:.1f}) is {ratios}.")
+    return " ".join(parts).replace("%", r"\%")
+
+
 def effect_note(rows: dict, effects: dict) -> str:
-    """One sentence per energy row for Table 3's caption: its disagreement and changed-completion shares and its
-    paired change of the average ± s.e. (from the rows' ``effect.json``)."""
+    """One sentence per energy row for Table 3's caption: its candidate temperature, where its window acts (the share
+    of the window's reveals that are padding, the share of an average answer it decides), its disagreement and
+    changed-completion shares and its paired change of the average ± s.e. (from the rows' ``effect.json``)."""
     parts = []
     for name, row in rows.items():
         eff = effects.get(name)
         if not eff or not eff.get("window"):
             continue
         base = rows.get(row.get("delta_to"), {}).get("label", row.get("delta_to"))
-        avg = eff["avg"]
-        parts.append(f"{row['label']} on {base}: {100 * eff['window']['disagree']:.0f}\\% of window iterations "
+        avg, win = eff["avg"], eff["window"]
+        tau = (eff.get("options") or {}).get("temperature")
+        where = ""
+        if win.get("padding") is not None and win.get("answer") is not None:
+            where = (f"the window decides {100 * win['answer']:.0f}\\% of an average answer, "
+                     f"{100 * win['padding']:.0f}\\% of its reveals padding, ")
+        parts.append(f"{row['label']} on {base}" + (f" (candidates at $\\tau$ = {tau:g})" if tau is not None else "")
+                     + f": {where}{100 * win['disagree']:.0f}\\% of window iterations "
                      f"disagree, {100 * avg['changed']:.0f}\\% of completions change, average "
                      f"{avg['delta']:+.1f} $\\pm$ {avg['se']:.1f}")
     return ("Algorithm 3 rows: " + "; ".join(parts) + ".") if parts else ""
+
+
+MAP_RULE_ORDER = ("ind", "ind_resample", "inv", "inv_resample", "uni", "uni_resample", "rerank", "apd")
+
+
+def map_frame(jobs: list[dict]) -> pd.DataFrame:
+    """The proxy-strength map's points (the ``points.json`` of rules ``dllm_map_{job}``) as one long frame: per
+    decoder point its backbone, rule, proxy (``None`` for a rule that reads none: it stands for every proxy), the
+    candidate temperature, the average accuracy, the paired change against the backbone ± s.e. and the window
+    shares; ``proxy_avg``: the proxy's own average on the same items (NaN for the oracle, no decoder)."""
+    points = [p for job in jobs for p in job["points"]]
+    alone = {p["proxy"]: p["avg"] for p in points if p["rule"] == "proxy_alone"}
+    base = {p["backbone"]: p["avg"] for p in points if p["rule"] == "backbone"}
+    labels = {p["backbone"]: p["label"] for p in points if p["rule"] == "backbone"}
+    proxies = {k: v for job in jobs for k, v in job.get("proxies", {}).items()}
+    rows = []
+    for p in points:
+        if p["rule"] in ("backbone", "proxy_alone"):
+            continue
+        e, w = p.get("effect") or {}, p.get("window") or {}
+        rows.append({"backbone": p["backbone"], "backbone_label": labels.get(p["backbone"], p["backbone"]),
+                     "backbone_avg": base.get(p["backbone"]), "rule": p["rule"], "label": p["label"],
+                     "proxy": p["proxy"], "proxy_label": proxies.get(p["proxy"], {}).get("label", p["proxy"]),
+                     "proxy_avg": alone.get(p["proxy"], float("nan")), "draw": p.get("draw"),
+                     "temperature": p["temperature"], "greedy_first": p.get("greedy_first"),
+                     "avg": p["avg"], "delta": e.get("delta"), "se": e.get("se"), "changed": e.get("changed"),
+                     "items": e.get("items"), "disagree": w.get("disagree"), "steered": w.get("steered"),
+                     "padding": w.get("padding"), "answer": w.get("answer")})
+    return pd.DataFrame.from_records(rows)
+
+
+def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
+    """The proxy-strength map as a table (beyond the paper): one row per rule and candidate draw (temperature, and
+    whether candidate 0 is the greedy one), one column per backbone and proxy (weakest to the oracle); a cell is the
+    paired change of the average accuracy against the backbone's own decoder on the same items ± its paired s.e.  A
+    rule that reads no proxy (Inv-E) has one value per backbone and draw, shown under every proxy.  APD draws its
+    own drafts (no candidate draw).  The CSV is :func:`map_frame`."""
+    df = map_frame(jobs)
+    proxies = list(dict.fromkeys(p for job in jobs for p in job.get("proxies", {})))
+    plabel = {k: v.get("label", k) for job in jobs for k, v in job.get("proxies", {}).items()}
+    backbones = list(dict.fromkeys(df.backbone))
+    draws = list(dict.fromkeys(d for d in df.draw if isinstance(d, str)))
+    order = {r: i for i, r in enumerate(MAP_RULE_ORDER)}
+    keys = sorted({(r.rule, r.draw if isinstance(r.draw, str) else None) for r in df.itertuples()},
+                  key=lambda k: (k[1] is None, draws.index(k[1]) if k[1] in draws else 0, order.get(k[0], 99)))
+    cells, groups = [], []
+    for rule, draw in keys:
+        sub = df[(df.rule == rule) & ((df.draw == draw) if draw is not None else df.draw.isna())]
+        label = sub.label.iloc[0].replace("_", r"\_")
+        row = [label, DASH if draw is None else draw.replace("τ", r"$\tau$")]
+        for b in backbones:
+            for p in proxies:
+                hit = sub[(sub.backbone == b) & ((sub.proxy == p) | sub.proxy.isna())]
+                r = hit.iloc[0] if len(hit) else None
+                row.append(DASH if r is None or _missing(r.delta) else rf"{r.delta:+.1f}{{\scriptsize $\pm${r.se:.1f}}}")
+        cells.append(row)
+        groups.append(draw)
+    header = ["Rule", "Candidates"] + [f"{df[df.backbone == b].backbone_label.iloc[0]}: {plabel[p]}"
+                                       for b in backbones for p in proxies]
+    alone = {p: df[df.proxy == p].proxy_avg.iloc[0] if (df.proxy == p).any() else float("nan") for p in proxies}
+    own = "; ".join(f"{plabel[p]} {alone[p]:.1f}\\%" for p in proxies if not _missing(alone[p]))
+    base = "; ".join(f"{df[df.backbone == b].backbone_label.iloc[0]} {df[df.backbone == b].backbone_avg.iloc[0]:.1f}\\%"
+                     for b in backbones)
+    tasks = ", ".join(jobs[0]["tasks"]).replace("_", r"\_")
+    caption = (r"When does Uni-E help a DLLM? (beyond the paper) The paired change of the average accuracy (points) "
+               r"against the backbone's own decoder on the same items $\pm$ its paired s.e., per selection rule and "
+               r"candidate draw (the candidates' temperature $\tau$; greedy first: candidate 0 is the backbone's greedy "
+               r"$\hat x_0$), as the proxy goes from weak to an $\varepsilon$-smoothed oracle that knows each item's "
+               rf"answer ($\varepsilon$ = {jobs[0].get('oracle_eps', 0.05):g}). Items: the first {jobs[0]['limit']} of "
+               rf"{tasks}. Backbones: {base}. The proxies decoding alone: {own}. Inv-E reads no proxy under teacher "
+               r"forcing (its AR terms cancel): one value per backbone and draw, under every proxy. APD draws its own "
+               r"drafts (no candidate draw).")
+    table = pd.DataFrame(cells, columns=header)
+    return latex_float(table, caption=caption, label="tab:map", groups=groups, size="scriptsize"), df

@@ -462,3 +462,106 @@ rule fig4:
     localrule: True
     script:
         "../scripts/fig4.py"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Beyond the paper: when does Uni-E help a DLLM?  The proxy-strength map (config dllm.map; not in `all`, targets
+# table_app_map and fig_app_map): per backbone, Algorithm 3's energies (Ind/Inv/Uni-E with argmin and resample),
+# proxy_rerank and APD at each candidate temperature with proxies from weak to an oracle that knows the answers,
+# each point's paired change against the backbone on the same items.
+#
+#   resources/dllm/oracle/          the eps-smoothed oracle proxy of the toy tasks' test items (rule dllm_oracle)
+#   results/dllm/map/{job}/         one lm-eval run per point, points.json (rules dllm_map_{job}: a backbone, or
+#                                   `proxies`: the ARs decoded alone)
+#   results/tables/table_app_map.*, results/figures/fig_app_map.*
+
+DLLM_MAP = DLLM.get("map") or {}
+MAP_JOBS = [*DLLM_MAP.get("backbones", {}), "proxies"] if DLLM_MAP else []
+ORACLE = "oracle"  # a map proxy whose model is this name reads the oracle checkpoint
+
+
+rule dllm_oracle:
+    # the oracle proxy: every test item's reference answer, read through the word tokenizer
+    input:
+        yamls=rules.dllm_tasks.output.yamls,
+        meta="resources/dllm/meta.json",
+    output:
+        "resources/dllm/oracle/oracle.json",
+    log:
+        "logs/dllm/oracle.log",
+    params:
+        eps=DLLM_MAP.get("oracle_eps", 0.05),
+        tasks=DLLM_MAP.get("tasks", []),
+    localrule: True
+    script:
+        "../scripts/dllm_oracle.py"
+
+
+def map_model_path(name):
+    if name == ORACLE:
+        return "resources/dllm/oracle/oracle.json"
+    return f"results/dllm/models/{name}/model.safetensors"
+
+
+def map_inputs(job):
+    """The files of one map job: the tasks, the backbone (or the ARs), every proxy of the map."""
+    models = ([DLLM_MAP["backbones"][job]["model"], *(p["model"] for p in DLLM_MAP["proxies"].values())]
+              if job != "proxies" else [p["model"] for p in DLLM_MAP["proxies"].values() if p["model"] != ORACLE])
+    return {"tasks": rules.dllm_tasks.output.yamls, **{f"model_{m}": map_model_path(m) for m in dict.fromkeys(models)}}
+
+
+for _job in MAP_JOBS:
+
+    rule:
+        name:
+            f"dllm_map_{_job}"
+        input:
+            **map_inputs(_job),
+        output:
+            f"results/dllm/map/{_job}/points.json",
+        log:
+            f"logs/dllm/map_{_job}.log",
+        benchmark:
+            f"benchmarks/dllm/map_{_job}.tsv"
+        params:
+            job=_job,
+            models={m: os.path.dirname(map_model_path(m)) for m in
+                    [k[len("model_"):] for k in map_inputs(_job) if k.startswith("model_")]},
+            dllm={k: DLLM.get(k) for k in ("decoding", "energy", "batch_size", "seed", "map", "models")},
+            device=config["device"],
+        threads: config["threads"]
+        resources:
+            gpu=res("dllm_eval", "gpu", 0),
+            cpus_per_gpu=cpus_per_gpu("dllm_eval"),
+            slurm_partition=partition("dllm_eval"),
+            mem_mb=res("dllm_eval", "mem_mb", 4000),
+            runtime=res("dllm_eval", "runtime", 120),
+        script:
+            "../scripts/dllm_map.py"
+
+
+rule table_app_map:
+    input:
+        [f"results/dllm/map/{j}/points.json" for j in MAP_JOBS],
+    output:
+        tex=report("results/tables/table_app_map.tex", **REPORT["table_app_map"], labels={"file": "LaTeX"}),
+        csv=report("results/tables/table_app_map.csv", **REPORT["table_app_map"], labels={"file": "CSV"}),
+    log:
+        "logs/tables/table_app_map.log",
+    localrule: True
+    script:
+        "../scripts/table_app_map.py"
+
+
+rule fig_app_map:
+    input:
+        [f"results/dllm/map/{j}/points.json" for j in MAP_JOBS],
+    output:
+        pdf="results/figures/fig_app_map.pdf",
+        png=report("results/figures/fig_app_map.png", **REPORT["fig_app_map"], labels={"file": "figure"}),
+        csv=report("results/figures/fig_app_map.csv", **REPORT["fig_app_map"], labels={"file": "CSV (the points)"}),
+    log:
+        "logs/figures/fig_app_map.log",
+    localrule: True
+    script:
+        "../scripts/fig_app_map.py"

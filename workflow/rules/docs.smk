@@ -5,6 +5,8 @@
 
 def docs_results_inputs(wc):
     tables = [f for f in final_outputs() if f.endswith((".csv", ".json", ".md"))]
+    if config.get("dllm", {}).get("map"):
+        tables.append("results/tables/table_app_map.csv")  # the proxy-strength map (not in `all`, its own target)
     if config.get("figures", {}).get("fig2_ablation"):
         tables.append("results/figures/fig2_ablation.csv")  # written beside the figure, not a target of `all`
     timing = []

@@ -1,0 +1,119 @@
+"""An oracle AR proxy for the toy tasks: it knows each test item's reference answer (beyond the paper).
+
+Uni-E's Algorithm 3 is only as good as its proxy.  In the toy world every item's answer is known, so the best
+proxy there is can be written down: an AR model that puts probability ``1 - eps`` on the reference answer's next
+token and spreads ``eps`` uniformly over the other ``V - 1`` tokens,
+
+    p_oracle(y_j | prompt, y_<j) = (1 - eps) 1[y_j = r_j] + eps / (V - 1) 1[y_j != r_j],   j = 0 .. |r|,
+
+with ``r`` the reference answer's tokens followed by ``<eos>`` (position ``j`` of the answer region, whatever the
+tokens before it: a product of per-position distributions, so the chain rule holds and every sequence has positive
+probability).  ``eps = 0`` would be the point mass; the ``eps``-smoothed oracle is the upper end of the proxy-strength
+map (``docs/findings.md``), where any energy that trusts the proxy can only be steered toward the right answer.
+The prompt's tokens and everything after the reference's ``<eos>`` get the uniform distribution ``1 / V``.  A DLLM
+whose first answer piece glues onto the prompt's last word (a BPE piece ``2`` right after ``:`` reads as one unknown
+word ``:2``) has that word scored as answer position 0 (it is not the reference's first word: ``eps / (V - 1)``).
+
+It is a :class:`~unie.core.protocols.CausalLM` over the word-level tokenizer, so it plugs in wherever a proxy does:
+through :class:`~unie.dllm.bridge.ProxyBridge` for Algorithm 3 (both backbones) and APD.  An oracle *checkpoint* is
+a directory holding ``oracle.json`` (``{"kind": "oracle", "eps": ..., "references": {prompt: answer}}``) and the
+word tokenizer (``tokenizer/``); :func:`unie.dllm.decoder.load_proxy` loads it when a row's ``proxy`` names one.  A
+prompt it has no reference for is an error naming it (the oracle answers only the items it was written for).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from ..data.tokenizer import load_tokenizer
+
+ORACLE_FILE = "oracle.json"
+
+
+class OracleLM:
+    """The ``eps``-smoothed oracle (module doc): ``logits(x)`` ``(N, L)`` -> ``(N, L, V)`` log-probabilities,
+    index ``i`` scoring token ``i + 1`` (Hugging Face's causal convention).  ``references``: prompt text ->
+    reference answer text; ``tokenizer``: a word-level :class:`~unie.data.tokenizer.Tokenizer`."""
+
+    def __init__(self, references: dict[str, str], tokenizer, eps: float = 0.05, path: str | None = None):
+        if not 0.0 < eps < 1.0:
+            raise ValueError(f"the oracle's eps must be in (0, 1), got {eps!r}")
+        if not references:
+            raise ValueError("an oracle needs at least one reference answer")
+        self.tokenizer, self.eps, self.path = tokenizer, float(eps), path
+        self.bos_id, self.eos_id = tokenizer.bos_id, tokenizer.eos_id
+        self.vocab_size = tokenizer.vocab_size
+        self.device = torch.device("cpu")
+        prompts = list(references)
+        # prompt length n -> the prompt's first n - 1 ids -> (its last id, reference ids + <eos>): keyed without the
+        # last token, which a DLLM's first answer piece can glue onto (BPE ":" + "2" reads as one unknown word)
+        self._refs: dict[int, dict[tuple, tuple[int, list[int]]]] = {}
+        for p, ids, ans in zip(prompts, tokenizer.encode_batch(prompts),
+                               tokenizer.encode_batch([references[p] for p in prompts])):
+            if not ids:
+                raise ValueError("an oracle reference needs a non-empty prompt")
+            self._refs.setdefault(len(ids), {})[tuple(ids[:-1])] = (ids[-1], ans + [self.eos_id])
+        self._lengths = sorted(self._refs, reverse=True)
+
+    @classmethod
+    def load(cls, directory) -> OracleLM:
+        """An oracle checkpoint directory (module doc)."""
+        d = Path(directory)
+        spec = json.loads((d / ORACLE_FILE).read_text())
+        if spec.get("kind") != "oracle":
+            raise ValueError(f"{d / ORACLE_FILE} is not an oracle (kind {spec.get('kind')!r})")
+        return cls(spec["references"], load_tokenizer(d / "tokenizer"), spec["eps"], path=str(d))
+
+    def reference(self, ids: list[int]) -> tuple[int, list[int]]:
+        """``(start, reference ids + <eos>)`` of a row ``ids`` = ``[<bos>, prompt..., answer...]``: the longest known
+        prompt the row starts with, and the row position after which its answer starts (``start`` = the prompt's
+        length, or one less when the row's last prompt token differs from the prompt's: the first answer word glued
+        onto it, so that token stands for answer position 0).  A ``KeyError`` naming the text when there is none."""
+        body = ids[1:]
+        for n in self._lengths:
+            hit = self._refs[n].get(tuple(body[:n - 1]))
+            if hit is not None:
+                last, ref = hit
+                return (n if len(body) >= n and body[n - 1] == last else n - 1), ref
+        raise KeyError(f"the oracle has no reference answer for the prompt of {self.tokenizer.decode(body)[:120]!r}")
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L, V)`` float64 log-probabilities of the next token (module doc's ``p_oracle``)."""
+        N, L = x.shape
+        V = self.vocab_size
+        right, wrong = math.log1p(-self.eps), math.log(self.eps / (V - 1))
+        out = torch.full((N, L, V), -math.log(V), dtype=torch.float64)
+        for r, row in enumerate(x.tolist()):
+            n, ref = self.reference(row)
+            for j, token in enumerate(ref):
+                i = n + j  # logits[i] scores row token i + 1 = answer position j (position 0 is <bos>)
+                if i >= L:
+                    break
+                out[r, i] = wrong
+                out[r, i, token] = right
+        return out.to(x.device)
+
+
+def write_oracle(docs: list[dict], tokenizer_dir, out_dir, eps: float = 0.05) -> Path:
+    """An oracle checkpoint (module doc) in ``out_dir`` for ``docs`` (task documents with ``question`` and
+    ``answer``), reading the word tokenizer saved at ``tokenizer_dir``.  Returns ``out_dir``.  Two documents with
+    the same prompt and different answers are an error (the oracle would not know which)."""
+    import shutil
+
+    refs: dict[str, str] = {}
+    for d in docs:
+        if refs.setdefault(d["question"], d["answer"]) != d["answer"]:
+            raise ValueError(f"two reference answers for the prompt {d['question'][:80]!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(tokenizer_dir, out / "tokenizer", dirs_exist_ok=True)
+    OracleLM(refs, load_tokenizer(out / "tokenizer"), eps)  # refuses what it could not load
+    tmp = out / (ORACLE_FILE + ".tmp")
+    tmp.write_text(json.dumps({"kind": "oracle", "eps": eps, "references": refs}, indent=0, sort_keys=True))
+    tmp.replace(out / ORACLE_FILE)
+    return out
