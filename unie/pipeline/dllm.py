@@ -323,7 +323,8 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
 
 
 # ---------------------------------------------------------------------- the proxy-strength map (beyond the paper)
-def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print) -> dict:
+def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print,
+            precision: str = "fp32") -> dict:
     """Rule dllm_map_{job}: the points of the proxy-strength map (:func:`~unie.dllm.rows.map_points` of backbone
     ``job``, or with ``job == "proxies"`` the proxies decoded alone, :func:`~unie.dllm.rows.map_proxy_points`), each
     one lm-eval run (the real evaluator, the Table 3 adapter and seeding) over ``dllm.map.tasks`` with the first
@@ -331,7 +332,8 @@ def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str,
     model or an oracle checkpoint).  Writes ``{point}/results.json`` (lm-eval's) and ``points.json`` under
     ``out_dir``: per point its accuracy per task and average, and for a decoder point the paired change against the
     backbone on the same items (:func:`unie.eval.metrics.paired_effect`) and Algorithm 3's window shares
-    (:func:`unie.eval.metrics.window_shares`).  Returns the ``points.json`` record."""
+    (:func:`unie.eval.metrics.window_shares`).  ``precision``: every point's model_args
+    (:func:`~unie.dllm.rows.row_model_args`).  Returns the ``points.json`` record."""
     from ..dllm.rows import map_points, map_proxy_points
     from ..eval.metrics import paired_effect, window_shares
     from .report import item_records, task_metrics
@@ -347,7 +349,7 @@ def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str,
         point_dir = out_dir / point["name"]
         row = point["row"]
         args = row_model_args(point["name"], row, dllm, {role: models[row[role]] for role in ("model", "proxy")
-                                                         if row.get(role)}, device)
+                                                         if row.get(role)}, device, precision)
         log(f"map {point['name']}: model_args {args}")
         found = evaluate(args, names, tasks_dir, point_dir, lm.batch_size, include_defaults=False, limit=m["limit"],
                          seed=lm.seed, allow_code_execution=False, log=log)

@@ -529,6 +529,7 @@ for _job in MAP_JOBS:
                     [k[len("model_"):] for k in map_inputs(_job) if k.startswith("model_")]},
             dllm={k: DLLM.get(k) for k in ("decoding", "energy", "batch_size", "seed", "map", "models")},
             device=config["device"],
+            **precision_params(),
         threads: config["threads"]
         resources:
             gpu=res("dllm_eval", "gpu", 0),
@@ -536,6 +537,7 @@ for _job in MAP_JOBS:
             slurm_partition=partition("dllm_eval"),
             mem_mb=res("dllm_eval", "mem_mb", 4000),
             runtime=res("dllm_eval", "runtime", 120),
+            precision=PRECISION,  # printed by snakemake -n (common.smk)
         script:
             "../scripts/dllm_map.py"
 

@@ -1,7 +1,7 @@
 """Rules dllm_map_{job}: the proxy-strength map's points of one backbone (or the proxies decoded alone), one lm-eval
 run each (unie.pipeline.dllm.run_map)."""
 
-from unie.pipeline.rule import job
+from unie.pipeline.rule import job, job_precision
 
 with job(snakemake) as log:
     import os
@@ -11,4 +11,5 @@ with job(snakemake) as log:
 
     tasks_dir = os.path.dirname(snakemake.input.tasks[0])
     run_map(snakemake.params.job, snakemake.params.dllm, snakemake.params.models, tasks_dir,
-            os.path.dirname(snakemake.output[0]), snakemake.params.device, evaluate, log=log)
+            os.path.dirname(snakemake.output[0]), snakemake.params.device, evaluate, log=log,
+            precision=job_precision(snakemake))
