@@ -91,7 +91,16 @@ def dllm_table(df: pd.DataFrame) -> str:
     for row in rows:
         avg = df.loc[df["row"] == row, "value"].mean()
         body.append([plain(labels[row])] + [cells.get((row, c), "–") for c in cols] + [num(avg, 1)])
-    return md_table(["row", *cols, "avg"], body)
+    table = md_table(["row", *cols, "avg"], body)
+    if {"model", "proxy", "delta_to"} <= set(df.columns):  # the proxy as a multiple of each backbone (Table 3's caption)
+        from .tables import proxy_ratios
+
+        spec = {r: {k: (None if pd.isna(v) else v) for k, v in g.iloc[0][["model", "proxy", "delta_to", "label"]].items()}
+                for r, g in df.groupby("row", sort=False)}
+        ratio = proxy_ratios(spec, df.groupby("row", sort=False)["value"].mean())
+        if ratio:
+            table += "\n\n" + plain(ratio.replace("$\\times$", "×").replace("\\%", "%"))
+    return table
 
 
 def selection_md(df: pd.DataFrame) -> str:

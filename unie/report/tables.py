@@ -314,7 +314,8 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                             "metric": m, "value": 100 * float(r[m]),
                             "stderr": 100 * float(se) if isinstance(se, (int, float)) else None,
                             "n": results[name]["n-samples"][task]["effective"],
-                            "decoder_independent": task in loglik})
+                            "decoder_independent": task in loglik, "model": row.get("model"),
+                            "proxy": row.get("proxy"), "delta_to": row.get("delta_to")})
     df = pd.DataFrame.from_records(records)
     avg = df.groupby("row", sort=False)["value"].mean()
     for name, row in rows.items():
