@@ -7,28 +7,36 @@
 
 
 import os
+import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-from unie.pipeline.profile import resolve_config
+from unie.core.config import ConfigError
 from unie.pipeline.run import StopReport, remake_before_planning
+from unie.pipeline.validate import error_text, workflow_config
 
 
 # WHAT is run (config/experiments.yaml, the grid) under HOW BIG (a profile: config/config.yaml unless the command
 # line names config files, which then replace it so no toy-world key leaks into another profile), then
 # `--config key=value` overrides (nested values read as YAML: snakemake -n --config seed=1).  One function does the
-# merge (unie.pipeline.profile.resolve_config, also behind `unie check-config --resolved`); the result is validated.
-_resolved = resolve_config(
-    workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")],
-    dict(workflow.config_settings.config),
-    grid=os.path.join(workflow.basedir, "config", "experiments.yaml"),
-)
+# merge, the schema (workflow/schemas/config.schema.yaml), the figures' generated runs and the cross-checks
+# (unie.pipeline.validate.workflow_config, also behind `unie check-config`); any error is one line naming the key,
+# its file and a did-you-mean (`snakemake --verbose`: the schema's full report too).
+try:
+    _resolved = workflow_config(
+        workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")],
+        dict(workflow.config_settings.config),
+        grid=os.path.join(workflow.basedir, "config", "experiments.yaml"),
+        schema=os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
+    )
+except ConfigError as e:
+    print(error_text(e, verbose=workflow.output_settings.verbose), file=sys.stderr)
+    sys.exit(1)
 config.clear()
 config.update(_resolved)
-validate(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 
 # Before the jobs are planned, a damaged file (weights, tokens, a result whose bytes differ from the hash recorded
 # when they were written) is set aside as NAME.damaged and remade in the same run, whatever the target, with what is
@@ -47,6 +55,11 @@ onstart:
 
 onerror:
     STOP.ended(workflow)
+
+
+# `snakemake --report report.html`: its landing page is every table and figure of the run, captions visible
+# (results/report/paper.html, rule paper_page); each file is also in the menu with its caption (workflow/report/).
+report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
@@ -73,3 +86,11 @@ rule all:
     default_target: True
     input:
         final_outputs(),
+
+
+# A run that made something ends by naming what to read (unie.pipeline.targets.run_summary); not after a dry run
+# or when nothing was to be done.
+onsuccess:
+    from unie.pipeline.targets import run_summary
+
+    print(run_summary("."), file=sys.stderr)

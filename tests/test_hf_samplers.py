@@ -53,9 +53,11 @@ def test_every_sampler_decodes_an_hf_backbone_with_a_bridged_hf_proxy(dirs, samp
 
 
 def test_core_without_remasking_and_energy_with_k1_equal_plain(dirs):
+    """CoRe without remasking, and Algorithm 3 with one candidate that is the greedy x0 (greedy_first), are the plain
+    decoder."""
     plain, _ = build_decoder(_args(dirs, "plain")).generate(PROMPTS, 4)
     core, _ = build_decoder(_args(dirs, "core", remask=0)).generate(PROMPTS, 4)
-    energy, _ = build_decoder(_args(dirs, "energy", energy="uni", K=1)).generate(PROMPTS, 4)
+    energy, _ = build_decoder(_args(dirs, "energy", energy="uni", K=1, greedy_first=True)).generate(PROMPTS, 4)
     assert core == plain and energy == plain
 
 

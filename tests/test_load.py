@@ -47,3 +47,23 @@ def test_a_unie_folder_is_not_a_hugging_face_one(tmp_path, net_factory, tok_info
     with pytest.raises((ValueError, OSError, KeyError)):
         transformers.AutoConfig.from_pretrained(tmp_path / "m", local_files_only=True)
     assert unie.load(tmp_path / "m").checkpoint_meta["method"] == "mdlm"
+
+
+def test_load_for_sampling_gives_a_model_ready_to_sample(tmp_path, net_factory, tok):
+    """`unie.load_for_sampling`: the sampler-facing model with the run's tokenizer and mask id; a sampler draws from
+    it and the tokenizer decodes the draw."""
+    from unie.core.registry import SAMPLERS
+
+    save_model(net_factory(), tmp_path / "results" / "models" / "mdlm", "mdlm", tok.info())
+    tok.save(tmp_path / "resources" / "tokenizer")
+    m = unie.load_for_sampling(tmp_path / "results" / "models" / "mdlm")  # the tokenizer: the run's own
+    assert m.method == "mdlm" and m.mask_id == tok.info()["mask_id"] and hasattr(m.model, "logp_x0")
+    sampler = SAMPLERS["ancestral"]
+    x, stats = sampler({"dlm": m.model}, 2, 8, 4, torch.Generator().manual_seed(0), sampler.options({}))
+    assert x.shape == (2, 8) and not (x == m.mask_id).any() and stats["nfe"] >= 1
+    assert all(isinstance(m.tokenizer.decode(row), str) for row in x.tolist())
+    save_model(net_factory(causal=True), tmp_path / "elsewhere" / "ar", "ar", tok.info())
+    with pytest.raises(FileNotFoundError, match="pass tokenizer="):
+        unie.load_for_sampling(tmp_path / "elsewhere" / "ar")
+    ar = unie.load_for_sampling(tmp_path / "elsewhere" / "ar", tokenizer=tmp_path / "resources" / "tokenizer")
+    assert ar.method == "ar" and hasattr(ar.model, "token_logp")

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 
@@ -37,3 +39,47 @@ def test_ci_runs_the_readme_test_command():
     ci = (REPO / ".ci" / "run").read_text()
     assert re.search(rf"pip install (-q )?-e ['\"]?{re.escape(spec)}['\"]?\n", ci), ci
     assert tests.strip() in ci
+
+
+def test_the_readme_notebook_command_starts_jupyterlab(tmp_path):
+    """After the README's install (the `notebook` extra), its notebook command starts JupyterLab on the notebook."""
+    import os
+    import shutil
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("jupyterlab", reason="the notebook extra: pip install -e '.[notebook]'")
+    m = re.search(r"`(jupyter lab (notebooks/\S*))`", README)
+    assert m, "the README names no `jupyter lab notebooks/...` command"
+    assert (REPO / m.group(2)).exists()
+    jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    assert jupyter, "the notebook extra installs the `jupyter` command"
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "run"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}  # nothing written to the user's home
+    extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    cmd = [jupyter, *m.group(1).split()[1:], "--no-browser", "--ServerApp.port=0", *extra]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url, seen = None, []
+        for line in proc.stderr:  # JupyterLab logs its address once it serves
+            seen.append(line)
+            hit = re.search(r"(http://(?:localhost|127\.0\.0\.1):\d+/lab\?token=\w+)", line)
+            if hit:
+                url = hit.group(1)
+                break
+        assert url, "".join(seen[-20:])
+        url = url.replace("//localhost:", "//127.0.0.1:")
+        import time
+
+        for _ in range(40):  # the address is logged just before the server accepts connections
+            try:
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    assert r.status == 200 and "JupyterLab" in r.read().decode()
+                break
+            except urllib.error.URLError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError(f"JupyterLab logged {url} but does not answer")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

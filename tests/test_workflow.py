@@ -285,6 +285,42 @@ def test_notebook_reads_results(smoke_run):
     assert not any(o.get("output_type") == "error" for o in outputs)
 
 
+@pytest.mark.slow
+def test_the_report_reads_as_a_paper(smoke_run, tmp_path):
+    """results/report/paper.html has every table inline (caption visible) and every figure; `snakemake --report`
+    makes it the landing page; headless Chromium renders it so (scripts/render_report.py), when installed."""
+    import runpy
+
+    page = (smoke_run / "results" / "report" / "paper.html").read_text()
+    tables = sorted((smoke_run / "results" / "tables").glob("*.tex"))
+    assert page.count('<figure class="table"><figcaption>') >= len(tables)  # paper_vs_ours.tex holds several
+    pngs = list((smoke_run / "results" / "figures").glob("*.png"))
+    assert page.count('<img src="data:image/png;base64,') == len(pngs)
+    assert page.index("<h2>Table 1: perplexity</h2>") < page.index("<h2>Figure 2: energy ablation</h2>")
+    assert "\\textbf" not in page and "$" not in page.split("<body>", 1)[1]  # LaTeX converted, none left over
+    report = tmp_path / "report.html"
+    r = smk("--configfile", str(SMOKE), "--report", str(report), cwd=smoke_run)
+    assert r.returncode == 0 and report.stat().st_size > 0, r.stderr[-3000:]
+    render = runpy.run_path(str(REPO / "scripts" / "render_report.py"))
+    if render["find_chromium"]() is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium): the report was written, not rendered")
+    checks = render["checks"](render["rendered_dom"](report))
+    assert all(checks.values()), checks
+
+
+def test_a_run_ends_naming_what_to_read(tmp_path):
+    from unie.pipeline.targets import run_summary
+
+    assert "no table or figure yet" in run_summary(tmp_path)
+    for f in ("results/report/paper.html", "results/tables/paper_vs_ours.md", "results/tables/table1_ppl.tex",
+              "results/figures/fig2_ablation.png"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("x")
+    text = run_summary(tmp_path)
+    assert "results/report/paper.html" in text and "results/tables/paper_vs_ours.md" in text
+    assert "1 tables in results/tables/" in text and "snakemake --cores 2 docs" in text
+
+
 def _bad_config(tmp_path, mutate) -> subprocess.CompletedProcess:
     cfg = yaml.safe_load(SMOKE.read_text())  # the profile overlay
     mutate(cfg)

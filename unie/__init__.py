@@ -12,11 +12,21 @@ DLLM baselines, the decoders lm-eval drives) -> ``eval`` (metrics, Gen-PPL evalu
 Importing the package fills the registries (methods, samplers, energies, schedules, backbones, DLLM samplers).
 
 ``unie.load(path, device="cpu")`` loads a trained model folder (``results/models/NAME``: ``config.json`` +
-``model.safetensors``, written by the workflow); these are not Hugging Face folders (``AutoModel.from_pretrained``
-cannot read them).
+``model.safetensors``, written by the workflow) as its bare network; these are not Hugging Face folders
+(``AutoModel.from_pretrained`` cannot read them).  ``unie.load_for_sampling(path)`` loads it ready to sample: its
+method's sampler-facing object (denoiser, AR proxy) with the run's tokenizer and the mask id.
 """
 
 from . import dllm, energy, methods, models  # noqa: F401  (registration)
 from .models.checkpoint import CheckpointError, load  # noqa: F401
 
 __version__ = "0.1.0"
+
+
+def load_for_sampling(path, tokenizer=None, device: str = "cpu"):
+    """A trained model folder ready to sample: ``.model`` (the denoiser or AR a sampler takes), ``.tokenizer``,
+    ``.mask_id``, ``.method`` (:func:`unie.pipeline.models.load_for_sampling`; the tokenizer defaults to the run's
+    ``resources/tokenizer``)."""
+    from .pipeline.models import load_for_sampling as _load
+
+    return _load(path, tokenizer, device)

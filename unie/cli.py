@@ -63,24 +63,24 @@ def cmd_list(args) -> int:
 
 def cmd_check_config(args) -> int:
     """Validate a profile (the grid of config/experiments.yaml under the profile file(s), as the Snakefile
-    resolves them) without running anything; ``--resolved`` prints the effective configuration as YAML."""
+    resolves them: unie.pipeline.validate.workflow_config) without running anything; ``--resolved`` prints the
+    effective configuration as YAML.  An error is one line naming the key, its file and a did-you-mean
+    (``--verbose``: the schema's full report too)."""
     import yaml
-    from snakemake.utils import validate
 
-    from .pipeline.checks import check_config, expand_config
-    from .pipeline.profile import resolve_config
+    from .core.config import ConfigError
+    from .pipeline.validate import error_text, workflow_config
 
     files = [*(args.config or []), *(args.configfile or [])]
     name = ", ".join(files) or "config/config.yaml"
+
+    def show(config):  # the configuration as written (before the generated figure runs are added)
+        print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=120), end="")
+
     try:
-        config = resolve_config(files or None)
-        if args.resolved:  # the configuration as written (before the generated figure runs are added)
-            print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=120), end="")
-        validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
-        expand_config(config)
-        check_config(config)
-    except Exception as e:  # ConfigError, snakemake's WorkflowError for schema violations
-        print(f"{name}: {e}", file=sys.stderr)
+        config = workflow_config(files or None, show=show if args.resolved else None)
+    except ConfigError as e:
+        print(error_text(e, verbose=args.verbose), file=sys.stderr)
         return 1
     summary = f"{name}: ok ({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs)"
     print(("# " if args.resolved else "") + summary, file=sys.stderr if args.resolved else sys.stdout)
@@ -151,6 +151,7 @@ def main(argv=None) -> int:
     s.add_argument("config", nargs="*", help="profile file(s) over config/experiments.yaml (default config/config.yaml)")
     s.add_argument("--configfile", action="append", help="the same as a positional file (as snakemake spells it)")
     s.add_argument("--resolved", action="store_true", help="print the effective configuration as YAML")
+    s.add_argument("-v", "--verbose", action="store_true", help="on a schema violation, the schema's full report too")
     s.set_defaults(fn=cmd_check_config)
     s = sub.add_parser("sample", help="sample from trained checkpoints (results/models/<name>) and print the text")
     s.add_argument("--sampler", required=True, help="a registered sampler (unie list)")

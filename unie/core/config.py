@@ -7,6 +7,7 @@ library user gets the same early failure the workflow's JSON schema gives a Snak
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from dataclasses import dataclass
@@ -80,8 +81,10 @@ def from_dict(cls, d: dict | None, where: str | None = None):
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(d) - names)
     if unknown:
+        close = [m for k in unknown for m in difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)]
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(names))}"
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}{hint}; allowed: {', '.join(sorted(names))}"
         )
     kwargs = {}
     for f in dataclasses.fields(cls):

@@ -43,6 +43,13 @@ def mean_entropy_bits(x: torch.Tensor) -> float:
     return unigram_entropy_bits(x).mean().item()
 
 
+def entropy_se_bits(x: torch.Tensor) -> float:
+    """The standard error of :func:`mean_entropy_bits` over the samples: ``sd / sqrt(N)`` of the per-sample entropies
+    (sample sd, ``ddof = 1``); NaN for fewer than 2 samples.  ``(N, L) -> float``."""
+    h = unigram_entropy_bits(x)
+    return float(h.std(unbiased=True) / h.numel() ** 0.5) if h.numel() > 1 else float("nan")
+
+
 def paired_mean_se(d) -> tuple[float, float]:
     """``(mean(d), sd(d) / sqrt(n))`` of paired per-item differences ``d`` (sample sd, ``ddof = 1``): a change and its
     paired standard error; the s.e. is NaN for fewer than 2 items."""

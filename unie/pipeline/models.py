@@ -254,3 +254,43 @@ def load_wrapped(model_dir, tokenizer, device: str = "cpu"):
     wrapped = method.wrap(net)
     wrapped.method_name = meta["method"]
     return wrapped
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingModel:
+    """A trained model ready to sample (:func:`load_for_sampling`): ``model`` is its method's sampler-facing object
+    (a denoiser with ``logp_x0`` for the ``dlm`` role, an AR with ``token_logp`` / ``logp_next`` for ``proxy`` /
+    ``ar``), ``tokenizer`` decodes the ids it draws, ``mask_id`` is the mask token (``None`` for a tokenizer without
+    one), ``method`` the method that trained it."""
+
+    model: object
+    tokenizer: object
+    mask_id: int | None
+    method: str
+    path: Path
+
+
+def load_for_sampling(model_dir, tokenizer=None, device: str = "cpu") -> SamplingModel:
+    """A trained model folder (``results/models/NAME``) as a ready-to-sample model with its tokenizer and mask id.
+
+    ``tokenizer``: a tokenizer directory or object; by default the run's own, ``resources/tokenizer`` beside the
+    ``results/`` that holds the model (``<run>/results/models/NAME`` -> ``<run>/resources/tokenizer``).  The
+    checkpoint's tokenizer fingerprint must match (a mismatch is a :class:`CheckpointError` naming both).  A missing
+    folder or tokenizer is an error naming the path."""
+    model_dir = Path(model_dir)
+    if tokenizer is None:
+        run = model_dir.resolve().parents[2] if len(model_dir.resolve().parents) > 2 else model_dir
+        tokenizer = run / "resources" / "tokenizer"
+        if not tokenizer.is_dir():
+            raise FileNotFoundError(f"{tokenizer}: no tokenizer beside {model_dir} (the run's resources/tokenizer); "
+                                    "pass tokenizer=<directory>")
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir} does not exist: a unie model is a folder holding config.json and "
+                              "model.safetensors (e.g. results/models/mdlm)")
+    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
+    wrapped = load_wrapped(model_dir, tok, device)
+    mask_id = getattr(wrapped, "mask_id", None)
+    if mask_id is None:
+        mask_id = tok.info().get("mask_id")
+    return SamplingModel(wrapped, tok, mask_id, getattr(wrapped, "method_name", read_meta(model_dir)["method"]),
+                         model_dir)

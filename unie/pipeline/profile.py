@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import os
 from pathlib import Path
 
 import yaml
@@ -63,12 +64,27 @@ PROFILE_CHOICES: dict[str, str] = {
 
 
 def load_yaml(path) -> dict:
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:  # one line: the file, the line, the problem
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data
+
+
+def display_path(path) -> str:
+    """A config file as the user would name it: relative to the working directory when below it."""
+    p = str(path)
+    try:
+        rel = os.path.relpath(p)
+    except ValueError:
+        return p
+    return p if rel.startswith("..") else rel
 
 
 def _matches(path: tuple[str, ...], patterns) -> bool:
@@ -86,23 +102,31 @@ def _dotted(path) -> str:
 
 def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
     """Refuse any key of ``overlay`` that is neither a profile setting nor a profile choice (it would change the
-    grid); the error names the key."""
+    grid); the error names the key.  A key that neither the grid nor the schema knows is a typo, reported as one
+    with the closest known key (``config key 'sampling.stpes': unknown key; did you mean 'steps'?``)."""
+    from .validate import child_schema, known_keys, unknown_key_message
 
-    def walk(node, path):
+    schema = load_yaml(SCHEMA)
+
+    def walk(node, path, grid_node, schema_node):
         for key, value in node.items():
             p = (*path, key)
             if _matches(p, PROFILE_KEYS) or _matches(p, PROFILE_CHOICES):
                 continue
+            in_grid = isinstance(grid_node, dict) and key in grid_node
+            sub = child_schema(schema_node, key, schema)
+            if not in_grid and sub is None:
+                raise ConfigError(unknown_key_message(where, p, known_keys(schema_node, schema)))
             if isinstance(value, dict) and value:
-                walk(value, p)
+                walk(value, p, grid_node[key] if in_grid else None, sub)
                 continue
             raise ConfigError(
-                f"{where}: key '{_dotted(p)}' is part of the experiment grid ({GRID.name}), which a profile does "
-                f"not change; a profile sets sizes, steps, resources, device and data "
+                f"{where}: config key '{_dotted(p)}' is part of the experiment grid ({GRID.name}), which a profile "
+                f"does not change; a profile sets sizes, steps, resources, device and data "
                 f"(unie.pipeline.profile.PROFILE_KEYS), replaces {', '.join(PROFILE_CHOICES)} as a whole, or drops "
                 f"grid entries with `exclude:`")
 
-    walk({k: v for k, v in overlay.items() if k != "exclude"}, ())
+    walk({k: v for k, v in overlay.items() if k != "exclude"}, (), grid, schema)
 
 
 def apply_exclude(config: dict, exclude, where: str = "profile", path: tuple = ()) -> None:
@@ -163,12 +187,13 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
     mixed: set = set()  # mappings with keys from the grid and from a profile: put in the schema's order
     for f in files:
         overlay = load_yaml(f)
-        check_overlay(overlay, config, str(f))
+        where = display_path(f)
+        check_overlay(overlay, config, where)
         exclude = overlay.get("exclude")
         config = merge(config, {k: v for k, v in overlay.items() if k != "exclude"}, tuple(PROFILE_CHOICES),
                        mixed=mixed)
         if exclude:
-            apply_exclude(config, exclude, str(f))
+            apply_exclude(config, exclude, where)
     if cli_overrides:
         cli = copy.deepcopy(dict(cli_overrides))
         config = merge(config, cli)

@@ -282,3 +282,47 @@ def map_figure(points_paths, pdf_path, png_path, csv_path) -> str:
     figure, df = build(read_results(points_paths))
     write_figure(figure, df, pdf_path, png_path, csv_path)
     return f"{len(df)} map points"
+
+
+def rst_html(text: str) -> str:
+    """A report caption (``workflow/report/*.rst``, reStructuredText) as an HTML fragment (docutils, which Snakemake
+    brings; without it, the text escaped)."""
+    import html
+
+    try:
+        from docutils.core import publish_parts
+    except ImportError:
+        return f"<p>{html.escape(text)}</p>"
+    return publish_parts(text, writer_name="html", settings_overrides={"report_level": 5})["body"]
+
+
+def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
+    """Rule ``paper_page``: every table and figure of the run on one HTML page (``results/report/paper.html``),
+    in the paper's order, each under its heading with its caption visible; tables converted from their ``.tex``
+    (:func:`unie.report.html.tex_to_html`: the same cells, bold and caption), figures embedded from their PNG.
+
+    ``items``: ``{target, heading, files}`` in page order; ``captions``: target -> its report caption
+    (reStructuredText).  Returns the number of sections."""
+    import re
+
+    from ..report.html import figure_html, page, tex_to_html
+
+    sections = []
+    for item in items:
+        about = f'<div class="caption-from-report">{rst_html(captions.get(item["target"], ""))}</div>'
+        body = []
+        for f in item["files"]:
+            path = Path(f)
+            if path.suffix == ".tex":
+                body.append(tex_to_html(path.read_text()))
+            elif path.suffix == ".png":
+                figcaption = about if len(item["files"]) == 1 else f"<p>{path.stem.replace('_', ' ')}</p>"
+                body.append(figure_html(path.read_bytes(), figcaption, f"{item['heading']}: {path.stem}"))
+        figures_only = all(Path(f).suffix == ".png" for f in item["files"])
+        intro = "" if figures_only and len(item["files"]) == 1 else about
+        sections.append((re.sub(r"\W+", "-", item["target"]), item["heading"], intro + "".join(body)))
+    intro = (f"<p>{note} Every table and figure this run made, in the paper's order; each caption says what the "
+             "numbers are. The LaTeX, CSV, PDF and PNG files are under <code>results/</code>; "
+             "<code>results/tables/paper_vs_ours.md</code> puts the paper's numbers beside these.</p>")
+    _write_text(page("Uni-E: the paper's tables and figures, regenerated", intro, sections), out_path)
+    return len(sections)

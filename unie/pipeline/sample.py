@@ -24,7 +24,7 @@ from ..core.registry import EVALUATORS, SAMPLERS
 from ..data.tokens import load_tokens, write_tokens
 from ..data.tokenizer import blocked_ids, load_tokenizer
 from ..eval import genppl  # noqa: F401  (registers the evaluators)
-from ..eval.metrics import mean_entropy_bits, ppl_with_se
+from ..eval.metrics import entropy_se_bits, mean_entropy_bits, ppl_with_se
 from .models import load_wrapped
 
 
@@ -200,8 +200,8 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
     x = load_tokens(samples_path).long()
     texts = [tok.decode(row) for row in x.tolist()]
     result = {"samples": str(samples_path), "n_samples": len(texts), "entropy_bits": mean_entropy_bits(x),
-              "sampling": read_sample_meta(samples_path), "eos_rule": eos_rule, **precision_record(precision),
-              "genppl": {}}
+              "entropy_se_bits": entropy_se_bits(x), "sampling": read_sample_meta(samples_path),
+              "eos_rule": eos_rule, **precision_record(precision), "genppl": {}}
     for name, ev in evaluators.items():
         t0 = time.perf_counter()
         if cache is not None and name in cache:

@@ -32,8 +32,9 @@ class Target:
         return f"workflow/report/{self.name}.rst"
 
 
-MAIN_TABLES, MAIN_FIGURES, APPENDIX, COMPARE, BENCH = (
-    "1. Tables (main text)", "2. Figures (main text)", "3. Appendix", "4. Paper vs ours", "5. Sampler benchmark")
+PAGE, MAIN_TABLES, MAIN_FIGURES, APPENDIX, COMPARE, BENCH = (
+    "0. Read here: every table and figure", "1. Tables (main text)", "2. Figures (main text)", "3. Appendix",
+    "4. Paper vs ours", "5. Sampler benchmark")
 
 TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("all", "results/tables/paper_vs_ours.md",
@@ -81,6 +82,9 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("prefetch", "resources/prefetch/report.md",
            "on the submit host: every model, tokenizer, dataset and lm-eval task dataset `all` downloads, then opened "
            "offline; lists the checkpoints to place by hand (not part of `all`)"),
+    Target("paper_page", "results/report/paper.html",
+           "every table and figure of the run on one HTML page, captions visible (the landing page of "
+           "`snakemake --report`)", PAGE, "The paper on one page"),
     Target("docs", "results/docs/results.md",
            "every table as Markdown, generated (not part of `all`; `docs/results.md` is a copy from a default run)"),
 ]}
@@ -88,6 +92,34 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
 # the rules `snakemake -f` reruns to rewrite every table and figure of `all` from the existing results
 OUTSIDE_ALL = ("all", "bench", "bench_paper_scale", "prefetch", "docs", "table_app_map", "fig_app_map")  # own budgets
 RULES = [name for name in TARGETS if name not in OUTSIDE_ALL]
+
+
+# what a finished run points its user to (the Snakefile's `onsuccess:`), in this order
+MAIN_OUTPUTS = (
+    ("results/report/paper.html", "every table and figure on one page, captions visible (open it in a browser)"),
+    ("results/tables/paper_vs_ours.md", "the paper's numbers beside ours, with the orderings compared"),
+)
+
+
+def run_summary(root=".") -> str:
+    """The lines a successful run ends with: the main outputs it has (:data:`MAIN_OUTPUTS`), how many tables and
+    figures, and the next commands (the report, the docs page, the notebook).  Only files that exist are named."""
+    from pathlib import Path
+
+    root = Path(root)
+    have = [(f, what) for f, what in MAIN_OUTPUTS if (root / f).exists()]
+    tables = sorted((root / "results" / "tables").glob("*.tex"))
+    figures = sorted((root / "results" / "figures").glob("*.png"))
+    if not have and not tables and not figures:
+        return "unie: done (no table or figure yet: `snakemake --cores 2` makes them all)."
+    width = max((len(f) for f, _ in have), default=0)
+    lines = ["unie: done. Read:"] + [f"  {f.ljust(width)}  {what}" for f, what in have]
+    lines.append(f"  {len(tables)} tables in results/tables/ (.tex, .csv), {len(figures)} figures in results/figures/ "
+                 "(.pdf, .png)")
+    lines.append("Next: `snakemake --report report.html` (one HTML file: this page, every file with its caption), "
+                 "`snakemake --cores 2 docs` (every table as Markdown: results/docs/results.md), "
+                 "`jupyter lab notebooks/results.ipynb`.")
+    return "\n".join(lines)
 
 
 def report_args(name: str, basedir: str = "..") -> dict:

@@ -11,6 +11,86 @@ import pandas as pd
 CONTEXT_TITLES = {"teacher_forced": "AR context: teacher forced", "masked": "AR context: masked state",
                   "exact": r"AR context: exact $\pi$ (oracle)"}
 
+# One error-bar convention for every figure (the tables' too: "± s.e."), stated on each figure.
+SE_BARS = 1
+ERROR_BARS = "error bars: ±1 s.e."
+
+# One colour per row, the same in every figure and notebook plot (Tables 1-2's rows, Figure 2's energies, Table 3's
+# and Figure 4's decoders); no two rows share one.  A label "X (rule)" not listed is row X drawn with another rule
+# (same colour, the figure changes the line style); "No energy" in Figure 2 is the MDLM run.
+ROW_COLOURS = {
+    "Data": "#000000", "AR": "#7f7f7f", "SEDD": "#ff7f0e", "MDLM": "#1f77b4", "Duo": "#2ca02c",
+    "Block Diffusion": "#9467bd", "DCD": "#8c564b", "ReMDM": "#e377c2", "EDLM-AR": "#bcbd22", "EDLM-CoAR": "#17becf",
+    "EDLM-NCE": "#7b4173", "Uni-EDLM-AR": "#d62728", "Uni-EDLM-NCE": "#ff9896",
+    "Inv-E": "#393b79", "Ind-E": "#637939", "Uni-E": "#ad494a",
+    "AR proxy": "#525252", "AR (large)": "#969696", "AR (large, 2nd recipe)": "#c7c7c7", "LLaDA-like": "#3182bd",
+    "Dream-like": "#756bb1", "+APD": "#e6550d", "+DAWN": "#31a354", "+CoRe": "#8c6d31", "+Uni-Energy": "#a50f15",
+    "+Ind-Energy": "#fd8d3c", "+Inv-Energy": "#6baed6", "+proxy rerank": "#843c39", "Fast-dLLM": "#c51b8a",
+}
+ROW_ALIASES = {"Data ($\\pi$, exact)": "Data", "No energy": "MDLM"}
+# for rows nobody listed: colours no listed row has (tab20b / tab20c)
+SPARE_COLOURS = ("#5254a3", "#8ca252", "#bd9e39", "#d6616b", "#a55194", "#6b6ecf", "#b5cf6b", "#e7ba52", "#e7969c",
+                 "#ce6dbd", "#9c9ede", "#cedb9c", "#e7cb94", "#9ecae1", "#fdae6b", "#74c476", "#a1d99b", "#9e9ac8",
+                 "#636363")
+
+
+def row_key(label: str) -> str:
+    """The row a label draws: itself when listed, its alias, or X for "X (rule)" with X listed."""
+    label = str(label)
+    if label in ROW_COLOURS:
+        return label
+    if label in ROW_ALIASES:
+        return ROW_ALIASES[label]
+    base = label.rsplit(" (", 1)[0] if label.endswith(")") else label
+    base = base.removesuffix(" †")
+    return base if base in ROW_COLOURS else label
+
+
+def row_colours(labels) -> dict[str, str]:
+    """Label -> colour for one plot: a listed row's own colour (:data:`ROW_COLOURS`), any other label a spare colour
+    chosen from its name (the same in every plot) and distinct from the others of this plot."""
+    import zlib
+
+    out, taken = {}, set()
+    for label in labels:
+        key = row_key(label)
+        if key in ROW_COLOURS:
+            out[label] = ROW_COLOURS[key]
+            taken.add(out[label])
+    for label in labels:
+        if label in out:
+            continue
+        start = zlib.crc32(row_key(label).encode())
+        for k in range(len(SPARE_COLOURS)):
+            colour = SPARE_COLOURS[(start + k) % len(SPARE_COLOURS)]
+            if colour not in taken:
+                break
+        out[label] = colour
+        taken.add(colour)
+    return out
+
+
+def _luminance(rgb) -> float:
+    """WCAG relative luminance of an sRGB colour (components in [0, 1])."""
+    def lin(c):
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (lin(float(c)) for c in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(a, b) -> float:
+    """WCAG contrast ratio of two colours (anything matplotlib reads), 1 to 21."""
+    from matplotlib.colors import to_rgb
+
+    la, lb = sorted((_luminance(to_rgb(a)), _luminance(to_rgb(b))), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def text_colour(background) -> str:
+    """Black or white, whichever contrasts more with ``background`` (always >= 4.5:1, WCAG AA)."""
+    return "black" if contrast_ratio("black", background) >= contrast_ratio("white", background) else "white"
+
 
 def selection_of(record: dict) -> str | None:
     """The candidate selection rule a Gen PPL record's samples were drawn with (``argmin``, ``resample``; the
@@ -26,7 +106,7 @@ def genppl_frame(records: list[dict]) -> pd.DataFrame:
             rows.append({"run": r["sampling"]["run"], "steps": int(r["sampling"]["steps"]), "evaluator": ev,
                          "genppl": g["ppl"], "nll_se": g["nll_se"], "nll": g["nll_per_token"],
                          "entropy_bits": r["entropy_bits"], "seconds": r["sampling"].get("seconds"),
-                         "selection": selection_of(r)})
+                         "selection": selection_of(r), "entropy_se": r.get("entropy_se_bits")})
     return pd.DataFrame(rows)
 
 
@@ -50,8 +130,8 @@ def fig2_ablation(fig: dict, records: list[dict]):
 
     ``fig`` is ``config['figures']['fig2_ablation']`` plus ``runs``: context -> curve label -> the sampling run of
     that curve (:func:`unie.pipeline.checks.fig2_runs`); ``records`` the Gen PPL results of its runs.
-    Error bars: ±2 s.e. of the pooled NLL, mapped to perplexity.  The points (CSV) carry the NLL per token, its
-    s.e. and the selection rule the samples were drawn with (read from the records).  Returns
+    Error bars: ±1 s.e. of the pooled NLL (:data:`SE_BARS`), mapped to perplexity.  The points (CSV) carry the NLL
+    per token, its s.e. and the selection rule the samples were drawn with (read from the records).  Returns
     ``(figure, points)``."""
     import matplotlib.pyplot as plt
     import numpy as np
@@ -63,9 +143,12 @@ def fig2_ablation(fig: dict, records: list[dict]):
     for label in fig["energies"]:
         curves[label] = lambda ctx, lab=label: fig["runs"][ctx][lab]
     out = []
-    # the argmin curves solid, the others (resample) dashed in the colour of the argmin curve of the same energy
+    # each curve its row's colour (row_colours); a rule other than argmin (resample) dashed, in the colour of the
+    # argmin curve of the same energy
     energy_of = {label: (e if isinstance(e, str) else e["energy"]) for label, e in fig["energies"].items()}
-    figure, axes = plt.subplots(1, len(contexts), figsize=(4.2 * len(contexts), 3.4), sharey=True, squeeze=False)
+    colour_of = row_colours(list(curves))
+    figure, axes = plt.subplots(1, len(contexts), figsize=(4.0 * len(contexts), 3.9), sharey=True, squeeze=False)
+    handles = {}
     for ax, ctx in zip(axes[0], contexts):
         colours = {}
         for (label, run_of), marker in zip(curves.items(), "osD^v<>p"):
@@ -73,13 +156,14 @@ def fig2_ablation(fig: dict, records: list[dict]):
             if sub.empty:
                 continue
             selection = _selection_at(df, run_of(ctx))
-            lo = np.exp(sub.nll - 2 * sub.nll_se)
-            hi = np.exp(sub.nll + 2 * sub.nll_se)
-            style = {}
+            lo = np.exp(sub.nll - SE_BARS * sub.nll_se)
+            hi = np.exp(sub.nll + SE_BARS * sub.nll_se)
+            style = {"color": colour_of[label]}
             if selection not in (None, "argmin") and energy_of.get(label) in colours:
                 style = {"color": colours[energy_of[label]], "ls": "--", "mfc": "white"}
             bars = ax.errorbar(sub.steps, sub.genppl, yerr=[sub.genppl - lo, hi - sub.genppl], marker=marker,
                                capsize=2, label=label, lw=1.2, ms=4, **style)
+            handles.setdefault(label, bars)
             colours.setdefault(energy_of.get(label), bars.lines[0].get_color())
             out += [{"context": ctx, "curve": label, "run": run_of(ctx), "steps": s, "genppl": g, "nll": n,
                      "nll_se": se, "selection": selection}
@@ -87,13 +171,15 @@ def fig2_ablation(fig: dict, records: list[dict]):
         ax.set_yscale("log")
         _steps_axis(ax, sorted(df.steps.unique()))
         _plain_y(ax)
-        ax.set_title(CONTEXT_TITLES.get(ctx, ctx), fontsize=9)
+        ax.set_title(CONTEXT_TITLES.get(ctx, ctx), fontsize=10)
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel(f"Gen PPL ({fig['evaluator']})")
-    axes[0][-1].legend(fontsize=8)
+    # one legend for the panels, under them: it covers no point
+    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=9,
+                  frameon=False)
     figure.suptitle(f"Ablation, K={fig['K']}, w={fig['w']}: the candidate by argmin E unless the label says resample "
-                    f"(j ~ softmax(-E)). Error bars: ±2 s.e. of the per-token NLL, as perplexity", fontsize=9)
-    figure.tight_layout()
+                    f"(j ~ softmax(-E)).\n{ERROR_BARS.capitalize()} of the per-token NLL, as perplexity", fontsize=10)
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
     return figure, pd.DataFrame(out)
 
 
@@ -108,20 +194,20 @@ def _steps_axis(ax, steps) -> None:
     ax.set_xlabel("sampling steps")
 
 
-def _plain_y(ax, axis: str = "y") -> None:
-    """Plain tick labels (20, 30, 50, 100) on a log axis instead of 2 x 10^1; minor ticks labelled at 2, 3, 5 only
-    (so that they never collide)."""
+def _plain_y(ax, axis: str = "y", minor=(2, 3, 5)) -> None:
+    """Plain tick labels (20, 30, 50, 100) on a log axis instead of 2 x 10^1; minor ticks labelled at the leading
+    digits ``minor`` only (2, 3, 5 by default, so that they never collide)."""
     import math
 
     import matplotlib.ticker as ticker
 
-    def minor(v, _):
+    def minor_label(v, _):
         lead = v / 10 ** math.floor(math.log10(v)) if v > 0 else 0
-        return f"{v:g}" if round(lead, 6) in (2, 3, 5) else ""
+        return f"{v:g}" if round(lead, 6) in minor else ""
 
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    target.set_minor_formatter(ticker.FuncFormatter(minor))
+    target.set_minor_formatter(ticker.FuncFormatter(minor_label))
 
 
 FLAGGED_NOTE = "† timing flagged: machine busy (hollow markers)"
@@ -203,90 +289,105 @@ def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
 
 
 def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
-    """Figure 3, four panels: Gen PPL vs steps for each candidate size K (at w); for each window w (at K); Gen PPL
-    and entropy vs the wall-clock of one batch (rule ``timing``) for the baselines, EDLM-AR and Uni-EDLM-AR.
+    """Figure 3, four panels (2 x 2): Gen PPL vs steps for each candidate size K (at w); for each window w (at K);
+    Gen PPL and entropy vs the wall-clock of one batch (rule ``timing``) for the baselines, EDLM-AR and Uni-EDLM-AR,
+    each point labelled with its step count.
 
     ``fig``: ``config['figures']['fig3_tradeoff']`` plus ``runs`` (:func:`unie.pipeline.checks.fig3_runs`).
-    Error bars: ±2 s.e. of the pooled NLL mapped to perplexity.  Returns ``(figure, points, summary)``."""
+    Error bars: ±1 s.e. (:data:`SE_BARS`) of the pooled NLL mapped to perplexity, and of the mean per-sample entropy
+    (records written before the entropy's s.e. was recorded have none: that panel then says so).  Returns
+    ``(figure, points, summary)``."""
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
     import numpy as np
 
     df = genppl_frame(records)
     df = df[df.evaluator == fig["evaluator"]].drop(columns="seconds")
     times = _timing_frame(timings)
     runs = fig["runs"]
-    figure, axes = plt.subplots(1, 4, figsize=(17, 3.6))
+    figure, grid = plt.subplots(2, 2, figsize=(11, 8.6))
+    axes = grid.ravel()
     out = []
+    entropy_bars = "entropy_se" in df and df.entropy_se.notna().all()
 
-    def curve(ax, sub, x, y, label, marker, err=True):
+    def curve(ax, sub, x, y, label, marker, colour):
         sub = sub.sort_values("steps")
         if sub.empty:
             return
-        if err and y == "genppl":
-            lo, hi = np.exp(sub.nll - 2 * sub.nll_se), np.exp(sub.nll + 2 * sub.nll_se)
-            ax.errorbar(sub[x], sub[y], yerr=[sub[y] - lo, hi - sub[y]], marker=marker, capsize=2, label=label, lw=1.2,
-                        ms=4)
+        if y == "genppl":
+            lo, hi = np.exp(sub.nll - SE_BARS * sub.nll_se), np.exp(sub.nll + SE_BARS * sub.nll_se)
+            yerr = [sub[y] - lo, hi - sub[y]]
         else:
-            ax.plot(sub[x], sub[y], marker=marker, label=label, lw=1.2, ms=4)
+            yerr = SE_BARS * sub.entropy_se if entropy_bars else None
+        ax.errorbar(sub[x], sub[y], yerr=yerr, marker=marker, capsize=2, label=label, lw=1.2, ms=4, color=colour)
 
-    for (K, run), marker in zip(runs["k"].items(), "osD^v<>"):
+    def points(panel, label, run, sub, **extra):
+        return [{"panel": panel, "curve": label, "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
+                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits,
+                 **{k: getattr(r, v) for k, v in extra.items()}, "selection": r.selection,
+                 "entropy_se": getattr(r, "entropy_se", None)} for r in sub.itertuples()]
+
+    cmap = plt.get_cmap("viridis")  # K and w are ordered values, not rows: a sequential map
+    for i, ((K, run), marker) in enumerate(zip(runs["k"].items(), "osD^v<>")):
         sub = df[df.run == run]
-        curve(axes[0], sub, "steps", "genppl", f"k={K}", marker)
-        out += [{"panel": "k", "curve": f"k={K}", "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
-                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "selection": r.selection}
-                for r in sub.itertuples()]
-    for (w, run), marker in zip(runs["w"].items(), "osD^v<>"):
+        curve(axes[0], sub, "steps", "genppl", f"k={K}", marker, cmap(0.85 * i / max(1, len(runs["k"]) - 1)))
+        out += points("k", f"k={K}", run, sub)
+    for i, ((w, run), marker) in enumerate(zip(runs["w"].items(), "osD^v<>")):
         sub = df[df.run == run]
-        curve(axes[1], sub, "steps", "genppl", f"w={w}", marker)
-        out += [{"panel": "w", "curve": f"w={w}", "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
-                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "selection": r.selection}
-                for r in sub.itertuples()]
+        curve(axes[1], sub, "steps", "genppl", f"w={w}", marker, cmap(0.85 * i / max(1, len(runs["w"]) - 1)))
+        out += points("w", f"w={w}", run, sub)
     flagged = False
+    colours = row_colours(list(runs["tradeoff"]))
+    step_labels = {2: [], 3: []}
     for (label, run), marker in zip(runs["tradeoff"].items(), "osD^v<>"):
         sub = df[df.run == run].merge(times[times.run == run][["steps", "seconds", "trusted"]], on="steps")
         bad = sub[~sub.trusted.astype(bool)]
         flagged |= len(bad) > 0
+        colour = colours[label]
         label = with_selection(label, _selection_at(df, run))  # EDLM-AR (resample), Uni-EDLM-AR (argmin)
-        for ax, y, err in ((axes[2], "genppl", True), (axes[3], "entropy_bits", False)):
-            curve(ax, sub, "seconds", y, label + (" †" if len(bad) else ""), marker, err=err)
+        for j, y in ((2, "genppl"), (3, "entropy_bits")):
+            curve(axes[j], sub, "seconds", y, label + (" †" if len(bad) else ""), marker, colour)
             if not sub.empty:
-                _hollow(ax, bad.seconds, bad[y], marker)
-        out += [{"panel": "tradeoff", "curve": label, "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
-                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits, "seconds": r.seconds,
-                 "timing_trusted": bool(r.trusted), "selection": r.selection} for r in sub.itertuples()]
+                _hollow(axes[j], bad.seconds, bad[y], marker)
+            step_labels[j] += [(str(r.steps), r.seconds, getattr(r, y), colour) for r in sub.itertuples()]
+        out += points("tradeoff", label, run, sub, seconds="seconds", timing_trusted="trusted")
     for ax in axes[:2]:
         _steps_axis(ax, sorted(df.steps.unique()))
     for ax in axes[2:]:
         ax.set_xscale("log")
         _plain_y(ax, "x")
-        ax.set_xlabel("wall-clock per batch (s)")
+        ax.set_xlabel("wall-clock per batch (s); point labels: sampling steps")
     for ax in axes[:3]:
         ax.set_yscale("log")
         _plain_y(ax)
         ax.set_ylabel(f"Gen PPL ({fig['evaluator']})")
     axes[3].set_ylabel("entropy (bits)")
-    axes[0].set_title(f"candidate size k (w={fig['w']})", fontsize=9)
-    axes[1].set_title(f"window w (k={fig['K']})", fontsize=9)
+    axes[0].set_title(f"candidate size k (w={fig['w']})", fontsize=10)
+    axes[1].set_title(f"window w (k={fig['K']})", fontsize=10)
     dev = times.device_name.iloc[0] if not times.empty else "?"
     bs = int(times.batch_size.iloc[0]) if not times.empty else "?"
     th = int(times.threads.iloc[0]) if not times.empty else "?"
-    axes[2].set_title(f"Gen PPL vs wall-clock (k={fig['K']}, w={fig['w']})", fontsize=9)
-    axes[3].set_title("entropy vs wall-clock", fontsize=9)
+    axes[2].set_title(f"Gen PPL vs wall-clock (k={fig['K']}, w={fig['w']})", fontsize=10)
+    axes[3].set_title("entropy vs wall-clock" + ("" if entropy_bars else " (no s.e. recorded: no bars)"), fontsize=10)
     if flagged:
         for ax in axes[2:]:
             ax.text(0.02, 0.02, FLAGGED_NOTE, transform=ax.transAxes, fontsize=7, color="firebrick", va="bottom")
     for ax in axes:
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    figure.suptitle(f"{fig['label']}: hyper-parameters and efficiency. Error bars: ±2 s.e. of the per-token NLL, as "
-                    f"perplexity. Wall-clock: one batch of {bs}, median of repeats, warm-up excluded, {th} threads, "
-                    f"{dev}", fontsize=9)
-    figure.tight_layout()
-    points = pd.DataFrame(out)
-    if "selection" in points:  # a column added later: at the end, after the ones the CSV always had
-        points = points[[c for c in points.columns if c != "selection"] + ["selection"]]
-    return figure, points, fig3_summary(fig, df, times)
+    for ax in axes[:2]:
+        ax.legend(fontsize=8)
+    handles, names = axes[2].get_legend_handles_labels()
+    figure.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, frameon=False)
+    figure.suptitle(f"{fig['label']}: hyper-parameters and efficiency. {ERROR_BARS.capitalize()} (Gen PPL: of the "
+                    f"per-token NLL, as perplexity; entropy: of its mean).\nWall-clock: one batch of {bs}, median of "
+                    f"repeats, warm-up excluded, {th} threads, {dev}", fontsize=10)
+    figure.tight_layout(rect=(0, 0.04, 1, 1))
+    for j, labels in step_labels.items():
+        place_labels(axes[j], labels, fontsize=7)
+    points_df = pd.DataFrame(out)
+    if "selection" in points_df:  # columns added later: at the end, after the ones the CSV always had
+        later = [c for c in ("selection", "entropy_se") if c in points_df]
+        points_df = points_df[[c for c in points_df.columns if c not in later] + later]
+    return figure, points_df, fig3_summary(fig, df, times)
 
 
 CASE_KINDS = {"non_independent": "dependency", "independent": "dependency", "non_invariant": "invariance",
@@ -361,8 +462,8 @@ def case_figure(words: list[str], step, steps: int, title: str, caption: str, ma
         place.append((x + pad, row))
         x += tw + gap
     rows = row + 1
-    cap_lines = _wrap(caption, 150)
-    top, line_h, cap_h = 0.45, 0.42, 0.16 * len(cap_lines) + 0.2
+    cap_lines = _wrap(caption, 130)
+    top, line_h, cap_h = 0.45, 0.42, 0.19 * len(cap_lines) + 0.2
     height = top + rows * line_h + 0.15 + cap_h
     figure = plt.figure(figsize=(width, height))
     cmap = plt.get_cmap("viridis")
@@ -371,11 +472,11 @@ def case_figure(words: list[str], step, steps: int, title: str, caption: str, ma
     for i, ((px, r), w, k) in enumerate(zip(place, words, step)):
         y = height - top - (r + 0.5) * line_h
         figure.text(px / width, y / height, w, fontsize=fs, family="monospace", va="center", ha="left",
-                    color="white" if int(k) < 0.6 * steps else "black",
+                    color=text_colour(cmap(norm(int(k)))),  # black or white, whichever reads better
                     bbox={"boxstyle": "round,pad=0.3", "fc": cmap(norm(int(k))),
                           "ec": "red" if i in outlined else "none", "lw": 2.0})
     figure.text(0.5, (height - 0.22) / height, title, fontsize=10, ha="center", va="center")
-    figure.text(0.01, 0.1 / height, "\n".join(cap_lines), fontsize=7.5, va="bottom", ha="left", linespacing=1.5)
+    figure.text(0.01, 0.1 / height, "\n".join(cap_lines), fontsize=8.5, va="bottom", ha="left", linespacing=1.5)
     bar_ax = figure.add_axes([(width - 1.0) / width, (height - top - rows * line_h) / height, 0.12 / width,
                               rows * line_h / height])
     bar = figure.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), cax=bar_ax)
@@ -410,33 +511,42 @@ def fig4_tradeoff(sweep: dict):
     parallelism knob varied (tokens per step ``m``, or Fast-dLLM's threshold).
 
     ``sweep``: a ``points.json`` of rule ``dllm_sweep`` (``points``: accuracy, its s.e. from lm-eval,
-    tokens/s).  Error bars ±1 s.e.  Returns ``(figure, points)``."""
+    tokens/s).  Error bars ±1 s.e. (:data:`SE_BARS`); each point labelled with its knob's value (points that fall
+    on the same spot share one label, ``0.9, 0.99``).  Returns ``(figure, points)``."""
+    import math
+
     import matplotlib.pyplot as plt
 
     df = pd.DataFrame(sweep["points"])
     df = df.drop(columns=["timing", "flags"], errors="ignore")  # the details stay in points.json
     df["trusted"] = df["trusted"].fillna(True).astype(bool) if "trusted" in df else True  # older sweeps: no checks
-    figure, ax = plt.subplots(figsize=(6.4, 4.2))
+    figure, ax = plt.subplots(figsize=(8.0, 5.6))
+    colours = row_colours(list(dict.fromkeys(df.label)))
     labels = []
     for (curve, sub), marker in zip(df.groupby("curve", sort=False), "osD^v<>"):
         sub = sub.sort_values("tokens_per_s")
-        ax.errorbar(sub.tokens_per_s, sub.accuracy, yerr=sub.stderr, marker=marker, capsize=2, lw=1.2, ms=4,
-                    label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})")
-        colour = ax.get_lines()[-1].get_color()
+        colour = colours[sub.label.iloc[0]]
+        ax.errorbar(sub.tokens_per_s, sub.accuracy, yerr=SE_BARS * sub.stderr, marker=marker, capsize=2, lw=1.2, ms=5,
+                    label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})", color=colour)
         labels += [(f"{r.value:g}", r.tokens_per_s, r.accuracy, colour) for r in sub.itertuples()]
         bad = sub[~sub.trusted.astype(bool)]
         _hollow(ax, bad.tokens_per_s, bad.accuracy, marker)
     ax.set_xscale("log")
+    lo, hi = df.tokens_per_s.min(), df.tokens_per_s.max()
+    decades = math.log10(hi / lo) if lo > 0 and hi > 0 else 0
+    # plain tick labels (300, not 3x10^2); minor ones only where they have room
+    _plain_y(ax, "x", minor=tuple(range(2, 10)) if decades < 0.7 else (2, 3, 5) if decades < 1.5 else (2, 5)
+             if decades < 3 else ())
     ax.set_xlabel("throughput (generated tokens / s)")
     ax.set_ylabel(f"{sweep['task']} accuracy (%)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     ax.set_title(f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded;\n"
-                 f"error bars: ±1 s.e. (lm-eval); labels: the varied knob's value", fontsize=8)
+                 f"{ERROR_BARS} (lm-eval); point labels: the varied knob's value", fontsize=9)
     if not df.trusted.all():
         ax.text(0.02, 0.02, FLAGGED_NOTE, transform=ax.transAxes, fontsize=7, color="firebrick", va="bottom")
     figure.tight_layout()
-    place_labels(ax, labels)
+    place_labels(ax, labels, fontsize=7.5)
     return figure, df
 
 
@@ -445,6 +555,16 @@ def place_labels(ax, labels, fontsize=6.5) -> None:
     around its point whose box meets no label placed before it (nor leaves the axes)."""
     figure = ax.figure
     renderer = figure.canvas.get_renderer()
+    merged = []  # points of one colour on the same spot (within 6 px) share one label: "0.9, 0.99"
+    for text, x, y, colour in labels:
+        px = ax.transData.transform((x, y))
+        for m in merged:
+            if m[3] == colour and abs(m[4][0] - px[0]) < 6 and abs(m[4][1] - px[1]) < 6:
+                m[0] = f"{m[0]}, {text}"
+                break
+        else:
+            merged.append([text, x, y, colour, px])
+    labels = [tuple(m[:4]) for m in merged]
     offsets = [(4, 4), (4, -10), (-6, 6), (-6, -12), (6, 12), (6, -18), (-8, 14), (-8, -20), (10, 20), (10, -26),
                (-10, 22), (-10, -28), (4, 28), (4, -34)]
     placed, frame = [], ax.get_window_extent(renderer)

@@ -46,14 +46,31 @@ def _pivot(df: pd.DataFrame, index: str, columns: str, cell) -> tuple[list, list
 
 
 def table1(df: pd.DataFrame) -> str:
-    """Table 1: perplexity per domain; the last column is the range of the NLL's standard error (nats)."""
-    rows, cols, cells = _pivot(df, "row", "domain", lambda r: num(r["ppl"], 2))
+    """Table 1: perplexity per domain; the last column is the range of the NLL's standard error (nats).  As in the
+    LaTeX table: the best of each column among the bounds in bold (the CSV's ``best``), a row whose estimator is not
+    an upper bound on perplexity (``bound`` false) marked † with a note under the table."""
+    has_best = "best" in df
+
+    def cell(r):
+        text = num(r["ppl"], 2)
+        return f"**{text}**" if has_best and r["best"] == True else text  # noqa: E712
+
+    rows, cols, cells = _pivot(df, "row", "domain", cell)
+    not_bound = set(df.loc[df["bound"] == False, "row"]) if "bound" in df else set()  # noqa: E712 (NaN: no value)
     body = []
     for row in rows:
         se = df.loc[df["row"] == row, "nll_se"].dropna()
         se_text = f"{se.min():.3f}–{se.max():.3f}" if len(se) else "–"
-        body.append([plain(row)] + [cells.get((row, c), "–") for c in cols] + [se_text])
-    return md_table(["row", *cols, "s.e. of NLL (nats)"], body)
+        body.append([plain(row) + (" †" if row in not_bound else "")] + [cells.get((row, c), "–") for c in cols]
+                    + [se_text])
+    out = md_table(["row", *cols, "s.e. of NLL (nats)"], body)
+    if has_best:
+        out += "\n\nIn bold: the best of each column among the bounds (data and AR left out)."
+    if not_bound:
+        out += (" † Not an upper bound on perplexity, so never bold: its value can fall below the data's own "
+                "perplexity (Uni-E's closed-form log F leaves the tokens revealed between t and s unscored; EDLM's "
+                "one-sample plug-in for log F is biased low).")
+    return out
 
 
 def table2(df: pd.DataFrame, evaluator: str) -> str:

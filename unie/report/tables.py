@@ -107,8 +107,22 @@ def row_group(label: str) -> int:
 
 def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd.DataFrame]:
     """Perplexity per domain.  ``rows``: label -> source (model name, likelihood entry or ``exact``);
-    ``records``: the ``results/ppl/*.json`` results (each with its ``source``)."""
+    ``records``: the ``results/ppl/*.json`` results (each with its ``source``).
+
+    A row whose estimator is not an upper bound on perplexity (an energy row whose ``spec`` says so:
+    :func:`unie.energy.likelihood.estimator_is_bound`) gets a dagger and a caption note and is never bold: the best
+    of a column is chosen among the bounds (the reference rows, data and AR, left out).  The CSV says it per cell:
+    ``bound`` (the row's estimator is a bound) and ``best`` (the cell is bold)."""
+    from ..energy.likelihood import estimator_is_bound
+
     results = {r["source"]: r for r in records}
+    bound, why = {}, {}
+    for label, src in rows.items():
+        spec = (results.get(src) or {}).get("spec") if src else None
+        if spec and spec.get("energy"):
+            bound[label], why[label] = estimator_is_bound(spec["energy"], spec.get("ar_context"))
+        else:  # a model's NELBO (a bound), the AR's or pi's exact likelihood; None: no likelihood at all (DCD)
+            bound[label] = True if src else None
     records = []
     for label, src in rows.items():
         res = results.get(src) if src else None
@@ -121,7 +135,8 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
                             "n_mc": (res or {}).get("n_mc")})
     df = pd.DataFrame.from_records(records)
     names = [DOMAIN_LABELS.get(d, d) for d in domains]
-    cells, vals = {"Methods": list(rows)}, {}
+    labels = [label + r"$^\dagger$" if bound[label] is False else label for label in rows]
+    cells, vals = {"Methods": labels}, {}
     for d, name in zip(domains, names):
         sub = df[df.domain == d].set_index("row")
         ppl = [sub.loc[label, "ppl"] for label in rows]
@@ -131,12 +146,20 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
         cells[name] = [_pm(p, e) for p, e in zip(ppl, se)]
         vals[name] = [np.nan if _missing(p) else p for p in ppl]
     groups = [row_group(label) for label in rows]
-    bold = np.column_stack([np.zeros(len(rows), bool),
-                            best_mask(pd.DataFrame(vals), lower=True, keep=[g != 0 for g in groups])])
+    keep = [g != 0 and bound[label] is True for g, label in zip(groups, rows)]
+    best = best_mask(pd.DataFrame(vals), lower=True, keep=keep)
+    bold = np.column_stack([np.zeros(len(rows), bool), best])
+    df["bound"] = [bound[r] for r in df.row]
+    df["best"] = [bool(best[list(rows).index(r), domains.index(d)]) for r, d in zip(df.row, df.domain)]
     caption = (r"Perplexity per domain (lower is better; an upper bound for the diffusion models, exact for the AR "
                r"model and for the data distribution $\pi$), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times "
-               r"the s.e. of the per-token NLL). The best value of each column is in \textbf{bold} (the reference "
-               r"rows, data and AR, left out); -- means no likelihood.")
+               r"the s.e. of the per-token NLL). The best value of each column among the bounds is in \textbf{bold} "
+               r"(the reference rows, data and AR, left out); -- means no likelihood.")
+    daggers = [label for label in rows if bound[label] is False]
+    if daggers:
+        reasons = "; ".join(dict.fromkeys(why[label] for label in daggers))
+        caption += (r" $^\dagger$ Not an upper bound on perplexity, so never bold: its value can fall below the "
+                    r"data's own perplexity (" + reasons.replace("_", r"\_") + ").")
     return latex_float(pd.DataFrame(cells), caption=caption, label="tab:ppl", bold=bold, groups=groups), df
 
 

@@ -4,8 +4,6 @@ import os
 
 from unie.pipeline.checks import (
     runtime_at,
-    check_config,
-    expand_config,
     fig2_runs,
     fig3_runs,
     likelihood_sources,
@@ -17,9 +15,8 @@ from unie.pipeline.checks import (
 from unie.pipeline.settings import WorkflowSettings
 from unie.pipeline.targets import TARGETS, report_args
 
-expand_config(config)  # adds the sampling runs generated from figures.fig2_ablation
-check_config(config)
-
+# config: resolved, validated, its figure runs added (expand_config) and cross-checked (check_config) by the
+# Snakefile's workflow_config
 SETTINGS = WorkflowSettings.from_config(config)
 
 
@@ -158,4 +155,4 @@ def final_outputs():
     out += [f"results/tables/table_{s}.{ext}" for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")]
     if config.get("figures", {}).get("fig3_tradeoff"):
         out += [f"results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
-    return out
+    return out + ["results/report/paper.html"]  # every table and figure above on one page (rule paper_page)

@@ -28,3 +28,47 @@ rule docs:
     script:
         "../scripts/docs_results.py"
 
+
+
+# results/report/paper.html: every table and figure of `all` on one HTML page, in the paper's order, captions visible
+# (tables from their .tex, figures from their PNG); the landing page of `snakemake --report report.html`
+# (workflow/report/workflow.rst includes it).  Part of `all`.
+
+
+def page_items():
+    """The page's sections: per report target of `all` (unie.pipeline.targets order), its .tex and .png files."""
+    made = [f for f in final_outputs() if f.endswith((".tex", ".png"))]
+    items = []
+    for name, t in TARGETS.items():
+        if t.category in (None, TARGETS["paper_page"].category) or name.startswith("bench"):
+            continue
+        stem = os.path.basename(t.output).rsplit(".", 1)[0]
+        files = [f for f in made if os.path.basename(f).rsplit(".", 1)[0] == stem
+                 or (name == "cases" and os.path.basename(f).startswith("case_"))]
+        if files:
+            items.append({"target": name, "heading": t.subcategory, "files": files})
+    return items
+
+
+def report_captions():
+    """Each target's report caption (workflow/report/{name}.rst) as text: a param, not an input path, so that the
+    page does not depend on where the clone is."""
+    return {item["target"]: open(os.path.join(workflow.basedir, "workflow", "report", f"{item['target']}.rst")).read()
+            for item in page_items()}
+
+
+rule paper_page:
+    input:
+        [f for item in page_items() for f in item["files"]],
+    output:
+        html=report("results/report/paper.html", **REPORT["paper_page"], labels={"file": "HTML (read here)"}),
+    log:
+        "logs/report/paper_page.log",
+    params:
+        sections=page_items(),
+        captions=report_captions(),
+        note=f"Profile <code>{config['profile']}</code>, seed {config['seed']}, "
+        f"device <code>{config['device']}</code>.",
+    localrule: True
+    script:
+        "../scripts/paper_page.py"

@@ -1,0 +1,212 @@
+"""Every configuration error in one line: the key, the file it came from, and a did-you-mean.
+
+:func:`workflow_config` is the one path from config files to the configuration a run uses, for the Snakefile and
+``unie check-config`` alike: the merge (:func:`unie.pipeline.profile.resolve_config`: grid <- profile file(s) <-
+``--config``), the JSON schema (``workflow/schemas/config.schema.yaml``, its defaults filled in as
+``snakemake.utils.validate`` does), the figure runs it generates and the cross-checks
+(:func:`unie.pipeline.checks.expand_config`, :func:`unie.pipeline.checks.check_config`).  Whatever fails is a
+:class:`~unie.core.config.ConfigError` whose message is one line::
+
+    --config: config key 'sed': unknown key; did you mean 'seed'?
+    my.yaml: config key 'sampling.stpes': unknown key; did you mean 'steps'?
+    my.yaml: config key 'seed': 'abc' is not of type 'integer'
+
+The schema's own report (the rule and the whole offending value) stays on the exception's ``__cause__``, printed
+only when asked for (``snakemake --verbose``, ``unie check-config --verbose``): :func:`error_text`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from pathlib import Path
+
+from ..core.config import ConfigError
+from .profile import GRID, SCHEMA, display_path, load_yaml, resolve_config
+
+# -- the schema, walked by key
+
+
+def _deref(node, root: dict):
+    while isinstance(node, dict) and "$ref" in node:
+        target = root
+        for part in node["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def child_schema(node, key, root: dict):
+    """The schema of ``key`` under the object schema ``node``, or ``None`` where the schema forbids the key.  A key
+    of a free-named mapping (``models``, ``sampling.runs``) gets the schema of its values; a node the schema does not
+    describe further allows anything (``{}``)."""
+    node = _deref(node, root)
+    if not isinstance(node, dict):
+        return {}
+    props = node.get("properties", {})
+    if key in props:
+        return _deref(props[key], root)
+    extra = node.get("additionalProperties", True)
+    if extra is False:
+        return None
+    return _deref(extra, root) if isinstance(extra, dict) else {}
+
+
+def known_keys(node, root: dict) -> list[str]:
+    """The keys the object schema ``node`` names (empty for a free-named mapping)."""
+    node = _deref(node, root)
+    return list(node.get("properties", {})) if isinstance(node, dict) else []
+
+
+def did_you_mean(key, known) -> str:
+    """``"did you mean 'steps'?"`` for the closest known key, else the list of known keys."""
+    known = [str(k) for k in known]
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return f"known: {', '.join(known)}" if known else "no key is allowed here"
+
+
+def dotted(path) -> str:
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+def unknown_key_message(where: str, path, known) -> str:
+    return f"{where}: config key '{dotted(path)}': unknown key; {did_you_mean(path[-1], known)}"
+
+
+# -- where a key came from
+
+
+class ConfigSources:
+    """Which input set a config key: ``--config``, the last profile file that writes it, else the grid."""
+
+    def __init__(self, profile_files=(), cli: dict | None = None, grid=None):
+        self.cli = dict(cli or {})
+        self.overlays = [(display_path(f), load_yaml(f)) for f in profile_files]
+        self.grid = display_path(grid or GRID)
+
+    @staticmethod
+    def _has(tree, path) -> bool:
+        node = tree
+        for i, key in enumerate(path):
+            if not isinstance(node, dict):
+                return i > 0  # a value given whole (a list, a scalar) covers everything below it
+            if key not in node:
+                return False
+            node = node[key]
+        return True
+
+    def of(self, path) -> str:
+        """The source of ``path`` (a tuple of keys), or of its longest prefix that some source writes."""
+        path = tuple(path)
+        order = [("--config", self.cli), *reversed(self.overlays)]
+        for depth in range(len(path), 0, -1):
+            for name, tree in order:
+                if self._has(tree, path[:depth]):
+                    return name
+        return self.grid
+
+
+# -- the schema, one line per violation
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def schema_error(config: dict, schema: dict, sources: ConfigSources) -> ConfigError | None:
+    """The schema's most relevant violation of ``config`` as a one-line :class:`ConfigError` (its ``__cause__``:
+    jsonschema's full report), or ``None``."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is None:
+        return None
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        props = error.schema.get("properties", {})
+        extra = [k for k in error.instance if k not in props]
+        key_path = (*path, extra[0]) if extra else path
+        msg = unknown_key_message(sources.of(key_path), key_path, list(props))
+    else:
+        text = error.message
+        if error.validator in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "minItems", "uniqueItems",
+                               "oneOf", "anyOf", "const"):
+            text = text.replace(repr(error.instance), _short(error.instance), 1)
+        key = dotted(path) if path else "(top level)"
+        msg = f"{sources.of(path)}: config key '{key}': {' '.join(text.split())}"
+    out = ConfigError(msg)
+    out.__cause__ = error
+    return out
+
+
+def validate_config(config: dict, sources: ConfigSources, schema_path=SCHEMA) -> None:
+    """Check ``config`` against the schema (one-line error) and fill in the schema's defaults, in place, as the
+    Snakefile's ``snakemake.utils.validate`` always did."""
+    schema = load_yaml(schema_path)
+    error = schema_error(config, schema, sources)
+    if error is not None:
+        raise error
+    from snakemake.utils import validate
+
+    validate(config, str(schema_path))
+
+
+_QUOTED_KEY = re.compile(r"^config key '([^']+)'")
+_LEADING_KEY = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[\w\-]+|\[\d+\])*):")
+
+
+def with_source(e: ConfigError, config: dict, sources: ConfigSources) -> ConfigError:
+    """A cross-check's error (``config key 'a.b': ...`` or ``a.b: ...``) in one line, with the file its key came
+    from in front."""
+    msg = " ".join(str(e).split())
+    m = _QUOTED_KEY.match(msg) or _LEADING_KEY.match(msg)
+    path = tuple(p for p in re.split(r"\.|\[\d+\]", m.group(1)) if p) if m else ()
+    if not path or path[0] not in config:
+        return ConfigError(msg)
+    return ConfigError(f"{sources.of(path)}: {msg}")
+
+
+def workflow_config(profile_files=None, cli_overrides: dict | None = None, grid=None, schema=SCHEMA,
+                    show=None) -> dict:
+    """The configuration a run uses: resolved (grid <- profile file(s), ``config/config.yaml`` when none <-
+    ``cli_overrides``), checked against the schema with its defaults filled in, the figures' sampling runs added,
+    cross-checked.  ``show(config)`` sees it as resolved, before the schema (``unie check-config --resolved``).
+    Every error is a one-line :class:`ConfigError` naming the key, its file and a did-you-mean."""
+    from .checks import check_config, expand_config
+    from .profile import DEFAULT_PROFILE
+
+    files = [Path(f) for f in (profile_files or [])] or [DEFAULT_PROFILE]
+    sources = ConfigSources(files, cli_overrides, grid)
+    config = resolve_config(files, cli_overrides, grid=grid)
+    if show is not None:
+        show(copy.deepcopy(config))
+    validate_config(config, sources, schema)
+    try:
+        expand_config(config)
+        check_config(config)
+    except ConfigError as e:
+        raise with_source(e, config, sources) from e
+    return config
+
+
+def error_text(e: BaseException, verbose: bool = False) -> str:
+    """What to print for a configuration error: its one line, and with ``verbose`` the schema's full report."""
+    line = " ".join(str(e).split())
+    cause = e.__cause__
+    if verbose and cause is not None:
+        return f"{cause}\n\nunie: config error: {line}"
+    hint = " (--verbose: the schema's full report)" if cause is not None and type(cause).__name__ == \
+        "ValidationError" else ""
+    return f"unie: config error: {line}{hint}"
+
+
+__all__ = ["ConfigSources", "child_schema", "did_you_mean", "error_text", "known_keys", "schema_error",
+           "unknown_key_message", "validate_config", "with_source", "workflow_config"]
