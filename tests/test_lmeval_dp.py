@@ -55,7 +55,7 @@ def world(tmp_path_factory) -> dict:
     docs = [json.loads(line) for t in ("toy_math", "toy_mmlu")
             for line in (task_dir / "data" / f"{t}_test.jsonl").read_text().splitlines()]
     tok = word_tokenizer(sorted({w for d in docs for w in d["question"].split() + d["answer"].split()}), unk=True)
-    torch.manual_seed(0)
+    torch.manual_seed(2)  # a random model that gets some but not all of the 7 choices right
     net = Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, mlp_ratio=2,
                                   max_len=48, causal=True)).eval()
     ckpt = root / "tiny_ar"

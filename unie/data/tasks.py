@@ -306,7 +306,8 @@ def final_words(words: list[str], *markers: str) -> list[str]:
 
 
 def _score_numbers(doc: dict, completion: str) -> float:
-    return float(final_words(_answer_words(completion), "=", "so") == str(doc["final"]).split())
+    """A document without a worked answer (``final`` absent: its ``answer`` is the final one) is scored the same way."""
+    return float(final_words(_answer_words(completion), "=", "so") == str(doc.get("final", doc["answer"])).split())
 
 
 def _score_list(doc: dict, completion: str) -> float:
