@@ -408,7 +408,7 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
         caption += " " + f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
     ratio = proxy_ratios(rows, avg)
     if ratio:
-        caption += " " + ratio
+        caption += ("" if caption.rstrip().endswith(".") else ".") + " " + ratio
     note = effect_note(rows, effects or {})
     if note:
         caption += " " + note
