@@ -97,11 +97,18 @@ def _launch_dir(path: Path) -> Path:
     return path
 
 
-def _strip_timing(obj):
+# provenance that hashes files holding timings (a samples Parquet's metadata, lm-eval's results JSON, a timing
+# JSON a figure was made from): those files are compared themselves, timings aside.  A model's made_from (its
+# token files, its data tensors, the weights it started from) holds no timing and is compared.
+PROVENANCE_KEYS = ("content_sha256", "records", "made_from")
+
+
+def _strip_timing(obj, keep=()):
     if isinstance(obj, dict):
-        return {k: _strip_timing(v) for k, v in obj.items() if not TIMING_KEYS.search(k)}
+        return {k: _strip_timing(v, keep) for k, v in obj.items()
+                if not TIMING_KEYS.search(k) and (k in keep or k not in PROVENANCE_KEYS)}
     if isinstance(obj, list):
-        return [_strip_timing(v) for v in obj]
+        return [_strip_timing(v, keep) for v in obj]
     return obj
 
 
@@ -128,12 +135,13 @@ def _same_results(a: Path, b: Path) -> list[str]:
 
     for rel in sorted(files_a.keys() & files_b.keys()):
         pa, pb = files_a[rel], files_b[rel]
-        if rel.suffix in (".pdf", ".png"):
-            continue  # figures embed their creation dates
+        if rel.suffix in (".pdf", ".png", ".html"):
+            continue  # figures embed their creation dates (and the report page embeds the figures)
         if rel.suffix == ".tex" and rel.name.startswith(("table_app_k", "table_app_w")):
             continue  # the k/w tables print throughput (a measurement); their CSVs are compared without it
         if rel.suffix == ".json":
-            same = _strip_timing(json.loads(text(pa, a))) == _strip_timing(json.loads(text(pb, b)))
+            keep = ("made_from",) if "models" in rel.parts else ()
+            same = _strip_timing(json.loads(text(pa, a)), keep) == _strip_timing(json.loads(text(pb, b)), keep)
         elif rel.suffix == ".jsonl":
             same = ([_strip_timing(json.loads(x)) for x in text(pa, a).splitlines()]
                     == [_strip_timing(json.loads(x)) for x in text(pb, b).splitlines()])

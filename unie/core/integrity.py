@@ -157,6 +157,19 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def atomic_save_torch(path, obj) -> Path:
+    """:func:`atomic_write` of ``torch.save(obj)``, with bytes that depend on ``obj`` only: saved to a buffer, the
+    zip archive's inner folder is ``archive`` instead of the name of the temporary file (which holds the pid), so
+    the same object saved by two processes hashes the same."""
+    import io
+
+    import torch  # the core's file helpers stay importable without torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return atomic_write(path, lambda tmp: tmp.write_bytes(buf.getvalue()))
+
+
 def atomic_write_text(path, text: str) -> Path:
     """:func:`atomic_write` of a text file (UTF-8)."""
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -22,7 +22,7 @@ import torch
 
 from ..core.config import ConfigError, TrainConfig, from_dict
 from ..core.distributed import world
-from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_write, file_record, file_sha256, read_json,
+from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_save_torch, file_record, file_sha256, read_json,
                               verify_file)
 from ..core.precision import check_precision, precision_record
 from ..core.train import run_spec, train
@@ -83,7 +83,7 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
         tensors = {"dllm_sft": dllm, "ar_sft": ar, "pretrain": pre,  # pretraining rows fit either layout
                    "ar_mix": torch.cat([ar, pre3])[torch.randperm(len(ar) + len(pre3), generator=g)]}
         for key, x in tensors.items():
-            atomic_write(out / f"{name}_{key}.pt", lambda tmp, x=x: torch.save(x, tmp))
+            atomic_save_torch(out / f"{name}_{key}.pt", x)
             meta["files"][f"{name}_{key}.pt"] = file_record(out / f"{name}_{key}.pt")
         log(f"{name} tokenizer: {tok.vocab_size} tokens, prompt_len {P}, T {T}; sft {tuple(dllm.shape)}, "
             f"pretrain {tuple(pre.shape)}")
