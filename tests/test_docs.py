@@ -141,3 +141,29 @@ def test_the_rule_script_writes_the_page(tmp_path):
 def test_the_committed_results_page_is_the_generators_output():
     page = (REPO / "docs" / "results.md").read_text()
     assert page.startswith("# Results of the last run (generated)") and "rule `docs`" in page
+
+
+def test_the_documented_lmeval_command_is_the_one_the_default_profile_records():
+    """docs/dllm.md shows the command line the default profile records for its LLaDA-like + Uni-Energy row
+    (``config.unie_command``): every word but the paths is rebuilt from config/config.yaml and the grid the way rule
+    dllm_eval runs the row (tests/lmeval_rows.py); the paths are relative.  The page's prose about the toy
+    geometry and Algorithm 3's options states the config's values."""
+    from lmeval_rows import documented_command, expected_row_command
+    from unie.pipeline.profile import resolve_config
+
+    text = (REPO / "docs" / "dllm.md").read_text()
+    cfg = resolve_config([REPO / "config" / "config.yaml"])
+    argv = documented_command(text, "name=llada_uni")
+    assert argv == expected_row_command("llada_uni", cfg, argv)
+    dec, energy = cfg["dllm"]["decoding"], cfg["dllm"]["energy"]
+    m = re.search(r"a canvas of `gen_length` (\d+) positions in blocks of (\d+), `m = (\d+)` tokens per step, so\s+"
+                  r"N = (\d+) iterations and `w = ([\d.]+)`", text)
+    assert m, "docs/dllm.md: the Decoding bullet's geometry sentence is missing"
+    assert [int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])] == \
+        [dec["gen_length"], dec["block_length"], dec["tokens_per_step"], dec["gen_length"] // dec["tokens_per_step"],
+         energy["w"]]
+    m = re.search(r"\(`unie/dllm/energy.py`\): `K = (\d+)`, `w = ([\d.]+)` .*?drawn from\s+p_θ at `temperature` "
+                  r"([\d.]+), .*?\(`greedy_first: (true|false)`", text, re.S)
+    assert m, "docs/dllm.md: the Algorithm 3 bullet's options are missing"
+    assert [int(m[1]), float(m[2]), float(m[3]), m[4] == "true"] == \
+        [energy["K"], energy["w"], energy["temperature"], energy["greedy_first"]]

@@ -374,3 +374,81 @@ def test_a_rerun_leaves_one_result_set(task_dir, docs, tmp_path, monkeypatch):
     assert len(list(out.rglob("samples_toy_math_*.jsonl"))) == 1 and len(list(out.rglob("samples_toy_mbpp_*.jsonl"))) == 1
     assert any("removed 4 files of an earlier lm-eval run" in m for m in logs), logs
     assert json.loads(found.read_text())["results"]["toy_math"]["exact_match,none"] == 1.0
+
+
+# ---------------------------------------------------------------------- (g) the command a run records (issue 38)
+def _cli_config(command: str, monkeypatch):
+    """``command`` (one line) as lm-eval 0.4.13's own command line reads it: its EvaluatorConfig."""
+    import shlex
+
+    from lm_eval._cli import HarnessCLI
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    argv = shlex.split(command)
+    start = argv.index("unie.lmeval") + 1
+    monkeypatch.setattr(sys, "argv", ["lm-eval", *argv[start:]])
+    return EvaluatorConfig.from_cli(HarnessCLI().parse_args())
+
+
+def test_format_model_args_reads_back_as_given_or_falls_back_to_json():
+    """key=value where lm-eval's parser gives back every key, value and type; JSON (which it reads first) where it
+    would not: a string that reads as a number, a comma inside a value, a negative int (read as a float)."""
+    from lm_eval._cli.utils import key_val_to_dict
+
+    from unie.lmeval import format_model_args
+
+    plain = {"pretrained": "results/dllm/models/llada", "K": 3, "w": 0.2, "greedy_first": False, "horizon": None,
+             "lr": 1e-05, "attn_layers": [1, 2]}
+    text = format_model_args(plain)
+    assert text.startswith("pretrained=results/dllm/models/llada,K=3,w=0.2,greedy_first=False,horizon=None")
+    assert key_val_to_dict(text) == plain
+    for odd in ({"name": "12"}, {"mask_token": "a,b"}, {"seed": -1}, {"name": "true"}):
+        text = format_model_args({"pretrained": "x", **odd})
+        assert json.loads(text) == {"pretrained": "x", **odd}
+
+
+def test_the_command_names_everything_that_decides_the_answers(tmp_path, monkeypatch):
+    """:func:`unie.lmeval.lmeval_command` as lm-eval's command line reads it back: the model arguments (paths under
+    the working directory made relative), the tasks, the task folder, the device as a flag, the batch size, all four
+    seeds, the limit, code execution; the output under rerun/, never inside the row's folder; torchrun for ranks."""
+    from unie.lmeval import lmeval_command
+
+    monkeypatch.chdir(tmp_path)
+    args = {"pretrained": str(tmp_path / "results" / "m"), "proxy": "/elsewhere/proxy", "name": "row", "K": 3,
+            "w": 0.2, "temperature": 0.1, "greedy_first": False, "seed": 5}
+    cmd = lmeval_command(args, ["toy_math", "toy_mbpp"], tmp_path / "resources" / "tasks",
+                         tmp_path / "results" / "rows" / "row", batch_size=16, limit=4, seed=5, device="cpu")
+    assert str(tmp_path) not in cmd and cmd.startswith("python -m unie.lmeval --model unie_dllm ")
+    cfg = _cli_config(cmd, monkeypatch)
+    assert cfg.model == "unie_dllm" and cfg.model_args == {**args, "pretrained": "results/m"}
+    assert cfg.tasks == ["toy_math", "toy_mbpp"] and cfg.include_path == "resources/tasks"
+    assert (cfg.device, int(cfg.batch_size), cfg.seed, cfg.limit) == ("cpu", 16, [5, 5, 5, 5], 4)
+    assert cfg.output_path == "rerun/results/rows/row" and cfg.log_samples and not cfg.confirm_run_unsafe_code
+    outside = lmeval_command({"pretrained": "m"}, ["t"], None, "/elsewhere/rows/row", allow_code_execution=True,
+                             nproc=2, device="cuda")
+    assert outside.startswith("HF_ALLOW_CODE_EVAL=1 torchrun --standalone --nproc_per_node=2 -m unie.lmeval ")
+    assert "--confirm_run_unsafe_code" in outside and "--output_path /elsewhere/rows/row.rerun" in outside
+    assert "--include_path" not in outside and "--limit" not in outside
+    with pytest.raises(ValueError, match="--device"):
+        lmeval_command({"pretrained": "m", "device": "cpu"}, ["t"])
+
+
+def test_evaluate_records_its_command_in_the_results(task_dir, docs, tmp_path, monkeypatch):
+    """:func:`unie.lmeval.evaluate` writes ``config.unie_command`` into lm-eval's results JSON: the model arguments
+    it built the decoder from (lm-eval's seed as the decoder's ``seed``, the device as a flag), its tasks, batch
+    size, seeds and limit, as lm-eval's command line reads them."""
+    import unie.dllm.decoder as dllm_mod
+    from unie.lmeval import evaluate as run_lmeval
+
+    built = []
+    monkeypatch.setattr(dllm_mod, "build_decoder", lambda a: built.append(a) or FakeDecoder(
+        lambda p: " " + docs[p][1]["answer"], name="fake"))
+    monkeypatch.chdir(tmp_path)
+    found = run_lmeval({"pretrained": "x", "name": "row", "K": 2, "device": "cpu"}, ["toy_math"], task_dir,
+                       Path("rows/row"), batch_size=8, limit=3, seed=7, log=lambda m: None)
+    cmd = json.loads(found.read_text())["config"]["unie_command"]
+    cfg = _cli_config(cmd, monkeypatch)
+    assert cfg.model_args == {"pretrained": "x", "name": "row", "K": 2, "seed": 7}
+    assert {**cfg.model_args, "device": cfg.device} == built[0]  # what built the decoder, seed and device included
+    assert (cfg.tasks, int(cfg.batch_size), cfg.seed, cfg.limit) == (["toy_math"], 8, [7, 7, 7, 7], 3)
+    assert cfg.include_path == str(task_dir) and cfg.output_path == "rerun/rows/row"

@@ -412,6 +412,59 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     assert "proxy rerank" in (smoke_run / "results" / "tables" / "table_app_selection.tex").read_text()
 
 
+@pytest.mark.slow
+def test_a_rows_recorded_command_reruns_it(smoke_run, tmp_path, hf_offline):
+    """Issue 38, item 5: a Table 3 row's results JSON records the lm-eval command line that reruns it
+    (``config.unie_command``); the pipeline's command is the one tests/lmeval_rows.py rebuilds from the profile (so
+    docs/dllm.md's, checked the same way, is the default profile's).  Run as a user would, from the run directory
+    with ``--limit 3`` appended (and the output sent to a temporary folder), it gives the row's own answers to the
+    first 3 items of every task, the same metrics and the same parsed ``model_args``, decoder options and weights.
+    A control with one decoding option changed (``tokens_per_step``) answers differently: the comparison can fail."""
+    import shlex
+
+    from lmeval_rows import expected_row_command
+    from unie.data.tasks import PRIMARY_METRIC
+
+    row = "llada_uni"  # Algorithm 3: sampled candidates (the seed matters), a proxy read through the bridge
+    row_dir = smoke_run / "results" / "dllm" / "rows" / row
+    recorded = json.loads((row_dir / "results.json").read_text())
+    argv = shlex.split(recorded["config"]["unie_command"])
+    assert argv[:3] == ["python", "-m", "unie.lmeval"] and "--log_samples" in argv
+    assert argv == expected_row_command(row, resolve_config([SMOKE]), argv)
+    metrics = {t: PRIMARY_METRIC[t] for t in resolve_config([SMOKE])["dllm"]["tasks"]["names"]}
+
+    def rerun(out, *extra):
+        r = subprocess.run([sys.executable, *argv[1:], *extra, "--limit", "3", "--output_path", str(out)],
+                           cwd=smoke_run, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-4000:]
+        (found,) = out.rglob("results_*.json")
+        samples = {t: {json.loads(line)["doc_id"]: json.loads(line) for line in
+                       next(out.rglob(f"samples_{t}_*.jsonl")).read_text().splitlines()} for t in metrics}
+        return json.loads(found.read_text()), samples
+
+    def row_samples(task):
+        (path,) = row_dir.rglob(f"samples_{task}_*.jsonl")
+        return {rec["doc_id"]: rec for rec in map(json.loads, path.read_text().splitlines())}
+
+    res, samples = rerun(tmp_path / "rerun")
+    for key in ("model_args", "unie_decoder"):
+        assert res["config"][key] == recorded["config"][key], key
+    answers = 0
+    for task, metric in metrics.items():
+        own = row_samples(task)
+        assert sorted(samples[task]) == [0, 1, 2]
+        for i, rec in samples[task].items():
+            assert rec["doc"] == own[i]["doc"]
+            assert rec["filtered_resps"] == own[i]["filtered_resps"] and rec[metric] == own[i][metric]
+            answers += bool(rec["filtered_resps"][0].strip())
+        expected = statistics.fmean(own[i][metric] for i in range(3))
+        assert res["results"][task][f"{metric},none"] == pytest.approx(expected, abs=1e-12)
+    assert answers >= 7  # not a comparison of empty strings
+    control, other = rerun(tmp_path / "control", "--model_args", "tokens_per_step=8")
+    assert control["config"]["model_args"]["decoding"]["tokens_per_step"] == 8
+    assert any(other[t][i]["filtered_resps"] != row_samples(t)[i]["filtered_resps"] for t in metrics for i in range(3))
+
+
 def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
     """Figure 4's points and the appendix k/w tables come from one lm-eval run per sweep point (its results JSON
     kept byte for byte), each point's decoder differs only in the varied option, and every point's throughput

@@ -207,6 +207,10 @@ class UnieLM(LM):
             log.warning("precision %s was asked for %s; the cpu runs fp32 (unie.core.precision.for_device)",
                         model_args["precision"], device)
             model_args = {**model_args, "precision": "fp32"}
+        # what a command line must pass to build this decoder again (:func:`lmeval_command`): the model arguments
+        # as given (fp32 after a CUDA fallback) and the device before torchrun's cuda:LOCAL_RANK
+        self.given_model_args = None if decoder is not None else dict(model_args)
+        self.given_device = resolved
         rank, world_size, device = join_world(resolved)
         if decoder is None:
             from unie.dllm.decoder import build_decoder
@@ -515,6 +519,86 @@ def load_supported_tasks(task_manager, tasks) -> list:
     return out
 
 
+RERUN_DIR = "rerun"  # where a recorded command writes (ignored by git), never a row's folder (the workflow reads it)
+
+
+def relative_path(path, cwd=None) -> str:
+    """``path`` relative to ``cwd`` (default: the working directory) when it is absolute and lies under it, else
+    as given: a recorded command names the clone's (or run directory's) files the way a user there types them."""
+    path = str(path)
+    if not os.path.isabs(path):
+        return path
+    base = os.path.abspath(cwd or os.getcwd())
+    full = os.path.abspath(path)
+    return os.path.relpath(full, base) if os.path.commonpath([full, base]) == base else path
+
+
+def rerun_path(output_path, cwd=None) -> str:
+    """Where a recorded command writes its lm-eval files: ``rerun/<output_path>`` for an output under ``cwd`` (a row's
+    ``results/dllm/rows/llada_uni`` -> ``rerun/results/dllm/rows/llada_uni``), else ``<output_path>.rerun`` beside it.
+    Never inside ``output_path``: the workflow reads the newest ``results_*.json`` under a row's folder."""
+    rel = relative_path(output_path, cwd)
+    if os.path.isabs(rel) or rel.split(os.sep)[0] == os.pardir:
+        return str(output_path).rstrip("/") + ".rerun"
+    return os.path.join(RERUN_DIR, rel)
+
+
+def format_model_args(args: dict) -> str:
+    """``args`` as lm-eval's ``--model_args``: ``key=value,...`` when lm-eval's command line parses that back to
+    the same keys, values and types (``lm_eval._cli.utils.key_val_to_dict``, lm-eval 0.4.13), else JSON (which the
+    command line reads first): a string that would read as a number, a value with a comma, ..."""
+    def text(v):
+        return v if isinstance(v, str) else repr(v) if isinstance(v, (list, tuple, dict)) else str(v)
+
+    kv = ",".join(f"{k}={text(v)}" for k, v in args.items())
+    try:
+        from lm_eval._cli.utils import key_val_to_dict
+
+        back = key_val_to_dict(kv)
+    except (ImportError, ValueError):
+        back = None
+    if back is not None and list(back) == list(args) and \
+            all(type(back[k]) is type(v) and back[k] == v for k, v in args.items()):
+        return kv
+    return json.dumps(args, separators=(",", ":"))
+
+
+def lmeval_command(model_args: dict, tasks: list[str], include_path=None, output_path=None,
+                   batch_size: int = DEFAULT_BATCH_SIZE, limit=None, seed: int | None = 0,
+                   allow_code_execution: bool = False, device: str = "cpu", model: str = "unie_dllm",
+                   nproc: int = 1, cwd=None) -> str:
+    """The shell command that runs lm-eval's own command line (``python -m unie.lmeval``, which registers the
+    models) as :func:`evaluate` ran: the same model arguments (``seed`` among them: it seeds the decoder's noise),
+    tasks, task folder, device, batch size, lm-eval seeds (``--seed S``: all four), ``--limit``, code execution
+    (``HF_ALLOW_CODE_EVAL=1 ... --confirm_run_unsafe_code``) and, for ``nproc`` > 1 ranks, torchrun.  ``device`` is
+    a command-line flag, never a model argument (lm-eval passes both to the adapter: a duplicate is a TypeError).
+    Absolute paths under ``cwd`` become relative (:func:`relative_path`); the output goes to
+    :func:`rerun_path`, with ``--log_samples``.  Returns one line (``shlex.join``; ``shlex.split`` gives the argv)."""
+    import shlex
+
+    if "device" in model_args:
+        raise ValueError("device is a command-line flag (--device), not a model argument, in a recorded command")
+    args = {k: relative_path(v, cwd) if isinstance(v, str) and os.path.isabs(v) else v
+            for k, v in model_args.items()}
+    env = ["HF_ALLOW_CODE_EVAL=1"] if allow_code_execution else []
+    launch = ["python", "-m", "unie.lmeval"] if nproc <= 1 else \
+        ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "unie.lmeval"]
+    argv = [*env, *launch, "--model", model, "--model_args", format_model_args(args),
+            "--tasks", ",".join(str(t) for t in tasks)]
+    if include_path is not None:
+        argv += ["--include_path", relative_path(include_path, cwd)]
+    argv += ["--device", str(device), "--batch_size", str(batch_size)]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
+    if limit is not None:
+        argv += ["--limit", str(limit)]
+    if allow_code_execution:
+        argv += ["--confirm_run_unsafe_code"]
+    if output_path is not None:
+        argv += ["--output_path", rerun_path(output_path, cwd), "--log_samples"]
+    return shlex.join(argv)
+
+
 def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batch_size: int,
              include_defaults: bool = False, limit=None, seed: int = 0, allow_code_execution: bool = False,
              log=print) -> Path | None:
@@ -529,6 +613,10 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
 
     ``seed`` seeds lm-eval (sampling of few-shot examples, ...) and, unless ``model_args`` has its own ``seed``,
     the decoder's per-request noise.
+
+    The results JSON's ``config.unie_command`` is this run as one command line of lm-eval's own
+    (:func:`lmeval_command`: ``python -m unie.lmeval ...``, paths relative to the working directory, the output
+    under ``rerun/``); run from the same directory, it gives the same answers (docs/dllm.md).
 
     A task whose ``output_type`` the adapter does not answer (``loglikelihood_rolling``) is refused before the
     model loads (:func:`load_supported_tasks`; the tasks are loaded once, here, and handed to lm-eval).
@@ -547,8 +635,16 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     output_path = Path(output_path)
     tm = TaskManager(include_path=str(include_path), include_defaults=include_defaults)
     loaded = load_supported_tasks(tm, tasks)  # an unsupported task is refused before the model loads
-    model_args = {"seed": seed, **model_args}  # lm-eval's seed reaches the decoder's noise unless model_args set one
+    # lm-eval's seed reaches the decoder's noise unless model_args set one
+    model_args = {**model_args, "seed": model_args.get("seed", seed)}
     lm = UnieLM(batch_size=batch_size, throughput_path=output_path / "throughput.json", **model_args)
+    from .dllm.decoder import ARDecoder
+
+    # this run as one command line (lm-eval's own), recorded in the results JSON's config.unie_command
+    command = lmeval_command(lm.given_model_args, tasks, include_path, output_path, batch_size=lm.batch_size,
+                             limit=limit, seed=seed, allow_code_execution=allow_code_execution,
+                             device=lm.given_device, nproc=lm.world_size,
+                             model="unie_ar" if isinstance(lm.decoder, ARDecoder) else "unie_dllm")
     if lm.rank == 0:  # one result set per run: an earlier run's timestamped files would sit beside the new ones
         stale = clear_lmeval_outputs(output_path)
         if stale:
@@ -576,6 +672,8 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
         for rows in samples.values():
             filters = list(dict.fromkeys(row["filter"] for row in rows))
             rows.sort(key=lambda row: (filters.index(row["filter"]), row["doc_id"]))
+    res["config"]["unie_command"] = command
+    log(f"lm-eval command: {command}")
     tracker.general_config_tracker.model_name = model_args.get("name", lm.decoder.name)
     tracker.general_config_tracker.model_name_sanitized = str(lm.decoder.name).replace("/", "__")
     tracker.save_results_aggregated(results=res, samples=samples)
