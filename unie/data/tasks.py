@@ -48,7 +48,7 @@ LIST_TASKS = ("toy_mbpp", "toy_lcb")
 LETTERS = ("A", "B", "C", "D")
 DIGITS = tuple(str(d) for d in range(10))
 LIST_OPS = ("sort", "reverse", "rotate", "swap")
-# Difficulty (issue 8's recalibration, README): with b up to 9 the units digit stayed at chance in every DLLM-half
+# Difficulty (recalibrated, CHANGELOG.md): with b up to 9 the units digit stayed at chance in every DLLM-half
 # model, and lists of 3-5 digits were learned far slower than lists of one length (3 % vs 97 % after 400 steps)
 LIST_LENGTH = 4  # digits per list
 MAX_ADDEND = 2  # b in a ± b (toy_math) and in the word problems (toy_gsm8k)
@@ -126,7 +126,7 @@ def _sentence_and_subject(rng, scene: str, subject: str | None = None) -> tuple[
 def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
     """``a ± b = ?`` with ``a`` in 10..``a_max`` and ``b`` in 1..``b_max``: a carry or borrow ties the answer's
     digits, and it ripples (``9 9 9 + 2`` -> ``1 0 0 1``, ``1 0 0 - 1`` -> ``9 9``).  The size knobs are
-    arguments for ``scripts/dllm_sft_probe.py`` (before issue 8's recalibration: ``a_max=999, b_max=9``)."""
+    arguments for ``scripts/dllm_sft_probe.py`` (before the recalibration: ``a_max=999, b_max=9``)."""
     a, b = rng.randint(10, a_max), rng.randint(1, b_max)
     op = rng.choice("+-")
     val = a + b if op == "+" else a - b
@@ -156,7 +156,7 @@ def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
 
 def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(LIST_LENGTH, LIST_LENGTH)):
     """``n_ops`` distinct list operations applied to a list of ``lengths[0]..lengths[1]`` digits (the length is
-    drawn only when the two differ; before issue 8's recalibration ``(3, 5)``)."""
+    drawn only when the two differ; before the recalibration ``(3, 5)``)."""
     ops = rng.sample(LIST_OPS, n_ops)
     lo, hi = lengths
     xs = [rng.randint(0, 9) for _ in range(lo if lo == hi else rng.randint(lo, hi))]

@@ -73,8 +73,7 @@ continues the curriculum where it stopped).
   same gammas cover only [0.42, 0.998]: the curriculum would never see high noise.  The default (``None``)
   therefore *matches the reference's alpha range*: each end is the ``gamma`` at which ``alpha_USDM`` for
   our ``V`` equals the reference's ``alpha_USDM`` at ``V = 50,258`` (toy world, V = 199: (-3.00, -0.044);
-  a released Duo, ``pad_state``: exactly (-3.55, -1.85)).  Explicit values are used as given.  (Until issue
-  36 the reference was taken at 50,257: the toy range moved by 2e-6 and 9e-6 in gamma.)
+  a released Duo, ``pad_state``: exactly (-3.55, -1.85)).  Explicit values are used as given.
 * ``tau = 1e-3`` (the reference) is kept: ``softmax(w_t/tau)`` is then nearly one-hot, as in the
   reference; larger values give softer inputs.
 * ``curriculum_steps`` defaults to 0 (plain UDLM); the reference uses half of training.
