@@ -2,7 +2,7 @@
 the tokenizer and model fetchers, the HF evaluator, and dry runs of ``snakemake --profile slurm``.
 
 Everything is built locally (a byte-level BPE trained on a few sentences, a one-layer GPT-2); nothing is
-downloaded.  Protocol: ``notes/baselines.md`` §0.
+downloaded.  Protocol: ``docs/baselines.md``.
 """
 
 from __future__ import annotations
