@@ -133,7 +133,7 @@ def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
     q = f"{header} : {digits(a)} {op} {digits(b)} = ? answer :"
     # worked: the equation restated, then its value (7-12 words).  (An answer that writes the units column first,
     # ``units 3 - 2 = 1 so 7 1 7 1``, lifted the AR rows and the Dream-like model but left the LLaDA-like one at
-    # 1 % and the two backbones 2.9x apart: docs/dllm.md, the calibration)
+    # 1 % and the two backbones 2.9x apart: docs/decisions.md, the DLLM half in the paper's regime)
     return {"question": q, "answer": f"{digits(a)} {op} {digits(b)} = {digits(val)}", "final": digits(val),
             "value": val}
 
