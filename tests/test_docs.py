@@ -154,6 +154,12 @@ def test_the_timing_keys_docs_timing_shows_are_the_schemas_and_the_defaults(tmp_
     assert fig3 == default
     assert block["dllm"]["timing"] == dataclasses.asdict(SweepTiming())
 
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    fields = {f.name for f in dataclasses.fields(TimingChecks)}
+    assert set(schema["$defs"]["timing_checks"]["properties"]) == fields  # the schema's keys are the dataclass's
+    assert set(schema["properties"]["dllm"]["properties"]["timing"]["properties"]) == {
+        f.name for f in dataclasses.fields(SweepTiming)}
+
     block["dllm"]["timing"]["checks"]["max_sprd"] = 0.3
     overlay.write_text(yaml.safe_dump(block))
     with pytest.raises(ConfigError, match="max_sprd"):
