@@ -1,15 +1,16 @@
-"""Probe how fast a small bidirectional model learns the toy tasks with LLaDA's SFT loss (README, issue 8).
+"""Probe how fast a small bidirectional model learns the toy tasks with LLaDA's SFT loss (docs/dllm.md).
 
 Outside the workflow: nothing is read or written, the result is printed as one JSON line.  A word-level
 tokenizer, a model trained from scratch on ``--n-train`` rows per task (answers in 16 positions: the worked answers
 and their ``<eos>`` padding, only the answer masked, LLaDA's loss through ``--estimator``), then the backbone's own
 decoder in the profile's geometry (16 positions in blocks of 4, m = 2 tokens per step, low-confidence) on
-``--n-test`` held-out questions per task, scored by the tasks' own scorers (on the final answer).  The measurements
-in docs/dllm.md made before the worked answers used 8 positions in one block, m = 4, and answers without work.
+``--n-test`` held-out questions per task, scored by the tasks' own scorers (on the final answer).  The calibration
+measurements in CHANGELOG.md were made before the worked answers, with 8 positions in one block, m = 4, and answers
+without work.
 For arithmetic tasks the share of items whose answer digit ``j`` is right is printed too.
 
 The defaults are the profile's tasks; ``--a-max 999 --max-addend 9 --list-lengths 3-5`` gives the tasks as they
-were before issue 8's recalibration.
+were before their recalibration (CHANGELOG.md).
 
     python scripts/dllm_sft_probe.py --tasks toy_mbpp --steps 400 --list-lengths 3-5
     python scripts/dllm_sft_probe.py --tasks toy_math --steps 400 --a-max 999 --max-addend 3 --buckets 2 \\
@@ -70,7 +71,7 @@ def math_format(kind: str, max_addend: int):
 
 def generators(tasks: list[str], lengths: tuple[int, int] = (T.LIST_LENGTH, T.LIST_LENGTH), math: str = "profile",
                a_max: int = T.MAX_A, max_addend: int = T.MAX_ADDEND) -> dict:
-    """The tasks' generators with the given difficulty knobs (the defaults are the profile's; before issue 8's
+    """The tasks' generators with the given difficulty knobs (the defaults are the profile's; before the tasks'
     recalibration: lengths ``(3, 5)``, ``a_max = 999``, ``max_addend = 9``)."""
     if max_addend < 1 or a_max < 10:
         raise SystemExit(f"--max-addend must be >= 1 and --a-max >= 10, got {max_addend} and {a_max}")

@@ -1,4 +1,4 @@
-"""BD3-LM (notes/baselines.md §4): the two-stream mask, the block NELBO, the reduction to MDLM at
+"""BD3-LM (docs/baselines.md): the two-stream mask, the block NELBO, the reduction to MDLM at
 block_size = L, the exact block denoiser (reference and KV-cached), and the block sampler's step allocation."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _rows(*patterns):
     return torch.tensor([[c == "1" for c in p.replace(" ", "")] for p in patterns])
 
 
-# ---------------------------------------------------------------------- the mask (§4.2)
+# ---------------------------------------------------------------------- the training mask
 def test_block_diff_mask_by_hand_L8_block2():
     """Columns: noisy x_t positions 0..7, then clean x0 positions 0..7; blocks of 2."""
     want = _rows(
@@ -72,7 +72,7 @@ def test_block_times_layout_and_reduction():
     assert lo >= 0.3 and hi <= 0.8
 
 
-# ---------------------------------------------------------------------- the network sees what §4.2 allows
+# ---------------------------------------------------------------------- the network sees what the mask allows
 @pytest.fixture
 def net(net_factory):
     return net_factory(max_len=16, d_model=16)

@@ -51,11 +51,11 @@ def test_bench_module_imports_no_workflow_package_and_runs_standalone(tmp_path):
     assert "Paper-scale bench" in (tmp_path / "paper_scale.md").read_text()
 
 
-def test_gpu_run_script_tiny_on_cpu(tmp_path):
-    """scripts/gpu_run.py (the device check the lead runs) works end to end at tiny size without a GPU."""
+def test_gpu_check_script_tiny_on_cpu(tmp_path):
+    """scripts/gpu_check.py (the device check, docs/gpu-runs.md) works end to end at tiny size without a GPU."""
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_run.py"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
     out = subprocess.run([sys.executable, str(script), "--tiny", "--device", "cpu", "--precisions", "fp32",
                           "--steps", "2", "--out", str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,7 @@ The cases (each a file of a different job, so that one run covers them all):
 * the dev split ``owt/valid.parquet``: one byte flipped (a page fails its CRC; NCE's two models are retrained);
 * a one-digit edit, the modification time kept, of Table 1's ``results/ppl/mdlm.json``, Table 2's
   ``results/genppl/mdlm/steps2.json`` and Table 3's lm-eval ``results/dllm/rows/llada/results.json``
-  (``0.0 -> 0.5``, the issue's example)."""
+  (``0.0 -> 0.5``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DCD_autoregressive (notes/baselines.md §6.2): chunks revealed left to right, the causal pass of the
+"""DCD_autoregressive (docs/baselines.md): chunks revealed left to right, the causal pass of the
 denoiser, the re-weighted AR logits, and the reduction to plain AR sampling."""
 
 from __future__ import annotations

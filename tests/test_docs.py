@@ -1,7 +1,10 @@
 """The documentation stays true to the repository: the code map names every module of ``unie/`` and only modules
-that exist, every relative link of README.md and docs/*.md points to a file a clone has, and docs/results.md is
+that exist, every rule of the Snakefile and only rules it defines, every config file and workflow folder, and the
+package's layer order as tests/test_layout.py enforces it; every relative link of README.md, CHANGELOG.md and
+docs/*.md points to a file a clone has; no page cites a file outside the repository; and docs/results.md is
 generated from result files (``unie.report.markdown``, rule ``docs``), never typed in."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -13,8 +16,10 @@ import pytest
 from unie.report import markdown
 
 REPO = Path(__file__).resolve().parents[1]
-MAPS = [REPO / "README.md", REPO / "docs" / "code-map.md"]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+CODE_MAP = REPO / "docs" / "code-map.md"
+MAPS = [REPO / "README.md", CODE_MAP]
+PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
+SMK = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
 
 
 def named_paths(text: str) -> set[str]:
@@ -37,6 +42,128 @@ def test_every_module_has_a_code_map_entry():
     modules = sorted(str(p.relative_to(REPO)) for p in (REPO / "unie").rglob("*.py") if p.name != "__init__.py")
     unmapped = [m for m in modules if m not in named]
     assert not unmapped, "modules without a row in docs/code-map.md:\n" + "\n".join(unmapped)
+
+
+def snakefile_rules() -> tuple[set[str], set[str]]:
+    """The rules the Snakefile and its includes define: the named ones (``rule NAME:``, also inside an ``if``), and
+    the prefixes of those a loop defines (``rule:`` with ``name: f"PREFIX{...}"``, e.g. ``dllm_eval_{model}``)."""
+    named, prefixes = set(), set()
+    for path in SMK:
+        text = path.read_text()
+        named |= set(re.findall(r"^\s*(?:rule|checkpoint)\s+(\w+)\s*:", text, re.M))
+        prefixes |= set(re.findall(r"\bname:\s*f[\"'](\w+?)\{", text))
+    return named, prefixes
+
+
+def rules_named(text: str) -> set[str]:
+    """Every rule a page names: the backticked names after "rule" or "rules" (``rules `a`, `b` and `c```), a brace
+    list expanded (``sample_{table2,fig2}``), a placeholder kept (``dllm_eval_{model}``)."""
+    out = set()
+    item = r"`[^`]+`(?: \([^()]*\))?"  # a name, perhaps with a parenthetical about it
+    for run in re.findall(rf"\brules? ({item}(?:(?:,| and| or|, and) {item})*)", text):
+        for name in re.findall(r"`([^`]+)`", re.sub(r" \([^()]*\)", "", run)):
+            m = re.fullmatch(r"(\w*)\{([^}]*)\}(\w*)", name)
+            out |= {f"{m.group(1)}{x}{m.group(3)}" for x in m.group(2).split(",")} if m and "," in m.group(2) \
+                else {name}
+    return out
+
+
+def test_the_code_map_names_the_snakefiles_rules_and_only_those():
+    named, prefixes = snakefile_rules()
+    assert {"all", "train", "table1", "table3"} <= named and "dllm_eval_" in prefixes  # the parser sees the rules
+    on_map = rules_named(CODE_MAP.read_text())
+    unknown = sorted(n for n in on_map if n not in named and not (
+        re.fullmatch(r"\w+\{\w+\}", n) and n.split("{")[0] in prefixes)  # a loop's rules by their placeholder
+        and not any(n.startswith(p) and re.fullmatch(r"\w+", n) for p in prefixes))  # one of a loop's rules
+    assert not unknown, "docs/code-map.md names rules the Snakefile does not define:\n" + "\n".join(unknown)
+    missing = sorted(n for n in named if n not in on_map)
+    missing += sorted(f"{p}{{...}}" for p in prefixes if not any(re.fullmatch(rf"{p}\{{\w+\}}", n) for n in on_map))
+    assert not missing, "rules of the Snakefile that docs/code-map.md does not name:\n" + "\n".join(missing)
+
+
+def test_the_rule_names_are_read_as_written():
+    text = ("rules `a`, `b` and `c_{x,y}`; rule `d_{model}` (one per `model`), `f`; the `selection` rules through `e`")
+    assert rules_named(text) == {"a", "b", "c_x", "c_y", "d_{model}", "f"}
+
+
+def test_the_code_map_names_every_config_file_rule_file_and_workflow_folder():
+    spans = set(re.findall(r"`([^`\s]+)`", CODE_MAP.read_text()))
+    want = [f"config/{p.name}" for p in sorted((REPO / "config").iterdir()) if p.is_file()]
+    want += [str(p.relative_to(REPO)) for p in SMK]
+    missing = [w for w in want if w not in spans]
+    missing += [f"workflow/{d.name}/" for d in sorted((REPO / "workflow").iterdir()) if d.is_dir()
+                if not any(s.startswith(f"workflow/{d.name}/") for s in spans)]
+    assert not missing, "docs/code-map.md does not name:\n" + "\n".join(missing)
+
+
+def test_the_code_map_states_the_layer_order_the_layout_test_enforces():
+    tree = ast.parse((REPO / "tests" / "test_layout.py").read_text())
+    layers = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                  and any(getattr(t, "id", None) == "LAYERS" for t in n.targets))
+    expected = [{k for k, v in layers.items() if v == level} for level in sorted(set(layers.values()))]
+    line = next(ln for ln in CODE_MAP.read_text().splitlines() if ln.startswith("`core` →"))
+    stated = [set(re.findall(r"`(\w+)`", part)) for part in line.split("→")]
+    assert stated == expected, f"docs/code-map.md states {stated}, tests/test_layout.py enforces {expected}"
+
+
+def test_no_page_cites_a_file_outside_the_repository():
+    """The repository stands alone: no tracked file points into the specification kept beside the clone on the
+    machines it was developed on; what the code relies on is written in docs/."""
+    outside = "|".join(re.escape(a + b) for a, b in (("../", "shared/"), ("/work/", "shared"), ("shared/", "spec/"),
+                                                      ("spec/", "notes/")))
+    files = clone_files()
+    if files is None:
+        pytest.skip("not a git checkout")
+    bad = []
+    for rel in sorted(files):
+        path = REPO / rel
+        if rel == "tests/test_paper_vs_ours.py" or not path.is_file() or path.suffix in {".png", ".pt", ".parquet"}:
+            continue  # the one test that looks for the paper's .tex beside the clone (test plumbing)
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        bad += [f"{rel}:{i}: {ln.strip()}" for i, ln in enumerate(text.splitlines(), 1)
+                if re.search(outside, ln)]
+    assert not bad, "files that cite something outside the repository:\n" + "\n".join(bad)
+
+
+def test_the_timing_keys_docs_timing_shows_are_the_schemas_and_the_defaults(tmp_path):
+    """docs/timing.md's config block: every key is one the schema and a profile accept (a misspelled one is refused),
+    and its values are the defaults it says they are."""
+    import dataclasses
+
+    import yaml
+
+    from unie.core.config import ConfigError
+    from unie.eval.timing import TimingChecks
+    from unie.pipeline.dllm import SweepTiming
+    from unie.pipeline.validate import workflow_config
+
+    text = (REPO / "docs" / "timing.md").read_text().split("## Config keys", 1)[1]
+    block = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    overlay = tmp_path / "timing.yaml"
+    overlay.write_text(yaml.safe_dump(block))
+    config = workflow_config([REPO / "config" / "smoke.yaml", overlay])
+    assert config["dllm"]["timing"] == block["dllm"]["timing"]
+    assert config["figures"]["fig3_tradeoff"]["timing"] == block["figures"]["fig3_tradeoff"]["timing"]
+
+    fig3 = dict(block["figures"]["fig3_tradeoff"]["timing"])
+    assert fig3.pop("checks") == dataclasses.asdict(TimingChecks())
+    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["figures"]["fig3_tradeoff"]["timing"]
+    assert fig3 == default
+    assert block["dllm"]["timing"] == dataclasses.asdict(SweepTiming())
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    fields = {f.name for f in dataclasses.fields(TimingChecks)}
+    assert set(schema["$defs"]["timing_checks"]["properties"]) == fields  # the schema's keys are the dataclass's
+    assert set(schema["properties"]["dllm"]["properties"]["timing"]["properties"]) == {
+        f.name for f in dataclasses.fields(SweepTiming)}
+
+    block["dllm"]["timing"]["checks"]["max_sprd"] = 0.3
+    overlay.write_text(yaml.safe_dump(block))
+    with pytest.raises(ConfigError, match="max_sprd"):
+        workflow_config([REPO / "config" / "smoke.yaml", overlay])
 
 
 def slug(heading: str) -> str:

@@ -33,7 +33,7 @@ def duo_net(vocab_size: int, d_model: int = 16, max_len: int = 16, seed: int = 0
 
 
 def ctmc_form(log_x_theta, xt, x0, alpha, dalpha):
-    """The same bound written as a CTMC rate-matching divergence (independent of the §3.1 algebra):
+    """The same bound written as a CTMC rate-matching divergence (independent of the module doc's NELBO algebra):
     ``(-alpha'/(V alpha)) sum_{y != xt} r_y h(rtheta_y / r_y)``, ``h(u) = u - 1 - log u``."""
     V = log_x_theta.shape[-1]
     a, da = alpha[:, None, None], dalpha[:, None]

@@ -1,4 +1,4 @@
-"""Uni-E: energies, Algorithm 2, NCE and the closed-form partition (issue 3's must-show list)."""
+"""Uni-E: energies, Algorithm 2, NCE and the closed-form partition."""
 
 from __future__ import annotations
 

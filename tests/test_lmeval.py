@@ -270,8 +270,8 @@ def test_score_livebench_by_kind():
 
 
 def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
-    """The tasks' difficulty knobs (README, issue 8): b in 1..MAX_ADDEND, lists of LIST_LENGTH digits; answers
-    still tie several digits (in some documents a carry or borrow changes more than the units digit)."""
+    """The tasks' difficulty knobs (recalibrated, CHANGELOG.md): b in 1..MAX_ADDEND, lists of LIST_LENGTH digits;
+    answers still tie several digits (in some documents a carry or borrow changes more than the units digit)."""
     def number(words):
         return int("".join(words))
 

@@ -1,4 +1,4 @@
-"""The lm-eval adapter answers like lm-eval's own models (issue 26): the same greedy decode, sampled decode and
+"""The lm-eval adapter answers like lm-eval's own models: the same greedy decode, sampled decode and
 log-likelihood for a request whatever its batch size (1, 8, 64), its neighbours or the order of the requests,
 for both toy backbones (LLaDA-like: BPE tokenizer, ``pad_to_batch``; Dream-like: shifted, fixed ``prompt_len``)
 and a Hugging Face stand-in (a causal tiny Llama as an ``hf_dllm``: it sees any left padding); ``is_greedy``;
@@ -382,7 +382,7 @@ runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
 
 
 def test_a_rows_results_json_names_its_proxy_batch_weights_and_device(tmp_path, hf_dir, caplog):
-    """What a reader of a Table 3 row's results JSON needs (issue 36): the proxy by name, the batch size, the SHA-256
+    """What a reader of a Table 3 row's results JSON needs: the proxy by name, the batch size, the SHA-256
     of the weights the answers came from (model and proxy), the device actually used (after a CUDA fallback: the cpu,
     in fp32, whatever the precision asked for)."""
     import hashlib

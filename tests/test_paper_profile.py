@@ -2,7 +2,7 @@
 the tokenizer and model fetchers, the HF evaluator, and dry runs of ``snakemake --profile slurm``.
 
 Everything is built locally (a byte-level BPE trained on a few sentences, a one-layer GPT-2); nothing is
-downloaded.  Protocol: ``notes/baselines.md`` §0.
+downloaded.  Protocol: ``docs/baselines.md``.
 """
 
 from __future__ import annotations
@@ -449,7 +449,7 @@ def test_paper_config_passes_schema_and_check_config():
     assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])
     assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
     assert [e["label"] for e in cfg["genppl"]["evaluators"].values()] == ["Llama2", "Llama3", "GPT2"]
-    rows = cfg["dllm"]["rows"]  # issue 9's baselines and the appendix-only Llama3.1-8B row
+    rows = cfg["dllm"]["rows"]  # the DLLM baselines and the appendix-only Llama3.1-8B row
     assert {"llada_dawn", "llada_apd", "llada_core", "dream_apd", "dream_core"} <= set(rows)
     assert [n for n, r in rows.items() if r.get("appendix_only")] == ["llama31_8b"]
     assert rows["llada_dawn"]["options"] == {"sampler": "dawn", "attn_layers": 4, "tau_sink": 0.01, "tau_edge": 0.07}

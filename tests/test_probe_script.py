@@ -1,4 +1,4 @@
-"""``scripts/dllm_sft_probe.py`` (the README's outside-the-workflow SFT measurements) still runs."""
+"""``scripts/dllm_sft_probe.py`` (the outside-the-workflow SFT probe of docs/dllm.md) still runs."""
 
 from __future__ import annotations
 

@@ -673,7 +673,7 @@ def test_lm_eval_numbers_must_agree_with_their_count(tmp_path):
 
     assert lmeval_numbers_problem(results(0.0, 0.0)) is None
     assert lmeval_numbers_problem(results(0.375, math.sqrt(0.375 * 0.625 / 7))) is None
-    assert "has s.e. 0.0, not 0.18898" in lmeval_numbers_problem(results(0.5, 0.0))  # the 0.0 -> 0.5
+    assert "has s.e. 0.0, not 0.18898" in lmeval_numbers_problem(results(0.5, 0.0))  # a mean moved 0.0 -> 0.5
     assert "not a count of 8 items" in lmeval_numbers_problem(results(0.3, math.sqrt(0.3 * 0.7 / 7)))
     # a metric that need not be 0/1 per item (pass@1 over several draws): only the bound holds
     assert lmeval_numbers_problem(results(0.3, 0.1, metric="pass_at_1")) is None

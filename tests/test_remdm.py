@@ -37,7 +37,7 @@ def test_sigma_t_is_within_zero_and_sigma_max(strategy, eta_cap, eta_rescale):
             assert smax == min(1.0, (1 - a_s) / a_t)
             sig = remask_sigma(strategy, a_t, a_s, eta_cap, eta_rescale)
             assert 0.0 <= sig <= smax
-            # the masked-position probabilities of §5.1 are then valid
+            # the masked-position probabilities of the ReMDM step are then valid
             reveal = (a_s - (1 - sig) * a_t) / (1 - a_t)
             stay = (1 - a_s - sig * a_t) / (1 - a_t)
             assert -1e-12 <= reveal <= 1 + 1e-12 and -1e-12 <= stay <= 1 + 1e-12

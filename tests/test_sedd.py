@@ -30,7 +30,7 @@ def reference_dse(log_score, xt, x0, sigma, mask_id):
 
 
 class StubNet:
-    """A time-conditioned "network" with fixed outputs ``o = log p0 + log V_real`` (the exact optimum of §2.1).
+    """A time-conditioned "network" with fixed outputs ``o = log p0 + log V_real`` (the exact optimum).
 
     ``logp0`` is ``(B, L, V)`` or a callable ``xt -> (B, L, V)`` (an oracle).  Records the ``sigma`` it gets."""
 
@@ -136,7 +136,7 @@ def test_dse_is_zero_at_the_true_score_of_a_point_mass(tok_info, n_real):
 @pytest.mark.parametrize("sigma", [1e-3, 0.3, 2.0, 6.9])
 def test_expected_dse_is_a_divergence_minimised_at_the_true_score(tok_info, n_real, sigma):
     """``E_{x0 ~ p0}[DSE] - r H(p0)`` is the score-entropy divergence between ``s_theta`` and the true score
-    ``s = r p0`` (§2.5 #16): exactly 0 at the stub that outputs the true score, positive at any other."""
+    ``s = r p0`` (docs/baselines.md, SEDD): exactly 0 at the stub that outputs the true score, positive at any other."""
     mask_id = tok_info["mask_id"]
     B, L = 3, 5
     logp0 = random_p0((B, L), tok_info, seed=3)

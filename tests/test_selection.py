@@ -1,5 +1,5 @@
 """Selection rules shared by Algorithms 2 and 3 (argmin, resample, proxy_rerank), Algorithm 3's window counters, the
-paired effect of a decoder row against its backbone, and the selection-rule table (issue 27)."""
+paired effect of a decoder row against its backbone, and the selection-rule table."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """`snakemake --profile slurm` on a real, throw-away, single-node Slurm (marked ``slurm``; `.ci/run` runs it).
 
-The module fixture brings the cluster up with ``ci/slurm-ci-up.sh`` (munged, slurmctld, slurmd; partitions
+The module fixture brings the cluster up with ``.ci/slurm-up.sh`` (munged, slurmctld, slurmd; partitions
 ``cpu`` and ``gpu`` as the profile expects; two fake GPUs declared as GRES; no accounting database, so the
-profile's status command must work without ``sacct``) and tears it down by PID with ``ci/slurm-ci-down.sh``.
+profile's status command must work without ``sacct``) and tears it down by PID with ``.ci/slurm-down.sh``.
 It skips, saying why, only where that is impossible (not root, no apt-get and no Slurm binaries, or a real
 Slurm configuration already in /etc/slurm).
 
@@ -70,15 +70,15 @@ def slurm_cluster():
     if reason:
         pytest.skip(reason)
     env = {**os.environ, "SLURM_CI_DIR": str(CI_DIR)}
-    up = subprocess.run([str(REPO / "ci" / "slurm-ci-up.sh")], env=env, capture_output=True, text=True)
+    up = subprocess.run([str(REPO / ".ci" / "slurm-up.sh")], env=env, capture_output=True, text=True)
     try:
         if up.returncode != 0:
-            raise AssertionError(f"ci/slurm-ci-up.sh failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+            raise AssertionError(f".ci/slurm-up.sh failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
         parts = subprocess.run(["sinfo", "-h", "-o", "%P %t"], capture_output=True, text=True, check=True).stdout
         assert "cpu idle" in parts and "gpu idle" in parts, parts
         yield CI_DIR
     finally:
-        subprocess.run([str(REPO / "ci" / "slurm-ci-down.sh")], env=env, capture_output=True, text=True)
+        subprocess.run([str(REPO / ".ci" / "slurm-down.sh")], env=env, capture_output=True, text=True)
 
 
 def _snakemake(*args, cwd: Path, timeout: int):
@@ -187,7 +187,7 @@ def test_smoke_through_slurm_profile_equals_local_run(slurm_cluster, tmp_path):
     n_local = len(re.findall(r"^localrule ", out, re.M))
     assert submitted and len(submitted) + n_local == n_jobs, (len(submitted), n_local, n_jobs, out[-3000:])
 
-    # Slurm's own record (MinJobAge in ci/slurm-ci-up.sh keeps finished jobs visible): every job COMPLETED,
+    # Slurm's own record (MinJobAge in .ci/slurm-up.sh keeps finished jobs visible): every job COMPLETED,
     # training jobs on the gpu partition with a GPU, every other job on the cpu partition
     rec = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T|%P"], capture_output=True, text=True,
                          check=True).stdout.split()

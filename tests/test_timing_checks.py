@@ -67,7 +67,7 @@ def test_a_flagged_timing_is_measured_again_and_the_best_attempt_kept(monkeypatc
 
 
 def test_seconds_per_call_off_the_runs_median_is_flagged():
-    # the busy run: MDLM 2.30 / 4.60 / 6.74 / 0.48 s at 4 / 8 / 16 / 32 steps
+    # a busy run (docs/timing.md): MDLM 2.30 / 4.60 / 6.74 / 0.48 s at 4 / 8 / 16 / 32 steps
     points = [{"steps": s, "seconds_per_call": sec / s, "flags": [], "trusted": True}
               for s, sec in ((4, 2.30), (8, 4.60), (16, 6.74), (32, 0.48))]
     assert check_calls(points) == [3]

@@ -97,7 +97,7 @@ def test_smoke_outputs(smoke_run):
         assert (smoke_run / "results" / "figures" / f"fig2_ablation.{ext}").stat().st_size > 0
     fig = pd.read_csv(smoke_run / "results" / "figures" / "fig2_ablation.csv")
     assert set(fig.context) == {"teacher_forced", "masked", "exact"}
-    assert set(fig.curve) == {"No energy", "Inv-E", "Ind-E", "Uni-E", "Uni-E (resample)"}  # issue 27: both rules
+    assert set(fig.curve) == {"No energy", "Inv-E", "Ind-E", "Uni-E", "Uni-E (resample)"}  # Uni-E by both rules
     part = pd.read_csv(tables / "partition_check.csv")
     assert (part.derived_xs.round(4) == 3.0 ** part.revealed).all() and (part.fixed_xs_max.round(6) == 1).all()
     nce = json.loads((smoke_run / "results" / "models" / "uni_edlm_nce" / "config.json").read_text())
@@ -121,7 +121,7 @@ def test_fig3_and_timing(smoke_run):
     pts = pd.read_csv(figs / "fig3_tradeoff.csv")
     assert set(pts.panel) == {"k", "w", "tradeoff"}
     assert set(pts[pts.panel == "k"].curve) == {f"k={k}" for k in fig_cfg["Ks"]}
-    # each energy curve names its selection rule: EDLM's own resample, the paper's argmin (issue 27)
+    # each energy curve names its selection rule: EDLM's own resample, the paper's argmin
     assert set(pts[pts.panel == "tradeoff"].curve) == {"AR", "MDLM", "EDLM-AR (resample)", "Uni-EDLM-AR (argmin)"}
     # w = 1 at K = 2 is Table 2's Uni-EDLM-AR (reused, 32 samples); the generated points have n_samples 16
     w1 = pts[(pts.panel == "w") & (pts.curve == "w=1.0")]

@@ -2,7 +2,7 @@
 
 Raw corpora are Parquet files with one ``text`` column (a document per row): the toy world writes
 its generated windows there, the paper profile writes Hugging Face datasets there (``hf_data``).
-Tokenisation follows MDLM's ``wrap`` (``notes/baselines.md`` §0): documents are encoded without
+Tokenisation follows MDLM's ``wrap`` (``docs/baselines.md``, the shared protocols): documents are encoded without
 special tokens, an ``<eos>`` is appended to each (``insert_eos``), everything is concatenated and cut
 into chunks; with ``chunk_specials`` each chunk is ``[bos] + (L - 2) tokens + [eos]``.  The trailing
 remainder is dropped.  The toy world uses ``insert_eos: false, chunk_specials: false`` on documents

@@ -1,6 +1,6 @@
 """Detokenisers of the zero-shot perplexity protocol (pure ``str -> str`` functions).
 
-Source: ``notes/baselines.md`` §0, "Zero-shot perplexity protocol" table, which describes MDLM's
+Source: MDLM's zero-shot perplexity protocol (``docs/baselines.md``, its table of corpora), i.e. MDLM's
 ``dataloader.py`` (``wt_detokenizer``, ``ptb_detokenizer``, ``lm1b_detokenizer``, ``lambada_detokenizer``,
 ``scientific_papers_detokenizer``; the same functions are used by Duo and BD3-LM).  Each corpus ships
 pre-tokenised text (spaces around punctuation, ``@-@`` number separators, ``N`` for numbers, ...); the
@@ -66,7 +66,7 @@ _WIKITEXT_RULES: tuple[Rule, ...] = (
 
 
 def wikitext_detokenizer(text: str) -> str:
-    """WikiText-2/103 raw text -> natural text (MDLM ``wt_detokenizer``; baselines.md §0).
+    """WikiText-2/103 raw text -> natural text (MDLM ``wt_detokenizer``).
 
     Undoes `` @-@ ``, `` @,@ ``, `` @.@ ``, the spaces before ``: ; . ! ? ,``, the spaces inside
     brackets/quotes, ``= = =`` headings, `` N `` -> `` 1 `` and `` 's`` -> ``'s``."""
@@ -74,8 +74,7 @@ def wikitext_detokenizer(text: str) -> str:
 
 
 def ptb_detokenizer(text: str) -> str:
-    """Penn Treebank (``ptb_text_only``, field ``sentence``) -> natural text (MDLM ``ptb_detokenizer``;
-    baselines.md §0).
+    """Penn Treebank (``ptb_text_only``, field ``sentence``) -> natural text (MDLM ``ptb_detokenizer``).
 
     `` 's`` -> ``'s``, ``s ' `` -> ``s' ``, `` n't`` -> ``n't``, `` \\n `` -> ``\\n``, ``\\/`` -> ``/``,
     `` N `` -> `` 1 `` (repeated 10 times, so runs of adjacent ``N`` are all replaced; ``str.replace`` does not
@@ -121,7 +120,7 @@ _LM1B_RULES: tuple[Rule, ...] = (
 
 
 def lm1b_detokenizer(text: str) -> str:
-    """One Billion Word benchmark sentence -> natural text (MDLM ``lm1b_detokenizer``; baselines.md §0).
+    """One Billion Word benchmark sentence -> natural text (MDLM ``lm1b_detokenizer``).
 
     Rejoins ``http : / /`` URLs, `` 'x`` clitics, and removes the spaces before ``. ? ! , : ;``, around
     ``/``, inside quotes and brackets, and after ``$`` and ``£``."""
@@ -129,7 +128,7 @@ def lm1b_detokenizer(text: str) -> str:
 
 
 def lambada_detokenizer(text: str) -> str:
-    """LAMBADA (OpenAI ``lambada_test.jsonl``) passage (MDLM ``lambada_detokenizer``; baselines.md §0).
+    """LAMBADA (OpenAI ``lambada_test.jsonl``) passage (MDLM ``lambada_detokenizer``).
 
     Curly double quotes become straight quotes, then the stripped text is prefixed with ``"\\n"``."""
     text = text.replace("\N{LEFT DOUBLE QUOTATION MARK}", '"').replace("\N{RIGHT DOUBLE QUOTATION MARK}", '"')
@@ -138,7 +137,7 @@ def lambada_detokenizer(text: str) -> str:
 
 def scientific_papers_detokenizer(text: str) -> str:
     """``scientific_papers`` (arXiv / PubMed, field ``article``): the WikiText detokeniser followed by the
-    LM1B detokeniser (MDLM ``scientific_papers_detokenizer``; baselines.md §0)."""
+    LM1B detokeniser (MDLM ``scientific_papers_detokenizer``)."""
     return lm1b_detokenizer(wikitext_detokenizer(text))
 
 

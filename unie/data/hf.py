@@ -10,8 +10,8 @@ Only these functions touch the network, and only for hub names; local paths neve
 downloaded at import.  Before any download they check that the hub answers (:func:`hub_problem`: one request
 through the hub client's session, or ``HF_HUB_OFFLINE=1``); where it does not, they read the local Hugging Face cache (``HF_HOME``), and a
 name that is not there is a :class:`HubUnreachableError` naming it and how to pre-fetch it, at once instead of
-after the hub client's minute of retries.  Protocol (datasets, splits, fields, detokenisers): ``notes/baselines.md`` §0,
-"Zero-shot perplexity protocol".
+after the hub client's minute of retries.  Protocol (datasets, splits, fields, detokenisers): ``docs/baselines.md``,
+the zero-shot perplexity protocol.
 """
 
 from __future__ import annotations

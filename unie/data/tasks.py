@@ -48,7 +48,7 @@ LIST_TASKS = ("toy_mbpp", "toy_lcb")
 LETTERS = ("A", "B", "C", "D")
 DIGITS = tuple(str(d) for d in range(10))
 LIST_OPS = ("sort", "reverse", "rotate", "swap")
-# Difficulty (issue 8's recalibration, README): with b up to 9 the units digit stayed at chance in every DLLM-half
+# Difficulty (recalibrated, CHANGELOG.md): with b up to 9 the units digit stayed at chance in every DLLM-half
 # model, and lists of 3-5 digits were learned far slower than lists of one length (3 % vs 97 % after 400 steps)
 LIST_LENGTH = 4  # digits per list
 MAX_ADDEND = 2  # b in a ± b (toy_math) and in the word problems (toy_gsm8k)
@@ -126,14 +126,14 @@ def _sentence_and_subject(rng, scene: str, subject: str | None = None) -> tuple[
 def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
     """``a ± b = ?`` with ``a`` in 10..``a_max`` and ``b`` in 1..``b_max``: a carry or borrow ties the answer's
     digits, and it ripples (``9 9 9 + 2`` -> ``1 0 0 1``, ``1 0 0 - 1`` -> ``9 9``).  The size knobs are
-    arguments for ``scripts/dllm_sft_probe.py`` (before issue 8's recalibration: ``a_max=999, b_max=9``)."""
+    arguments for ``scripts/dllm_sft_probe.py`` (before the recalibration: ``a_max=999, b_max=9``)."""
     a, b = rng.randint(10, a_max), rng.randint(1, b_max)
     op = rng.choice("+-")
     val = a + b if op == "+" else a - b
     q = f"{header} : {digits(a)} {op} {digits(b)} = ? answer :"
     # worked: the equation restated, then its value (7-12 words).  (An answer that writes the units column first,
     # ``units 3 - 2 = 1 so 7 1 7 1``, lifted the AR rows and the Dream-like model but left the LLaDA-like one at
-    # 1 % and the two backbones 2.9x apart: docs/dllm.md, the calibration)
+    # 1 % and the two backbones 2.9x apart: docs/decisions.md, the DLLM half in the paper's regime)
     return {"question": q, "answer": f"{digits(a)} {op} {digits(b)} = {digits(val)}", "final": digits(val),
             "value": val}
 
@@ -156,7 +156,7 @@ def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
 
 def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(LIST_LENGTH, LIST_LENGTH)):
     """``n_ops`` distinct list operations applied to a list of ``lengths[0]..lengths[1]`` digits (the length is
-    drawn only when the two differ; before issue 8's recalibration ``(3, 5)``)."""
+    drawn only when the two differ; before the recalibration ``(3, 5)``)."""
     ops = rng.sample(LIST_OPS, n_ops)
     lo, hi = lengths
     xs = [rng.randint(0, 9) for _ in range(lo if lo == hi else rng.randint(lo, hi))]

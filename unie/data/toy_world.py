@@ -1,6 +1,6 @@
 """The toy world: a synthetic language whose distribution ``pi`` is known exactly.
 
-A hidden Markov model over words (``../shared/spec/toy-world.md``).  The hidden state is
+A hidden Markov model over words (``docs/toy-world.md``).  The hidden state is
 ``(scene, role)``: ``scene`` is a latent topic (cat, dog, car, ...) that persists through a
 sentence and is redrawn with small probability at sentence boundaries (always at a document
 boundary); ``role`` walks a small sentence grammar

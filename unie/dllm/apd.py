@@ -1,4 +1,4 @@
-"""APD, Adaptive Parallel Decoding (``notes/baselines.md`` §10; danielmisrael/apd,
+"""APD, Adaptive Parallel Decoding (``docs/baselines.md``; danielmisrael/apd,
 ``dream/generation_utils.py::apd_sample, apd_accept_criterion``): a Table 3 baseline decoder ("+APD" rows).
 
 A DLLM drafts several tokens at once, an AR proxy verifies them, and the longest prefix on which the draft
@@ -27,7 +27,7 @@ mask:
    committed ``<eos>`` ends the row: acceptance is cut after the first ``<eos>`` and the rest of the region is
    filled with ``<eos>`` (the DLLM layout's answer padding, :mod:`unie.data.dllm_format`), without forwards.
 
-Readings (the Uni-E paper gives none of these; ``notes/baselines.md`` §10.3):
+Readings (the Uni-E paper gives none of these; ``docs/baselines.md``):
 
 * **"4 tokens per step" vs adaptive acceptance.** The paper evaluates the DLLM baselines with static decoding
   of ``m = 4`` tokens per step.  Here ``m`` is APD's look-ahead ``M`` (``max_lookahead``): the window holds at

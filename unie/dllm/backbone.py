@@ -1,4 +1,4 @@
-"""The two tiny DLLM backbones of Table 3 and their own decoders (``notes/baselines.md`` §8 LLaDA, §9 Dream).
+"""The two tiny DLLM backbones of Table 3 and their own decoders (``docs/baselines.md``, LLaDA and Dream).
 
 * **LLaDA-like** (``llada``): a bidirectional mask predictor with SUBS, LLaDA's loss, normalised by ``B·L`` in
   pretraining and by the answer length in SFT (LLaDA's SFT: the prompt is never masked; the ``<eos>`` padding

@@ -1,7 +1,7 @@
 """The tokenizer bridge of Algorithm 3: an AR proxy scores a DLLM's candidates through text.
 
 LLaDA and Qwen2.5 (the paper's proxy) use different tokenizers, so the proxy cannot read the DLLM's ids
-(the released code scores them anyway, ``notes/official-code.md``).  For each candidate row
+(the released code scores them anyway, ``docs/baselines.md``).  For each candidate row
 ``ids (L,)`` in the DLLM layout (:mod:`unie.data.dllm_format`):
 
 1. the text is the DLLM tokens after the first ``<bos>`` and before the first ``<eos>`` that follows it,

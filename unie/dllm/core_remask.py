@@ -1,4 +1,4 @@
-"""CoRe, context-robust remasking (``notes/baselines.md`` §12; Zhai et al., arXiv 2602.04096): a Table 3
+"""CoRe, context-robust remasking (``docs/baselines.md``; Zhai et al., arXiv 2602.04096): a Table 3
 baseline, **our reading** (no public code and no paper body were available; the Uni-E paper calls it a
 "neighbour stability test" and runs it with 4 tokens decoded per step, the re-decoded ones included).
 

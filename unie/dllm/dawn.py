@@ -1,4 +1,4 @@
-"""DAWN, dependency-aware parallel decoding (``notes/baselines.md`` §11; lizhuo-luo/DAWN,
+"""DAWN, dependency-aware parallel decoding (``docs/baselines.md``; lizhuo-luo/DAWN,
 ``llada/generate.py::get_transfer_index_dawn``, ``gdllm_utils.py``): a Table 3 / Figure 4 baseline decoder.
 
 Semi-autoregressive over blocks of ``block_length`` as the backbone's own decoder

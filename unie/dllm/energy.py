@@ -62,7 +62,7 @@ class DLLMEnergyOptions:
     ``tokens_per_step``) and, for the candidate draw, from the released code (``configs/llada_energy_eval.yaml``,
     ``dream_energy_eval.yaml``: every candidate sampled at temperature 0.1).  ``temperature``: of the drawn
     candidates; ``greedy_first``: candidate ``j = 0`` is the backbone's greedy ``x0_hat`` instead of a draw (so
-    ``K = 1`` is the backbone's decoder; before issue 35 the only setting, with ``temperature = 1``);
+    ``K = 1`` is the backbone's decoder; the toy rows' setting before the paper's regime, with ``temperature = 1``);
     ``selection``: ``argmin`` | ``resample`` | ``proxy_rerank`` (:data:`~unie.energy.energies.SELECTIONS`),
     ``selection_temperature``: ``τ`` of ``resample``."""
 

@@ -1,4 +1,4 @@
-"""Fast-dLLM's confidence-threshold parallel decoder (``notes/baselines.md`` §13.1; NVlabs/Fast-dLLM,
+"""Fast-dLLM's confidence-threshold parallel decoder (``docs/baselines.md``; NVlabs/Fast-dLLM,
 ``llada/generate.py::get_transfer_index``), the fast decoder a DLLM user would pick: Figure 4's extra curve.
 
 Semi-autoregressive over blocks of ``block_length`` as the backbone's own decoder
@@ -8,7 +8,7 @@ always** plus every other masked position of the block with ``c_i >= threshold``
 decoded until it holds no mask; there is no fixed step count (``tokens_per_step`` is not read).  Always
 committing the top-1 guarantees progress (Fast-dLLM issue #42: a refactor without it loops forever).
 
-Readings: the KV caches of §13.2 are not used (our sequences are ≤ 64 positions; they are an approximation
+Readings: Fast-dLLM's KV caches are not used (our sequences are ≤ 64 positions; they are an approximation
 that changes the outputs, not the decoding rule); ties in ``c`` go to the lowest position
 (:func:`~unie.dllm.backbone.commit_top`).  In a batch each row walks its own blocks (the current block of a row
 is the first one still holding a mask), so a row's result does not depend on the other rows.

@@ -14,7 +14,7 @@ Position sets (explicit boolean masks, never -1e6 penalties): ``M_t`` = masked i
   (the reverse-kernel factors (t-s)/t and s/t are the same for every candidate and are dropped).
 * The proxy's conditionals follow the paper's identity ``p_AR(a | b) = p_AR(a) / p_AR(b)`` (``b`` a partial
   state, ``p_AR(b)`` the AR's marginal of its visible tokens).  How the proxy reads a partially masked
-  state is the option ``ar_context`` (``../shared/spec/uni-e.md``):
+  state is the option ``ar_context`` (``docs/decisions.md``):
 
   ==============================  ==================================================================
   ``ar_context``                  ``log p_AR(x0|xt)`` / ``log p_AR(xs|xt)`` / ``log p_AR(x0|xs)``
@@ -43,7 +43,7 @@ Position sets (explicit boolean masks, never -1e6 penalties): ``M_t`` = masked i
   ``log p_theta(xs|xt)`` + const and Uni-E to ``E_ind + Σ_D logp_dlm`` + const; the carry-over reading
   drops candidate-dependent terms (the visible positions' conditionals); only ``masked`` makes the
   invariance term non-trivial.  Tests state these identities.
-* ``ebm``: EDLM's energy network ``E_phi(x0, xt)`` (``notes/baselines.md`` §7.1), trained by NCE with
+* ``ebm``: EDLM's energy network ``E_phi(x0, xt)`` (``docs/baselines.md``, EDLM), trained by NCE with
   ``p_theta`` and the AR frozen (:mod:`unie.energy.nce`, ``train: energy_net``); it needs no AR context.
 """
 
@@ -269,7 +269,7 @@ def log_importance_weights(energy: torch.Tensor, temperature: float = 1.0) -> to
 def rerank_energy(xt, x0, xs, scorer, mask_id: int) -> torch.Tensor:
     """``proxy_rerank``'s score as an energy ``(B, K)``: ``-Σ_D log p_AR(x0_i | x0_<i)``, the proxy's teacher-forced
     log-probability of the tokens each candidate reveals (``D = M_t \\ M_s``), the whole candidate as context:
-    the released DLLM code's ``adaption`` rule (``notes/official-code.md`` §5.3), its argmax as an argmin."""
+    the released DLLM code's ``adaption`` rule (``docs/baselines.md``), its argmax as an argmin."""
     return -ARTerms(scorer, "teacher_forced_carry_over", xt, x0, xs, mask_id).xs_given_xt()
 
 

@@ -13,7 +13,7 @@ The MDLM NELBO with the energy-corrected conditional in place of ``log p_theta(x
   Table 1's teacher-forced rows use ``teacher_forced_carry_over`` (EDLM's CoAR estimator), i.e. the plug-in
   ``log p_AR(xt) ≈ Σ_{i visible} log p_AR(x0_i | x0_<i)`` along the data sequence, which makes the corrected
   conditional ``Σ_{i∈M_t} log p_AR(x0_i | x0_<i)``.
-* **EDLM-NCE** (energy ``ebm``, ``notes/baselines.md`` §7.2): EDLM's single-sample plug-in for the
+* **EDLM-NCE** (energy ``ebm``, ``docs/baselines.md``, EDLM): EDLM's single-sample plug-in for the
   normaliser, ``log F ≈ -E_phi(x̂0, xt)`` with ``x̂0 ~ p_theta(·|xt)``, so the per-sequence term is
   ``w(t) * -[log p_theta(x0|xt) - E_phi(x0, xt) + E_phi(x̂0, xt)]``.  Not a bound either
   (``E[log of a one-sample estimate of Z] <= log Z``).

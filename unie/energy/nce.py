@@ -5,7 +5,7 @@ negatives ``x̂0 ~ p_theta(x0 | xt)`` (one draw per masked position) and ``x̂s`
 ``xt`` the same way.  Loss (Eq. nce_loss): ``softplus(E_pos) + softplus(-E_neg)`` (log-sigmoid form, never
 ``log(sigmoid + 1e-8)``), so data gets low energy.  What is trained is the option ``train``:
 
-* ``energy_net`` (EDLM's own NCE, the EDLM-NCE rows; ``notes/baselines.md`` §7.1): a separate energy
+* ``energy_net`` (EDLM's own NCE, the EDLM-NCE rows; ``docs/baselines.md``): a separate energy
   network ``E_phi(x0, xt)`` (:class:`unie.models.energy_net.EnergyNet`, a copy of the denoiser's backbone
   reading ``xt`` and ``x0``), with ``p_theta`` frozen (option ``dlm``) and no AR at all.  Its energy is
   the ``ebm`` energy; its likelihood is EDLM's plug-in (:mod:`unie.energy.likelihood`).

@@ -1,6 +1,6 @@
 """Execution scoring of LiveCodeBench-style problems (the paper profile's LCB-v2 column), offline.
 
-lm-eval 0.4.13 has no LiveCodeBench task (``../shared/spec/notes/lm-eval.md`` §4), so
+lm-eval 0.4.13 has no LiveCodeBench task (``docs/paper-profile.md``), so
 :mod:`unie.pipeline.tasks` writes one; its ``process_results`` hook calls :func:`pass_at_1` here.
 
 A problem (one row of LiveCodeBench's ``code_generation_lite`` JSONL release files) carries

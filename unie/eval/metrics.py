@@ -1,4 +1,4 @@
-"""Metric conventions (``../shared/spec/uni-e.md`` §Metrics).
+"""Metric conventions (``docs/baselines.md``, the shared protocols; ``docs/decisions.md``, Table 2).
 
 * Perplexity: ``exp(sum NLL / sum tokens)`` pooled over all sequences (corpus level, not a mean of
   per-sequence perplexities), for both the likelihood bound of Table 1 and generative perplexity.

@@ -1,10 +1,10 @@
-"""BD3-LM: block discrete denoising diffusion (Arriola et al. 2025; ``notes/baselines.md`` §4).
+"""BD3-LM: block discrete denoising diffusion (Arriola et al. 2025; ``docs/baselines.md``).
 
-Factorisation (§4.1).  Split ``x`` ``(B, L)`` into ``L / L'`` blocks of ``L' = block_size`` tokens:
+Factorisation.  Split ``x`` ``(B, L)`` into ``L / L'`` blocks of ``L' = block_size`` tokens:
 ``log p(x) = sum_b log p(x^b | x^{<b})``, and each conditional is an MDLM masked diffusion over block
 ``b`` given the clean earlier blocks.
 
-Training (§4.2).  The network reads the two-stream input ``[xt ; x0]`` ``(B, 2L)`` with rotary
+Training.  The network reads the two-stream input ``[xt ; x0]`` ``(B, 2L)`` with rotary
 positions ``0..L-1`` for both halves and the 2L x 2L mask of :func:`block_diff_mask` (noisy block ``b``
 sees its own noisy block and the clean blocks ``< b``; clean blocks are block-causal).  Only the
 first ``L`` outputs (the noisy stream) are read: ``log p_theta(x0^b | xt^b, x0^{<b})`` under SUBS.
@@ -37,11 +37,11 @@ Choices (documented deviations from the released code):
   ``var_min``) is used only by training's ``_loss`` and never by ``ppl_eval`` or the sampler, so it is recorded on
   import and not applied.
 
-Sampling (§4.3) is the sampler below; :meth:`BD3LM.wrap` gives it a
+Sampling is the sampler below; :meth:`BD3LM.wrap` gives it a
 :class:`BD3Denoiser` (exact: the same attention pattern with the prefix as the clean stream, either
 as explicit keys or as a KV cache).
 
-**Sampler.** BD3-LM's semi-autoregressive sampler with a fixed total number of denoising steps (``notes/baselines.md`` §4.3).
+**Sampler.** BD3-LM's semi-autoregressive sampler with a fixed total number of denoising steps (``docs/baselines.md``).
 
 Blocks of ``L'`` tokens are generated left to right; each block starts fully masked and is denoised by
 MDLM ancestral updates (:func:`unie.methods.mdlm.mdlm_step`, float64 Gumbel-max, caching of
@@ -49,7 +49,7 @@ unchanged rows, noise removal at the end) conditioned on the clean earlier block
 cache (exact, see :class:`unie.methods.bd3lm.BD3Denoiser`).
 
 **Step allocation: ``S`` is the total number of denoising steps for the whole sequence**, as for MDLM's
-``S`` (the released sampler uses first-hitting, one token per call, and ignores ``S``; §4.3's caution).
+``S`` (the released sampler uses first-hitting, one token per call, and ignores ``S``: ``docs/baselines.md``).
 With ``n_b = L / L'`` blocks the ``S`` steps are spread over "decode units" (:func:`allocate_steps`):
 
 * ``S >= n_b``: every block is one unit and gets ``s_b = floor((b+1) S / n_b) - floor(b S / n_b)``
@@ -97,7 +97,7 @@ from ..data.tokenizer import blocked_ids
 from .mdlm import CachedDenoiser, block_logits, fill_remaining, mdlm_step, q_xt, subs_logp
 
 
-# ---------------------------------------------------------------------- attention pattern (§4.2)
+# ---------------------------------------------------------------------- attention pattern (training's mask)
 def bd3_attention(q_pos: torch.Tensor, q_noisy: torch.Tensor, k_pos: torch.Tensor, k_noisy: torch.Tensor,
                   block_size: int) -> torch.Tensor:
     """BD3-LM's attention rule for queries/keys given by position ``(Lq,)``/``(Lk,)`` and stream (noisy?).
@@ -123,7 +123,7 @@ def two_stream_layout(L: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def block_diff_mask(L: int, block_size: int, device=None) -> torch.Tensor:
-    """The 2L x 2L training mask of §4.2 (``models/dit.py::block_diff_mask``) for ``[xt ; x0]``. Bool."""
+    """The 2L x 2L training mask (upstream ``models/dit.py::block_diff_mask``) for ``[xt ; x0]``. Bool."""
     if L % block_size:
         raise ValueError(f"sequence length {L} is not a multiple of block_size {block_size}")
     pos, noisy = two_stream_layout(L, device)
@@ -180,10 +180,10 @@ class BD3Denoiser:
     """A trained BD3-LM as a block denoiser: SUBS ``log p_theta(x0^b | xt^b, x^{<b})`` for the current
     block(s) given the clean prefix.  Two exact routes to the same numbers:
 
-    * :meth:`logp_block` (reference): one pass over ``[xb ; prefix]`` with the §4.2 rule, the prefix
+    * :meth:`logp_block` (reference): one pass over ``[xb ; prefix]`` with the training mask's rule, the prefix
       playing the clean stream (positions ``P..P+n-1`` for ``xb``, ``0..P-1`` for the prefix).
     * :meth:`evaluate` (sampling): the clean prefix lives in a KV cache (per layer ``(B, H, P, Dh)``);
-      a clean block's keys only depend on clean blocks ``<=`` it, so caching them is exact (§4.6 #26).
+      a clean block's keys only depend on clean blocks ``<=`` it, so caching them is exact (upstream's issue #26).
     Several blocks passed together as ``xb`` are each decoded given the clean prefix only (block-diagonal
     among themselves); ``joint=True`` lets them attend to each other as one larger noisy block.
     """
@@ -197,7 +197,7 @@ class BD3Denoiser:
         self.first_token = first_token  # ignore_bos: every sample starts with this token (BOS), never drawn
 
     def _mask(self, q_pos, q_noisy, k_pos, k_noisy, joint: bool):
-        """The §4.2 rule; ``joint`` merges all noisy queries/keys into one block. ``None`` when all True."""
+        """The training mask's rule; ``joint`` merges all noisy queries/keys into one block. ``None`` when all True."""
         bs = self.block_size
         if joint:  # every noisy token gets the block id of the first noisy query
             first = int(q_pos[q_noisy].min()) // bs * bs if q_noisy.any() else 0
@@ -282,7 +282,7 @@ class BD3LMOptions:
 
 @METHODS.register("bd3lm")
 class BD3LM:
-    """Block diffusion (§4; options: :class:`BD3LMOptions`)."""
+    """Block diffusion (options: :class:`BD3LMOptions`)."""
 
     Options = BD3LMOptions
     causal = False

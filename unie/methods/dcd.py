@@ -1,4 +1,4 @@
-"""DCD, Discrete Copula Diffusion: the "DCD_autoregressive" sampler (Liu et al.; ``notes/baselines.md`` §6.2).
+"""DCD, Discrete Copula Diffusion: the "DCD_autoregressive" sampler (Liu et al.; ``docs/baselines.md``).
 
 An AR model (the "copula", our AR proxy) adds the dependencies a masked diffusion model (DM) drops.
 The sampled law is the I-projection of the AR distribution onto the DM's marginals,
@@ -9,7 +9,7 @@ The sampled law is the I-projection of the AR distribution onto the DM's margina
    strictly left to right, about ``L/S`` per step; ``sid <- eid`` afterwards.
 2. Two DM passes on the current state ``x`` (``(B, L)``, masked from ``sid`` on): the bidirectional one
    gives ``nc_i = p_theta(x0_i | x)`` and the SAME weights with a causal mask at inference give ``c_i``
-   (MDLM adaptation of §6.2 step 2, SUBS in both), for ``i`` in the chunk.
+   (the MDLM form of upstream's causal pass, SUBS in both), for ``i`` in the chunk.
 3. Sequential AR sampling over the chunk, KV-cached: for ``i = sid .. eid-1``,
    ``x_i ~ softmax(l_AR(. | x_<i) + alpha (log nc_i - log c_i))`` with probabilities clipped at
    ``1e-16`` before the logs (``alpha = 1`` in the released code), by float64 Gumbel-max instead of

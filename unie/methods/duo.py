@@ -1,6 +1,6 @@
 """Duo: uniform-state diffusion (UDLM) trained through its Gaussian relaxation (Sahoo et al. 2025).
 
-``notes/baselines.md`` §3.  Distillation (§3.4, discrete consistency distillation) is optional and
+``docs/baselines.md``.  Distillation (discrete consistency distillation) is optional and
 is left out; so are the Ψ-samplers and Duo++'s polynomial table / top-k inputs.
 
 **Vocabulary.**  A uniform-state process has no mask: its states are the tokenizer's *real* tokens,
@@ -21,13 +21,13 @@ with it (:func:`unie.methods.released.load_released`); a ``[PAD]`` a sample keep
 last step of a trained model its probability is ~0) is dropped from the text, where upstream decodes it as
 the string ``[PAD]``.
 
-**Forward process (§3.1).**  ``q(xt | x0) = Cat(alpha_t onehot(x0) + (1 - alpha_t)/V)``: each token is
+**Forward process.**  ``q(xt | x0) = Cat(alpha_t onehot(x0) + (1 - alpha_t)/V)``: each token is
 redrawn uniformly from the ``V`` real tokens w.p. ``1 - alpha_t`` (possibly drawing ``x0`` again);
 log-linear ``alpha_t = 1 - (1 - eps) t``.  The network is time-conditioned on
 ``sigma = -log alpha_t`` (``ModelConfig.cond_dim > 0``, adaLN) and outputs ``x_theta (B, L, V)``
 ("mean" parameterisation).
 
-**NELBO (§3.1).**  Per token, with ``xbar_theta = V alpha_t x_theta + (1 - alpha_t)`` and
+**NELBO.**  Per token, with ``xbar_theta = V alpha_t x_theta + (1 - alpha_t)`` and
 ``c = alpha'_t / (V alpha_t)`` (< 0)::
 
     loss_i = c (term1 - term2)
@@ -46,7 +46,7 @@ below ``t_eps`` are dropped, as in the reference.  Its minimiser is *not* the po
 given all of ``xt`` but the leave-one-out posterior ``pi(x0_i | xt_{-i})`` (the rate ratio is a ratio
 of expectations over ``x0_i``); with it the bound is tight (tested on an enumerable HMM).
 
-**Gaussian-to-discrete duality (§3.2).**  ``w_t = at onehot(x0) + st eps`` in ``R^V`` with
+**Gaussian-to-discrete duality.**  ``w_t = at onehot(x0) + st eps`` in ``R^V`` with
 ``at = sqrt(sigmoid(-gamma))``, ``st = sqrt(sigmoid(gamma))``; ``argmax(w_t)`` is a uniform-state sample
 with ``alpha_USDM(gamma) = (V P(gamma) - 1)/(V - 1)``, ``P(gamma) = int phi(z - e^{-gamma/2}) Phi(z)^{V-1} dz``
 (the probability that the clean coordinate wins).  ``P`` and ``dP/dgamma`` are computed by trapezoid
@@ -55,7 +55,7 @@ quadrature for *our* ``V`` on a uniform grid of ``n_gamma`` values of ``gamma`` 
 the exact integral ``dP/dgamma = -(mu/2) int (z - mu) phi(z - mu) Phi(z)^{V-1} dz``, ``mu = e^{-gamma/2}``
 (the reference uses a finite difference of the table).  ``gamma_t = gamma_min + t (gamma_max - gamma_min)``.
 
-**Curriculum (§3.2).**  For the first ``curriculum_steps`` optimisation steps: draw ``w_t``, feed the
+**Curriculum.**  For the first ``curriculum_steps`` optimisation steps: draw ``w_t``, feed the
 soft input ``softmax(w_t / tau) @ E`` (``E`` = the network's embedding rows of the real tokens) via
 ``inputs_embeds``, condition on ``sigma = -log alpha_USDM(gamma_t)``, and apply the same UDLM loss at
 ``xt = argmax(w_t)`` with ``alpha = alpha_USDM(gamma_t)`` and ``alpha' = dalpha_USDM/dgamma (gamma_max - gamma_min)``.
@@ -73,13 +73,12 @@ continues the curriculum where it stopped).
   same gammas cover only [0.42, 0.998]: the curriculum would never see high noise.  The default (``None``)
   therefore *matches the reference's alpha range*: each end is the ``gamma`` at which ``alpha_USDM`` for
   our ``V`` equals the reference's ``alpha_USDM`` at ``V = 50,258`` (toy world, V = 199: (-3.00, -0.044);
-  a released Duo, ``pad_state``: exactly (-3.55, -1.85)).  Explicit values are used as given.  (Until issue
-  36 the reference was taken at 50,257: the toy range moved by 2e-6 and 9e-6 in gamma.)
+  a released Duo, ``pad_state``: exactly (-3.55, -1.85)).  Explicit values are used as given.
 * ``tau = 1e-3`` (the reference) is kept: ``softmax(w_t/tau)`` is then nearly one-hot, as in the
   reference; larger values give softer inputs.
 * ``curriculum_steps`` defaults to 0 (plain UDLM); the reference uses half of training.
 
-**Sampler.** Duo's ancestral sampler for uniform-state diffusion (``notes/baselines.md`` §3.3).
+**Sampler.** Duo's ancestral sampler for uniform-state diffusion (``docs/baselines.md``).
 
 Start from uniform random real tokens (the prior of the uniform-state process); time grid
 ``t_k = linspace(1, eps, S + 1)``.  One step ``t -> s`` (``alpha_s > alpha_t``, ``alpha_ts = alpha_t/alpha_s``)
@@ -94,7 +93,7 @@ change at any step (no carry-over), and there is no caching: the denoiser is tim
 every step is one network evaluation.  Final noise removal at ``t = eps``: ``ancestral`` (default,
 the same posterior with ``alpha_s = 1``) or ``greedy`` (``argmax x_theta``).  Every draw is float64
 Gumbel-max (:func:`unie.core.gumbel.gumbel_argmax`); the uniform start is ``floor(V U)`` with float64 ``U``
-(:func:`unie.methods.duo.uniform_tokens`).  Distillation (§3.4), nucleus filtering and the Ψ-samplers are
+(:func:`unie.methods.duo.uniform_tokens`).  Distillation, nucleus filtering and the Ψ-samplers are
 left out.
 
 The denoiser is a :class:`unie.methods.duo.DuoDenoiser` (or anything with ``x_theta(xt, t) -> (B, L, V)``
@@ -166,7 +165,7 @@ def udlm_q_xt(x0: torch.Tensor, alpha: torch.Tensor, V: int, generator) -> torch
 
 def udlm_nelbo_per_token(log_x_theta: torch.Tensor, xt: torch.Tensor, x0: torch.Tensor, alpha: torch.Tensor,
                          dalpha: torch.Tensor) -> torch.Tensor:
-    """Continuous-time UDLM NELBO integrand per token ``(B, L)`` float64 (§3.1; formula in the module doc).
+    """Continuous-time UDLM NELBO integrand per token ``(B, L)`` float64 (the formula in the module doc).
 
     Args:
         log_x_theta: ``(B, L, V)`` log-probabilities of the denoiser over the states.
@@ -196,7 +195,7 @@ def udlm_nelbo_per_token(log_x_theta: torch.Tensor, xt: torch.Tensor, x0: torch.
 
 # ---------------------------------------------------------------------- Gaussian-to-discrete duality
 def duality_integrals(gammas: torch.Tensor, V: int, n_z: int = 8001, chunk: int = 256):
-    """``P(gamma)`` and ``dP/dgamma`` ``(G,)`` float64 by trapezoid quadrature over ``z`` (§3.2).
+    """``P(gamma)`` and ``dP/dgamma`` ``(G,)`` float64 by trapezoid quadrature over ``z`` (module doc).
 
     ``P(gamma) = int phi(z - mu) Phi(z)^{V-1} dz``, ``mu = e^{-gamma/2}``;
     ``dP/dgamma = -(mu/2) int (z - mu) phi(z - mu) Phi(z)^{V-1} dz``.  The ``z`` grid spans
@@ -403,7 +402,7 @@ class Duo:
     # -- curriculum (Gaussian relaxation)
     def curriculum_nelbo(self, net, x0_sub: torch.Tensor, t: torch.Tensor, generator) -> torch.Tensor:
         """Per-token curriculum loss ``(B, L)`` float64: soft inputs ``softmax(w_t/tau) @ E``, UDLM loss at
-        ``xt = argmax(w_t)`` with ``alpha_USDM(gamma_t)`` and its time derivative (§3.2)."""
+        ``xt = argmax(w_t)`` with ``alpha_USDM(gamma_t)`` and its time derivative (the curriculum in the module doc)."""
         table = self.table()
         gamma = self.gamma_min + t.double() * (self.gamma_max - self.gamma_min)
         alpha = table.alpha(gamma)

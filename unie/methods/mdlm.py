@@ -1,6 +1,6 @@
 """MDLM: masked diffusion with the SUBS parameterisation, the continuous-time NELBO and the ancestral sampler.
 
-Sahoo et al. 2024 (``notes/baselines.md`` §1).
+Sahoo et al. 2024 (``docs/baselines.md``).
 
 * **Forward process** ``q(xt | x0)``: each token of ``x0`` becomes the mask independently with probability
   ``1 - alpha_t`` (log-linear ``alpha_t = 1 - (1 - eps) t``).
@@ -16,7 +16,7 @@ Sahoo et al. 2024 (``notes/baselines.md`` §1).
   probability ``(alpha_s - alpha_t) / (1 - alpha_t)`` and takes the token ``x0_i``; unmasked positions are
   carried over.  This is the same distribution as MDLM's ``p_v (alpha_s - alpha_t)`` / ``1 - alpha_s``
   mixture, and the form Algorithms 1-2 need (the step is taken with a chosen candidate ``x0``).
-* **Ancestral sampler** (§1.5): time grid ``t_k = linspace(1, eps, S + 1)``; one step from ``t`` to ``s``
+* **Ancestral sampler**: time grid ``t_k = linspace(1, eps, S + 1)``; one step from ``t`` to ``s``
   draws ``xs ~ q(xs | xt, x0)`` with ``x0 ~ p_theta(x0 | xt)``.  Caching: the denoiser has no time input, so
   a row whose state did not change keeps its ``log p_theta(x0 | xt)``; only rows that changed are
   re-evaluated (no forward pass when nothing changed).  After the last step any remaining masks are

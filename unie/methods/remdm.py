@@ -1,9 +1,9 @@
-"""ReMDM: remasking sampler on a trained MDLM denoiser (Wang et al. 2025; ``notes/baselines.md`` §5).
+"""ReMDM: remasking sampler on a trained MDLM denoiser (Wang et al. 2025; ``docs/baselines.md``).
 
 The denoiser is the MDLM one, unchanged (``models['dlm']``: ``logp_x0(xt) -> (B, L, V)`` SUBS, ``mask_id``).
 Time grid ``t_k = linspace(1, eps, S + 1)`` (as MDLM), ``alpha`` from the log-linear schedule.  One step
-``t -> s`` with remasking probability ``sigma_t in [0, sigma_t^max]``, ``sigma_t^max = min(1, (1 - alpha_s)/alpha_t)``
-(§5.1), and ``p = p_theta(x0 | xt)`` (optionally nucleus-filtered):
+``t -> s`` with remasking probability ``sigma_t in [0, sigma_t^max]``, ``sigma_t^max = min(1, (1 - alpha_s)/alpha_t)``,
+and ``p = p_theta(x0 | xt)`` (optionally nucleus-filtered):
 
 * decoded position (``xt_i != m``): keep ``xt_i`` w.p. ``1 - sigma_t``, become ``m`` w.p. ``sigma_t``;
 * masked position (``xt_i = m``): token ``v`` w.p. ``p_v (alpha_s - (1 - sigma_t) alpha_t) / (1 - alpha_t)``,
@@ -20,7 +20,7 @@ is revealed iff ``U_i < (alpha_s - (1 - sigma_t) alpha_t) / (1 - alpha_t)``; a d
 ``sigma_t = 0`` the reveal threshold is bit-for-bit MDLM's and no position is remasked, so ``eta = 0``
 reproduces :func:`~unie.methods.mdlm.sample_mdlm` exactly under the same seed.
 
-**Schedules** (§5.2; option ``strategy``):
+**Schedules** (option ``strategy``):
 
 * ``cap``:         ``sigma_t = min(eta_cap, sigma_t^max)``                     (ReMDM-cap)
 * ``rescale``:     ``sigma_t = eta_rescale * sigma_t^max``                      (ReMDM-rescale)
@@ -65,13 +65,13 @@ STRATEGIES = ("cap", "rescale", "cap_rescale")
 
 
 def sigma_max(alpha_t: float, alpha_s: float) -> float:
-    """Largest admissible remasking probability ``min(1, (1 - alpha_s) / alpha_t)`` (§5.1)."""
+    """Largest admissible remasking probability ``min(1, (1 - alpha_s) / alpha_t)``."""
     return 1.0 if alpha_t <= 0.0 else min(1.0, (1.0 - alpha_s) / alpha_t)
 
 
 def remask_sigma(strategy: str, alpha_t: float, alpha_s: float, eta_cap: float = 0.05,
                  eta_rescale: float = 0.5) -> float:
-    """``sigma_t`` of a ReMDM schedule (§5.2); always in ``[0, sigma_max(alpha_t, alpha_s)]``."""
+    """``sigma_t`` of a ReMDM schedule (option ``strategy``); always in ``[0, sigma_max(alpha_t, alpha_s)]``."""
     smax = sigma_max(alpha_t, alpha_s)
     if strategy == "cap":
         return min(eta_cap, smax)
@@ -117,7 +117,7 @@ def nucleus_filter(logp: torch.Tensor, p: float) -> torch.Tensor:
 
 def remdm_step(xt: torch.Tensor, logp: torch.Tensor, alpha_t: float, alpha_s: float, sigma_t: float, mask_id: int,
                generator, nucleus: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """One ReMDM step (§5.1). ``xt`` ``(B, L)``, ``logp`` ``(B, L, V)`` -> ``(xs (B, L), remasked (B, L) bool)``.
+    """One ReMDM step (module doc). ``xt`` ``(B, L)``, ``logp`` ``(B, L, V)`` -> ``(xs (B, L), remasked (B, L) bool)``.
 
     Draw order as :func:`~unie.methods.mdlm.mdlm_step` (one uniform per position, then Gumbel at the
     revealed positions), so ``sigma_t = 0`` gives MDLM's step bit for bit."""

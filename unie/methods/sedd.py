@@ -1,4 +1,4 @@
-"""SEDD: score-entropy discrete diffusion with the absorbing graph (Lou et al. 2024; ``notes/baselines.md`` §2).
+"""SEDD: score-entropy discrete diffusion with the absorbing graph (Lou et al. 2024; ``docs/baselines.md``).
 
 Forward process: the same masking process as MDLM (each token of ``x0`` becomes the mask w.p.
 ``1 - alpha_t``, log-linear schedule), written in SEDD's total-noise variable ``sigma(t) = -log alpha_t``.
@@ -6,18 +6,18 @@ The network is **time-conditioned** (it gets ``sigma`` through adaLN) and, inste
 ``x0``, outputs a *concrete score*: for every position ``i`` and token ``y``,
 ``s_theta(xt, sigma)_i[y] ~ p_t(xt with x_i := y) / p_t(xt)``.
 
-Parameterisation (§2.1, ``scale_by_sigma``), raw output ``o`` ``(B, L, V)``::
+Parameterisation (upstream's ``scale_by_sigma``), raw output ``o`` ``(B, L, V)``::
 
     log s[y] = o[y] - log(e^sigma - 1) - log(V_real)          (y a token the model may produce)
     log s[y] = -inf                                           (y blocked: the mask, an input-only <bos>)
     log s[xt_i] = 0                                           (the entry of the current token)
 
 ``V_real`` is the number of producible tokens (GPT-2: 50,257, the reference's ``dim - 1``).  On a masked
-position the true score is ``s[y] = p0(y | unmasked xt) * r`` with ``r = 1 / (e^sigma - 1)`` (§2.5 #16),
+position the true score is ``s[y] = p0(y | unmasked xt) * r`` with ``r = 1 / (e^sigma - 1)`` (docs/baselines.md),
 so the optimal ``o`` is ``log p0(y | .) + log V_real``: the ``sigma`` scaling makes the target
 time-independent and ``o ~ 0`` on average.
 
-Loss (§2.2, diffusion score entropy, DSE), per masked position with clean token ``x0_i``::
+Loss (diffusion score entropy, DSE), per masked position with clean token ``x0_i``::
 
     DSE_i = sum_{y != m} s[y] - r log s[x0_i] + r (log r - 1)
           = r * ( sum_{y != m} e^{z_y} - 1 - z_{x0_i} ),        z = log s - log r
@@ -29,7 +29,7 @@ Per sequence, ``NELBO = dsigma/dt * sum_i DSE_i``; with the true score this equa
 ``1/t * sum_i -log p0(x0_i | xt)`` term by term (``r dsigma/dt = -alpha'_t/(1 - alpha_t)``).  Training
 and the reported bound use the same quantity, normalised per token like MDLM (mean over all ``B*L``).
 
-**Sampler.** SEDD's analytic ("Tweedie tau-leaping") sampler for the absorbing graph (``notes/baselines.md`` §2.3).
+**Sampler.** SEDD's analytic ("Tweedie tau-leaping") sampler for the absorbing graph (``docs/baselines.md``).
 
 Time grid ``t_k = linspace(1, eps, S + 1)`` with ``eps = 1e-5``; ``sigma_k = -log alpha(t_k)`` and
 ``dsigma = sigma_k - sigma_{k+1}``.  Start from all masks.  One step from ``t_k`` to ``t_{k+1}`` with
@@ -83,7 +83,7 @@ def excluded_ids(mask_id: int, blocked=()) -> list[int]:
 
 
 def sedd_log_score(out: torch.Tensor, xt: torch.Tensor, sigma: torch.Tensor, mask_id: int, blocked=()) -> torch.Tensor:
-    """SEDD's log concrete score ``(B, L, V)`` from raw outputs ``out`` ``(B, L, V)`` (§2.1).
+    """SEDD's log concrete score ``(B, L, V)`` from raw outputs ``out`` ``(B, L, V)`` (module doc).
 
     ``sigma`` ``(B,)`` is the total noise ``-log alpha_t``.  Blocked ids (the mask, ``blocked``) get
     ``-inf`` (score 0, an exact exclusion); then the entry of the current token ``xt_i`` is set to 0
@@ -101,7 +101,7 @@ def sedd_log_score(out: torch.Tensor, xt: torch.Tensor, sigma: torch.Tensor, mas
 
 def score_entropy(log_score: torch.Tensor, xt: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor,
                   mask_id: int) -> torch.Tensor:
-    """Diffusion score entropy per position ``(B, L)`` for the absorbing graph (§2.2); 0 where ``xt`` is unmasked.
+    """Diffusion score entropy per position ``(B, L)`` for the absorbing graph (module doc); 0 where ``xt`` is unmasked.
 
     ``DSE_i = r * (sum_{y != m} e^{z_y} - 1 - z_{x0_i})`` with ``z = log s - log r``, ``r = 1/(e^sigma - 1)``,
     which equals the reference's ``sum_{y != m} s_y - r log s_{x0} + r (log r - 1)`` (module docstring).
@@ -182,7 +182,7 @@ class SEDD:
         return "sedd"
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
-        """Mean per-token DSE bound over the batch (antithetic t), ``dsigma/dt`` weighted (§2.2)."""
+        """Mean per-token DSE bound over the batch (antithetic t), ``dsigma/dt`` weighted."""
         t = antithetic_t(x0.shape[0], generator, self.t_eps, x0.device)
         xt = q_xt(x0, self.schedule.mask_prob(t), self.mask_id, generator)
         sigma = self.schedule.sigma(t.double())
@@ -209,7 +209,7 @@ def _without_mask(log_s: torch.Tensor, mask_id: int) -> torch.Tensor:
 
 
 def tweedie_logits(log_s: torch.Tensor, dsigma: float, mask_id: int) -> torch.Tensor:
-    """Unnormalised float64 log-weights ``(N, V)`` of one analytic step at masked positions (§2.3).
+    """Unnormalised float64 log-weights ``(N, V)`` of one analytic step at masked positions (module doc).
 
     ``log_s`` ``(N, V)``: the log-score rows of the masked positions (the mask column is ignored).
     Tokens: ``log(e^dsigma - 1) + log s_y``; mask: ``log(1 - (e^dsigma - 1) sum_{y != m} s_y)``, ``-inf``

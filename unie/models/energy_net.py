@@ -1,4 +1,4 @@
-"""EDLM's energy network ``E_phi(x0, xt)`` (Xu et al.; ``notes/baselines.md`` §7.1).
+"""EDLM's energy network ``E_phi(x0, xt)`` (Xu et al.; ``docs/baselines.md``, EDLM).
 
 A copy of the denoiser's backbone that reads both the noisy state and a clean candidate:
 ``[emb(xt) ; emb(x0)]`` ``(B, L, 2H)`` -> ``Linear(2H -> H)`` -> the transformer blocks and final LayerNorm ->

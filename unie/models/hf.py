@@ -4,7 +4,7 @@
   ``logits(x)`` are *aligned*: position ``i`` predicts token ``i``.  ``style="llada"`` is aligned as it
   comes; ``style="dream"`` predicts token ``i + 1`` at position ``i`` (its AR initialisation), so the
   logits are shifted right by one, ``[logits[:, :1], logits[:, :-1]]``, as every Dream caller does
-  (``notes/baselines.md`` §9.1, Dream issue #31).
+  (``docs/baselines.md``, Dream).
 * :func:`load_hf_causal` gives an :class:`HFCausalLM` (a :class:`unie.core.protocols.CausalLM`), Hugging
   Face's causal convention unchanged.
 

@@ -1,4 +1,4 @@
-"""Rule ``bench``: the sampler benchmark of issue 10, every number measured side by side in one process.
+"""Rule ``bench``: the sampler benchmark, every number measured side by side in one process.
 
 * ``C_DLM``: one denoiser pass over ``B`` sequences; ``C_AR``: one proxy pass over ``B`` rows; ``P``: the proxy
   rows an energy needs per sequence (``K`` teacher-forced, ``K + 1`` masked context: the candidates against
@@ -16,9 +16,10 @@
   the Parquet token file's zero-copy Arrow view (what training reads) and from the memory-mapped int32 ``.npy``
   array training read before (the same bytes mapped by numpy), in interleaved rounds; the same model and batch.
 * **Paper scale** (:func:`paper_scale_bench`, no checkpoint, no download): random weights of GPT-2-small's sizes,
-  every number of ``notes/gpu.md``'s table in fp32 / TF32 / bf16 autocast (:func:`precision_mode`), with the
-  ratios to their limits and the AR's per-token latency; ``python -m unie.pipeline.bench --paper-scale --device
-  cuda --out DIR`` runs it with torch alone (this module imports no workflow package).
+  every number of the paper-scale table in ``docs/gpu-runs.md``, in fp32 / TF32 / bf16 autocast
+  (:func:`precision_mode`), with the ratios to their limits and the AR's per-token latency;
+  ``python -m unie.pipeline.bench --paper-scale --device cuda --out DIR`` runs it with torch alone (this module
+  imports no workflow package).
 
 Timing protocol (:mod:`unie.eval.timing`): models loaded first, warm-up untimed, one batch, median of repeats.
 The window-step and whole-run ratios and their limits are measured in interleaved rounds (each round times
@@ -398,10 +399,10 @@ def _peak_gb(device):
 
 def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=PRECISIONS, *, log=print,
                       on_precision=None) -> dict:
-    """Every number of ``notes/gpu.md``'s table for each of ``precisions`` (``fp32``, ``tf32``, ``bf16``), one
-    process, random weights of ``size`` (:class:`PaperScale`; nothing is downloaded).  ``on_precision(result)``
-    is called after each precision (write partial results).  Returns the record :func:`paper_scale_markdown`
-    prints."""
+    """Every number of the paper-scale table (``docs/gpu-runs.md``) for each of ``precisions`` (``fp32``,
+    ``tf32``, ``bf16``), one process, random weights of ``size`` (:class:`PaperScale`; nothing is downloaded).
+    ``on_precision(result)`` is called after each precision (write partial results).  Returns the record
+    :func:`paper_scale_markdown` prints."""
     import copy
 
     from ..core.config import ModelConfig
@@ -525,7 +526,8 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
 
 
 def paper_scale_markdown(res: dict) -> str:
-    """:func:`paper_scale_bench`'s record as ``notes/gpu.md``'s table plus the ratios to their limits."""
+    """:func:`paper_scale_bench`'s record as the paper-scale table (``docs/gpu-runs.md``) plus the ratios to their
+    limits."""
     s, precs = res["size"], list(res["precisions"])
     R = res["precisions"]
     head = "| quantity | " + " | ".join(precs) + " |"

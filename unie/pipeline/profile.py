@@ -45,7 +45,7 @@ PROFILE_KEYS: tuple[str, ...] = (
     "bench.batch_size", "bench.steps", "bench.paper_scale", "bench.repeats", "bench.train_batch", "bench.train_steps",
     # the DLLM half: sizes, tokenizers, trained models, lm-eval settings
     "dllm.seed", "dllm.pretrain_texts", "dllm.bpe_vocab_size", "dllm.decoding", "dllm.sft_length", "dllm.batch_size", "dllm.eval_job",
-    "dllm.include_default_tasks", "dllm.limit", "dllm.models",
+    "dllm.include_default_tasks", "dllm.limit", "dllm.models", "dllm.timing",
     "dllm.tasks.n_train", "dllm.tasks.n_test", "dllm.tasks.seed", "dllm.tasks.source",
     "dllm.tasks.allow_code_execution", "dllm.tasks.local", "dllm.tasks.metrics", "dllm.tasks.columns",
 )

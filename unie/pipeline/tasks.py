@@ -1,4 +1,4 @@
-"""The seven toy benchmarks as offline lm-eval tasks (``../shared/spec/notes/lm-eval.md`` §3).
+"""The seven toy benchmarks as offline lm-eval tasks (``docs/dllm.md``).
 
 :func:`write_lmeval_tasks` writes, deterministically (same arguments -> byte-identical files)::
 

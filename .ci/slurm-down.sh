@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop what ci/slurm-ci-up.sh started, by PID file, in reverse order, and remove its /etc/slurm links.
+# Stop what .ci/slurm-up.sh started, by PID file, in reverse order, and remove its /etc/slurm links.
 BASE=${SLURM_CI_DIR:-/tmp/unie-slurm-ci}
 scancel --user="$(id -un)" 2>/dev/null || true
 for d in slurmd slurmctld munged; do

@@ -2,15 +2,16 @@
 # Bring up a throw-away single-node Slurm on localhost for the `slurm` tests: munged, slurmctld and slurmd,
 # partitions `cpu` and `gpu` (the names the slurm/ profile expects), two fake GPUs declared as GRES, no
 # accounting database.  Root and Debian/Ubuntu packages (installed with apt-get when missing).
-# State, logs and PID files live in $SLURM_CI_DIR (default /tmp/unie-slurm-ci); ci/slurm-ci-down.sh stops
-# everything by PID.  Recipe and traps: ../shared/spec/notes/snakemake-slurm.md §3 and Appendix A.
+# State, logs and PID files live in $SLURM_CI_DIR (default /tmp/unie-slurm-ci); .ci/slurm-down.sh stops
+# everything by PID.  Each trap it works around is commented where it is met; what the slurm/ profile does
+# about the cluster's side (no accounting database: status from squeue) is in docs/paper-profile.md.
 set -euo pipefail
 BASE=${SLURM_CI_DIR:-/tmp/unie-slurm-ci}
 export DEBIAN_FRONTEND=noninteractive
-if [[ $(id -u) != 0 ]]; then echo "slurm-ci-up: needs root (daemons, /etc/slurm, mknod)" >&2; exit 2; fi
+if [[ $(id -u) != 0 ]]; then echo "slurm-up: needs root (daemons, /etc/slurm, mknod)" >&2; exit 2; fi
 for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/sbatch; do
   if [[ ! -x $b ]]; then
-    command -v apt-get >/dev/null || { echo "slurm-ci-up: $b missing and no apt-get" >&2; exit 2; }
+    command -v apt-get >/dev/null || { echo "slurm-up: $b missing and no apt-get" >&2; exit 2; }
     apt-get update -qq && apt-get install -y -qq slurmctld slurmd slurm-client munge >/dev/null
     break
   fi
@@ -72,7 +73,7 @@ CONF
 # The jobstep plugin strips SLURM_CONF before its inner `srun`: the config must sit at the default path.
 mkdir -p /etc/slurm
 for f in slurm.conf gres.conf; do
-  if [[ -e /etc/slurm/$f && ! -L /etc/slurm/$f ]]; then echo "slurm-ci-up: /etc/slurm/$f exists (a real Slurm?)" >&2; exit 2; fi
+  if [[ -e /etc/slurm/$f && ! -L /etc/slurm/$f ]]; then echo "slurm-up: /etc/slurm/$f exists (a real Slurm?)" >&2; exit 2; fi
   ln -sf "$BASE/etc/$f" "/etc/slurm/$f"
 done
 

@@ -1,16 +1,18 @@
-"""One GPU session's checks for issue 25 §3/§5 (torch only: no snakemake, lm-eval, datasets or jsonschema).
+"""Check the samplers on a GPU and measure them at paper scale (needs torch only: no snakemake, lm-eval, datasets).
 
 (a) a correctness smoke on the device at tiny sizes: MDLM's sampler, Algorithm 2 (Uni-E, K = 2) with both candidate
     draws, the AR sampler (CUDA graph vs eager), and the exactness in distribution of the inverse-CDF draw (chi-square
     against the exact categorical, blocked tokens never drawn, the K draws independent); then a micro-bench of the two
     candidate draws at paper size;
-(b) the paper-scale bench (:func:`unie.pipeline.bench.paper_scale_bench`) for bf16, TF32 and fp32 (most informative
-    first; the JSON/Markdown are rewritten after each precision, so a time-out keeps what was measured).
+(b) the paper-scale bench (:func:`unie.pipeline.bench.paper_scale_bench`, what rule ``bench_paper_scale`` runs) for
+    bf16, TF32 and fp32 (most informative first; the JSON/Markdown are rewritten after each precision, so a time-out
+    keeps what was measured).
 
-    PYTHONPATH=$PWD python scripts/gpu_run.py --out $OUT            # on the GPU machine (~5 min on an H100)
-    PYTHONPATH=$PWD python scripts/gpu_run.py --out /tmp/x --tiny   # a CPU check at tiny size
+    python scripts/gpu_check.py --out DIR                     # on a CUDA machine (~5 min on an H100)
+    python scripts/gpu_check.py --out DIR --skip fp32:256     # leave out a (precision, steps) pair
+    python scripts/gpu_check.py --out DIR --tiny --device cpu # a CPU check at tiny size
 
-Writes OUT/smoke.json, OUT/paper_scale.json, OUT/paper_scale.md (and the shell wrapper OUT/run.log)."""
+Writes DIR/smoke.json, DIR/paper_scale.json and DIR/paper_scale.md; what it showed on a GPU: docs/gpu-runs.md."""
 
 from __future__ import annotations
 
