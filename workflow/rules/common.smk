@@ -20,13 +20,12 @@ from unie.pipeline.targets import TARGETS, report_args
 SETTINGS = WorkflowSettings.from_config(config)
 
 
-from unie.core.precision import for_device  # noqa: E402
-
 # The precision every job that runs a model runs in: the config's `precision` on the config's `device`, fp32 on a CPU
-# (unie.core.precision.for_device).  Each such rule gets it twice, from here: as a param (precision_params: what its
-# script reads, unie.pipeline.rule.job_precision, and what reruns it when it changes) and as the resource
-# `precision` (what `snakemake -n` prints beside the GPU request; no executor reads it).
-PRECISION = for_device(config.get("precision", "fp32"), config["device"])
+# (WorkflowSettings.job_precision, the one place it is read).  Each such rule gets it twice, from here: as a param
+# (precision_params: what its script reads, unie.pipeline.rule.job_precision, and what reruns it when it changes)
+# and as the resource `precision` (rule_resources: what `snakemake -n` prints beside the GPU request; no executor
+# reads it).
+PRECISION = SETTINGS.job_precision
 
 
 def precision_params():
