@@ -388,6 +388,27 @@ def test_model_args_parse_into_one_frozen_record():
         ModelArgs.parse({"pretrained": "x", "style": "dream"})
 
 
+def test_the_sampler_and_its_proxy_are_decided_once():
+    """default_sampler decides a decoder's sampler (from model_args, a row's options or an options object) and
+    check_proxy whether it gets a proxy, for ModelArgs (before any model is loaded) and DLLMDecoder alike."""
+    from unie.dllm.apd import APDOptions
+    from unie.dllm.decoder import DLLMDecoder, ModelArgs, default_sampler
+    from unie.dllm.energy import DLLMEnergyOptions
+
+    assert [default_sampler(o) for o in (None, {}, {"energy": "uni"}, DLLMEnergyOptions(), APDOptions())] == \
+        ["plain", "plain", "energy", "energy", "apd"]
+    with pytest.raises(ConfigError, match="DecodeOptions is the options class of no single DLLM sampler"):
+        default_sampler(DecodeOptions())
+    with pytest.raises(ConfigError, match="'energy' needs a proxy"):
+        ModelArgs(pretrained="x", options={"energy": "uni"})
+    with pytest.raises(ConfigError, match="'plain' takes no proxy"):
+        ModelArgs.parse({"pretrained": "x", "proxy": "results/models/proxy"})
+    with pytest.raises(ConfigError, match="'energy' needs a proxy"):  # the options object names its sampler
+        DLLMDecoder(None, None, 20, DecodeOptions(), DLLMEnergyOptions())
+    with pytest.raises(ConfigError, match="'plain' takes no proxy"):
+        DLLMDecoder(None, None, 20, DecodeOptions(), proxy=object())
+
+
 def test_unie_list_shows_the_dllm_samplers_with_their_options(capsys):
     from unie.cli import main
 
@@ -442,7 +463,7 @@ def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, 
     (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("K_", 3), "unknown option"),
     (lambda d: d["models"]["dream"].__setitem__("init_from", "nothing"), "init_from'.*nothing"),
     (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "lladax"), r"llada_uni.delta_to'.*unknown row"),
-    (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "proxy_appendix"), "proxy_appendix' is appendix_only"),
+    (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "ar_large2"), "ar_large2' is appendix_only"),
     (lambda d: d["rows"]["llada"].__setitem__("attn_implementation", "eager"),
      r"dllm.rows.llada.attn_implementation'.*do not apply to kind='unie'"),
     (lambda d: d["models"]["llada"]["options"].__setitem__("estimator", "antithetic"),

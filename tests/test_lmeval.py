@@ -376,7 +376,7 @@ def test_a_rerun_leaves_one_result_set(task_dir, docs, tmp_path, monkeypatch):
     assert json.loads(found.read_text())["results"]["toy_math"]["exact_match,none"] == 1.0
 
 
-# ---------------------------------------------------------------------- (g) the command a run records (issue 38)
+# ---------------------------------------------------------------------- (g) the command a run records
 def _cli_config(command: str, monkeypatch):
     """``command`` (one line) as lm-eval 0.4.13's own command line reads it: its EvaluatorConfig."""
     import shlex

@@ -449,9 +449,10 @@ def test_paper_config_passes_schema_and_check_config():
     assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])
     assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
     assert [e["label"] for e in cfg["genppl"]["evaluators"].values()] == ["Llama2", "Llama3", "GPT2"]
-    rows = cfg["dllm"]["rows"]  # the DLLM baselines and the appendix-only Llama3.1-8B row
+    rows = cfg["dllm"]["rows"]  # the DLLM baselines and the appendix-only Llama3.1-8B row (the grid's ar_large2)
     assert {"llada_dawn", "llada_apd", "llada_core", "dream_apd", "dream_core"} <= set(rows)
-    assert [n for n, r in rows.items() if r.get("appendix_only")] == ["llama31_8b"]
+    assert [n for n, r in rows.items() if r.get("appendix_only")] == ["ar_large2"]
+    assert rows["ar_large2"]["model"] == "llama31_8b" and rows["ar_large2"]["label"] == "Llama3.1-8B"
     assert rows["llada_dawn"]["options"] == {"sampler": "dawn", "attn_layers": 4, "tau_sink": 0.01, "tau_edge": 0.07}
     assert set(cfg["dllm"]["sweeps"]["sets"]) == {"fig4", "app_k", "app_w"}
     assert cfg["dllm"]["sweeps"]["task"] == "minerva_math500"

@@ -289,10 +289,12 @@ def test_evaluators_and_decoders_under_bf16(tok, random_words):
 # ------------------------------------------------------------------ (e) one helper, every rule, the DLLM half too
 def test_every_script_reads_the_precision_from_one_helper():
     """The scripts of the rules that run a model read their precision from unie.pipeline.rule.job_precision (the
-    params precision_params() passes, on the job's device): none calls for_device itself, none reads the param."""
+    param precision_params() passes: WorkflowSettings.job_precision, the config's precision on the config's device):
+    none calls for_device itself, none reads the param."""
     from types import SimpleNamespace
 
     from unie.pipeline.rule import job_precision
+    from unie.pipeline.settings import WorkflowSettings
 
     scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
     readers = {f.stem for f in scripts.glob("*.py") if "job_precision(snakemake" in f.read_text()}
@@ -308,8 +310,13 @@ def test_every_script_reads_the_precision_from_one_helper():
     job = lambda **p: SimpleNamespace(params=Params(**p))  # noqa: E731
     assert job_precision(job(device="cuda")) == "fp32"  # fp32 jobs get no precision param
     assert job_precision(job(device="cuda", precision="bf16")) == "bf16"
-    assert job_precision(job(device="cpu", precision="bf16")) == "fp32"  # a CPU runs fp32
-    assert job_precision(job(device="cuda", precision="bf16"), device="cpu") == "fp32"
+    with pytest.raises(ValueError, match="unknown precision 'bf61'"):
+        job_precision(job(device="cuda", precision="bf61"))
+    config = {"sampling": {}, "data": {}, "device": "cuda", "precision": "bf16"}
+    assert WorkflowSettings.from_config(config).job_precision == "bf16"
+    assert WorkflowSettings.from_config({**config, "device": "cpu"}).job_precision == "fp32"  # a CPU runs fp32
+    assert WorkflowSettings.from_config({**config, "device": "cuda:1"}).job_precision == "bf16"
+    assert WorkflowSettings.from_config({"sampling": {}, "data": {}, "device": "cuda"}).job_precision == "fp32"
 
 
 def test_dllm_rows_and_training_carry_the_precision(tmp_path):

@@ -6,12 +6,13 @@ import pytest
 import yaml
 
 from unie.core.config import ConfigError
-from unie.pipeline.profile import GRID, PROFILE_CHOICES, PROFILE_KEYS, _matches, check_overlay, resolve_config
+from unie.pipeline.profile import (GRID, PROFILE_ADDITIONS, PROFILE_CHOICES, PROFILE_KEYS, _matches, check_overlay,
+                                   resolve_config)
 from unie.dllm.decoder import default_sampler as dllm_sampler
 from unie.pipeline.settings import EvaluatorSettings, LmEvalSettings, WorkflowSettings
 
 REPO = Path(__file__).resolve().parents[1]
-PROFILES = ["config.yaml", "smoke.yaml", "paper.yaml"]
+PROFILES = ["config.yaml", "smoke.yaml", "gpu-smoke.yaml", "paper.yaml"]
 
 
 def _leaves(d, path=()):
@@ -26,7 +27,7 @@ def _leaves(d, path=()):
 def test_profile_overrides_only_allowed_keys(name):
     overlay = yaml.safe_load((REPO / "config" / name).read_text())
     for path in _leaves({k: v for k, v in overlay.items() if k != "exclude"}):
-        assert _matches(path, PROFILE_KEYS) or _matches(path, PROFILE_CHOICES), path
+        assert _matches(path, PROFILE_KEYS) or _matches(path, PROFILE_CHOICES) or _matches(path, PROFILE_ADDITIONS), path
     grid = yaml.safe_load(GRID.read_text())
     check_overlay(overlay, grid, name)
 
@@ -117,3 +118,102 @@ def test_check_config_cli_prints_resolved(capsys):
     assert main(["check-config", "--resolved", "--configfile", str(REPO / "config" / "smoke.yaml")]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed == resolve_config([REPO / "config" / "smoke.yaml"])
+
+
+# ---------------------------------------------------------------- the DLLM rows and sweeps: in the grid, once
+def test_table3_rows_and_sweeps_are_written_once():
+    """Table 3's rows and the sweeps' curves are in config/experiments.yaml only: a profile names no row's model,
+    proxy or label (it maps the grid's model names to checkpoints, adds options, sets a curve's values, excludes)."""
+    grid = yaml.safe_load(GRID.read_text())
+    for f in sorted((REPO / "config").glob("*.yaml")):
+        if f.name in ("experiments.yaml", "paper_values.yaml"):
+            continue
+        d = (yaml.safe_load(f.read_text()) or {}).get("dllm", {})
+        for row in d.get("rows", {}).values():
+            assert set(row) <= {"options"}, (f.name, row)
+        for curves in d.get("sweeps", {}).get("sets", {}).values():
+            for curve in curves.values():
+                assert set(curve) <= {"vary"}, (f.name, curve)
+        assert set(d.get("map", {})) <= {"limit"}, f.name
+    # the labels of the CoRe rows' note, say, are in the grid alone
+    texts = {f.name: f.read_text() for f in (REPO / "config").glob("*.yaml")}
+    assert [n for n, t in texts.items() if "CoRe has no public code" in t] == ["experiments.yaml"]
+    assert len(grid["dllm"]["rows"]) == 24
+
+
+def test_profiles_map_model_names_to_checkpoints():
+    paper = resolve_config([REPO / "config" / "paper.yaml"])["dllm"]
+    assert "checkpoints" not in paper  # resolved into the rows
+    rows = paper["rows"]
+    assert list(rows)[:3] == ["ar_large2", "ar_large", "proxy"]  # the appendix table's order (Llama3.1-8B first)
+    assert rows["ar_large"] == {"model": "qwen25_7b", "kind": "hf_ar", "label": "Qwen2.5-7B"}
+    assert rows["llada_apd"] == {"model": "llada_8b_instruct", "kind": "hf_dllm", "style": "llada",
+                                 "trust_remote_code": True, "mask_token": "<|mdm_mask|>", "proxy": "qwen25_05b",
+                                 "label": "+APD", "delta_to": "llada", "options": {"sampler": "apd"}}
+    assert rows["llada_dawn"]["options"] == {"sampler": "dawn", "attn_layers": 4, "tau_sink": 0.01, "tau_edge": 0.07}
+    assert rows["dream"]["label"] == "Dream" and "mask_token" not in rows["dream"]
+    assert not any(r.get("selection_table") for r in rows.values())
+    fig4 = paper["sweeps"]["sets"]["fig4"]
+    assert fig4["llada"]["label"] == "LLaDA" and fig4["llada"]["vary"] == {"tokens_per_step": [1, 2, 4, 8]}
+    assert fig4["fast_dllm"]["vary"] == {"threshold": [0.99, 0.9, 0.7, 0.5]}  # the grid's values
+    assert all(c["model"] == "llada_8b_instruct" for s in paper["sweeps"]["sets"].values() for c in s.values())
+    smoke = resolve_config([REPO / "config" / "smoke.yaml"])["dllm"]
+    assert smoke["rows"]["ar_large2"] == {"model": "proxy", "label": "AR proxy (appendix only)", "appendix_only": True}
+    assert smoke["map"]["proxies"]["weak"] == {"model": "proxy", "label": "weak"}
+    toy = resolve_config()["dllm"]
+    assert toy["rows"]["llada"] == {"model": "llada", "label": "LLaDA-like", "options": {"confidence": "low_confidence"}}
+    assert toy["map"]["backbones"]["dream"]["label"] == "Dream-like"
+
+
+def test_checkpoint_loading_keys_are_the_decoders():
+    import dataclasses
+
+    from unie.dllm.decoder import LOADING_KEYS
+    from unie.dllm.rows import Checkpoint
+
+    fields = [f.name for f in dataclasses.fields(Checkpoint)]
+    assert fields[:2] == ["model", "label"] and fields[2:] == [k for k in LOADING_KEYS if k != "proxy_trust_remote_code"]
+
+
+def test_a_proxy_that_trusts_remote_code_reaches_the_rows(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("dllm: {checkpoints: {proxy: {trust_remote_code: true}}}\n")
+    rows = resolve_config([REPO / "config" / "smoke.yaml", f])["dllm"]["rows"]
+    assert rows["llada_uni"]["proxy"] == "proxy" and rows["llada_uni"]["proxy_trust_remote_code"] is True
+    assert rows["proxy"]["trust_remote_code"] is True and "proxy_trust_remote_code" not in rows["proxy"]
+
+
+@pytest.mark.parametrize("overlay, msg", [
+    ({"dllm": {"checkpoints": {"lada": {"model": "proxy"}}}}, r"'dllm.checkpoints.lada': 'lada' is not an entry of the grid"),
+    ({"dllm": {"checkpoints": {"llada": {"modle": "proxy"}}}}, r"dllm.checkpoints.llada'.*unknown key.*'modle'.*did you mean 'model'"),
+    ({"dllm": {"checkpoints": {"llada": {"trust_remote_code": "yes"}}}}, r"dllm.checkpoints.llada'.trust_remote_code"),
+    ({"dllm": {"rows": {"llada_dawn": {"options": {"sampler": "core"}}}}},
+     r"'dllm.rows.llada_dawn.options.sampler' is set by the experiment grid .* to 'dawn'"),
+    ({"dllm": {"rows": {"llada_dwan": {"options": {"tau_sink": 0.1}}}}}, r"'llada_dwan' is not an entry of the grid"),
+    ({"dllm": {"rows": {"llada_dawn": {"label": "x"}}}}, r"key 'dllm.rows.llada_dawn.label' is part of the experiment grid"),
+    ({"dllm": {"rows": {"llada_new": {"model": "llada", "label": "x"}}}}, r"part of the experiment grid"),
+    ({"dllm": {"sweeps": {"sets": {"fig4": {"llada": {"vary": {"K": [2]}}}}}}}, r"'K' is not an entry of the grid"),
+    ({"dllm": {"sweeps": {"sets": {"fig4": {"llada": {"options": {"K": 2}}}}}}}, r"part of the experiment grid"),
+])
+def test_profile_checkpoints_and_additions_refused(tmp_path, overlay, msg):
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(overlay))
+    with pytest.raises(ConfigError, match=msg):
+        resolve_config([REPO / "config" / "smoke.yaml", f])
+
+
+def test_a_row_needs_a_label_and_names_no_loading_key(tmp_path):
+    grid = yaml.safe_load(GRID.read_text())
+    grid["dllm"]["rows"]["llada_dawn"].pop("label")
+    del grid["dllm"]["checkpoints"]["llada"]["label"]
+    g = tmp_path / "grid.yaml"
+    g.write_text(yaml.safe_dump(grid, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"'dllm.rows.llada.label': no label, and model 'llada' has none"):
+        resolve_config(grid=g)
+    grid = yaml.safe_load(GRID.read_text())
+    grid["dllm"]["rows"]["llada_dawn"]["kind"] = "hf_dllm"
+    g.write_text(yaml.safe_dump(grid, sort_keys=False))
+    f = tmp_path / "p.yaml"
+    f.write_text("dllm: {checkpoints: {llada: {kind: unie}}}\n")
+    with pytest.raises(ConfigError, match=r"'dllm.rows.llada_dawn.kind': a loading key of model 'llada'"):
+        resolve_config([REPO / "config" / "smoke.yaml", f], grid=g)

@@ -252,6 +252,36 @@ def test_train_from_spec_interrupted_writes_only_when_done(toy_files, tmp_path):
     _assert_same_weights(load_model(out)[0], ref)
 
 
+def test_train_options_are_one_frozen_record(net_factory, tok_info, data, toy_files, tmp_path):
+    """train's and train_from_spec's options are frozen dataclasses (TrainOptions, TrainFromSpecOptions): given as
+    an instance or as keywords, the same run; an unknown one is an error naming it, before any work."""
+    import dataclasses
+
+    from unie.core.config import ConfigError
+    from unie.core.train import TrainOptions
+    from unie.pipeline.models import TrainFromSpecOptions
+
+    cfg = TrainConfig(steps=2, batch_size=4, warmup=0, ckpt_every=2, log_every=1)
+    loss = MDLM(tok_info).loss
+    torch.manual_seed(0)
+    a, _ = train(net_factory(max_len=8), loss, data, cfg, tmp_path / "a", "s", log=_quiet, progress=False)
+    torch.manual_seed(0)
+    b, _ = train(net_factory(max_len=8), loss, data, cfg, tmp_path / "b", "s", TrainOptions(log=_quiet, progress=False))
+    _assert_same_weights(a, b)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TrainOptions().precision = "bf16"
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) 'stop_aftr' \(did you mean 'stop_after'\?\)"):
+        train(net_factory(max_len=8), loss, data, cfg, tmp_path / "c", "s", stop_aftr=1)
+    with pytest.raises(ValueError, match="unknown precision 'bf61'"):
+        TrainOptions(precision="bf61")
+    args = (_spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer", tmp_path / "o", tmp_path / "k", 8)
+    with pytest.raises(ConfigError, match=r"train_from_spec options: unknown key\(s\) 'devce'.*'device'"):
+        train_from_spec("m", *args, devce="cpu")
+    assert not (tmp_path / "k").exists()  # refused before any work
+    with pytest.raises(ConfigError, match="either as an object or as keywords"):
+        train_from_spec("m", *args, TrainFromSpecOptions(), log=_quiet)
+
+
 def test_train_from_spec_is_a_function_of_its_inputs(toy_files, tmp_path):
     """The same spec and data give the same model, whatever the caller did with the global RNG before
     (TrainConfig.seed, not torch's global state, must decide the initial weights)."""

@@ -389,8 +389,8 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     full = pd.read_csv(smoke_run / "results" / "tables" / "table_app_dllm_full.csv")
     all_rows = resolve_config([SMOKE])["dllm"]["rows"]
     assert list(full.row.unique()) == [r for r, spec in all_rows.items() if not spec.get("selection_table")]
-    assert "proxy_appendix" in set(full.row) and "proxy_appendix" not in rows
-    shared = full[full.row != "proxy_appendix"].reset_index(drop=True)
+    assert "ar_large2" in set(full.row) and "ar_large2" not in rows
+    shared = full[full.row != "ar_large2"].reset_index(drop=True)
     pd.testing.assert_frame_equal(shared, df.reset_index(drop=True))
     assert "AR proxy (appendix only)" in (smoke_run / "results" / "tables" / "table_app_dllm_full.tex").read_text()
     # every decoder row's effect.json: the paired change against its backbone, and Algorithm 3's window counters

@@ -46,7 +46,7 @@ from typing import Callable
 
 import torch
 
-from .config import TrainConfig
+from .config import TrainConfig, make_options
 from .distributed import (all_reduce_gradients, all_reduce_sum, barrier, broadcast_object, broadcast_state,
                           world)
 from .integrity import atomic_write
@@ -235,31 +235,17 @@ def checkpoint_lock(ckpt_dir: Path, enabled: bool = True):
             os.close(fd)  # releases the lock
 
 
-def train(
-    net: torch.nn.Module,
-    loss_fn: Callable[[torch.nn.Module, torch.Tensor, torch.Generator], torch.Tensor],
-    data: torch.Tensor,
-    cfg: TrainConfig,
-    ckpt_dir,
-    signature: str | dict = "",
-    log: Callable[[str], None] = print,
-    stop_after: int | None = None,
-    params: list | None = None,
-    progress: bool = True,
-    eval_fn: Callable[[torch.nn.Module], dict] | None = None,
-    row_lengths: torch.Tensor | None = None,
-    collate: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    precision: str = "fp32",
-) -> tuple[torch.nn.Module, list[dict]]:
-    """Train ``net`` on rows of ``data`` ``(N, L)`` int64; returns ``(ema_net, history)``.
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """How :func:`train` runs a schedule (:class:`~unie.core.config.TrainConfig`): the single home of these
+    defaults, built by :func:`~unie.core.config.make_options` from an instance or keywords (an unknown one is an
+    error naming it).
 
-    Args:
-        loss_fn: ``(net, x0_batch, generator) -> scalar`` (a method's ``loss``).
-        ckpt_dir: where ``last.pt`` lives; an existing ``last.pt`` with the same ``signature`` is resumed.
-        signature: the run specification (:func:`run_spec`, a dict: stored in ``last.pt`` so that a checkpoint of
-            another run is reported with what changed) or its hash.
+    Attributes:
+        log: where progress lines go.
         stop_after: stop (after checkpointing) once this step is reached, to simulate an interruption.
         params: the parameters to optimise (default: all of ``net``; NCE passes the trainable subset).
+        progress: show a progress bar (rank 0).
         eval_fn: ``ema_net -> dict`` with a ``loss`` (lower is better) on a held-out dev split, run before
             training and at every checkpoint; the EMA weights with the best dev loss are returned
             (model selection on dev, as the paper does for NCE).  If the dict has a ``guard``, a checkpoint
@@ -271,6 +257,40 @@ def train(
         precision: ``fp32`` | ``tf32`` | ``bf16`` (:mod:`unie.core.precision`): the forward passes and the loss (and
             ``eval_fn``) run under :func:`~unie.core.precision.autocast`; the loss is float32, the backward pass, the
             weights, AdamW's state and the EMA stay float32 (no gradient scaler: bfloat16 has float32's range).
+    """
+
+    log: Callable[[str], None] = print
+    stop_after: int | None = None
+    params: list | None = None
+    progress: bool = True
+    eval_fn: Callable[[torch.nn.Module], dict] | None = None
+    row_lengths: torch.Tensor | None = None
+    collate: Callable[[torch.Tensor], torch.Tensor] | None = None
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        check_precision(self.precision)
+
+
+def train(
+    net: torch.nn.Module,
+    loss_fn: Callable[[torch.nn.Module, torch.Tensor, torch.Generator], torch.Tensor],
+    data: torch.Tensor,
+    cfg: TrainConfig,
+    ckpt_dir,
+    signature: str | dict = "",
+    options: TrainOptions | None = None,
+    **kwargs,
+) -> tuple[torch.nn.Module, list[dict]]:
+    """Train ``net`` on rows of ``data`` ``(N, L)`` int64; returns ``(ema_net, history)``.
+
+    Args:
+        loss_fn: ``(net, x0_batch, generator) -> scalar`` (a method's ``loss``).
+        cfg: the schedule.
+        ckpt_dir: where ``last.pt`` lives; an existing ``last.pt`` with the same ``signature`` is resumed.
+        signature: the run specification (:func:`run_spec`, a dict: stored in ``last.pt`` so that a checkpoint of
+            another run is reported with what changed) or its hash.
+        options: :class:`TrainOptions`, or its fields as keywords (``log=..., precision=...``).
 
     Under ``torch.distributed`` (world size > 1) every rank calls this with the same network (the same seed;
     rank 0's weights are broadcast anyway), computes its micro-batches (``cfg.shards``, module doc) and the
@@ -278,27 +298,27 @@ def train(
     with the same ``shards``.  Only rank 0 logs and writes ``last.pt``; every rank evaluates ``eval_fn`` (the
     same EMA on the same data) so every rank returns the same selection.
     """
+    o = make_options(TrainOptions, options, "train options", **kwargs)
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     with checkpoint_lock(ckpt_dir, enabled=world()[0] == 0):  # only rank 0 writes the directory
-        return _train(net, loss_fn, data, cfg, ckpt_dir, signature, log, stop_after, params, progress, eval_fn,
-                      row_lengths, collate, check_precision(precision))
+        return _train(net, loss_fn, data, cfg, ckpt_dir, signature, o)
 
 
-def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, params, progress, eval_fn,
-           row_lengths, collate, precision):
+def _train(net, loss_fn, data, cfg: TrainConfig, ckpt_dir: Path, signature, o: TrainOptions):
     """The body of :func:`train` (its lock held): the training procedure, step by step."""
+    log, progress, eval_fn, precision = o.log, o.progress, o.eval_fn, o.precision
     rank, world_size = world()
     if precision != "fp32":
         eval_fn = _under(eval_fn, next(net.parameters()).device, precision)
     shards, my_shards = shard_plan(cfg, rank, world_size)
     if rank != 0:
         log, progress = (lambda _msg: None), False
-    buckets = length_buckets(cfg, data, row_lengths)
+    buckets = length_buckets(cfg, data, o.row_lengths)
     spec = signature if isinstance(signature, dict) else None
     signature = spec_signature(signature)
     last = ckpt_dir / "last.pt"
-    st = start_state(net, cfg, params)
+    st = start_state(net, cfg, o.params)
     if rank == 0:  # temporary files of writes that a killed process never finished (the lock is held)
         for stale in ckpt_dir.glob(f".{last.name}.*.tmp"):
             stale.unlink(missing_ok=True)
@@ -313,7 +333,7 @@ def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, 
     t0 = time.time()
     while st.step < cfg.steps:
         idx = draw_batch(cfg, st.step, data.shape[0], buckets)
-        gnorm = train_step(st, loss_fn, data, idx, cfg, shards, my_shards, collate, precision)
+        gnorm = train_step(st, loss_fn, data, idx, cfg, shards, my_shards, o.collate, precision)
         if bar is not None:
             bar.update(1)
         if st.step % cfg.log_every == 0 or st.step == cfg.steps:
@@ -322,14 +342,14 @@ def _train(net, loss_fn, data, cfg, ckpt_dir: Path, signature, log, stop_after, 
             if eval_fn is not None:
                 evaluate_dev(st, eval_fn, log)
             save_checkpoint(last, st, signature, spec, shards)
-        if stop_after is not None and st.step >= stop_after:
+        if o.stop_after is not None and st.step >= o.stop_after:
             save_checkpoint(last, st, signature, spec, shards)
             barrier()  # every rank returns once last.pt is written
             break
     if bar is not None:
         bar.close()
     net.eval()
-    if stop_after is not None and st.step < cfg.steps:
+    if o.stop_after is not None and st.step < cfg.steps:
         return st.ema, st.history
     return select_best(st, log)
 

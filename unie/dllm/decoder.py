@@ -54,10 +54,30 @@ def unread_keys(args: Mapping) -> list[str]:
     return sorted(set(args) & NOT_READ_BY_KIND.get(args.get("kind", "unie"), set()))
 
 
-def default_sampler(options: Mapping) -> str:
-    """The DLLM sampler that ``options`` (model_args, or a row's ``options``) name: ``sampler``, else ``energy``
-    (Algorithm 3) when an ``energy`` is given, else ``plain`` (the backbone's own decoder)."""
-    return str(options.get("sampler", "energy" if "energy" in options else "plain"))
+def default_sampler(options=None) -> str:
+    """The DLLM sampler that ``options`` name, decided here only: for a mapping (model_args, or a row's ``options``)
+    its ``sampler``, else ``energy`` (Algorithm 3) when an ``energy`` is given, else ``plain`` (the backbone's own
+    decoder); for a sampler's options object, the sampler whose options class it is; for none, ``plain``."""
+    if options is None:
+        return "plain"
+    if isinstance(options, Mapping):
+        return str(options.get("sampler", "energy" if "energy" in options else "plain"))
+    owners = [name for name, entry in DLLM_SAMPLERS.items() if type(options) is entry.options_cls]
+    if len(owners) != 1:
+        raise ConfigError(f"{type(options).__name__} is the options class of no single DLLM sampler: give sampler=")
+    return owners[0]
+
+
+def check_proxy(sampler: str, given: bool) -> None:
+    """A DLLM sampler gets an AR proxy exactly when it reads one (its registry entry's ``needs_proxy``), else a
+    :class:`ConfigError` naming it: the one check, for lm-eval's model_args (:class:`ModelArgs`, before any model is
+    loaded), a decoder built from objects (:class:`DLLMDecoder`) and a config row
+    (:func:`unie.pipeline.checks.check_dllm`, before any job)."""
+    needs = DLLM_SAMPLERS[sampler].needs_proxy
+    if needs and not given:
+        raise ConfigError(f"DLLM sampler {sampler!r} needs a proxy (proxy=<AR proxy>)")
+    if given and not needs:
+        raise ConfigError(f"DLLM sampler {sampler!r} takes no proxy")
 
 
 def sampler_option_keys() -> set[str]:
@@ -149,6 +169,7 @@ class ModelArgs:
         check_mc_num(self.mc_num)
         if self.sampler is None:
             object.__setattr__(self, "sampler", default_sampler(self.options))
+        check_proxy(self.sampler, self.proxy is not None)
         if self.name is None:
             object.__setattr__(self, "name", Path(str(self.pretrained)).name)
 
@@ -307,15 +328,12 @@ class DLLMDecoder:
         are left-padded to it, or only to their own length when ``pad_to_batch`` (a model trained on
         length-bucketed batches, which never saw more padding than its bucket needed) or when it is None.
         ``options``: the sampler's options object (or mapping); ``proxy``: the AR proxy, for a sampler that needs
-        one; ``seed``: of every request's generators; ``precision``: of every network pass
-        (:func:`~unie.core.precision.autocast`)."""
-        sampler = sampler or ("plain" if options is None else "energy")
+        one; ``sampler``: a registered DLLM sampler (default: :func:`default_sampler` of ``options``); ``seed``: of
+        every request's generators; ``precision``: of every network pass (:func:`~unie.core.precision.autocast`)."""
+        sampler = sampler or default_sampler(options)
+        check_proxy(sampler, proxy is not None)
         self.sampler_name = sampler
         self.sampler = DLLM_SAMPLERS[sampler]
-        if self.sampler.needs_proxy and proxy is None:
-            raise ValueError(f"DLLM sampler {sampler!r} needs a proxy")
-        if not self.sampler.needs_proxy and proxy is not None:
-            raise ValueError(f"DLLM sampler {sampler!r} takes no proxy")
         self.backbone, self.tok, self.prompt_len, self.pad_to_batch = backbone, tokenizer, prompt_len, pad_to_batch
         self.decode_options, self.proxy = decode_options, proxy
         self.options = self.sampler.options(options)
@@ -564,10 +582,5 @@ def _build(a: ModelArgs, model, tok, prompt_len, pad_to_batch, gen_length, is_ar
             entry.preflight(model, s_opts)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"DLLM sampler {a.sampler!r} cannot decode {a.pretrained}: {e}") from e
-    if not entry.needs_proxy:
-        if a.proxy is not None:
-            raise ConfigError(f"DLLM sampler {a.sampler!r} takes no proxy (proxy={a.proxy!r} given)")
-        return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, **common)
-    if a.proxy is None:
-        raise ConfigError(f"DLLM sampler {a.sampler!r} needs proxy=<AR proxy directory>")
-    return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, load_proxy(a, tok), **common)
+    proxy = None if a.proxy is None else load_proxy(a, tok)  # a.proxy is given iff the sampler reads one (ModelArgs)
+    return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, proxy, **common)

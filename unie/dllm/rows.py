@@ -1,11 +1,78 @@
 """A Table 3 row (config ``dllm.rows``) or a sweep point (``dllm.sweeps``) as lm-eval ``model_args``
-(:class:`~unie.dllm.decoder.ModelArgs`)."""
+(:class:`~unie.dllm.decoder.ModelArgs`), and the profile's checkpoints written into the grid's rows
+(:func:`resolve_checkpoints`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.config import ConfigError, from_dict
 from .decoder import LOADING_KEYS, default_sampler
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a model name of the experiment grid's DLLM rows, sweeps and map stands for in a profile (config
+    ``dllm.checkpoints.<name>``; the grid gives the label, a profile the rest).  ``None``: not set (a loading key
+    left out of the rows, the model its own name)."""
+
+    model: str | None = None  # a dllm.models or hf_models name (None: the grid's name itself)
+    label: str | None = None  # the label of a row, curve or map backbone that gives none
+    # the loading keys (LOADING_KEYS but the proxy's: a proxy's trust_remote_code reaches a row as
+    # proxy_trust_remote_code); the schema's row keys and check_dllm check their values
+    kind: str | None = None
+    style: str | None = None
+    trust_remote_code: bool | None = None
+    mask_token: str | None = None
+    attn_implementation: str | None = None
+
+    def loading(self) -> dict:
+        """The loading keys set, in :data:`~unie.dllm.decoder.LOADING_KEYS`'s order."""
+        return {k: getattr(self, k) for k in LOADING_KEYS if getattr(self, k, None) is not None}
+
+
+def resolve_checkpoints(dllm: dict) -> None:
+    """The DLLM half's model names replaced by the profile's checkpoints (``dllm.checkpoints``: name ->
+    :class:`Checkpoint`), in place, and ``dllm.checkpoints`` removed: the rows and sweep curves get the checkpoint's
+    ``model`` and loading keys, their ``proxy`` its ``model`` (and ``proxy_trust_remote_code`` when the proxy's
+    checkpoint trusts remote code), the map's backbones and proxies its ``model``; a row, curve or map backbone
+    without a ``label`` gets its model's.  A row is then written as ``model``, the loading keys, ``proxy``, ``label``
+    and its other keys in the grid's order (a profile's rows read as when each profile wrote its own)."""
+    names = dllm.pop("checkpoints", None) or {}
+    checkpoints = {name: from_dict(Checkpoint, spec, f"config key 'dllm.checkpoints.{name}'")
+                   for name, spec in names.items()}
+
+    def resolve(where: str, spec: dict, loading: bool = True) -> dict:
+        model = checkpoints.get(spec["model"], Checkpoint())
+        out = {"model": model.model or spec["model"], **(model.loading() if loading else {})}
+        if spec.get("proxy"):
+            proxy = checkpoints.get(spec["proxy"], Checkpoint())
+            out["proxy"] = proxy.model or spec["proxy"]
+            if proxy.trust_remote_code:
+                out["proxy_trust_remote_code"] = True
+        clash = sorted((set(out) & set(spec)) - {"model", "proxy"})
+        if clash:
+            raise ConfigError(f"config key '{where}.{clash[0]}': a loading key of model {spec['model']!r}'s checkpoint "
+                              f"(dllm.checkpoints.{spec['model']}), not of a row")
+        label = spec.get("label", model.label)
+        if label is None:
+            raise ConfigError(f"config key '{where}.label': no label, and model {spec['model']!r} has none "
+                              f"(dllm.checkpoints.{spec['model']}.label)")
+        out["label"] = label
+        out.update({k: v for k, v in spec.items() if k not in out})
+        return out
+
+    for name, row in list(dllm.get("rows", {}).items()):
+        dllm["rows"][name] = resolve(f"dllm.rows.{name}", row)
+    for sweep, curves in dllm.get("sweeps", {}).get("sets", {}).items():
+        for curve, spec in list(curves.items()):
+            curves[curve] = resolve(f"dllm.sweeps.sets.{sweep}.{curve}", spec)
+    m = dllm.get("map") or {}
+    for b, spec in list(m.get("backbones", {}).items()):
+        m["backbones"][b] = resolve(f"dllm.map.backbones.{b}", spec, loading=False)  # trained models only (check_map)
+    for p, spec in m.get("proxies", {}).items():
+        spec["model"] = (checkpoints.get(spec["model"], Checkpoint()).model or spec["model"])
 
 
 def row_sampler(row: dict) -> str:

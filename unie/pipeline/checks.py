@@ -587,7 +587,7 @@ def check_dllm(config: dict) -> None:
     from ..core.registry import DLLM_SAMPLERS, METHODS
     from ..data.tasks import TASKS
     from ..dllm.backbone import DecodeOptions
-    from ..dllm.decoder import unread_keys
+    from ..dllm.decoder import check_proxy, unread_keys
     from ..dllm.rows import row_sampler
     from .dllm import LAYOUTS
 
@@ -669,9 +669,10 @@ def check_dllm(config: dict) -> None:
         if unknown:
             _err(f"{where}.options", f"unknown option(s) {unknown} for DLLM sampler {sampler!r}; decoding: "
                                      f"{sorted(dec_fields)}, {sampler}: {sorted(s_fields)}")
-        if entry.needs_proxy != bool(row.get("proxy")):
-            _err(f"{where}.proxy", f"DLLM sampler {sampler!r} " + ("needs a proxy (row key `proxy`)"
-                                                                   if entry.needs_proxy else "takes no proxy"))
+        try:
+            check_proxy(sampler, bool(row.get("proxy")))
+        except ConfigError as e:
+            _err(f"{where}.proxy", f"{e} (row key `proxy`)")
         _options(DecodeOptions, {**dataclasses.asdict(base), **{k: v for k, v in opts.items() if k in dec_fields}},
                  f"{where}.options")
         shared = energy if sampler == "energy" else {}

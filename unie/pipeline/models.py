@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from ..core.config import ConfigError, ModelConfig, TrainConfig, from_dict
+from ..core.config import ConfigError, ModelConfig, TrainConfig, from_dict, make_options
 from ..core.distributed import world
 from ..core.integrity import MADE_FROM
 from ..core.precision import check_precision, precision_record
 from ..core.registry import METHODS
-from ..core.train import run_spec, train
+from ..core.train import TrainOptions, run_spec, train
 from ..data.tokens import TokenRows, load_tokens, token_file_info
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, model_config_of, read_meta, save_model
@@ -107,14 +108,33 @@ def init_fingerprint(init_dir) -> str | None:
     return f"{init_dir}@{digest}"
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainFromSpecOptions:
+    """:func:`train_from_spec`'s options, the single home of their defaults (built by
+    :func:`~unie.core.config.make_options` from an instance or keywords: an unknown one is an error naming it; the
+    training rule passes keywords, JSON-serialisable for torchrun's ranks, :mod:`unie.pipeline.launch`)."""
+
+    device: str = "cpu"  # under torch.distributed the rank's own
+    init_dir: str | Path | None = None  # init_from: the checkpoint directory the weights start from
+    partner_dirs: dict | None = None  # role -> checkpoint directory of a frozen model the method needs (NCE's)
+    dev_path: str | Path | None = None  # a held-out token file, for a method with dev_metrics (selection on dev)
+    n_dev: int = 512  # its first rows used
+    precision: str = "fp32"  # the training passes' (unie.core.precision)
+    token_cache: str | Path | None = None  # where the token file's Arrow view is kept (default: beside the file)
+    log: Callable[[str], None] = print
+    stop_after: int | None = None  # stop (checkpointed) at this step, to simulate an interruption
+
+    def __post_init__(self):
+        check_precision(self.precision)
+
+
 def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
-                    device: str = "cpu", init_dir=None, log=print, stop_after: int | None = None,
-                    partner_dirs: dict | None = None, dev_path=None, n_dev: int = 512, precision: str = "fp32",
-                    token_cache=None):
+                    options: TrainFromSpecOptions | None = None, **kwargs):
     """Train model ``name`` of ``config['models']``; writes ``out_dir/{model.safetensors,config.json}``.
 
-    ``partner_dirs`` (role -> checkpoint dir) are frozen models a method needs (NCE's proxy or DLM);
-    ``dev_path`` is a held-out split for methods with ``dev_metrics`` (model selection on dev).
+    ``options``: :class:`TrainFromSpecOptions`, or its fields as keywords.  ``partner_dirs`` (role -> checkpoint
+    dir) are frozen models a method needs (NCE's proxy or DLM); ``dev_path`` is a held-out split for methods with
+    ``dev_metrics`` (model selection on dev).
     ``train_path`` is a Parquet token file (:mod:`unie.data.tokens`): its metadata is the data's identity for the
     resume check and names its tokenizer; batches come from its zero-copy Arrow view, kept in ``token_cache``
     (default: beside the file).
@@ -123,13 +143,15 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     records it in ``config.json``.
     Under ``torch.distributed`` every rank calls this (data-parallel :func:`~unie.core.train.train`, ``device``
     is the rank's own); only rank 0 writes ``out_dir``."""
+    o = make_options(TrainFromSpecOptions, options, "train_from_spec options", **kwargs)
+    device, init_dir, partner_dirs, dev_path, precision, log = \
+        o.device, o.init_dir, o.partner_dirs or {}, o.dev_path, o.precision, o.log
     tok = load_tokenizer(tokenizer_dir)
     options = spec.get("options", {})
     method = build_method(spec["method"], tok.info(), options, f"models.{name}.options")
     cfg = (released_arch(init_dir, spec.get("arch"), method, f"models.{name}") if init_dir and is_dit(init_dir)
            else model_config(spec["arch"], tok.vocab_size, seq_len, method))
     tcfg = from_dict(TrainConfig, spec["train"], f"models.{name}.train")
-    check_precision(precision)
     with torch.random.fork_rng(devices=[]):  # initial weights are a function of the config's seed
         torch.manual_seed(tcfg.seed)
         net = (method.build_net(cfg) if hasattr(method, "build_net") else backbone_for(cfg)).to(device)
@@ -144,35 +166,36 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
         raise ConfigError(f"{train_path}: sequences have length {data_id['shape'][1]}, config says seq_len={seq_len}")
     if data_id["max_id"] >= tok.vocab_size:
         raise ConfigError(f"{train_path}: token ids exceed the tokenizer's vocabulary (tokenizer mismatch)")
-    data = TokenRows.open(train_path, token_cache)  # a memory-mapped view, its values checked against the hash
+    data = TokenRows.open(train_path, o.token_cache)  # a memory-mapped view, its values checked against the hash
     if hasattr(method, "prepare"):  # methods that need other models (e.g. NCE's frozen AR proxy)
-        partners = {role: load_wrapped(d, tok, device) for role, d in (partner_dirs or {}).items()}
+        partners = {role: load_wrapped(d, tok, device) for role, d in partner_dirs.items()}
         method.prepare(net=net, models=partners, device=device, log=log)
     eval_fn = None
     if hasattr(method, "dev_metrics"):
         if dev_path is None:
             raise ConfigError(f"method {spec['method']!r} selects its checkpoint on a dev split: give dev_path")
-        dev = load_tokens(dev_path, n_dev).long().to(device)
+        dev = load_tokens(dev_path, o.n_dev).long().to(device)
         eval_fn = lambda ema: method.dev_metrics(ema, dev, torch.Generator(device=device).manual_seed(tcfg.seed + 4242))
     sig = run_spec(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"], "options": options,
                           "data": data_id, "tokenizer": tok.info()["fingerprint"],
                           "init": init_fingerprint(init_dir),
-                          "partners": {role: init_fingerprint(d) for role, d in sorted((partner_dirs or {}).items())},
-                          "dev": None if eval_fn is None else {**token_file_info(dev_path), "n_dev": n_dev},
+                          "partners": {role: init_fingerprint(d) for role, d in sorted(partner_dirs.items())},
+                          "dev": None if eval_fn is None else {**token_file_info(dev_path), "n_dev": o.n_dev},
                           **precision_record(precision)})
     n_params = sum(p.numel() for p in net.parameters())
     log(f"training {name} ({spec['method']}): {n_params/1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
     params = method.parameters(net) if hasattr(method, "parameters") else None
-    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, stop_after=stop_after, params=params,
-                         eval_fn=eval_fn, precision=precision)
-    if stop_after is not None and stop_after < tcfg.steps:
+    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig,
+                         TrainOptions(log=log, stop_after=o.stop_after, params=params, eval_fn=eval_fn,
+                                      precision=precision))
+    if o.stop_after is not None and o.stop_after < tcfg.steps:
         return ema, history
     dev = [h for h in history if "dev" in h]
     extra = {"options": options, "train": spec["train"], **precision_record(precision),
              "final": next((h for h in reversed(history) if "loss" in h), {}),
              # what it was trained from, by content: a later run retrains it when one of these is replaced
              MADE_FROM: identities([train_path, dev_path if eval_fn is not None else None,
-                                    *(Path(d, "model.safetensors") for d in [init_dir, *(partner_dirs or {}).values()]
+                                    *(Path(d, "model.safetensors") for d in [init_dir, *partner_dirs.values()]
                                       if d)])}
     if dev:
         best = min((h for h in dev if h["dev"]["admissible"]), key=lambda h: h["dev"]["loss"])

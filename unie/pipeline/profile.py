@@ -8,7 +8,12 @@ place that does, used by the Snakefile, ``unie check-config`` and the tests.
 
 What a profile may write is listed here, once:
 
-* :data:`PROFILE_KEYS`: settings a profile sets (merged key by key over the grid);
+* :data:`PROFILE_KEYS`: settings a profile sets (merged key by key over the grid).  A ``*`` stands for a key the
+  grid has (a profile sets the values of the grid's entries, it adds none), e.g. ``dllm.checkpoints.*``: which
+  checkpoint each DLLM model name of the grid's rows, sweeps and map stands for (resolved into them by
+  :func:`unie.dllm.rows.resolve_checkpoints`, so no profile retypes a row);
+* :data:`PROFILE_ADDITIONS`: grid mappings a profile may add keys to, never change a key the grid sets, each with
+  its reason;
 * :data:`PROFILE_CHOICES`: parts of the grid a profile may replace as a whole, each with its reason;
 * ``exclude:``: grid entries a profile does not run (keys of a mapping, items of a list), e.g. the rows that
   need the toy world's exact distribution on real data.  It may only remove, never add or change.
@@ -48,18 +53,24 @@ PROFILE_KEYS: tuple[str, ...] = (
     "dllm.include_default_tasks", "dllm.limit", "dllm.models", "dllm.timing",
     "dllm.tasks.n_train", "dllm.tasks.n_test", "dllm.tasks.seed", "dllm.tasks.source",
     "dllm.tasks.allow_code_execution", "dllm.tasks.local", "dllm.tasks.metrics", "dllm.tasks.columns",
+    # which checkpoint (model, loading keys, label) each DLLM model name of the rows, sweeps and map stands for
+    "dllm.checkpoints.*",
+    # the sweeps' benchmark and the values of a curve's varied option (they fit the profile's decoding geometry)
+    "dllm.sweeps.task", "dllm.sweeps.sets.*.*.vary.*",
+    "dllm.map.limit",  # test items per task of the proxy-strength map
 )
+
+# Grid mappings a profile may add keys to (a key the grid sets is refused, not changed), and why.
+PROFILE_ADDITIONS: dict[str, str] = {
+    "dllm.rows.*.options": "a row's options that only the profile's checkpoint takes (e.g. DAWN's attention "
+                           "thresholds for LLaDA-8B-Instruct in the paper profile)",
+}
 
 # Grid parts a profile may replace as a whole (the grid's value is dropped, not merged), and why.
 PROFILE_CHOICES: dict[str, str] = {
     "genppl.evaluators": "the Gen PPL oracles depend on the world: exact pi and trained ARs on the toy world, "
                          "Hugging Face LMs on real data",
     "dllm.tasks.names": "the benchmarks depend on the world: toy tasks or lm-eval's built-in ones",
-    "dllm.rows": "Table 3's rows name the profile's backbones: the tiny DLLMs it trains, or Hugging Face "
-                 "checkpoints (paper); the smoke profile trains fewer of them",
-    "dllm.sweeps": "the sweeps name the profile's backbones (see dllm.rows) and fewer points in the smoke profile",
-    "dllm.map": "the proxy-strength map names the profile's backbones and proxies (toy world only: its oracle knows "
-                "the toy tasks' answers; fewer points in the smoke profile)",
 }
 
 
@@ -87,13 +98,41 @@ def display_path(path) -> str:
     return p if rel.startswith("..") else rel
 
 
-def _matches(path: tuple[str, ...], patterns) -> bool:
-    """Whether ``path`` or one of its prefixes matches a dotted pattern."""
+def _matching(path: tuple[str, ...], patterns) -> str | None:
+    """The first dotted pattern that ``path`` or one of its prefixes matches, else ``None``."""
     for pattern in patterns:
         parts = pattern.split(".")
         if len(parts) <= len(path) and all(fnmatch.fnmatchcase(str(k), p) for k, p in zip(path, parts)):
-            return True
-    return False
+            return pattern
+    return None
+
+
+def _matches(path: tuple[str, ...], patterns) -> bool:
+    """Whether ``path`` or one of its prefixes matches a dotted pattern."""
+    return _matching(path, patterns) is not None
+
+
+def _check_wildcards(path: tuple, pattern: str, grid: dict, where: str) -> None:
+    """Each ``*`` of ``pattern`` (matched by ``path``) names an entry the grid has: a profile sets the values of
+    the grid's entries (a checkpoint of a model name the grid uses, a curve's varied option), it adds none."""
+    node = grid
+    for i, part in enumerate(pattern.split(".")):
+        key = path[i]
+        if part == "*" and not (isinstance(node, dict) and key in node):
+            known = ", ".join(map(str, node)) if isinstance(node, dict) else "none"
+            raise ConfigError(f"{where}: config key '{_dotted(path[:i + 1])}': {key!r} is not an entry of the grid "
+                              f"({GRID.name}; known: {known})")
+        node = node.get(key) if isinstance(node, dict) else None
+
+
+def _check_addition(path: tuple, value, grid_node, where: str) -> None:
+    """A :data:`PROFILE_ADDITIONS` mapping: keys the grid's mapping ``grid_node`` does not set."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: config key '{_dotted(path)}': expected a mapping of the keys to add")
+    for key in value:
+        if isinstance(grid_node, dict) and key in grid_node:
+            raise ConfigError(f"{where}: config key '{_dotted((*path, key))}' is set by the experiment grid "
+                              f"({GRID.name}) to {grid_node[key]!r}; a profile adds keys here, it changes none")
 
 
 def _dotted(path) -> str:
@@ -111,7 +150,16 @@ def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
     def walk(node, path, grid_node, schema_node):
         for key, value in node.items():
             p = (*path, key)
-            if _matches(p, PROFILE_KEYS) or _matches(p, PROFILE_CHOICES):
+            pattern = _matching(p, PROFILE_KEYS)
+            if pattern is not None:
+                _check_wildcards(p, pattern, grid, where)
+                continue
+            if _matches(p, PROFILE_CHOICES):
+                continue
+            pattern = _matching(p, PROFILE_ADDITIONS)
+            if pattern is not None and len(pattern.split(".")) == len(p):
+                _check_wildcards(p, pattern, grid, where)
+                _check_addition(p, value, grid_node.get(key) if isinstance(grid_node, dict) else None, where)
                 continue
             in_grid = isinstance(grid_node, dict) and key in grid_node
             sub = child_schema(schema_node, key, schema)
@@ -122,9 +170,9 @@ def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
                 continue
             raise ConfigError(
                 f"{where}: config key '{_dotted(p)}' is part of the experiment grid ({GRID.name}), which a profile "
-                f"does not change; a profile sets sizes, steps, resources, device and data "
-                f"(unie.pipeline.profile.PROFILE_KEYS), replaces {', '.join(PROFILE_CHOICES)} as a whole, or drops "
-                f"grid entries with `exclude:`")
+                f"does not change; a profile sets sizes, steps, resources, device, data and checkpoints "
+                f"(unie.pipeline.profile.PROFILE_KEYS), adds to {', '.join(PROFILE_ADDITIONS)}, replaces "
+                f"{', '.join(PROFILE_CHOICES)} as a whole, or drops grid entries with `exclude:`")
 
     walk({k: v for k, v in overlay.items() if k != "exclude"}, (), grid, schema)
 
@@ -177,8 +225,11 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
     (``config/config.yaml`` when none is given; a later file wins), then ``cli_overrides`` (Snakemake's
     ``--config``, nested values read as YAML), not yet validated against the schema.
 
-    Each profile file is checked on its own: only :data:`PROFILE_KEYS` and :data:`PROFILE_CHOICES`, plus
-    ``exclude:`` (applied after the merge).  ``--config`` may override any key."""
+    Each profile file is checked on its own: only :data:`PROFILE_KEYS`, :data:`PROFILE_ADDITIONS` and
+    :data:`PROFILE_CHOICES`, plus ``exclude:`` (applied after the merge).  ``--config`` may override any key.  Last,
+    the DLLM half's model names become the profile's checkpoints (:func:`unie.dllm.rows.resolve_checkpoints`: the
+    rows, sweeps and map as they run; ``dllm.checkpoints`` is resolved away)."""
+    from ..dllm.rows import resolve_checkpoints
     from .checks import coerce_cli_config
 
     grid_path = Path(grid) if grid is not None else GRID
@@ -198,6 +249,8 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
         cli = copy.deepcopy(dict(cli_overrides))
         config = merge(config, cli)
         coerce_cli_config(config, cli)
+    if isinstance(config.get("dllm"), dict):
+        resolve_checkpoints(config["dllm"])
     return order_by_schema(config, load_yaml(SCHEMA), only=mixed)
 
 
@@ -228,5 +281,5 @@ def order_by_schema(config, schema: dict, only: set | None = None, path: tuple =
                                only, (*path, k), root) for k in keys}
 
 
-__all__ = ["GRID", "PROFILE_CHOICES", "PROFILE_KEYS", "apply_exclude", "check_overlay", "merge", "order_by_schema",
+__all__ = ["GRID", "PROFILE_ADDITIONS", "PROFILE_CHOICES", "PROFILE_KEYS", "apply_exclude", "check_overlay", "merge", "order_by_schema",
            "resolve_config"]

@@ -95,15 +95,14 @@ def operator_errors() -> tuple[type, ...]:
             HubUnreachableError, RankError, PrefetchError, FileNotFoundError, PermissionError)
 
 
-def job_precision(snakemake, device: str | None = None) -> str:
-    """The precision a rule's job runs its networks in (docs/precision.md): the rule's ``params.precision``
-    (absent: ``fp32``; ``precision_params()`` in workflow/rules/common.smk passes it) on ``device`` (default: the
-    rule's ``params.device``), through :func:`unie.core.precision.for_device`, so a CPU runs ``fp32`` whatever the
-    config says.  The one place every script that runs a model reads it from."""
-    from ..core.precision import for_device
+def job_precision(snakemake) -> str:
+    """The precision a rule's job runs its networks in (docs/precision.md): the rule's ``params.precision``, the
+    workflow's :attr:`~unie.pipeline.settings.WorkflowSettings.job_precision` (``fp32`` on a CPU) that
+    ``precision_params()`` in workflow/rules/common.smk passes; absent: ``fp32`` (an fp32 job's params are those of
+    before the option).  The one place every script that runs a model reads it from."""
+    from ..core.precision import check_precision
 
-    p = snakemake.params
-    return for_device(p.get("precision", "fp32"), p.device if device is None else device)
+    return check_precision(snakemake.params.get("precision", "fp32"))
 
 
 @contextmanager

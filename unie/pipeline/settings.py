@@ -63,12 +63,25 @@ class WorkflowSettings:
     dllm_eval_job: Literal["row", "model"] = "row"  # dllm.eval_job: one lm-eval job per Table 3 row or per model
     insert_eos: bool = True  # data.insert_eos: an EOS after every document (MDLM wrapping)
     chunk_specials: bool = True  # data.chunk_specials: chunks [BOS] + ... + [EOS]
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"  # precision: the network passes on an accelerator
+    device: str = "cpu"  # device
 
     @classmethod
     def from_config(cls, config: dict) -> "WorkflowSettings":
         picked = {"sampling_job": config["sampling"].get("job"), "dllm_eval_job": config.get("dllm", {}).get("eval_job")}
         picked.update({k: config["data"].get(k) for k in ("insert_eos", "chunk_specials")})
+        picked.update({k: config.get(k) for k in ("precision", "device")})
         return from_dict(cls, {k: v for k, v in picked.items() if v is not None}, "config")
+
+    @property
+    def job_precision(self) -> str:
+        """The precision every job that runs a network runs in (docs/precision.md): ``precision`` on an accelerator,
+        ``fp32`` on a CPU whatever the key says (:func:`unie.core.precision.for_device`).  The one place the workflow
+        reads it: ``workflow/rules/common.smk`` passes it to each such rule (``PRECISION``), its script reads that
+        (:func:`unie.pipeline.rule.job_precision`)."""
+        from ..core.precision import for_device
+
+        return for_device(self.precision, self.device)
 
 
 __all__ = ["EvaluatorSettings", "LmEvalSettings", "WorkflowSettings"]

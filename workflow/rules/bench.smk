@@ -33,11 +33,7 @@ rule bench:
         token_cache=TOKEN_CACHE,
     threads: held_cores()
     resources:
-        gpu=res("bench", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("bench"),
-        slurm_partition=partition("bench"),
-        mem_mb=res("bench", "mem_mb", 8000),
-        runtime=res("bench", "runtime", 60),
+        **rule_resources("bench", 8000, 60, gpu=True, precision=False),
     script:
         "../scripts/bench.py"
 
@@ -58,11 +54,7 @@ rule bench_paper_scale:
         skip=" ".join(config["bench"].get("paper_scale", {}).get("skip", [])),
     threads: held_cores()
     resources:
-        gpu=res("bench", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("bench"),
-        slurm_partition=partition("bench"),
-        mem_mb=res("bench", "mem_mb", 8000),
-        runtime=res("bench", "runtime", 60),
+        **rule_resources("bench", 8000, 60, gpu=True, precision=False),
     shell:
         "python -m unie.pipeline.bench --paper-scale --device {params.device} --precisions {params.precisions} "
         "--steps {params.steps} --repeats {params.repeats} --skip {params.skip} --out results/bench/paper_scale "

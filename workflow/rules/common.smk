@@ -20,13 +20,12 @@ from unie.pipeline.targets import TARGETS, report_args
 SETTINGS = WorkflowSettings.from_config(config)
 
 
-from unie.core.precision import for_device  # noqa: E402
-
 # The precision every job that runs a model runs in: the config's `precision` on the config's `device`, fp32 on a CPU
-# (unie.core.precision.for_device).  Each such rule gets it twice, from here: as a param (precision_params: what its
-# script reads, unie.pipeline.rule.job_precision, and what reruns it when it changes) and as the resource
-# `precision` (what `snakemake -n` prints beside the GPU request; no executor reads it).
-PRECISION = for_device(config.get("precision", "fp32"), config["device"])
+# (WorkflowSettings.job_precision, the one place it is read).  Each such rule gets it twice, from here: as a param
+# (precision_params: what its script reads, unie.pipeline.rule.job_precision, and what reruns it when it changes)
+# and as the resource `precision` (rule_resources: what `snakemake -n` prints beside the GPU request; no executor
+# reads it).
+PRECISION = SETTINGS.job_precision
 
 
 def precision_params():
@@ -73,14 +72,35 @@ wildcard_constraints:
 
 
 def res(rule_name, key, default):
-    """Slurm resource of a rule from config['resources'] (paper profile), else the default.  The runtime
-    (minutes) grows with Snakemake's attempt: a job resubmitted after hitting its time limit (`retries` in
-    slurm/) asks for 2x, then 3x, and a training job resumes from its last checkpoint; never above
-    config['max_runtime'] (the partition's time limit: a longer request would stay pending forever)."""
-    value = config.get("resources", {}).get(rule_name, {}).get(key, default)
-    if key == "runtime":
-        return lambda wildcards, attempt: runtime_at(value, attempt, config.get("max_runtime"))
-    return value
+    """Slurm resource of a rule from config['resources'] (paper profile), else the default."""
+    return config.get("resources", {}).get(rule_name, {}).get(key, default)
+
+
+def rule_resources(rule_name, mem_mb=None, runtime=None, *, gpu=False, gpu_cpus=True, precision=True,
+                   runtime_times=1):
+    """A rule's ``resources:`` (``resources: **rule_resources(...)``), written here once: its Slurm partition
+    (:func:`partition`); with ``gpu`` (a rule that runs networks) its GPU request (:func:`res`), sbatch's
+    --cpus-per-gpu (:func:`cpus_per_gpu`, unless ``gpu_cpus=False``) and the precision its networks run in
+    (:data:`PRECISION`, printed by snakemake -n; no executor reads it; unless ``precision=False``); the memory and the
+    runtime (minutes, x ``runtime_times`` for a job that does that many jobs' work, capped by max_runtime) when a
+    default is given, config['resources'][rule_name] overriding it.  The runtime grows with Snakemake's attempt: a
+    job resubmitted after hitting its time limit (`retries` in slurm/) asks for 2x, then 3x, and a training job
+    resumes from its last checkpoint; never above config['max_runtime'] (the partition's time limit: a longer request
+    would stay pending forever)."""
+    out = {}
+    if gpu:
+        out["gpu"] = res(rule_name, "gpu", 0)
+        if gpu_cpus:
+            out["cpus_per_gpu"] = cpus_per_gpu(rule_name)
+    out["slurm_partition"] = partition(rule_name)
+    if gpu and precision:
+        out["precision"] = PRECISION
+    if mem_mb is not None:
+        out["mem_mb"] = res(rule_name, "mem_mb", mem_mb)
+    if runtime is not None:
+        minutes = res(rule_name, "runtime", runtime) * runtime_times
+        out["runtime"] = lambda wildcards, attempt: runtime_at(minutes, attempt, config.get("max_runtime"))
+    return out
 
 
 def cpus_per_gpu(rule_name):

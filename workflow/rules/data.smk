@@ -14,9 +14,7 @@ rule download:
     localrule: config["data"]["source"] == "hf"
     threads: 1
     resources:
-        slurm_partition=partition("download"),
-        mem_mb=res("download", "mem_mb", 4000),
-        runtime=res("download", "runtime", 60),
+        **rule_resources("download", 4000, 60),
     script:
         "../scripts/download.py"
 
@@ -59,8 +57,6 @@ rule tokenize:
         source=lambda wc: token_source(wc.domain, wc.split),  # recorded in the token file's metadata
     threads: 1
     resources:
-        slurm_partition=partition("tokenize"),
-        mem_mb=res("tokenize", "mem_mb", 8000),
-        runtime=res("tokenize", "runtime", 120),
+        **rule_resources("tokenize", 8000, 120),
     script:
         "../scripts/tokenize.py"

@@ -67,7 +67,7 @@ rule dllm_tasks:
         tasks=DLLM.get("tasks", {}),
     threads: 1
     resources:
-        slurm_partition=partition("dllm_tasks"),
+        **rule_resources("dllm_tasks"),
     script:
         "../scripts/dllm_tasks.py"
 
@@ -118,7 +118,7 @@ rule dllm_data:
         dllm={k: DLLM.get(k) for k in ("tasks", "pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")},
     threads: 1
     resources:
-        slurm_partition=partition("dllm_data"),
+        **rule_resources("dllm_data"),
     script:
         "../scripts/dllm_data.py"
 
@@ -152,12 +152,7 @@ rule dllm_train:
         processes=res("dllm_train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
     threads: config["threads"]
     resources:
-        gpu=res("dllm_train", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("dllm_train"),
-        slurm_partition=partition("dllm_train"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("dllm_train", "mem_mb", 4000),
-        runtime=res("dllm_train", "runtime", 120),
+        **rule_resources("dllm_train", 4000, 120, gpu=True),
     script:
         "../scripts/dllm_train.py"
 
@@ -223,13 +218,8 @@ rule dllm_eval:
         **{k: (lambda wc, k=k: dllm_eval_params([wc.row])[k]) for k in ("rows", "inputs")},
         **{k: v for k, v in dllm_eval_params([]).items() if k not in ("rows", "inputs")},
     threads: config["threads"]
-    resources:
-        gpu=res("dllm_eval", "gpu", 0),  # > 1 on CUDA: lm-eval data parallel, one torchrun rank per GPU
-        cpus_per_gpu=cpus_per_gpu("dllm_eval"),
-        slurm_partition=partition("dllm_eval"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("dllm_eval", "mem_mb", 4000),
-        runtime=res("dllm_eval", "runtime", 120),
+    resources:  # gpu > 1 on CUDA: lm-eval data parallel, one torchrun rank per GPU
+        **rule_resources("dllm_eval", 4000, 120, gpu=True),
     script:
         "../scripts/dllm_eval.py"
 
@@ -256,12 +246,7 @@ for _group, _rows in EVAL_GROUPS.items():
             **dllm_eval_params(_rows),
         threads: config["threads"]
         resources:
-            gpu=res("dllm_eval", "gpu", 0),
-            cpus_per_gpu=cpus_per_gpu("dllm_eval"),
-            slurm_partition=partition("dllm_eval"),
-            precision=PRECISION,  # printed by snakemake -n (common.smk)
-            mem_mb=res("dllm_eval", "mem_mb", 4000),
-            runtime=res("dllm_eval", "runtime", 120),
+            **rule_resources("dllm_eval", 4000, 120, gpu=True),
         script:
             "../scripts/dllm_eval.py"
 
@@ -315,11 +300,7 @@ rule dllm_sweep:
         **{k: v for k, v in sweep_params([]).items() if k != "sweeps"},
     threads: held_cores()
     resources:
-        gpu=res("dllm_sweep", "gpu", 0),
-        slurm_partition=partition("dllm_sweep"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("dllm_sweep", "mem_mb", 4000),
-        runtime=res("dllm_sweep", "runtime", 120),
+        **rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False),
     script:
         "../scripts/dllm_sweep.py"
 
@@ -339,11 +320,7 @@ if SWEEP_JOB:
             **sweep_params(SWEEP_JOB),
         threads: held_cores()
         resources:
-            gpu=res("dllm_sweep", "gpu", 0),
-            slurm_partition=partition("dllm_sweep"),
-            precision=PRECISION,  # printed by snakemake -n (common.smk)
-            mem_mb=res("dllm_sweep", "mem_mb", 4000),
-            runtime=res("dllm_sweep", "runtime", 120),
+            **rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False),
         script:
             "../scripts/dllm_sweep.py"
 
@@ -532,12 +509,7 @@ for _job in MAP_JOBS:
             **precision_params(),
         threads: config["threads"]
         resources:
-            gpu=res("dllm_eval", "gpu", 0),
-            cpus_per_gpu=cpus_per_gpu("dllm_eval"),
-            slurm_partition=partition("dllm_eval"),
-            mem_mb=res("dllm_eval", "mem_mb", 4000),
-            runtime=res("dllm_eval", "runtime", 120),
-            precision=PRECISION,  # printed by snakemake -n (common.smk)
+            **rule_resources("dllm_eval", 4000, 120, gpu=True),
         script:
             "../scripts/dllm_map.py"
 

@@ -20,12 +20,7 @@ rule ppl:
         **precision_params(),
     threads: config["threads"]
     resources:
-        gpu=res("ppl", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("ppl"),
-        slurm_partition=partition("ppl"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("ppl", "mem_mb", 4000),
-        runtime=res("ppl", "runtime", 60),
+        **rule_resources("ppl", 4000, 60, gpu=True),
     script:
         "../scripts/ppl.py"
 
@@ -43,7 +38,7 @@ rule ppl_exact:
         ppl=config["ppl"],
     threads: 1
     resources:
-        slurm_partition=partition("ppl_exact"),
+        **rule_resources("ppl_exact"),
     script:
         "../scripts/ppl_exact.py"
 
@@ -79,11 +74,6 @@ rule ppl_energy:
         **precision_params(),
     threads: config["threads"]
     resources:
-        gpu=res("ppl", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("ppl"),
-        slurm_partition=partition("ppl"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("ppl", "mem_mb", 4000),
-        runtime=res("ppl", "runtime", 60),
+        **rule_resources("ppl", 4000, 60, gpu=True),
     script:
         "../scripts/ppl_energy.py"

@@ -70,12 +70,7 @@ rule timing:
     # on a CPU the job holds every core of a local run (nothing runs beside a timed run): held_cores()
     threads: held_cores()
     resources:
-        gpu=res("timing", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("timing"),
-        slurm_partition=partition("timing"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("timing", "mem_mb", 4000),
-        runtime=res("timing", "runtime", 60),
+        **rule_resources("timing", 4000, 60, gpu=True),
     script:
         "../scripts/timing.py"
 
@@ -99,12 +94,7 @@ if TIMED_RUNS:
             **precision_params(),
         threads: held_cores()
         resources:
-            gpu=res("timing", "gpu", 0),
-            cpus_per_gpu=cpus_per_gpu("timing"),
-            slurm_partition=partition("timing"),
-            precision=PRECISION,  # printed by snakemake -n (common.smk)
-            mem_mb=res("timing", "mem_mb", 4000),
-            runtime=res("timing", "runtime", 60),
+            **rule_resources("timing", 4000, 60, gpu=True),
         script:
             "../scripts/timing.py"
 
@@ -153,8 +143,6 @@ rule cases:
         device=config["device"],
     threads: config["threads"]
     resources:
-        slurm_partition=partition("case_studies"),
-        mem_mb=res("case_studies", "mem_mb", 4000),
-        runtime=res("case_studies", "runtime", 30),
+        **rule_resources("case_studies", 4000, 30),
     script:
         "../scripts/case_studies.py"

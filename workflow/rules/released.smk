@@ -51,9 +51,7 @@ rule import_released:
         model=_names(RELEASED),
     threads: 1
     resources:  # a conversion on the CPU: reads the released file, writes safetensors
-        mem_mb=res("import_released", "mem_mb", 4000),
-        runtime=res("import_released", "runtime", 60),
-        slurm_partition=partition("import_released"),
+        **rule_resources("import_released", 4000, 60),
     script:
         "../scripts/import_released.py"
 

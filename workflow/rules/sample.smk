@@ -66,12 +66,7 @@ rule sample:
         **sample_params(),
     threads: config["threads"]
     resources:
-        gpu=res("sample", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("sample"),
-        slurm_partition=partition("sample"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("sample", "mem_mb", 4000),
-        runtime=res("sample", "runtime", 60),
+        **rule_resources("sample", 4000, 60, gpu=True),
     script:
         "../scripts/sample.py"
 
@@ -95,12 +90,7 @@ rule sample_run:
         **sample_params(),
     threads: config["threads"]
     resources:
-        gpu=res("sample", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("sample"),
-        slurm_partition=partition("sample"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("sample", "mem_mb", 4000),
-        runtime=lambda wc, attempt: res("sample", "runtime", 60)(wc, attempt) * len(config["sampling"]["steps"]),
+        **rule_resources("sample", 4000, 60, runtime_times=len(config["sampling"]["steps"]), gpu=True),
     script:
         "../scripts/sample.py"
 
@@ -131,11 +121,6 @@ for _group, _runs in TABLE_RUNS.items():
             **{k: v for k, v in sample_params().items() if k not in ("spec", "n_samples")},
         threads: config["threads"]
         resources:
-            gpu=res("sample", "gpu", 0),
-            cpus_per_gpu=cpus_per_gpu("sample"),
-            slurm_partition=partition("sample"),
-            precision=PRECISION,  # printed by snakemake -n (common.smk)
-            mem_mb=res("sample", "mem_mb", 4000),
-            runtime=res("sample", "runtime", 60),
+            **rule_resources("sample", 4000, 60, gpu=True),
         script:
             "../scripts/sample.py"

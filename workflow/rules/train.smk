@@ -45,11 +45,6 @@ rule train:
         processes=res("train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
     threads: config["threads"]
     resources:
-        gpu=res("train", "gpu", 0),
-        cpus_per_gpu=cpus_per_gpu("train"),
-        slurm_partition=partition("train"),
-        precision=PRECISION,  # printed by snakemake -n (common.smk)
-        mem_mb=res("train", "mem_mb", 4000),
-        runtime=res("train", "runtime", 120),
+        **rule_resources("train", 4000, 120, gpu=True),
     script:
         "../scripts/train.py"
