@@ -1,9 +1,10 @@
 # unie: regenerate the tables and figures of "Unified Energy for Invariant and Independent Decoding
 # in Diffusion Language Models".  This file is the table of contents; each stage is one .smk file.
 #
-#   snakemake --cores 2                                      # default profile (toy world, CPU)
-#   snakemake --cores 2 results/tables/table2_genppl.tex     # one table
-#   snakemake --profile slurm all                            # paper profile on a Slurm cluster
+#   snakemake --cores 2                                      # default profile (toy world, CPU): runs/toy/
+#   snakemake --cores 2 table2                               # one table: runs/toy/results/tables/table2_genppl.*
+#   snakemake --cores 2 --config seed=1                      # a retraining with another seed: runs/toy+seed-1/
+#   snakemake --profile slurm all                            # paper profile on a Slurm cluster: runs/paper/
 
 
 import os
@@ -16,6 +17,7 @@ min_version("9.0")
 
 from unie.core.config import ConfigError
 from unie.pipeline.run import StopReport, remake_before_planning
+from unie.pipeline.rundir import earlier_layout_notice, run_directory
 from unie.pipeline.validate import error_text, workflow_config
 
 
@@ -25,18 +27,30 @@ from unie.pipeline.validate import error_text, workflow_config
 # merge, the schema (workflow/schemas/config.schema.yaml), the figures' generated runs and the cross-checks
 # (unie.pipeline.validate.workflow_config, also behind `unie check-config`); any error is one line naming the key,
 # its file and a did-you-mean (`snakemake --verbose`: the schema's full report too).
+_files = workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]
+_grid = os.path.join(workflow.basedir, "config", "experiments.yaml")
 try:
     _resolved = workflow_config(
-        workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")],
+        _files,
         dict(workflow.config_settings.config),
-        grid=os.path.join(workflow.basedir, "config", "experiments.yaml"),
+        grid=_grid,
         schema=os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
     )
+    # Every file this run makes is under its own directory, runs/<profile>[+<setting>-<value>...] (the settings in
+    # which it differs from the profile's own file, e.g. runs/toy+seed-1), laid out as results/, resources/, logs/,
+    # benchmarks/; only run-independent downloads stay in the shared resources/ (unie.pipeline.rundir, docs/runs.md).
+    RUN_DIR = run_directory(_files, dict(workflow.config_settings.config), grid=_grid,
+                            config_dir=os.path.join(workflow.basedir, "config"))
 except ConfigError as e:
     print(error_text(e, verbose=workflow.output_settings.verbose), file=sys.stderr)
     sys.exit(1)
 config.clear()
 config.update(_resolved)
+if workflow.is_main_process:
+    print(f"unie: run directory {RUN_DIR}/", file=sys.stderr)
+    _earlier = earlier_layout_notice(RUN_DIR)
+    if _earlier:
+        print(_earlier, file=sys.stderr)
 
 # Before the jobs are planned, a damaged file (weights, tokens, a result whose bytes differ from the hash recorded
 # when they were written) is set aside as NAME.damaged and remade in the same run, whatever the target, with what is
@@ -46,7 +60,7 @@ config.update(_resolved)
 # the run says what happened (jobs finished, none failed, rerun to continue).
 STOP = StopReport()
 if workflow.is_main_process:
-    remake_before_planning(workflow)
+    remake_before_planning(workflow, RUN_DIR)
 
 
 onstart:
@@ -93,4 +107,4 @@ rule all:
 onsuccess:
     from unie.pipeline.targets import run_summary
 
-    print(run_summary("."), file=sys.stderr)
+    print(run_summary(".", RUN_DIR), file=sys.stderr)

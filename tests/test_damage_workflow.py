@@ -13,7 +13,9 @@ The cases (each a file of a different job, so that one run covers them all):
 * the dev split ``owt/valid.parquet``: one byte flipped (a page fails its CRC; NCE's two models are retrained);
 * a one-digit edit, the modification time kept, of Table 1's ``results/ppl/mdlm.json``, Table 2's
   ``results/genppl/mdlm/steps2.json`` and Table 3's lm-eval ``results/dllm/rows/llada/results.json``
-  (``0.0 -> 0.5``)."""
+  (``0.0 -> 0.5``).
+
+Every path is in the smoke run's directory, ``runs/smoke/``."""
 
 from __future__ import annotations
 
@@ -40,19 +42,24 @@ SMOKE = REPO / "config" / "smoke.yaml"
 
 pytestmark = pytest.mark.slow
 
-WEIGHTS = {"flipped": "results/models/bd3lm/model.safetensors", "truncated": "results/models/sedd/model.safetensors",
-           "config.json deleted": "results/models/duo/model.safetensors"}
-TOKENS = "resources/tokenized/owt/valid.parquet"
-RESULTS = {"ppl": "results/ppl/mdlm.json", "genppl": "results/genppl/mdlm/steps2.json",
-           "lm-eval": "results/dllm/rows/llada/results.json"}
+RUN = "runs/smoke"  # the smoke profile's run directory: every path below is in it
+WEIGHTS = {"flipped": f"{RUN}/results/models/bd3lm/model.safetensors",
+           "truncated": f"{RUN}/results/models/sedd/model.safetensors",
+           "config.json deleted": f"{RUN}/results/models/duo/model.safetensors"}
+TOKENS = f"{RUN}/resources/tokenized/owt/valid.parquet"
+RESULTS = {"ppl": f"{RUN}/results/ppl/mdlm.json", "genppl": f"{RUN}/results/genppl/mdlm/steps2.json",
+           "lm-eval": f"{RUN}/results/dllm/rows/llada/results.json"}
 REMADE_BY = {WEIGHTS["flipped"]: "train", WEIGHTS["truncated"]: "train", WEIGHTS["config.json deleted"]: "train",
-             TOKENS: "tokenize", RESULTS["ppl"]: "ppl", RESULTS["genppl"]: "sample_table2",
+             TOKENS: "tokenize", RESULTS["ppl"]: "ppl", RESULTS["genppl"]: "sample_run",
              RESULTS["lm-eval"]: "dllm_eval_llada"}
-# what the damaged files' jobs are, and what is made from them (the run remakes them all)
-PLANNED = {"train": 5, "tokenize": 1, "ppl": 4, "ppl_energy": 2, "sample_table2": 1, "dllm_eval_llada": 1, "fig2": 1,
+# what the damaged files' jobs are, and what is made from them (the run remakes them all).  Table 2's runs were
+# sampled before, so each is resampled by its own job (unie.pipeline.jobs): 10 on the standard step counts, the data
+# and AR runs at L steps; every one of them, since each takes the table's models (three of which are remade)
+TABLE2_RESAMPLED = {"sample_run": 10, "sample": 2}
+PLANNED = {"train": 5, "tokenize": 1, "ppl": 4, "ppl_energy": 2, **TABLE2_RESAMPLED, "dllm_eval_llada": 1, "fig2": 1,
            "fig3": 1, "table1": 1, "table2": 1, "table3": 1, "table_app_dllm_full": 1, "table_app_selection": 1,
            "paper_vs_ours": 1, "paper_page": 1, "all": 1}
-NCE = ("results/models/uni_edlm_nce/model.safetensors", "results/models/edlm_nce/model.safetensors")
+NCE = (f"{RUN}/results/models/uni_edlm_nce/model.safetensors", f"{RUN}/results/models/edlm_nce/model.safetensors")
 
 
 def smk(*args, cwd: Path) -> subprocess.CompletedProcess:
@@ -69,7 +76,8 @@ def planned_jobs(out: str) -> dict[str, int]:
 
 
 def unie_lines(out: str) -> list[str]:
-    return [line for line in out.splitlines() if line.startswith("unie: ")]
+    """The lines of the damage checks (not the run directory the run names first)."""
+    return [line for line in out.splitlines() if line.startswith("unie: ") and not line.startswith("unie: run directory")]
 
 
 def flip(path: Path, offset: int) -> None:
@@ -98,15 +106,15 @@ def damaged(smoke_tree, tmp_path_factory):
     wd = tmp_path_factory.mktemp("damaged")
     shutil.copytree(smoke_tree, wd, symlinks=True, dirs_exist_ok=True,
                     ignore=lambda d, names: ["locks"] if d.endswith(".snakemake") else [])
-    keep = [*WEIGHTS.values(), "results/models/duo/config.json", TOKENS, *NCE,
-            *(str(p.relative_to(wd)) for p in (wd / "results/tables").iterdir())]
+    keep = [*WEIGHTS.values(), f"{RUN}/results/models/duo/config.json", TOKENS, *NCE,
+            *(str(p.relative_to(wd)) for p in (wd / RUN / "results/tables").iterdir())]
     before = {f: (wd / f).read_bytes() for f in keep}
     results = {k: json.loads((wd / f).read_text()) for k, f in RESULTS.items()}
     flip(wd / WEIGHTS["flipped"], -100)
     w = wd / WEIGHTS["truncated"]
     w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
-    (wd / "results/checkpoints/sedd/last.pt").write_bytes(b"not a checkpoint" * 64)
-    (wd / "results/models/duo/config.json").unlink()
+    (wd / RUN / "results/checkpoints/sedd/last.pt").write_bytes(b"not a checkpoint" * 64)
+    (wd / RUN / "results/models/duo/config.json").unlink()
     flip(wd / TOKENS, 200)  # inside the first data page
     edit_keep_mtime(wd / RESULTS["ppl"], *one_digit(results["ppl"]["domains"]["owt"]["ppl"]))
     edit_keep_mtime(wd / RESULTS["genppl"], *one_digit(results["genppl"]["genppl"]["exact"]["ppl"]))
@@ -143,10 +151,10 @@ def test_damaged_weights_are_rebuilt_byte_for_byte(damaged, case):
     assert f"unie: {f} is damaged: {problem}; set aside" in damaged.run.stderr
     assert (damaged.wd / f).read_bytes() == damaged.before[f]
     if case == "truncated":  # with a garbage last.pt: training started again from step 0
-        log = (damaged.wd / "logs/train/sedd.log").read_text()
-        assert "discarding results/checkpoints/sedd/last.pt: it cannot be read" in log
+        log = (damaged.wd / RUN / "logs/train/sedd.log").read_text()
+        assert f"discarding {RUN}/results/checkpoints/sedd/last.pt: it cannot be read" in log
     if case == "config.json deleted":
-        cfg = "results/models/duo/config.json"
+        cfg = f"{RUN}/results/models/duo/config.json"
         assert (damaged.wd / cfg).read_bytes() == damaged.before[cfg]
 
 
@@ -179,9 +187,9 @@ def test_an_edited_result_is_named_and_remade_before_a_table_reads_it(damaged, k
 
 
 def test_the_tables_equal_the_undamaged_runs(damaged):
-    tables = damaged.wd / "results/tables"
+    tables = damaged.wd / RUN / "results/tables"
     for name in sorted(p.name for p in tables.iterdir()):
-        f = f"results/tables/{name}"
+        f = f"{RUN}/results/tables/{name}"
         if name == "table2_genppl.csv":  # its sampling wall-clock column is measured again
             a, b = pd.read_csv(tables / name), pd.read_csv(io.BytesIO(damaged.before[f]))
             pd.testing.assert_frame_equal(a.drop(columns="seconds"), b.drop(columns="seconds"))
@@ -195,11 +203,11 @@ def test_a_replaced_token_file_retrains_its_models_and_sigterm_ends_saying_so(da
     finish and ends with one line saying so (not Snakemake's 'At least one job did not complete successfully');
     the same command continues, and the models record the new tokens."""
     wd = damaged.wd
-    valid, test = wd / TOKENS, wd / "resources/tokenized/owt/test.parquet"
+    valid, test = wd / TOKENS, wd / RUN / "resources/tokenized/owt/test.parquet"
     shutil.copy2(test, valid)  # cp -p: other tokens (same shape) with their old modification time
     assert all(valid.stat().st_mtime_ns < (wd / m).stat().st_mtime_ns for m in NCE)  # Snakemake alone sees nothing
     new = read_token_meta(valid)["content_sha256"]
-    logs = [wd / "logs/train/uni_edlm_nce.log", wd / "logs/train/edlm_nce.log"]
+    logs = [wd / RUN / "logs/train/uni_edlm_nce.log", wd / RUN / "logs/train/edlm_nce.log"]
     started = {p: p.stat().st_mtime_ns for p in logs}
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd),
                              "--cores", "2", "--configfile", str(SMOKE)], cwd=wd, stdout=subprocess.PIPE,
@@ -212,7 +220,7 @@ def test_a_replaced_token_file_retrains_its_models_and_sigterm_ends_saying_so(da
     (said,) = [m for m in unie_lines(stopped) if "was replaced" in m]
     assert said.startswith(f"unie: {TOKENS} was replaced (content ") and "its modification time kept" in said
     assert all(m in said for m in NCE) and said.endswith("this run remakes what was made from it")
-    planned = {"train": 2, "ppl_energy": 2, "sample_table2": 1, "fig2": 1, "fig3": 1, "table1": 1, "table2": 1,
+    planned = {"train": 2, "ppl_energy": 2, **TABLE2_RESAMPLED, "fig2": 1, "fig3": 1, "table1": 1, "table2": 1,
                "paper_vs_ours": 1, "paper_page": 1, "all": 1}
     assert planned_jobs(stopped) == planned
     assert proc.returncode == 1, stopped[-3000:]

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 GPU_SMOKE = REPO / "config" / "gpu-smoke.yaml"
 PAPER = REPO / "config" / "paper.yaml"
 RELEASED = ["ar", "bd3lm", "duo", "mdlm", "sedd"]
+RUN = "runs/gpu-smoke+device-cpu"  # the gpu-smoke profile's run on a CPU (--config device=cpu): its own directory
 
 
 def smk(*args, cwd, configfiles=(GPU_SMOKE,), config=()):
@@ -63,9 +64,10 @@ def test_gpu_smoke_dry_run_all(tmp_path):
 def test_gpu_smoke_sources_end_to_end_on_cpu(tmp_path):
     """Stand-ins in all five upstream formats -> import -> NCE fine-tunes (energy network on the released DiT,
     the DiT itself) and the masked proxy from the imported AR -> Table 1 on every row."""
-    r = smk("results/tables/table1_ppl.csv", "--cores", "2", cwd=tmp_path, config=["device=cpu"])
+    r = smk("table1", "--cores", "2", cwd=tmp_path, config=["device=cpu"])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    models = tmp_path / "results" / "models"
+    assert f"unie: run directory {RUN}/" in r.stderr
+    models = tmp_path / RUN / "results" / "models"
     for name in RELEASED:
         meta = json.loads((models / name / "config.json").read_text())
         assert meta["arch"] == "dit" and meta["extra"]["released"]["standin"] and "sha256" in meta["weights"]
@@ -73,12 +75,12 @@ def test_gpu_smoke_sources_end_to_end_on_cpu(tmp_path):
     for name, backbone in (("edlm_nce", "energy_net"), ("uni_edlm_nce", "dit"), ("ar_masked", "dit")):
         meta = json.loads((models / name / "config.json").read_text())
         assert meta["arch"] == "dit" and meta["backbone"] == backbone, name
-    assert "initialised from results/models/mdlm" in (tmp_path / "logs" / "train" / "edlm_nce.log").read_text()
-    t1 = pd.read_csv(tmp_path / "results" / "tables" / "table1_ppl.csv")
+    assert f"initialised from {RUN}/results/models/mdlm" in (tmp_path / RUN / "logs" / "train" / "edlm_nce.log").read_text()
+    t1 = pd.read_csv(tmp_path / RUN / "results" / "tables" / "table1_ppl.csv")
     scored = t1.dropna(subset=["ppl"])
     assert set(RELEASED) | {"edlm_nce", "uni_edlm_nce"} <= set(scored["source"])
     assert (scored["ppl"] > 1).all()
-    r = smk("-n", "results/tables/table1_ppl.csv", cwd=tmp_path, config=["device=cpu"])  # cached: nothing to do
+    r = smk("-n", f"{RUN}/results/tables/table1_ppl.csv", cwd=tmp_path, config=["device=cpu"])  # cached: nothing to do
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr
 
 
@@ -89,7 +91,11 @@ def test_missing_google_drive_file_is_one_line(tmp_path):
     profile = tmp_path / "by_hand.yaml"  # the AR placed by hand, as in the paper profile
     profile.write_text(text.replace(standin, "source: {kind: ar, path: resources/released/ar.ckpt, tokenizer_info: "
                                              "{vocab_size: 201, mask_id: 200, bos_id: 199, eos_id: 198}}"))
-    r = smk("results/models/ar/config.json", "--cores", "1", cwd=tmp_path, configfiles=(profile,),
+    from unie.pipeline.rundir import run_directory
+
+    run = run_directory([profile], {"device": "cpu"})  # another run than the profile's own: its own directory
+    assert run.startswith("runs/gpu-smoke+")
+    r = smk(f"{run}/results/models/ar/config.json", "--cores", "1", cwd=tmp_path, configfiles=(profile,),
             config=["device=cpu"])
     assert r.returncode != 0
     line = next(x for x in r.stderr.splitlines() if x.startswith("unie: error:"))

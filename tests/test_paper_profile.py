@@ -561,7 +561,7 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
 
 
 def test_dry_run_table2_with_slurm_profile(tmp_path):
-    out = _dry_run_with_profile(tmp_path, "results/tables/table2_genppl.tex")
+    out = _dry_run_with_profile(tmp_path, "runs/paper/results/tables/table2_genppl.tex")
     sample = _job_blocks(out, "sample")  # sampling + Gen PPL under the three evaluators
     cfg = _paper_config()
     runs = set(cfg["tables"]["table2_genppl"].values())

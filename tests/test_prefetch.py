@@ -175,7 +175,10 @@ def _standin_profile(tmp_path: Path, tiny_gpt2: Path) -> Path:
 
 @pytest.mark.slow
 def test_prefetch_target_on_standins_with_the_hub_unreachable(tmp_path, tiny_gpt2):
+    from unie.pipeline.rundir import run_directory
+
     profile = _standin_profile(tmp_path, tiny_gpt2)
+    run = run_directory([profile])  # the run's own files (the datasets' copies, the report) are in its directory
     work = tmp_path / "work"
     (work / "resources" / "released").mkdir(parents=True)
     (work / "resources" / "released" / "ar.ckpt").write_bytes(b"placed by hand")
@@ -183,7 +186,7 @@ def test_prefetch_target_on_standins_with_the_hub_unreachable(tmp_path, tiny_gpt
 
     for domain, split in plan(resolve_config([profile])).datasets:
         if (domain, split) != ("owt", "train"):  # fetched before (a job each, ~5 s); owt/train is fetched here
-            write_text_parquet(["a document fetched before"], work / "resources" / "raw" / domain / f"{split}.parquet")
+            write_text_parquet(["a document fetched before"], work / run / "resources" / "raw" / domain / f"{split}.parquet")
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "2",
            "prefetch", "--configfile", str(profile)]
@@ -195,12 +198,12 @@ def test_prefetch_target_on_standins_with_the_hub_unreachable(tmp_path, tiny_gpt
                      "place by hand: resources/released/sedd.ckpt <- models.sedd: louaaron/sedd-small (or MDLM's "
                      "Google-Drive sedd.ckpt) [MISSING]",
                      f"place by hand: resources/released/duo.ckpt <- models.duo: {_duo_identifier()} [MISSING]"]
-    report = (work / "resources" / "prefetch" / "report.md").read_text()
+    report = (work / run / "resources" / "prefetch" / "report.md").read_text()
     assert report.count("| datasets |") == 10 and report.count("| models |") == 8 and report.count("| released |") == 2
-    assert report.count("| task_files |") == 6 and "| tokenizer | `resources/tokenizer` |" in report
+    assert report.count("| task_files |") == 6 and f"| tokenizer | `{run}/resources/tokenizer` |" in report
     # each hub model opened offline: its config, its tokenizer, its weight files
     assert len(re.findall(r"\| models \| `resources/hf/\w+` \| config, \d+-token tokenizer, weights \|", report)) == 8
-    assert not (work / "results").exists()  # nothing but downloads
+    assert not (work / run / "results").exists()  # nothing but downloads
     # a fetched file that does not load offline stops the target, naming it
     shutil.rmtree(work / "resources" / "hf" / "qwen25_05b")
     (work / "resources" / "hf" / "qwen25_05b").mkdir()

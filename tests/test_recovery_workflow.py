@@ -3,7 +3,9 @@ kept), the lock, a corrupted ``last.pt``, a config change, and ``--config`` on t
 (weights, tokens, results) under the default target: ``test_damage_workflow.py``.
 
 One working directory walks through the README's recovery steps in order; a second holds the references (the
-same targets run uninterrupted).  The AR is given 1,000 steps (a few seconds) so that it can be killed mid-run."""
+same targets run uninterrupted).  The AR is given 1,000 steps (a few seconds) so that it can be killed mid-run.  A
+config change is an edit of the profile's own file (in a copy of the workflow: Snakefile, workflow/, config/), so
+that the run keeps its directory, runs/smoke/ (a --config override would be another run, in its own directory)."""
 
 from __future__ import annotations
 
@@ -22,15 +24,37 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "config" / "smoke.yaml"
-TARGET = "results/models/ar/model.safetensors"
-LONG = ["--config", "models={ar: {train: {steps: 1000, ckpt_every: 20, log_every: 500}}}"]
+RUN = "runs/smoke"  # the smoke profile's run directory
+TARGET = f"{RUN}/results/models/ar/model.safetensors"
+CKPT = f"{RUN}/results/checkpoints/ar"
+SHORT = "train: {steps: 30, batch_size: 32, lr: 3.0e-3, warmup: 5, ema: 0.9, ckpt_every: 15, log_every: 10}"
+LONG = "train: {steps: 1000, batch_size: 32, lr: 3.0e-3, warmup: 5, ema: 0.9, ckpt_every: 20, log_every: 500}"
 
 pytestmark = pytest.mark.slow
 
 
-def smk(*args, cwd, check=False, configfile=True):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), "--cores", "1", *args,
-           *(["--configfile", str(SMOKE)] if configfile else [])]  # last: --config/--configfile take several values
+def workflow_copy(root: Path) -> Path:
+    """A copy of the workflow (Snakefile, workflow/, config/) whose config/smoke.yaml a test edits."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("Snakefile", "workflow", "config"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, root / name)
+    return root
+
+
+def ar_steps(flow: Path, long: bool) -> None:
+    """config/smoke.yaml of the copy ``flow`` trains the AR 1,000 steps (``long``) or its own 30."""
+    profile = flow / "config" / "smoke.yaml"
+    text = profile.read_text()
+    old, new = (SHORT, LONG) if long else (LONG, SHORT)
+    assert text.count(old) + text.count(new) >= 1
+    first = text.index("  ar:\n")  # the AR's entry (the first one in the models)
+    profile.write_text(text[:first] + text[first:].replace(old, new, 1))
+
+
+def smk(*args, cwd, check=False, configfile=True, flow: Path | None = None):
+    flow = flow or REPO
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(flow / "Snakefile"), "-d", str(cwd), "--cores", "1", *args,
+           *(["--configfile", str(flow / "config" / "smoke.yaml")] if configfile else [])]  # last: it takes several
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if check and r.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
@@ -43,7 +67,7 @@ def weights(wd: Path) -> bytes:
 
 def last_step(wd: Path) -> int:
     try:
-        return int(torch.load(wd / "results/checkpoints/ar/last.pt", weights_only=True)["step"])
+        return int(torch.load(wd / CKPT / "last.pt", weights_only=True)["step"])
     except Exception:  # not there yet
         return -1
 
@@ -67,18 +91,23 @@ def training_children(wd: Path) -> list[int]:
 def references(tmp_path_factory):
     """The AR's weights from uninterrupted runs: 1,000 steps, and the smoke config's 30."""
     ref = tmp_path_factory.mktemp("reference")
-    smk(TARGET, *LONG, cwd=ref, check=True)
+    flow = workflow_copy(tmp_path_factory.mktemp("reference_workflow"))
+    ar_steps(flow, long=True)
+    smk(TARGET, cwd=ref, check=True, flow=flow)
     long = weights(ref)
-    smk(TARGET, cwd=ref, check=True)  # steps 30: a config change, trained fresh (tested below)
-    return {"long": long, "smoke": weights(ref), "resources": ref / "resources"}
+    ar_steps(flow, long=False)
+    smk(TARGET, cwd=ref, check=True, flow=flow)  # steps 30: a config change, trained fresh (tested below)
+    return {"long": long, "smoke": weights(ref), "resources": ref / RUN / "resources"}
 
 
 def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path):
-    wd = tmp_path
-    shutil.copytree(references["resources"], wd / "resources")  # the same data (and mtimes): only training runs here
+    wd = tmp_path / "work"
+    flow = workflow_copy(tmp_path / "workflow")
+    ar_steps(flow, long=True)
+    shutil.copytree(references["resources"], wd / RUN / "resources")  # the same data (and mtimes): only training here
     # 1. kill -9 snakemake mid-training: its job (the training process) keeps running, an orphan
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd),
-                             "--cores", "1", TARGET, *LONG, "--configfile", str(SMOKE)], cwd=wd,
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(flow / "Snakefile"), "-d", str(wd),
+                             "--cores", "1", TARGET, "--configfile", str(flow / "config" / "smoke.yaml")], cwd=wd,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 240
@@ -90,16 +119,16 @@ def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path)
         (orphan,) = training_children(wd)  # documented: killing snakemake leaves its job running
         os.kill(orphan, signal.SIGSTOP)  # frozen, still holding the checkpoint directory's lock
         # 2. snakemake's own lock: the README's --unlock
-        r = smk(TARGET, *LONG, cwd=wd)
+        r = smk(TARGET, cwd=wd, flow=flow)
         assert r.returncode != 0 and "--unlock" in r.stdout + r.stderr
-        smk("--unlock", cwd=wd, check=True)
+        smk("--unlock", cwd=wd, check=True, flow=flow)
         # 3. a rerun beside the orphan never trains into the same directory: one line names the holder
-        r = smk(TARGET, *LONG, cwd=wd)
+        r = smk(TARGET, cwd=wd, flow=flow)
         assert r.returncode != 0
-        assert f"unie: error: results/checkpoints/ar is in use by pid {orphan}" in r.stderr, r.stderr[-2000:]
+        assert f"unie: error: {CKPT} is in use by pid {orphan}" in r.stderr, r.stderr[-2000:]
         # ... and loses none of the orphan's log (snakemake removed the file before the refused job): the orphan,
         # let go on for a moment, copies its earlier lines to the new file and writes its next ones there
-        log, moved = wd / "logs/train/ar.log", f"--- pid {orphan}: this log was replaced by another run's job"
+        log, moved = wd / RUN / "logs/train/ar.log", f"--- pid {orphan}: this log was replaced by another run's job"
         assert f"in use by pid {orphan}" in log.read_text() and moved not in log.read_text()
         os.kill(orphan, signal.SIGCONT)
         deadline = time.time() + 60
@@ -117,25 +146,27 @@ def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path)
     time.sleep(0.2)
     # 4. the orphan gone, a rerun resumes from its last checkpoint and gives the uninterrupted model, byte for byte
     step = last_step(wd)
-    smk(TARGET, *LONG, cwd=wd, check=True)
-    log = (wd / "logs/train/ar.log").read_text()
-    assert f"resumed from results/checkpoints/ar/last.pt at step {step}" in log and 0 < step < 1000
+    smk(TARGET, cwd=wd, check=True, flow=flow)
+    log = (wd / RUN / "logs/train/ar.log").read_text()
+    assert f"resumed from {CKPT}/last.pt at step {step}" in log and 0 < step < 1000
     assert weights(wd) == references["long"]
     # 5. a corrupted last.pt is reported in one line and discarded; with a config change (30 steps) the model is
     #    the one a fresh checkout trains, and nothing else is lost
-    ckpt = wd / "results/checkpoints/ar/last.pt"
+    ckpt = wd / CKPT / "last.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
-    tokens = (wd / "resources/tokenized/owt/train.parquet").read_bytes()
-    smk(TARGET, cwd=wd, check=True)
-    log = (wd / "logs/train/ar.log").read_text()
-    (line,) = [l for l in log.splitlines() if "discarding results/checkpoints/ar/last.pt" in l]
+    tokens = (wd / RUN / "resources/tokenized/owt/train.parquet").read_bytes()
+    ar_steps(flow, long=False)
+    smk(TARGET, cwd=wd, check=True, flow=flow)
+    log = (wd / RUN / "logs/train/ar.log").read_text()
+    (line,) = [l for l in log.splitlines() if f"discarding {CKPT}/last.pt" in l]
     assert "cannot be read" in line and "training starts again from step 0" in line
-    assert weights(wd) == references["smoke"] and (wd / "results/models/ar/config.json").exists()
-    assert (wd / "resources/tokenized/owt/train.parquet").read_bytes() == tokens
+    assert weights(wd) == references["smoke"] and (wd / RUN / "results/models/ar/config.json").exists()
+    assert (wd / RUN / "resources/tokenized/owt/train.parquet").read_bytes() == tokens
     # 6. the config changed back (1,000 steps): the 30-step last.pt is not resumed, the log says why
-    smk(TARGET, *LONG, cwd=wd, check=True)
-    log = (wd / "logs/train/ar.log").read_text()
-    assert "not resuming results/checkpoints/ar/last.pt (step 30)" in log and "train.steps: 30 -> 1000" in log
+    ar_steps(flow, long=True)
+    smk(TARGET, cwd=wd, check=True, flow=flow)
+    log = (wd / RUN / "logs/train/ar.log").read_text()
+    assert f"not resuming {CKPT}/last.pt (step 30)" in log and "train.steps: 30 -> 1000" in log
     assert weights(wd) == references["long"]
 
 
@@ -144,6 +175,7 @@ def test_config_overrides_on_the_command_line(tmp_path):
     values given on the command line are typed (Snakemake passes them as strings)."""
     r = smk("-n", "--config", "seed=1", cwd=tmp_path, configfile=False)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "unie: run directory runs/toy+seed-1/" in r.stderr  # another run: its own directory
     r = smk("-n", "--config", "resources={train: {runtime: 30, gpu: 0}}", "max_runtime=60", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     r = smk("-n", "--config", "max_runtime=0", cwd=tmp_path)

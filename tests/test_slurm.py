@@ -209,5 +209,5 @@ def test_smoke_through_slurm_profile_equals_local_run(slurm_cluster, tmp_path):
 
     # the same results as a local run
     _snakemake("--configfile", str(SMOKE), "--cores", "2", "-d", str(local), cwd=local, timeout=1200)
-    diffs = _same_results(local / "results", cluster / "results")
+    diffs = _same_results(local / "runs" / "smoke" / "results", cluster / "runs" / "smoke" / "results")
     assert not diffs, diffs

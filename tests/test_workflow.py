@@ -1,7 +1,7 @@
 """The whole workflow on config/smoke.yaml: run, outputs, caching, targeted reruns, bad configs, notebook.
 
 These run Snakemake in a subprocess (the way users run it) in a temporary working directory, so the
-repository's own results/ is never touched.
+repository's own runs/ is never touched.  The smoke profile's run directory is runs/smoke/ (unie.pipeline.rundir).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from unie.pipeline.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "config" / "smoke.yaml"
+OUT = "runs/smoke"  # the smoke profile's run directory in the working directory
 
 
 def smk(*args, cwd, check=False):
@@ -54,7 +55,7 @@ def smoke_run(smoke_tree):
 @pytest.mark.slow
 def test_smoke_outputs(smoke_run):
     cfg = resolve_config([SMOKE])
-    tables = smoke_run / "results" / "tables"
+    tables = smoke_run / OUT / "results" / "tables"
     for name in ("table1_ppl", "table2_genppl"):
         first, second = (tables / f"{name}.tex").read_text().splitlines()[:2]  # the packages, then one float
         assert first.startswith("% LaTeX packages: booktabs") and second.startswith(r"\begin{table}")
@@ -82,9 +83,9 @@ def test_smoke_outputs(smoke_run):
     # samples contain no masks and have the configured shape
     from unie.data.tokens import load_tokens
 
-    x = load_tokens(smoke_run / "results" / "samples" / "mdlm" / "steps2.parquet")
+    x = load_tokens(smoke_run / OUT / "results" / "samples" / "mdlm" / "steps2.parquet")
     assert x.shape == (cfg["sampling"]["n_samples"], cfg["data"]["seq_len"])
-    info = json.loads((smoke_run / "results" / "models" / "mdlm" / "config.json").read_text())
+    info = json.loads((smoke_run / OUT / "results" / "models" / "mdlm" / "config.json").read_text())
     assert (x != info["tokenizer"]["mask_id"]).all()
     # energy rows, the excess-NLL column, Figure 2, the partition check, NCE's dev report
     assert {"EDLM-AR", "EDLM-NCE", "Uni-EDLM-AR", "Uni-EDLM-NCE"} <= set(t2.row) and t2.excess_nll.notna().all()
@@ -94,20 +95,20 @@ def test_smoke_outputs(smoke_run):
     h = (ex_rows.nll_per_token - ex_rows.excess_nll).round(9)
     assert h.nunique() == 1 and 2.0 < h.iloc[0] < 3.0
     for ext in ("pdf", "png", "csv"):
-        assert (smoke_run / "results" / "figures" / f"fig2_ablation.{ext}").stat().st_size > 0
-    fig = pd.read_csv(smoke_run / "results" / "figures" / "fig2_ablation.csv")
+        assert (smoke_run / OUT / "results" / "figures" / f"fig2_ablation.{ext}").stat().st_size > 0
+    fig = pd.read_csv(smoke_run / OUT / "results" / "figures" / "fig2_ablation.csv")
     assert set(fig.context) == {"teacher_forced", "masked", "exact"}
     assert set(fig.curve) == {"No energy", "Inv-E", "Ind-E", "Uni-E", "Uni-E (resample)"}  # Uni-E by both rules
     part = pd.read_csv(tables / "partition_check.csv")
     assert (part.derived_xs.round(4) == 3.0 ** part.revealed).all() and (part.fixed_xs_max.round(6) == 1).all()
-    nce = json.loads((smoke_run / "results" / "models" / "uni_edlm_nce" / "config.json").read_text())
+    nce = json.loads((smoke_run / OUT / "results" / "models" / "uni_edlm_nce" / "config.json").read_text())
     assert nce["extra"]["dev"]["dev_split"].endswith("valid.parquet") and cfg["ppl"]["split"] == "test"
     sel = nce["extra"]["dev"]["selected"]["dev"]  # Uni-EDLM-NCE: p_theta's dev NELBO may not get worse
     assert sel["admissible"] and sel["guard"] <= nce["extra"]["dev"]["initial"]["dev"]["guard"]
-    ebm = json.loads((smoke_run / "results" / "models" / "edlm_nce" / "config.json").read_text())
+    ebm = json.loads((smoke_run / OUT / "results" / "models" / "edlm_nce" / "config.json").read_text())
     assert ebm["backbone"] == "energy_net" and ebm["method"] == "nce"  # EDLM-NCE: a separate E_phi(x0, xt)
-    assert json.loads((smoke_run / "results" / "ppl" / "edlm_nce.json").read_text())["estimator"].startswith("EDLM")
-    energy_meta = json.loads((smoke_run / "results" / "genppl" / "uni_edlm_ar" / "steps2.json").read_text())
+    assert json.loads((smoke_run / OUT / "results" / "ppl" / "edlm_nce.json").read_text())["estimator"].startswith("EDLM")
+    energy_meta = json.loads((smoke_run / OUT / "results" / "genppl" / "uni_edlm_ar" / "steps2.json").read_text())
     assert energy_meta["sampling"]["options"]["ar_context"] == "masked"
 
 
@@ -115,7 +116,7 @@ def test_smoke_outputs(smoke_run):
 def test_fig3_and_timing(smoke_run):
     cfg = resolve_config([SMOKE])
     fig_cfg = cfg["figures"]["fig3_tradeoff"]
-    figs = smoke_run / "results" / "figures"
+    figs = smoke_run / OUT / "results" / "figures"
     for ext in ("pdf", "png"):
         assert (figs / f"fig3_tradeoff.{ext}").stat().st_size > 0
     pts = pd.read_csv(figs / "fig3_tradeoff.csv")
@@ -126,15 +127,15 @@ def test_fig3_and_timing(smoke_run):
     # w = 1 at K = 2 is Table 2's Uni-EDLM-AR (reused, 32 samples); the generated points have n_samples 16
     w1 = pts[(pts.panel == "w") & (pts.curve == "w=1.0")]
     assert set(w1.run) == {"uni_edlm_ar"}
-    gen = json.loads((smoke_run / "results" / "genppl" / "fig3_uni_k1_w20" / "steps2.json").read_text())
+    gen = json.loads((smoke_run / OUT / "results" / "genppl" / "fig3_uni_k1_w20" / "steps2.json").read_text())
     assert gen["n_samples"] == fig_cfg["n_samples"] and gen["sampling"]["options"]["K"] == 1
     # every plotted Gen PPL is the one in the result JSON of its run
     for r in pts.itertuples():
-        rec = json.loads((smoke_run / "results" / "genppl" / r.run / f"steps{r.steps}.json").read_text())
+        rec = json.loads((smoke_run / OUT / "results" / "genppl" / r.run / f"steps{r.steps}.json").read_text())
         assert rec["genppl"][fig_cfg["evaluator"]]["ppl"] == pytest.approx(r.genppl, rel=1e-12)
     # the timing protocol: one batch, warm-up excluded, the median of the repeats, all cores held
     for run in set(pts[pts.panel == "tradeoff"].run):
-        t = json.loads((smoke_run / "results" / "timing" / f"{run}.json").read_text())
+        t = json.loads((smoke_run / OUT / "results" / "timing" / f"{run}.json").read_text())
         assert t["threads"] == 2  # --cores 2: the job held both
         for p in t["points"]:
             assert p["batch_size"] == fig_cfg["timing"]["batch_size"] and len(p["seconds_all"]) == 3
@@ -149,7 +150,7 @@ def test_fig3_and_timing(smoke_run):
 @pytest.mark.slow
 def test_paper_vs_ours(smoke_run):
     """Every 'ours' cell of paper_vs_ours is the regenerated table's value; the paper's from config/paper_values.yaml."""
-    tables = smoke_run / "results" / "tables"
+    tables = smoke_run / OUT / "results" / "tables"
     long = pd.read_csv(tables / "paper_vs_ours.csv")
     t1 = pd.read_csv(tables / "table1_ppl.csv")
     mdlm = long[(long.table == "table1_ppl") & (long.row == "MDLM") & (long.column == "OWT")].iloc[0]
@@ -167,7 +168,7 @@ def test_paper_vs_ours(smoke_run):
 
 @pytest.mark.slow
 def test_case_studies(smoke_run):
-    figs = smoke_run / "results" / "figures"
+    figs = smoke_run / OUT / "results" / "figures"
     for case in ("invariant", "independent", "non_invariant", "non_independent"):
         for ext in ("pdf", "png"):
             assert (figs / f"case_{case}.{ext}").stat().st_size > 0
@@ -186,7 +187,7 @@ def test_case_studies(smoke_run):
 def test_bench_target(smoke_run):
     """`snakemake bench`: the ratios and their analytic limits, measured in one run (consistent with each other)."""
     smk("bench", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
-    r = json.loads((smoke_run / "results" / "bench" / "sampler.json").read_text())
+    r = json.loads((smoke_run / OUT / "results" / "bench" / "sampler.json").read_text())
     cfg = resolve_config([SMOKE])["bench"]
     assert r["P"] == cfg["K"] + 1 and r["threads"] == 2 and r["batch_size"] == cfg["batch_size"]
     # every ratio and limit is the median over interleaved rounds of that round's own ratio
@@ -206,7 +207,7 @@ def test_bench_target(smoke_run):
     eq = r["equal_quality"]
     assert [u["steps"] for u in eq["uni"]] == sorted(resolve_config([SMOKE])["sampling"]["steps"])
     assert (eq["steps"] is None) == (min(u["genppl"] for u in eq["uni"]) > eq["ar_genppl"])
-    md = (smoke_run / "results" / "bench" / "sampler.md").read_text()
+    md = (smoke_run / OUT / "results" / "bench" / "sampler.md").read_text()
     assert f"{ws['measured']:.3f}" in md and f"{ws['limit']:.3f}" in md
     # training from the Parquet token file's view against the memory-mapped .npy: same batches, both timed
     tf = r["token_file"]
@@ -225,10 +226,10 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
 
     cfg = resolve_config([SMOKE])
     assert cfg["sampling"]["job"] == "table"
-    models = smoke_run / "results" / "models"
+    models = smoke_run / OUT / "results" / "models"
     run = "uni_edlm_ar"
     spec = cfg["sampling"]["runs"][run]
-    inputs = {"tokenizer": str(smoke_run / "resources" / "tokenizer"),
+    inputs = {"tokenizer": str(smoke_run / OUT / "resources" / "tokenizer"),
               **{role: str(models / m / "model.safetensors") for role, m in spec["models"].items()}}
     steps = cfg["sampling"]["steps"][-1]
     out = tmp_path / "alone.parquet"
@@ -236,7 +237,7 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
                               batch_size=cfg["sampling"]["batch_size"], domain=cfg["data"]["train_domain"],
                               seed=cfg["seed"])
     run_sampler(job, steps, out, log=lambda *a: None)
-    together = load_tokens(smoke_run / "results" / "samples" / run / f"steps{steps}.parquet")
+    together = load_tokens(smoke_run / OUT / "results" / "samples" / run / f"steps{steps}.parquet")
     assert (load_tokens(out) == together).all()
 
 
@@ -244,27 +245,27 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
 def test_rerun_is_noop_and_targeted(smoke_run):
     from unie.data.tokens import load_tokens
 
-    r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
+    r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", f"{OUT}/results/tables/table2_genppl.tex", cwd=smoke_run)
     assert r.returncode == 0
     assert "Nothing to be done" in r.stdout + r.stderr
     steps = resolve_config([SMOKE])["sampling"]["steps"][-1]
-    target = smoke_run / "results" / "samples" / "mdlm" / f"steps{steps}.parquet"
+    target = smoke_run / OUT / "results" / "samples" / "mdlm" / f"steps{steps}.parquet"
     target.unlink()
-    r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", "results/tables/table2_genppl.tex", cwd=smoke_run)
+    r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", f"{OUT}/results/tables/table2_genppl.tex", cwd=smoke_run)
     assert r.returncode == 0, r.stderr
-    assert planned_jobs(r.stdout + r.stderr) == {"sample_table2": 1, "table2": 1}  # Table 2's one sampling job
-    # and really rerunning touches only Table 2's sampling (sampling.job: table: every run of the table is
-    # rewritten, with the same tokens); the figures' runs are not touched
-    table2_runs = set(resolve_config([SMOKE])["sampling"]["runs"]) - {r for r in resolve_config([SMOKE])["sampling"]["runs"]
-                                                                     if r.startswith(("fig2_", "fig3_"))}
-    same_table = {p: load_tokens(p) for p in (smoke_run / "results" / "samples").rglob("*.parquet")
-                  if p.parent.name in table2_runs and p != target}
-    before = {p: p.stat().st_mtime_ns for p in (smoke_run / "results" / "samples").rglob("*.parquet")
-              if p.parent.name not in table2_runs}
-    smk("results/tables/table2_genppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
+    # the run's own job (sampling.job: table samples a run sampled before by itself), not Table 2's sampling
+    assert planned_jobs(r.stdout + r.stderr) == {"sample_run": 1, "table2": 1}
+    # and really rerunning rewrites only that run's files, with the same tokens as the table's job wrote
+    same_run = {p: load_tokens(p) for p in target.parent.glob("*.parquet") if p != target}
+    before = {p: p.stat().st_mtime_ns for p in (smoke_run / OUT / "results" / "samples").rglob("*.parquet")
+              if p.parent != target.parent}
+    smk(f"{OUT}/results/tables/table2_genppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
     assert target.exists()
     assert before and all(p.stat().st_mtime_ns == t for p, t in before.items())
-    assert same_table and all((load_tokens(p) == x).all() for p, x in same_table.items())
+    assert same_run and all((load_tokens(p) == x).all() for p, x in same_run.items())
+    r = smk("--cores", "2", "--configfile", str(SMOKE), "-n", f"{OUT}/results/tables/table2_genppl.tex", cwd=smoke_run)
+    assert "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]  # the table job took them
+    smk("--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)  # the figures too: the tree up to date
 
 
 @pytest.mark.slow
@@ -274,15 +275,17 @@ def test_notebook_reads_results(smoke_run):
     from nbclient import NotebookClient
 
     nb = nbformat.read(REPO / "notebooks" / "results.ipynb", as_version=4)
-    os.environ["UNIE_RESULTS"] = str(smoke_run / "results")
+    os.environ["UNIE_RUN"] = str(smoke_run / OUT)
     os.environ["MPLBACKEND"] = "Agg"
     try:
         NotebookClient(nb, timeout=120, kernel_name="python3",
                        resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
     finally:
-        os.environ.pop("UNIE_RESULTS")
+        os.environ.pop("UNIE_RUN")
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not any(o.get("output_type") == "error" for o in outputs)
+    said = "".join(o.get("text", "") for o in nb.cells[1].get("outputs", []))
+    assert f"reading the run {smoke_run / OUT}" in said  # which run it reads
 
 
 @pytest.mark.slow
@@ -291,10 +294,10 @@ def test_the_report_reads_as_a_paper(smoke_run, tmp_path):
     makes it the landing page; headless Chromium renders it so (scripts/render_report.py), when installed."""
     import runpy
 
-    page = (smoke_run / "results" / "report" / "paper.html").read_text()
-    tables = sorted((smoke_run / "results" / "tables").glob("*.tex"))
+    page = (smoke_run / OUT / "results" / "report" / "paper.html").read_text()
+    tables = sorted((smoke_run / OUT / "results" / "tables").glob("*.tex"))
     assert page.count('<figure class="table"><figcaption>') >= len(tables)  # paper_vs_ours.tex holds several
-    pngs = list((smoke_run / "results" / "figures").glob("*.png"))
+    pngs = list((smoke_run / OUT / "results" / "figures").glob("*.png"))
     assert page.count('<img src="data:image/png;base64,') == len(pngs)
     assert page.index("<h2>Table 1: perplexity</h2>") < page.index("<h2>Figure 2: energy ablation</h2>")
     assert "\\textbf" not in page and "$" not in page.split("<body>", 1)[1]  # LaTeX converted, none left over
@@ -311,14 +314,17 @@ def test_the_report_reads_as_a_paper(smoke_run, tmp_path):
 def test_a_run_ends_naming_what_to_read(tmp_path):
     from unie.pipeline.targets import run_summary
 
-    assert "no table or figure yet" in run_summary(tmp_path)
+    assert "no table or figure yet" in run_summary(tmp_path, "runs/toy")
     for f in ("results/report/paper.html", "results/tables/paper_vs_ours.md", "results/tables/table1_ppl.tex",
               "results/figures/fig2_ablation.png"):
-        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / f).write_text("x")
-    text = run_summary(tmp_path)
-    assert "results/report/paper.html" in text and "results/tables/paper_vs_ours.md" in text
-    assert "1 tables in results/tables/" in text and "snakemake --cores 2 docs" in text
+        (tmp_path / "runs/toy" / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "runs/toy" / f).write_text("x")
+    text = run_summary(tmp_path, "runs/toy")
+    assert "runs/toy/results/report/paper.html" in text and "runs/toy/results/tables/paper_vs_ours.md" in text
+    assert "1 tables in runs/toy/results/tables/" in text and "snakemake --cores 2 docs" in text
+    assert "this run's directory: runs/toy/" in text and "UNIE_RUN" not in text  # the notebook's default run
+    (tmp_path / "runs/toy").rename(tmp_path / "runs/toy+seed-1")
+    assert "UNIE_RUN=runs/toy+seed-1 jupyter lab" in run_summary(tmp_path, "runs/toy+seed-1")
 
 
 def _bad_config(tmp_path, mutate) -> subprocess.CompletedProcess:
@@ -352,7 +358,7 @@ def test_bad_config_fails_before_any_job(tmp_path, mutate, expected):
     out = r.stdout + r.stderr
     assert r.returncode != 0
     assert expected in out, out[-3000:]
-    assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "resources").exists()
 
 
 def test_table3_cells_are_lm_eval_values(smoke_run):
@@ -360,12 +366,12 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     under results/dllm/rows/{row}/ is byte-identical to the results_*.json lm-eval's tracker wrote."""
     from unie.data.tasks import PRIMARY_METRIC
 
-    df = pd.read_csv(smoke_run / "results" / "tables" / "table3_dllm.csv")
+    df = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table3_dllm.csv")
     rows = sorted(df.row.unique())
     assert rows == sorted(["proxy", "llada", "llada_dawn", "llada_core", "llada_uni", "dream", "dream_apd",
                            "dream_ind"])
     for row in rows:
-        d = smoke_run / "results" / "dllm" / "rows" / row
+        d = smoke_run / OUT / "results" / "dllm" / "rows" / row
         kept = (d / "results.json").read_bytes()
         written = list(d.rglob("results_*.json"))
         assert len(written) == 1 and written[0].read_bytes() == kept
@@ -381,21 +387,21 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
         assert tp["warmup_excluded"] and tp["requests"] == 7 * 8 and tp["tokens_per_s"] > 0
     energy = df[df.delta.notna()]
     assert len(energy) == 5 * 7 and energy.delta_se.notna().all() and (energy.delta_se >= 0).all()
-    tex = (smoke_run / "results" / "tables" / "table3_dllm.tex").read_text()
+    tex = (smoke_run / OUT / "results" / "tables" / "table3_dllm.tex").read_text()
     assert "MATH500" in tex and "+Uni-Energy" in tex
     # CoRe is a reading: its label carries a dagger and the note is printed under the table, once
     assert "+CoRe$^{\\dagger}$" in tex and tex.count("our reading of its neighbour-stability test") == 1
     # the appendix's full table: every row, the appendix-only one too; Table 3 without it, the shared cells equal
-    full = pd.read_csv(smoke_run / "results" / "tables" / "table_app_dllm_full.csv")
+    full = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_dllm_full.csv")
     all_rows = resolve_config([SMOKE])["dllm"]["rows"]
     assert list(full.row.unique()) == [r for r, spec in all_rows.items() if not spec.get("selection_table")]
     assert "ar_large2" in set(full.row) and "ar_large2" not in rows
     shared = full[full.row != "ar_large2"].reset_index(drop=True)
     pd.testing.assert_frame_equal(shared, df.reset_index(drop=True))
-    assert "AR proxy (appendix only)" in (smoke_run / "results" / "tables" / "table_app_dllm_full.tex").read_text()
+    assert "AR proxy (appendix only)" in (smoke_run / OUT / "results" / "tables" / "table_app_dllm_full.tex").read_text()
     # every decoder row's effect.json: the paired change against its backbone, and Algorithm 3's window counters
     for row, spec in all_rows.items():
-        eff = json.loads((smoke_run / "results" / "dllm" / "rows" / row / "effect.json").read_text())
+        eff = json.loads((smoke_run / OUT / "results" / "dllm" / "rows" / row / "effect.json").read_text())
         assert eff["row"] == row and eff["backbone"] == spec.get("delta_to")
         if spec.get("delta_to"):
             assert eff["avg"]["items"] == 7 * 8 and 0 <= eff["avg"]["changed"] <= 1
@@ -406,10 +412,10 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
         else:
             assert eff["window"] is None
     # the selection-rule table: the backbone, Table 3's energy row and the selection row, with their effects
-    sel = pd.read_csv(smoke_run / "results" / "tables" / "table_app_selection.csv")
+    sel = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_selection.csv")
     assert list(sel.row) == ["llada", "llada_uni", "llada_rerank"]
     assert list(sel.selection)[1:] == ["argmin", "proxy_rerank"] and sel.disagree[1:].notna().all()
-    assert "proxy rerank" in (smoke_run / "results" / "tables" / "table_app_selection.tex").read_text()
+    assert "proxy rerank" in (smoke_run / OUT / "results" / "tables" / "table_app_selection.tex").read_text()
 
 
 @pytest.mark.slow
@@ -471,7 +477,7 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
     is the adapter's (warm-up excluded, the config's batch size)."""
     cfg = resolve_config([SMOKE])["dllm"]
     for sweep, curves in cfg["sweeps"]["sets"].items():
-        d = smoke_run / "results" / "dllm" / "sweeps" / sweep
+        d = smoke_run / OUT / "results" / "dllm" / "sweeps" / sweep
         pts = json.loads((d / "points.json").read_text())
         want = [(c, k, v) for c, spec in curves.items() for k, vs in spec["vary"].items() for v in vs]
         assert [(p["curve"], p["key"], p["value"]) for p in pts["points"]] == want
@@ -491,16 +497,16 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
             # the plotted throughput: the median of repeated timed passes after a warm-up, with its checks
             assert p["tokens_per_s"] == sorted(p["timing"]["tokens_per_s_all"])[1] > 0
             assert len(p["timing"]["seconds_all"]) == 3 and isinstance(p["trusted"], bool)
-    fig4 = pd.read_csv(smoke_run / "results" / "figures" / "fig4_dllm_tradeoff.csv")
+    fig4 = pd.read_csv(smoke_run / OUT / "results" / "figures" / "fig4_dllm_tradeoff.csv")
     assert set(fig4.curve) == set(cfg["sweeps"]["sets"]["fig4"])
-    assert (smoke_run / "results" / "figures" / "fig4_dllm_tradeoff.png").stat().st_size > 0
+    assert (smoke_run / OUT / "results" / "figures" / "fig4_dllm_tradeoff.png").stat().st_size > 0
     for sweep, key in (("app_k", "K"), ("app_w", "w")):
-        t = pd.read_csv(smoke_run / "results" / "tables" / f"table_{sweep}.csv")
+        t = pd.read_csv(smoke_run / OUT / "results" / "tables" / f"table_{sweep}.csv")
         assert list(t.option.unique()) == [key] and list(t.column.unique()) == ["Accuracy"]
-        pts = json.loads((smoke_run / "results" / "dllm" / "sweeps" / sweep / "points.json").read_text())["points"]
+        pts = json.loads((smoke_run / OUT / "results" / "dllm" / "sweeps" / sweep / "points.json").read_text())["points"]
         assert t.value.tolist() == [p["accuracy"] for p in pts]
         assert t.row.tolist() == [f"{key.lower()}={p['value']}" for p in pts]  # the paper's row names
-        assert f"${key}$" in (smoke_run / "results" / "tables" / f"table_{sweep}.tex").read_text()
+        assert f"${key}$" in (smoke_run / OUT / "results" / "tables" / f"table_{sweep}.tex").read_text()
 
 
 def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
@@ -510,16 +516,16 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     test items; the table and figure read the points."""
     cfg = resolve_config([SMOKE])["dllm"]
     m = cfg["map"]
-    assert not (smoke_run / "results" / "dllm" / "map").exists()
+    assert not (smoke_run / OUT / "results" / "dllm" / "map").exists()
     smk("table_app_map", "fig_app_map", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
-    oracle = json.loads((smoke_run / "resources" / "dllm" / "oracle" / "oracle.json").read_text())
+    oracle = json.loads((smoke_run / OUT / "resources" / "dllm" / "oracle" / "oracle.json").read_text())
     assert oracle["eps"] == m["oracle_eps"] and len(oracle["references"]) == len(m["tasks"]) * cfg["tasks"]["n_test"]
-    pts = json.loads((smoke_run / "results" / "dllm" / "map" / "llada" / "points.json").read_text())
+    pts = json.loads((smoke_run / OUT / "results" / "dllm" / "map" / "llada" / "points.json").read_text())
     P, T = len(m["proxies"]), len(m["draws"])
     assert len(pts["points"]) == 1 + T * (P + 1) + P  # backbone; uni per proxy, inv once, per temperature; APD
     assert pts["points"][0]["rule"] == "backbone" and pts["limit"] == m["limit"]
     for p in pts["points"]:
-        d = smoke_run / "results" / "dllm" / "map" / "llada" / p["name"]
+        d = smoke_run / OUT / "results" / "dllm" / "map" / "llada" / p["name"]
         res = json.loads((d / "results.json").read_text())
         assert sorted(res["results"]) == sorted(m["tasks"])
         assert all(res["n-samples"][t]["effective"] == m["limit"] for t in m["tasks"])
@@ -531,10 +537,10 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
         if p["rule"] in ("uni", "inv"):
             assert p["model_args"]["temperature"] == p["temperature"] and p["window"]["window_rows"] > 0
             assert p["model_args"]["greedy_first"] is p["greedy_first"]
-    alone = json.loads((smoke_run / "results" / "dllm" / "map" / "proxies" / "points.json").read_text())
+    alone = json.loads((smoke_run / OUT / "results" / "dllm" / "map" / "proxies" / "points.json").read_text())
     assert [p["proxy"] for p in alone["points"]] == ["weak"]  # the oracle decodes nothing
-    table = pd.read_csv(smoke_run / "results" / "tables" / "table_app_map.csv")
+    table = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_map.csv")
     assert len(table) == len(pts["points"]) - 1 and set(table.rule) == {"uni", "inv", "apd"}
-    tex = (smoke_run / "results" / "tables" / "table_app_map.tex").read_text()
+    tex = (smoke_run / OUT / "results" / "tables" / "table_app_map.tex").read_text()
     assert "LLaDA-like: oracle" in tex and r"$\tau$ = 1, greedy first" in tex
-    assert (smoke_run / "results" / "figures" / "fig_app_map.png").stat().st_size > 0
+    assert (smoke_run / OUT / "results" / "figures" / "fig_app_map.png").stat().st_size > 0

@@ -82,7 +82,10 @@ def cmd_check_config(args) -> int:
     except ConfigError as e:
         print(error_text(e, verbose=args.verbose), file=sys.stderr)
         return 1
-    summary = f"{name}: ok ({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs)"
+    from .pipeline.rundir import run_directory
+
+    summary = (f"{name}: ok ({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs; "
+               f"its run directory: {run_directory(files or None)}/)")
     print(("# " if args.resolved else "") + summary, file=sys.stderr if args.resolved else sys.stdout)
     return 0
 
@@ -118,13 +121,16 @@ def cmd_sample(args) -> int:
 
     from .core.registry import SAMPLERS
     from .data.tokenizer import load_tokenizer
-    from .pipeline.models import load_wrapped
+    from .core.config import ConfigError
+    from .pipeline.models import load_wrapped, run_tokenizer
     from .pipeline.sample import oracle_models
 
     entry = SAMPLERS[args.sampler]
     options = entry.options({k: _parse_value(v) for k, v in (o.split("=", 1) for o in args.option)}, where="--option")
-    tok = load_tokenizer(args.tokenizer)
     roles = dict(m.split("=", 1) for m in args.model)
+    if args.tokenizer is None and not roles:
+        raise ConfigError("--tokenizer: give the tokenizer directory, or a --model whose run's tokenizer is used")
+    tok = load_tokenizer(args.tokenizer or run_tokenizer(next(iter(roles.values()))))
     for role, path in roles.items():
         _check_role(entry, role, path)
     models = {role: load_wrapped(path, tok, args.device) for role, path in roles.items()}
@@ -153,11 +159,13 @@ def main(argv=None) -> int:
     s.add_argument("--resolved", action="store_true", help="print the effective configuration as YAML")
     s.add_argument("-v", "--verbose", action="store_true", help="on a schema violation, the schema's full report too")
     s.set_defaults(fn=cmd_check_config)
-    s = sub.add_parser("sample", help="sample from trained checkpoints (results/models/<name>) and print the text")
+    s = sub.add_parser("sample", help="sample from trained checkpoints (runs/<run>/results/models/<name>) and print "
+                                      "the text")
     s.add_argument("--sampler", required=True, help="a registered sampler (unie list)")
     s.add_argument("--model", action="append", default=[], metavar="ROLE=DIR",
-                   help="a checkpoint directory per model role, e.g. dlm=results/models/mdlm")
-    s.add_argument("--tokenizer", default="resources/tokenizer")
+                   help="a checkpoint directory per model role, e.g. dlm=runs/toy/results/models/mdlm")
+    s.add_argument("--tokenizer", default=None,
+                   help="the tokenizer directory (default: the first --model's run's, runs/<run>/resources/tokenizer)")
     s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a sampler option")
     s.add_argument("-n", type=int, default=4)
     s.add_argument("--length", type=int, default=32)

@@ -282,15 +282,17 @@ def source_format(source: dict) -> str:
     return "ckpt" if str(source.get("path", "")).endswith(".ckpt") else "hf"
 
 
-def source_path(name: str, source: dict) -> str:
+def source_path(name: str, source: dict, run_dir: str = ".") -> str:
     """Where the import reads model ``name``'s released checkpoint: the download folder of ``hf_id``
-    (``resources/released/NAME``), the stand-in the workflow writes (``resources/standins/NAME[/KIND.ckpt]``), or
-    ``path`` as given."""
+    (``resources/released/NAME``, shared by every run), the stand-in the workflow writes in the run's directory
+    ``run_dir`` (``RUN_DIR/resources/standins/NAME[/KIND.ckpt]``), or ``path`` as given."""
+    import os
+
     if source.get("hf_id"):
         return f"resources/released/{name}"
     if source.get("standin"):
-        return f"resources/standins/{name}/{source['kind']}.ckpt" if source["standin"] == "ckpt" else \
-            f"resources/standins/{name}"
+        folder = os.path.normpath(os.path.join(run_dir, "resources", "standins", name))
+        return f"{folder}/{source['kind']}.ckpt" if source["standin"] == "ckpt" else folder
     return str(source["path"])
 
 

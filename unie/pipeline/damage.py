@@ -42,6 +42,13 @@ Snakemake remakes what was made from it, as for any changed input, when the targ
 remade it) is remade.
 
 Nothing is touched while another Snakemake run holds the directory's lock (its jobs may be writing these files).
+
+**Run directories** (:mod:`unie.pipeline.rundir`): every function takes ``run``, the run's directory relative to
+``root`` (``runs/toy``; ``"."`` for a tree laid out as one run at the top level).  The paths above are then below
+``run`` (``runs/toy/results/models/*``, ``runs/toy/resources/tokenized/...``), files set aside earlier are also
+looked for in the shared downloads (``resources/hf``, ...), and only the files a job reported under ``run`` are
+this run's; every path named or returned is relative to ``root``, as the workflow's rules name them.  Other runs'
+directories are never looked at.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from ..core.integrity import (HASH_KEY, MADE_FROM, RECORDS, DamagedFileError, ch
                               json_digest)
 from ..data.tokens import read_token_meta, token_content_sha256
 
-CACHE = Path(".snakemake/unie/verified.json")
+CACHE = Path(".snakemake/unie/verified.json")  # a run directory's: .snakemake/unie/verified/<name>.json
 REPORTED = Path(".snakemake/unie/damaged.txt")  # files a job found damaged (one relative path per line)
 HASH_LIMIT = 2 << 30  # bytes; larger files: size here, hash in the job that reads them
 JSON_LIMIT = 64 << 20  # result JSONs above this are left to the job that reads them
@@ -122,10 +129,11 @@ def _token_digest(path: Path) -> str:
     return token_content_sha256(path)[0]
 
 
-def _json_files(root: Path):
-    """The JSON files under ``results/`` (not the training checkpoints) and the DLLM data description."""
-    out = [p for p in (root / "results").rglob("*.json") if "checkpoints" not in p.relative_to(root).parts[:2]]
-    dllm_meta = root / "resources/dllm/meta.json"
+def _json_files(root: Path, run: str = "."):
+    """The JSON files under the run's ``results/`` (not the training checkpoints) and the DLLM data description."""
+    base = root / run
+    out = [p for p in (base / "results").rglob("*.json") if "checkpoints" not in p.relative_to(base).parts[:2]]
+    dllm_meta = base / "resources/dllm/meta.json"
     return sorted(out + ([dllm_meta] if dllm_meta.exists() else []))
 
 
@@ -139,12 +147,13 @@ def _load_json(path: Path):
         return None, f"not valid JSON ({e.msg} at line {e.lineno})"
 
 
-def _record_checks(root: Path, found: list):
+def _record_checks(root: Path, found: list, run: str = "."):
     """``(file, record, output, digest, alt)`` for every file with a recorded hash under ``root``: ``record`` has the
     ``sha256`` that ``digest(file)`` must give (and ``bytes``, the size, where recorded), None when unreadable.
     Problems found without hashing (a missing ``config.json``, a result JSON whose values changed) go to ``found``."""
     rel = lambda p: os.path.relpath(p, root)  # noqa: E731
-    for d in sorted(q for pattern in MODEL_DIRS for q in root.glob(pattern) if q.is_dir()):
+    base = root / run
+    for d in sorted(q for pattern in MODEL_DIRS for q in base.glob(pattern) if q.is_dir()):
         cfg, weights = d / "config.json", d / "model.safetensors"
         if not cfg.exists():
             if weights.exists():
@@ -163,7 +172,7 @@ def _record_checks(root: Path, found: list):
             found.append(Damaged(rel(weights), "missing although its config.json records it", rel(weights)))
             continue
         yield weights, record, weights, file_sha256, None
-    for tokens in sorted(root.glob("resources/tokenized/*/*.parquet")):
+    for tokens in sorted(base.glob("resources/tokenized/*/*.parquet")):
         try:
             meta = read_token_meta(tokens)
         except DamagedFileError:
@@ -171,7 +180,7 @@ def _record_checks(root: Path, found: list):
             continue
         if meta is not None:
             yield tokens, {"sha256": meta.get("content_sha256")}, tokens, _token_digest, None
-    dllm_meta = root / "resources/dllm/meta.json"
+    dllm_meta = base / "resources/dllm/meta.json"
     if dllm_meta.exists():
         obj, _ = _load_json(dllm_meta)
         files = obj.get("files", {}) if isinstance(obj, dict) else None
@@ -180,7 +189,7 @@ def _record_checks(root: Path, found: list):
                 yield dllm_meta.parent / name, record, dllm_meta, file_sha256, None
     from ..eval.metrics import lmeval_numbers_problem
 
-    for path in _json_files(root):
+    for path in _json_files(root, run):
         if path.stat().st_size > JSON_LIMIT:
             continue
         obj, problem = _load_json(path)
@@ -236,20 +245,41 @@ def report_damaged(path, root=".") -> None:
         pass  # outside the working directory, or no .snakemake/ (not a workflow run)
 
 
-def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HASH_LIMIT) -> list[Damaged]:
-    """The recorded files under ``root`` whose bytes differ from their record (or whose record is unreadable), the
-    result JSONs whose values changed, and the files a job reported damaged."""
+def _cache_path(run: str) -> Path:
+    """Where the files verified in ``run`` are remembered (:data:`CACHE` for a tree laid out at the top level)."""
+    if os.path.normpath(run) == ".":
+        return CACHE
+    return CACHE.parent / "verified" / f"{os.path.normpath(run).replace(os.sep, '__')}.json"
+
+
+def _mine(rel: str, run: str) -> bool:
+    """Whether ``rel`` (relative to the root) is in ``run``'s directory, or in a tree laid out at the top level
+    (``run`` ``"."``): every file."""
+    run = os.path.normpath(run)
+    return run == "." or os.path.normpath(rel).startswith(run + os.sep)
+
+
+def _reported(root: Path, run: str) -> set[str]:
+    if not (root / REPORTED).exists():
+        return set()
+    lines = {line.strip() for line in (root / REPORTED).read_text().splitlines() if line.strip()}
+    return {line for line in lines if _mine(line, run)}
+
+
+def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HASH_LIMIT, run: str = ".") -> list[Damaged]:
+    """The recorded files of the run in ``run`` (relative to ``root``) whose bytes differ from their record (or
+    whose record is unreadable), the result JSONs whose values changed, and the files a job reported damaged."""
     root = Path(root)
+    if cache_path is CACHE:
+        cache_path = _cache_path(run)
     cache_file = root / cache_path if cache_path is not None else None
     try:
         cache = json.loads(cache_file.read_text()) if cache_file and cache_file.exists() else {}
     except (json.JSONDecodeError, UnicodeDecodeError):
         cache = {}
-    reported = set()
-    if (root / REPORTED).exists():
-        reported = {line.strip() for line in (root / REPORTED).read_text().splitlines() if line.strip()}
+    reported = _reported(root, run)
     found, verified, seen = [], {}, set()
-    for path, record, output, digest, alt in _record_checks(root, found):
+    for path, record, output, digest, alt in _record_checks(root, found, run):
         rel, out = os.path.relpath(path, root), os.path.relpath(output, root)
         alt = os.path.relpath(alt, root) if alt is not None else None
         seen.add(rel)
@@ -295,14 +325,15 @@ def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HA
 
 
 # ---------------------------------------------------------------------- replaced inputs, earlier set-asides
-def _made_from(root: Path):
-    """``(output, {input: identity})`` of every model and result JSON that records what it was made from."""
-    for d in sorted(q for pattern in MODEL_DIRS for q in root.glob(pattern) if q.is_dir()):
+def _made_from(root: Path, run: str = "."):
+    """``(output, {input: identity})`` of every model and result JSON of the run that records what it was made
+    from."""
+    for d in sorted(q for pattern in MODEL_DIRS for q in (root / run).glob(pattern) if q.is_dir()):
         obj, _ = _load_json(d / "config.json") if (d / "config.json").exists() else (None, None)
         extra = obj.get("extra") if isinstance(obj, dict) else None
         if isinstance(extra, dict) and isinstance(extra.get(MADE_FROM), dict) and (d / "model.safetensors").exists():
             yield d / "model.safetensors", extra[MADE_FROM]
-    for path in _json_files(root):
+    for path in _json_files(root, run):
         if path.stat().st_size > JSON_LIMIT:
             continue
         obj, _ = _load_json(path)
@@ -310,12 +341,13 @@ def _made_from(root: Path):
             yield path, obj[MADE_FROM]
 
 
-def find_stale(root=".") -> list[Stale]:
-    """The models and result JSONs under ``root`` one of whose inputs now has another identity (:func:`identity`)
-    than the one they recorded when they were made (a file replaced, whatever its modification time)."""
+def find_stale(root=".", run: str = ".") -> list[Stale]:
+    """The models and result JSONs of the run in ``run`` one of whose inputs now has another identity
+    (:func:`identity`) than the one they recorded when they were made (a file replaced, whatever its modification
+    time)."""
     root = Path(root)
     known, out = {}, []
-    for output, made_from in _made_from(root):
+    for output, made_from in _made_from(root, run):
         for source, was in sorted(made_from.items()):
             f = Path(source) if Path(source).is_absolute() else root / source
             if f not in known:
@@ -327,10 +359,15 @@ def find_stale(root=".") -> list[Stale]:
     return out
 
 
-def find_orphans(root=".") -> list[str]:
-    """The files set aside earlier (``NAME.damaged``) and not made again since (no ``NAME``)."""
+def find_orphans(root=".", run: str = ".") -> list[str]:
+    """The files set aside earlier (``NAME.damaged``) in the run's ``results/`` and ``resources/`` and in the shared
+    downloads, and not made again since (no ``NAME``)."""
+    from .rundir import SHARED_RESOURCES
+
     root = Path(root)
-    found = [p for top in ("results", "resources") for p in (root / top).rglob("*.damaged")]
+    tops = [os.path.join(run, "results"), os.path.join(run, "resources")]
+    tops += [] if os.path.normpath(run) == "." else list(SHARED_RESOURCES)
+    found = [p for top in tops for p in (root / top).rglob("*.damaged")]
     return sorted(os.path.relpath(p.with_suffix(""), root) for p in found if not p.with_suffix("").exists())
 
 
@@ -354,14 +391,14 @@ def _remade_by(path: str, producer) -> tuple[str, str] | None:
     return None
 
 
-def _plan(root: Path, producer, log, dry_run: bool) -> tuple[list[Damaged], list[str]]:
+def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[list[Damaged], list[str]]:
     if another_run_active(root):
         return [], []
-    orphans = find_orphans(root)
-    found = find_damaged(root)
+    orphans = find_orphans(root, run)
+    found = find_damaged(root, run=run)
     seen = set(orphans)  # a file set aside earlier and still missing: said once, as such
     damaged = [d for d in found if not (d.path in seen or seen.add(d.path))]  # one line per file
-    stale = find_stale(root)
+    stale = find_stale(root, run)
     remake = []
     for d in damaged:
         by = next((b for b in (_remade_by(o, producer) for o in (d.output, d.alt) if o) if b), None)
@@ -411,23 +448,35 @@ def _plan(root: Path, producer, log, dry_run: bool) -> tuple[list[Damaged], list
             log(f"unie: {o} was set aside as {o}.damaged and not made again since; "
                 f"{'the run will remake' if dry_run else 'this run remakes'} it ({by[1]})")
     if not dry_run:
-        (root / REPORTED).unlink(missing_ok=True)
+        _forget_reported(root, run)
     return damaged, sorted(set(remake))
 
 
+def _forget_reported(root: Path, run: str) -> None:
+    """Drop the run's lines from the jobs' reports (:data:`REPORTED`), keeping other runs'."""
+    path = root / REPORTED
+    if not path.exists():
+        return
+    others = [line for line in path.read_text().splitlines() if line.strip() and not _mine(line.strip(), run)]
+    if others:
+        path.write_text("".join(f"{line}\n" for line in others))
+    else:
+        path.unlink(missing_ok=True)
+
+
 def plan_rebuilds(root=".", producer: Callable[[str], str | None] | None = None, log=print,
-                  dry_run: bool = False) -> list[str]:
+                  dry_run: bool = False, run: str = ".") -> list[str]:
     """Before the jobs are planned: set every damaged file aside (:func:`find_damaged`; renamed ``NAME.damaged``)
     and return what the run must remake, with one line each on ``log``: the outputs whose jobs rewrite the damaged
     files, and the files set aside earlier and not made again (:func:`find_orphans`).  An input replaced by another
     with an older modification time (:func:`find_stale`) gets the current time, so that Snakemake remakes what was
     made from it, as for any changed input.  ``producer(path)``: the name of the rule that makes ``path``, or None
     (a damaged file no rule of this workflow makes is set aside, not remade).  A dry run renames nothing and returns
-    the same files.  Nothing while another run is active."""
-    return _plan(Path(root), producer, log, dry_run)[1]
+    the same files.  Nothing while another run is active.  ``run``: the run's directory (module doc)."""
+    return _plan(Path(root), producer, log, dry_run, run)[1]
 
 
-def set_aside_damaged(root=".", log=print, dry_run: bool = False) -> list[Damaged]:
+def set_aside_damaged(root=".", log=print, dry_run: bool = False, run: str = ".") -> list[Damaged]:
     """:func:`plan_rebuilds` without a workflow (each damaged file remade by its own job); returns the damaged
     files."""
-    return _plan(Path(root), None, log, dry_run)[0]
+    return _plan(Path(root), None, log, dry_run, run)[0]

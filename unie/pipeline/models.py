@@ -293,23 +293,32 @@ class SamplingModel:
     path: Path
 
 
-def load_for_sampling(model_dir, tokenizer=None, device: str = "cpu") -> SamplingModel:
-    """A trained model folder (``results/models/NAME``) as a ready-to-sample model with its tokenizer and mask id.
+def run_tokenizer(model_dir) -> Path:
+    """The tokenizer of the run that trained the model in ``model_dir``: ``resources/tokenizer`` beside the
+    ``results/`` that holds it (``runs/<name>/results/models/NAME`` -> ``runs/<name>/resources/tokenizer``).  A
+    missing one is a :class:`FileNotFoundError` naming it."""
+    model_dir = Path(model_dir)
+    run = model_dir.resolve().parents[2] if len(model_dir.resolve().parents) > 2 else model_dir
+    tokenizer = run / "resources" / "tokenizer"
+    if not tokenizer.is_dir():
+        raise FileNotFoundError(f"{tokenizer}: no tokenizer beside {model_dir} (the run's resources/tokenizer); "
+                                "pass tokenizer=<directory> (unie sample: --tokenizer DIR)")
+    return tokenizer
 
-    ``tokenizer``: a tokenizer directory or object; by default the run's own, ``resources/tokenizer`` beside the
-    ``results/`` that holds the model (``<run>/results/models/NAME`` -> ``<run>/resources/tokenizer``).  The
-    checkpoint's tokenizer fingerprint must match (a mismatch is a :class:`CheckpointError` naming both).  A missing
-    folder or tokenizer is an error naming the path."""
+
+def load_for_sampling(model_dir, tokenizer=None, device: str = "cpu") -> SamplingModel:
+    """A trained model folder (``runs/<name>/results/models/NAME``) as a ready-to-sample model with its tokenizer
+    and mask id.
+
+    ``tokenizer``: a tokenizer directory or object; by default the run's own (:func:`run_tokenizer`:
+    ``runs/<name>/resources/tokenizer``).  The checkpoint's tokenizer fingerprint must match (a mismatch is a
+    :class:`CheckpointError` naming both).  A missing folder or tokenizer is an error naming the path."""
     model_dir = Path(model_dir)
     if tokenizer is None:
-        run = model_dir.resolve().parents[2] if len(model_dir.resolve().parents) > 2 else model_dir
-        tokenizer = run / "resources" / "tokenizer"
-        if not tokenizer.is_dir():
-            raise FileNotFoundError(f"{tokenizer}: no tokenizer beside {model_dir} (the run's resources/tokenizer); "
-                                    "pass tokenizer=<directory>")
+        tokenizer = run_tokenizer(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir} does not exist: a unie model is a folder holding config.json and "
-                              "model.safetensors (e.g. results/models/mdlm)")
+                              "model.safetensors (e.g. runs/toy/results/models/mdlm)")
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
     wrapped = load_wrapped(model_dir, tok, device)
     mask_id = getattr(wrapped, "mask_id", None)

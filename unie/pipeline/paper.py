@@ -11,13 +11,15 @@ import yaml
 from .report import _write_text
 
 
-def paper_vs_ours(values_path, table_csvs: dict, *, profile: str, evaluators: list[str], steps: list[int],
+def paper_vs_ours(values, table_csvs: dict, *, profile: str, evaluators: list[str], steps: list[int],
                   md_path, tex_path, csv_path, log=print) -> str:
-    """``table_csvs``: table key (``table1_ppl`` ...) -> our CSV; a table of the YAML without one is listed with
-    the reason (the k and w tables until the workflow makes them)."""
+    """``values``: the paper's values (``config/paper_values.yaml``, read, or its path); ``table_csvs``: table key
+    (``table1_ppl`` ...) -> our CSV; a table of the YAML without one is listed with the reason (the k and w tables
+    until the workflow makes them)."""
     from ..report.paper import render, sections
 
-    values = yaml.safe_load(Path(values_path).read_text())
+    if not isinstance(values, dict):
+        values = yaml.safe_load(Path(values).read_text())
     tables = {key: pd.read_csv(path) for key, path in table_csvs.items()}
     md, tex, long = render(sections(values, tables, evaluators=list(evaluators), steps=list(steps)), profile)
     _write_text(md, md_path)

@@ -22,6 +22,10 @@ process with ``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1`` and ``TRANSFORMERS_
 Parquet file, each model folder's config, tokenizer and weight files, each task file, each lm-eval task built from
 ``HF_HOME`` alone), and :func:`by_hand_lines` names each checkpoint that is published only on Google Drive
 (``source.path``) and where it goes.  The report is ``resources/prefetch/report.md``.
+
+The tokenizer, the datasets' Parquet copies, the record and the report are the run's own (in its directory,
+``runs/<name>/resources/...``); the model snapshots, released checkpoints and task files are shared by every run
+(the top level's ``resources/``: :mod:`unie.pipeline.rundir`).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-REPORT = "resources/prefetch/report.md"
-LMEVAL_RECORD = "resources/prefetch/lmeval_tasks.json"
+REPORT = "resources/prefetch/report.md"  # in the run's directory
+LMEVAL_RECORD = "resources/prefetch/lmeval_tasks.json"  # in the run's directory
 
 
 class PrefetchError(RuntimeError):
@@ -55,15 +59,18 @@ class Plan:
     lmeval_tasks: tuple = ()
     by_hand: tuple = ()
 
-    def files(self) -> dict[str, list[str]]:
-        """The workflow's files that hold them, by kind (the inputs of rule ``prefetch``)."""
+    def files(self, run_dir: str = ".") -> dict[str, list[str]]:
+        """The workflow's files that hold them, by kind (the inputs of rule ``prefetch``): the tokenizer, the
+        datasets' Parquet copies and the lm-eval record in the run's directory ``run_dir``, the model snapshots,
+        released checkpoints and task files in the shared ``resources/`` (:mod:`unie.pipeline.rundir`)."""
+        run = lambda p: os.path.normpath(os.path.join(run_dir, p))  # noqa: E731
         return {
-            "tokenizer": ["resources/tokenizer"] if self.tokenizer else [],
-            "datasets": [f"resources/raw/{d}/{s}.parquet" for d, s in self.datasets],
+            "tokenizer": [run("resources/tokenizer")] if self.tokenizer else [],
+            "datasets": [run(f"resources/raw/{d}/{s}.parquet") for d, s in self.datasets],
             "models": [f"resources/hf/{n}" for n in self.models],
             "released": [f"resources/released/{n}" for n in self.released],
             "task_files": [f"resources/paper_tasks/{t}/{f}" for t, f in self.task_files],
-            "lmeval_tasks": [LMEVAL_RECORD] if self.lmeval_tasks else [],
+            "lmeval_tasks": [run(LMEVAL_RECORD)] if self.lmeval_tasks else [],
         }
 
 

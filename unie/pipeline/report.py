@@ -297,7 +297,7 @@ def rst_html(text: str) -> str:
 
 
 def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
-    """Rule ``paper_page``: every table and figure of the run on one HTML page (``results/report/paper.html``),
+    """Rule ``paper_page``: every table and figure of the run on one HTML page (``runs/<name>/results/report/paper.html``),
     in the paper's order, each under its heading with its caption visible; tables converted from their ``.tex``
     (:func:`unie.report.html.tex_to_html`: the same cells, bold and caption), figures embedded from their PNG.
 
@@ -322,7 +322,7 @@ def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
         intro = "" if figures_only and len(item["files"]) == 1 else about
         sections.append((re.sub(r"\W+", "-", item["target"]), item["heading"], intro + "".join(body)))
     intro = (f"<p>{note} Every table and figure this run made, in the paper's order; each caption says what the "
-             "numbers are. The LaTeX, CSV, PDF and PNG files are under <code>results/</code>; "
-             "<code>results/tables/paper_vs_ours.md</code> puts the paper's numbers beside these.</p>")
+             "numbers are. The LaTeX, CSV, PDF and PNG files are under the run's <code>results/</code>; "
+             "its <code>results/tables/paper_vs_ours.md</code> puts the paper's numbers beside these.</p>")
     _write_text(page("Uni-E: the paper's tables and figures, regenerated", intro, sections), out_path)
     return len(sections)

@@ -38,9 +38,10 @@ def producer_of(workflow):
     return producer
 
 
-def remake_before_planning(workflow, log=_say) -> None:
-    """Wrap ``workflow.execute`` so that, just before the jobs are planned, damaged files are set aside and what
-    must be remade is forced (module doc).  A ``--touch`` run is left alone."""
+def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
+    """Wrap ``workflow.execute`` so that, just before the jobs are planned, damaged files of the run in
+    ``run_dir`` (its directory, ``runs/<name>``) are set aside and what must be remade is forced (module doc).  A
+    ``--touch`` run is left alone."""
     execute = workflow.execute
 
     def execute_after_checks(*args, **kwargs):
@@ -49,7 +50,7 @@ def remake_before_planning(workflow, log=_say) -> None:
         dry_run = bool(getattr(plugin, "name", None) == "dryrun" or getattr(common, "dryrun_exec", False)
                        or getattr(workflow.output_settings, "dryrun", False))
         if getattr(plugin, "name", None) != "touch":
-            remake = plan_rebuilds(".", producer_of(workflow), log=log, dry_run=dry_run)
+            remake = plan_rebuilds(".", producer_of(workflow), log=log, dry_run=dry_run, run=run_dir)
             if remake:
                 settings = workflow.dag_settings
                 settings.forcerun = frozenset(settings.forcerun) | frozenset(remake)

@@ -2,6 +2,9 @@
 workflow/rules/*.smk, and the sections of ``snakemake --report`` are checked against this table
 (tests/test_targets.py).
 
+Each ``output`` is relative to the run's directory (``runs/<name>/``, :mod:`unie.pipeline.rundir`): the default
+profile's Table 1 is ``runs/toy/results/tables/table1_ppl.tex``.
+
 Every name but ``all`` is the rule that writes the files, so ``snakemake --cores 2 -f NAME`` reruns that rule
 (Snakemake's ``-f`` forces the job of a target rule, never its inputs: an alias rule with only inputs would rerun
 nothing).  ``all`` is the default target (every table and figure of the profile except ``bench``); to rewrite
@@ -101,24 +104,28 @@ MAIN_OUTPUTS = (
 )
 
 
-def run_summary(root=".") -> str:
-    """The lines a successful run ends with: the main outputs it has (:data:`MAIN_OUTPUTS`), how many tables and
-    figures, and the next commands (the report, the docs page, the notebook).  Only files that exist are named."""
+def run_summary(root=".", run_dir: str = ".") -> str:
+    """The lines a successful run ends with: the main outputs it has (:data:`MAIN_OUTPUTS`, in the run's directory
+    ``run_dir`` below ``root``), how many tables and figures, and the next commands (the report, the docs page, the
+    notebook).  Only files that exist are named."""
+    import os
     from pathlib import Path
 
-    root = Path(root)
-    have = [(f, what) for f, what in MAIN_OUTPUTS if (root / f).exists()]
-    tables = sorted((root / "results" / "tables").glob("*.tex"))
-    figures = sorted((root / "results" / "figures").glob("*.png"))
+    at = lambda f: os.path.normpath(os.path.join(run_dir, f))  # noqa: E731  (as the user types it)
+    base = Path(root) / run_dir
+    have = [(at(f), what) for f, what in MAIN_OUTPUTS if (base / f).exists()]
+    tables = sorted((base / "results" / "tables").glob("*.tex"))
+    figures = sorted((base / "results" / "figures").glob("*.png"))
     if not have and not tables and not figures:
         return "unie: done (no table or figure yet: `snakemake --cores 2` makes them all)."
     width = max((len(f) for f, _ in have), default=0)
-    lines = ["unie: done. Read:"] + [f"  {f.ljust(width)}  {what}" for f, what in have]
-    lines.append(f"  {len(tables)} tables in results/tables/ (.tex, .csv), {len(figures)} figures in results/figures/ "
-                 "(.pdf, .png)")
+    lines = [f"unie: done. Read (this run's directory: {at('.')}/):"] + [f"  {f.ljust(width)}  {what}" for f, what in have]
+    lines.append(f"  {len(tables)} tables in {at('results/tables')}/ (.tex, .csv), {len(figures)} figures in "
+                 f"{at('results/figures')}/ (.pdf, .png)")
+    notebook = "" if os.path.normpath(run_dir) in (".", "runs/toy") else f"UNIE_RUN={at('.')} "
     lines.append("Next: `snakemake --report report.html` (one HTML file: this page, every file with its caption), "
-                 "`snakemake --cores 2 docs` (every table as Markdown: results/docs/results.md), "
-                 "`jupyter lab notebooks/results.ipynb`.")
+                 f"`snakemake --cores 2 docs` (every table as Markdown: {at('results/docs/results.md')}), "
+                 f"`{notebook}jupyter lab notebooks/results.ipynb`.")
     return "\n".join(lines)
 
 
@@ -131,7 +138,7 @@ def report_args(name: str, basedir: str = "..") -> dict:
 
 def readme_table() -> str:
     """The README's "Targets" table (markdown), generated from TARGETS."""
-    rows = ["| target | main file | what |", "|---|---|---|"]
+    rows = ["| target | main file (in the run's directory, e.g. `runs/toy/`) | what |", "|---|---|---|"]
     rows += [f"| `{t.name}` | `{t.output}` | {t.what} |" for t in TARGETS.values()]
     return "\n".join(rows)
 

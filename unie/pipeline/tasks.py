@@ -158,7 +158,7 @@ def write_lmeval_tasks(out_dir, n_train: int, n_test: int, seed: int) -> list[st
 
 
 # ---------------------------------------------------------------------- the paper profile's local tasks
-LOCAL_TASKS_DIR = "resources/dllm/local_tasks"
+LOCAL_TASKS_DIR = "resources/dllm/local_tasks"  # in the run's directory (runs/<name>/), rule dllm_local_tasks
 LCB_INSTRUCTION = ("You will be given a question (problem specification) and will generate a correct Python "
                    "program that matches the specification and passes all tests.")
 

@@ -7,8 +7,8 @@ def bench_inputs(wc):
     b, runs = config["bench"], fig3_runs(config)["tradeoff"]
     fig = config["figures"]["fig3_tradeoff"]
     return {
-        "tokenizer": "resources/tokenizer",
-        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        "tokenizer": run_path("resources/tokenizer"),
+        "train": f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
         "dlm": model_files(b["dlm"]),
         "proxy": model_files(b["proxy"]),
         "ar": model_files(b["ar"]),
@@ -20,10 +20,10 @@ rule bench:
     input:
         unpack(bench_inputs),
     output:
-        json=report("results/bench/sampler.json", **REPORT["bench"], labels={"file": "JSON"}),
-        md=report("results/bench/sampler.md", **REPORT["bench"], labels={"file": "Markdown"}),
+        json=report(run_path("results/bench/sampler.json"), **REPORT["bench"], labels={"file": "JSON"}),
+        md=report(run_path("results/bench/sampler.md"), **REPORT["bench"], labels={"file": "Markdown"}),
     log:
-        "logs/bench/sampler.log",
+        run_path("logs/bench/sampler.log"),
     params:
         bench=lambda wc: dict(config["bench"], uni_run=fig3_runs(config)["tradeoff"][config["figures"]["fig3_tradeoff"]["label"]],
                               ar_run=config["figures"]["fig3_tradeoff"]["baselines"]["AR"]),
@@ -42,10 +42,10 @@ rule bench_paper_scale:
     # the paper-scale bench (not part of `all`): GPT-2-small sizes with random weights (no download), on the
     # profile's device, in fp32 / TF32 / bf16 autocast; `snakemake --cores 1 bench_paper_scale --config device=cuda`
     output:
-        json=report("results/bench/paper_scale/paper_scale.json", **REPORT["bench_paper_scale"], labels={"file": "JSON"}),
-        md=report("results/bench/paper_scale/paper_scale.md", **REPORT["bench_paper_scale"], labels={"file": "Markdown"}),
+        json=report(run_path("results/bench/paper_scale/paper_scale.json"), **REPORT["bench_paper_scale"], labels={"file": "JSON"}),
+        md=report(run_path("results/bench/paper_scale/paper_scale.md"), **REPORT["bench_paper_scale"], labels={"file": "Markdown"}),
     log:
-        "logs/bench/paper_scale.log",
+        run_path("logs/bench/paper_scale.log"),
     params:
         device=config["device"],
         precisions=" ".join(config["bench"].get("paper_scale", {}).get("precisions", ["fp32", "tf32", "bf16"])),
@@ -57,5 +57,5 @@ rule bench_paper_scale:
         **rule_resources("bench", 8000, 60, gpu=True, precision=False),
     shell:
         "python -m unie.pipeline.bench --paper-scale --device {params.device} --precisions {params.precisions} "
-        "--steps {params.steps} --repeats {params.repeats} --skip {params.skip} --out results/bench/paper_scale "
+        "--steps {params.steps} --repeats {params.repeats} --skip {params.skip} --out $(dirname {output.json}) "
         "> {log} 2>&1"

@@ -20,6 +20,13 @@ from unie.pipeline.targets import TARGETS, report_args
 SETTINGS = WorkflowSettings.from_config(config)
 
 
+def run_path(path):
+    """``path`` (``results/...``, ``resources/...``, ``logs/...``, ``benchmarks/...``; wildcards kept) in this run's
+    directory (the Snakefile's RUN_DIR, ``runs/<name>``).  The shared downloads (resources/hf, resources/released,
+    resources/paper_tasks) are written without it."""
+    return f"{RUN_DIR}/{path}"
+
+
 # The precision every job that runs a model runs in: the config's `precision` on the config's `device`, fp32 on a CPU
 # (WorkflowSettings.job_precision, the one place it is read).  Each such rule gets it twice, from here: as a param
 # (precision_params: what its script reads, unie.pipeline.rule.job_precision, and what reruns it when it changes)
@@ -35,18 +42,17 @@ def precision_params():
   # optional workflow switches, their defaults in one place
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
-# sampling.job: run -> the runs on the standard step counts get one job for all of them (rule sample_run);
-# table -> every run of a table or figure in one job: Table 2's runs, those Figure 2 adds (fig2_*), those
-# Figure 3 adds (fig3_*) (rules sample_table2, sample_fig2, sample_fig3)
-TABLE_RUNS = {}
-if SETTINGS.sampling_job == "table":
-    for r in RUNS:
-        TABLE_RUNS.setdefault(next((f for f in ("fig2", "fig3") if r.startswith(f"{f}_")), "table2"), []).append(r)
-GROUPED_RUNS = [
-    r for r in RUNS
-    if SETTINGS.sampling_job == "run" and run_steps(config, r) == list(config["sampling"]["steps"])
-]
-STEP_RUNS = [] if TABLE_RUNS else [r for r in RUNS if r not in GROUPED_RUNS]  # table: every run is in a group
+# sampling.job (unie.pipeline.jobs): step -> one job per (run, step count) (rule sample); run -> one job per run on
+# the standard step counts (rule sample_run); table -> the runs of a table or figure never sampled in this run
+# directory in one job (rules sample_table2, sample_fig2, sample_fig3: Table 2's runs, those Figure 2 adds (fig2_*),
+# those Figure 3 adds (fig3_*)), a run sampled before by its own job (sample_run, sample), with its table's settings
+from unie.pipeline.jobs import sampling_jobs  # noqa: E402
+
+SAMPLING = sampling_jobs(SETTINGS.sampling_job, {r: run_steps(config, r) for r in RUNS}, config["sampling"]["steps"],
+                         RUN_DIR)
+TABLE_RUNS = SAMPLING.tables  # table -> the runs its job samples
+GROUPED_RUNS = SAMPLING.per_run  # rule sample_run
+STEP_RUNS = SAMPLING.per_step  # rule sample
 SOURCES = likelihood_sources(config)  # Table 1 sources: exact, models with a likelihood, energy estimators
 PPL_MODELS = [m for m, kind in SOURCES.items() if kind == "model"]
 ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]
@@ -55,7 +61,7 @@ TRAIN_DOMAIN = config["data"]["train_domain"]
 PPL_SPLIT = config["ppl"]["split"]
 # token files are Parquet (resources/tokenized/{domain}/{split}.parquet, rule tokenize); training reads the train
 # split through a zero-copy Arrow view derived from it, cached here (unie.data.tokens.token_view)
-TOKEN_CACHE = f"resources/cache/tokenized/{TRAIN_DOMAIN}"
+TOKEN_CACHE = f"{RUN_DIR}/resources/cache/tokenized/{TRAIN_DOMAIN}"
 # report(file, **REPORT[target]): the caption (workflow/report/{target}.rst), category and subcategory of a target's
 # files in `snakemake --report report.html` (unie.pipeline.targets)
 REPORT = {name: report_args(name) for name in TARGETS if TARGETS[name].category}
@@ -138,41 +144,41 @@ def plain_files(inputs):
 
 
 def model_files(name):
-    return [f"results/models/{name}/model.safetensors", f"results/models/{name}/config.json"]
+    return [f"{RUN_DIR}/results/models/{name}/model.safetensors", f"{RUN_DIR}/results/models/{name}/config.json"]
 
 
 def sample_targets(runs=None):
-    return [f"results/samples/{run}/steps{s}.parquet" for run in (runs or RUNS) for s in run_steps(config, run)]
+    return [f"{RUN_DIR}/results/samples/{run}/steps{s}.parquet" for run in (runs or RUNS) for s in run_steps(config, run)]
 
 
 def genppl_targets(runs=None):
-    return [f"results/genppl/{run}/steps{s}.json" for run in (runs or RUNS) for s in run_steps(config, run)]
+    return [f"{RUN_DIR}/results/genppl/{run}/steps{s}.json" for run in (runs or RUNS) for s in run_steps(config, run)]
 
 
 def final_outputs():
     out = [
-        "results/tables/table1_ppl.tex",
-        "results/tables/table1_ppl.csv",
-        "results/tables/table2_genppl.tex",
-        "results/tables/table2_genppl.csv",
+        run_path("results/tables/table1_ppl.tex"),
+        run_path("results/tables/table1_ppl.csv"),
+        run_path("results/tables/table2_genppl.tex"),
+        run_path("results/tables/table2_genppl.csv"),
     ]
     if config["data"]["source"] == "toy":
-        out += ["results/tables/partition_check.csv", "results/tables/partition_check.tex"]
+        out += [run_path("results/tables/partition_check.csv"), run_path("results/tables/partition_check.tex")]
     if config.get("dllm"):
-        out += ["results/tables/table3_dllm.tex", "results/tables/table3_dllm.csv",
-                "results/tables/table_app_dllm_full.tex", "results/tables/table_app_dllm_full.csv"]
+        out += [run_path("results/tables/table3_dllm.tex"), run_path("results/tables/table3_dllm.csv"),
+                run_path("results/tables/table_app_dllm_full.tex"), run_path("results/tables/table_app_dllm_full.csv")]
         if any(r.get("selection_table") for r in config["dllm"].get("rows", {}).values()):
-            out += ["results/tables/table_app_selection.tex", "results/tables/table_app_selection.csv"]
+            out += [run_path("results/tables/table_app_selection.tex"), run_path("results/tables/table_app_selection.csv")]
     if config.get("figures", {}).get("fig2_ablation"):
-        out += ["results/figures/fig2_ablation.pdf", "results/figures/fig2_ablation.png"]
-    out += [f"results/tables/paper_vs_ours.{ext}" for ext in ("md", "tex")]
+        out += [run_path("results/figures/fig2_ablation.pdf"), run_path("results/figures/fig2_ablation.png")]
+    out += [f"{RUN_DIR}/results/tables/paper_vs_ours.{ext}" for ext in ("md", "tex")]
     if config["data"]["source"] == "toy" and config.get("figures", {}).get("case_studies"):
-        out += [f"results/figures/case_{c}.{ext}" for c in ("invariant", "independent", "non_invariant",
+        out += [f"{RUN_DIR}/results/figures/case_{c}.{ext}" for c in ("invariant", "independent", "non_invariant",
                                                              "non_independent") for ext in ("pdf", "png")]
     sweeps = config.get("dllm", {}).get("sweeps", {}).get("sets", {})
     if "fig4" in sweeps:
-        out += [f"results/figures/fig4_dllm_tradeoff.{ext}" for ext in ("pdf", "png", "csv")]
-    out += [f"results/tables/table_{s}.{ext}" for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")]
+        out += [f"{RUN_DIR}/results/figures/fig4_dllm_tradeoff.{ext}" for ext in ("pdf", "png", "csv")]
+    out += [f"{RUN_DIR}/results/tables/table_{s}.{ext}" for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")]
     if config.get("figures", {}).get("fig3_tradeoff"):
-        out += [f"results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
-    return out + ["results/report/paper.html"]  # every table and figure above on one page (rule paper_page)
+        out += [f"{RUN_DIR}/results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
+    return out + [run_path("results/report/paper.html")]  # every table and figure above on one page (rule paper_page)

@@ -3,9 +3,9 @@
 
 rule download:
     output:
-        "resources/raw/{domain}/{split}.parquet",
+        run_path("resources/raw/{domain}/{split}.parquet"),
     log:
-        "logs/download/{domain}/{split}.log",
+        run_path("logs/download/{domain}/{split}.log"),
     params:
         data=config["data"],
         seed=config["seed"],
@@ -21,9 +21,9 @@ rule download:
 
 rule tokenizer:
     output:
-        directory("resources/tokenizer"),
+        directory(run_path("resources/tokenizer")),
     log:
-        "logs/tokenizer.log",
+        run_path("logs/tokenizer.log"),
     params:
         tokenizer=config["tokenizer"],
     localrule: True  # may download (paper profile): run on the submit host
@@ -43,13 +43,13 @@ def token_source(domain, split):
 
 rule tokenize:
     input:
-        raw="resources/raw/{domain}/{split}.parquet",
-        tokenizer="resources/tokenizer",
+        raw=run_path("resources/raw/{domain}/{split}.parquet"),
+        tokenizer=run_path("resources/tokenizer"),
     output:
         # one row of L int32 per chunk; its metadata: the tokenizer, L, the wrapping, the source, the content hash
-        tokens="resources/tokenized/{domain}/{split}.parquet",
+        tokens=run_path("resources/tokenized/{domain}/{split}.parquet"),
     log:
-        "logs/tokenize/{domain}/{split}.log",
+        run_path("logs/tokenize/{domain}/{split}.log"),
     params:
         seq_len=config["data"]["seq_len"],
         insert_eos=SETTINGS.insert_eos,

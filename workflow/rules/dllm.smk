@@ -1,5 +1,6 @@
 # The DLLM half (Table 3): toy benchmarks as local lm-eval tasks, the tiny LLaDA-like and Dream-like backbones,
-# the AR rows and the proxy, one lm-eval run per Table 3 row, and the table.
+# the AR rows and the proxy, one lm-eval run per Table 3 row, and the table.  Every path below is in the run's
+# directory (run_path, common.smk); the Hugging Face checkpoints (resources/hf/) and task files are shared downloads.
 #
 #   resources/dllm/tasks/            lm-eval task YAMLs + JSONL (rule dllm_tasks)
 #   resources/dllm/meta.json         tokenizers and training tensors (rule dllm_data)
@@ -59,10 +60,10 @@ wildcard_constraints:
 
 rule dllm_tasks:
     output:
-        yamls=expand("resources/dllm/tasks/{task}.yaml", task=DLLM.get("tasks", {}).get("names", [])),
-        utils="resources/dllm/tasks/utils.py",
+        yamls=expand(run_path("resources/dllm/tasks/{task}.yaml"), task=DLLM.get("tasks", {}).get("names", [])),
+        utils=run_path("resources/dllm/tasks/utils.py"),
     log:
-        "logs/dllm/tasks.log",
+        run_path("logs/dllm/tasks.log"),
     params:
         tasks=DLLM.get("tasks", {}),
     threads: 1
@@ -77,7 +78,7 @@ rule download_task_file:
     output:
         "resources/paper_tasks/{task}/{file}",
     log:
-        "logs/download_task_file/{task}/{file}.log",
+        run_path("logs/download_task_file/{task}/{file}.log"),
     params:
         repo=lambda wc: LOCAL_TASKS[wc.task]["repo"],
         revision=lambda wc: LOCAL_TASKS[wc.task].get("revision"),
@@ -93,11 +94,11 @@ rule dllm_local_tasks:
     input:
         [p for t in LOCAL_TASKS for p in local_task_files(t)],
     output:
-        yamls=expand("resources/dllm/local_tasks/{task}.yaml", task=list(LOCAL_TASKS)),
-        data=expand("resources/dllm/local_tasks/data/{task}_test.jsonl", task=list(LOCAL_TASKS)),
-        utils="resources/dllm/local_tasks/utils.py",
+        yamls=expand(run_path("resources/dllm/local_tasks/{task}.yaml"), task=list(LOCAL_TASKS)),
+        data=expand(run_path("resources/dllm/local_tasks/data/{task}_test.jsonl"), task=list(LOCAL_TASKS)),
+        utils=run_path("resources/dllm/local_tasks/utils.py"),
     log:
-        "logs/dllm/local_tasks.log",
+        run_path("logs/dllm/local_tasks.log"),
     params:
         local={t: {**spec, "files": local_task_files(t)} for t, spec in LOCAL_TASKS.items()},
     localrule: True
@@ -108,12 +109,12 @@ rule dllm_local_tasks:
 rule dllm_data:
     input:
         yamls=rules.dllm_tasks.output.yamls,
-        tokenizer="resources/tokenizer",
-        toy=f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        tokenizer=run_path("resources/tokenizer"),
+        toy=f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
     output:
-        meta="resources/dllm/meta.json",
+        meta=run_path("resources/dllm/meta.json"),
     log:
-        "logs/dllm/data.log",
+        run_path("logs/dllm/data.log"),
     params:  # only what the data depend on (a model's training settings must not rebuild the data)
         dllm={k: DLLM.get(k) for k in ("tasks", "pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")},
     threads: 1
@@ -128,25 +129,25 @@ def dllm_init(wc):
     if not init:
         return {}
     if init in DLLM_MODELS:
-        return {"init": f"results/dllm/models/{init}/model.safetensors"}
-    return {"init": model_files(init)[0], "init_tokenizer": "resources/tokenizer"}  # a DLM-half model
+        return {"init": f"{RUN_DIR}/results/dllm/models/{init}/model.safetensors"}
+    return {"init": model_files(init)[0], "init_tokenizer": run_path("resources/tokenizer")}  # a DLM-half model
 
 
 rule dllm_train:
     priority: 20
     input:
         unpack(dllm_init),
-        meta="resources/dllm/meta.json",
+        meta=run_path("resources/dllm/meta.json"),
     output:
-        weights="results/dllm/models/{dmodel}/model.safetensors",
-        config="results/dllm/models/{dmodel}/config.json",
+        weights=run_path("results/dllm/models/{dmodel}/model.safetensors"),
+        config=run_path("results/dllm/models/{dmodel}/config.json"),
     log:
-        "logs/train/dllm_{dmodel}.log",
+        run_path("logs/train/dllm_{dmodel}.log"),
     benchmark:
-        "benchmarks/train/dllm_{dmodel}.tsv"
+        run_path("benchmarks/train/dllm_{dmodel}.tsv")
     params:
         spec=lambda wc: DLLM["models"][wc.dmodel],
-        ckpt_dir=lambda wc: f"results/checkpoints/dllm_{wc.dmodel}",
+        ckpt_dir=lambda wc: f"{RUN_DIR}/results/checkpoints/dllm_{wc.dmodel}",
         device=config["device"],
         **precision_params(),
         processes=res("dllm_train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
@@ -166,11 +167,11 @@ def row_inputs(name):
     for role in ("model", "proxy"):
         name = row.get(role)
         if name in DLLM_MODELS:
-            out[role] = f"results/dllm/models/{name}/model.safetensors"
+            out[role] = f"{RUN_DIR}/results/dllm/models/{name}/model.safetensors"
         elif name:
             out[role] = f"resources/hf/{name}"  # a Hugging Face checkpoint (paper profile)
     if row.get("delta_to"):  # effect.json compares the row with its backbone on the same items
-        out["base"] = f"results/dllm/rows/{row['delta_to']}/results.json"
+        out["base"] = f"{RUN_DIR}/results/dllm/rows/{row['delta_to']}/results.json"
     return out
 
 
@@ -188,7 +189,7 @@ def dllm_eval_params(rows):
 
 
 def row_outputs(rows, kind):
-    return [f"results/dllm/rows/{name}/{kind}.json" for name in rows]
+    return [f"{RUN_DIR}/results/dllm/rows/{name}/{kind}.json" for name in rows]
 
 
 # `dllm.eval_job: row` (default; the paper profile: hours per row on a GPU): one job per Table 3 row (rule
@@ -205,13 +206,13 @@ rule dllm_eval:
     input:
         unpack(lambda wc: row_inputs(wc.row)),
     output:
-        results="results/dllm/rows/{row}/results.json",
-        throughput="results/dllm/rows/{row}/throughput.json",
-        effect="results/dllm/rows/{row}/effect.json",
+        results=run_path("results/dllm/rows/{row}/results.json"),
+        throughput=run_path("results/dllm/rows/{row}/throughput.json"),
+        effect=run_path("results/dllm/rows/{row}/effect.json"),
     log:
-        "logs/dllm/eval_{row}.log",
+        run_path("logs/dllm/eval_{row}.log"),
     benchmark:
-        "benchmarks/dllm/eval_{row}.tsv"
+        run_path("benchmarks/dllm/eval_{row}.tsv")
     wildcard_constraints:
         row="|".join(ROW_JOBS) or "(?!)",
     params:
@@ -239,9 +240,9 @@ for _group, _rows in EVAL_GROUPS.items():
             throughput=row_outputs(_rows, "throughput"),
             effect=row_outputs(_rows, "effect"),
         log:
-            f"logs/dllm/eval_{_group}.log",
+            f"{RUN_DIR}/logs/dllm/eval_{_group}.log",
         benchmark:
-            f"benchmarks/dllm/eval_{_group}.tsv"
+            f"{RUN_DIR}/benchmarks/dllm/eval_{_group}.tsv"
         params:
             **dllm_eval_params(_rows),
         threads: config["threads"]
@@ -262,7 +263,7 @@ def sweep_inputs(sweep):
         for role in ("model", "proxy"):
             name = spec.get(role)
             if name:
-                out[f"{curve}_{role}"] = (f"results/dllm/models/{name}/model.safetensors" if name in DLLM_MODELS
+                out[f"{curve}_{role}"] = (f"{RUN_DIR}/results/dllm/models/{name}/model.safetensors" if name in DLLM_MODELS
                                           else f"resources/hf/{name}")
     return out
 
@@ -288,11 +289,12 @@ rule dllm_sweep:
     input:
         unpack(lambda wc: sweep_inputs(wc.sweep)),
     output:
-        directory("results/dllm/sweeps/{sweep}"),
+        # the points' lm-eval files are written beside it, in the same folder (tables and Figure 4 read points.json)
+        run_path("results/dllm/sweeps/{sweep}/points.json"),
     log:
-        "logs/dllm/sweep_{sweep}.log",
+        run_path("logs/dllm/sweep_{sweep}.log"),
     benchmark:
-        "benchmarks/dllm/sweep_{sweep}.tsv"
+        run_path("benchmarks/dllm/sweep_{sweep}.tsv")
     wildcard_constraints:
         sweep="|".join(s for s in SWEEPS if s not in SWEEP_JOB) or "(?!)",
     params:
@@ -311,11 +313,11 @@ if SWEEP_JOB:
         input:
             unpack(lambda wc: {f"{s}_{k}": v for s in SWEEP_JOB for k, v in sweep_inputs(s).items()}),
         output:
-            [directory(f"results/dllm/sweeps/{s}") for s in SWEEP_JOB],
+            [f"{RUN_DIR}/results/dllm/sweeps/{s}/points.json" for s in SWEEP_JOB],
         log:
-            "logs/dllm/sweeps.log",
+            run_path("logs/dllm/sweeps.log"),
         benchmark:
-            "benchmarks/dllm/sweeps.tsv"
+            run_path("benchmarks/dllm/sweeps.tsv")
         params:
             **sweep_params(SWEEP_JOB),
         threads: held_cores()
@@ -326,8 +328,8 @@ if SWEEP_JOB:
 
 
 def table3_inputs(rows):
-    files = [f"results/dllm/rows/{row}/results.json" for row in rows]
-    effects = [f"results/dllm/rows/{row}/effect.json" for row in rows if rows[row].get("delta_to")]
+    files = [f"{RUN_DIR}/results/dllm/rows/{row}/results.json" for row in rows]
+    effects = [f"{RUN_DIR}/results/dllm/rows/{row}/effect.json" for row in rows if rows[row].get("delta_to")]
     return {"results": files, "effects": effects}  # a decoder row's paired s.e. is in its effect.json
 
 
@@ -335,10 +337,10 @@ rule table3:
     input:
         unpack(lambda wc: table3_inputs(TABLE3_ROWS)),
     output:
-        tex=report("results/tables/table3_dllm.tex", **REPORT["table3"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table3_dllm.csv", **REPORT["table3"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table3_dllm.tex"), **REPORT["table3"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table3_dllm.csv"), **REPORT["table3"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table3_dllm.log",
+        run_path("logs/tables/table3_dllm.log"),
     params:
         rows=TABLE3_ROWS,
         tasks=DLLM.get("tasks", {}),
@@ -353,10 +355,10 @@ rule table_app_dllm_full:
     input:
         unpack(lambda wc: table3_inputs(FULL_ROWS)),
     output:
-        tex=report("results/tables/table_app_dllm_full.tex", **REPORT["table_app_dllm_full"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table_app_dllm_full.csv", **REPORT["table_app_dllm_full"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table_app_dllm_full.tex"), **REPORT["table_app_dllm_full"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table_app_dllm_full.csv"), **REPORT["table_app_dllm_full"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table_app_dllm_full.log",
+        run_path("logs/tables/table_app_dllm_full.log"),
     params:
         rows=FULL_ROWS,
         tasks=DLLM.get("tasks", {}),
@@ -370,10 +372,10 @@ rule table_app_selection:
     input:
         unpack(lambda wc: table3_inputs(SELECTION_ROWS)),
     output:
-        tex=report("results/tables/table_app_selection.tex", **REPORT["table_app_selection"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table_app_selection.csv", **REPORT["table_app_selection"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table_app_selection.tex"), **REPORT["table_app_selection"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table_app_selection.csv"), **REPORT["table_app_selection"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table_app_selection.log",
+        run_path("logs/tables/table_app_selection.log"),
     params:
         rows=SELECTION_ROWS,
         tasks=DLLM.get("tasks", {}),
@@ -399,12 +401,12 @@ def sweep_caption(sweep):
 
 rule table_app_k:
     input:
-        "results/dllm/sweeps/app_k",
+        run_path("results/dllm/sweeps/app_k/points.json"),
     output:
-        tex=report("results/tables/table_app_k.tex", **REPORT["table_app_k"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table_app_k.csv", **REPORT["table_app_k"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table_app_k.tex"), **REPORT["table_app_k"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table_app_k.csv"), **REPORT["table_app_k"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table_app_k.log",
+        run_path("logs/tables/table_app_k.log"),
     params:
         caption=lambda wc: sweep_caption("app_k"),
     localrule: True
@@ -414,12 +416,12 @@ rule table_app_k:
 
 rule table_app_w:
     input:
-        "results/dllm/sweeps/app_w",
+        run_path("results/dllm/sweeps/app_w/points.json"),
     output:
-        tex=report("results/tables/table_app_w.tex", **REPORT["table_app_w"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table_app_w.csv", **REPORT["table_app_w"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table_app_w.tex"), **REPORT["table_app_w"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table_app_w.csv"), **REPORT["table_app_w"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table_app_w.log",
+        run_path("logs/tables/table_app_w.log"),
     params:
         caption=lambda wc: sweep_caption("app_w"),
     localrule: True
@@ -429,13 +431,13 @@ rule table_app_w:
 
 rule fig4:
     input:
-        "results/dllm/sweeps/fig4",
+        run_path("results/dllm/sweeps/fig4/points.json"),
     output:
-        pdf="results/figures/fig4_dllm_tradeoff.pdf",
-        png=report("results/figures/fig4_dllm_tradeoff.png", **REPORT["fig4"], labels={"file": "figure"}),
-        csv=report("results/figures/fig4_dllm_tradeoff.csv", **REPORT["fig4"], labels={"file": "CSV (the points)"}),
+        pdf=run_path("results/figures/fig4_dllm_tradeoff.pdf"),
+        png=report(run_path("results/figures/fig4_dllm_tradeoff.png"), **REPORT["fig4"], labels={"file": "figure"}),
+        csv=report(run_path("results/figures/fig4_dllm_tradeoff.csv"), **REPORT["fig4"], labels={"file": "CSV (the points)"}),
     log:
-        "logs/figures/fig4_dllm_tradeoff.log",
+        run_path("logs/figures/fig4_dllm_tradeoff.log"),
     localrule: True
     script:
         "../scripts/fig4.py"
@@ -461,11 +463,11 @@ rule dllm_oracle:
     # the oracle proxy: every test item's reference answer, read through the word tokenizer
     input:
         yamls=rules.dllm_tasks.output.yamls,
-        meta="resources/dllm/meta.json",
+        meta=run_path("resources/dllm/meta.json"),
     output:
-        "resources/dllm/oracle/oracle.json",
+        run_path("resources/dllm/oracle/oracle.json"),
     log:
-        "logs/dllm/oracle.log",
+        run_path("logs/dllm/oracle.log"),
     params:
         eps=DLLM_MAP.get("oracle_eps", 0.05),
         tasks=DLLM_MAP.get("tasks", []),
@@ -476,8 +478,8 @@ rule dllm_oracle:
 
 def map_model_path(name):
     if name == ORACLE:
-        return "resources/dllm/oracle/oracle.json"
-    return f"results/dllm/models/{name}/model.safetensors"
+        return run_path("resources/dllm/oracle/oracle.json")
+    return f"{RUN_DIR}/results/dllm/models/{name}/model.safetensors"
 
 
 def map_inputs(job):
@@ -495,11 +497,11 @@ for _job in MAP_JOBS:
         input:
             **map_inputs(_job),
         output:
-            f"results/dllm/map/{_job}/points.json",
+            f"{RUN_DIR}/results/dllm/map/{_job}/points.json",
         log:
-            f"logs/dllm/map_{_job}.log",
+            f"{RUN_DIR}/logs/dllm/map_{_job}.log",
         benchmark:
-            f"benchmarks/dllm/map_{_job}.tsv"
+            f"{RUN_DIR}/benchmarks/dllm/map_{_job}.tsv"
         params:
             job=_job,
             models={m: os.path.dirname(map_model_path(m)) for m in
@@ -516,12 +518,12 @@ for _job in MAP_JOBS:
 
 rule table_app_map:
     input:
-        [f"results/dllm/map/{j}/points.json" for j in MAP_JOBS],
+        [f"{RUN_DIR}/results/dllm/map/{j}/points.json" for j in MAP_JOBS],
     output:
-        tex=report("results/tables/table_app_map.tex", **REPORT["table_app_map"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table_app_map.csv", **REPORT["table_app_map"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table_app_map.tex"), **REPORT["table_app_map"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table_app_map.csv"), **REPORT["table_app_map"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table_app_map.log",
+        run_path("logs/tables/table_app_map.log"),
     localrule: True
     script:
         "../scripts/table_app_map.py"
@@ -529,13 +531,13 @@ rule table_app_map:
 
 rule fig_app_map:
     input:
-        [f"results/dllm/map/{j}/points.json" for j in MAP_JOBS],
+        [f"{RUN_DIR}/results/dllm/map/{j}/points.json" for j in MAP_JOBS],
     output:
-        pdf="results/figures/fig_app_map.pdf",
-        png=report("results/figures/fig_app_map.png", **REPORT["fig_app_map"], labels={"file": "figure"}),
-        csv=report("results/figures/fig_app_map.csv", **REPORT["fig_app_map"], labels={"file": "CSV (the points)"}),
+        pdf=run_path("results/figures/fig_app_map.pdf"),
+        png=report(run_path("results/figures/fig_app_map.png"), **REPORT["fig_app_map"], labels={"file": "figure"}),
+        csv=report(run_path("results/figures/fig_app_map.csv"), **REPORT["fig_app_map"], labels={"file": "CSV (the points)"}),
     log:
-        "logs/figures/fig_app_map.log",
+        run_path("logs/figures/fig_app_map.log"),
     localrule: True
     script:
         "../scripts/fig_app_map.py"

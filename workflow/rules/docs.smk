@@ -1,17 +1,18 @@
-# docs/results.md: every regenerated table as Markdown (`snakemake --cores 1 docs`), written to
-# results/docs/results.md; a published run's copy is committed as docs/results.md.  What the numbers show is written
-# by hand in docs/findings.md.  Not part of `all`.
+# docs/results.md: every regenerated table as Markdown (`snakemake --cores 1 docs`), written to the run's
+# results/docs/results.md (runs/toy/results/docs/results.md for the default run), naming the run; a published
+# run's copy is committed as docs/results.md.  What the numbers show is written by hand in docs/findings.md.  Not
+# part of `all`.
 
 
 def docs_results_inputs(wc):
     tables = [f for f in final_outputs() if f.endswith((".csv", ".json", ".md"))]
     if config.get("dllm", {}).get("map"):
-        tables.append("results/tables/table_app_map.csv")  # the proxy-strength map (not in `all`, its own target)
+        tables.append(run_path("results/tables/table_app_map.csv"))  # the proxy-strength map (not in `all`, its own target)
     if config.get("figures", {}).get("fig2_ablation"):
-        tables.append("results/figures/fig2_ablation.csv")  # written beside the figure, not a target of `all`
+        tables.append(run_path("results/figures/fig2_ablation.csv"))  # written beside the figure, not a target of `all`
     timing = []
     if config.get("figures", {}).get("fig3_tradeoff"):
-        timing = [f"results/timing/{r}.json" for r in dict.fromkeys(fig3_runs(config)["tradeoff"].values())]
+        timing = [f"{RUN_DIR}/results/timing/{r}.json" for r in dict.fromkeys(fig3_runs(config)["tradeoff"].values())]
     return {"tables": tables, "timing": timing}
 
 
@@ -19,11 +20,12 @@ rule docs:
     input:
         unpack(docs_results_inputs),
     output:
-        md="results/docs/results.md",
+        md=run_path("results/docs/results.md"),
     log:
-        "logs/docs/results.log",
+        run_path("logs/docs/results.log"),
     params:
-        note=lambda wc: f"Profile `{config['profile']}`, seed {config['seed']}, device `{config['device']}`.",
+        note=lambda wc: f"The run `{RUN_DIR}/`: profile `{config['profile']}`, seed {config['seed']}, device "
+        f"`{config['device']}`.",
     localrule: True
     script:
         "../scripts/docs_results.py"
@@ -61,13 +63,13 @@ rule paper_page:
     input:
         [f for item in page_items() for f in item["files"]],
     output:
-        html=report("results/report/paper.html", **REPORT["paper_page"], labels={"file": "HTML (read here)"}),
+        html=report(run_path("results/report/paper.html"), **REPORT["paper_page"], labels={"file": "HTML (read here)"}),
     log:
-        "logs/report/paper_page.log",
+        run_path("logs/report/paper_page.log"),
     params:
         sections=page_items(),
         captions=report_captions(),
-        note=f"Profile <code>{config['profile']}</code>, seed {config['seed']}, "
+        note=f"The run <code>{RUN_DIR}/</code>: profile <code>{config['profile']}</code>, seed {config['seed']}, "
         f"device <code>{config['device']}</code>.",
     localrule: True
     script:

@@ -6,12 +6,12 @@ rule ppl:
     priority: 10  # long jobs first, so that short sample jobs fill the end of the run
     input:
         model=lambda wc: model_files(wc.ppl_model),
-        tokenizer="resources/tokenizer",
-        data=expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
+        tokenizer=run_path("resources/tokenizer"),
+        data=expand(run_path("resources/tokenized/{domain}/{split}.parquet"), domain=DOMAINS, split=PPL_SPLIT),
     output:
-        "results/ppl/{ppl_model}.json",
+        run_path("results/ppl/{ppl_model}.json"),
     log:
-        "logs/ppl/{ppl_model}.log",
+        run_path("logs/ppl/{ppl_model}.log"),
     params:
         domains=DOMAINS,
         ppl=config["ppl"],
@@ -27,12 +27,12 @@ rule ppl:
 
 rule ppl_exact:
     input:
-        tokenizer="resources/tokenizer",
-        data=expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
+        tokenizer=run_path("resources/tokenizer"),
+        data=expand(run_path("resources/tokenized/{domain}/{split}.parquet"), domain=DOMAINS, split=PPL_SPLIT),
     output:
-        "results/ppl/exact.json",
+        run_path("results/ppl/exact.json"),
     log:
-        "logs/ppl/exact.log",
+        run_path("logs/ppl/exact.log"),
     params:
         domains=DOMAINS,
         ppl=config["ppl"],
@@ -46,8 +46,8 @@ rule ppl_exact:
 def estimator_inputs(wc):
     spec = config["likelihood"][wc.estimator]
     inputs = {
-        "tokenizer": "resources/tokenizer",
-        "data": expand("resources/tokenized/{domain}/{split}.parquet", domain=DOMAINS, split=PPL_SPLIT),
+        "tokenizer": run_path("resources/tokenizer"),
+        "data": expand(run_path("resources/tokenized/{domain}/{split}.parquet"), domain=DOMAINS, split=PPL_SPLIT),
         "dlm": model_files(spec["dlm"]),
     }
     for role in ("proxy", "ebm"):  # the AR proxy (not for the exact context) or EDLM's energy network
@@ -62,9 +62,9 @@ rule ppl_energy:
     input:
         unpack(estimator_inputs),
     output:
-        "results/ppl/{estimator}.json",
+        run_path("results/ppl/{estimator}.json"),
     log:
-        "logs/ppl/{estimator}.log",
+        run_path("logs/ppl/{estimator}.log"),
     params:
         spec=lambda wc: config["likelihood"][wc.estimator],
         domains=DOMAINS,

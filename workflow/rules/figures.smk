@@ -4,19 +4,18 @@
 def fig2_inputs(wc):
     fig = config["figures"]["fig2_ablation"]
     runs = [fig["baseline"]] + [run for by_energy in fig2_runs(config).values() for run in by_energy.values()]
-    files = {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
-    return {**files, "dirs": result_dirs(files["genppl"] + files["samples"])}
+    return {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
 
 
 rule fig2:
     input:
         unpack(fig2_inputs),
     output:
-        pdf="results/figures/fig2_ablation.pdf",
-        png=report("results/figures/fig2_ablation.png", **REPORT["fig2"], labels={"file": "figure"}),
-        csv=report("results/figures/fig2_ablation.csv", **REPORT["fig2"], labels={"file": "CSV (the points)"}),
+        pdf=run_path("results/figures/fig2_ablation.pdf"),
+        png=report(run_path("results/figures/fig2_ablation.png"), **REPORT["fig2"], labels={"file": "figure"}),
+        csv=report(run_path("results/figures/fig2_ablation.csv"), **REPORT["fig2"], labels={"file": "CSV (the points)"}),
     log:
-        "logs/figures/fig2_ablation.log",
+        run_path("logs/figures/fig2_ablation.log"),
     params:
         fig=dict(config.get("figures", {}).get("fig2_ablation") or {}, runs=fig2_runs(config)),
     localrule: True
@@ -32,8 +31,8 @@ rule fig2:
 def fig3_inputs(wc):
     panels = fig3_runs(config)
     runs = list(dict.fromkeys([*panels["k"].values(), *panels["w"].values(), *panels["tradeoff"].values()]))
-    files = {"genppl": genppl_targets(runs), "timing": [f"results/timing/{r}.json" for r in panels["tradeoff"].values()]}
-    return {**files, "dirs": result_dirs(files["genppl"] + files["timing"])}
+    return {"genppl": genppl_targets(runs),
+            "timing": [f"{RUN_DIR}/results/timing/{r}.json" for r in panels["tradeoff"].values()]}
 
 
 def timing_params(run):
@@ -54,9 +53,9 @@ rule timing:
     input:
         unpack(lambda wc: {k: v for k, v in sample_inputs(wc).items() if k != "data"}),
     output:
-        "results/timing/{run}.json",
+        run_path("results/timing/{run}.json"),
     log:
-        "logs/timing/{run}.log",
+        run_path("logs/timing/{run}.log"),
     wildcard_constraints:
         run="|".join(r for r in RUNS if r not in TIMED_RUNS) or "(?!)",
     params:
@@ -81,9 +80,9 @@ if TIMED_RUNS:
         input:
             unpack(lambda wc: {f"{r}_{k}": v for r in TIMED_RUNS for k, v in run_inputs(r).items() if k != "data"}),
         output:
-            [f"results/timing/{r}.json" for r in TIMED_RUNS],
+            [f"{RUN_DIR}/results/timing/{r}.json" for r in TIMED_RUNS],
         log:
-            "logs/timing/fig3.log",
+            run_path("logs/timing/fig3.log"),
         params:
             runs={r: timing_params(r) for r in TIMED_RUNS},
             timing=config["figures"]["fig3_tradeoff"]["timing"],
@@ -103,13 +102,13 @@ rule fig3:
     input:
         unpack(fig3_inputs),
     output:
-        pdf="results/figures/fig3_tradeoff.pdf",
-        png=report("results/figures/fig3_tradeoff.png", **REPORT["fig3"], labels={"file": "figure"}),
-        csv=report("results/figures/fig3_tradeoff.csv", **REPORT["fig3"], labels={"file": "CSV (the points)"}),
-        summary=report("results/figures/fig3_tradeoff.json", **REPORT["fig3"],
+        pdf=run_path("results/figures/fig3_tradeoff.pdf"),
+        png=report(run_path("results/figures/fig3_tradeoff.png"), **REPORT["fig3"], labels={"file": "figure"}),
+        csv=report(run_path("results/figures/fig3_tradeoff.csv"), **REPORT["fig3"], labels={"file": "CSV (the points)"}),
+        summary=report(run_path("results/figures/fig3_tradeoff.json"), **REPORT["fig3"],
                        labels={"file": "JSON (the paper's claims, measured)"}),
     log:
-        "logs/figures/fig3_tradeoff.log",
+        run_path("logs/figures/fig3_tradeoff.log"),
     params:
         fig=dict(config.get("figures", {}).get("fig3_tradeoff") or {}, runs=fig3_runs(config)),
     localrule: True
@@ -123,18 +122,18 @@ CASES = ("invariant", "independent", "non_invariant", "non_independent")
 
 rule cases:
     input:
-        tokenizer="resources/tokenizer",
+        tokenizer=run_path("resources/tokenizer"),
         dlm=lambda wc: model_files(config["figures"]["case_studies"]["dlm"]),
         proxy=lambda wc: model_files(config["figures"]["case_studies"]["proxy"]),
     output:
-        **{f"{c}_pdf": f"results/figures/case_{c}.pdf" for c in CASES},
-        **{f"{c}_png": report(f"results/figures/case_{c}.png", **REPORT["cases"], labels={"file": f"case: {c}"})
+        **{f"{c}_pdf": f"{RUN_DIR}/results/figures/case_{c}.pdf" for c in CASES},
+        **{f"{c}_png": report(f"{RUN_DIR}/results/figures/case_{c}.png", **REPORT["cases"], labels={"file": f"case: {c}"})
            for c in CASES},
-        json=report("results/figures/case_studies.json", **REPORT["cases"], labels={"file": "JSON (the samples)"}),
+        json=report(run_path("results/figures/case_studies.json"), **REPORT["cases"], labels={"file": "JSON (the samples)"}),
     log:
-        "logs/figures/case_studies.log",
+        run_path("logs/figures/case_studies.log"),
     benchmark:
-        "benchmarks/figures/case_studies.tsv"
+        run_path("benchmarks/figures/case_studies.tsv")
     params:
         cfg=lambda wc: config["figures"]["case_studies"],
         seq_len=config["data"]["seq_len"],

@@ -11,7 +11,7 @@ rule download_hf_model:
     output:
         directory("resources/hf/{hf_model}"),
     log:
-        "logs/download_hf_model/{hf_model}.log",
+        run_path("logs/download_hf_model/{hf_model}.log"),
     params:
         repo_id=lambda wc: HF_MODELS[wc.hf_model],
     wildcard_constraints:

@@ -3,16 +3,16 @@
 # jobs load them on compute nodes, often offline); then every one of them opened in a fresh process with
 # HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1, and one line per checkpoint to place by hand (unie.pipeline.prefetch).
 
-from unie.pipeline.prefetch import LMEVAL_RECORD, REPORT, plan as prefetch_plan
+from unie.pipeline.prefetch import LMEVAL_RECORD, REPORT as PREFETCH_REPORT, plan as prefetch_plan
 
 PREFETCH = prefetch_plan(config)
 
 
 rule prefetch_lmeval:
     output:
-        LMEVAL_RECORD,
+        run_path(LMEVAL_RECORD),
     log:
-        "logs/prefetch/lmeval_tasks.log",
+        run_path("logs/prefetch/lmeval_tasks.log"),
     params:
         tasks=list(PREFETCH.lmeval_tasks),
     localrule: True  # the submit host: where the hub is reachable
@@ -24,11 +24,11 @@ rule prefetch_lmeval:
 
 rule prefetch:
     input:
-        **{kind: files for kind, files in PREFETCH.files().items() if files},
+        **{kind: files for kind, files in PREFETCH.files(RUN_DIR).items() if files},
     output:
-        REPORT,
+        run_path(PREFETCH_REPORT),
     log:
-        "logs/prefetch/check.log",
+        run_path("logs/prefetch/check.log"),
     params:
         by_hand=[dict(item) for item in PREFETCH.by_hand],
     localrule: True

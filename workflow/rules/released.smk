@@ -22,11 +22,11 @@ def _names(names):
 
 def import_inputs(wc):
     source = RELEASED[wc.model]
-    inputs = {"tokenizer": "resources/tokenizer"}
+    inputs = {"tokenizer": run_path("resources/tokenizer")}
     if source.get("hf_id"):
         inputs["source"] = f"resources/released/{wc.model}"
     elif source.get("standin"):
-        inputs["source"] = f"resources/standins/{wc.model}"
+        inputs["source"] = f"{RUN_DIR}/resources/standins/{wc.model}"
     elif os.path.exists(source["path"]):
         inputs["source"] = source["path"]
     else:
@@ -38,13 +38,13 @@ rule import_released:
     input:
         unpack(import_inputs),
     output:
-        weights="results/models/{model}/model.safetensors",
-        config="results/models/{model}/config.json",
+        weights=run_path("results/models/{model}/model.safetensors"),
+        config=run_path("results/models/{model}/config.json"),
     log:
-        "logs/import_released/{model}.log",
+        run_path("logs/import_released/{model}.log"),
     params:
         source=lambda wc: RELEASED[wc.model],
-        path=lambda wc: source_path(wc.model, RELEASED[wc.model]),
+        path=lambda wc: source_path(wc.model, RELEASED[wc.model], RUN_DIR),
         method=lambda wc: config["models"][wc.model]["method"],
         options=lambda wc: config["models"][wc.model].get("options", {}),
     wildcard_constraints:
@@ -60,7 +60,7 @@ rule download_released:
     output:
         directory("resources/released/{model}"),
     log:
-        "logs/download_released/{model}.log",
+        run_path("logs/download_released/{model}.log"),
     params:
         repo_id=lambda wc: RELEASED[wc.model]["hf_id"],
     wildcard_constraints:
@@ -74,11 +74,11 @@ rule download_released:
 
 rule released_standin:
     input:
-        tokenizer="resources/tokenizer",
+        tokenizer=run_path("resources/tokenizer"),
     output:
-        directory("resources/standins/{model}"),
+        directory(run_path("resources/standins/{model}")),
     log:
-        "logs/released_standin/{model}.log",
+        run_path("logs/released_standin/{model}.log"),
     params:
         kind=lambda wc: RELEASED[wc.model]["kind"],
         format=lambda wc: RELEASED[wc.model]["standin"],

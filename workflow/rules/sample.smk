@@ -8,11 +8,11 @@ def sample_inputs(wc):
 
 def run_inputs(run):
     spec = config["sampling"]["runs"][run]
-    inputs = {"tokenizer": "resources/tokenizer"}
+    inputs = {"tokenizer": run_path("resources/tokenizer")}
     for role, model in spec.get("models", {}).items():
         inputs[role] = model_files(model)
     if spec["sampler"] == "data":
-        inputs["data"] = f"resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.parquet"
+        inputs["data"] = f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.parquet"
     return inputs
 
 
@@ -30,6 +30,12 @@ def sample_params():
     return dict(
         spec=lambda wc: config["sampling"]["runs"][wc.run],
         n_samples=lambda wc: run_n_samples(config, wc.run),
+        **shared_sample_params(),
+    )
+
+
+def shared_sample_params():
+    return dict(
         batch_size=config["sampling"]["batch_size"],
         seq_len=config["data"]["seq_len"],
         seed=config["seed"],
@@ -41,84 +47,113 @@ def sample_params():
     )
 
 
+def table_runs_param(table):
+    """Every run of ``table`` with its settings and files: the ``runs`` param of each job of the table's runs
+    (``sampling.job: table``), whichever runs it samples."""
+    return {r: {"spec": config["sampling"]["runs"][r], "n_samples": run_n_samples(config, r),
+                "steps": run_steps(config, r), "inputs": plain_files(run_inputs(r))}
+            for r in SAMPLING.table_runs[table]}
+
+
+def table_inputs(table):
+    """The input files of each job of ``table``'s runs (``sampling.job: table``): all of its runs' and the
+    evaluators'."""
+    return {**{f"{r}_{k}": v for r in SAMPLING.table_runs[table] for k, v in run_inputs(r).items()},
+            **evaluator_inputs()}
+
+
+# The jobs of one run: under `sampling.job: table` (unie.pipeline.jobs) they take their table's parameters and
+# input files (a file a table job wrote is then up to date for the run's own job, and the reverse); else the run's.
+if SETTINGS.sampling_job == "table":
+    RUN_JOB_INPUTS = lambda wc: table_inputs(SAMPLING.table_of(wc.run))
+    RUN_JOB_PARAMS = dict(runs=lambda wc: table_runs_param(SAMPLING.table_of(wc.run)), **shared_sample_params())
+    STEP_JOB_PARAMS = RUN_JOB_PARAMS
+else:
+    RUN_JOB_INPUTS = lambda wc: {**sample_inputs(wc), **evaluator_inputs()}
+    RUN_JOB_PARAMS = dict(steps=config["sampling"]["steps"], **sample_params())
+    STEP_JOB_PARAMS = dict(steps=lambda wc: [int(wc.steps)], **sample_params())
+
+
 # `sampling.job: step` (default; the paper profile: hours per step count on a GPU): one job per (run, step
-# count).  `sampling.job: run` (the toy profile, where a job is seconds and starting Python and torch costs ~2 s):
-# the runs that use `sampling.steps` get one job for all their step counts (`sample_run`); the samples of a step
-# count depend only on (seed, run, steps), so both give the same files.
+# count).  `sampling.job: run`: the runs that use `sampling.steps` get one job for all their step counts
+# (`sample_run`).  `sampling.job: table` (the toy profiles, where a job is seconds and starting Python and torch
+# costs ~2 s): the runs of a table or figure never sampled here in one job (`sample_{table}`), the others as under
+# `run`.  The samples of a step count depend only on (seed, run, steps), so every way gives the same files.
 
 
-rule sample:
-    # one job = one (run, step count): sample, then score the samples under every evaluator (each
-    # loaded once).  Deleting either output reruns exactly this job and the table.
-    input:
-        unpack(lambda wc: {**sample_inputs(wc), **evaluator_inputs()}),
-    output:
-        samples="results/samples/{run}/steps{steps}.parquet",
-        genppl="results/genppl/{run}/steps{steps}.json",
-    log:
-        "logs/sample/{run}/steps{steps}.log",
-    benchmark:
-        "benchmarks/sample/{run}/steps{steps}.tsv"
-    wildcard_constraints:
-        run="|".join(STEP_RUNS) or "(?!)",
-    params:
-        steps=lambda wc: [int(wc.steps)],
-        **sample_params(),
-    threads: config["threads"]
-    resources:
-        **rule_resources("sample", 4000, 60, gpu=True),
-    script:
-        "../scripts/sample.py"
+# Each rule is defined only when some run takes its shape; every sampling rule is written at the same indentation:
+# Snakemake compares a script rule's source lines (its `script:` directive) to see whether its code changed, and a
+# file a table job wrote must count as made by the run's own job (the same lines, the same params and inputs).
+if STEP_RUNS:
+
+    rule sample:
+        # one job = one (run, step count): sample, then score the samples under every evaluator (each
+        # loaded once).  Deleting either output reruns exactly this job and the table.
+        input:
+            unpack(RUN_JOB_INPUTS),
+        output:
+            samples=run_path("results/samples/{run}/steps{steps}.parquet"),
+            genppl=run_path("results/genppl/{run}/steps{steps}.json"),
+        log:
+            run_path("logs/sample/{run}/steps{steps}.log"),
+        benchmark:
+            run_path("benchmarks/sample/{run}/steps{steps}.tsv")
+        wildcard_constraints:
+            run="|".join(STEP_RUNS) or "(?!)",
+        params:
+            **STEP_JOB_PARAMS,
+        threads: config["threads"]
+        resources:
+            **rule_resources("sample", 4000, 60, gpu=True),
+        script:
+            "../scripts/sample.py"
 
 
-rule sample_run:
-    # one job = one run at every step count of `sampling.steps` (`sampling.job: run`).  Deleting one output
-    # reruns this run's job (all its step counts) and the table.
-    input:
-        unpack(lambda wc: {**sample_inputs(wc), **evaluator_inputs()}),
-    output:
-        samples=expand("results/samples/{{run}}/steps{s}.parquet", s=config["sampling"]["steps"]),
-        genppl=expand("results/genppl/{{run}}/steps{s}.json", s=config["sampling"]["steps"]),
-    log:
-        "logs/sample/{run}.log",
-    benchmark:
-        "benchmarks/sample/{run}.tsv"
-    wildcard_constraints:
-        run="|".join(GROUPED_RUNS) or "(?!)",
-    params:
-        steps=config["sampling"]["steps"],
-        **sample_params(),
-    threads: config["threads"]
-    resources:
-        **rule_resources("sample", 4000, 60, runtime_times=len(config["sampling"]["steps"]), gpu=True),
-    script:
-        "../scripts/sample.py"
+if GROUPED_RUNS:
+
+    rule sample_run:
+        # one job = one run at every step count of `sampling.steps`.  Deleting one output reruns this run's job (all
+        # its step counts) and the tables that read it.
+        input:
+            unpack(RUN_JOB_INPUTS),
+        output:
+            samples=expand(run_path("results/samples/{{run}}/steps{s}.parquet"), s=config["sampling"]["steps"]),
+            genppl=expand(run_path("results/genppl/{{run}}/steps{s}.json"), s=config["sampling"]["steps"]),
+        log:
+            run_path("logs/sample/{run}.log"),
+        benchmark:
+            run_path("benchmarks/sample/{run}.tsv")
+        wildcard_constraints:
+            run="|".join(GROUPED_RUNS) or "(?!)",
+        params:
+            **RUN_JOB_PARAMS,
+        threads: config["threads"]
+        resources:
+            **rule_resources("sample", 4000, 60, runtime_times=len(config["sampling"]["steps"]), gpu=True),
+        script:
+            "../scripts/sample.py"
 
 
-# `sampling.job: table`: every run of a table or figure (Table 2's, the fig2_* or the fig3_* runs: seconds each here)
-# in one job, each run as rules sample / sample_run make it (its own generator, its models loaded per run; the same
-# files).  Deleting one output reruns the job.
+# `sampling.job: table`: the fresh runs of a table or figure (Table 2's, the fig2_* or the fig3_* runs: seconds each
+# here) in one job, each run as rules sample / sample_run make it (its own generator, its models loaded per run; the
+# same files).
 for _group, _runs in TABLE_RUNS.items():
 
     rule:
         name:
             f"sample_{_group}"
         input:
-            unpack(lambda wc, runs=tuple(_runs): {**{f"{r}_{k}": v for r in runs for k, v in run_inputs(r).items()},
-                                                   **evaluator_inputs()}),
+            unpack(lambda wc, table=_group: table_inputs(table)),
         output:
             samples=sample_targets(_runs),
             genppl=genppl_targets(_runs),
         log:
-            f"logs/sample/{_group}.log",
+            f"{RUN_DIR}/logs/sample/{_group}.log",
         benchmark:
-            f"benchmarks/sample/{_group}.tsv"
+            f"{RUN_DIR}/benchmarks/sample/{_group}.tsv"
         params:
-            runs={r: {"spec": config["sampling"]["runs"][r], "n_samples": run_n_samples(config, r),
-                      "steps": run_steps(config, r),
-                      "inputs": plain_files(run_inputs(r))}
-                  for r in _runs},
-            **{k: v for k, v in sample_params().items() if k not in ("spec", "n_samples")},
+            runs=table_runs_param(_group),
+            **shared_sample_params(),
         threads: config["threads"]
         resources:
             **rule_resources("sample", 4000, 60, gpu=True),

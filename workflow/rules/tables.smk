@@ -1,31 +1,21 @@
-# Tables: LaTeX + CSV generated from result files written by the rules above (never typed in).
-#
-# Each table also takes the *directories* of its result files as inputs.  Snakemake does not
-# regenerate a deleted intermediate file while the files made from it are present
-# (snakemake/snakemake#1978); deleting a result file updates its directory's mtime, which makes the
-# table stale, so asking for the table reruns exactly the missing result and the table.
-
-
-def result_dirs(files):
-    dirs = sorted({os.path.dirname(f) for f in files})
-    for d in dirs:  # they must exist for the input set to be the same on every invocation
-        os.makedirs(d, exist_ok=True)
-    return dirs
+# Tables: LaTeX + CSV generated from result files written by the rules above (never typed in).  Each table takes
+# the files it reads, nothing else (no directory: a file created and removed beside them changes nothing); a
+# deleted result file is remade by its own job, with the table (tests/test_runs.py).
 
 
 def table1_inputs(wc):
-    files = [f"results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values()) if src]
-    return {"ppl": files, "dirs": result_dirs(files)}
+    files = [f"{RUN_DIR}/results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values()) if src]
+    return {"ppl": files}
 
 
 rule table1:
     input:
         unpack(table1_inputs),
     output:
-        tex=report("results/tables/table1_ppl.tex", **REPORT["table1"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table1_ppl.csv", **REPORT["table1"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table1_ppl.tex"), **REPORT["table1"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table1_ppl.csv"), **REPORT["table1"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table1_ppl.log",
+        run_path("logs/tables/table1_ppl.log"),
     params:
         rows=config["tables"]["table1_ppl"],
         domains=DOMAINS,
@@ -36,18 +26,17 @@ rule table1:
 
 def table2_inputs(wc):
     runs = list(dict.fromkeys(config["tables"]["table2_genppl"].values()))
-    files = {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
-    return {**files, "dirs": result_dirs(files["genppl"] + files["samples"])}
+    return {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
 
 
 rule table2:
     input:
         unpack(table2_inputs),
     output:
-        tex=report("results/tables/table2_genppl.tex", **REPORT["table2"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/table2_genppl.csv", **REPORT["table2"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/table2_genppl.tex"), **REPORT["table2"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/table2_genppl.csv"), **REPORT["table2"], labels={"file": "CSV"}),
     log:
-        "logs/tables/table2_genppl.log",
+        run_path("logs/tables/table2_genppl.log"),
     params:
         rows=config["tables"]["table2_genppl"],
         runs=config["sampling"]["runs"],
@@ -63,10 +52,10 @@ rule table2:
 rule partition_check:
     # brute-force check of the paper's closed-form partition (V=3, L=4, every reveal pattern)
     output:
-        csv=report("results/tables/partition_check.csv", **REPORT["partition_check"], labels={"file": "CSV"}),
-        tex=report("results/tables/partition_check.tex", **REPORT["partition_check"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/partition_check.csv"), **REPORT["partition_check"], labels={"file": "CSV"}),
+        tex=report(run_path("results/tables/partition_check.tex"), **REPORT["partition_check"], labels={"file": "LaTeX"}),
     log:
-        "logs/tables/partition_check.log",
+        run_path("logs/tables/partition_check.log"),
     localrule: True
     script:
         "../scripts/partition_check.py"
@@ -77,28 +66,37 @@ rule partition_check:
 
 
 def paper_vs_ours_tables():
-    out = {"table1_ppl": "results/tables/table1_ppl.csv", "table2_genppl": "results/tables/table2_genppl.csv"}
+    out = {"table1_ppl": run_path("results/tables/table1_ppl.csv"), "table2_genppl": run_path("results/tables/table2_genppl.csv")}
     if config.get("dllm"):
         # Table 3 and the appendix's full table share their rows: the full table's CSV (every row, the
         # appendix-only Llama3.1-8B analogue too) is what Table 3's paper rows are compared with
-        out["table3_dllm"] = "results/tables/table_app_dllm_full.csv"
+        out["table3_dllm"] = run_path("results/tables/table_app_dllm_full.csv")
     for sweep in ("app_k", "app_w"):
         if sweep in config.get("dllm", {}).get("sweeps", {}).get("sets", {}):
-            out[f"table_{sweep}"] = f"results/tables/table_{sweep}.csv"
+            out[f"table_{sweep}"] = f"{RUN_DIR}/results/tables/table_{sweep}.csv"
     return out
+
+
+def paper_values():
+    """config/paper_values.yaml, read here: a param (its content reruns the comparison when it changes), not an input
+    path (the clone's absolute path would make a copied or moved clone rerun it)."""
+    import yaml
+
+    with open(os.path.join(workflow.basedir, "config", "paper_values.yaml")) as f:
+        return yaml.safe_load(f)
 
 
 rule paper_vs_ours:
     input:
-        values=os.path.join(workflow.basedir, "config", "paper_values.yaml"),
         **paper_vs_ours_tables(),
     output:
-        md=report("results/tables/paper_vs_ours.md", **REPORT["paper_vs_ours"], labels={"file": "Markdown"}),
-        tex=report("results/tables/paper_vs_ours.tex", **REPORT["paper_vs_ours"], labels={"file": "LaTeX"}),
-        csv=report("results/tables/paper_vs_ours.csv", **REPORT["paper_vs_ours"], labels={"file": "CSV (long)"}),
+        md=report(run_path("results/tables/paper_vs_ours.md"), **REPORT["paper_vs_ours"], labels={"file": "Markdown"}),
+        tex=report(run_path("results/tables/paper_vs_ours.tex"), **REPORT["paper_vs_ours"], labels={"file": "LaTeX"}),
+        csv=report(run_path("results/tables/paper_vs_ours.csv"), **REPORT["paper_vs_ours"], labels={"file": "CSV (long)"}),
     log:
-        "logs/tables/paper_vs_ours.log",
+        run_path("logs/tables/paper_vs_ours.log"),
     params:
+        values=paper_values(),
         tables=list(paper_vs_ours_tables()),
         profile=config["profile"],
         evaluators=list(config["genppl"]["evaluators"]),

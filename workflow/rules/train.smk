@@ -10,15 +10,15 @@ TRAINED = trained_models(config)
 def train_inputs(wc):
     spec = config["models"][wc.model]
     inputs = {
-        "train": f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
-        "tokenizer": "resources/tokenizer",
+        "train": f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        "tokenizer": run_path("resources/tokenizer"),
     }
     if spec.get("init_from"):
         inputs["init"] = model_files(spec["init_from"])[0]
     for role, partner in partner_models(config, wc.model).items():  # frozen partners (NCE's proxy or DLM)
         inputs[f"partner_{role}"] = model_files(partner)[0]
     if selects_on_dev(config, wc.model):  # model selection on the dev split (disjoint from Table 1's test split)
-        inputs["dev"] = f"resources/tokenized/{TRAIN_DOMAIN}/valid.parquet"
+        inputs["dev"] = f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/valid.parquet"
     return inputs
 
 
@@ -27,18 +27,18 @@ rule train:
     input:
         unpack(train_inputs),
     output:
-        weights="results/models/{model}/model.safetensors",
-        config="results/models/{model}/config.json",
+        weights=run_path("results/models/{model}/model.safetensors"),
+        config=run_path("results/models/{model}/config.json"),
     log:
-        "logs/train/{model}.log",
+        run_path("logs/train/{model}.log"),
     wildcard_constraints:
         model="|".join(TRAINED) or "(?!)",
     benchmark:
-        "benchmarks/train/{model}.tsv"
+        run_path("benchmarks/train/{model}.tsv")
     params:
         spec=lambda wc: config["models"][wc.model],
         seq_len=config["data"]["seq_len"],
-        ckpt_dir=lambda wc: f"results/checkpoints/{wc.model}",
+        ckpt_dir=lambda wc: f"{RUN_DIR}/results/checkpoints/{wc.model}",
         token_cache=TOKEN_CACHE,
         device=config["device"],
         **precision_params(),

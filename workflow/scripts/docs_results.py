@@ -1,7 +1,7 @@
-"""Rule docs: every regenerated table as Markdown (``results/docs/results.md``, copied to
-``docs/results.md`` when a run's numbers are published).  By hand, on any results directory:
+"""Rule docs: every regenerated table as Markdown (the run's ``results/docs/results.md``, copied to
+``docs/results.md`` when a run's numbers are published).  By hand, on any run's results directory:
 
-    python workflow/scripts/docs_results.py results docs/results.md
+    python workflow/scripts/docs_results.py runs/toy/results docs/results.md
 """
 
 import sys

@@ -1,13 +1,16 @@
 """Rules sample / sample_run / sample_{table}: ``n_samples`` sequences from one sampling run at one step count
 (``sample``), at every step count of the run (``sample_run``, models and evaluators loaded once) or of every run of
-a table or figure (``sample_table2``, ``sample_fig2``, ``sample_fig3``: one run after the other), then their
-generative perplexity under every evaluator and their entropy in bits."""
+a table or figure that its outputs name (``sample_table2``, ``sample_fig2``, ``sample_fig3``: one run after the
+other), then their generative perplexity under every evaluator and their entropy in bits.  Under
+``sampling.job: table`` every job gets its table's runs (``params.runs``) and samples those its outputs name; each
+run's folder is then marked as sampled here (unie.pipeline.jobs)."""
 
 from pathlib import Path
 
 from unie.pipeline.rule import job, job_precision
 
 with job(snakemake) as log:
+    from unie.pipeline.jobs import mark_sampled
     from unie.pipeline.sample import SampleJob, sample_and_score
 
     p = snakemake.params
@@ -19,13 +22,17 @@ with job(snakemake) as log:
     samples, genppl = snakemake.output.samples, snakemake.output.genppl
     samples = [samples] if isinstance(samples, str) else list(samples)
     genppl = [genppl] if isinstance(genppl, str) else list(genppl)
-    if getattr(p, "runs", None):  # a table's runs, each with its step counts' outputs in order
-        runs = {name: (r["spec"], r["n_samples"], r["inputs"], r["steps"]) for name, r in p.runs.items()}
-    else:
-        runs = {snakemake.wildcards.run: (p.spec, p.n_samples, {k: v for k, v in snakemake.input.items()}, p.steps)}
-    i = 0  # the run's first output
-    for run, (spec, n_samples, inputs, steps) in runs.items():
-        n = len(steps)
+    # the outputs, in pairs, name the (run, step count) to make: .../samples/{run}/steps{n}.parquet
+    todo = {}
+    for sample_path, genppl_path in zip(samples, genppl):
+        todo.setdefault(Path(sample_path).parent.name, []).append(
+            (int(Path(sample_path).stem[len("steps"):]), sample_path, genppl_path))
+    for run, made in todo.items():
+        if getattr(p, "runs", None):  # a table's runs (sampling.job: table), each with its settings and files
+            r = p.runs[run]
+            spec, n_samples, inputs = r["spec"], r["n_samples"], r["inputs"]
+        else:
+            spec, n_samples, inputs = p.spec, p.n_samples, {k: v for k, v in snakemake.input.items()}
         sampling = SampleJob.from_spec(
             run,
             spec,
@@ -40,12 +47,12 @@ with job(snakemake) as log:
         )
         sample_and_score(
             sampling,
-            steps=list(steps),
-            sample_paths=samples[i:i + n],
-            genppl_paths=genppl[i:i + n],
+            steps=[n for n, _, _ in made],
+            sample_paths=[s for _, s, _ in made],
+            genppl_paths=[g for _, _, g in made],
             evaluators=p.evaluators,
             eos_rule=p.eos_rule,
             evaluator_paths=paths,
             log=log,
         )
-        i += n
+        mark_sampled(made[0][1])
