@@ -1,4 +1,4 @@
-"""Runs in their own place, reruns as small as the change (issue 38, items 1 and 2).
+"""Runs in their own place, reruns as small as the change.
 
 * The default run, ``--config seed=1``, the smoke profile and the paper profile plan disjoint output paths, each
   under its own ``runs/<name>/`` (dry runs from an empty directory); only the shared downloads are outside.

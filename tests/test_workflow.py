@@ -420,7 +420,7 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
 
 @pytest.mark.slow
 def test_a_rows_recorded_command_reruns_it(smoke_run, tmp_path, hf_offline):
-    """Issue 38, item 5: a Table 3 row's results JSON records the lm-eval command line that reruns it
+    """A Table 3 row's results JSON records the lm-eval command line that reruns it
     (``config.unie_command``); the pipeline's command is the one tests/lmeval_rows.py rebuilds from the profile (so
     docs/dllm.md's, checked the same way, is the default profile's).  Run as a user would, from the run directory
     with ``--limit 3`` appended (and the output sent to a temporary folder), it gives the row's own answers to the
@@ -432,7 +432,7 @@ def test_a_rows_recorded_command_reruns_it(smoke_run, tmp_path, hf_offline):
     from unie.data.tasks import PRIMARY_METRIC
 
     row = "llada_uni"  # Algorithm 3: sampled candidates (the seed matters), a proxy read through the bridge
-    row_dir = smoke_run / "results" / "dllm" / "rows" / row
+    row_dir = smoke_run / OUT / "results" / "dllm" / "rows" / row
     recorded = json.loads((row_dir / "results.json").read_text())
     argv = shlex.split(recorded["config"]["unie_command"])
     assert argv[:3] == ["python", "-m", "unie.lmeval"] and "--log_samples" in argv

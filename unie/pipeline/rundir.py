@@ -45,7 +45,7 @@ MAX_PARTS = 3
 MAX_NAME = 80
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,23}$")
 
-# what a run wrote at the top level before run directories (issue 38); logs/slurm is the Slurm executor's own
+# what a run wrote at the top level before run directories; logs/slurm is the Slurm executor's own
 EARLIER = ("results", "logs", "benchmarks", "resources/tokenizer", "resources/tokenized", "resources/raw",
            "resources/cache", "resources/dllm", "resources/standins", "resources/prefetch")
 
