@@ -14,10 +14,9 @@ from pathlib import Path
 
 from lm_eval._cli.utils import key_val_to_dict
 
-from unie.core.precision import for_device
 from unie.dllm.rows import row_model_args
 from unie.lmeval import RERUN_DIR, lmeval_command
-from unie.pipeline.settings import LmEvalSettings
+from unie.pipeline.settings import LmEvalSettings, WorkflowSettings
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -43,7 +42,7 @@ def expected_row_command(name: str, config: dict, argv: list[str]) -> list[str]:
         inputs["proxy"] = f"{given['proxy']}/model.safetensors"
     lm = LmEvalSettings.from_dllm(d)
     device = config["device"]
-    args = row_model_args(name, row, d, inputs, device, for_device(config.get("precision", "fp32"), device))
+    args = row_model_args(name, row, d, inputs, device, WorkflowSettings.from_config(config).job_precision)
     args.pop("device")
     args = {**args, "seed": args.get("seed", lm.seed)}
     row_dir = str(Path(*Path(out).parts[1:]))
