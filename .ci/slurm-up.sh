@@ -16,6 +16,16 @@ for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/sbatch; 
     break
   fi
 done
+# A cluster left by an earlier run (killed before .ci/slurm-down.sh ran, or the same machine reused by the
+# next CI run) would be recovered with its jobs: a job recorded as running keeps the node `mix`, and its old
+# records sit beside this run's in `squeue --states=all`.  Stop its daemons by their PID files and start from
+# empty state.
+if [[ -L /etc/slurm/slurm.conf ]]; then
+  old=$(dirname "$(dirname "$(readlink /etc/slurm/slurm.conf)")")
+  SLURM_CI_DIR=$old "$(dirname "$0")/slurm-down.sh"
+fi
+SLURM_CI_DIR=$BASE "$(dirname "$0")/slurm-down.sh"
+rm -rf "$BASE"/{state,spool,run,log}
 mkdir -p "$BASE"/{etc,state,spool,run,log,dev}
 
 # --- munge (unix socket only) --------------------------------------------------------------------
@@ -78,7 +88,7 @@ for f in slurm.conf gres.conf; do
 done
 
 # --- slurmctld + slurmd ------------------------------------------------------------------------------
-/usr/sbin/slurmctld -i
+/usr/sbin/slurmctld -c # -c: no state from an earlier run, even if a file was left
 /usr/sbin/slurmd -N localhost
 for _ in $(seq 60); do
   [[ "$(sinfo -h -n localhost -p cpu -o %t 2>/dev/null)" == idle ]] && break
