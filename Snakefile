@@ -15,17 +15,17 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-from unie.core.config import ConfigError
+from unie.core.options import ConfigError
 from unie.pipeline.run import StopReport, remake_before_planning
-from unie.pipeline.rundir import earlier_layout_notice, run_directory
-from unie.pipeline.validate import error_text, workflow_config
+from unie.config.rundir import earlier_layout_notice, run_directory
+from unie.config.validate import error_text, workflow_config
 
 
 # WHAT is run (config/experiments.yaml, the grid) under HOW BIG (a profile: config/config.yaml unless the command
 # line names config files, which then replace it so no toy-world key leaks into another profile), then
 # `--config key=value` overrides (nested values read as YAML: snakemake -n --config seed=1).  One function does the
 # merge, the schema (workflow/schemas/config.schema.yaml), the figures' generated runs and the cross-checks
-# (unie.pipeline.validate.workflow_config, also behind `unie check-config`); any error is one line naming the key,
+# (unie.config.validate.workflow_config, also behind `unie check-config`); any error is one line naming the key,
 # its file and a did-you-mean (`snakemake --verbose`: the schema's full report too).
 _files = workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]
 _grid = os.path.join(workflow.basedir, "config", "experiments.yaml")
@@ -38,7 +38,7 @@ try:
     )
     # Every file this run makes is under its own directory, runs/<profile>[+<setting>-<value>...] (the settings in
     # which it differs from the profile's own file, e.g. runs/toy+seed-1), laid out as results/, resources/, logs/,
-    # benchmarks/; only run-independent downloads stay in the shared resources/ (unie.pipeline.rundir, docs/runs.md).
+    # benchmarks/; only run-independent downloads stay in the shared resources/ (unie.config.rundir, docs/runs.md).
     RUN_DIR = run_directory(_files, dict(workflow.config_settings.config), grid=_grid,
                             config_dir=os.path.join(workflow.basedir, "config"))
 except ConfigError as e:
@@ -91,7 +91,7 @@ include: "workflow/rules/docs.smk"
 include: "workflow/rules/prefetch.smk"
 
 
-# The named targets (unie/pipeline/targets.py, the README's "Targets" table): `all` here, every other one the rule
+# The named targets (unie/config/targets.py, the README's "Targets" table): `all` here, every other one the rule
 # that writes its files (table1, table2, table3, fig2, fig3, fig4, cases, partition_check, table_app_dllm_full,
 # table_app_selection, table_app_k, table_app_w, paper_vs_ours, bench, prefetch), so that `snakemake --cores 2 -f table2` reruns the table.
 
@@ -102,9 +102,9 @@ rule all:
         final_outputs(),
 
 
-# A run that made something ends by naming what to read (unie.pipeline.targets.run_summary); not after a dry run
+# A run that made something ends by naming what to read (unie.config.targets.run_summary); not after a dry run
 # or when nothing was to be done.
 onsuccess:
-    from unie.pipeline.targets import run_summary
+    from unie.config.targets import run_summary
 
     print(run_summary(".", RUN_DIR), file=sys.stderr)

@@ -28,15 +28,10 @@ import time
 
 import torch
 
-from unie.core.config import ModelConfig, TrainConfig
+from unie.core.options import ModelConfig, TrainConfig
 from unie.core.train import train
 from unie.data import tasks as T
-from unie.data.dllm_format import (
-    content_lengths,
-    dllm_prompt_rows,
-    dllm_sft_rows,
-    trim_padding,
-)
+from unie.data.dllm_format import content_lengths, dllm_prompt_rows, dllm_sft_rows, trim_padding
 from unie.data.tokenizer import word_tokenizer
 from unie.dllm.backbone import ESTIMATORS, DecodeOptions, LLaDA, decode
 from unie.dllm.decoder import completion_text

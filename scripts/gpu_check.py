@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, without pip install
 
-from unie.core.config import ModelConfig  # noqa: E402
+from unie.core.options import ModelConfig  # noqa: E402
 from unie.core.gumbel import categorical_inverse_cdf  # noqa: E402
 from unie.energy.sampler import propose, sample_energy  # noqa: E402
 from unie.methods.ar import ARModel  # noqa: E402

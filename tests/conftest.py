@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.models.transformer import Transformer
 from unie.data.tokenizer import word_tokenizer
 from unie.data.toy_world import HMM, word_list

@@ -1,6 +1,6 @@
 """The lm-eval command line the pipeline records for a Table 3 row (``config.unie_command`` of its results JSON),
 rebuilt from a profile's config the way rule ``dllm_eval`` runs the row: :func:`unie.dllm.rows.row_model_args`,
-then :func:`unie.lmeval.evaluate` (the lm-eval seed as the decoder's ``seed``, :func:`unie.lmeval.lmeval_command`).
+then :func:`unie.dllm.lmeval.evaluate` (the lm-eval seed as the decoder's ``seed``, :func:`unie.dllm.lmeval.lmeval_command`).
 
 Only the paths (the checkpoint, the proxy, the task folder, the output) are read from the command being checked
 (they are where the workflow puts its files; they must be relative); every other word is rebuilt.  What
@@ -15,8 +15,8 @@ from pathlib import Path
 from lm_eval._cli.utils import key_val_to_dict
 
 from unie.dllm.rows import row_model_args
-from unie.lmeval import RERUN_DIR, lmeval_command
-from unie.pipeline.settings import LmEvalSettings, WorkflowSettings
+from unie.dllm.lmeval import RERUN_DIR, lmeval_command
+from unie.config.settings import LmEvalSettings, WorkflowSettings
 
 
 def flag(argv: list[str], name: str) -> str:

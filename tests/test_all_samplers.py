@@ -12,7 +12,7 @@ import torch
 
 import unie
 import unie.core.gumbel as gumbel
-from unie.pipeline.models import build_method, model_config
+from unie.pipeline.model_files import build_method, model_config
 from unie.models.transformer import Transformer
 from unie.core.registry import SAMPLERS
 from unie.data.tokenizer import word_tokenizer, blocked_ids

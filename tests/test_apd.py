@@ -10,20 +10,13 @@ import re
 import pytest
 import torch
 
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.core.gumbel import gumbel_noise
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
-from unie.dllm.apd import (
-    APDOptions,
-    apd_decode,
-    bridged_logp_ar,
-    direct_logp_ar,
-    row_generators,
-    shared_vocabulary,
-    word_tables,
-)
+from unie.dllm.apd import (APDOptions, apd_decode, bridged_logp_ar, direct_logp_ar, row_generators, shared_vocabulary,
+                           word_tables)
 from unie.dllm.backbone import DLLM, DecodeOptions, normalise
 from unie.dllm.bridge import ProxyBridge
 from unie.methods.ar import AR

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from unie.methods.ar import AR, ARModel
 from unie.core.gumbel import gumbel_argmax
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.core.registry import METHODS, SAMPLERS
 from unie.models.transformer import Transformer
 

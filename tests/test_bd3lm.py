@@ -13,7 +13,7 @@ import torch
 import unie.core.gumbel
 import unie.methods.bd3lm as bd3s
 from unie.methods.bd3lm import BD3LM, BD3Denoiser, block_diff_mask, block_nelbo, block_times, noisy_stream_logits
-from unie.pipeline.models import build_method, load_wrapped, train_from_spec
+from unie.pipeline.model_files import build_method, load_wrapped, train_from_spec
 from unie.methods.mdlm import MDLM, MDLMDenoiser, subs_logp
 from unie.core.registry import METHODS, SAMPLERS
 from unie.methods.mdlm import sample_mdlm

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from unie.eval.choice import first_letter, letter_match
-from unie.pipeline.tasks import HELLASWAG_QUESTION, write_local_tasks
+from unie.pipeline.task_files import HELLASWAG_QUESTION, write_local_tasks
 
 pytestmark = pytest.mark.usefixtures("hf_offline")  # conftest: no network, a private Hugging Face cache
 
@@ -147,8 +147,8 @@ def test_generated_letters_score_through_lm_eval(tmp_path, mmlu_files):
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from unie.lmeval import UnieLM
-    from unie.pipeline.profile import resolve_config
+    from unie.dllm.lmeval import UnieLM
+    from unie.config.profile import resolve_config
 
     val = _parquet(tmp_path / "hs" / "validation.parquet", HELLASWAG)
     out = tmp_path / "local_tasks"
@@ -174,9 +174,9 @@ def test_generated_letters_score_through_lm_eval(tmp_path, mmlu_files):
 
 
 def test_paper_config_scores_mmlu_and_hellaswag_generatively():
-    from unie.core.config import ConfigError
-    from unie.pipeline.checks import check_dllm
-    from unie.pipeline.profile import resolve_config
+    from unie.core.options import ConfigError
+    from unie.config.checks import check_dllm
+    from unie.config.profile import resolve_config
 
     cfg = resolve_config([Path(__file__).parents[1] / "config" / "paper.yaml"])
     t = cfg["dllm"]["tasks"]
@@ -227,7 +227,7 @@ def test_table3_marks_log_likelihood_columns_decoder_independent():
 
 
 def test_table3_csv_written_by_the_rule_keeps_the_marking(tmp_path):
-    from unie.pipeline.report import table3
+    from unie.pipeline.tables_figures import table3
 
     paths = []
     for name, res in (("llada", _result(0.5, 0.6)), ("llada_core", _result(0.45, 0.6))):

@@ -14,8 +14,8 @@ import yaml
 
 from unie.eval import code_exec
 from unie.eval.code_exec import CodeExecutionRefused, load_test_cases, pass_at_1
-from unie.pipeline.tasks import lcb_prompt, write_local_tasks
-from unie.pipeline.profile import resolve_config
+from unie.pipeline.task_files import lcb_prompt, write_local_tasks
+from unie.config.profile import resolve_config
 
 
 def _compress(tests) -> str:  # LiveCodeBench's private-test format
@@ -121,8 +121,8 @@ def test_local_task_errors_name_the_problem(tmp_path):
 def test_paper_config_must_grant_code_execution():
     from pathlib import Path
 
-    from unie.core.config import ConfigError
-    from unie.pipeline.checks import check_dllm
+    from unie.core.options import ConfigError
+    from unie.config.checks import check_dllm
 
     cfg = resolve_config([Path(__file__).parents[1] / "config" / "paper.yaml"])
     check_dllm(cfg)

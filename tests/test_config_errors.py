@@ -1,5 +1,5 @@
 """Every configuration error is one line naming the key, its file and a did-you-mean: from `--config` and from an
-overlay file alike, through `unie check-config` and through `snakemake` (unie.pipeline.validate)."""
+overlay file alike, through `unie check-config` and through `snakemake` (unie.config.validate)."""
 
 import subprocess
 import sys
@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from unie.cli import main
-from unie.core.config import ConfigError
+from unie.core.options import ConfigError
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 
-from unie.pipeline.validate import workflow_config  # noqa: E402
+from unie.config.validate import workflow_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unie.core.config import ConfigError, ModelConfig, TrainConfig, from_dict, to_dict
+from unie.core.options import ConfigError, ModelConfig, TrainConfig, from_dict, to_dict
 from unie.core.registry import METHODS, SAMPLERS, Registry
 from unie.data.tokenizer import load_tokenizer, word_tokenizer
 from unie.data.toy_world import word_list

@@ -53,7 +53,7 @@ REMADE_BY = {WEIGHTS["flipped"]: "train", WEIGHTS["truncated"]: "train", WEIGHTS
              TOKENS: "tokenize", RESULTS["ppl"]: "ppl", RESULTS["genppl"]: "sample_run",
              RESULTS["lm-eval"]: "dllm_eval_llada"}
 # what the damaged files' jobs are, and what is made from them (the run remakes them all).  Table 2's runs were
-# sampled before, so each is resampled by its own job (unie.pipeline.jobs): 10 on the standard step counts, the data
+# sampled before, so each is resampled by its own job (unie.config.sampling_jobs): 10 on the standard step counts, the data
 # and AR runs at L steps; every one of them, since each takes the table's models (three of which are remade)
 TABLE2_RESAMPLED = {"sample_run": 10, "sample": 2}
 PLANNED = {"train": 5, "tokenize": 1, "ppl": 4, "ppl_energy": 2, **TABLE2_RESAMPLED, "dllm_eval_llada": 1, "fig2": 1,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_dllm import PROMPTS, backbone, word  # noqa: F401  (fixture)
 
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.dllm.backbone import DecodeOptions, decode, normalise

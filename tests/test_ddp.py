@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from unie.core.config import TrainConfig
+from unie.core.options import TrainConfig
+from unie.core.ranks import torchrun_command
 from unie.core.train import _step_generator, run_signature, run_spec, shard_plan, train
 from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.data.toy_world import generate_corpus
@@ -162,7 +163,7 @@ def test_processes_and_torchrun_command():
     assert launch.processes(0, "cpu", forced=2) == 2
     with pytest.raises(ValueError, match="processes must be >= 1"):
         launch.processes(0, "cpu", forced=0)
-    assert launch.torchrun_command(2, "a.json") == [
+    assert torchrun_command(2, "a.json", launch.ENTRY) == [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2",
         "-m", "unie.pipeline.launch", "a.json"]
     with pytest.raises(KeyError, match="unknown trainer 'nope'"):
@@ -193,7 +194,7 @@ def _fake_snakemake(script: str, gpu: int, device: str, log_path, processes=None
                                                       (0, "cpu", 2, 2)])
 def test_rule_scripts_launch(monkeypatch, tmp_path, fake_torchrun, script, trainer, gpu, device, forced, nproc):
     """A training rule's script runs its trainer in-process for 0 or 1 GPU, and under torchrun (the command of
-    :func:`launch.torchrun_command`, the arguments in a JSON file) for 2 GPUs or a forced process count."""
+    :func:`unie.core.ranks.torchrun_command`, the arguments in a JSON file) for 2 GPUs or a forced process count."""
     calls, popens = [], fake_torchrun.launched  # the torchrun command's stand-in (conftest) records its launches
     monkeypatch.setattr(launch, "trainer", lambda name: lambda **kw: calls.append((name, kw)))
     smk = _fake_snakemake(script, gpu, device, tmp_path / "rule.log", forced)
@@ -207,7 +208,7 @@ def test_rule_scripts_launch(monkeypatch, tmp_path, fake_torchrun, script, train
         kwargs = calls[0][1]
     else:
         (cmd, args, threads), = popens
-        assert cmd == launch.torchrun_command(2, cmd[-1]) and args["trainer"] == trainer and threads == "2"
+        assert cmd == torchrun_command(2, cmd[-1], launch.ENTRY) and args["trainer"] == trainer and threads == "2"
         kwargs = args["kwargs"]
         assert "rank 0 says hello" in (tmp_path / "rule.log").read_text()  # the ranks' output is in the rule's log
     assert kwargs["device"] == device and kwargs["spec"] == SPEC and kwargs["ckpt_dir"] == "ckpt"

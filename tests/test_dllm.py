@@ -9,31 +9,18 @@ import math
 import pytest
 import torch
 
-from unie.core.config import ConfigError, ModelConfig
+from unie.core.options import ConfigError, ModelConfig
 from unie.core.registry import DLLM_SAMPLERS
-from unie.data.dllm_format import (
-    ar_sft_rows,
-    dllm_prompt_rows,
-    dllm_sft_rows,
-    split_rows,
-)
+from unie.data.dllm_format import ar_sft_rows, dllm_prompt_rows, dllm_sft_rows, split_rows
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
-from unie.dllm.backbone import (
-    DLLM,
-    DecodeOptions,
-    Dream,
-    LLaDA,
-    decode,
-    mc_loglikelihood,
-    normalise,
-)
+from unie.dllm.backbone import DLLM, DecodeOptions, Dream, LLaDA, decode, mc_loglikelihood, normalise
 from unie.dllm.bridge import BridgeError, ProxyBridge
-from unie.dllm.energy import DLLMEnergyOptions, energy_decode, in_window
+from unie.dllm.energy_decoding import DLLMEnergyOptions, energy_decode, in_window
 from unie.energy.energies import energy as energy_fn
 from unie.energy.energies import selection_energy
 from unie.methods.ar import AR
 from unie.models.transformer import Transformer
-from unie.pipeline.profile import resolve_config
+from unie.config.profile import resolve_config
 
 WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",
          "sort", "then", "A", "B"]
@@ -393,7 +380,7 @@ def test_the_sampler_and_its_proxy_are_decided_once():
     check_proxy whether it gets a proxy, for ModelArgs (before any model is loaded) and DLLMDecoder alike."""
     from unie.dllm.apd import APDOptions
     from unie.dllm.decoder import DLLMDecoder, ModelArgs, default_sampler
-    from unie.dllm.energy import DLLMEnergyOptions
+    from unie.dllm.energy_decoding import DLLMEnergyOptions
 
     assert [default_sampler(o) for o in (None, {}, {"energy": "uni"}, DLLMEnergyOptions(), APDOptions())] == \
         ["plain", "plain", "energy", "energy", "apd"]
@@ -422,7 +409,7 @@ def test_unie_list_shows_the_dllm_samplers_with_their_options(capsys):
 
 
 def test_transfer_weights_by_token_string(word):
-    from unie.pipeline.dllm import transfer_weights
+    from unie.pipeline.dllm_runs import transfer_weights
 
     small = word_tokenizer(WORDS[:10])
     old = net_for(small, causal=True)
@@ -438,7 +425,7 @@ def test_transfer_weights_by_token_string(word):
 
 def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, bpe):
     """A BPE model initialised from a word-level one: ``▁:`` takes ``:``'s row, pieces stay fresh."""
-    from unie.pipeline.dllm import transfer_weights
+    from unie.pipeline.dllm_runs import transfer_weights
 
     old = net_for(word, causal=False)
     new = Transformer(ModelConfig(vocab_size=bpe.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=32,
@@ -475,7 +462,7 @@ def test_bad_dllm_config_names_the_key(mutate, expected):
 
     import yaml
 
-    from unie.pipeline.checks import check_dllm
+    from unie.config.checks import check_dllm
 
     cfg = resolve_config([Path(__file__).parents[1] / "config" / "smoke.yaml"])
     check_dllm(cfg)
@@ -532,7 +519,7 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, 
     every window iteration, two blocks) equals the energy's definition evaluated with pi's exact marginals
     (forward algorithm) over the prompt and the current block, up to one constant per row, and picks the same
     candidate.  The oracle: ``log p_AR(a|b) = log pi(a_<end) - log pi(b_<end)`` with ``end`` the block's end."""
-    import unie.dllm.energy as alg3
+    import unie.dllm.energy_decoding as alg3
 
     hmm = owt_hmm
     dllm, proxy_ = ExactDLLM(hmm, tok), ExactAR(hmm, tok)
@@ -636,7 +623,7 @@ def test_item_records_read_the_newest_run_and_a_group_through_its_subtasks(tmp_p
     import json
     import os
 
-    from unie.pipeline.report import item_records
+    from unie.pipeline.tables_figures import item_records
 
     d = tmp_path / "row" / "model"
     d.mkdir(parents=True)

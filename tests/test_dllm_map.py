@@ -10,13 +10,13 @@ import math
 import pytest
 import torch
 
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.data.tasks import generate_task, task_vocabulary
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
 from unie.dllm.backbone import DLLM, DecodeOptions, decode
 from unie.dllm.bridge import ProxyBridge
-from unie.dllm.energy import DLLMEnergyOptions, energy_decode, window_counts
+from unie.dllm.energy_decoding import DLLMEnergyOptions, energy_decode, window_counts
 from unie.dllm.oracle import OracleLM, write_oracle
 from unie.dllm.rows import map_points, map_proxy_points, reads_proxy
 from unie.energy.energies import selection_energy

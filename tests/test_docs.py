@@ -135,10 +135,10 @@ def test_the_timing_keys_docs_timing_shows_are_the_schemas_and_the_defaults(tmp_
 
     import yaml
 
-    from unie.core.config import ConfigError
+    from unie.core.options import ConfigError
     from unie.eval.timing import TimingChecks
-    from unie.pipeline.dllm import SweepTiming
-    from unie.pipeline.validate import workflow_config
+    from unie.pipeline.dllm_runs import SweepTiming
+    from unie.config.validate import workflow_config
 
     text = (REPO / "docs" / "timing.md").read_text().split("## Config keys", 1)[1]
     block = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
@@ -276,7 +276,7 @@ def test_the_documented_lmeval_command_is_the_one_the_default_profile_records():
     dllm_eval runs the row (tests/lmeval_rows.py); the paths are relative.  The page's prose about the toy
     geometry and Algorithm 3's options states the config's values."""
     from lmeval_rows import documented_command, expected_row_command
-    from unie.pipeline.profile import resolve_config
+    from unie.config.profile import resolve_config
 
     text = (REPO / "docs" / "dllm.md").read_text()
     cfg = resolve_config([REPO / "config" / "config.yaml"])
@@ -289,7 +289,7 @@ def test_the_documented_lmeval_command_is_the_one_the_default_profile_records():
     assert [int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])] == \
         [dec["gen_length"], dec["block_length"], dec["tokens_per_step"], dec["gen_length"] // dec["tokens_per_step"],
          energy["w"]]
-    m = re.search(r"\(`unie/dllm/energy.py`\): `K = (\d+)`, `w = ([\d.]+)` .*?drawn from\s+p_θ at `temperature` "
+    m = re.search(r"\(`unie/dllm/energy_decoding.py`\): `K = (\d+)`, `w = ([\d.]+)` .*?drawn from\s+p_θ at `temperature` "
                   r"([\d.]+), .*?\(`greedy_first: (true|false)`", text, re.S)
     assert m, "docs/dllm.md: the Algorithm 3 bullet's options are missing"
     assert [int(m[1]), float(m[2]), float(m[3]), m[4] == "true"] == \

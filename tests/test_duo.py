@@ -12,12 +12,12 @@ import torch.nn.functional as F
 
 import unie.core.gumbel as gumbel_mod
 import unie.methods.duo as duo_sampler
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.methods.duo import (REF_GAMMA_MAX, REF_GAMMA_MIN, REF_VOCAB, Duo, DuoDenoiser, alpha_from_p, duality_integrals,
                       duality_table, gaussian_latent, matched_gamma_range, sub_vocab, to_sub, udlm_nelbo_per_token,
                       udlm_q_xt)
-from unie.pipeline.models import load_wrapped, train_from_spec
+from unie.pipeline.model_files import load_wrapped, train_from_spec
 from unie.models.transformer import Transformer
 from unie.core.registry import METHODS, SAMPLERS
 from unie.methods.duo import duo_posterior, sample_duo

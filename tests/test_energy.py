@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from unie.methods.ar import ARModel
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.energy.energies import (ARTerms, energy, gather_dlm, log_importance_weights, log_partition, logp_dlm_x0,
                                   logp_dlm_xs, position_sets, select)
 from unie.methods.mdlm import MDLMDenoiser
 from unie.models.transformer import Transformer
 from unie.energy.partition import check_partition, tiny_world
-from unie.pipeline.report import PARTITION_CONTEXTS
+from unie.pipeline.tables_figures import PARTITION_CONTEXTS
 from unie.methods.mdlm import sample_mdlm
 from unie.methods.mdlm import transition
 from unie.energy.sampler import propose, sample_energy
@@ -290,7 +290,7 @@ def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
     energy separation on a split disjoint from the test split."""
     from unie.data.corpus import tokenize_corpus, write_text_parquet
     from unie.data.tokens import load_tokens
-    from unie.pipeline.models import train_from_spec
+    from unie.pipeline.model_files import train_from_spec
     from unie.models.checkpoint import load_model
     from unie.data.toy_world import generate_corpus
 

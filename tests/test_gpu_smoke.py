@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
-from unie.core.config import ConfigError
-from unie.pipeline.checks import check_config
-from unie.pipeline.profile import resolve_config
+from unie.core.options import ConfigError
+from unie.config.checks import check_config
+from unie.config.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_SMOKE = REPO / "config" / "gpu-smoke.yaml"
@@ -91,7 +91,7 @@ def test_missing_google_drive_file_is_one_line(tmp_path):
     profile = tmp_path / "by_hand.yaml"  # the AR placed by hand, as in the paper profile
     profile.write_text(text.replace(standin, "source: {kind: ar, path: resources/released/ar.ckpt, tokenizer_info: "
                                              "{vocab_size: 201, mask_id: 200, bos_id: 199, eos_id: 198}}"))
-    from unie.pipeline.rundir import run_directory
+    from unie.config.rundir import run_directory
 
     run = run_directory([profile], {"device": "cpu"})  # another run than the profile's own: its own directory
     assert run.startswith("runs/gpu-smoke+")

@@ -64,7 +64,7 @@ def test_core_without_remasking_and_energy_with_k1_equal_plain(dirs):
 def test_dawn_on_sdpa_attention_names_the_model_arg(dirs):
     """A transformers model loaded with SDPA attention returns no probabilities: refused before any generation,
     naming the model_args key that fixes it."""
-    from unie.core.config import ConfigError
+    from unie.core.options import ConfigError
 
     with pytest.raises(ConfigError, match="attn_implementation=eager"):
         build_decoder(_args(dirs, "dawn", attn_layers=1))
@@ -74,7 +74,7 @@ def test_dawn_on_sdpa_attention_names_the_model_arg(dirs):
                                       ("unie", "attn_implementation"), ("unie", "trust_remote_code")])
 def test_a_loading_key_the_kind_never_reads_is_an_error(dirs, kind, key):
     """e.g. attn_implementation=eager for an AR row or one of our checkpoints would be silently ignored."""
-    from unie.core.config import ConfigError
+    from unie.core.options import ConfigError
 
     with pytest.raises(ConfigError, match=rf"\['{key}'\] do not apply to kind='{kind}'"):
         build_decoder({"pretrained": str(dirs[1]), "kind": kind, key: "eager"})

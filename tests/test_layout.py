@@ -17,7 +17,7 @@ PKG = Path(unie.__file__).parent
 REPO = PKG.parent
 # lowest first; a module may import its own layer and the layers before it
 LAYERS = {"core": 0, "data": 1, "models": 1, "methods": 2, "energy": 3, "dllm": 4, "eval": 5, "report": 6,
-          "pipeline": 7, "cli": 8, "lmeval": 8}
+          "config": 7, "pipeline": 8, "cli": 9}
 
 
 def layer_of(module: str) -> str | None:
@@ -74,6 +74,71 @@ def test_no_module_imports_a_higher_layer():
     assert not bad, "\n".join(bad)
 
 
+def module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def import_cycles(pkg: Path = PKG) -> list[list[str]]:
+    """The groups of modules that import one another in a circle (strongly connected components of more than one
+    module, or a module importing itself), counting imports inside functions too: a cycle held together by a lazy
+    import is still a cycle.  The package hub (``unie/__init__.py``, which imports everything to fill the
+    registries) is left out."""
+    modules = {module_name(p): p for p in pkg.rglob("*.py")}
+    modules.pop("unie", None)
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = sorted({m if m in modules else m.rsplit(".", 1)[0] for _, m in imports_of(path)} & set(modules))
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1 or v in graph[v]:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or around a circle, not even through an import inside a function
+    (the layer order alone allows a cycle within a layer)."""
+    cycles = import_cycles()
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_check_catches_a_cycle():
+    """The checker itself: a lazy import that closes a circle is reported."""
+    fake = PKG / "pipeline" / "_cycle_probe.py"
+    fake.write_text("def f():\n    from . import _cycle_probe2\n")
+    fake2 = PKG / "pipeline" / "_cycle_probe2.py"
+    fake2.write_text("from ._cycle_probe import f\n")
+    try:
+        assert ["unie.pipeline._cycle_probe", "unie.pipeline._cycle_probe2"] in import_cycles()
+    finally:
+        fake.unlink()
+        fake2.unlink()
+
+
 def test_layer_check_catches_a_violation(tmp_path, monkeypatch):
     """The checker itself: a methods module importing the pipeline is reported."""
     fake = PKG / "methods" / "_layer_probe.py"
@@ -93,3 +158,17 @@ def test_declared_entry_points_run():
         code = f"import sys; sys.argv = ['{name}', '--help']; from {module} import {func}; {func}()"
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert r.returncode == 0 and "usage" in r.stdout.lower(), (name, r.stdout, r.stderr)
+
+
+def test_a_module_name_says_which_room_it_is_in():
+    """No two modules of the package share a file name, and no module is named like one of its packages
+    (``pipeline/models.py`` beside ``models/``): an import or a traceback names one module unambiguously."""
+    names = {}
+    for path in PKG.rglob("*.py"):
+        if path.name != "__init__.py":
+            names.setdefault(path.stem, []).append(str(path.relative_to(PKG)))
+    twins = {n: p for n, p in names.items() if len(p) > 1}
+    assert not twins, twins
+    packages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    shadowing = sorted(p for n, ps in names.items() if n in packages for p in ps)
+    assert not shadowing, f"modules named like a package: {shadowing}"

@@ -1,4 +1,4 @@
-"""The lm-eval adapter (:mod:`unie.lmeval`), the offline toy tasks (:mod:`unie.pipeline.tasks`) and their
+"""The lm-eval adapter (:mod:`unie.dllm.lmeval`), the offline toy tasks (:mod:`unie.pipeline.task_files`) and their
 scoring (:func:`unie.data.tasks.score`), driven through the real ``lm_eval.simple_evaluate`` with fake
 decoders (no model): an oracle scores 1, garbage 0, a decoder right on a known subset scores exactly
 that fraction; ``until`` truncation, input order, warm-up-free throughput; deterministic task files."""
@@ -14,20 +14,10 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
 
-from unie.data.tasks import (
-    LIST_LENGTH,
-    LIST_TASKS,
-    MAX_ADDEND,
-    PRIMARY_METRIC,
-    TASKS,
-    apply_ops,
-    generate_task,
-    parse_list,
-    reference_list,
-    score,
-)
-from unie.lmeval import UnieLM, truncate_at
-from unie.pipeline.tasks import GROUP, write_lmeval_tasks
+from unie.data.tasks import (LIST_LENGTH, LIST_TASKS, MAX_ADDEND, PRIMARY_METRIC, TASKS, apply_ops, generate_task,
+                             parse_list, reference_list, score)
+from unie.dllm.lmeval import UnieLM, truncate_at
+from unie.pipeline.task_files import GROUP, write_lmeval_tasks
 
 N_TEST, N_TRAIN, SEED = 20, 3, 0
 RIGHT = {0, 3, 6, 9, 12, 15, 18}  # the documents the "subset" decoder answers correctly (7 of 20)
@@ -175,7 +165,7 @@ def test_loglikelihood_and_rolling(caplog):
 
     reqs = [Instance(request_type="loglikelihood", doc={}, arguments=(f"ctx{i}", " a" * i), idx=0) for i in range(5)]
     lm = UnieLM(decoder=FakeDecoder(lambda p: ""), batch_size=2)
-    with caplog.at_level(logging.WARNING, logger="unie.lmeval"):
+    with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
         assert lm.loglikelihood(reqs) == [(-float(4 + 2 * i), False) for i in range(5)]
         lm.loglikelihood(reqs)
     assert sum("does not compute is_greedy" in r.getMessage() for r in caplog.records) == 1
@@ -317,14 +307,14 @@ def test_task_files_are_deterministic(task_dir, tmp_path):
 
 # ---------------------------------------------------------------------- (f) command line
 def test_module_cli_help():
-    r = subprocess.run([sys.executable, "-m", "unie.lmeval", "--help"], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([sys.executable, "-m", "unie.dllm.lmeval", "--help"], capture_output=True, text=True, timeout=120,
                        check=False)
     assert r.returncode == 0, r.stderr
     assert "run" in r.stdout
 
 
 def test_module_cli_end_to_end(task_dir, docs, tmp_path):
-    """``python -m unie.lmeval --model unie_dllm --model_args ...`` as LLaDA/Dream run their scripts; the
+    """``python -m unie.dllm.lmeval --model unie_dllm --model_args ...`` as LLaDA/Dream run their scripts; the
     decoder factory (``unie.dllm.decoder.build_decoder``) is replaced by a fake that answers correctly
     and records the literal-eval'd model arguments it received (``--device`` included)."""
     gold = {q: doc["answer"] for q, (task, doc) in docs.items() if task == "toy_math"}
@@ -343,7 +333,7 @@ class Decoder:
 fake = types.ModuleType("unie.dllm.decoder")
 fake.build_decoder = Decoder
 sys.modules["unie.dllm.decoder"] = fake
-runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
+runpy.run_module("unie.dllm.lmeval", run_name="__main__", alter_sys=True)
 """)
     tp = tmp_path / "tp.json"
     cmd = [sys.executable, str(driver), "--model", "unie_dllm", "--device", "cpu", "--batch_size", "8",
@@ -361,7 +351,7 @@ def test_a_rerun_leaves_one_result_set(task_dir, docs, tmp_path, monkeypatch):
     """lm-eval names its files by time: a second run into the same row folder would leave two results_*.json and
     two samples files per task beside each other; evaluate() clears the earlier run's first."""
     import unie.dllm.decoder as dllm_mod
-    from unie.lmeval import evaluate as run_lmeval
+    from unie.dllm.lmeval import evaluate as run_lmeval
 
     monkeypatch.setattr(dllm_mod, "build_decoder", lambda args: FakeDecoder(lambda p: " " + docs[p][1]["answer"],
                                                                              name="fake"))
@@ -385,7 +375,7 @@ def _cli_config(command: str, monkeypatch):
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
     argv = shlex.split(command)
-    start = argv.index("unie.lmeval") + 1
+    start = argv.index("unie.dllm.lmeval") + 1
     monkeypatch.setattr(sys, "argv", ["lm-eval", *argv[start:]])
     return EvaluatorConfig.from_cli(HarnessCLI().parse_args())
 
@@ -395,7 +385,7 @@ def test_format_model_args_reads_back_as_given_or_falls_back_to_json():
     would not: a string that reads as a number, a comma inside a value, a negative int (read as a float)."""
     from lm_eval._cli.utils import key_val_to_dict
 
-    from unie.lmeval import format_model_args
+    from unie.dllm.lmeval import format_model_args
 
     plain = {"pretrained": "results/dllm/models/llada", "K": 3, "w": 0.2, "greedy_first": False, "horizon": None,
              "lr": 1e-05, "attn_layers": [1, 2]}
@@ -408,17 +398,17 @@ def test_format_model_args_reads_back_as_given_or_falls_back_to_json():
 
 
 def test_the_command_names_everything_that_decides_the_answers(tmp_path, monkeypatch):
-    """:func:`unie.lmeval.lmeval_command` as lm-eval's command line reads it back: the model arguments (paths under
+    """:func:`unie.dllm.lmeval.lmeval_command` as lm-eval's command line reads it back: the model arguments (paths under
     the working directory made relative), the tasks, the task folder, the device as a flag, the batch size, all four
     seeds, the limit, code execution; the output under rerun/, never inside the row's folder; torchrun for ranks."""
-    from unie.lmeval import lmeval_command
+    from unie.dllm.lmeval import lmeval_command
 
     monkeypatch.chdir(tmp_path)
     args = {"pretrained": str(tmp_path / "results" / "m"), "proxy": "/elsewhere/proxy", "name": "row", "K": 3,
             "w": 0.2, "temperature": 0.1, "greedy_first": False, "seed": 5}
     cmd = lmeval_command(args, ["toy_math", "toy_mbpp"], tmp_path / "resources" / "tasks",
                          tmp_path / "results" / "rows" / "row", batch_size=16, limit=4, seed=5, device="cpu")
-    assert str(tmp_path) not in cmd and cmd.startswith("python -m unie.lmeval --model unie_dllm ")
+    assert str(tmp_path) not in cmd and cmd.startswith("python -m unie.dllm.lmeval --model unie_dllm ")
     cfg = _cli_config(cmd, monkeypatch)
     assert cfg.model == "unie_dllm" and cfg.model_args == {**args, "pretrained": "results/m"}
     assert cfg.tasks == ["toy_math", "toy_mbpp"] and cfg.include_path == "resources/tasks"
@@ -426,7 +416,7 @@ def test_the_command_names_everything_that_decides_the_answers(tmp_path, monkeyp
     assert cfg.output_path == "rerun/results/rows/row" and cfg.log_samples and not cfg.confirm_run_unsafe_code
     outside = lmeval_command({"pretrained": "m"}, ["t"], None, "/elsewhere/rows/row", allow_code_execution=True,
                              nproc=2, device="cuda")
-    assert outside.startswith("HF_ALLOW_CODE_EVAL=1 torchrun --standalone --nproc_per_node=2 -m unie.lmeval ")
+    assert outside.startswith("HF_ALLOW_CODE_EVAL=1 torchrun --standalone --nproc_per_node=2 -m unie.dllm.lmeval ")
     assert "--confirm_run_unsafe_code" in outside and "--output_path /elsewhere/rows/row.rerun" in outside
     assert "--include_path" not in outside and "--limit" not in outside
     with pytest.raises(ValueError, match="--device"):
@@ -434,11 +424,11 @@ def test_the_command_names_everything_that_decides_the_answers(tmp_path, monkeyp
 
 
 def test_evaluate_records_its_command_in_the_results(task_dir, docs, tmp_path, monkeypatch):
-    """:func:`unie.lmeval.evaluate` writes ``config.unie_command`` into lm-eval's results JSON: the model arguments
+    """:func:`unie.dllm.lmeval.evaluate` writes ``config.unie_command`` into lm-eval's results JSON: the model arguments
     it built the decoder from (lm-eval's seed as the decoder's ``seed``, the device as a flag), its tasks, batch
     size, seeds and limit, as lm-eval's command line reads them."""
     import unie.dllm.decoder as dllm_mod
-    from unie.lmeval import evaluate as run_lmeval
+    from unie.dllm.lmeval import evaluate as run_lmeval
 
     built = []
     monkeypatch.setattr(dllm_mod, "build_decoder", lambda a: built.append(a) or FakeDecoder(

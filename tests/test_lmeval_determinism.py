@@ -18,17 +18,17 @@ import torch
 from lm_eval.api.instance import Instance
 
 from standins import tiny_llama
-from unie.core.config import ConfigError, ModelConfig
+from unie.core.options import ConfigError, ModelConfig
 from unie.data.tasks import generate_task
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
 from unie.dllm.backbone import DLLM, DecodeOptions, decode, greedy_matches
 from unie.dllm.bridge import ProxyBridge
 from unie.dllm.decoder import ARDecoder, DLLMDecoder, build_decoder
-from unie.dllm.energy import DLLMEnergyOptions
-from unie.lmeval import UnieLM, evaluate, resolve_device
+from unie.dllm.energy_decoding import DLLMEnergyOptions
+from unie.dllm.lmeval import UnieLM, evaluate, resolve_device
 from unie.methods.ar import AR
 from unie.models.transformer import Transformer
-from unie.pipeline.tasks import write_lmeval_tasks
+from unie.pipeline.task_files import write_lmeval_tasks
 
 pytestmark = pytest.mark.usefixtures("hf_offline")
 
@@ -230,7 +230,7 @@ class Fake:
 def test_cuda_without_cuda_falls_back_to_cpu_with_a_warning(caplog):
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    with caplog.at_level(logging.WARNING, logger="unie.lmeval"):
+    with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
         assert resolve_device("cuda:0") == "cpu"
         lm = UnieLM(decoder=Fake(), device="cuda:0")
     assert str(lm.device) == "cpu" and "CUDA is not available" in caplog.text and "--device cpu" in caplog.text
@@ -242,7 +242,7 @@ def test_unapplied_gen_kwargs_warn_once_and_tokens_are_counted_to_the_cut(caplog
     sampled = {"until": ["\n"], "max_gen_toks": 16, "do_sample": True, "temperature": 0.7}
     reqs = [Instance(request_type="generate_until", doc={}, arguments=(f"p{i}", dict(sampled)), idx=0)
             for i in range(4)]
-    with caplog.at_level(logging.WARNING, logger="unie.lmeval"):
+    with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
         out = lm.generate_until(reqs, disable_tqdm=True)
         lm.generate_until(reqs[:1], disable_tqdm=True)
     assert out == [f"p{i} a b" for i in range(4)]
@@ -252,7 +252,7 @@ def test_unapplied_gen_kwargs_warn_once_and_tokens_are_counted_to_the_cut(caplog
     assert lm.stats["generated_tokens"] == 5 * 3  # "pN a b": 3 tokens before the cut (not 4, not 99)
     greedy = {"until": ["\n"], "max_gen_toks": 4, "do_sample": False, "temperature": 0.0}
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="unie.lmeval"):
+    with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
         UnieLM(decoder=Fake()).generate_until(
             [Instance(request_type="generate_until", doc={}, arguments=("q", greedy), idx=0)], disable_tqdm=True)
     assert not caplog.records  # greedy settings are what the greedy samplers do: nothing to warn about
@@ -322,7 +322,7 @@ def _samples(res) -> dict:
 
 def test_simple_evaluate_gives_the_same_samples_for_any_task_order_and_batch_size(tmp_path, hf_dir):
     """Through lm-eval itself: two generative tasks and a multiple-choice (log-likelihood) task, in two orders, at
-    batch sizes 1 and 64: every sample's responses are the same; the model named by string (``import unie.lmeval``
+    batch sizes 1 and 64: every sample's responses are the same; the model named by string (``import unie.dllm.lmeval``
     registers it) records its model_args."""
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -347,7 +347,7 @@ def test_simple_evaluate_gives_the_same_samples_for_any_task_order_and_batch_siz
 
 
 def test_the_command_line_refuses_a_rolling_task_before_answering_anything(tmp_path):
-    """``python -m unie.lmeval`` (lm-eval's own CLI): a loglikelihood_rolling task beside a generative one is refused
+    """``python -m unie.dllm.lmeval`` (lm-eval's own CLI): a loglikelihood_rolling task beside a generative one is refused
     before the adapter answers any request; nothing is written.  The decoder factory is a fake that records calls."""
     import subprocess
     import sys
@@ -371,7 +371,7 @@ class Decoder:
 fake = types.ModuleType("unie.dllm.decoder")
 fake.build_decoder = Decoder
 sys.modules["unie.dllm.decoder"] = fake
-runpy.run_module("unie.lmeval", run_name="__main__", alter_sys=True)
+runpy.run_module("unie.dllm.lmeval", run_name="__main__", alter_sys=True)
 """)
     cmd = [sys.executable, str(driver), "--model", "unie_dllm", "--device", "cpu", "--model_args", "pretrained=toy",
            "--tasks", "toy_math,toy_rolling", "--include_path", str(task_dir), "--output_path", str(tmp_path / "out")]
@@ -391,7 +391,7 @@ def test_a_rows_results_json_names_its_proxy_batch_weights_and_device(tmp_path, 
     write_lmeval_tasks(task_dir, 1, 3, 0)
     args = _hf_args(hf_dir, proxy=str(hf_dir), energy="uni", K=2, w=1.0, precision="bf16")
     device = "cpu" if torch.cuda.is_available() else "cuda"  # the fallback where there is no CUDA
-    with caplog.at_level(logging.WARNING, logger="unie.lmeval"):
+    with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
         found = evaluate({**args, "device": device}, ["toy_math"], task_dir, tmp_path / "out", batch_size=4,
                          limit=2, log=lambda m: None)
     config = json.loads(found.read_text())["config"]

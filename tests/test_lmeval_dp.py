@@ -1,4 +1,4 @@
-"""lm-eval data parallel (:mod:`unie.lmeval` under torchrun): two CPU ranks (gloo) against one process on a
+"""lm-eval data parallel (:mod:`unie.dllm.lmeval` under torchrun): two CPU ranks (gloo) against one process on a
 tiny random AR checkpoint over two generative toy tasks and one log-likelihood (multiple-choice) task, 7
 documents each so that lm-eval pads one rank; and the ``dllm_eval`` rule's choice of launch."""
 
@@ -13,12 +13,12 @@ import pytest
 pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
 import torch
 
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.data.tokenizer import word_tokenizer
-from unie.lmeval import padding_copies, run_evaluation
+from unie.dllm.lmeval import padding_copies, run_evaluation
 from unie.models.checkpoint import save_model
 from unie.models.transformer import Transformer
-from unie.pipeline.tasks import write_lmeval_tasks
+from unie.pipeline.task_files import write_lmeval_tasks
 
 N_TEST = 7  # odd: rank 0 gets documents 0, 2, 4, 6 and rank 1 gets 1, 3, 5 plus one padding copy per task
 TASKS = ["toy_math", "toy_mmlu", "toy_mmlu_mc"]
@@ -122,7 +122,7 @@ def test_padding_copies_are_the_extra_occurrences():
 
 def test_rule_launcher_torchrun_for_two_gpus_in_process_otherwise(monkeypatch, tmp_path, fake_torchrun):
     """What workflow/scripts/dllm_eval.py does: ``run_evaluation(kwargs, processes(resources.gpu, device))``."""
-    from unie import lmeval
+    from unie.dllm import lmeval
     from unie.pipeline.launch import processes
 
     in_process = []
@@ -139,7 +139,7 @@ def test_rule_launcher_torchrun_for_two_gpus_in_process_otherwise(monkeypatch, t
            Path("rank0/results.json")
     ((cmd, args, threads),) = fake_torchrun.launched
     assert cmd[:-1] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                        "--nproc_per_node=2", "-m", "unie.lmeval", "--evaluate-json"]
+                        "--nproc_per_node=2", "-m", "unie.dllm.lmeval", "--evaluate-json"]
     assert args["kwargs"] == kwargs and args["threads"] == 4 and threads == "4"
     assert len(in_process) == 2  # nothing ran in this process
     fake_torchrun.rc = 1

@@ -9,21 +9,21 @@ import math
 import pytest
 import torch
 
-from unie.core.config import ConfigError, ModelConfig, TrainConfig
+from unie.core.options import ConfigError, ModelConfig, TrainConfig
 from unie.core.schedule import make_schedule
 from unie.core.train import train
 from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.data.tokens import load_tokens
 from unie.data.toy_world import generate_corpus
 from unie.energy.energies import energy
-from unie.energy.likelihood import energy_corrected_nelbo
+from unie.energy.corrected_nelbo import energy_corrected_nelbo
 from unie.energy.nce import NCE, EBMScorer, NCEOptions
 from unie.energy.sampler import propose, sample_energy
 from unie.methods.mdlm import MDLMDenoiser, nelbo, transition
 from unie.models.checkpoint import load_model
 from unie.models.energy_net import EnergyNet
 from unie.models.transformer import Transformer
-from unie.pipeline.models import load_wrapped, train_from_spec
+from unie.pipeline.model_files import load_wrapped, train_from_spec
 
 torch.set_num_threads(1)
 

@@ -24,12 +24,12 @@ import pytest
 import torch
 import yaml
 
-from unie.data import hf as hf_data
+from unie.data import hub as hf_data
 from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.data.tokens import load_tokens
 from unie.data.detokenize import (DETOKENIZERS, lambada_detokenizer, lm1b_detokenizer, ptb_detokenizer,
                              scientific_papers_detokenizer, wikitext_detokenizer)
-from unie.pipeline.profile import resolve_config
+from unie.config.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
@@ -438,7 +438,7 @@ def test_paper_config_passes_schema_and_check_config():
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
     from snakemake.utils import validate
 
-    from unie.pipeline.checks import check_config
+    from unie.config.checks import check_config
 
     cfg = _paper_config()
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))

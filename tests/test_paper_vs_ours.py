@@ -13,18 +13,9 @@ import pytest
 import yaml
 from paper_tex import cell_values, parse_tex_table
 
-from unie.pipeline.paper import paper_vs_ours
-from unie.report.paper import (
-    compare,
-    kendall_tau_b,
-    orderings,
-    ours_long,
-    paper_columns,
-    paper_row,
-    render,
-    sections,
-    step_map,
-)
+from unie.pipeline.paper_vs_ours import paper_vs_ours
+from unie.report.paper import (compare, kendall_tau_b, orderings, ours_long, paper_columns, paper_row, render, sections,
+                               step_map)
 
 REPO = Path(__file__).resolve().parents[1]
 VALUES_PATH = REPO / "config" / "paper_values.yaml"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import make_net
-from unie.core.config import ConfigError, TrainConfig
+from unie.core.options import ConfigError, TrainConfig
 from unie.core.precision import PRECISIONS, autocast, for_device, precision_record, widen
 from unie.core.registry import SAMPLERS
 from unie.core.train import train
@@ -19,7 +19,7 @@ from unie.data.toy_world import HMM
 from unie.eval.likelihood import mc_nll
 from unie.models.checkpoint import save_model
 from unie.models.transformer import Transformer
-from unie.pipeline.models import build_method, model_config
+from unie.pipeline.model_files import build_method, model_config
 
 L = 16
 # the bounds of docs/precision.md; measured here (CPU) and on an H200 at a larger size (the table there)
@@ -294,7 +294,7 @@ def test_every_script_reads_the_precision_from_one_helper():
     from types import SimpleNamespace
 
     from unie.pipeline.rule import job_precision
-    from unie.pipeline.settings import WorkflowSettings
+    from unie.config.settings import WorkflowSettings
 
     scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
     readers = {f.stem for f in scripts.glob("*.py") if "job_precision(snakemake" in f.read_text()}
@@ -321,7 +321,7 @@ def test_every_script_reads_the_precision_from_one_helper():
 
 def test_dllm_rows_and_training_carry_the_precision(tmp_path):
     from unie.dllm.rows import row_model_args
-    from unie.pipeline.dllm import prepare_dllm_data, train_dllm_model
+    from unie.pipeline.dllm_runs import prepare_dllm_data, train_dllm_model
 
     row = {"model": "llada", "options": {"confidence": "low_confidence"}}
     dllm = {"decoding": {"gen_length": 8}}

@@ -20,7 +20,7 @@ pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[w
 pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
 
 from unie.pipeline.prefetch import PrefetchError, Plan, check_offline, fetch_lmeval_tasks, plan
-from unie.pipeline.profile import resolve_config
+from unie.config.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
@@ -175,7 +175,7 @@ def _standin_profile(tmp_path: Path, tiny_gpt2: Path) -> Path:
 
 @pytest.mark.slow
 def test_prefetch_target_on_standins_with_the_hub_unreachable(tmp_path, tiny_gpt2):
-    from unie.pipeline.rundir import run_directory
+    from unie.config.rundir import run_directory
 
     profile = _standin_profile(tmp_path, tiny_gpt2)
     run = run_directory([profile])  # the run's own files (the datasets' copies, the report) are in its directory

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from unie.core.config import ConfigError
-from unie.pipeline.profile import (GRID, PROFILE_ADDITIONS, PROFILE_CHOICES, PROFILE_KEYS, _matches, check_overlay,
+from unie.core.options import ConfigError
+from unie.config.profile import (GRID, PROFILE_ADDITIONS, PROFILE_CHOICES, PROFILE_KEYS, _matches, check_overlay,
                                    resolve_config)
 from unie.dllm.decoder import default_sampler as dllm_sampler
-from unie.pipeline.settings import EvaluatorSettings, LmEvalSettings, WorkflowSettings
+from unie.config.settings import EvaluatorSettings, LmEvalSettings, WorkflowSettings
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = ["config.yaml", "smoke.yaml", "gpu-smoke.yaml", "paper.yaml"]
@@ -36,7 +36,8 @@ def test_profile_overrides_only_allowed_keys(name):
 def test_every_profile_resolves_validates_and_checks(name):
     from snakemake.utils import validate
 
-    from unie.pipeline.checks import check_config, expand_config
+    from unie.config.checks import check_config
+    from unie.config.expand import expand_config
 
     cfg = resolve_config([REPO / "config" / name])
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from standins_released import (BOS, MASK, TOKENIZER, V, random_state, reference_logits, save_hf, save_lightning,
                                save_sedd_hub, upstream_block_diff_mask)
 from unie.methods.mdlm import nelbo, q_xt
-from unie.methods.released import load_released
+from unie.methods.released_methods import load_released
 from unie.models.released import ReleasedCheckpointError, load_released_net
 
 ATOL = 2e-5
@@ -283,7 +283,7 @@ def test_pipeline_load_wrapped_reads_a_released_marker(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from unie.pipeline.models import load_wrapped
+    from unie.pipeline.model_files import load_wrapped
 
     state, cfg = random_state("mdlm", seed=17)
     folder = save_hf(tmp_path / "hf", "mdlm", state, cfg)

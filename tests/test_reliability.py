@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from unie.core.config import ConfigError, TrainConfig
+from unie.core.options import ConfigError, TrainConfig
 from unie.core.integrity import DamagedFileError, atomic_write, file_record, read_json, verify_file
 from unie.core.train import CheckpointBusyError, checkpoint_lock, spec_changes, train
 from unie.data.corpus import tokenize_corpus, write_text_parquet
@@ -23,9 +23,10 @@ from unie.data.tokens import load_tokens, token_view, write_tokens
 from unie.data.toy_world import generate_corpus
 from unie.methods.mdlm import MDLM
 from unie.models.checkpoint import CheckpointError, DamagedCheckpointError, load_model, save_model
-from unie.pipeline.checks import coerce_cli_config, runtime_at
+from unie.config.profile import coerce_cli_config
+from unie.config.settings import runtime_at
 from unie.pipeline.damage import find_damaged, set_aside_damaged
-from unie.pipeline.models import train_from_spec
+from unie.pipeline.model_files import train_from_spec
 
 
 def _quiet(_msg):
@@ -487,7 +488,7 @@ def test_a_job_reports_an_operator_error_in_one_line(tmp_path, capsys):
 
 
 def test_dllm_training_tensors_are_checked_against_meta_json(tmp_path):
-    from unie.pipeline.dllm import load_dllm_tensor
+    from unie.pipeline.dllm_runs import load_dllm_tensor
 
     d = tmp_path / "resources" / "dllm"
     d.mkdir(parents=True)
@@ -509,7 +510,7 @@ def test_dllm_training_tensors_are_checked_against_meta_json(tmp_path):
 def test_dllm_sft_with_changed_data_trains_fresh(tmp_path):
     """The DLLM half's fine-tuning: new SFT tensors at the same path (other task data) are not resumed from the
     stale checkpoint; the model equals a fresh run's."""
-    from unie.pipeline.dllm import prepare_dllm_data, train_dllm_model
+    from unie.pipeline.dllm_runs import prepare_dllm_data, train_dllm_model
 
     def data(answers, out):
         tasks = tmp_path / f"tasks_{answers}"
@@ -539,6 +540,7 @@ def test_an_input_error_on_a_torchrun_rank_reaches_the_console_as_one_line(tmp_p
     launch arguments, and the launcher raises it (an operator error: one console line), not "torchrun exited 1"."""
     import subprocess
 
+    from unie.core import ranks
     from unie.pipeline import launch
     from unie.pipeline.rule import operator_errors
 
@@ -546,11 +548,11 @@ def test_an_input_error_on_a_torchrun_rank_reaches_the_console_as_one_line(tmp_p
     args_file.write_text("{}")
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(ConfigError):
-        with launch.reporting_rank_errors(args_file):
+        with ranks.reporting_rank_errors(args_file):
             raise ConfigError("models.ar.train: unknown key 'stpes'")
     assert (tmp_path / "error.1.txt").read_text() == "models.ar.train: unknown key 'stpes'"
     with pytest.raises(ZeroDivisionError):
-        with launch.reporting_rank_errors(args_file):
+        with ranks.reporting_rank_errors(args_file):
             1 / 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["args.json", "error.1.txt"]
 
@@ -569,7 +571,7 @@ def test_an_input_error_on_a_torchrun_rank_reaches_the_console_as_one_line(tmp_p
             return 1
 
     monkeypatch.setattr(subprocess, "Popen", Ranks)
-    with pytest.raises(launch.RankError, match="^results/checkpoints/ar is in use by pid 7$") as e:
+    with pytest.raises(ranks.RankError, match="^results/checkpoints/ar is in use by pid 7$") as e:
         launch.run_training("models", {"name": "ar"}, nproc=2, log=_quiet)
     assert isinstance(e.value, operator_errors())
 

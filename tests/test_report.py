@@ -88,7 +88,7 @@ def test_a_table_float_as_html_keeps_cells_groups_bold_and_caption():
 
 
 def test_every_row_has_its_own_colour_in_every_figure():
-    from unie.pipeline.profile import resolve_config
+    from unie.config.profile import resolve_config
     from unie.report.figures import ROW_COLOURS, row_colours, row_key
 
     assert len(set(ROW_COLOURS.values())) == len(ROW_COLOURS)  # no colour is shared by two rows

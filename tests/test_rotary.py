@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.models import transformer as T
 
 

@@ -6,7 +6,7 @@
 * Losing one sample file of a finished smoke run plans that run's job and what reads its files, not the table's
   sampling; a file created and removed beside the samples plans nothing.
 * A copied clone (the workflow files and a finished smoke run, ``cp -a``) plans nothing.
-* The run directory's name (unie.pipeline.rundir) and the cut of the sampling runs into jobs (unie.pipeline.jobs).
+* The run directory's name (unie.config.rundir) and the cut of the sampling runs into jobs (unie.config.sampling_jobs).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from unie.pipeline.jobs import MARKER, marker_path, sampling_jobs
-from unie.pipeline.rundir import (EXECUTION_KEYS, SHARED_RESOURCES, differences, earlier_layout_notice, name_from,
+from unie.config.sampling_jobs import MARKER, marker_path, sampling_jobs
+from unie.config.rundir import (EXECUTION_KEYS, SHARED_RESOURCES, differences, earlier_layout_notice, name_from,
                                   run_directory, run_name)
 
 REPO = Path(__file__).resolve().parents[1]

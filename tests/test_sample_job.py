@@ -11,7 +11,7 @@ from conftest import make_net
 from unie.data.tokens import load_tokens
 from unie.models.checkpoint import save_model
 from unie.pipeline.sample import SampleJob, read_sample_meta, run_sampler, sample_and_score, sampling_seed
-from unie.pipeline.timing import time_run
+from unie.pipeline.timing_runs import time_run
 
 SPEC = {"sampler": "energy", "models": {"dlm": "mdlm", "proxy": "ar"},
         "options": {"energy": "ind", "K": 2, "w": 1.0, "ar_context": "teacher_forced"}}

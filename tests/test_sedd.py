@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import unie.core.gumbel
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.methods.mdlm import nelbo, q_xt
 from unie.models.transformer import Transformer
 from unie.core.registry import METHODS, SAMPLERS

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from unie.core.config import ConfigError
+from unie.core.options import ConfigError
 from unie.dllm.backbone import DecodeOptions
 from unie.dllm.bridge import ProxyBridge
-from unie.dllm.energy import DLLMEnergyOptions, energy_decode
+from unie.dllm.energy_decoding import DLLMEnergyOptions, energy_decode
 from unie.energy.energies import SELECTIONS, select, selection_energy
 from unie.energy.sampler import EnergyOptions
 from unie.eval.metrics import paired_effect, window_shares
@@ -60,7 +60,7 @@ def test_algorithm3_selection_rules_against_pi(owt_hmm, tok, selection, monkeypa
     iteration, the candidate whose revealed tokens have the highest exact teacher-forced log-probability
     ``Σ_D log pi(x0_i | x0_<i)`` (forward algorithm: ``log pi(x0_<=i) - log pi(x0_<i)``), whatever the energy;
     every rule commits the chosen candidate's reveal; the window counters add up."""
-    import unie.dllm.energy as alg3
+    import unie.dllm.energy_decoding as alg3
 
     hmm = owt_hmm
     dllm, proxy_ = ExactDLLM(hmm, tok), ExactAR(hmm, tok)
@@ -190,8 +190,8 @@ def test_selection_table_rows_are_checked():
     import copy
     from pathlib import Path
 
-    from unie.pipeline.checks import check_dllm
-    from unie.pipeline.profile import resolve_config
+    from unie.config.checks import check_dllm
+    from unie.config.profile import resolve_config
 
     cfg = resolve_config([Path(__file__).parents[1] / "config" / "config.yaml"])
     check_dllm(cfg)

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-from unie.core.config import ConfigError
-from unie.pipeline.checks import check_config, expand_config, fig2_runs, fig3_runs
-from unie.pipeline.profile import resolve_config
+from unie.core.options import ConfigError
+from unie.config.checks import check_config
+from unie.config.expand import expand_config, fig2_runs, fig3_runs
+from unie.config.profile import resolve_config
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_every_energy_run_of_the_grid_states_its_rule(grid):
 
 def test_the_default_rule_is_the_samplers():
     from unie.energy.sampler import EnergyOptions
-    from unie.pipeline.checks import DEFAULT_SELECTION
+    from unie.config.expand import DEFAULT_SELECTION
 
     assert EnergyOptions().selection == DEFAULT_SELECTION == "argmin"
 

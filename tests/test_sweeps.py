@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from unie.core.config import ConfigError
-from unie.pipeline.checks import check_dllm
+from unie.core.options import ConfigError
+from unie.config.checks import check_dllm
 from unie.dllm.rows import row_model_args, sweep_points
-from unie.pipeline.profile import resolve_config
+from unie.config.profile import resolve_config
 
 SMOKE = resolve_config([Path(__file__).parents[1] / "config" / "smoke.yaml"])
 
@@ -54,7 +54,7 @@ def test_sweep_timing_batches_and_defaults(tmp_path):
     import json
 
     from unie.eval.timing import TimingChecks
-    from unie.pipeline.dllm import SweepTiming, sweep_batches
+    from unie.pipeline.dllm_runs import SweepTiming, sweep_batches
 
     docs = [{"doc_id": i, "arguments": {"gen_args_0": {"arg_0": f"q{i}", "arg_1": {"until": ["\n"],
                                                                                     "max_gen_toks": 16}}}}

@@ -1,4 +1,4 @@
-"""The named targets (unie.pipeline.targets): each one the README documents resolves, is the rule that writes
+"""The named targets (unie.config.targets): each one the README documents resolves, is the rule that writes
 its files (so `snakemake -f NAME` reruns it), and has its section and caption in `snakemake --report`."""
 
 import re
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from unie.pipeline.targets import TARGETS, readme_table
+from unie.config.targets import TARGETS, readme_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,14 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 def readme_targets() -> dict[str, str]:
     """The README's "## Targets" table: first column `name` -> the rest of its row."""
     text = (REPO / "README.md").read_text()
-    assert "\n## Targets" in text, "README.md has no '## Targets' section (python -m unie.pipeline.targets --readme)"
+    assert "\n## Targets" in text, "README.md has no '## Targets' section (python -m unie.config.targets --readme)"
     section = text.split("\n## Targets", 1)[1].split("\n## ", 1)[0]
     return {m.group(1): m.group(2) for m in re.finditer(r"^\|\s*`([\w-]+)`\s*\|(.*)$", section, re.M)}
 
 
 def test_readme_documents_exactly_the_targets():
     rows = readme_targets()
-    assert list(rows) == list(TARGETS), f"README's Targets table != unie.pipeline.targets:\n{readme_table()}"
+    assert list(rows) == list(TARGETS), f"README's Targets table != unie.config.targets:\n{readme_table()}"
     for name, rest in rows.items():
         assert TARGETS[name].output in rest, (name, rest)
 

@@ -7,10 +7,11 @@ import copy
 import pytest
 import yaml
 
-from unie.core.config import ConfigError
+from unie.core.options import ConfigError
 from unie.eval.timing import time_generation
-from unie.pipeline.checks import check_config, expand_config, fig3_runs
-from unie.pipeline.profile import resolve_config
+from unie.config.checks import check_config
+from unie.config.expand import expand_config, fig3_runs
+from unie.config.profile import resolve_config
 
 
 def test_time_generation_excludes_warmup_and_takes_the_median(monkeypatch):

@@ -163,7 +163,7 @@ LOAD = textwrap.dedent("""
     import json, sys
     import numpy as np, torch
     import unie.data.tokens
-    from unie.core.config import ModelConfig, TrainConfig
+    from unie.core.options import ModelConfig, TrainConfig
     from unie.core.train import train
     from unie.data.tokens import TokenRows, token_file_info
     from unie.models.transformer import Transformer

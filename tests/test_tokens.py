@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import unie.data.tokens as tokens
-from unie.core.config import ModelConfig, TrainConfig
+from unie.core.options import ModelConfig, TrainConfig
 from unie.core.train import train
 from unie.data.corpus import tokenize_corpus, wrap_chunks, write_text_parquet
 from unie.data.tokens import (META_KEY, TokenRows, load_tokens, read_token_meta, token_file_info, token_view,

@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file
 
 from unie.methods.ar import ARModel
-from unie.core.config import TrainConfig
+from unie.core.options import TrainConfig
 from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.data.tokens import load_tokens
-from unie.pipeline.models import load_wrapped, train_from_spec
+from unie.pipeline.model_files import load_wrapped, train_from_spec
 from unie.methods.mdlm import MDLM, MDLMDenoiser
 from unie.models.checkpoint import CheckpointError, load_model, save_model
 from unie.data.toy_world import generate_corpus
@@ -257,9 +257,9 @@ def test_train_options_are_one_frozen_record(net_factory, tok_info, data, toy_fi
     an instance or as keywords, the same run; an unknown one is an error naming it, before any work."""
     import dataclasses
 
-    from unie.core.config import ConfigError
+    from unie.core.options import ConfigError
     from unie.core.train import TrainOptions
-    from unie.pipeline.models import TrainFromSpecOptions
+    from unie.pipeline.model_files import TrainFromSpecOptions
 
     cfg = TrainConfig(steps=2, batch_size=4, warmup=0, ckpt_every=2, log_every=1)
     loss = MDLM(tok_info).loss
@@ -303,7 +303,7 @@ def test_train_from_spec_nan_loss_writes_no_model(toy_files, tmp_path, monkeypat
 
 
 def test_train_from_spec_rejects_wrong_seq_len(toy_files, tmp_path):
-    from unie.core.config import ConfigError
+    from unie.core.options import ConfigError
 
     with pytest.raises(ConfigError, match="seq_len"):
         train_from_spec("m", _spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer", tmp_path / "o",

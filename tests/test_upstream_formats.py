@@ -1,7 +1,7 @@
 """Every released format, written by a transcription of upstream's own saving code (tests/upstream_formats.py:
 Lightning's checkpoint dict with ``hyper_parameters``, ``ema`` and a pickled tokenizer; the hub folders by
 transformers' and huggingface_hub's own ``save_pretrained``), after a few training steps, loads with
-unie.methods.released and gives upstream's numbers: the networks' logits (EMA weights), Duo at upstream's
+unie.methods.released_methods and gives upstream's numbers: the networks' logits (EMA weights), Duo at upstream's
 vocabulary (GPT-2 + [PAD]: its NELBO and its sampler's posterior), the AR's alignment on BOS-led chunks, BD3-LM's
 ``ignore_bos`` and evaluation interval, and SEDD's analytic step with its raw mask column."""
 
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from standins_released import BOS, MASK, TOKENIZER, V, upstream_block_diff_mask
-from unie.methods.released import load_released
+from unie.methods.released_methods import load_released
 from unie.models.released import ReleasedCheckpointError
 from upstream_formats import (Backbone, bd3_eval_nelbo, duo_nll_per_token, duo_posterior, lightning_checkpoint,
                               mdlm_ar_nll, save_hf_folder, save_sedd_hub, sedd_analytic_probs, train_steps)
@@ -101,9 +101,9 @@ def test_the_released_ar_scores_a_chunk_as_upstream(tmp_path, tokenizer):
 def test_the_paper_profile_scores_the_ar_row_aligned(tmp_path):
     """config/paper.yaml's released AR is read with chunk_bos; the config check refuses it without chunk-leading
     BOS (data.chunk_specials)."""
-    from unie.core.config import ConfigError
-    from unie.pipeline.checks import check_config
-    from unie.pipeline.profile import resolve_config
+    from unie.core.options import ConfigError
+    from unie.config.checks import check_config
+    from unie.config.profile import resolve_config
 
     cfg = resolve_config(["config/paper.yaml"])
     assert cfg["models"]["ar"]["options"] == {"chunk_bos": True} and cfg["data"]["chunk_specials"] is True
@@ -266,7 +266,7 @@ def test_duo_at_gpt2_width_loads_with_the_paper_tokenizer(tmp_path, tokenizer):
     """At the real width: a 50,258-wide Duo checkpoint (GPT-2 + [PAD]) and the paper profile's tokenizer layout
     (GPT-2 + the mask at 50,257): every id a state, [PAD] = our mask id, the curriculum's range exactly upstream's."""
     from unie.methods.duo import REF_GAMMA_MAX, REF_GAMMA_MIN
-    from unie.methods.released import DUO_PAD_ID, GPT2_MASKED
+    from unie.methods.released_methods import DUO_PAD_ID, GPT2_MASKED
 
     net = Backbone(50258, dim=16, n_blocks=1, n_heads=2, cond_dim=8, time_conditioning=True, seed=11)
     opt, ema = train_steps(net, steps=1, sigma=0.5)

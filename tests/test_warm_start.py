@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from unie.core.config import ModelConfig
+from unie.core.options import ModelConfig
 from unie.methods.mdlm import MDLM
 from unie.methods.sedd import SEDD
 from unie.models.checkpoint import CheckpointError
 from unie.models.transformer import Transformer
-from unie.pipeline.models import warm_start
+from unie.pipeline.model_files import warm_start
 
 
 def test_warm_start_copies_the_shared_backbone_and_keeps_conditioning_fresh(tok_info):
@@ -37,7 +37,7 @@ def test_retrained_init_model_is_not_resumed_from_a_stale_checkpoint(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from unie.pipeline.models import init_fingerprint
+    from unie.pipeline.model_files import init_fingerprint
 
     d = tmp_path / "init"
     d.mkdir()

@@ -1,7 +1,7 @@
 """The whole workflow on config/smoke.yaml: run, outputs, caching, targeted reruns, bad configs, notebook.
 
 These run Snakemake in a subprocess (the way users run it) in a temporary working directory, so the
-repository's own runs/ is never touched.  The smoke profile's run directory is runs/smoke/ (unie.pipeline.rundir).
+repository's own runs/ is never touched.  The smoke profile's run directory is runs/smoke/ (unie.config.rundir).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 import yaml
-from unie.pipeline.profile import resolve_config
+from unie.config.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "config" / "smoke.yaml"
@@ -312,7 +312,7 @@ def test_the_report_reads_as_a_paper(smoke_run, tmp_path):
 
 
 def test_a_run_ends_naming_what_to_read(tmp_path):
-    from unie.pipeline.targets import run_summary
+    from unie.config.targets import run_summary
 
     assert "no table or figure yet" in run_summary(tmp_path, "runs/toy")
     for f in ("results/report/paper.html", "results/tables/paper_vs_ours.md", "results/tables/table1_ppl.tex",
@@ -435,7 +435,7 @@ def test_a_rows_recorded_command_reruns_it(smoke_run, tmp_path, hf_offline):
     row_dir = smoke_run / OUT / "results" / "dllm" / "rows" / row
     recorded = json.loads((row_dir / "results.json").read_text())
     argv = shlex.split(recorded["config"]["unie_command"])
-    assert argv[:3] == ["python", "-m", "unie.lmeval"] and "--log_samples" in argv
+    assert argv[:3] == ["python", "-m", "unie.dllm.lmeval"] and "--log_samples" in argv
     assert argv == expected_row_command(row, resolve_config([SMOKE]), argv)
     metrics = {t: PRIMARY_METRIC[t] for t in resolve_config([SMOKE])["dllm"]["tasks"]["names"]}
 

@@ -6,8 +6,9 @@ Layers, lowest first (a module imports only from its own layer or lower ones; a 
 corpora, tokenizers) and ``models`` (networks, checkpoints) -> ``methods`` (one module per baseline:
 loss, likelihood, sampler) -> ``energy`` (the paper: energies, Algorithms 1-2, likelihood, partition
 check) -> ``dllm`` (the DLLM half: LLaDA-/Dream-like backbones, Algorithm 3, the tokenizer bridge, the
-DLLM baselines, the decoders lm-eval drives) -> ``eval`` (metrics, Gen-PPL evaluators) -> ``report``
-(tables, figures) -> ``pipeline`` (all file I/O of the workflow's rules) -> ``cli`` and ``lmeval``.
+DLLM baselines, the decoders and the adapter lm-eval drives) -> ``eval`` (metrics, Gen-PPL evaluators) ->
+``report`` (tables, figures) -> ``config`` (profiles, validation, the runs a config expands to, settings, targets,
+run directories) -> ``pipeline`` (the rules' jobs: all file I/O of the workflow) -> ``cli``.
 
 Importing the package fills the registries (methods, samplers, energies, schedules, backbones, DLLM samplers).
 
@@ -25,8 +26,8 @@ __version__ = "0.1.0"
 
 def load_for_sampling(path, tokenizer=None, device: str = "cpu"):
     """A trained model folder ready to sample: ``.model`` (the denoiser or AR a sampler takes), ``.tokenizer``,
-    ``.mask_id``, ``.method`` (:func:`unie.pipeline.models.load_for_sampling`; the tokenizer defaults to the run's
+    ``.mask_id``, ``.method`` (:func:`unie.pipeline.model_files.load_for_sampling`; the tokenizer defaults to the run's
     ``resources/tokenizer``)."""
-    from .pipeline.models import load_for_sampling as _load
+    from .pipeline.model_files import load_for_sampling as _load
 
     return _load(path, tokenizer, device)

@@ -63,13 +63,13 @@ def cmd_list(args) -> int:
 
 def cmd_check_config(args) -> int:
     """Validate a profile (the grid of config/experiments.yaml under the profile file(s), as the Snakefile
-    resolves them: unie.pipeline.validate.workflow_config) without running anything; ``--resolved`` prints the
+    resolves them: unie.config.validate.workflow_config) without running anything; ``--resolved`` prints the
     effective configuration as YAML.  An error is one line naming the key, its file and a did-you-mean
     (``--verbose``: the schema's full report too)."""
     import yaml
 
-    from .core.config import ConfigError
-    from .pipeline.validate import error_text, workflow_config
+    from .config.validate import error_text, workflow_config
+    from .core.options import ConfigError
 
     files = [*(args.config or []), *(args.configfile or [])]
     name = ", ".join(files) or "config/config.yaml"
@@ -82,7 +82,7 @@ def cmd_check_config(args) -> int:
     except ConfigError as e:
         print(error_text(e, verbose=args.verbose), file=sys.stderr)
         return 1
-    from .pipeline.rundir import run_directory
+    from .config.rundir import run_directory
 
     summary = (f"{name}: ok ({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs; "
                f"its run directory: {run_directory(files or None)}/)")
@@ -99,7 +99,7 @@ def _parse_value(v: str):
 
 def _check_role(entry, role: str, path: str) -> None:
     """A checkpoint given for a sampler role must be of a kind the role takes (an AR model is no denoiser)."""
-    from .core.config import ConfigError, from_dict
+    from .core.options import ConfigError, from_dict
     from .core.registry import METHODS
     from .models.checkpoint import CheckpointError, read_meta
 
@@ -119,10 +119,10 @@ def cmd_sample(args) -> int:
 
     import unie  # noqa: F401
 
+    from .core.options import ConfigError
     from .core.registry import SAMPLERS
     from .data.tokenizer import load_tokenizer
-    from .core.config import ConfigError
-    from .pipeline.models import load_wrapped, run_tokenizer
+    from .pipeline.model_files import load_wrapped, run_tokenizer
     from .pipeline.sample import oracle_models
 
     entry = SAMPLERS[args.sampler]
@@ -190,8 +190,8 @@ def main(argv=None) -> int:
 
 def _one_line(e: BaseException) -> str:
     """The message of an exception as one line: what went wrong, with the file it names and the fix."""
-    from .core.config import ConfigError
     from .core.integrity import DamagedFileError
+    from .core.options import ConfigError
     from .models.checkpoint import CheckpointError
 
     if isinstance(e, ModuleNotFoundError) and e.name:

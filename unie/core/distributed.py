@@ -33,7 +33,7 @@ def init_from_env(device: str = "cpu", timeout: timedelta | None = None) -> str:
     """Initialise the default process group from torchrun's environment (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``) and return this rank's device: ``cuda:LOCAL_RANK`` (backend nccl)
     when the configured ``device`` is CUDA, else ``cpu`` (backend gloo).  ``timeout``: of the collectives
-    (torch's default when None; the lm-eval adapter waits longer, :func:`unie.lmeval.join_world`)."""
+    (torch's default when None; the lm-eval adapter waits longer, :func:`unie.dllm.lmeval.join_world`)."""
     kw = {} if timeout is None else {"timeout": timeout}
     if "LOCAL_RANK" not in os.environ:
         raise RuntimeError("init_from_env: no LOCAL_RANK in the environment (start the process with torchrun)")

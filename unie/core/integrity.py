@@ -29,10 +29,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import InputError
+
 _CHUNK = 1 << 22  # 4 MiB reads: hashing runs at disk speed without holding the file
 
 
-class DamagedFileError(RuntimeError):
+class DamagedFileError(InputError, RuntimeError):
     """A file that cannot be used as it is (truncated, bytes changed, unreadable): the message names the path,
     what is wrong and what to do."""
 

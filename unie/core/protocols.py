@@ -76,7 +76,7 @@ class CausalLM(Protocol):
 
 @runtime_checkable
 class TextDecoder(Protocol):
-    """What the lm-eval adapter (:mod:`unie.lmeval`) drives: prompts in, completions out.
+    """What the lm-eval adapter (:mod:`unie.dllm.lmeval`) drives: prompts in, completions out.
 
     ``generate`` returns the completion texts (cut at the model's end of sequence, not yet at lm-eval's
     ``until`` strings) and counters ``{"nfe": int, "generated_tokens": int}`` for that call;

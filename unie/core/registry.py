@@ -16,7 +16,7 @@ import dataclasses
 import difflib
 from typing import Callable, TypeVar
 
-from .config import ConfigError, make_options
+from .options import ConfigError, make_options
 
 T = TypeVar("T")
 

@@ -46,18 +46,19 @@ from typing import Callable
 
 import torch
 
-from .config import TrainConfig, make_options
+from .options import TrainConfig, make_options
 from .distributed import (all_reduce_gradients, all_reduce_sum, barrier, broadcast_object, broadcast_state,
                           world)
+from .errors import InputError
 from .integrity import atomic_write
 from .precision import autocast, check_precision, widen
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(InputError, FloatingPointError):
     pass
 
 
-class CheckpointBusyError(RuntimeError):
+class CheckpointBusyError(InputError, RuntimeError):
     """Another process holds the lock of a checkpoint directory."""
 
 
@@ -237,8 +238,8 @@ def checkpoint_lock(ckpt_dir: Path, enabled: bool = True):
 
 @dataclasses.dataclass(frozen=True)
 class TrainOptions:
-    """How :func:`train` runs a schedule (:class:`~unie.core.config.TrainConfig`): the single home of these
-    defaults, built by :func:`~unie.core.config.make_options` from an instance or keywords (an unknown one is an
+    """How :func:`train` runs a schedule (:class:`~unie.core.options.TrainConfig`): the single home of these
+    defaults, built by :func:`~unie.core.options.make_options` from an instance or keywords (an unknown one is an
     error naming it).
 
     Attributes:

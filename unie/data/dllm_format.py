@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import torch
 
+# the layout of each DLLM-half method's rows (config `dllm.models.NAME.method`)
+LAYOUTS = {"llada": "dllm", "dream": "dllm", "ar": "ar"}
+
 
 def prompt_length(tokenizer, prompts: list[str]) -> int:
     """Positions the longest prompt needs in the DLLM layout (``<bos>`` included)."""

@@ -7,7 +7,7 @@ Reading order:
   :func:`~unie.dllm.backbone.decode` with :class:`~unie.dllm.backbone.DecodeOptions`, the ``plain`` sampler,
   LLaDA's Monte-Carlo likelihood);
 * :mod:`~unie.dllm.bridge`: the AR proxy as the samplers see it (:class:`~unie.dllm.bridge.ProxyBridge`);
-* :mod:`~unie.dllm.energy`: Algorithm 3 (the ``energy`` sampler: Ind-E, Inv-E, Uni-E);
+* :mod:`~unie.dllm.energy_decoding`: Algorithm 3 (the ``energy`` sampler: Ind-E, Inv-E, Uni-E);
 * the baselines, one registered sampler each: :mod:`~unie.dllm.apd` (``apd``), :mod:`~unie.dllm.dawn`
   (``dawn``), :mod:`~unie.dllm.core_remask` (``core``), :mod:`~unie.dllm.fast_dllm` (``fast_dllm``);
 * :mod:`~unie.dllm.decoder`: the contract lm-eval sees (:class:`~unie.dllm.decoder.ModelArgs`,
@@ -18,4 +18,4 @@ Importing the package registers the backbones (``METHODS``: ``llada``, ``dream``
 (:data:`~unie.core.registry.DLLM_SAMPLERS`).  Adding a sampler: ``docs/adding-a-dllm-sampler.md``.
 """
 
-from . import apd, backbone, core_remask, dawn, energy, fast_dllm  # noqa: F401  (registration)
+from . import apd, backbone, core_remask, dawn, energy_decoding, fast_dllm  # noqa: F401  (registration)

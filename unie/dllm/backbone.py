@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.config import make_options
 from ..core.gumbel import uniform
+from ..core.options import make_options
 from ..core.registry import METHODS, register_dllm_sampler
 from ..data.dllm_format import split_rows
 from ..data.tokenizer import blocked_ids

@@ -1,11 +1,11 @@
-"""The decoders lm-eval drives (:mod:`unie.lmeval`): what a ``--model_args`` dict means and what it builds.
+"""The decoders lm-eval drives (:mod:`unie.dllm.lmeval`): what a ``--model_args`` dict means and what it builds.
 
 * :class:`ModelArgs`: lm-eval's ``model_args`` parsed into one frozen dataclass, the single home of each default
   (an unknown key is an error with a did-you-mean);
 * :func:`build_decoder`: a :class:`DLLMDecoder` (a DLLM backbone and a registered DLLM sampler,
   :data:`~unie.core.registry.DLLM_SAMPLERS`) or an :class:`ARDecoder` from them;
 * :func:`load_trained`: one of our checkpoints (a directory written by
-  :func:`unie.pipeline.dllm.train_dllm_model`) as a backbone or proxy.
+  :func:`unie.pipeline.dllm_runs.train_dllm_model`) as a backbone or proxy.
 
 The AR proxy has one name from a Table 3 row to the model that scores: ``proxy`` (the row key, the model_args
 key, :attr:`ModelArgs.proxy`, the decoder's and every sampler's ``proxy`` argument, a
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from .. import methods  # noqa: F401  (registration: the methods a checkpoint names, the AR proxy's included)
-from ..core.config import ConfigError, from_dict
+from ..core.options import ConfigError, from_dict
 from ..core.precision import PRECISIONS, autocast, widen
 from ..core.registry import DLLM_SAMPLERS, METHODS
 from ..data.dllm_format import dllm_prompt_rows
@@ -35,7 +35,7 @@ from .backbone import (  # noqa: F401
     DEFAULT_MAX_GEN_TOKS, MC_NUM, DecodeOptions, greedy_matches, mc_loglikelihood, model_device, with_horizon,
 )
 from .bridge import ProxyBridge
-from .energy import WINDOW_COUNTERS
+from .energy_decoding import WINDOW_COUNTERS
 
 HF_GEN_LENGTH = 256  # gen_length of a Hugging Face checkpoint when model_args give none (ours: the trained one)
 
@@ -72,7 +72,7 @@ def check_proxy(sampler: str, given: bool) -> None:
     """A DLLM sampler gets an AR proxy exactly when it reads one (its registry entry's ``needs_proxy``), else a
     :class:`ConfigError` naming it: the one check, for lm-eval's model_args (:class:`ModelArgs`, before any model is
     loaded), a decoder built from objects (:class:`DLLMDecoder`) and a config row
-    (:func:`unie.pipeline.checks.check_dllm`, before any job)."""
+    (:func:`unie.config.checks.check_dllm`, before any job)."""
     needs = DLLM_SAMPLERS[sampler].needs_proxy
     if needs and not given:
         raise ConfigError(f"DLLM sampler {sampler!r} needs a proxy (proxy=<AR proxy>)")
@@ -220,7 +220,7 @@ class ModelArgs:
 # ---------------------------------------------------------------------- the decoders
 def load_trained(model_dir, device: str = "cpu"):
     """``(wrapped model, tokenizer, layout)`` of a directory written by
-    :func:`~unie.pipeline.dllm.train_dllm_model`."""
+    :func:`~unie.pipeline.dllm_runs.train_dllm_model`."""
     read_meta(model_dir)  # a missing checkpoint is named before its tokenizer is looked for
     tok = load_tokenizer(Path(model_dir) / "tokenizer")
     net, meta = load_model(model_dir, device, tokenizer_info=tok.info())
@@ -395,7 +395,7 @@ class DLLMDecoder:
                                              self.decode_options, self.options, proxy=self.proxy, generator=gens)
             counters["nfe"] += int(stats["nfe"])
             counters["proxy_forwards"] += int(stats.get("proxy_forwards", 0))
-            for k in WINDOW_COUNTERS:  # Algorithm 3's: what the energy had to act on (unie.dllm.energy)
+            for k in WINDOW_COUNTERS:  # Algorithm 3's: what the energy had to act on (unie.dllm.energy_decoding)
                 if k in stats:
                     counters[k] = counters.get(k, 0) + int(stats[k])
             for i, g in zip(idx, out[:, P:P + min(G, max_new_tokens)].tolist()):
@@ -438,7 +438,7 @@ class DLLMDecoder:
         return out
 
     def info(self) -> dict:
-        """What made this decoder's answers (the results' ``config``, :meth:`unie.lmeval.UnieLM.get_model_info`)."""
+        """What made this decoder's answers (the results' ``config``, :meth:`unie.dllm.lmeval.UnieLM.get_model_info`)."""
         return {"decoder": self.name, "type": "dllm", "sampler": self.sampler_name,
                 "options": dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else
                 repr(self.options),

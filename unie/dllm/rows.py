@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.config import ConfigError, from_dict
+from ..core.options import ConfigError, from_dict
 from .decoder import LOADING_KEYS, default_sampler
 
 

@@ -8,7 +8,7 @@ negatives ``x̂0 ~ p_theta(x0 | xt)`` (one draw per masked position) and ``x̂s`
 * ``energy_net`` (EDLM's own NCE, the EDLM-NCE rows; ``docs/baselines.md``): a separate energy
   network ``E_phi(x0, xt)`` (:class:`unie.models.energy_net.EnergyNet`, a copy of the denoiser's backbone
   reading ``xt`` and ``x0``), with ``p_theta`` frozen (option ``dlm``) and no AR at all.  Its energy is
-  the ``ebm`` energy; its likelihood is EDLM's plug-in (:mod:`unie.energy.likelihood`).
+  the ``ebm`` energy; its likelihood is EDLM's plug-in (:mod:`unie.energy.corrected_nelbo`).
 * ``dlm`` (the Uni-E paper's text, Uni-EDLM-NCE): fine-tune ``p_theta`` with the AR proxy frozen (option
   ``proxy``), for the energy ``energy`` read with ``ar_context``.  Beware: for Ind-E,
   ``p_theta · e^{-E_ind} = p_AR`` does not depend on theta, so this objective can only move the proposal,
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.config import ConfigError, make_options
 from ..core.gumbel import gumbel_argmax, uniform
+from ..core.options import ConfigError, make_options
 from ..core.registry import ENERGIES, METHODS
 from ..core.schedule import antithetic_t, make_schedule
 from ..data.tokenizer import blocked_ids

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.config import ConfigError, make_options
+from ..core.options import ConfigError, make_options
 from ..core.gumbel import categorical_inverse_cdf, gumbel_argmax, uniform
 from ..core.registry import ENERGIES, register_sampler
 from ..core.sampling import in_batches, time_grid

@@ -1,7 +1,7 @@
 """Execution scoring of LiveCodeBench-style problems (the paper profile's LCB-v2 column), offline.
 
 lm-eval 0.4.13 has no LiveCodeBench task (``docs/paper-profile.md``), so
-:mod:`unie.pipeline.tasks` writes one; its ``process_results`` hook calls :func:`pass_at_1` here.
+:mod:`unie.pipeline.task_files` writes one; its ``process_results`` hook calls :func:`pass_at_1` here.
 
 A problem (one row of LiveCodeBench's ``code_generation_lite`` JSONL release files) carries
 ``public_test_cases`` (a JSON list) and ``private_test_cases`` (a JSON list, or LiveCodeBench's compressed form
@@ -20,7 +20,7 @@ Every program runs after LiveCodeBench's import prelude (:data:`PRELUDE`: ``typi
 
 ``pass_at_1`` is 1.0 when every public and private test passes (one greedy sample per problem, as the paper).
 Running model-written code is refused unless ``HF_ALLOW_CODE_EVAL=1`` (lm-eval's own gate, set by
-:func:`unie.lmeval.evaluate` only when the config grants ``dllm.tasks.allow_code_execution``).  Each test runs in a
+:func:`unie.dllm.lmeval.evaluate` only when the config grants ``dllm.tasks.allow_code_execution``).  Each test runs in a
 fresh ``python -I`` process (its own session, killed whole on timeout) in an empty temporary directory with a
 wall-clock timeout and limits on CPU time, address space and output size; that is isolation from mistakes, not
 a security sandbox: run untrusted models in a container.

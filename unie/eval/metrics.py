@@ -91,7 +91,7 @@ def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
 
 
 def window_shares(counters: dict) -> dict | None:
-    """Algorithm 3's window counters (:data:`unie.dllm.energy.WINDOW_COUNTERS`) as shares; None for a decoder without
+    """Algorithm 3's window counters (:data:`unie.dllm.energy_decoding.WINDOW_COUNTERS`) as shares; None for a decoder without
     a window.  ``disagree``, ``steered``: of the window's row-iterations, those whose ``K`` candidates reveal
     different tokens, and those whose chosen reveal differs from candidate 0's.  ``padding``: of the tokens committed
     inside the window, the share after their answer's first ``<eos>`` (``window_padding / window_reveals``);

@@ -89,7 +89,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.config import ConfigError, make_options
+from ..core.options import ConfigError, make_options
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import Schedule, antithetic_t, make_schedule

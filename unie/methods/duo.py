@@ -17,7 +17,7 @@ log-softmax runs over all 50,258 outputs (``DUO_BASE._process_model_output``) an
 draw from all 50,258 (``UniformState.q_xt``, ``prior_sample``), so ``V = 50,258`` in every formula below.  Our
 GPT-2 tokenizer puts its mask at that id: with ``pad_state`` the mask id is a state of the process, playing
 upstream's ``[PAD]`` (the same embedding row and output column), and ``V`` counts it.  A released Duo is read
-with it (:func:`unie.methods.released.load_released`); a ``[PAD]`` a sample keeps (never in the data: after the
+with it (:func:`unie.methods.released_methods.load_released`); a ``[PAD]`` a sample keeps (never in the data: after the
 last step of a trained model its probability is ~0) is dropped from the text, where upstream decodes it as
 the string ``[PAD]``.
 
@@ -110,8 +110,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.config import ConfigError, make_options
 from ..core.gumbel import gumbel_argmax, uniform
+from ..core.options import ConfigError, make_options
 from ..core.precision import widen
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.config import make_options
 from ..core.gumbel import gumbel_argmax, uniform
+from ..core.options import make_options
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import Schedule, antithetic_t, make_schedule

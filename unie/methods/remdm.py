@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.config import ConfigError, make_options
 from ..core.gumbel import gumbel_argmax, uniform
+from ..core.options import ConfigError, make_options
 from ..core.registry import register_sampler
 from ..core.sampling import in_batches, time_grid
 from ..core.schedule import Schedule, make_schedule

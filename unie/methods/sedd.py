@@ -62,8 +62,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.config import make_options
 from ..core.gumbel import gumbel_argmax
+from ..core.options import make_options
 from ..core.precision import widen
 from ..core.registry import METHODS, register_sampler
 from ..core.sampling import in_batches, time_grid

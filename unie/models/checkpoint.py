@@ -20,12 +20,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..core.config import ModelConfig, from_dict
+from ..core.errors import InputError
 from ..core.integrity import DamagedFileError, atomic_write, atomic_write_text, file_record, verify_file
+from ..core.options import ModelConfig, from_dict
 from ..core.registry import BACKBONES
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(InputError, RuntimeError):
     pass
 
 

@@ -46,6 +46,9 @@ from .transformer import cached_keys, causal_mask
 
 FREQ_DIM = 256  # TimestepEmbedder.frequency_embedding_size upstream
 
+# what a model fine-tuned from a released checkpoint may set in `arch`: the rest is the checkpoint's
+DIT_ARCH_KEYS = ("dropout",)
+
 
 @dataclass(frozen=True)
 class DiTConfig:

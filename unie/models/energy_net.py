@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..core.config import ModelConfig
+from ..core.options import ModelConfig
 from ..core.registry import BACKBONES
 from .dit import DiTConfig, backbone_for
 from .transformer import Transformer

@@ -45,7 +45,7 @@ FORMATS = {"mdlm": ("hf", "ckpt"), "bd3lm": ("hf",), "duo": ("hf", "ckpt"), "sed
 def random_state(kind: str, seed: int, vocab: int, scale: float = 1.0, arch: dict | None = None,
                  block_size: int | None = None) -> tuple[dict, DiTConfig]:
     """Random weights with the upstream key names for a tokenizer of ``vocab`` ids whose last is the mask (Duo's
-    network is as wide: upstream's GPT-2 + ``[PAD]``, ``[PAD]`` where the mask is; ``unie.methods.released.DUO_PAD_ID``)."""
+    network is as wide: upstream's GPT-2 + ``[PAD]``, ``[PAD]`` where the mask is; ``unie.methods.released_methods.DUO_PAD_ID``)."""
     flags = dict(ARCH[kind])
     if block_size is not None and kind == "bd3lm":
         flags["block_size"] = block_size

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core.config import ModelConfig
+from ..core.options import ModelConfig
 from ..core.registry import BACKBONES
 
 

@@ -40,15 +40,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.config import TrainConfig
+from ..core.options import TrainConfig
 from ..core.registry import SAMPLERS
 from ..core.train import draw_batch
 from ..data.tokens import TOKEN_DTYPE, TokenRows, load_tokens, map_view, read_token_meta, token_view, view_path
 from ..data.tokenizer import load_tokenizer
 from ..eval.timing import _sync, time_generation
 from ..models.checkpoint import load_model
-from .models import build_method, load_wrapped
-from .timing import cpu_name
+from .model_files import build_method, load_wrapped
+from .timing_runs import cpu_name
 
 
 def _median_time(fn, repeats: int, warmup: int, device) -> float:
@@ -405,7 +405,7 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
     :func:`paper_scale_markdown` prints."""
     import copy
 
-    from ..core.config import ModelConfig
+    from ..core.options import ModelConfig
     from ..energy.sampler import sample_energy
     from ..methods.ar import ARModel
     from ..methods.mdlm import MDLM, MDLMDenoiser, sample_mdlm

@@ -43,7 +43,7 @@ remade it) is remade.
 
 Nothing is touched while another Snakemake run holds the directory's lock (its jobs may be writing these files).
 
-**Run directories** (:mod:`unie.pipeline.rundir`): every function takes ``run``, the run's directory relative to
+**Run directories** (:mod:`unie.config.rundir`): every function takes ``run``, the run's directory relative to
 ``root`` (``runs/toy``; ``"."`` for a tree laid out as one run at the top level).  The paths above are then below
 ``run`` (``runs/toy/results/models/*``, ``runs/toy/resources/tokenized/...``), files set aside earlier are also
 looked for in the shared downloads (``resources/hf``, ...), and only the files a job reported under ``run`` are
@@ -362,7 +362,7 @@ def find_stale(root=".", run: str = ".") -> list[Stale]:
 def find_orphans(root=".", run: str = ".") -> list[str]:
     """The files set aside earlier (``NAME.damaged``) in the run's ``results/`` and ``resources/`` and in the shared
     downloads, and not made again since (no ``NAME``)."""
-    from .rundir import SHARED_RESOURCES
+    from ..config.rundir import SHARED_RESOURCES
 
     root = Path(root)
     tops = [os.path.join(run, "results"), os.path.join(run, "resources")]

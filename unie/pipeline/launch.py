@@ -1,7 +1,7 @@
 """Running a training rule in this process, or data-parallel under torchrun (rules ``train`` and ``dllm_train``).
 
-:func:`run_training` calls a trainer of :data:`TRAINERS` (:func:`~unie.pipeline.models.train_from_spec`,
-:func:`~unie.pipeline.dllm.train_dllm_model`) with keyword arguments:
+:func:`run_training` calls a trainer of :data:`TRAINERS` (:func:`~unie.pipeline.model_files.train_from_spec`,
+:func:`~unie.pipeline.dllm_runs.train_dllm_model`) with keyword arguments:
 
 * one process (:func:`processes` is 1: the default profile, or one GPU): a plain call;
 * N > 1 processes: the arguments go to a JSON file and
@@ -15,28 +15,25 @@ The trajectory does not depend on N when the model's ``train.shards`` is set (:m
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 
-TRAINERS = {
-    "models": "unie.pipeline.models:train_from_spec",
-    "dllm": "unie.pipeline.dllm:train_dllm_model",
-}
+from ..core.ranks import reporting_rank_errors, run_ranks
+from .dllm_runs import train_dllm_model
+from .model_files import train_from_spec
+
+ENTRY = ("unie.pipeline.launch",)  # what each rank runs: main()
+TRAINERS = {"models": train_from_spec, "dllm": train_dllm_model}
 
 
 def trainer(name: str) -> Callable:
     """The training function registered as ``name`` in :data:`TRAINERS`."""
     if name not in TRAINERS:
         raise KeyError(f"unknown trainer {name!r}; known: {sorted(TRAINERS)}")
-    module, func = TRAINERS[name].split(":")
-    return getattr(importlib.import_module(module), func)
+    return TRAINERS[name]
 
 
 def processes(gpu: int, device: str, forced: int | None = None) -> int:
@@ -55,56 +52,6 @@ def rule_processes(snakemake) -> int:
     return processes(snakemake.resources.get("gpu", 0), snakemake.params.device, snakemake.params.processes)
 
 
-def torchrun_command(nproc: int, args_file, entry: tuple[str, ...] = ("unie.pipeline.launch",)) -> list[str]:
-    """The command that starts ``nproc`` ranks of ``python -m *entry ARGS_FILE`` on this node (``--standalone``: a
-    free port); the default entry is :func:`main`."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc_per_node={nproc}", "-m", *entry, str(args_file)]
-
-
-class RankError(RuntimeError):
-    """A rank stopped on an input error (:func:`unie.pipeline.rule.operator_errors`): its one-line message."""
-
-
-@contextmanager
-def reporting_rank_errors(args_file):
-    """Around a rank's work: an input error is written beside ``ARGS.json`` (``error.RANK.txt``, one line) before it
-    propagates, so that :func:`run_ranks` raises it as one line instead of "torchrun exited with status 1"."""
-    from .rule import operator_errors
-
-    try:
-        yield
-    except operator_errors() as e:
-        rank = os.environ.get("RANK", "0")
-        Path(args_file).with_name(f"error.{rank}.txt").write_text(" ".join(str(e).split()))
-        raise
-
-
-def run_ranks(nproc: int, entry: tuple[str, ...], payload: dict, tmp, log: Callable[[str], None], threads: int,
-              what: str) -> None:
-    """Start ``nproc`` ranks of ``python -m *entry ARGS.json`` under torchrun and wait for them.
-
-    ``ARGS.json`` (in the directory ``tmp``) holds ``payload`` plus ``threads``: each rank's torch threads,
-    ``threads // nproc`` (at least 1, also its ``OMP_NUM_THREADS``).  What the ranks print is copied to this
-    process's stderr (a rule's log); a failed rank raises :class:`RuntimeError`.  Used by :func:`run_training` and
-    :func:`unie.lmeval.run_evaluation`."""
-    per_rank = max(1, threads // nproc)
-    args_file = Path(tmp, "args.json")
-    args_file.write_text(json.dumps({**payload, "threads": per_rank}, default=str))
-    cmd = torchrun_command(nproc, args_file, entry)
-    log(f"{what} on {nproc} processes: {' '.join(cmd)}")
-    env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-        for line in proc.stdout:
-            sys.stderr.write(line)
-        rc = proc.wait()
-    if rc != 0:
-        reported = sorted(Path(tmp).glob("error.*.txt"), key=lambda f: int(f.name.split(".")[1]))
-        if reported:  # an input error on a rank: its own one-line message
-            raise RankError(reported[0].read_text())
-        raise RuntimeError(f"torchrun with {nproc} processes exited with status {rc} (its output is above)")
-
-
 def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], None] = print, threads: int = 1):
     """Run trainer ``name`` with ``kwargs`` (JSON-serialisable, without ``log``) in ``nproc`` processes.
 
@@ -114,7 +61,7 @@ def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], N
         return trainer(name)(**kwargs, log=log)
     trainer(name)  # an unknown name fails here, not in N processes
     with tempfile.TemporaryDirectory(prefix="unie-launch-") as tmp:
-        run_ranks(nproc, ("unie.pipeline.launch",), {"trainer": name, "kwargs": kwargs}, tmp, log, threads,
+        run_ranks(nproc, ENTRY, {"trainer": name, "kwargs": kwargs}, tmp, log, threads,
                   "data-parallel training")
     return None
 

@@ -20,11 +20,11 @@ from ..core.precision import precision_record
 from ..core.schedule import make_schedule
 from ..data.tokens import load_tokens
 from ..data.tokenizer import load_tokenizer
-from ..energy.likelihood import energy_corrected_nelbo
+from ..energy.corrected_nelbo import energy_corrected_nelbo
 from ..eval.likelihood import mc_nll
 from ..eval.metrics import ppl_with_se
 from ..models.checkpoint import load_model
-from .models import build_method, load_wrapped
+from .model_files import build_method, load_wrapped
 
 
 def model_ppl(source: str, model_dir, tokenizer_dir, data_paths: dict, n_mc: int = 1, batch_size: int = 256,

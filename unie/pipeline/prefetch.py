@@ -25,7 +25,7 @@ Parquet file, each model folder's config, tokenizer and weight files, each task 
 
 The tokenizer, the datasets' Parquet copies, the record and the report are the run's own (in its directory,
 ``runs/<name>/resources/...``); the model snapshots, released checkpoints and task files are shared by every run
-(the top level's ``resources/``: :mod:`unie.pipeline.rundir`).
+(the top level's ``resources/``: :mod:`unie.config.rundir`).
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.errors import InputError
+
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 REPORT = "resources/prefetch/report.md"  # in the run's directory
 LMEVAL_RECORD = "resources/prefetch/lmeval_tasks.json"  # in the run's directory
 
 
-class PrefetchError(RuntimeError):
+class PrefetchError(InputError, RuntimeError):
     """Something ``all`` needs could not be fetched or does not load offline (one line naming each)."""
 
 
@@ -62,7 +64,7 @@ class Plan:
     def files(self, run_dir: str = ".") -> dict[str, list[str]]:
         """The workflow's files that hold them, by kind (the inputs of rule ``prefetch``): the tokenizer, the
         datasets' Parquet copies and the lm-eval record in the run's directory ``run_dir``, the model snapshots,
-        released checkpoints and task files in the shared ``resources/`` (:mod:`unie.pipeline.rundir`)."""
+        released checkpoints and task files in the shared ``resources/`` (:mod:`unie.config.rundir`)."""
         run = lambda p: os.path.normpath(os.path.join(run_dir, p))  # noqa: E731
         return {
             "tokenizer": [run("resources/tokenizer")] if self.tokenizer else [],
@@ -107,8 +109,8 @@ def lmeval_tasks_read(config: dict) -> list[str]:
 
 def plan(config: dict) -> Plan:
     """What ``all`` downloads under ``config`` (a resolved config; module doc)."""
+    from ..config.expand import released_models
     from ..models.released import SOURCES
-    from .checks import released_models
 
     tok = config.get("tokenizer", {})
     data = config.get("data", {})
@@ -181,7 +183,7 @@ def fetch_lmeval_tasks(tasks, out_path, include_path=None, log=print, include_de
     writes ``{task: {dataset, name, docs}}`` to ``out_path``.  A task that cannot be loaded is a
     :class:`PrefetchError` naming it (and, the hub unreachable, ``HF_HOME`` and how to fill it)."""
     from ..core.integrity import write_json
-    from ..data.hf import hub_problem
+    from ..data.hub import hub_problem
 
     problem = hub_problem() if tasks else None
     res = _subprocess("lmeval", {"tasks": list(tasks), "include_path": include_path,

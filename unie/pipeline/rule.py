@@ -8,6 +8,7 @@ import sys
 from contextlib import contextmanager
 
 from ..core import integrity
+from ..core.errors import OPERATOR_ERRORS
 
 _JOB = None  # the running rule's snakemake object (inside job())
 
@@ -81,23 +82,15 @@ class _Log:
 
 
 def operator_errors() -> tuple[type, ...]:
-    """Errors that are the input's fault (a bad config, a missing or damaged file, a checkpoint in use): a job
-    that fails with one reports its one-line message on the console; the traceback stays in the job's log."""
-    from ..core.config import ConfigError
-    from ..core.integrity import DamagedFileError
-    from ..core.train import CheckpointBusyError, NonFiniteLossError
-    from ..data.hf import HubUnreachableError
-    from ..models.checkpoint import CheckpointError
-    from .launch import RankError
-    from .prefetch import PrefetchError
-
-    return (ConfigError, DamagedFileError, CheckpointError, CheckpointBusyError, NonFiniteLossError,
-            HubUnreachableError, RankError, PrefetchError, FileNotFoundError, PermissionError)
+    """Errors that are the input's fault (a bad config, a missing or damaged file, a checkpoint in use:
+    :data:`unie.core.errors.OPERATOR_ERRORS`): a job that fails with one reports its one-line message on the
+    console; the traceback stays in the job's log."""
+    return OPERATOR_ERRORS
 
 
 def job_precision(snakemake) -> str:
     """The precision a rule's job runs its networks in (docs/precision.md): the rule's ``params.precision``, the
-    workflow's :attr:`~unie.pipeline.settings.WorkflowSettings.job_precision` (``fp32`` on a CPU) that
+    workflow's :attr:`~unie.config.settings.WorkflowSettings.job_precision` (``fp32`` on a CPU) that
     ``precision_params()`` in workflow/rules/common.smk passes; absent: ``fp32`` (an fp32 job's params are those of
     before the option).  The one place every script that runs a model reads it from."""
     from ..core.precision import check_precision

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 import zlib
 from pathlib import Path
@@ -19,13 +20,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 
+from ..config.sampling_jobs import MARKER
 from ..core.precision import autocast, check_precision, precision_record
 from ..core.registry import EVALUATORS, SAMPLERS
-from ..data.tokens import load_tokens, write_tokens
 from ..data.tokenizer import blocked_ids, load_tokenizer
+from ..data.tokens import load_tokens, write_tokens
 from ..eval import genppl  # noqa: F401  (registers the evaluators)
 from ..eval.metrics import entropy_se_bits, mean_entropy_bits, ppl_with_se
-from .models import load_wrapped
+from .model_files import load_wrapped
 
 
 def sampling_seed(seed: int, run: str, steps: int) -> int:
@@ -35,7 +37,7 @@ def sampling_seed(seed: int, run: str, steps: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class SampleJob:
     """One sampling run as a job: what draws the samples, from which files, how many, where.  The rules
-    ``sample``/``sample_run`` (:func:`sample_and_score`) and ``timing`` (:func:`~unie.pipeline.timing.time_run`)
+    ``sample``/``sample_run`` (:func:`sample_and_score`) and ``timing`` (:func:`~unie.pipeline.timing_runs.time_run`)
     build one from the config (:meth:`from_spec`); every step count of the run shares it.
 
     Fields:
@@ -178,8 +180,8 @@ def make_evaluator(ev: dict, path, tokenizer, eos_rule: str, domain: str, device
             raise ValueError(f"evaluator {path}: trained as {model.method_name!r}, not an AR model")
         return EVALUATORS["model"](tokenizer, model, eos_rule=eos_rule)
     if kind == "hf":
-        from ..core.config import from_dict
-        from .settings import EvaluatorSettings
+        from ..config.settings import EvaluatorSettings
+        from ..core.options import from_dict
 
         s = from_dict(EvaluatorSettings, ev, f"evaluator {ev.get('label')!r}")
         return load_hf_evaluator(path, eos_rule, s.max_length, s.dtype, device, s.batch_size)
@@ -240,3 +242,13 @@ def sample_and_score(job: SampleJob, steps: list[int], sample_paths: list, genpp
         write_json(result, genppl_path, records=[samples_path])  # it vouches for the samples it scored
         results.append(result)
     return results
+
+
+def mark_sampled(samples_path) -> None:
+    """Record, beside a run's samples (``.../samples/{run}/steps{n}.parquet``), that the run was sampled here."""
+    folder = os.path.dirname(str(samples_path))
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, MARKER)
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write("sampled in this run directory: a rerun of this run is its own job (unie.config.sampling_jobs)\n")

@@ -129,7 +129,7 @@ def fig2_ablation(fig: dict, records: list[dict]):
     its config entry names a ``selection``: Uni-E is also drawn with ``resample``); one panel per ``ar_context``.
 
     ``fig`` is ``config['figures']['fig2_ablation']`` plus ``runs``: context -> curve label -> the sampling run of
-    that curve (:func:`unie.pipeline.checks.fig2_runs`); ``records`` the Gen PPL results of its runs.
+    that curve (:func:`unie.config.expand.fig2_runs`); ``records`` the Gen PPL results of its runs.
     Error bars: ±1 s.e. of the pooled NLL (:data:`SE_BARS`), mapped to perplexity.  The points (CSV) carry the NLL
     per token, its s.e. and the selection rule the samples were drawn with (read from the records).  Returns
     ``(figure, points)``."""
@@ -293,7 +293,7 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
     Gen PPL and entropy vs the wall-clock of one batch (rule ``timing``) for the baselines, EDLM-AR and Uni-EDLM-AR,
     each point labelled with its step count.
 
-    ``fig``: ``config['figures']['fig3_tradeoff']`` plus ``runs`` (:func:`unie.pipeline.checks.fig3_runs`).
+    ``fig``: ``config['figures']['fig3_tradeoff']`` plus ``runs`` (:func:`unie.config.expand.fig3_runs`).
     Error bars: ±1 s.e. (:data:`SE_BARS`) of the pooled NLL mapped to perplexity, and of the mean per-sample entropy
     (records written before the entropy's s.e. was recorded have none: that panel then says so).  Returns
     ``(figure, points, summary)``."""

@@ -4,7 +4,7 @@ Each function takes the result records written by the workflow's rules (parsed J
 own identity: ``source`` for Table 1, ``sampling.run``/``sampling.steps`` for Table 2) and returns the
 LaTeX text and the long-format ``DataFrame`` of every cell; nothing is typed in and nothing is read
 from a file name.  A missing value is printed as "--" (as the paper does for methods without a
-likelihood).  Writing the files is the pipeline's job (:mod:`unie.pipeline.report`).
+likelihood).  Writing the files is the pipeline's job (:mod:`unie.pipeline.tables_figures`).
 
 Every ``.tex`` is one ``table`` float (or several, for the paper-vs-ours comparison) built with pandas'
 ``Styler.to_latex``: booktabs rules, ``\midrule`` between row groups, the best value of a column in bold
@@ -110,10 +110,10 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
     ``records``: the ``results/ppl/*.json`` results (each with its ``source``).
 
     A row whose estimator is not an upper bound on perplexity (an energy row whose ``spec`` says so:
-    :func:`unie.energy.likelihood.estimator_is_bound`) gets a dagger and a caption note and is never bold: the best
+    :func:`unie.energy.corrected_nelbo.estimator_is_bound`) gets a dagger and a caption note and is never bold: the best
     of a column is chosen among the bounds (the reference rows, data and AR, left out).  The CSV says it per cell:
     ``bound`` (the row's estimator is a bound) and ``best`` (the cell is bold)."""
-    from ..energy.likelihood import estimator_is_bound
+    from ..energy.corrected_nelbo import estimator_is_bound
 
     results = {r["source"]: r for r in records}
     bound, why = {}, {}

@@ -2,8 +2,7 @@
 
 import os
 
-from unie.pipeline.checks import (
-    runtime_at,
+from unie.config.expand import (
     fig2_runs,
     fig3_runs,
     likelihood_sources,
@@ -12,8 +11,8 @@ from unie.pipeline.checks import (
     run_steps,
     selects_on_dev,
 )
-from unie.pipeline.settings import WorkflowSettings
-from unie.pipeline.targets import TARGETS, report_args
+from unie.config.settings import WorkflowSettings, runtime_at
+from unie.config.targets import TARGETS, report_args
 
 # config: resolved, validated, its figure runs added (expand_config) and cross-checked (check_config) by the
 # Snakefile's workflow_config
@@ -42,11 +41,11 @@ def precision_params():
   # optional workflow switches, their defaults in one place
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
-# sampling.job (unie.pipeline.jobs): step -> one job per (run, step count) (rule sample); run -> one job per run on
+# sampling.job (unie.config.sampling_jobs): step -> one job per (run, step count) (rule sample); run -> one job per run on
 # the standard step counts (rule sample_run); table -> the runs of a table or figure never sampled in this run
 # directory in one job (rules sample_table2, sample_fig2, sample_fig3: Table 2's runs, those Figure 2 adds (fig2_*),
 # those Figure 3 adds (fig3_*)), a run sampled before by its own job (sample_run, sample), with its table's settings
-from unie.pipeline.jobs import sampling_jobs  # noqa: E402
+from unie.config.sampling_jobs import sampling_jobs  # noqa: E402
 
 SAMPLING = sampling_jobs(SETTINGS.sampling_job, {r: run_steps(config, r) for r in RUNS}, config["sampling"]["steps"],
                          RUN_DIR)
@@ -63,7 +62,7 @@ PPL_SPLIT = config["ppl"]["split"]
 # split through a zero-copy Arrow view derived from it, cached here (unie.data.tokens.token_view)
 TOKEN_CACHE = f"{RUN_DIR}/resources/cache/tokenized/{TRAIN_DOMAIN}"
 # report(file, **REPORT[target]): the caption (workflow/report/{target}.rst), category and subcategory of a target's
-# files in `snakemake --report report.html` (unie.pipeline.targets)
+# files in `snakemake --report report.html` (unie.config.targets)
 REPORT = {name: report_args(name) for name in TARGETS if TARGETS[name].category}
 
 

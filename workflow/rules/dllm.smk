@@ -23,7 +23,7 @@ TABLE3_ROWS = {name: row for name, row in FULL_ROWS.items() if not row.get("appe
 def selection_rows():
     """The selection-rule table's rows, per backbone: the backbone, then its Algorithm 3 rows (Table 3's and the
     selection_table ones) by energy (ind, inv, uni), selection rule (argmin, resample) and proxy_rerank last."""
-    from unie.dllm.energy import DLLMEnergyOptions
+    from unie.dllm.energy_decoding import DLLMEnergyOptions
     from unie.dllm.rows import row_sampler
     from unie.energy.energies import SELECTIONS
 

@@ -38,7 +38,7 @@ rule docs:
 
 
 def page_items():
-    """The page's sections: per report target of `all` (unie.pipeline.targets order), its .tex and .png files."""
+    """The page's sections: per report target of `all` (unie.config.targets order), its .tex and .png files."""
     made = [f for f in final_outputs() if f.endswith((".tex", ".png"))]
     items = []
     for name, t in TARGETS.items():

@@ -8,7 +8,7 @@
 #   path:    a file placed by hand (MDLM's Google-Drive ar.ckpt, sedd.ckpt); absent, rule released_missing fails
 #            with one line naming the file and where to put it
 
-from unie.pipeline.checks import released_models, source_path
+from unie.config.expand import released_models, source_path
 
 RELEASED = released_models(config)
 _HF_SOURCES = [m for m, s in RELEASED.items() if s.get("hf_id")]

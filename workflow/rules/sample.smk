@@ -62,7 +62,7 @@ def table_inputs(table):
             **evaluator_inputs()}
 
 
-# The jobs of one run: under `sampling.job: table` (unie.pipeline.jobs) they take their table's parameters and
+# The jobs of one run: under `sampling.job: table` (unie.config.sampling_jobs) they take their table's parameters and
 # input files (a file a table job wrote is then up to date for the run's own job, and the reverse); else the run's.
 if SETTINGS.sampling_job == "table":
     RUN_JOB_INPUTS = lambda wc: table_inputs(SAMPLING.table_of(wc.run))

@@ -2,7 +2,7 @@
 # warm-up, grad clip, EMA, checkpoints in results/checkpoints/{model}/ that a rerun resumes from).
 # A model with a `source:` (a released checkpoint) is not trained: rule import_released (released.smk) writes it.
 
-from unie.pipeline.checks import trained_models
+from unie.config.expand import trained_models
 
 TRAINED = trained_models(config)
 

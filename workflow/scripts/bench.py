@@ -6,7 +6,7 @@ from unie.pipeline.rule import job, write_json
 
 with job(snakemake) as log:
     from unie.pipeline.bench import bench_markdown, run_bench
-    from unie.pipeline.report import read_results
+    from unie.pipeline.tables_figures import read_results
 
     p = snakemake.params
     i = snakemake.input

@@ -9,7 +9,7 @@ matplotlib.use("Agg")  # files only: the backend is chosen here, not in the libr
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.cases import run_cases
+    from unie.pipeline.case_studies import run_cases
 
     p, i = snakemake.params, snakemake.input
     run_cases(dict(p.cfg), {"tokenizer": i.tokenizer, "dlm": str(Path(i.dlm[0]).parent),

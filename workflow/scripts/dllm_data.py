@@ -7,7 +7,7 @@ with job(snakemake) as log:
 
     from unie.data.tokens import load_tokens
     from unie.data.tokenizer import load_tokenizer
-    from unie.pipeline.dllm import prepare_dllm_data
+    from unie.pipeline.dllm_runs import prepare_dllm_data
 
     d = snakemake.params.dllm
     task_dir = os.path.dirname(snakemake.input.yamls[0])

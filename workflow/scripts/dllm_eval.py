@@ -9,10 +9,10 @@ with job(snakemake) as log:
     import shutil
 
     from unie.dllm.rows import row_model_args
-    from unie.lmeval import run_evaluation
+    from unie.dllm.lmeval import run_evaluation
     from unie.pipeline.launch import processes
-    from unie.pipeline.report import dllm_effect
-    from unie.pipeline.settings import LmEvalSettings
+    from unie.pipeline.tables_figures import dllm_effect
+    from unie.config.settings import LmEvalSettings
 
     d = snakemake.params.dllm
     lm = LmEvalSettings.from_dllm(d)

@@ -6,7 +6,7 @@ from unie.pipeline.rule import job
 with job(snakemake) as log:
     import os
 
-    from unie.pipeline.tasks import write_local_tasks
+    from unie.pipeline.task_files import write_local_tasks
 
     names = write_local_tasks(os.path.dirname(snakemake.output.utils), dict(snakemake.params.local))
     log(f"wrote {names}")

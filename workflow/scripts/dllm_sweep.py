@@ -6,8 +6,8 @@ from unie.pipeline.rule import job, job_precision
 with job(snakemake) as log:
     import os
 
-    from unie.lmeval import evaluate
-    from unie.pipeline.dllm import run_sweep
+    from unie.dllm.lmeval import evaluate
+    from unie.pipeline.dllm_runs import run_sweep
 
     import shutil
 

@@ -5,7 +5,7 @@ from unie.pipeline.rule import job
 with job(snakemake) as log:
     import os
 
-    from unie.pipeline.tasks import write_lmeval_tasks
+    from unie.pipeline.task_files import write_lmeval_tasks
 
     t = snakemake.params.tasks
     names = write_lmeval_tasks(os.path.dirname(snakemake.output.utils), t["n_train"], t["n_test"], t["seed"])

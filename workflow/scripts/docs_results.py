@@ -42,7 +42,7 @@ if "snakemake" in globals():
         i = snakemake.input  # noqa: F821
         import torch
 
-        from unie.pipeline.timing import cpu_isa, cpu_name
+        from unie.pipeline.timing_runs import cpu_isa, cpu_name
 
         note = (f"{snakemake.params.note} Made on: {cpu_name()} ({cpu_isa()}), torch {torch.__version__}. "  # noqa: F821
                 "A rerun reproduces these numbers bit for bit only on the same CPU model and library versions; on "

@@ -18,7 +18,7 @@ with job(snakemake) as log:
         n = len(texts)
     else:
         from unie.data.corpus import write_text_batches
-        from unie.data.hf import iter_documents
+        from unie.data.hub import iter_documents
 
         n = write_text_batches(iter_documents(data["hf"][domain][split]), snakemake.output[0])
     log(f"{domain}/{split}: {n} documents -> {snakemake.output[0]}")

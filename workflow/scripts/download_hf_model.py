@@ -4,7 +4,7 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.data.hf import fetch_model
+    from unie.data.hub import fetch_model
 
     repo_id = snakemake.params.repo_id
     out = fetch_model(repo_id, snakemake.output[0])

@@ -7,7 +7,7 @@ matplotlib.use("Agg")  # files only: the backend is chosen here, not in the libr
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import fig2
+    from unie.pipeline.tables_figures import fig2
 
     o = snakemake.output
     log(fig2(dict(snakemake.params.fig), list(snakemake.input.genppl), o.pdf, o.png, o.csv).to_string())

@@ -8,7 +8,7 @@ matplotlib.use("Agg")  # files only: the backend is chosen here, not in the libr
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import fig3
+    from unie.pipeline.tables_figures import fig3
 
     o = snakemake.output
     df, summary = fig3(dict(snakemake.params.fig), list(snakemake.input.genppl), list(snakemake.input.timing), o.pdf,

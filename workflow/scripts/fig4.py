@@ -9,7 +9,7 @@ import os
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import fig4
+    from unie.pipeline.tables_figures import fig4
 
     from unie.core.integrity import read_json
 

@@ -3,7 +3,7 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import map_figure
+    from unie.pipeline.tables_figures import map_figure
 
     o = snakemake.output
     log(map_figure(list(snakemake.input), o.pdf, o.png, o.csv))

@@ -4,7 +4,7 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.models import import_released
+    from unie.pipeline.model_files import import_released
 
     import_released(snakemake.wildcards.model, snakemake.params.source, snakemake.params.method,
                     snakemake.params.options, snakemake.input.tokenizer, snakemake.output.weights.rsplit("/", 1)[0],

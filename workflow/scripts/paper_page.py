@@ -4,7 +4,7 @@ landing page of `snakemake --report report.html`."""
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import paper_page
+    from unie.pipeline.tables_figures import paper_page
 
     p = snakemake.params
     n = paper_page(p.sections, p.captions, p.note, snakemake.output.html)

@@ -3,7 +3,7 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.paper import paper_vs_ours
+    from unie.pipeline.paper_vs_ours import paper_vs_ours
 
     p, i, o = snakemake.params, snakemake.input, snakemake.output
     paper_vs_ours(p.values, {k: i[k] for k in p.tables}, profile=p.profile, evaluators=p.evaluators,

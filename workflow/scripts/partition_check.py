@@ -3,6 +3,6 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import partition_check
+    from unie.pipeline.tables_figures import partition_check
 
     log(partition_check(snakemake.output.tex, snakemake.output.csv).to_string())

@@ -3,15 +3,14 @@
 a table or figure that its outputs name (``sample_table2``, ``sample_fig2``, ``sample_fig3``: one run after the
 other), then their generative perplexity under every evaluator and their entropy in bits.  Under
 ``sampling.job: table`` every job gets its table's runs (``params.runs``) and samples those its outputs name; each
-run's folder is then marked as sampled here (unie.pipeline.jobs)."""
+run's folder is then marked as sampled here (unie.config.sampling_jobs)."""
 
 from pathlib import Path
 
 from unie.pipeline.rule import job, job_precision
 
 with job(snakemake) as log:
-    from unie.pipeline.jobs import mark_sampled
-    from unie.pipeline.sample import SampleJob, sample_and_score
+    from unie.pipeline.sample import SampleJob, mark_sampled, sample_and_score
 
     p = snakemake.params
     paths = {}

@@ -3,7 +3,7 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import table2
+    from unie.pipeline.tables_figures import table2
 
     p = snakemake.params
     log(table2(dict(p.rows), dict(p.runs), dict(p.evaluators), list(snakemake.input.genppl), snakemake.output.tex,

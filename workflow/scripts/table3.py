@@ -4,7 +4,7 @@ deltas to the backbone) from lm-eval's result JSONs; the rule's ``rows`` param s
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import table3
+    from unie.pipeline.tables_figures import table3
 
     p = snakemake.params
     log(table3(dict(p.rows), dict(p.tasks), list(snakemake.input.results), snakemake.output.tex,

@@ -3,6 +3,6 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import map_table
+    from unie.pipeline.tables_figures import map_table
 
     log(map_table(list(snakemake.input), snakemake.output.tex, snakemake.output.csv))

@@ -3,7 +3,7 @@
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import selection_table
+    from unie.pipeline.tables_figures import selection_table
 
     p, inp = snakemake.params, snakemake.input
     log(selection_table(dict(p.rows), dict(p.tasks), list(inp.results), list(inp.effects), snakemake.output.tex,

@@ -5,6 +5,6 @@ import os
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    from unie.pipeline.report import sweep_table
+    from unie.pipeline.tables_figures import sweep_table
 
     log(sweep_table(os.path.dirname(snakemake.input[0]), snakemake.params.caption, snakemake.output.tex, snakemake.output.csv))

@@ -8,7 +8,7 @@ from unie.pipeline.rule import job, job_precision, write_json
 with job(snakemake) as log:
     from unie.eval.timing import TimingChecks
     from unie.pipeline.sample import SampleJob
-    from unie.pipeline.timing import time_run
+    from unie.pipeline.timing_runs import time_run
 
     p = snakemake.params
     batch_size = p.timing["batch_size"]

@@ -10,7 +10,7 @@ with job(snakemake) as log:
 
         tok = word_tokenizer(word_list())
     else:
-        from unie.data.hf import fetch_tokenizer
+        from unie.data.hub import fetch_tokenizer
 
         tok = fetch_tokenizer(spec["path"], snakemake.output[0])
     tok.save(snakemake.output[0])

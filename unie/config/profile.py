@@ -30,7 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from ..core.config import ConfigError
+from ..core.options import ConfigError
+from .schema import child_schema, known_keys, unknown_key_message
 
 REPO = Path(__file__).resolve().parents[2]
 GRID = REPO / "config" / "experiments.yaml"
@@ -143,7 +144,6 @@ def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
     """Refuse any key of ``overlay`` that is neither a profile setting nor a profile choice (it would change the
     grid); the error names the key.  A key that neither the grid nor the schema knows is a typo, reported as one
     with the closest known key (``config key 'sampling.stpes': unknown key; did you mean 'steps'?``)."""
-    from .validate import child_schema, known_keys, unknown_key_message
 
     schema = load_yaml(SCHEMA)
 
@@ -171,7 +171,7 @@ def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
             raise ConfigError(
                 f"{where}: config key '{_dotted(p)}' is part of the experiment grid ({GRID.name}), which a profile "
                 f"does not change; a profile sets sizes, steps, resources, device, data and checkpoints "
-                f"(unie.pipeline.profile.PROFILE_KEYS), adds to {', '.join(PROFILE_ADDITIONS)}, replaces "
+                f"(unie.config.profile.PROFILE_KEYS), adds to {', '.join(PROFILE_ADDITIONS)}, replaces "
                 f"{', '.join(PROFILE_CHOICES)} as a whole, or drops grid entries with `exclude:`")
 
     walk({k: v for k, v in overlay.items() if k != "exclude"}, (), grid, schema)
@@ -230,7 +230,6 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
     the DLLM half's model names become the profile's checkpoints (:func:`unie.dllm.rows.resolve_checkpoints`: the
     rows, sweeps and map as they run; ``dllm.checkpoints`` is resolved away)."""
     from ..dllm.rows import resolve_checkpoints
-    from .checks import coerce_cli_config
 
     grid_path = Path(grid) if grid is not None else GRID
     config = copy.deepcopy(load_yaml(grid_path))
@@ -283,3 +282,38 @@ def order_by_schema(config, schema: dict, only: set | None = None, path: tuple =
 
 __all__ = ["GRID", "PROFILE_ADDITIONS", "PROFILE_CHOICES", "PROFILE_KEYS", "apply_exclude", "check_overlay", "merge", "order_by_schema",
            "resolve_config"]
+
+
+# ---------------------------------------------------------------------- command line and cluster settings
+def coerce_cli_config(config: dict, cli: dict) -> None:
+    """Read the nested values given with ``--config`` as YAML, in place.
+
+    Snakemake parses ``--config 'resources={train: {runtime: 30}}'`` with YAML's base loader, so every nested
+    leaf arrives as a string (``'30'``) and the schema refuses it; a top-level scalar (``seed=1``) is already typed.
+    Each string leaf that came from the command line (``cli``, the parsed ``--config``) becomes what YAML makes of
+    it when that is a number, a boolean or null (``'30'`` -> 30, ``'true'`` -> True), else stays a string
+    (``'a100'``); values from the config files are left as they are."""
+    import yaml
+
+    def coerce(value):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
+
+    def walk(node, given):
+        if isinstance(given, dict) and isinstance(node, dict):
+            for k, v in given.items():
+                if k in node:
+                    node[k] = walk(node[k], v)
+            return node
+        if isinstance(given, list) and isinstance(node, list) and len(node) == len(given):
+            return [walk(n, g) for n, g in zip(node, given)]
+        if isinstance(given, str) and node == given:
+            return coerce(given)
+        return node
+
+    for key, given in cli.items():
+        if key in config and isinstance(given, (dict, list)):
+            config[key] = walk(config[key], given)

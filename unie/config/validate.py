@@ -1,11 +1,11 @@
 """Every configuration error in one line: the key, the file it came from, and a did-you-mean.
 
 :func:`workflow_config` is the one path from config files to the configuration a run uses, for the Snakefile and
-``unie check-config`` alike: the merge (:func:`unie.pipeline.profile.resolve_config`: grid <- profile file(s) <-
+``unie check-config`` alike: the merge (:func:`unie.config.profile.resolve_config`: grid <- profile file(s) <-
 ``--config``), the JSON schema (``workflow/schemas/config.schema.yaml``, its defaults filled in as
 ``snakemake.utils.validate`` does), the figure runs it generates and the cross-checks
-(:func:`unie.pipeline.checks.expand_config`, :func:`unie.pipeline.checks.check_config`).  Whatever fails is a
-:class:`~unie.core.config.ConfigError` whose message is one line::
+(:func:`unie.config.expand.expand_config`, :func:`unie.config.checks.check_config`).  Whatever fails is a
+:class:`~unie.core.options.ConfigError` whose message is one line::
 
     --config: config key 'sed': unknown key; did you mean 'seed'?
     my.yaml: config key 'sampling.stpes': unknown key; did you mean 'steps'?
@@ -18,66 +18,14 @@ only when asked for (``snakemake --verbose``, ``unie check-config --verbose``): 
 from __future__ import annotations
 
 import copy
-import difflib
 import re
 from pathlib import Path
 
-from ..core.config import ConfigError
-from .profile import GRID, SCHEMA, display_path, load_yaml, resolve_config
-
-# -- the schema, walked by key
-
-
-def _deref(node, root: dict):
-    while isinstance(node, dict) and "$ref" in node:
-        target = root
-        for part in node["$ref"].lstrip("#/").split("/"):
-            target = target[part]
-        node = target
-    return node
-
-
-def child_schema(node, key, root: dict):
-    """The schema of ``key`` under the object schema ``node``, or ``None`` where the schema forbids the key.  A key
-    of a free-named mapping (``models``, ``sampling.runs``) gets the schema of its values; a node the schema does not
-    describe further allows anything (``{}``)."""
-    node = _deref(node, root)
-    if not isinstance(node, dict):
-        return {}
-    props = node.get("properties", {})
-    if key in props:
-        return _deref(props[key], root)
-    extra = node.get("additionalProperties", True)
-    if extra is False:
-        return None
-    return _deref(extra, root) if isinstance(extra, dict) else {}
-
-
-def known_keys(node, root: dict) -> list[str]:
-    """The keys the object schema ``node`` names (empty for a free-named mapping)."""
-    node = _deref(node, root)
-    return list(node.get("properties", {})) if isinstance(node, dict) else []
-
-
-def did_you_mean(key, known) -> str:
-    """``"did you mean 'steps'?"`` for the closest known key, else the list of known keys."""
-    known = [str(k) for k in known]
-    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-    if close:
-        return f"did you mean '{close[0]}'?"
-    return f"known: {', '.join(known)}" if known else "no key is allowed here"
-
-
-def dotted(path) -> str:
-    out = ""
-    for k in path:
-        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
-    return out
-
-
-def unknown_key_message(where: str, path, known) -> str:
-    return f"{where}: config key '{dotted(path)}': unknown key; {did_you_mean(path[-1], known)}"
-
+from ..core.options import ConfigError
+from .checks import check_config
+from .expand import expand_config
+from .profile import DEFAULT_PROFILE, GRID, SCHEMA, display_path, load_yaml, resolve_config
+from .schema import dotted, unknown_key_message
 
 # -- where a key came from
 
@@ -180,8 +128,6 @@ def workflow_config(profile_files=None, cli_overrides: dict | None = None, grid=
     ``cli_overrides``), checked against the schema with its defaults filled in, the figures' sampling runs added,
     cross-checked.  ``show(config)`` sees it as resolved, before the schema (``unie check-config --resolved``).
     Every error is a one-line :class:`ConfigError` naming the key, its file and a did-you-mean."""
-    from .checks import check_config, expand_config
-    from .profile import DEFAULT_PROFILE
 
     files = [Path(f) for f in (profile_files or [])] or [DEFAULT_PROFILE]
     sources = ConfigSources(files, cli_overrides, grid)
@@ -208,5 +154,4 @@ def error_text(e: BaseException, verbose: bool = False) -> str:
     return f"unie: config error: {line}{hint}"
 
 
-__all__ = ["ConfigSources", "child_schema", "did_you_mean", "error_text", "known_keys", "schema_error",
-           "unknown_key_message", "validate_config", "with_source", "workflow_config"]
+__all__ = ["ConfigSources", "error_text", "schema_error", "validate_config", "with_source", "workflow_config"]

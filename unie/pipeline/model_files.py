@@ -14,16 +14,16 @@ from pathlib import Path
 
 import torch
 
-from ..core.config import ConfigError, ModelConfig, TrainConfig, from_dict, make_options
 from ..core.distributed import world
 from ..core.integrity import MADE_FROM
+from ..core.options import ConfigError, ModelConfig, TrainConfig, from_dict, make_options
 from ..core.precision import check_precision, precision_record
 from ..core.registry import METHODS
 from ..core.train import TrainOptions, run_spec, train
-from ..data.tokens import TokenRows, load_tokens, token_file_info
 from ..data.tokenizer import load_tokenizer
+from ..data.tokens import TokenRows, load_tokens, token_file_info
 from ..models.checkpoint import CheckpointError, load_model, model_config_of, read_meta, save_model
-from ..models.dit import DiTConfig, backbone_for
+from ..models.dit import DIT_ARCH_KEYS, DiTConfig, backbone_for
 from .damage import identities
 
 
@@ -78,10 +78,6 @@ def is_dit(model_dir) -> bool:
     return read_meta(model_dir).get("arch") == "dit"
 
 
-# what a model fine-tuned from a released checkpoint may set in `arch`: the rest is the checkpoint's
-DIT_ARCH_KEYS = ("dropout",)
-
-
 def released_arch(init_dir, arch: dict | None, method, where: str) -> DiTConfig:
     """The architecture of a model fine-tuned from a DiT (``init_from`` a released checkpoint): the init's
     :class:`DiTConfig`, with ``arch.dropout`` if given; causal iff the method is (the AR proxy from the AR)."""
@@ -111,7 +107,7 @@ def init_fingerprint(init_dir) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class TrainFromSpecOptions:
     """:func:`train_from_spec`'s options, the single home of their defaults (built by
-    :func:`~unie.core.config.make_options` from an instance or keywords: an unknown one is an error naming it; the
+    :func:`~unie.core.options.make_options` from an instance or keywords: an unknown one is an error naming it; the
     training rule passes keywords, JSON-serialisable for torchrun's ranks, :mod:`unie.pipeline.launch`)."""
 
     device: str = "cpu"  # under torch.distributed the rank's own
@@ -218,7 +214,7 @@ def _source_files(path: Path) -> list[Path]:
 def import_released(name: str, source: dict, method_name: str, options: dict | None, tokenizer_dir, out_dir,
                     source_path, log=print) -> None:
     """Model ``name``'s ``source`` (a released checkpoint: HF folder or Lightning ``.ckpt`` at ``source_path``)
-    read by :func:`unie.methods.released.load_released` and written to ``out_dir`` as our own checkpoint
+    read by :func:`unie.methods.released_methods.load_released` and written to ``out_dir`` as our own checkpoint
     (``config.json`` with ``arch: dit`` and the ``weights`` record, ``model.safetensors``), so that loading,
     verification, fingerprints, ``init_from`` and NCE's partners treat it as any trained model.
 
@@ -226,7 +222,7 @@ def import_released(name: str, source: dict, method_name: str, options: dict | N
     source says otherwise (``tokenizer_info``) or is a stand-in written for this very tokenizer (``standin``).
     Runs on the CPU (a conversion)."""
     from ..core.integrity import file_sha256
-    from ..methods.released import GPT2_MASKED, load_released
+    from ..methods.released_methods import GPT2_MASKED, load_released
     from ..models.released import SOURCES, ReleasedCheckpointError
 
     tok = load_tokenizer(tokenizer_dir)
@@ -264,10 +260,10 @@ def load_wrapped(model_dir, tokenizer, device: str = "cpu"):
     """A checkpoint as its method's sampler-facing object (``MDLMDenoiser``, ``ARModel``, ...).
 
     A directory holding ``released.json`` (``{"kind", "path", "trust_remote_code", ...}``, written by the rule
-    that imports a released checkpoint) is read with :func:`unie.methods.released.load_released` instead."""
+    that imports a released checkpoint) is read with :func:`unie.methods.released_methods.load_released` instead."""
     marker = Path(model_dir, "released.json")
     if marker.exists():
-        from ..methods.released import load_released
+        from ..methods.released_methods import load_released
 
         spec = json.loads(marker.read_text())
         return load_released(spec.pop("kind"), spec.pop("path"), tokenizer_info=tokenizer.info(), device=device, **spec)

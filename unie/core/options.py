@@ -13,9 +13,16 @@ import typing
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
+from .errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError, ValueError):
     """A configuration value is invalid; the message names the key."""
+
+
+def key_error(key: str, msg: str):
+    """Raise a :class:`ConfigError` that names config key ``key`` (dotted) and what is wrong with it."""
+    raise ConfigError(f"config key '{key}': {msg}")
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:

@@ -10,9 +10,9 @@ import torch
 from ..data.tokenizer import load_tokenizer
 from ..energy.sampler import sample_energy
 from ..eval.cases import case_gaps, select_cases
-from .models import load_wrapped
-from .report import write_figure
+from .model_files import load_wrapped
 from .rule import write_json
+from .tables_figures import write_figure
 
 
 def case_seed(seed: int) -> int:

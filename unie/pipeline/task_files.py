@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..data.tasks import PRIMARY_METRIC, TASKS, generate_task
 from ..eval.choice import LETTERS
+from ..eval.local_tasks import LOCAL_KINDS, LOCAL_SPEC_KEYS
 
 GROUP = "toy_dllm"
 TEST_ONLY = ("toy_livebench",)  # held-out templates: never in the fine-tuning data
@@ -98,7 +99,7 @@ def task_yaml(task: str, test_path: Path, n_test: int, seed: int) -> str:
         raise KeyError(f"unknown toy task {task!r}; known: {', '.join(TASKS)}")
     g = GENERATION_KWARGS
     header = [
-        f"# {task}: written by unie.pipeline.tasks.write_lmeval_tasks; regenerate rather than edit.",
+        f"# {task}: written by unie.pipeline.task_files.write_lmeval_tasks; regenerate rather than edit.",
         "# Scored generatively by utils.process_results_* (unie.data.tasks.score). List answers are checked by",
         "# executing the reference program on integers only (no model text is run), hence no unsafe_code.",
     ]
@@ -114,7 +115,7 @@ def group_yaml(tasks: list[str]) -> str:
 
 def utils_py(tasks: list[str]) -> str:
     """The ``utils.py`` next to the YAMLs: one ``process_results_<task>(doc, results)`` per task."""
-    head = '''"""lm-eval hooks of the toy tasks, written by unie.pipeline.tasks.write_lmeval_tasks (regenerate, don't edit).
+    head = '''"""lm-eval hooks of the toy tasks, written by unie.pipeline.task_files.write_lmeval_tasks (regenerate, don't edit).
 
 lm-eval calls ``process_results(doc, results)`` with ``results`` = [the completion string] and averages the
 returned ``{metric: 0.0 or 1.0}`` per task."""
@@ -350,28 +351,14 @@ def hellaswag_docs(paths: list) -> list[dict]:
     return docs
 
 
-# lm-eval built-in tasks marked ``unsafe_code`` (they execute model-written code) that a config may name
-BUILTIN_UNSAFE = ("mbpp", "mbpp_plus", "mbpp_instruct", "mbpp_plus_instruct", "humaneval", "humaneval_plus",
-                  "humaneval_instruct")
-LOCAL_KINDS = {"livecodebench": {"docs": livecodebench_docs, "metric": "pass_at_1", "until": ["```"],
-                                 "unsafe_code": True, "hook": "unie.eval.code_exec:pass_at_1"},
-               "mbpp": {"docs": mbpp_docs, "metric": "pass_at_1", "until": ["[DONE]"],
-                        "unsafe_code": True, "hook": "unie.eval.code_exec:mbpp_pass_at_1",
-                        "target": "{{test_list[0]}}\n{{test_list[1]}}\n{{test_list[2]}}"},  # lm-eval's mbpp target
-               # the letter, stopped at a newline as lm-eval's mmlu_generative (exact_match: unie.eval.choice)
-               "mmlu": {"docs": mmlu_docs, "options": ("num_fewshot",), "metric": "exact_match",
-                        "until": ["</s>", "\n"], "unsafe_code": False, "hook": "unie.eval.choice:letter_match",
-                        "target": "{{answer}}"},
-               "hellaswag": {"docs": hellaswag_docs, "metric": "exact_match", "until": ["</s>", "\n"],
-                             "unsafe_code": False, "hook": "unie.eval.choice:letter_match", "target": "{{answer}}"}}
-
-
-LOCAL_SPEC_KEYS = ("kind", "repo", "revision", "files", "max_gen_toks")  # every kind's; a kind's "options" add to them
+# how each local kind's documents are read from its release files (the kinds: unie.eval.local_tasks.LOCAL_KINDS)
+DOC_READERS = {"livecodebench": livecodebench_docs, "mbpp": mbpp_docs, "mmlu": mmlu_docs, "hellaswag": hellaswag_docs}
+assert set(DOC_READERS) == set(LOCAL_KINDS), "every local task kind needs its document reader"
 
 
 def local_task_yaml(task: str, kind: str, test_path: Path, n_docs: int, max_gen_toks: int) -> str:
     spec = LOCAL_KINDS[kind]
-    header = [f"# {task}: written by unie.pipeline.tasks.write_local_tasks ({kind}); regenerate rather than edit."]
+    header = [f"# {task}: written by unie.pipeline.task_files.write_local_tasks ({kind}); regenerate rather than edit."]
     return generate_until_yaml(task, header, test_path, spec.get("target", "{{id}}"),
                                ["num_fewshot: 0", f"unsafe_code: {str(spec['unsafe_code']).lower()}"], spec["until"],
                                False, max_gen_toks, spec["metric"], {"n_docs": n_docs})
@@ -383,7 +370,7 @@ def write_local_tasks(out_dir, local: dict) -> list[str]:
     ``data/{task}_test.jsonl``, ``utils.py``); return the names."""
     out = Path(out_dir).resolve()
     (out / "data").mkdir(parents=True, exist_ok=True)
-    hooks = ['"""lm-eval hooks of the local paper tasks, written by unie.pipeline.tasks.write_local_tasks."""\n']
+    hooks = ['"""lm-eval hooks of the local paper tasks, written by unie.pipeline.task_files.write_local_tasks."""\n']
     for task, spec in local.items():
         kind = spec.get("kind")
         if kind not in LOCAL_KINDS:
@@ -392,7 +379,7 @@ def write_local_tasks(out_dir, local: dict) -> list[str]:
         if foreign:
             raise ValueError(f"dllm.tasks.local.{task}: {foreign} are not options of kind {kind!r}")
         opts = {k: spec[k] for k in LOCAL_KINDS[kind].get("options", ()) if k in spec}
-        docs = LOCAL_KINDS[kind]["docs"](spec["files"], **opts)
+        docs = DOC_READERS[kind](spec["files"], **opts)
         test_path = out / "data" / f"{task}_test.jsonl"
         _write_text(test_path, _jsonl(docs))
         _write_text(out / f"{task}.yaml", local_task_yaml(task, kind, test_path, len(docs), int(spec["max_gen_toks"])))

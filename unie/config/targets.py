@@ -2,14 +2,14 @@
 workflow/rules/*.smk, and the sections of ``snakemake --report`` are checked against this table
 (tests/test_targets.py).
 
-Each ``output`` is relative to the run's directory (``runs/<name>/``, :mod:`unie.pipeline.rundir`): the default
+Each ``output`` is relative to the run's directory (``runs/<name>/``, :mod:`unie.config.rundir`): the default
 profile's Table 1 is ``runs/toy/results/tables/table1_ppl.tex``.
 
 Every name but ``all`` is the rule that writes the files, so ``snakemake --cores 2 -f NAME`` reruns that rule
 (Snakemake's ``-f`` forces the job of a target rule, never its inputs: an alias rule with only inputs would rerun
 nothing).  ``all`` is the default target (every table and figure of the profile except ``bench``); to rewrite
 every table and figure from the existing results, force their rules:
-``snakemake --cores 2 -f $(python -m unie.pipeline.targets)`` (the default profile's; ``--profile paper`` for the
+``snakemake --cores 2 -f $(python -m unie.config.targets)`` (the default profile's; ``--profile paper`` for the
 paper profile's).
 
 ``report``: the section of ``snakemake --report report.html`` (category, subcategory) and the caption file in
@@ -148,10 +148,10 @@ def rules_of(profile: str = "toy") -> list[str]:
     return [n for n in RULES if profile == "toy" or TARGETS[n].profiles == "both"]
 
 
-if __name__ == "__main__":  # python -m unie.pipeline.targets [--profile paper]: the rule names, for snakemake -f
+if __name__ == "__main__":  # python -m unie.config.targets [--profile paper]: the rule names, for snakemake -f
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m unie.pipeline.targets", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m unie.config.targets", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", choices=["toy", "paper"], default="toy")
     p.add_argument("--readme", action="store_true", help="print the README's Targets table instead")
     args = p.parse_args()

@@ -20,10 +20,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..core.errors import InputError
 from .detokenize import get_detokenizer
 
 
-class HubUnreachableError(ConnectionError):
+class HubUnreachableError(InputError, ConnectionError):
     """A model, tokenizer or dataset that must come from the Hugging Face Hub, which cannot be reached, and that is
     not in the local cache."""
 

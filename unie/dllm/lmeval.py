@@ -9,13 +9,13 @@ Registered as ``unie_dllm`` and ``unie_ar`` (the same class; the decoder decides
 From the shell, like LLaDA's ``eval_llada.py`` and Dream's ``eval/eval.py`` (importing this module is what
 registers the models; lm-eval discovers no plugins)::
 
-    python -m unie.lmeval --model unie_dllm --model_args k=v,... --tasks toy_dllm \\
+    python -m unie.dllm.lmeval --model unie_dllm --model_args k=v,... --tasks toy_dllm \\
         --include_path TASK_DIR --device cpu --batch_size 32
 
 Without a ``decoder`` the constructor builds one with :func:`unie.dllm.decoder.build_decoder` from the
 ``--model_args`` (values literal-eval'd by lm-eval) plus ``device`` (``--device``; lm-eval's CLI default ``cuda:0``
 falls back to cpu with a warning where CUDA is unavailable, :func:`resolve_device`).  ``lm_eval --model unie_dllm``
-itself cannot find the model (lm-eval 0.4 has no plugin discovery); from Python, ``import unie.lmeval`` first and
+itself cannot find the model (lm-eval 0.4 has no plugin discovery); from Python, ``import unie.dllm.lmeval`` first and
 ``lm_eval.simple_evaluate(model="unie_dllm", model_args=...)`` works.
 
 A request's answer does not depend on its batch, the task mix or the order (as with lm-eval's own models):
@@ -31,7 +31,7 @@ to ``throughput_path`` after every ``generate_until`` call.
 
 Data parallel, as LLaDA and Dream run their scripts under ``accelerate launch``: start N ranks with torchrun::
 
-    torchrun --standalone --nproc_per_node=N -m unie.lmeval --model unie_dllm --model_args k=v,... \
+    torchrun --standalone --nproc_per_node=N -m unie.dllm.lmeval --model unie_dllm --model_args k=v,... \
         --tasks toy_dllm --include_path TASK_DIR --device cuda --batch_size 32 --output_path OUT --log_samples
 
 Under torchrun (``WORLD_SIZE`` > 1) the adapter joins the process group (initialising it if needed: nccl with
@@ -64,8 +64,9 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from .dllm.backbone import DEFAULT_MAX_GEN_TOKS
-from .dllm.energy import WINDOW_COUNTERS
+from ..core.ranks import reporting_rank_errors, run_ranks
+from .backbone import DEFAULT_MAX_GEN_TOKS
+from .energy_decoding import WINDOW_COUNTERS
 
 MODEL_NAMES = ("unie_dllm", "unie_ar")
 DEFAULT_BATCH_SIZE = 32
@@ -100,7 +101,7 @@ def _stop_strings(gen_kwargs: dict) -> list[str]:
 
 
 def _atomic_write_json(path: Path, obj: dict) -> None:
-    from .core.integrity import atomic_write_text
+    from ..core.integrity import atomic_write_text
 
     atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
@@ -567,7 +568,7 @@ def lmeval_command(model_args: dict, tasks: list[str], include_path=None, output
                    batch_size: int = DEFAULT_BATCH_SIZE, limit=None, seed: int | None = 0,
                    allow_code_execution: bool = False, device: str = "cpu", model: str = "unie_dllm",
                    nproc: int = 1, cwd=None) -> str:
-    """The shell command that runs lm-eval's own command line (``python -m unie.lmeval``, which registers the
+    """The shell command that runs lm-eval's own command line (``python -m unie.dllm.lmeval``, which registers the
     models) as :func:`evaluate` ran: the same model arguments (``seed`` among them: it seeds the decoder's noise),
     tasks, task folder, device, batch size, lm-eval seeds (``--seed S``: all four), ``--limit``, code execution
     (``HF_ALLOW_CODE_EVAL=1 ... --confirm_run_unsafe_code``) and, for ``nproc`` > 1 ranks, torchrun.  ``device`` is
@@ -581,8 +582,8 @@ def lmeval_command(model_args: dict, tasks: list[str], include_path=None, output
     args = {k: relative_path(v, cwd) if isinstance(v, str) and os.path.isabs(v) else v
             for k, v in model_args.items()}
     env = ["HF_ALLOW_CODE_EVAL=1"] if allow_code_execution else []
-    launch = ["python", "-m", "unie.lmeval"] if nproc <= 1 else \
-        ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "unie.lmeval"]
+    launch = ["python", "-m", "unie.dllm.lmeval"] if nproc <= 1 else \
+        ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "unie.dllm.lmeval"]
     argv = [*env, *launch, "--model", model, "--model_args", format_model_args(args),
             "--tasks", ",".join(str(t) for t in tasks)]
     if include_path is not None:
@@ -615,7 +616,7 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     the decoder's per-request noise.
 
     The results JSON's ``config.unie_command`` is this run as one command line of lm-eval's own
-    (:func:`lmeval_command`: ``python -m unie.lmeval ...``, paths relative to the working directory, the output
+    (:func:`lmeval_command`: ``python -m unie.dllm.lmeval ...``, paths relative to the working directory, the output
     under ``rerun/``); run from the same directory, it gives the same answers (docs/dllm.md).
 
     A task whose ``output_type`` the adapter does not answer (``loglikelihood_rolling``) is refused before the
@@ -638,7 +639,7 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     # lm-eval's seed reaches the decoder's noise unless model_args set one
     model_args = {**model_args, "seed": model_args.get("seed", seed)}
     lm = UnieLM(batch_size=batch_size, throughput_path=output_path / "throughput.json", **model_args)
-    from .dllm.decoder import ARDecoder
+    from .decoder import ARDecoder
 
     # this run as one command line (lm-eval's own), recorded in the results JSON's config.unie_command
     command = lmeval_command(lm.given_model_args, tasks, include_path, output_path, batch_size=lm.batch_size,
@@ -686,12 +687,12 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     return found[-1]
 
 
-RANK_FLAG = "--evaluate-json"  # python -m unie.lmeval --evaluate-json ARGS.json: one rank of run_evaluation
+RANK_FLAG = "--evaluate-json"  # python -m unie.dllm.lmeval --evaluate-json ARGS.json: one rank of run_evaluation
 
 
 def run_evaluation(kwargs: dict, nproc: int = 1, log=print, threads: int = 1) -> Path:
     """:func:`evaluate` with ``kwargs`` (JSON-serialisable, without ``log``) in this process when ``nproc`` is 1,
-    else data-parallel on ``nproc`` ranks of :func:`_rank_main` (:func:`unie.pipeline.launch.run_ranks`), each
+    else data-parallel on ``nproc`` ranks of :func:`_rank_main` (:func:`unie.core.ranks.run_ranks`), each
     with ``threads // nproc`` threads; what the ranks print is copied to this process's stderr (a rule's log), and a failed rank raises
     :class:`RuntimeError` here.  Returns the results JSON (rank 0's)."""
     if nproc <= 1:
@@ -699,11 +700,9 @@ def run_evaluation(kwargs: dict, nproc: int = 1, log=print, threads: int = 1) ->
     if kwargs.get("limit") is not None and kwargs["limit"] < nproc:
         raise ValueError(f"limit={kwargs['limit']} documents per task is fewer than the {nproc} ranks: a rank without "
                          "requests would leave lm-eval's collectives unmatched; lower the GPU count or raise the limit")
-    from unie.pipeline.launch import run_ranks
-
     with tempfile.TemporaryDirectory(prefix="unie-lmeval-") as tmp:
         result_file = Path(tmp, "result")
-        run_ranks(nproc, ("unie.lmeval", RANK_FLAG), {"kwargs": kwargs, "result_file": str(result_file)}, tmp, log,
+        run_ranks(nproc, ("unie.dllm.lmeval", RANK_FLAG), {"kwargs": kwargs, "result_file": str(result_file)}, tmp, log,
                   threads, "lm-eval data-parallel")
         found = Path(result_file.read_text())
     log(f"lm-eval results: {found}")
@@ -715,8 +714,6 @@ def _rank_main(args_file) -> None:
     reporting where the results are."""
     import torch
 
-    from unie.pipeline.launch import reporting_rank_errors
-
     args = json.loads(Path(args_file).read_text())
     torch.set_num_threads(int(args["threads"]))
     with reporting_rank_errors(args_file):
@@ -726,13 +723,13 @@ def _rank_main(args_file) -> None:
 
 
 def main() -> None:
-    """``python -m unie.lmeval ...``: lm-eval's own command line, offline, with our models registered
-    (``python -m unie.lmeval --evaluate-json ARGS.json``: one rank of :func:`run_evaluation`)."""
+    """``python -m unie.dllm.lmeval ...``: lm-eval's own command line, offline, with our models registered
+    (``python -m unie.dllm.lmeval --evaluate-json ARGS.json``: one rank of :func:`run_evaluation`)."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if sys.argv[1:2] == [RANK_FLAG]:
         if len(sys.argv) != 3:
-            raise SystemExit(f"usage: python -m unie.lmeval {RANK_FLAG} ARGS.json")
+            raise SystemExit(f"usage: python -m unie.dllm.lmeval {RANK_FLAG} ARGS.json")
         _rank_main(sys.argv[2])
         return
     import lm_eval.evaluator
@@ -744,7 +741,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # run as a script this module is ``__main__``; alias it so a later ``import unie.lmeval`` finds the
+    # run as a script this module is ``__main__``; alias it so a later ``import unie.dllm.lmeval`` finds the
     # same class instead of registering a second one under the same names (a registry collision)
-    sys.modules.setdefault("unie.lmeval", sys.modules[__name__])
+    sys.modules.setdefault("unie.dllm.lmeval", sys.modules[__name__])
     main()

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import torch
 
-from ..core.config import ConfigError, TrainConfig, from_dict
+from ..config.settings import LmEvalSettings
 from ..core.distributed import world
 from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_save_torch, file_record, file_sha256, read_json,
                               verify_file)
+from ..core.options import ConfigError, TrainConfig, from_dict
 from ..core.precision import check_precision, precision_record
 from ..core.train import run_spec, train
-from ..data.dllm_format import ar_sft_rows, content_lengths, dllm_sft_rows, pack_text, trim_padding
+from ..data.dllm_format import LAYOUTS, ar_sft_rows, content_lengths, dllm_sft_rows, pack_text, trim_padding
 from ..data.tasks import task_vocabulary
 from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
 from ..dllm.backbone import DEFAULT_MAX_GEN_TOKS
@@ -35,11 +36,8 @@ from ..eval.timing import TimingChecks, describe, time_passes
 from ..models.checkpoint import CheckpointError, load_model, save_model
 from ..models.transformer import Transformer
 from .damage import identities
+from .model_files import build_method, init_fingerprint, model_config
 from .rule import write_json
-from .settings import LmEvalSettings
-from .models import build_method, init_fingerprint, model_config
-
-LAYOUTS = {"llada": "dllm", "dream": "dllm", "ar": "ar"}
 
 
 def read_jsonl(path) -> list[dict]:
@@ -149,7 +147,7 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
     """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt`` (``{tokenizer}_pretrain.pt``).
 
     ``precision`` (:mod:`unie.core.precision`): the training passes' precision, as for the models of the DLM half
-    (:func:`~unie.pipeline.models.train_from_spec`): another precision than ``fp32`` is another run specification
+    (:func:`~unie.pipeline.model_files.train_from_spec`): another precision than ``fp32`` is another run specification
     and is recorded in ``config.json``.
 
     Under ``torch.distributed`` every rank calls this (data-parallel :func:`~unie.core.train.train`, ``device``
@@ -234,7 +232,7 @@ def sweep_batches(samples_path, batch_size: int, batches: int | None, batch_key=
     out = []
     for max_new, prompts in groups.items():
         by_key: dict = {}
-        for p in prompts:  # document order kept inside a key, keys in sorted order (as unie.lmeval does)
+        for p in prompts:  # document order kept inside a key, keys in sorted order (as unie.dllm.lmeval does)
             by_key.setdefault(batch_key(p) if batch_key else 0, []).append(p)
         out += [(same[i:i + batch_size], max_new) for k in sorted(by_key) for same in [by_key[k]]
                 for i in range(0, len(same), batch_size)]
@@ -276,7 +274,7 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
     as ``tokens_per_s_lmeval`` and ``seconds`` (its timed generation, all prompts).
     Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` per point and
     ``points.json`` (one record per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under
-    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.lmeval.evaluate` (the layer above passes it in).
+    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.dllm.lmeval.evaluate` (the layer above passes it in).
     ``precision``: every point's model_args (:func:`~unie.dllm.rows.row_model_args`)."""
     from ..data.tasks import PRIMARY_METRIC
 
@@ -336,7 +334,7 @@ def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str,
     (:func:`~unie.dllm.rows.row_model_args`).  Returns the ``points.json`` record."""
     from ..dllm.rows import map_points, map_proxy_points
     from ..eval.metrics import paired_effect, window_shares
-    from .report import item_records, task_metrics
+    from .tables_figures import item_records, task_metrics
 
     m = dllm["map"]
     tasks = {"names": list(m["tasks"])}

@@ -40,16 +40,6 @@ def marker_path(run_dir: str, run: str) -> str:
     return os.path.join(run_dir, "results", "samples", run, MARKER)
 
 
-def mark_sampled(samples_path) -> None:
-    """Record, beside a run's samples (``.../samples/{run}/steps{n}.parquet``), that the run was sampled here."""
-    folder = os.path.dirname(str(samples_path))
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, MARKER)
-    if not os.path.exists(path):
-        with open(path, "w") as f:
-            f.write("sampled in this run directory: a rerun of this run is its own job (unie.pipeline.jobs)\n")
-
-
 @dataclass(frozen=True)
 class SamplingJobs:
     """The runs of each job shape (module doc).  ``tables``: table -> the runs its job samples (only tables with at
@@ -68,7 +58,7 @@ class SamplingJobs:
 
 
 def sampling_jobs(mode: str, runs: dict, standard_steps: list, run_dir: str, exists=os.path.exists) -> SamplingJobs:
-    """The job shape of every run.  ``runs``: run -> its step counts (``unie.pipeline.checks.run_steps``);
+    """The job shape of every run.  ``runs``: run -> its step counts (``unie.config.expand.run_steps``);
     ``standard_steps``: ``sampling.steps``; ``run_dir``: the run directory the markers are in; ``exists``: how a
     marker is looked for (tests)."""
     on_standard = [r for r, steps in runs.items() if list(steps) == list(standard_steps)]
@@ -91,4 +81,4 @@ def sampling_jobs(mode: str, runs: dict, standard_steps: list, run_dir: str, exi
                         table_runs=table_runs)
 
 
-__all__ = ["GROUPS", "MARKER", "SamplingJobs", "mark_sampled", "marker_path", "sampling_jobs", "table_of"]
+__all__ = ["GROUPS", "MARKER", "SamplingJobs", "marker_path", "sampling_jobs", "table_of"]

@@ -2,7 +2,7 @@
 
 Each optional setting has its default here and nowhere else: consumers read fields (``LmEvalSettings
 .from_config(config).allow_code_execution``) instead of ``config[...].get(key, default)``.  ``from_config`` goes
-through :func:`unie.core.config.from_dict`, so an unknown key or a wrong type names its config key.
+through :func:`unie.core.options.from_dict`, so an unknown key or a wrong type names its config key.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..core.config import from_dict
+from ..core.options import from_dict
 
 
 @dataclass(frozen=True)
@@ -85,3 +85,11 @@ class WorkflowSettings:
 
 
 __all__ = ["EvaluatorSettings", "LmEvalSettings", "WorkflowSettings"]
+
+
+def runtime_at(minutes: int, attempt: int, cap: int | None) -> int:
+    """The Slurm runtime (minutes) of a job's ``attempt``: ``minutes`` x ``attempt`` (a job resubmitted after its
+    time limit asks for more; a training job resumes from its checkpoint), never above ``cap`` (``max_runtime``:
+    the partition's time limit, above which a job would stay pending forever)."""
+    value = int(minutes) * max(1, int(attempt))
+    return value if cap is None else min(value, int(cap))

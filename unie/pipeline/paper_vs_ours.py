@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from .report import _write_text
+from .tables_figures import _write_text
 
 
 def paper_vs_ours(values, table_csvs: dict, *, profile: str, evaluators: list[str], steps: list[int],

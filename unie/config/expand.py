@@ -1,0 +1,327 @@
+"""The resolved config's derived facts: the sampling runs Figures 2 and 3 add, and what each model is.
+
+:func:`expand_config` adds Figures 2 and 3's generated sampling runs to ``config['sampling']['runs']`` (after
+:func:`check_fig2` and :func:`check_fig3`, the checks of the specs it expands, so that an error names the
+figure's key); the other functions read the resolved config for the rules and the checks
+(:mod:`unie.config.checks`): a run's step counts and sample count, which models are released or trained, where a
+released checkpoint is read, a model's kind, partners and Table 1 sources.  Every answer comes from what the
+registries record, not from a hand-kept table of names.
+"""
+
+from __future__ import annotations
+
+from ..core.options import from_dict, key_error
+
+
+def fill_registries() -> None:
+    """Import the modules that register the methods, samplers, energies, backbones, DLLM samplers and Gen-PPL
+    evaluators that a config names (the checks read the registries, not a list of names)."""
+    from .. import dllm, energy, methods, models  # noqa: F401
+    from ..eval import genppl  # noqa: F401
+
+
+def run_n_samples(config: dict, run: str) -> int:
+    return config["sampling"]["runs"][run].get("n_samples", config["sampling"]["n_samples"])
+
+
+def run_steps(config: dict, run: str) -> list[int]:
+    """The step counts of a sampling run: ``[L]`` for samplers that always take ``L`` steps (AR, data)."""
+    from ..core.registry import SAMPLERS
+
+    spec = config["sampling"]["runs"][run]
+    if SAMPLERS[spec["sampler"]].fixed_steps:
+        return [config["data"]["seq_len"]]
+    return list(spec.get("steps", config["sampling"]["steps"]))
+
+
+DEFAULT_SELECTION = "argmin"  # Algorithm 2 as the paper writes it (EnergyOptions.selection's default)
+
+
+def fig2_curves(fig: dict) -> dict:
+    """Figure 2's energy curves: label -> ``{energy, selection}``.  ``figures.fig2_ablation.energies`` maps a
+    label to an energy name (selection ``argmin``, the paper's rule) or to ``{energy, selection}`` (e.g. Uni-E
+    with ``resample``, EDLM's own rule, beside it)."""
+    out = {}
+    for label, e in fig["energies"].items():
+        e = {"energy": e} if isinstance(e, str) else dict(e)
+        out[label] = {"energy": e.get("energy"), "selection": e.get("selection", DEFAULT_SELECTION)}
+    return out
+
+
+def _run_suffix(selection: str) -> str:
+    """A generated run's name suffix for its selection rule: none for ``argmin`` (the names runs always had)."""
+    return "" if selection == DEFAULT_SELECTION else f"_{selection}"
+
+
+def _selection_option(selection: str) -> dict:
+    """A generated run's ``selection`` option: written only when it is not the default ``argmin``, so that the
+    generated argmin runs keep the exact spec (the rules' params) they always had and an existing result tree is
+    not resampled for nothing; the samples' metadata records the resolved rule either way."""
+    return {} if selection == DEFAULT_SELECTION else {"selection": selection}
+
+
+def _fig2_spec(fig: dict, curve: dict, context: str) -> dict:
+    models = {"dlm": fig["dlm"]} if context == "exact" else {"dlm": fig["dlm"], "proxy": fig["proxy"]}
+    return {"sampler": "energy", "models": models,
+            "options": {"energy": curve["energy"], "K": fig["K"], "w": fig["w"], "ar_context": context,
+                        **_selection_option(curve["selection"])}}
+
+
+def _resolved(spec: dict):
+    """A run's identity for reuse: its sampler, models and its options resolved by the sampler's options class
+    (defaults filled in, so ``selection: argmin`` written out or left to its default is the same run)."""
+    import dataclasses
+
+    from ..core.registry import SAMPLERS
+
+    entry = SAMPLERS.get(spec.get("sampler"))
+    options = spec.get("options", {}) or {}
+    if entry is not None:
+        try:
+            options = dataclasses.asdict(entry.options(options))
+        except (ValueError, TypeError):  # an invalid run is reported by check_config, by its key
+            pass
+    return spec.get("sampler"), spec.get("models", {}) or {}, options
+
+
+def _same_run(own: dict, spec: dict) -> str | None:
+    """The first configured run whose sampler, models and resolved options are ``spec``'s."""
+    want = _resolved(spec)
+    same = [n for n, r in own.items() if _resolved(r) == want]
+    return same[0] if same else None
+
+
+def fig2_runs(config: dict) -> dict:
+    """Figure 2's sampling run per curve: context -> curve label -> run name.  A curve whose sampler, models and
+    resolved options are those of a configured run (e.g. Uni-E with the mask-aware proxy and ``argmin`` = Table 2's
+    Uni-EDLM-AR) reuses that run's samples; the others get a generated run ``fig2_{energy}_{context}``, with
+    ``_{selection}`` appended for a rule other than ``argmin`` (``fig2_uni_masked_resample``)."""
+    fig = config.get("figures", {}).get("fig2_ablation")
+    if not fig:
+        return {}
+    own = {name: spec for name, spec in config["sampling"]["runs"].items() if not name.startswith(("fig2_", "fig3_"))}
+    out = {}
+    for context in fig["contexts"]:
+        for label, curve in fig2_curves(fig).items():
+            spec = _fig2_spec(fig, curve, context)
+            out.setdefault(context, {})[label] = _same_run(own, spec) or \
+                f"fig2_{curve['energy']}_{context}{_run_suffix(curve['selection'])}"
+    return out
+
+
+def _fig3_spec(fig: dict, K: int, w: float, energy: dict | None = None) -> dict:
+    e = energy or {"energy": fig["energy"], "ar_context": fig["ar_context"], "proxy": fig["proxy"],
+                   "selection": fig.get("selection", DEFAULT_SELECTION)}
+    return {"sampler": "energy", "models": {"dlm": fig["dlm"], "proxy": e["proxy"]},
+            "options": {"energy": e["energy"], "K": K, "w": w, "ar_context": e["ar_context"],
+                        **_selection_option(e.get("selection", DEFAULT_SELECTION))}}
+
+
+def fig3_runs(config: dict) -> dict:
+    """Figure 3's sampling run per point: ``{"k": {K: run}, "w": {w: run}, "tradeoff": {label: run}}``.
+
+    Panels 1-2 vary K (at the default w) and w (at the default K) of Uni-EDLM-AR; panels 3-4 put the AR and MDLM
+    runs (``baselines``) beside EDLM-AR (``edlm``: Ind-E with its proxy, context and selection rule, at the same K
+    and w) and Uni-EDLM-AR at the default K and w.  A point whose spec equals a configured run's reuses it (w = 1,
+    K = 2 is Table 2's Uni-EDLM-AR); the others get ``fig3_{energy}_k{K}_w{100 w}``, with ``_{selection}``
+    appended for a rule other than ``argmin`` (``fig3_ind_k2_w20_resample``)."""
+    fig = config.get("figures", {}).get("fig3_tradeoff")
+    if not fig:
+        return {}
+    own = {name: spec for name, spec in config["sampling"]["runs"].items() if not name.startswith(("fig2_", "fig3_"))}
+
+    def name(K, w, energy=None):
+        spec = _fig3_spec(fig, K, w, energy)
+        o = spec["options"]
+        return _same_run(own, spec) or \
+            f"fig3_{o['energy']}_k{K}_w{round(100 * w)}{_run_suffix(o.get('selection', DEFAULT_SELECTION))}"
+
+    K, w = fig["K"], fig["w"]
+    return {"k": {k: name(k, w) for k in fig["Ks"]}, "w": {v: name(K, v) for v in fig["ws"]},
+            "tradeoff": {**fig["baselines"], fig["edlm"]["label"]: name(K, w, fig["edlm"]),
+                         fig["label"]: name(K, w)}}
+
+
+def figure_runs(config: dict) -> dict:
+    """The sampling runs Figures 2 and 3 add (``fig2_{energy}_{context}``, ``fig3_{energy}_k{K}_w{100 w}``),
+    generated from their compact specs."""
+    fig = config.get("figures", {}).get("fig2_ablation")
+    fig3 = config.get("figures", {}).get("fig3_tradeoff")
+    runs = {}
+    if fig3:
+        panels = fig3_runs(config)
+        points = [(k, fig3["w"], None) for k in fig3["Ks"]] + [(fig3["K"], v, None) for v in fig3["ws"]]
+        points.append((fig3["K"], fig3["w"], fig3["edlm"]))
+        names = [*panels["k"].values(), *panels["w"].values(), panels["tradeoff"][fig3["edlm"]["label"]]]
+        for (K, w, energy), name in zip(points, names):
+            if name.startswith("fig3_"):
+                spec = _fig3_spec(fig3, K, w, energy)
+                if "n_samples" in fig3:
+                    spec["n_samples"] = fig3["n_samples"]
+                runs[name] = spec
+    if not fig:
+        return runs
+    curves = fig2_curves(fig)
+    for context, by_label in fig2_runs(config).items():
+        for label, name in by_label.items():
+            if name.startswith("fig2_"):
+                spec = _fig2_spec(fig, curves[label], context)
+                if "n_samples" in fig:
+                    spec["n_samples"] = fig["n_samples"]
+                runs[name] = spec
+    return runs
+
+
+def check_fig3(config: dict) -> None:
+    """Figure 3's cross-checks, before its runs are generated (so the error names its key)."""
+    from ..core.registry import ENERGIES
+    from ..energy.energies import SELECTIONS
+
+    fig3 = config.get("figures", {}).get("fig3_tradeoff")
+    if fig3:
+        if fig3["evaluator"] not in config["genppl"]["evaluators"]:
+            key_error("figures.fig3_tradeoff.evaluator", f"unknown evaluator {fig3['evaluator']!r}")
+        if fig3["K"] not in fig3["Ks"] or fig3["w"] not in fig3["ws"]:
+            key_error("figures.fig3_tradeoff", f"the default K={fig3['K']} and w={fig3['w']} must be among Ks and ws")
+        for label, run in fig3["baselines"].items():
+            if run not in config["sampling"]["runs"]:
+                key_error(f"figures.fig3_tradeoff.baselines.{label}", f"unknown sampling run {run!r}")
+        for key, e in (("energy", fig3["energy"]), ("edlm.energy", fig3["edlm"]["energy"])):
+            if e not in ENERGIES:
+                key_error(f"figures.fig3_tradeoff.{key}", ENERGIES.unknown_message(e))
+        for key, sel in (("selection", fig3.get("selection")), ("edlm.selection", fig3["edlm"].get("selection"))):
+            if sel is not None and sel not in SELECTIONS:
+                key_error(f"figures.fig3_tradeoff.{key}", f"unknown selection {sel!r}; known: {', '.join(SELECTIONS)}")
+
+
+def check_fig2(config: dict) -> None:
+    """Figure 2's curves, before its runs are generated (so the error names its key): each
+    ``figures.fig2_ablation.energies.<label>`` is a registered energy, or ``{energy, selection}`` with a known
+    selection rule (:data:`unie.energy.energies.SELECTIONS`)."""
+    from ..core.registry import ENERGIES
+    from ..energy.energies import SELECTIONS
+
+    fig = config.get("figures", {}).get("fig2_ablation")
+    if not fig:
+        return
+    for label, e in fig["energies"].items():
+        key = f"figures.fig2_ablation.energies.{label}"
+        if not isinstance(e, (str, dict)):
+            key_error(key, f"an energy name or {{energy, selection}}, got {e!r}")
+        if isinstance(e, dict):
+            extra = sorted(set(e) - {"energy", "selection"})
+            if extra:
+                key_error(f"{key}.{extra[0]}", "unknown key; allowed: energy, selection")
+            if e.get("selection", DEFAULT_SELECTION) not in SELECTIONS:
+                key_error(f"{key}.selection", f"unknown selection {e['selection']!r}; known: {', '.join(SELECTIONS)}")
+            e = e.get("energy")
+        if e not in ENERGIES:
+            key_error(f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}", ENERGIES.unknown_message(e))
+
+
+def expand_config(config: dict) -> None:
+    """Add generated sampling runs (Figures 2 and 3) to ``config['sampling']['runs']`` in place."""
+    fill_registries()
+
+    check_fig2(config)
+    check_fig3(config)
+    for name, spec in figure_runs(config).items():
+        if name in config["sampling"]["runs"] and config["sampling"]["runs"][name] != spec:
+            key_error(f"sampling.runs.{name}", "this name is reserved for a run generated from figures.fig2_ablation "
+                 "or figures.fig3_tradeoff")
+        config["sampling"]["runs"][name] = spec
+
+
+def released_models(config: dict) -> dict[str, dict]:
+    """Model name -> its ``source`` (a released checkpoint imported by rule ``import_released``, not trained)."""
+    return {name: spec["source"] for name, spec in config["models"].items() if spec.get("source")}
+
+
+def trained_models(config: dict) -> list[str]:
+    return [name for name, spec in config["models"].items() if not spec.get("source")]
+
+
+def source_format(source: dict) -> str:
+    """``hf`` (an HF folder) or ``ckpt`` (a Lightning checkpoint file)."""
+    if source.get("hf_id"):
+        return "hf"
+    if source.get("standin"):
+        return "ckpt" if source["standin"] == "ckpt" else "hf"
+    return "ckpt" if str(source.get("path", "")).endswith(".ckpt") else "hf"
+
+
+def source_path(name: str, source: dict, run_dir: str = ".") -> str:
+    """Where the import reads model ``name``'s released checkpoint: the download folder of ``hf_id``
+    (``resources/released/NAME``, shared by every run), the stand-in the workflow writes in the run's directory
+    ``run_dir`` (``RUN_DIR/resources/standins/NAME[/KIND.ckpt]``), or ``path`` as given."""
+    import os
+
+    if source.get("hf_id"):
+        return f"resources/released/{name}"
+    if source.get("standin"):
+        folder = os.path.normpath(os.path.join(run_dir, "resources", "standins", name))
+        return f"{folder}/{source['kind']}.ckpt" if source["standin"] == "ckpt" else folder
+    return str(source["path"])
+
+
+def dit_root(config: dict, name: str) -> str | None:
+    """The released model at the root of model ``name``'s ``init_from`` chain, if any (the model is then a DiT)."""
+    seen = set()
+    while name is not None and name not in seen:
+        seen.add(name)
+        spec = config["models"].get(name, {})
+        if spec.get("source"):
+            return name
+        name = spec.get("init_from")
+    return None
+
+
+def is_dit_model(config: dict, name: str) -> bool:
+    return dit_root(config, name) is not None
+
+
+def method_options(config: dict, name: str):
+    """The checked options object of model ``name`` (its method's ``Options`` dataclass)."""
+    from ..core.registry import METHODS
+
+    spec = config["models"][name]
+    return from_dict(METHODS[spec["method"]].Options, spec.get("options", {}), f"config key 'models.{name}.options'")
+
+
+def model_kind(config: dict, name: str) -> str:
+    """What model ``name`` is to a sampler role: ``absorbing``, ``ar``, ``sedd``, ``duo``, ``bd3lm``, ``ebm``."""
+    from ..core.registry import METHODS
+
+    return METHODS[config["models"][name]["method"]].kind(method_options(config, name))
+
+
+def partner_models(config: dict, name: str) -> dict[str, str]:
+    """The frozen models model ``name`` trains against (NCE's proxy or DLM): role -> model name."""
+    from ..core.registry import METHODS
+
+    cls = METHODS[config["models"][name]["method"]]
+    return {role: partner for role, (partner, _) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items()}
+
+
+def selects_on_dev(config: dict, name: str) -> bool:
+    """Whether model ``name``'s method selects its checkpoint on the dev split (``dev_metrics``)."""
+    from ..core.registry import METHODS
+
+    return hasattr(METHODS[config["models"][name]["method"]], "dev_metrics")
+
+
+def has_likelihood(config: dict, name: str) -> bool:
+    from ..core.registry import METHODS
+
+    return bool(getattr(METHODS[config["models"][name]["method"]], "has_likelihood", False))
+
+
+def likelihood_sources(config: dict) -> dict[str, str]:
+    """Every name a Table 1 row may use -> its kind: ``exact``, ``model`` or ``energy``."""
+    out = {"exact": "exact"}
+    for name in config["models"]:
+        if has_likelihood(config, name):
+            out[name] = "model"
+    for name in config.get("likelihood", {}):
+        out[name] = "energy"
+    return out
