@@ -92,7 +92,7 @@ def hf_offline(monkeypatch, tmp_path):
 
 @pytest.fixture
 def fake_torchrun(monkeypatch):
-    """``subprocess.Popen`` replaced for :func:`unie.pipeline.launch.run_ranks`: the returned class records each
+    """``subprocess.Popen`` replaced for :func:`unie.core.ranks.run_ranks`: the returned class records each
     launch in ``launched`` as ``(cmd, the ARGS.json it names, OMP_NUM_THREADS)``, calls ``on_launch(args)`` if set,
     prints ``says`` as the ranks' output and exits with ``rc``."""
 
