@@ -9,9 +9,25 @@ config (which models are released, a model's kind, the runs the figures add) are
 
 from __future__ import annotations
 
-from ..core.options import ConfigError, from_dict, key_error
+import dataclasses
+
+from ..core.options import ConfigError, ModelConfig, TrainConfig, from_dict, key_error
+from ..core.registry import DLLM_SAMPLERS, ENERGIES, EVALUATORS, METHODS, SAMPLERS
+from ..data.dllm_format import LAYOUTS
+from ..data.tasks import TASKS
+from ..data.toy_world import DOMAINS
+from ..dllm.backbone import DecodeOptions
+from ..dllm.decoder import check_proxy, unread_keys
+from ..dllm.rows import map_points, row_sampler, sweep_points
+from ..energy.energies import AR_CONTEXTS
+from ..eval.local_tasks import BUILTIN_UNSAFE, LOCAL_KINDS, LOCAL_SPEC_KEYS
+from ..methods.released_methods import GPT2_MASKED
+from ..models.dit import DIT_ARCH_KEYS
+from ..models.released import SOURCES
+from ..models.standins import FORMATS
 from .expand import (check_fig2, dit_root, fill_registries, has_likelihood, is_dit_model, likelihood_sources,
                      method_options, model_kind, released_models, source_format)
+from .settings import LmEvalSettings
 
 
 def _options(cls, d: dict | None, key: str):
@@ -29,8 +45,6 @@ def check_arch_train(spec: dict, where: str) -> None:
     """A model's ``arch`` and ``train`` blocks against :class:`~unie.core.options.ModelConfig` and
     :class:`~unie.core.options.TrainConfig` (the single home of their keys, types and defaults): an unknown key, a
     wrong type or a value the dataclass refuses names its config key, before any job starts."""
-    from ..core.options import ModelConfig, TrainConfig
-
     _options(TrainConfig, spec["train"], f"{where}.train")
     arch = dict(spec["arch"])
     for key in ("d_model", "n_layers", "n_heads"):
@@ -38,7 +52,8 @@ def check_arch_train(spec: dict, where: str) -> None:
             key_error(f"{where}.arch", f"missing {key!r} (a model trained from scratch states its size)")
     for fixed in ("vocab_size", "max_len", "causal"):  # set by the workflow from the tokenizer, data and method
         if fixed in arch:
-            key_error(f"{where}.arch.{fixed}", "is set by the workflow (tokenizer, data.seq_len, method), not the config")
+            key_error(f"{where}.arch.{fixed}",
+                      "is set by the workflow (tokenizer, data.seq_len, method), not the config")
     d, h = arch.get("d_model", 0), arch.get("n_heads", 1)
     if isinstance(d, int) and isinstance(h, int) and h > 0 and (d % h or (d // h) % 2):
         key_error(f"{where}.arch", f"d_model={d} must be divisible by n_heads={h} into an even head size")
@@ -57,10 +72,6 @@ def check_sources(config: dict) -> None:
     """Each ``models.NAME.source``: a known kind of the model's method, exactly one of ``path``, ``hf_id`` or
     ``standin`` in a format the authors publish, the custom-code grant where the HF folder needs it, no ``train``,
     ``arch`` or ``init_from`` (the weights are the release's), a tokenizer of the release's layout."""
-    from ..methods.released_methods import GPT2_MASKED
-    from ..models.released import SOURCES
-    from ..models.standins import FORMATS
-
     for name, source in released_models(config).items():
         where = f"models.{name}.source"
         spec = config["models"][name]
@@ -77,39 +88,40 @@ def check_sources(config: dict) -> None:
         given = [k for k in ("path", "hf_id", "standin") if source.get(k)]
         if len(given) != 1:
             key_error(where, f"give exactly one of path (a local HF folder or .ckpt), hf_id (downloaded) or standin "
-                        f"(a tiny stand-in the workflow writes), got {given or 'none'}")
+                             f"(a tiny stand-in the workflow writes), got {given or 'none'}")
         fmt = source_format(source)
         if source.get("standin"):
             std = FORMATS[kind]
             if source["standin"] not in std:
-                key_error(f"{where}.standin", f"a {kind} stand-in is written as {' or '.join(std)}, not {source['standin']!r}")
+                key_error(f"{where}.standin",
+                          f"a {kind} stand-in is written as {' or '.join(std)}, not {source['standin']!r}")
         elif fmt not in SOURCES[kind].formats:
             key_error(where, f"{kind} is published as {' or '.join(SOURCES[kind].formats)} only "
-                        f"({SOURCES[kind].identifier}), not as {'an HF folder' if fmt == 'hf' else 'a .ckpt'}")
+                             f"({SOURCES[kind].identifier}), not as {'an HF folder' if fmt == 'hf' else 'a .ckpt'}")
         if kind in CUSTOM_CODE_KINDS and fmt == "hf" and source.get("trust_remote_code") is not True:
             key_error(f"{where}.trust_remote_code", f"the released {kind} HF folder names custom code (auto_map); set "
-                 "trust_remote_code: true to load it (our own DiT reads its weights, its code is never run)")
+                      "trust_remote_code: true to load it (our own DiT reads its weights, its code is never run)")
         for key in ("train", "arch", "init_from"):
             if spec.get(key) is not None:
                 key_error(f"models.{name}.{key}", "a model with a `source` is the released checkpoint: it is imported, "
-                                             "not trained (drop the key, or drop `source` to train it)")
+                                                  "not trained (drop the key, or drop `source` to train it)")
         info = source.get("tokenizer_info")
         if info is not None:
             bad = sorted(set(info) - {"vocab_size", "mask_id", "bos_id", "eos_id"})
             if bad:
-                key_error(f"{where}.tokenizer_info.{bad[0]}", "unknown key; allowed: vocab_size, mask_id, bos_id, eos_id")
+                key_error(f"{where}.tokenizer_info.{bad[0]}",
+                          "unknown key; allowed: vocab_size, mask_id, bos_id, eos_id")
         elif not source.get("standin") and (config["tokenizer"].get("kind") != "hf"
                                             or config["tokenizer"].get("path") not in ("gpt2", "openai-community/gpt2")):
             key_error(where, f"a released {kind} checkpoint reads GPT-2 + the appended mask ({GPT2_MASKED}): set "
-                        "tokenizer: {kind: hf, path: gpt2}, or state the checkpoint's layout in source.tokenizer_info")
+                             "tokenizer: {kind: hf, path: gpt2}, or state the checkpoint's layout in "
+                             "source.tokenizer_info")
 
 
 def check_config(config: dict) -> None:
     """Raise :class:`ConfigError` naming the key for any dangling reference, unknown name or bad option."""
     fill_registries()
 
-    from ..core.registry import ENERGIES, EVALUATORS, METHODS, SAMPLERS
-    from ..energy.energies import AR_CONTEXTS
 
     data = config["data"]
     toy = data["source"] == "toy"
@@ -117,8 +129,6 @@ def check_config(config: dict) -> None:
     if data["train_domain"] not in data["domains"]:
         key_error("data.train_domain", f"{data['train_domain']!r} is not in data.domains {data['domains']}")
     if toy:
-        from ..data.toy_world import DOMAINS
-
         for i, d in enumerate(data["domains"]):
             if d not in DOMAINS:
                 key_error(f"data.domains[{i}]", f"unknown toy-world domain {d!r}; known: {', '.join(DOMAINS)}")
@@ -142,7 +152,7 @@ def check_config(config: dict) -> None:
         method_options(config, name)
         if (spec.get("options") or {}).get("chunk_bos") and not data.get("chunk_specials", True):
             key_error(f"models.{name}.options.chunk_bos", "reads chunks that begin with their own BOS: it needs "
-                                                     "data.chunk_specials: true")
+                                                          "data.chunk_specials: true")
         if spec.get("init_from") is not None and spec["init_from"] not in models:
             key_error(f"models.{name}.init_from", f"unknown model {spec['init_from']!r}")
     check_sources(config)
@@ -152,18 +162,18 @@ def check_config(config: dict) -> None:
         if "train" not in spec:
             key_error(f"models.{name}", "a trained model needs `train` (or a `source`: a released checkpoint)")
         if is_dit_model(config, name):  # fine-tuned from a released checkpoint: its architecture
-            from ..models.dit import DIT_ARCH_KEYS
 
             extra = sorted(set(spec.get("arch") or {}) - set(DIT_ARCH_KEYS))
             if extra:
-                key_error(f"models.{name}.arch", f"{extra} cannot be set: the model is fine-tuned from the released "
-                     f"checkpoint of {dit_root(config, name)!r}, whose architecture it keeps (only {list(DIT_ARCH_KEYS)})")
-            from ..core.options import TrainConfig
+                key_error(f"models.{name}.arch",
+                          f"{extra} cannot be set: the model is fine-tuned from the released checkpoint of "
+                          f"{dit_root(config, name)!r}, whose architecture it keeps (only {list(DIT_ARCH_KEYS)})")
 
             _options(TrainConfig, spec["train"], f"models.{name}.train")
             continue
         if "arch" not in spec:
-            key_error(f"models.{name}", "a model trained from scratch needs `arch` (or a `source`: a released checkpoint)")
+            key_error(f"models.{name}",
+                      "a model trained from scratch needs `arch` (or a `source`: a released checkpoint)")
         check_arch_train(spec, f"models.{name}")
     kinds = {name: model_kind(config, name) for name in models}
     for name, spec in models.items():
@@ -171,7 +181,7 @@ def check_config(config: dict) -> None:
         for role, (partner, accepted) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items():
             if partner not in models or kinds[partner] not in accepted:
                 key_error(f"models.{name}.options.{role}",
-                     f"{partner!r} is not a defined model of kind {' or '.join(accepted)}")
+                          f"{partner!r} is not a defined model of kind {' or '.join(accepted)}")
 
     # -- sampling runs: registered sampler, its options, its model roles and their kinds
     runs = config["sampling"]["runs"]
@@ -191,13 +201,14 @@ def check_config(config: dict) -> None:
         for role, model in named.items():
             if role not in entry.roles:
                 key_error(f"sampling.runs.{name}.models.{role}",
-                     f"sampler {entry.name!r} takes the roles {', '.join(entry.roles) or 'none'}")
+                          f"sampler {entry.name!r} takes the roles {', '.join(entry.roles) or 'none'}")
             if model not in models:
-                key_error(f"sampling.runs.{name}.models.{role}", f"unknown model {model!r}; defined: {', '.join(models)}")
+                key_error(f"sampling.runs.{name}.models.{role}",
+                          f"unknown model {model!r}; defined: {', '.join(models)}")
             if kinds[model] not in entry.roles[role]:
                 key_error(f"sampling.runs.{name}.models.{role}",
-                     f"{model!r} (method {models[model]['method']!r}, a {kinds[model]} model) cannot be the "
-                     f"{entry.name} sampler's {role}; it takes {' or '.join(entry.roles[role])}")
+                          f"{model!r} (method {models[model]['method']!r}, a {kinds[model]} model) cannot be the "
+                          f"{entry.name} sampler's {role}; it takes {' or '.join(entry.roles[role])}")
         for role in entry.required_roles(opts):
             if role not in named:
                 key_error(f"sampling.runs.{name}.models", f"the {entry.name} sampler needs a {role!r} model")
@@ -234,13 +245,13 @@ def check_config(config: dict) -> None:
         if ENERGIES[spec["energy"]].scorer == "ebm":
             if spec.get("ebm") not in models or kinds[spec["ebm"]] != "ebm":
                 key_error(f"likelihood.{name}.ebm", f"{spec.get('ebm')!r} is not a defined energy network "
-                     "(a model trained with nce, train: energy_net)")
+                          "(a model trained with nce, train: energy_net)")
             if ctx is not None or spec.get("proxy") is not None:
                 key_error(f"likelihood.{name}", "energy 'ebm' takes no proxy and no ar_context")
             continue
         if ctx == "teacher_forced":
             key_error(f"likelihood.{name}.ar_context", "a likelihood needs log p_AR(xt), which teacher forcing cannot "
-                 "compute; 'teacher_forced_carry_over' is EDLM's CoAR estimator (its plug-in)")
+                      "compute; 'teacher_forced_carry_over' is EDLM's CoAR estimator (its plug-in)")
         if ctx not in AR_CONTEXTS:
             key_error(f"likelihood.{name}.ar_context", f"unknown ar_context {ctx!r}; known: {', '.join(AR_CONTEXTS)}")
         if ctx == "exact":
@@ -277,19 +288,9 @@ def check_dllm(config: dict) -> None:
     """Cross-checks of ``config['dllm']`` (Table 3), before any job: task names, methods and their options,
     ``init_from`` targets, rows' models and proxies, decoding and energy options, Hugging Face rows'
     ``trust_remote_code``.  Each error names its key."""
-    import dataclasses
-
-    from ..core.registry import DLLM_SAMPLERS, METHODS
-    from ..data.dllm_format import LAYOUTS
-    from ..data.tasks import TASKS
-    from ..dllm.backbone import DecodeOptions
-    from ..dllm.decoder import check_proxy, unread_keys
-    from ..dllm.rows import row_sampler
-
     d = config.get("dllm")
     if not d:
         return
-    from .settings import LmEvalSettings
 
     lm_eval = LmEvalSettings.from_config(config)
     toy_tasks = lm_eval.task_source == "toy"
@@ -299,19 +300,20 @@ def check_dllm(config: dict) -> None:
         if not toy_tasks:
             for key in ("metrics", "columns"):
                 if t not in d["tasks"].get(key, {}):
-                    key_error(f"dllm.tasks.{key}", f"built-in task {t!r} needs an entry (its lm-eval result key / column)")
+                    key_error(f"dllm.tasks.{key}",
+                              f"built-in task {t!r} needs an entry (its lm-eval result key / column)")
     local = d["tasks"].get("local", {})
     if local and toy_tasks:
         key_error("dllm.tasks.local", "local paper tasks belong to the built-in source (dllm.tasks.source: builtin)")
     for t in local:
         if t not in d["tasks"]["names"]:
             key_error(f"dllm.tasks.local.{t}", f"{t!r} is written but not evaluated: add it to dllm.tasks.names")
-    from ..eval.local_tasks import BUILTIN_UNSAFE, LOCAL_KINDS, LOCAL_SPEC_KEYS
 
     unsafe = [t for t, spec in local.items() if LOCAL_KINDS.get(spec.get("kind"), {}).get("unsafe_code", True)]
     unsafe += [t for t in d["tasks"]["names"] if not toy_tasks and t in BUILTIN_UNSAFE]
     if unsafe and not lm_eval.allow_code_execution:
-        key_error("dllm.tasks.allow_code_execution", f"{unsafe} execute model-written code; set it to true to grant that")
+        key_error("dllm.tasks.allow_code_execution",
+                  f"{unsafe} execute model-written code; set it to true to grant that")
     for t, spec in local.items():
         options = LOCAL_KINDS.get(spec.get("kind"), {}).get("options", ())
         foreign = sorted(set(spec) - set(LOCAL_SPEC_KEYS) - set(options))
@@ -363,7 +365,7 @@ def check_dllm(config: dict) -> None:
         unknown = sorted(set(opts) - dec_fields - s_fields - {"seed", "mc_num", "sampler"})
         if unknown:
             key_error(f"{where}.options", f"unknown option(s) {unknown} for DLLM sampler {sampler!r}; decoding: "
-                                     f"{sorted(dec_fields)}, {sampler}: {sorted(s_fields)}")
+                                          f"{sorted(dec_fields)}, {sampler}: {sorted(s_fields)}")
         try:
             check_proxy(sampler, bool(row.get("proxy")))
         except ConfigError as e:
@@ -381,13 +383,14 @@ def check_dllm(config: dict) -> None:
             key_error(f"dllm.rows.{name}.delta_to", f"unknown row {row['delta_to']!r}")
         if row.get("delta_to") and not row.get("appendix_only") and d["rows"][row["delta_to"]].get("appendix_only"):
             key_error(f"dllm.rows.{name}.delta_to", f"row {row['delta_to']!r} is appendix_only, so Table 3 (which this "
-                 "row is in) has no backbone to take its delta to")
+                      "row is in) has no backbone to take its delta to")
         if row.get("selection_table"):
             backbone = d["rows"].get(row.get("delta_to"), {})
             if not row.get("delta_to") or backbone.get("appendix_only") or backbone.get("selection_table"):
                 key_error(f"dllm.rows.{name}.delta_to", "a selection_table row needs delta_to: a Table 3 backbone")
             if row_sampler(row) != "energy":
-                key_error(f"dllm.rows.{name}.options", "a selection_table row is an Algorithm 3 row (give it an energy)")
+                key_error(f"dllm.rows.{name}.options",
+                          "a selection_table row is an Algorithm 3 row (give it an energy)")
     check_sweeps(d, check_row)
     check_map(d, check_row, toy_tasks)
 
@@ -399,14 +402,12 @@ def check_map(d: dict, check_row, toy_tasks: bool) -> None:
     """``dllm.map`` (the proxy-strength map, beyond the paper): toy tasks of ``dllm.tasks.names`` (the oracle knows
     only their answers), backbones that are DLLMs of ``dllm.models``, proxies that are its ARs or the oracle, and
     every point a valid row (``check_row``)."""
-    from ..dllm.rows import map_points
-
     m = d.get("map")
     if not m:
         return
     if not toy_tasks:
-        key_error("dllm.map", "the proxy-strength map needs the toy tasks (its oracle knows their answers); drop it with "
-                         "exclude: {dllm: {map: true}}")
+        key_error("dllm.map", "the proxy-strength map needs the toy tasks (its oracle knows their answers); drop it "
+                              "with exclude: {dllm: {map: true}}")
     for i, t in enumerate(m["tasks"]):
         if t not in d["tasks"]["names"]:
             key_error(f"dllm.map.tasks[{i}]", f"{t!r} is not in dllm.tasks.names")
@@ -417,7 +418,7 @@ def check_map(d: dict, check_row, toy_tasks: bool) -> None:
     for p, spec in m["proxies"].items():
         if spec["model"] != MAP_ORACLE and models.get(spec["model"], {}).get("method") != "ar":
             key_error(f"dllm.map.proxies.{p}.model", f"{spec['model']!r} is neither an AR of dllm.models nor "
-                                                f"{MAP_ORACLE!r}")
+                                                     f"{MAP_ORACLE!r}")
     for b in m["backbones"]:
         for point in map_points(d, b):
             check_row(f"dllm.map ({point['name']})", point["row"], oracle=MAP_ORACLE)
@@ -426,8 +427,6 @@ def check_map(d: dict, check_row, toy_tasks: bool) -> None:
 def check_sweeps(d: dict, check_row) -> None:
     """``dllm.sweeps`` (Figure 4, the appendix k/w tables): a known task, every curve a valid row, one varied
     option per curve, and every point's options valid (``check_row`` on the row each point runs)."""
-    from ..dllm.rows import sweep_points
-
     sweeps = d.get("sweeps")
     if not sweeps:
         return
@@ -437,6 +436,7 @@ def check_sweeps(d: dict, check_row) -> None:
         for curve, spec in curves.items():
             vary = spec.get("vary", {})
             if len(vary) != 1 or not all(isinstance(v, list) and v for v in vary.values()):
-                key_error(f"dllm.sweeps.sets.{sweep}.{curve}.vary", "needs exactly one option with a non-empty list of values")
+                key_error(f"dllm.sweeps.sets.{sweep}.{curve}.vary",
+                          "needs exactly one option with a non-empty list of values")
         for point in sweep_points(d, sweep):
             check_row(f"dllm.sweeps.sets.{sweep}.{point['curve']} ({point['key']}={point['value']})", point["row"])

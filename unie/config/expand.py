@@ -10,7 +10,12 @@ registries record, not from a hand-kept table of names.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 from ..core.options import from_dict, key_error
+from ..core.registry import ENERGIES, METHODS, SAMPLERS
+from ..energy.energies import SELECTIONS
 
 
 def fill_registries() -> None:
@@ -26,8 +31,6 @@ def run_n_samples(config: dict, run: str) -> int:
 
 def run_steps(config: dict, run: str) -> list[int]:
     """The step counts of a sampling run: ``[L]`` for samplers that always take ``L`` steps (AR, data)."""
-    from ..core.registry import SAMPLERS
-
     spec = config["sampling"]["runs"][run]
     if SAMPLERS[spec["sampler"]].fixed_steps:
         return [config["data"]["seq_len"]]
@@ -70,10 +73,6 @@ def _fig2_spec(fig: dict, curve: dict, context: str) -> dict:
 def _resolved(spec: dict):
     """A run's identity for reuse: its sampler, models and its options resolved by the sampler's options class
     (defaults filled in, so ``selection: argmin`` written out or left to its default is the same run)."""
-    import dataclasses
-
-    from ..core.registry import SAMPLERS
-
     entry = SAMPLERS.get(spec.get("sampler"))
     options = spec.get("options", {}) or {}
     if entry is not None:
@@ -174,9 +173,6 @@ def figure_runs(config: dict) -> dict:
 
 def check_fig3(config: dict) -> None:
     """Figure 3's cross-checks, before its runs are generated (so the error names its key)."""
-    from ..core.registry import ENERGIES
-    from ..energy.energies import SELECTIONS
-
     fig3 = config.get("figures", {}).get("fig3_tradeoff")
     if fig3:
         if fig3["evaluator"] not in config["genppl"]["evaluators"]:
@@ -198,9 +194,6 @@ def check_fig2(config: dict) -> None:
     """Figure 2's curves, before its runs are generated (so the error names its key): each
     ``figures.fig2_ablation.energies.<label>`` is a registered energy, or ``{energy, selection}`` with a known
     selection rule (:data:`unie.energy.energies.SELECTIONS`)."""
-    from ..core.registry import ENERGIES
-    from ..energy.energies import SELECTIONS
-
     fig = config.get("figures", {}).get("fig2_ablation")
     if not fig:
         return
@@ -216,7 +209,8 @@ def check_fig2(config: dict) -> None:
                 key_error(f"{key}.selection", f"unknown selection {e['selection']!r}; known: {', '.join(SELECTIONS)}")
             e = e.get("energy")
         if e not in ENERGIES:
-            key_error(f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}", ENERGIES.unknown_message(e))
+            key_error(f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}",
+                      ENERGIES.unknown_message(e))
 
 
 def expand_config(config: dict) -> None:
@@ -228,7 +222,7 @@ def expand_config(config: dict) -> None:
     for name, spec in figure_runs(config).items():
         if name in config["sampling"]["runs"] and config["sampling"]["runs"][name] != spec:
             key_error(f"sampling.runs.{name}", "this name is reserved for a run generated from figures.fig2_ablation "
-                 "or figures.fig3_tradeoff")
+                      "or figures.fig3_tradeoff")
         config["sampling"]["runs"][name] = spec
 
 
@@ -254,8 +248,6 @@ def source_path(name: str, source: dict, run_dir: str = ".") -> str:
     """Where the import reads model ``name``'s released checkpoint: the download folder of ``hf_id``
     (``resources/released/NAME``, shared by every run), the stand-in the workflow writes in the run's directory
     ``run_dir`` (``RUN_DIR/resources/standins/NAME[/KIND.ckpt]``), or ``path`` as given."""
-    import os
-
     if source.get("hf_id"):
         return f"resources/released/{name}"
     if source.get("standin"):
@@ -282,37 +274,27 @@ def is_dit_model(config: dict, name: str) -> bool:
 
 def method_options(config: dict, name: str):
     """The checked options object of model ``name`` (its method's ``Options`` dataclass)."""
-    from ..core.registry import METHODS
-
     spec = config["models"][name]
     return from_dict(METHODS[spec["method"]].Options, spec.get("options", {}), f"config key 'models.{name}.options'")
 
 
 def model_kind(config: dict, name: str) -> str:
     """What model ``name`` is to a sampler role: ``absorbing``, ``ar``, ``sedd``, ``duo``, ``bd3lm``, ``ebm``."""
-    from ..core.registry import METHODS
-
     return METHODS[config["models"][name]["method"]].kind(method_options(config, name))
 
 
 def partner_models(config: dict, name: str) -> dict[str, str]:
     """The frozen models model ``name`` trains against (NCE's proxy or DLM): role -> model name."""
-    from ..core.registry import METHODS
-
     cls = METHODS[config["models"][name]["method"]]
     return {role: partner for role, (partner, _) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items()}
 
 
 def selects_on_dev(config: dict, name: str) -> bool:
     """Whether model ``name``'s method selects its checkpoint on the dev split (``dev_metrics``)."""
-    from ..core.registry import METHODS
-
     return hasattr(METHODS[config["models"][name]["method"]], "dev_metrics")
 
 
 def has_likelihood(config: dict, name: str) -> bool:
-    from ..core.registry import METHODS
-
     return bool(getattr(METHODS[config["models"][name]["method"]], "has_likelihood", False))
 
 

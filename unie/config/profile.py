@@ -293,8 +293,6 @@ def coerce_cli_config(config: dict, cli: dict) -> None:
     Each string leaf that came from the command line (``cli``, the parsed ``--config``) becomes what YAML makes of
     it when that is a number, a boolean or null (``'30'`` -> 30, ``'true'`` -> True), else stays a string
     (``'a100'``); values from the config files are left as they are."""
-    import yaml
-
     def coerce(value):
         try:
             parsed = yaml.safe_load(value)
