@@ -542,7 +542,7 @@ def test_an_input_error_on_a_torchrun_rank_reaches_the_console_as_one_line(tmp_p
 
     from unie.core import ranks
     from unie.pipeline import launch
-    from unie.pipeline.rule import operator_errors
+    from unie.core.errors import OPERATOR_ERRORS
 
     args_file = tmp_path / "args.json"
     args_file.write_text("{}")
@@ -573,7 +573,7 @@ def test_an_input_error_on_a_torchrun_rank_reaches_the_console_as_one_line(tmp_p
     monkeypatch.setattr(subprocess, "Popen", Ranks)
     with pytest.raises(ranks.RankError, match="^results/checkpoints/ar is in use by pid 7$") as e:
         launch.run_training("models", {"name": "ar"}, nproc=2, log=_quiet)
-    assert isinstance(e.value, operator_errors())
+    assert isinstance(e.value, OPERATOR_ERRORS)
 
 
 @pytest.mark.parametrize("change", ["partner", "dev split"])

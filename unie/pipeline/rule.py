@@ -81,13 +81,6 @@ class _Log:
         return getattr(self.f, name)
 
 
-def operator_errors() -> tuple[type, ...]:
-    """Errors that are the input's fault (a bad config, a missing or damaged file, a checkpoint in use:
-    :data:`unie.core.errors.OPERATOR_ERRORS`): a job that fails with one reports its one-line message on the
-    console; the traceback stays in the job's log."""
-    return OPERATOR_ERRORS
-
-
 def job_precision(snakemake) -> str:
     """The precision a rule's job runs its networks in (docs/precision.md): the rule's ``params.precision``, the
     workflow's :attr:`~unie.config.settings.WorkflowSettings.job_precision` (``fp32`` on a CPU) that
@@ -103,7 +96,7 @@ def job(snakemake, name: str | None = None):
     """Context for a rule's script: logs (stdout, stderr, logging) go to ``snakemake.log[0]``;
     torch uses the rule's threads.  Yields a ``log(str)`` function.
 
-    A job that fails with one of :func:`operator_errors` prints ``unie: error: <message>`` (one line, naming the
+    A job that fails with one of :data:`unie.core.errors.OPERATOR_ERRORS` (an input's fault) prints ``unie: error: <message>`` (one line, naming the
     file or key and the fix) to the console and exits with status 1; any other exception propagates with its
     traceback.  Both are written to the log with their traceback."""
     import torch
@@ -124,7 +117,7 @@ def job(snakemake, name: str | None = None):
         import traceback
 
         traceback.print_exc(file=stream)
-        if isinstance(e, operator_errors()):
+        if isinstance(e, OPERATOR_ERRORS):
             failure = e
         else:
             raise
