@@ -89,6 +89,7 @@ include: "workflow/rules/dllm.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/docs.smk"
 include: "workflow/rules/prefetch.smk"
+include: "workflow/rules/replicates.smk"
 
 
 # The named targets (unie/config/targets.py, the README's "Targets" table): `all` here, every other one the rule

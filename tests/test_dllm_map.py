@@ -223,29 +223,31 @@ MAP = {"tasks": ["toy_math"], "limit": 4, "draws": [{"temperature": 0.1}, {"temp
        "backbones": {"llada": {"model": "llada", "options": {"confidence": "low_confidence"}}},
        "proxies": {"weak": {"model": "proxy"}, "large": {"model": "ar_large"}, "oracle": {"model": "oracle"}},
        "rules": {"uni": {"options": {"energy": "uni"}}, "inv": {"options": {"energy": "inv"}},
-                 "inv_resample": {"options": {"energy": "inv", "selection": "resample"}},
                  "rerank": {"options": {"energy": "uni", "selection": "proxy_rerank"}}},
        "apd": {"options": {"sampler": "apd"}}}
 
 
 def test_map_points_cover_the_grid_once():
+    """The map's lm-eval points: the backbone's own decode (the requests every tree starts from), then APD per proxy;
+    Algorithm 3's rules are read off the trees (unie.pipeline.map_runs), one scorer per (rule, proxy) but one for a
+    rule that reads no proxy."""
+    from unie.dllm.oracle import MixtureLM  # noqa: F401  (the continuum's proxies)
+    from unie.pipeline.map_runs import map_scorers
+
     d = {"map": MAP, "energy": {"K": 3, "w": 0.2}, "models": {"proxy": {}, "ar_large": {}, "llada": {}}}
     pts = map_points(d, "llada")
     names = [p["name"] for p in pts]
     assert len(names) == len(set(names)) and pts[0]["rule"] == "backbone" and "proxy" not in pts[0]["row"]
-    P, T = 3, 2
-    # uni and rerank per proxy and temperature, inv and inv_resample once per temperature, APD per proxy
-    assert len(pts) == 1 + T * (2 * P + 2) + P
-    inv = [p for p in pts if p["rule"].startswith("inv")]
-    assert len(inv) == 4 and all(p["proxy"] is None and p["row"]["proxy"] == "proxy" for p in inv)
-    for p in pts:
-        if p["rule"] not in ("backbone", "apd"):
-            assert p["row"]["options"]["temperature"] == p["temperature"]
-            assert p["row"]["options"]["greedy_first"] is p["greedy_first"] is (p["temperature"] == 1.0)
-            assert p["name"].endswith("g") is p["greedy_first"] and p["draw"].startswith("τ = ")
-            assert p["row"]["options"]["confidence"] == "low_confidence"
+    assert [p["rule"] for p in pts] == ["backbone", "apd", "apd", "apd"]
     apd = [p for p in pts if p["rule"] == "apd"]
     assert [p["row"]["proxy"] for p in apd] == ["proxy", "ar_large", "oracle"]
     assert all("confidence" not in p["row"]["options"] and p["temperature"] is None and p["draw"] is None for p in apd)
     alone = map_proxy_points(d)
     assert [p["proxy"] for p in alone] == ["weak", "large"]  # the oracle is no decoder
+    bridges = {"weak": "B1", "large": "B2", "oracle": "B3"}
+    scorers = map_scorers({**MAP, "continuum": {"proxy": "weak", "lambdas": [0.5]}}, bridges, {})
+    assert set(scorers) == {"uni__weak", "uni__large", "uni__oracle", "inv__any", "rerank__weak", "rerank__large",
+                            "rerank__oracle"}
+    with pytest.raises(ValueError, match="resample"):
+        map_scorers({**MAP, "rules": {"x": {"options": {"energy": "ind", "selection": "resample"}}}}, bridges, {})
+    assert scorers["rerank__large"].selection == "proxy_rerank" and scorers["inv__any"].proxy == "B1"

@@ -39,7 +39,8 @@ def test_every_target_resolves_to_the_rule_that_writes_it(tmp_path):
         assert name in blocks, f"no job of rule {name!r}: `snakemake {name}` does not resolve"
         if name != "all":  # `-f NAME` forces the job of rule NAME: it must write the files, not only ask for them
             out = re.search(r"^\s+output: (.*)$", blocks[name], re.M)
-            assert out and f"runs/toy/{t.output}" in out.group(1).split(", "), (name, blocks[name])  # its run's
+            where = f"runs/toy{t.beside}/{t.output}" if t.beside else f"runs/toy/{t.output}"
+            assert out and where in out.group(1).split(", "), (name, blocks[name])  # its run's
 
 
 def test_report_sections_and_captions():

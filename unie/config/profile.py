@@ -32,6 +32,7 @@ import yaml
 
 from ..core.options import ConfigError
 from .schema import child_schema, known_keys, unknown_key_message
+from .seeds import fill_seeds
 
 REPO = Path(__file__).resolve().parents[2]
 GRID = REPO / "config" / "experiments.yaml"
@@ -58,7 +59,7 @@ PROFILE_KEYS: tuple[str, ...] = (
     "dllm.checkpoints.*",
     # the sweeps' benchmark and the values of a curve's varied option (they fit the profile's decoding geometry)
     "dllm.sweeps.task", "dllm.sweeps.sets.*.*.vary.*",
-    "dllm.map.limit",  # test items per task of the proxy-strength map
+    "dllm.map.limit", "dllm.map.cap",  # test items per task of the map, and the size its trees are cut at
 )
 
 # Grid mappings a profile may add keys to (a key the grid sets is refused, not changed), and why.
@@ -228,7 +229,8 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
     Each profile file is checked on its own: only :data:`PROFILE_KEYS`, :data:`PROFILE_ADDITIONS` and
     :data:`PROFILE_CHOICES`, plus ``exclude:`` (applied after the merge).  ``--config`` may override any key.  Last,
     the DLLM half's model names become the profile's checkpoints (:func:`unie.dllm.rows.resolve_checkpoints`: the
-    rows, sweeps and map as they run; ``dllm.checkpoints`` is resolved away)."""
+    rows, sweeps and map as they run; ``dllm.checkpoints`` is resolved away), and every sub-seed no input sets takes
+    the top-level ``seed`` (:func:`unie.config.seeds.fill_seeds`)."""
     from ..dllm.rows import resolve_checkpoints
 
     grid_path = Path(grid) if grid is not None else GRID
@@ -250,6 +252,7 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
         coerce_cli_config(config, cli)
     if isinstance(config.get("dllm"), dict):
         resolve_checkpoints(config["dllm"])
+    fill_seeds(config)  # the top-level seed reaches every stream whose sub-seed no file sets (unie.config.seeds)
     return order_by_schema(config, load_yaml(SCHEMA), only=mixed)
 
 

@@ -26,12 +26,14 @@ the old paths, so a moved tree would be remade anyway.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
 from pathlib import Path
 
 from .profile import REPO, load_yaml, resolve_config
+from .seeds import sub_seeds
 
 RUNS = "runs"  # every run's directory is below this one (relative to the working directory)
 
@@ -39,7 +41,8 @@ RUNS = "runs"  # every run's directory is below this one (relative to the workin
 SHARED_RESOURCES = ("resources/hf", "resources/released", "resources/paper_tasks")
 
 # settings that change how a run executes, not what it computes (dotted paths; a path covers what is below it)
-EXECUTION_KEYS = ("threads", "resources", "slurm_partitions", "max_runtime", "sampling.job", "dllm.eval_job")
+EXECUTION_KEYS = ("threads", "resources", "slurm_partitions", "max_runtime", "sampling.job", "dllm.eval_job",
+                  "replicates")
 
 MAX_PARTS = 3
 MAX_NAME = 80
@@ -93,10 +96,31 @@ def _word(value) -> str:
     return text if _PLAIN.match(text) else _digest(value)
 
 
+_DERIVED = "(the top-level seed)"
+
+
+def _seeds_as_derived(config: dict) -> dict:
+    """``config`` with every sub-seed that equals its top-level ``seed`` written as :data:`_DERIVED`: a sub-seed the
+    top-level seed fills (:mod:`unie.config.seeds`) is not a setting of its own, so ``--config seed=1`` differs in
+    ``seed`` alone (``toy+seed-1``), and only a sub-seed set apart from it names itself."""
+    derived = [path for path, value in sub_seeds(config).items() if value == config.get("seed")]
+    if not derived:
+        return config
+    out = copy.deepcopy(config)
+    for path in derived:
+        *parents, leaf = path.split(".")
+        node = out
+        for key in parents:
+            node = node[key]
+        node[leaf] = _DERIVED
+    return out
+
+
 def differences(config: dict, base: dict) -> dict[str, object]:
     """``{dotted key: value in config}`` for every leaf in which ``config`` differs from ``base`` (a key ``base``
-    has and ``config`` lacks: ``None``), less :data:`EXECUTION_KEYS`, in key order."""
-    a, b = _leaves(config), _leaves(base)
+    has and ``config`` lacks: ``None``), less :data:`EXECUTION_KEYS` and the sub-seeds that follow the top-level
+    seed, in key order."""
+    a, b = _leaves(_seeds_as_derived(config)), _leaves(_seeds_as_derived(base))
     out = {}
     for path in sorted(set(a) | set(b)):
         if _execution(path) or path == ("profile",):

@@ -29,6 +29,7 @@ class Target:
     category: str | None = None  # the report's category; None: not in the report (`all`)
     subcategory: str | None = None
     profiles: str = "both"  # "toy": only the default profile (toy world) writes it
+    beside: str | None = None  # its files are beside the run's directory, in `runs/<name><beside>/` (replicates)
 
     @property
     def caption(self) -> str:
@@ -85,6 +86,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("prefetch", "resources/prefetch/report.md",
            "on the submit host: every model, tokenizer, dataset and lm-eval task dataset `all` downloads, then opened "
            "offline; lists the checkpoints to place by hand (not part of `all`)"),
+    Target("replicates", "replicates.md",
+           "the whole run for seeds 0, 1, 2 (three trainings of every model, each in its own run directory), then every "
+           "table's cells as mean and spread over them and which claims hold in each (not in `all`; ≈ 3 runs' time)",
+           beside="+replicates"),
     Target("paper_page", "results/report/paper.html",
            "every table and figure of the run on one HTML page, captions visible (the landing page of "
            "`snakemake --report`)", PAGE, "The paper on one page"),
@@ -93,7 +98,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
 ]}
 
 # the rules `snakemake -f` reruns to rewrite every table and figure of `all` from the existing results
-OUTSIDE_ALL = ("all", "bench", "bench_paper_scale", "prefetch", "docs", "table_app_map", "fig_app_map")  # own budgets
+OUTSIDE_ALL = ("all", "bench", "bench_paper_scale", "prefetch", "docs", "table_app_map", "fig_app_map",
+               "replicates")  # own budgets
 RULES = [name for name in TARGETS if name not in OUTSIDE_ALL]
 
 
@@ -139,7 +145,8 @@ def report_args(name: str, basedir: str = "..") -> dict:
 def readme_table() -> str:
     """The README's "Targets" table (markdown), generated from TARGETS."""
     rows = ["| target | main file (in the run's directory, e.g. `runs/toy/`) | what |", "|---|---|---|"]
-    rows += [f"| `{t.name}` | `{t.output}` | {t.what} |" for t in TARGETS.values()]
+    rows += [f"| `{t.name}` | `{t.output}`" + (f" (in `runs/toy{t.beside}/`)" if t.beside else "") + f" | {t.what} |"
+             for t in TARGETS.values()]
     return "\n".join(rows)
 
 

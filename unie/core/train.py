@@ -62,6 +62,15 @@ class CheckpointBusyError(InputError, RuntimeError):
     """Another process holds the lock of a checkpoint directory."""
 
 
+def initial_network(build, seed: int):
+    """``build()`` with the global RNG seeded by ``seed`` and restored afterwards: a network's initial weights are a
+    function of its training seed (``TrainConfig.seed``, which the top-level config seed fills:
+    :mod:`unie.config.seeds`) and of nothing that ran before in the process."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
 def _step_generator(seed: int, step: int, stream: int, device) -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed((seed * 1_000_003 + step * 7919 + stream) % (2**63 - 1))

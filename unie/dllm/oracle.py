@@ -117,3 +117,31 @@ def write_oracle(docs: list[dict], tokenizer_dir, out_dir, eps: float = 0.05) ->
     tmp.write_text(json.dumps({"kind": "oracle", "eps": eps, "references": refs}, indent=0, sort_keys=True))
     tmp.replace(out / ORACLE_FILE)
     return out
+
+
+class MixtureLM:
+    """A proxy between a learned AR and the oracle: ``p = λ · p_oracle + (1 − λ) · p_proxy`` token by token (a proper
+    AR distribution: the mixture of two next-token distributions), the judgement continuum of the map (``λ = 0``: the
+    learned proxy, ``λ = 1``: the oracle).  Both models must read the same tokenizer (the word-level one)."""
+
+    def __init__(self, oracle, proxy, lam: float):
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"a mixture weight must be in [0, 1], got {lam!r}")
+        if oracle.tokenizer.info()["fingerprint"] != proxy.tokenizer.info()["fingerprint"]:
+            raise ValueError("the oracle and the proxy of a mixture must read the same tokenizer")
+        self.oracle, self.proxy, self.lam = oracle, proxy, float(lam)
+        self.tokenizer, self.bos_id, self.eos_id = proxy.tokenizer, proxy.bos_id, proxy.eos_id
+        self.vocab_size = proxy.tokenizer.vocab_size
+        self.device = getattr(proxy, "device", torch.device("cpu"))
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L, V)`` float64 log-probabilities of the next token under the mixture."""
+        lo = self.oracle.logits(x.cpu()).double()
+        lp = self.proxy.logits(x).double().log_softmax(-1).cpu()
+        if self.lam == 0.0:
+            return lp.to(x.device)
+        if self.lam == 1.0:
+            return lo.to(x.device)
+        out = torch.logaddexp(lo + math.log(self.lam), lp + math.log1p(-self.lam))
+        return out.to(x.device)

@@ -81,6 +81,16 @@ def row_sampler(row: dict) -> str:
     return default_sampler(row.get("options", {}))
 
 
+def room_rows(rows: dict) -> dict[str, list[str]]:
+    """Per backbone row, the Algorithm 3 rows compared with it (``delta_to``; Table 3's, the selection table's, the
+    appendix's): the rows whose room one candidate tree measures (rule ``dllm_room_{backbone}``)."""
+    out: dict[str, list[str]] = {}
+    for name, row in rows.items():
+        if row.get("delta_to") and row_sampler(row) == "energy":
+            out.setdefault(row["delta_to"], []).append(name)
+    return out
+
+
 def eval_groups(rows: dict) -> dict[str, list[str]]:
     """Table 3's rows (config ``dllm.rows``) as the jobs of ``dllm.eval_job: model``: one group per backbone (a
     row's ``model``, named by it with every non-identifier character made ``_``), its rows in config order except
@@ -168,36 +178,22 @@ def draw_label(draw: dict) -> str:
 
 
 def map_points(dllm: dict, backbone: str) -> list[dict]:
-    """The points of the proxy-strength map for one backbone (config ``dllm.map``): first the backbone itself
-    (``rule: backbone``), then per candidate draw (``dllm.map.draws``: the candidates' temperature and whether
-    candidate 0 is the greedy one), per rule (``dllm.map.rules``: Algorithm 3's options) and per proxy
-    (``dllm.map.proxies``, weakest first) one Algorithm 3 row, then APD per proxy (it draws its own drafts: no
-    candidate draw).  A rule that reads no proxy (:func:`reads_proxy`: Inv-E) runs once per draw, with the first
-    proxy, and stands for every proxy (``proxy: None``).
+    """The lm-eval points of the map for one backbone (config ``dllm.map``): the backbone itself (``rule:
+    backbone``: its own decode of the map's items, the requests every candidate tree starts from), then APD per proxy
+    (it draws its own drafts: no window, no candidate draw).  Algorithm 3's rules are read off the candidate trees
+    (:mod:`unie.pipeline.map_runs`), not decoded one lm-eval run each.
 
     Each point is ``{name, backbone, rule, label, proxy, draw, temperature, greedy_first, row}``; ``row`` is a Table 3
-    row spec (model, proxy, options) for :func:`row_model_args` with ``dllm.energy``'s shared options under it."""
+    row spec (model, proxy, options) for :func:`row_model_args`."""
     m = dllm["map"]
     b = m["backbones"][backbone]
     base_opts = dict(b.get("options", {}))
-    proxies = list(m["proxies"])
-    shared = dict(dllm.get("energy", {}))
     none = {"draw": None, "temperature": None, "greedy_first": None}
     out = [{"name": f"{backbone}__backbone", "backbone": backbone, "rule": "backbone", "label": b.get("label", backbone),
             "proxy": None, **none, "row": {"model": b["model"], "options": base_opts}}]
-    for draw in m["draws"]:
-        tau, greedy = draw["temperature"], bool(draw.get("greedy_first", False))
-        for rule, spec in m["rules"].items():
-            options = {**base_opts, **spec.get("options", {}), "temperature": tau, "greedy_first": greedy}
-            for p in (proxies if reads_proxy({**shared, **options}) else [None]):
-                proxy = m["proxies"][p or proxies[0]]["model"]
-                out.append({"name": f"{backbone}__{rule}__{p or 'any'}__t{tau}" + ("g" if greedy else ""),
-                            "backbone": backbone, "rule": rule, "label": spec.get("label", rule), "proxy": p,
-                            "draw": draw_label(draw), "temperature": tau, "greedy_first": greedy,
-                            "row": {"model": b["model"], "proxy": proxy, "options": options}})
     apd = m.get("apd")
     if apd:
-        for p in proxies:
+        for p in m["proxies"]:
             out.append({"name": f"{backbone}__apd__{p}", "backbone": backbone, "rule": "apd",
                         "label": apd.get("label", "APD"), "proxy": p, **none,
                         "row": {"model": b["model"], "proxy": m["proxies"][p]["model"],

@@ -371,10 +371,26 @@ def find_orphans(root=".", run: str = ".") -> list[str]:
     return sorted(os.path.relpath(p.with_suffix(""), root) for p in found if not p.with_suffix("").exists())
 
 
-def another_run_active(root=".") -> bool:
-    """Whether a Snakemake run holds this directory's lock (``.snakemake/locks/``)."""
+def another_run_active(root=".", run: str = ".") -> bool:
+    """Whether a Snakemake run holds a lock (``.snakemake/locks/``) on a file of the run directory ``run`` (any lock
+    when ``run`` is the working directory): the runs of other seeds (target ``replicates``) hold locks on their own
+    directories only, and the outer run of ``replicates`` on the aggregate's."""
     locks = Path(root) / ".snakemake" / "locks"
-    return locks.is_dir() and any(locks.iterdir())
+    if not locks.is_dir():
+        return False
+    files = [f for f in locks.iterdir() if f.is_file()]
+    if os.path.normpath(run) == ".":
+        return bool(files)
+    top = os.path.normpath(run) + os.sep
+    for f in files:
+        try:
+            lines = f.read_text().splitlines()
+        except OSError:
+            return True  # unreadable: assume it is ours
+        if any(os.path.normpath(os.path.relpath(line, root) if os.path.isabs(line) else line).startswith(top)
+               for line in lines if line.strip()):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------- what the run remakes
@@ -392,7 +408,7 @@ def _remade_by(path: str, producer) -> tuple[str, str] | None:
 
 
 def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[list[Damaged], list[str]]:
-    if another_run_active(root):
+    if another_run_active(root, run):
         return [], []
     orphans = find_orphans(root, run)
     found = find_damaged(root, run=run)

@@ -34,9 +34,8 @@ from ..dllm.backbone import DEFAULT_MAX_GEN_TOKS
 from ..dllm.rows import row_model_args, sweep_points
 from ..eval.timing import TimingChecks, describe, time_passes
 from ..models.checkpoint import CheckpointError, load_model, save_model
-from ..models.transformer import Transformer
 from .damage import identities
-from .model_files import build_method, init_fingerprint, model_config
+from .model_files import build_method, fresh_network, init_fingerprint, model_config
 from .rule import write_json
 
 
@@ -46,13 +45,14 @@ def read_jsonl(path) -> list[dict]:
 
 # ---------------------------------------------------------------------- data
 def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], out_dir, gen_length: int | dict,
-                      bpe_vocab_size: int, n_pretrain_texts: int, log=print) -> dict:
+                      bpe_vocab_size: int, n_pretrain_texts: int, seed: int = 0, log=print) -> dict:
     """Tokenizers and training tensors of the DLLM half.
 
     ``task_files``: task -> train JSONL (the fine-tuning mix); ``test_files``: task -> test JSONL (only to size
     the prompt length); ``toy_texts``: toy-world text (pretraining, and the proxy's mix); ``gen_length``: the
     answer positions of a training row (the answer and its ``<eos>`` padding), one number or one per tokenizer
-    (``word``, ``bpe``; config ``dllm.sft_length``)."""
+    (``word``, ``bpe``; config ``dllm.sft_length``); ``seed`` (config ``dllm.tasks.seed``) orders the proxy's mix of
+    pretraining and SFT rows."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train_docs = [d for t in sorted(task_files) for d in read_jsonl(task_files[t])]
@@ -68,7 +68,7 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
     lengths = {name: int(gen_length[name] if isinstance(gen_length, dict) else gen_length) for name in toks}
     meta = {"gen_length": lengths, "prompt_len": {}, "n_sft": len(train_docs), "tasks": sorted(task_files),
             "n_pretrain_texts": len(toy), "files": {}}  # files: size and SHA-256 of each tensor file (checked on load)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     for name, tok in toks.items():
         tok.save(out / "tokenizers" / name)
         P, G = 1 + max(len(ids) for ids in tok.encode_batch(all_prompts)), lengths[name]
@@ -165,9 +165,7 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
     seq_len = data.shape[-1]
     cfg = model_config(spec["arch"], tok.vocab_size, seq_len, method)
     tcfg = from_dict(TrainConfig, spec["train"], f"dllm.models.{name}.train")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(tcfg.seed)
-        net = Transformer(cfg).to(device)
+    net = fresh_network(method, cfg, tcfg.seed).to(device)
     init_tok_fp = None
     if init_dir:
         init, init_meta = load_model(init_dir, device)
@@ -318,59 +316,3 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
                 "points": records, "timing": dataclasses.asdict(timing),
                 "trusted": all(r["trusted"] for r in records)}, out_dir / "points.json", indent=1)
     return records
-
-
-# ---------------------------------------------------------------------- the proxy-strength map (beyond the paper)
-def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print,
-            precision: str = "fp32") -> dict:
-    """Rule dllm_map_{job}: the points of the proxy-strength map (:func:`~unie.dllm.rows.map_points` of backbone
-    ``job``, or with ``job == "proxies"`` the proxies decoded alone, :func:`~unie.dllm.rows.map_proxy_points`), each
-    one lm-eval run (the real evaluator, the Table 3 adapter and seeding) over ``dllm.map.tasks`` with the first
-    ``dllm.map.limit`` documents of each, all in this process.  ``models``: model name -> its directory (a trained
-    model or an oracle checkpoint).  Writes ``{point}/results.json`` (lm-eval's) and ``points.json`` under
-    ``out_dir``: per point its accuracy per task and average, and for a decoder point the paired change against the
-    backbone on the same items (:func:`unie.eval.metrics.paired_effect`) and Algorithm 3's window shares
-    (:func:`unie.eval.metrics.window_shares`).  ``precision``: every point's model_args
-    (:func:`~unie.dllm.rows.row_model_args`).  Returns the ``points.json`` record."""
-    from ..dllm.rows import map_points, map_proxy_points
-    from ..eval.metrics import paired_effect, window_shares
-    from .tables_figures import item_records, task_metrics
-
-    m = dllm["map"]
-    tasks = {"names": list(m["tasks"])}
-    names, metrics, _ = task_metrics(tasks)
-    points = map_proxy_points(dllm) if job == "proxies" else map_points(dllm, job)
-    lm = LmEvalSettings.from_dllm(dllm)
-    out_dir = Path(out_dir)
-    records, base_items = [], None
-    for point in points:
-        point_dir = out_dir / point["name"]
-        row = point["row"]
-        args = row_model_args(point["name"], row, dllm, {role: models[row[role]] for role in ("model", "proxy")
-                                                         if row.get(role)}, device, precision)
-        log(f"map {point['name']}: model_args {args}")
-        found = evaluate(args, names, tasks_dir, point_dir, lm.batch_size, include_defaults=False, limit=m["limit"],
-                         seed=lm.seed, allow_code_execution=False, log=log)
-        shutil.copyfile(found, point_dir / "results.json")
-        res = json.loads((point_dir / "results.json").read_text())["results"]
-        acc = {t: 100 * res[t][metrics[t]] for t in names}
-        items = item_records(point_dir, names, metrics)
-        rec = {k: v for k, v in point.items() if k != "row"} | {
-            "model_args": {k: v for k, v in args.items() if k != "device"}, "accuracy": acc,
-            "avg": sum(acc.values()) / len(acc), "n": {t: len(items.get(t, {})) for t in names}}
-        if point["rule"] == "backbone":
-            base_items = items
-        elif base_items is not None:
-            effect = paired_effect(items, base_items, names)
-            rec["effect"] = effect["avg"]
-            rec["effect_tasks"] = effect["tasks"]
-        rec["window"] = window_shares(read_json(point_dir / "throughput.json", "throughput record"))
-        records.append(rec)
-        e = rec.get("effect")
-        log(f"  average {rec['avg']:.1f} %" + (f", against the backbone {e['delta']:+.1f} ± {e['se']:.1f}" if e else ""))
-    out = {"job": job, "tasks": names, "limit": m["limit"], "batch_size": lm.batch_size, "seed": lm.seed,
-           "oracle_eps": m.get("oracle_eps", 0.05),
-           "draws": [dict(d) for d in m["draws"]], "proxies": {p: dict(s) for p, s in m["proxies"].items()},
-           "points": records}
-    write_json(out, out_dir / "points.json", indent=1)
-    return out

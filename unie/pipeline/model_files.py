@@ -19,7 +19,7 @@ from ..core.integrity import MADE_FROM
 from ..core.options import ConfigError, ModelConfig, TrainConfig, from_dict, make_options
 from ..core.precision import check_precision, precision_record
 from ..core.registry import METHODS
-from ..core.train import TrainOptions, run_spec, train
+from ..core.train import TrainOptions, initial_network, run_spec, train
 from ..data.tokenizer import load_tokenizer
 from ..data.tokens import TokenRows, load_tokens, token_file_info
 from ..models.checkpoint import CheckpointError, load_model, model_config_of, read_meta, save_model
@@ -41,6 +41,13 @@ def model_config(arch: dict, vocab_size: int, seq_len: int, method) -> ModelConf
             raise ConfigError("a time-conditioned method needs arch.cond_dim > 0")
     return from_dict(ModelConfig, {**arch, "vocab_size": vocab_size, "max_len": seq_len,
                                    "causal": bool(method.causal)}, "arch")
+
+
+def fresh_network(method, cfg, seed: int):
+    """The network ``method`` trains (its own, e.g. NCE's energy network, else the backbone ``cfg`` describes) before
+    any warm start, its initial weights a function of ``seed`` (``TrainConfig.seed``) alone: both halves' trainers
+    build their networks here (:func:`train_from_spec`, :func:`unie.pipeline.dllm_runs.train_dllm_model`)."""
+    return initial_network(lambda: method.build_net(cfg) if hasattr(method, "build_net") else backbone_for(cfg), seed)
 
 
 def warm_start(net, init, init_meta: dict, cfg: ModelConfig, method, where: str, log=print) -> None:
@@ -148,9 +155,7 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     cfg = (released_arch(init_dir, spec.get("arch"), method, f"models.{name}") if init_dir and is_dit(init_dir)
            else model_config(spec["arch"], tok.vocab_size, seq_len, method))
     tcfg = from_dict(TrainConfig, spec["train"], f"models.{name}.train")
-    with torch.random.fork_rng(devices=[]):  # initial weights are a function of the config's seed
-        torch.manual_seed(tcfg.seed)
-        net = (method.build_net(cfg) if hasattr(method, "build_net") else backbone_for(cfg)).to(device)
+    net = fresh_network(method, cfg, tcfg.seed).to(device)
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)

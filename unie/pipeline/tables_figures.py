@@ -93,10 +93,11 @@ def read_effects(effect_paths) -> dict:
     return {Path(p).parent.name: read_json(p) for p in effect_paths}
 
 
-def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_paths=()) -> str:
+def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_paths=(), room_paths=()) -> str:
     """Table 3 from the ``results/dllm/rows/{row}/results.json`` files (lm-eval's own JSON).  ``tasks``: config
     ``dllm.tasks`` (toy tasks: metric and column from :mod:`unie.data.tasks`; built-in tasks: ``metrics`` and
-    ``columns`` from the config); each decoder row's per-task paired s.e. from its ``effect.json``."""
+    ``columns`` from the config); each decoder row's per-task paired s.e. from its ``effect.json``; each backbone's
+    room from its ``results/dllm/room/{backbone}.json``."""
     from ..report.tables import table3 as build
 
     results = {}
@@ -107,29 +108,34 @@ def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_pat
     if missing:
         raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
     names, metrics, columns = task_metrics(tasks)
-    tex, df = build(rows, names, results, metrics, columns, read_effects(effect_paths))
+    tex, df = build(rows, names, results, metrics, columns, read_effects(effect_paths), read_rooms(room_paths))
     write_table(tex, df, tex_path, csv_path)
     return tex
 
 
-def selection_table(rows: dict, tasks: dict, result_paths, effect_paths, tex_path, csv_path) -> str:
+def read_rooms(paths) -> dict:
+    """backbone -> its room record (rules ``dllm_room_{backbone}``), each checked as it is read."""
+    return {Path(p).stem: read_json(p, "room record") for p in (paths or [])}
+
+
+def selection_table(rows: dict, tasks: dict, result_paths, effect_paths, tex_path, csv_path, room_paths=()) -> str:
     """The appendix's selection-rule table (:func:`unie.report.tables.selection_table`) from the rows' lm-eval
-    results and ``effect.json`` files."""
+    results, ``effect.json`` files and the backbones' room records."""
     from ..report.tables import selection_table as build
 
     results = {Path(p).parent.name: read_lmeval_results(p) for p in result_paths}
     names, metrics, _ = task_metrics(tasks)
-    tex, df = build(rows, results, read_effects(effect_paths), metrics, names)
+    tex, df = build(rows, results, read_effects(effect_paths), metrics, names, read_rooms(room_paths))
     write_table(tex, df, tex_path, csv_path)
     return tex
 
 
-def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:
-    """``task -> {(subtask, doc_id): (score, completion)}`` from the ``--log_samples`` files of the newest lm-eval run
-    under ``row_dir`` (``samples_{subtask}_{date}.jsonl`` beside ``results_{date}.json``; a group such as ``mmlu`` is
-    read through its leaf subtasks in ``group_subtasks``; the records of the metric's filter; the completion is the
-    filtered response as text).  A task whose samples are missing is left out (its delta then has no paired
-    standard error)."""
+def sample_records(row_dir, tasks: list[str], metrics: dict) -> dict:
+    """``task -> {(subtask, doc_id): record}`` of the ``--log_samples`` files of the newest lm-eval run under
+    ``row_dir`` (``samples_{subtask}_{date}.jsonl`` beside ``results_{date}.json``; a group such as ``mmlu`` is read
+    through its leaf subtasks in ``group_subtasks``), each file checked against what the run recorded: the records of
+    the metric's filter, each as lm-eval wrote it (``doc``, ``arguments``, ``filtered_resps``, the metric).  A task
+    whose samples are missing is left out."""
     found = sorted(Path(row_dir).rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
     if not found:
         return {}
@@ -153,10 +159,19 @@ def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:
             for line in path.read_text().splitlines():
                 rec = json.loads(line)
                 if rec.get("filter", "none") == filt and metric in rec:
-                    records[(leaf, int(rec["doc_id"]))] = (float(rec[metric]), json.dumps(rec.get("filtered_resps")))
+                    records[(leaf, int(rec["doc_id"]))] = rec
         if records:
             out[task] = records
     return out
+
+
+def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:
+    """``task -> {(subtask, doc_id): (score, completion)}`` (:func:`sample_records`; the completion is the filtered
+    response as text).  A task whose samples are missing is left out (its delta then has no paired standard
+    error)."""
+    return {task: {key: (float(rec[metrics[task].split(",", 1)[0]]), json.dumps(rec.get("filtered_resps")))
+                   for key, rec in records.items()}
+            for task, records in sample_records(row_dir, tasks, metrics).items()}
 
 
 def task_metrics(tasks: dict) -> tuple[list[str], dict, dict]:

@@ -506,6 +506,37 @@ def case_study_figure(record: dict, name: str):
                        case["marked"])
 
 
+def fig4_spread(frames: dict):
+    """Figure 4 over several trainings (the ``replicates`` target): ``frames`` is seed -> the ``fig4_dllm_tradeoff``
+    CSV of that seed's run.  Each curve's points at the mean accuracy and mean throughput over the trainings, with
+    bars of ±1 across-training standard deviation on both axes (the spread between trainings, not a s.e.), each
+    training's own points faint behind them."""
+    import matplotlib.pyplot as plt
+
+    seeds = list(frames)
+    both = pd.concat([df.assign(seed=s) for s, df in frames.items()], ignore_index=True)
+    both["value"] = both["value"].astype(str)
+    figure, ax = plt.subplots(figsize=(8.0, 5.6))
+    colours = row_colours(list(dict.fromkeys(both.label)))
+    for (curve, sub), marker in zip(both.groupby("curve", sort=False), "osD^v<>"):
+        colour = colours[sub.label.iloc[0]]
+        ax.scatter(sub.tokens_per_s, sub.accuracy, color=colour, alpha=0.25, s=14, marker=marker)
+        g = sub.groupby("value", sort=False)
+        m = g[["tokens_per_s", "accuracy"]].mean().sort_values("tokens_per_s")
+        sd = g[["tokens_per_s", "accuracy"]].std(ddof=1).reindex(m.index).fillna(0.0)
+        ax.errorbar(m.tokens_per_s, m.accuracy, xerr=sd.tokens_per_s, yerr=sd.accuracy, marker=marker, capsize=2,
+                    lw=1.2, ms=5, color=colour, label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})")
+    ax.set_xscale("log")
+    ax.set_xlabel("throughput (generated tokens/s)")
+    ax.set_ylabel("accuracy")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Figure 4 over {len(seeds)} trainings (seeds {', '.join(map(str, seeds))}): mean, bars ±1 sd "
+                 "across trainings; faint: each training", fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
 def fig4_tradeoff(sweep: dict):
     """Figure 4: accuracy on one task (the MATH500 analogue) vs throughput, one curve per decoder, its
     parallelism knob varied (tokens per step ``m``, or Fast-dLLM's threshold).
@@ -593,48 +624,60 @@ MAP_STYLE = {  # one colour and marker per rule, the same in every panel (colour
 
 
 def map_figure(jobs: list[dict]):
-    """The proxy-strength map (beyond the paper): one panel per backbone (rows) and candidate draw (columns: the
-    candidates' temperature, and whether candidate 0 is the greedy one); x: the proxy, weakest to the oracle (each
-    with its own average on the items); y: the paired change of the average accuracy against the backbone, error
-    bars ±1 s.e. (paired).  APD (its own drafts, no candidate draw) is drawn in every column; Inv-E reads no proxy
-    and is flat by construction.  Returns ``(figure, frame)`` (the frame: :func:`unie.report.tables.map_frame`)."""
+    """The map (beyond the paper): one panel per backbone (rows) and window ``w`` (columns); x: a rule's judgement
+    (the pairwise AUC of its energy over the window's candidates, :mod:`unie.eval.room`), y: its paired change of the
+    average accuracy against the backbone, error bars ±1 s.e. on both; one colour per rule, one marker per candidate
+    draw, each proxy a point and the continuum from the paper's-ratio proxy to the oracle a line; the draws' ceilings
+    (the best any selection among the candidates reaches) as ticks on the right edge.  Returns ``(figure, frame)``
+    (the frame: :func:`unie.report.tables.map_frame`)."""
     import matplotlib.pyplot as plt
 
     from .tables import map_frame
 
     df = map_frame(jobs)
-    proxies = list(dict.fromkeys(p for job in jobs for p in job.get("proxies", {})))
-    plabel = {k: v.get("label", k) for job in jobs for k, v in job.get("proxies", {}).items()}
-    alone = {p: (df[df.proxy == p].proxy_avg.iloc[0] if (df.proxy == p).any() else float("nan")) for p in proxies}
-    ticks = [plabel[p] + ("" if alone[p] != alone[p] else f"\n({alone[p]:.0f} %)") for p in proxies]
-    backbones = list(dict.fromkeys(df.backbone))
-    draws = list(dict.fromkeys(d for d in df.draw if isinstance(d, str)))
-    figure, axes = plt.subplots(len(backbones), len(draws), figsize=(4.4 * len(draws), 3.5 * len(backbones)),
-                                sharey="row", squeeze=False)
-    x = {p: i for i, p in enumerate(proxies)}
+    cells = df[df.rule.isin(["ind", "inv", "uni", "rerank"])]
+    backbones = list(dict.fromkeys(cells.backbone))
+    windows = sorted(dict.fromkeys(cells.w))
+    draws = list(dict.fromkeys(cells.draw))
+    markers = dict(zip(draws, "os^Dv"))
+    cont = next((j.get("continuum") for j in jobs if j.get("continuum")), {}) or {}
+    chain = [cont.get("proxy"), *[f"mix{int(round(100 * x)):02d}" for x in cont.get("lambdas", [])], "oracle"]
+    figure, axes = plt.subplots(len(backbones), len(windows), figsize=(4.6 * len(windows), 3.8 * len(backbones)),
+                                sharex=True, sharey="row", squeeze=False)
     for i, b in enumerate(backbones):
-        for j, draw in enumerate(draws):
+        for j, w in enumerate(windows):
             ax = axes[i][j]
-            sub = df[(df.backbone == b) & ((df.draw == draw) | df.draw.isna())]
+            sub = cells[(cells.backbone == b) & (cells.w == w)]
             for rule in dict.fromkeys(sub.rule):
-                r = sub[sub.rule == rule]
-                colour, marker, ls = MAP_STYLE.get(rule, ("black", "x", "-"))
-                if r.proxy.isna().all():  # reads no proxy: one value for every proxy
-                    xs, ys, es = list(range(len(proxies))), [r.delta.iloc[0]] * len(proxies), [r.se.iloc[0]] * len(proxies)
-                else:
-                    r = r.assign(x=r.proxy.map(x)).sort_values("x")
-                    xs, ys, es = list(r.x), list(r.delta), list(r.se)
-                ax.errorbar(xs, ys, yerr=es, color=colour, marker=marker, ls=ls, lw=1.2, ms=4, capsize=2,
-                            label=r.label.iloc[0])
+                colour = MAP_STYLE.get(rule, ("black", "x", "-"))[0]
+                for draw in draws:
+                    r = sub[(sub.rule == rule) & (sub.draw == draw)]
+                    if r.empty:
+                        continue
+                    line = r[r.proxy.isin(chain)].assign(k=lambda d: d.proxy.map(chain.index)).sort_values("k")
+                    if len(line) > 1:
+                        ax.plot(line.auc, line.delta, color=colour, lw=0.9, alpha=0.7)
+                    ax.errorbar(r.auc, r.delta, xerr=r.auc_se.fillna(0), yerr=r.se.fillna(0), color=colour,
+                                marker=markers[draw], ls="none", ms=4, capsize=1.5, lw=0.8,
+                                label=f"{rule}, {draw}" if i == 0 and j == 0 else None)
+            for draw in draws:
+                d = sub[sub.draw == draw]
+                if not d.empty:
+                    ax.plot([1.0], [d.ceiling.iloc[0]], marker=markers[draw], color="black", ms=6, clip_on=False)
             ax.axhline(0, color="black", lw=0.8)
-            ax.set_xticks(range(len(proxies)), ticks, fontsize=7)
+            ax.axvline(0.5, color="grey", lw=0.6, ls=":")
             ax.grid(alpha=0.3)
-            ax.set_title(f"{sub.backbone_label.iloc[0]} ({sub.backbone_avg.iloc[0]:.1f} %), candidates {draw}", fontsize=9)
+            lab = sub.backbone_label.iloc[0] if len(sub) else b
+            avg = sub.backbone_avg.iloc[0] if len(sub) else float("nan")
+            ax.set_title(f"{lab} ({avg:.1f} %), w = {w:g}", fontsize=9)
             if j == 0:
                 ax.set_ylabel("change of the average accuracy\n(points, ±1 s.e. paired)", fontsize=8)
+            if i == len(backbones) - 1:
+                ax.set_xlabel("judgement: pairwise AUC of the rule's energy (±1 s.e.)", fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(8, len(labels)), fontsize=7, frameon=False)
-    figure.suptitle("When does Uni-E help a DLLM? The paired change against the backbone vs the proxy "
-                    "(x: the proxy, its own average on the items in brackets); error bars ±1 s.e.", fontsize=9)
-    figure.tight_layout(rect=(0, 0.05, 1, 0.97))
+    figure.legend(handles, labels, loc="lower center", ncol=min(6, max(1, len(labels))), fontsize=7, frameon=False)
+    figure.suptitle("When does Uni-E help a DLLM? Each rule's change against the backbone vs its judgement; lines: the "
+                    "continuum from the paper's-ratio proxy to the oracle; black marks at AUC 1: each draw's ceiling",
+                    fontsize=9)
+    figure.tight_layout(rect=(0, 0.08, 1, 0.96))
     return figure, df

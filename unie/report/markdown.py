@@ -139,30 +139,40 @@ def selection_md(df: pd.DataFrame) -> str:
 
 
 def map_md(df: pd.DataFrame) -> str:
-    """The proxy-strength map (``table_app_map.csv``): per rule and candidate draw, the paired change of the average ±
-    s.e. for each backbone and proxy (weakest to the oracle); the proxies' own averages in the header."""
-    proxies = list(dict.fromkeys(df["proxy"].dropna()))
-    backbones = list(dict.fromkeys(df["backbone"]))
-    own = {p: df.loc[df["proxy"] == p, "proxy_avg"].iloc[0] for p in proxies}
-    plabel = {p: df.loc[df["proxy"] == p, "proxy_label"].iloc[0] for p in proxies}
-    blabel = {b: f"{df.loc[df['backbone'] == b, 'backbone_label'].iloc[0]} "
-                 f"({num(df.loc[df['backbone'] == b, 'backbone_avg'].iloc[0], 1)} %)" for b in backbones}
-    header = ["rule", "candidates"] + [f"{blabel[b]}: {plabel[p]}" + ("" if pd.isna(own[p]) else f" ({num(own[p], 1)} %)")
-                                       for b in backbones for p in proxies]
-    draws = list(dict.fromkeys(d for d in df["draw"] if isinstance(d, str)))
-    keys = sorted(dict.fromkeys(zip(df["label"], [d if isinstance(d, str) else None for d in df["draw"]])),
-                  key=lambda k: (k[1] is None, draws.index(k[1]) if k[1] in draws else 0))
+    """The map (``table_app_map.csv``): per candidate draw and window, each backbone's room (ceiling / floor of the
+    change against the backbone, items decided) and each rule's paired change ± s.e. per proxy with the proxy's
+    judgement (AUC of the rule's energy) in brackets; then each rule's break-even judgement."""
+    cells = df[df["rule"].isin(["ind", "inv", "uni", "rerank"])]
+    proxies = list(dict.fromkeys(cells["proxy"].dropna()))
+    backbones = list(dict.fromkeys(cells["backbone"]))
+    blabel = {b: f"{cells.loc[cells['backbone'] == b, 'backbone_label'].iloc[0]} "
+                 f"({num(cells.loc[cells['backbone'] == b, 'backbone_avg'].iloc[0], 1)} %)" for b in backbones}
+    header = ["candidates, w", "rule"] + [f"{blabel[b]}: {p}" for b in backbones for p in proxies]
     body = []
-    for label, draw in keys:
-        sub = df[(df["label"] == label) & ((df["draw"] == draw) if draw is not None else df["draw"].isna())]
-        row = [plain(label), "–" if draw is None else draw]
+    for (draw, w), sub in cells.groupby(["draw", "w"], sort=False):
+        room = [f"{draw}, w = {w:g}", "room"]
         for b in backbones:
-            for p in proxies:
-                hit = sub[(sub["backbone"] == b) & ((sub["proxy"] == p) | sub["proxy"].isna())]
-                r = hit.iloc[0] if len(hit) else None
-                row.append("–" if r is None or pd.isna(r["delta"]) else f"{r['delta']:+.1f} ± {r['se']:.1f}")
-        body.append(row)
-    return md_table(header, body)
+            r = sub[sub["backbone"] == b]
+            text = "–" if r.empty else (f"ceiling {r['ceiling'].iloc[0]:+.1f} ± {r['ceiling_se'].iloc[0]:.1f}, floor "
+                                        f"{r['floor'].iloc[0]:+.1f}, decided {100 * r['decides'].iloc[0]:.0f} %")
+            room += [text] + [""] * (len(proxies) - 1)
+        body.append(room)
+        for rule in dict.fromkeys(sub["rule"]):
+            row = ["", rule]
+            for b in backbones:
+                for p in proxies:
+                    hit = sub[(sub["backbone"] == b) & (sub["rule"] == rule) & ((sub["proxy"] == p) |
+                                                                                 (sub["proxy"] == "any"))]
+                    row.append("–" if hit.empty else f"{hit['delta'].iloc[0]:+.1f} ± {hit['se'].iloc[0]:.1f} "
+                                                     f"({num(hit['auc'].iloc[0], 2)})")
+            body.append(row)
+    out = md_table(header, body)
+    be = df[df["rule"] == "break_even"]
+    if not be.empty:
+        out += "\n\nBreak-even judgement (AUC) along the continuum: " + "; ".join(
+            f"{r.backbone_label} {r.label} ({r.draw}, w = {r.w:g}): "
+            + ("never" if pd.isna(r.auc) else f"{r.auc:.2f} ± {r.auc_se:.2f}") for r in be.itertuples()) + "."
+    return out
 
 
 def sweep_table(df: pd.DataFrame) -> str:

@@ -20,6 +20,8 @@ import json
 import numpy as np
 import pandas as pd
 
+from ..eval.room import room_reading
+
 
 DOMAIN_LABELS = {"owt": "OWT", "ptb": "PTB", "wikitext": "WikiText", "lm1b": "LM1B", "lambada": "Lambada",
                  "ag_news": "AG News", "pubmed": "Pubmed", "arxiv": "Arxiv"}
@@ -305,7 +307,7 @@ def loglikelihood_tasks(results: dict, tasks: list[str]) -> set[str]:
 
 
 def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: dict,
-           effects: dict | None = None) -> tuple[str, pd.DataFrame]:
+           effects: dict | None = None, rooms: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Table 3: accuracy (%) per benchmark, the paper's column order, one row per Table 3 row.
 
     ``rows``: row name -> ``{label, delta_to?}`` (config ``dllm.rows``); ``results``: row name -> lm-eval's
@@ -323,7 +325,14 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
     *decoder-independent*: a decoder row's change there is :data:`LOGLIK_NOTE` instead of a number (exactly 0 for
     a deterministic decoder, Monte-Carlo noise otherwise), the CSV's ``decoder_independent`` is true and its
     ``delta`` empty, and the change of ``Avg.`` is the mean change over the other columns (``Avg.`` itself is over
-    all columns, as the paper's)."""
+    all columns, as the paper's).
+
+    ``rooms`` (backbone row -> its room record, rule ``dllm_room_{backbone}``, :mod:`unie.eval.room`): after each
+    backbone's rows, its window's room: the change the best and the worst selection among the window's candidates
+    reach against the backbone (ceiling / floor) per column and on the average, and the share of items in which a
+    choice inside the window changes the score (decided); the CSV gains the rows ``{backbone}__ceiling`` and
+    ``{backbone}__floor`` (``value``: the accuracy they reach, ``delta`` ± ``delta_se``: their paired change,
+    ``decides``) and, on each Algorithm 3 row, its change as a share of the ceiling's (``share`` ± ``share_se``)."""
     loglik = loglikelihood_tasks(results, tasks)
     records = []
     for name, row in rows.items():
@@ -363,6 +372,9 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                 for k in ("disagree", "steered", "padding", "answer"):
                     df.loc[df.row == name, k] = eff["window"].get(k)
                 df.loc[df.row == name, "candidate_temperature"] = (eff.get("options") or {}).get("temperature")
+    rooms = {b: r for b, r in (rooms or {}).items() if b in rows}
+    if rooms:
+        df = pd.concat([df, room_frame(rooms, rows, tasks, columns, df)], ignore_index=True)
     notes = list(dict.fromkeys(row["note"] for row in rows.values() if row.get("note")))  # one mark per text
     marks = {n: (rf"$^{{\dagger{i}}}$" if len(notes) > 1 else r"$^{\dagger}$") for i, n in enumerate(notes, 1)}
     backbones = {row["delta_to"] for row in rows.values() if row.get("delta_to")}
@@ -394,6 +406,14 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
         # the AR rows are references (not bolded); a backbone opens a group that its energy/decoder rows share
         keep.append(bool(base) or name in backbones)
         groups.append(base or (name if name in backbones else "reference"))
+        group = base or name
+        nxt = list(rows)[list(rows).index(name) + 1] if name != list(rows)[-1] else None
+        if group in rooms and (nxt is None or (rows[nxt].get("delta_to") or nxt) != group):
+            for label, cells_row in room_cells(rooms[group], tasks):  # the group's last row: its room below it
+                cells.append([label] + cells_row)
+                vals.append([np.nan] * (len(tasks) + 1))
+                keep.append(False)
+                groups.append(group)
     table = pd.DataFrame(cells, columns=["Methods"] + [columns[t] for t in tasks] + ["Avg."])
     bold = np.column_stack([np.zeros(len(cells), bool), best_mask(pd.DataFrame(vals), lower=False, keep=keep)])
     caption = (r"Accuracy (\%) per benchmark (the paper's column names for our tasks), $\pm$ its standard error "
@@ -412,8 +432,56 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
     note = effect_note(rows, effects or {})
     if note:
         caption += " " + note
+    if rooms:
+        caption += " " + ROOM_NOTE
     return latex_float(table, caption=caption, label="tab:dllm", bold=bold, groups=groups,
                        packages=("booktabs", "adjustbox", "xcolor")), df
+
+
+ROOM_NOTE = (r"\emph{Room} rows: the change (points) that the best / the worst selection among the window's "
+             r"candidates reaches against the backbone (any energy, any proxy, an oracle: every path of the candidate "
+             r"tree, each decoded to the end and scored), so a level row reads as \emph{no room} when the ceiling is "
+             r"itself level and \emph{room not taken} when it is not; \emph{Decided}: the items in which a choice "
+             r"inside the window changes the score.")
+
+
+def room_cells(room: dict, tasks: list[str]) -> list[tuple[str, list[str]]]:
+    """Table 3's two room rows of one backbone (:func:`table3`): ``(label, cells)`` for the ceiling / floor and the
+    share decided, per task and on the average (a ``≥`` / ``≤`` when the tree was cut: bounds)."""
+    c, f, d = room["ceiling"], room["floor"], room["decides"]
+    cut = room.get("exhaustive", 1.0) < 1.0
+    up, down = (r"$\geq$" if cut else ""), (r"$\leq$" if cut else "")
+
+    def pair(ct, ft):
+        if not ct or not ft:
+            return DASH
+        return f"{up}{ct['delta']:+.1f} / {down}{ft['delta']:+.1f}"
+
+    room_row = [pair(c["tasks"].get(t), f["tasks"].get(t)) for t in tasks] + [pair(c["avg"], f["avg"])]
+    decided = [_pct(d["tasks"].get(t)) + r"\%" if t in d["tasks"] else DASH for t in tasks] + \
+              [_pct(d.get("avg")) + r"\%" if d.get("avg") is not None else DASH]
+    return [(r"\quad\emph{room: ceiling / floor}", room_row), (r"\quad\emph{decided in the window}", decided)]
+
+
+def room_frame(rooms: dict, rows: dict, tasks: list[str], columns: dict, df: pd.DataFrame) -> pd.DataFrame:
+    """The CSV's room rows (:func:`table3`) and, on ``df`` in place, each Algorithm 3 row's share of the ceiling."""
+    out = []
+    for backbone, room in rooms.items():
+        base = df[df.row == backbone].set_index("task")
+        for kind in ("ceiling", "floor"):
+            for t in tasks:
+                e = room[kind]["tasks"].get(t)
+                if e is None:
+                    continue
+                out.append({"row": f"{backbone}__{kind}", "label": f"{rows[backbone]['label']}: window {kind}",
+                            "task": t, "column": columns[t], "value": base.loc[t, "value"] + e["delta"],
+                            "n": e["n"], "delta_to": backbone, "delta": e["delta"], "delta_se": e["se"],
+                            "decides": room["decides"]["tasks"].get(t), "exhaustive": room.get("exhaustive")})
+        for name, rec in room.get("rows", {}).items():
+            if name in rows:
+                df.loc[df.row == name, "share"] = rec["share"]["share"]
+                df.loc[df.row == name, "share_se"] = rec["share"]["se"]
+    return pd.DataFrame.from_records(out)
 
 
 def _delta(d: float) -> str:
@@ -447,8 +515,8 @@ def _pct(v, nd=0) -> str:
     return DASH if _missing(v) else f"{100 * v:.{nd}f}"
 
 
-def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tasks: list[str]
-                    ) -> tuple[str, pd.DataFrame]:
+def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tasks: list[str],
+                    rooms: dict | None = None) -> tuple[str, pd.DataFrame]:
     """The appendix's selection-rule table (beyond the paper): for each backbone, Algorithm 3 with each energy under
     each selection rule, against the backbone's own decoder on the same items.
 
@@ -457,7 +525,11 @@ def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tas
     :func:`unie.eval.metrics.window_shares`).  Per row: the seven-task average accuracy (± its s.e.,
     ``sqrt(Σ se_t²) / T``), its paired change from the backbone ± s.e., the share of window iterations whose ``K``
     candidates reveal different tokens (disagree), the share where the chosen reveal is not the greedy candidate's
-    (steered) and the share of completions that differ from the backbone's (changed)."""
+    (steered) and the share of completions that differ from the backbone's (changed).  ``rooms`` (backbone -> its
+    room record, :mod:`unie.eval.room`): each rule row gains its backbone's ceiling and floor (the best and worst
+    any selection among the window's candidates reaches, paired against the backbone), its change as a share of the
+    ceiling's, and the reading of a level row (:func:`unie.eval.room.room_reading`)."""
+    rooms = rooms or {}
     records = []
     for name, row in rows.items():
         res = results[name]["results"]
@@ -475,16 +547,32 @@ def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tas
                         "delta": avg.get("delta"), "delta_se": avg.get("se"), "detectable": avg.get("detectable"),
                         "disagree": win.get("disagree"), "steered": win.get("steered"), "changed": avg.get("changed"),
                         "padding": win.get("padding"), "answer": win.get("answer"), "items": avg.get("items")})
+        room = rooms.get(row.get("delta_to"))
+        if room is not None:
+            share = room.get("rows", {}).get(name, {}).get("share", {})
+            records[-1].update({"ceiling": room["ceiling"]["avg"]["delta"], "ceiling_se": room["ceiling"]["avg"]["se"],
+                                "floor": room["floor"]["avg"]["delta"], "floor_se": room["floor"]["avg"]["se"],
+                                "share": share.get("share"), "share_se": share.get("se"),
+                                "reading": room_reading(avg.get("delta"), avg.get("se"), room["ceiling"]["avg"]["delta"],
+                                                        room["ceiling"]["avg"]["se"])})
     df = pd.DataFrame.from_records(records)
+    has_room = "ceiling" in df
     cells = []
     for r in df.itertuples():
         is_base = r.row == r.backbone
         delta = DASH if is_base or _missing(r.delta) else rf"{r.delta:+.1f}{{\scriptsize $\pm${r.delta_se:.1f}}}"
+        room_cells_ = []
+        if has_room:
+            room_cells_ = [DASH, DASH, DASH] if is_base or _missing(r.ceiling) else [
+                rf"{r.ceiling:+.1f} / {r.floor:+.1f}",
+                DASH if _missing(r.share) else rf"{100 * r.share:.0f}{{\scriptsize $\pm${100 * r.share_se:.0f}}}\%"
+                if not _missing(r.share_se) else rf"{100 * r.share:.0f}\%", r.reading]
         cells.append([r.label, DASH if is_base else (r.energy or DASH),
                       DASH if is_base else SELECTION_LABELS.get(r.selection, r.selection or DASH),
-                      _pm(r.avg, r.avg_se, 1), delta, _pct(r.disagree), _pct(r.steered),
+                      _pm(r.avg, r.avg_se, 1), delta, *room_cells_, _pct(r.disagree), _pct(r.steered),
                       DASH if is_base else _pct(r.changed), _pct(r.answer), _pct(r.padding)])
-    table = pd.DataFrame(cells, columns=["Methods", "Energy", "Selection", "Avg.", r"$\Delta$ Avg.",
+    room_header = ["Room", "Share", "Reading"] if has_room else []
+    table = pd.DataFrame(cells, columns=["Methods", "Energy", "Selection", "Avg.", r"$\Delta$ Avg.", *room_header,
                                          r"Disagree (\%)", r"Steered (\%)", r"Changed (\%)", r"Window (\%)",
                                          r"Padding (\%)"])
     caption = (r"Selection rules of Algorithm 3 (beyond the paper): the average accuracy (\%) over the benchmarks "
@@ -496,7 +584,14 @@ def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tas
                r"resample draws from "
                r"$\mathrm{softmax}(-E/\tau)$ (importance sampling), proxy rerank keeps the reveal that the proxy "
                r"finds most likely (the released code's rule; it reads no energy).")
-    return latex_float(table, caption=caption, label="tab:selection", groups=list(df.backbone)), df
+    if has_room:
+        caption += (r" Room: the change of the average that the best / the worst selection among the window's "
+                    r"candidates reaches (ceiling / floor, every path of the candidate tree); Share: the row's change "
+                    r"as a share of the ceiling's $\pm$ its bootstrap s.e.; Reading: a change beyond 2 paired s.e. is a "
+                    r"gain or a loss, a level row has \emph{no room} when the ceiling is itself within 2 s.e., else "
+                    r"the \emph{room} was \emph{not taken}.")
+    return latex_float(table, caption=caption, label="tab:selection", groups=list(df.backbone),
+                       size="scriptsize"), df
 
 
 def proxy_ratios(rows: dict, avg) -> str:
@@ -539,75 +634,147 @@ def effect_note(rows: dict, effects: dict) -> str:
     return ("Algorithm 3 rows: " + "; ".join(parts) + ".") if parts else ""
 
 
-MAP_RULE_ORDER = ("ind", "ind_resample", "inv", "inv_resample", "uni", "uni_resample", "rerank", "apd")
+MAP_RULE_ORDER = ("ind", "inv", "uni", "rerank", "apd")
+
+
+def _w_label(w) -> str:
+    return DASH if _missing(w) else f"w = {w:g}"
 
 
 def map_frame(jobs: list[dict]) -> pd.DataFrame:
-    """The proxy-strength map's points (the ``points.json`` of rules ``dllm_map_{job}``) as one long frame: per
-    decoder point its backbone, rule, proxy (``None`` for a rule that reads none: it stands for every proxy), the
-    candidate temperature, the average accuracy, the paired change against the backbone ± s.e. and the window
-    shares; ``proxy_avg``: the proxy's own average on the same items (NaN for the oracle, no decoder)."""
+    """The map (the ``points.json`` of rules ``dllm_map_{job}``) as one long frame, one line per cell: its backbone,
+    candidate draw, window ``w``, rule and proxy (``any`` for a rule that reads none; ``mixNN`` the continuum's
+    mixture with λ = NN %), the paired change of the average accuracy against the backbone ± s.e., the proxy's
+    judgement (pairwise AUC of the rule's energy over the tree's candidates ± bootstrap s.e.), the change as a share of
+    the ceiling and the reading; the tree's room (ceiling, floor ± paired s.e., the share of items decided, the share
+    of trees explored whole) and the backbone's own judgement (``dlm_auc``) on each line of its tree.  APD's points
+    (lm-eval runs, no window) have rule ``apd``; rule ``break_even`` lines hold each rule's break-even judgement along
+    the continuum (``auc`` ± ``auc_se``).  ``backbone_avg``, ``proxy_avg``: their own averages on the items."""
     points = [p for job in jobs for p in job["points"]]
     alone = {p["proxy"]: p["avg"] for p in points if p["rule"] == "proxy_alone"}
     base = {p["backbone"]: p["avg"] for p in points if p["rule"] == "backbone"}
     labels = {p["backbone"]: p["label"] for p in points if p["rule"] == "backbone"}
     proxies = {k: v for job in jobs for k, v in job.get("proxies", {}).items()}
     rows = []
+
+    def common(b):
+        return {"backbone": b, "backbone_label": labels.get(b, b), "backbone_avg": base.get(b)}
+
     for p in points:
-        if p["rule"] in ("backbone", "proxy_alone"):
+        if p["rule"] != "apd":
             continue
-        e, w = p.get("effect") or {}, p.get("window") or {}
-        rows.append({"backbone": p["backbone"], "backbone_label": labels.get(p["backbone"], p["backbone"]),
-                     "backbone_avg": base.get(p["backbone"]), "rule": p["rule"], "label": p["label"],
-                     "proxy": p["proxy"], "proxy_label": proxies.get(p["proxy"], {}).get("label", p["proxy"]),
-                     "proxy_avg": alone.get(p["proxy"], float("nan")), "draw": p.get("draw"),
-                     "temperature": p["temperature"], "greedy_first": p.get("greedy_first"),
-                     "avg": p["avg"], "delta": e.get("delta"), "se": e.get("se"), "changed": e.get("changed"),
-                     "items": e.get("items"), "disagree": w.get("disagree"), "steered": w.get("steered"),
-                     "padding": w.get("padding"), "answer": w.get("answer")})
+        e = p.get("effect") or {}
+        rows.append({**common(p["backbone"]), "rule": "apd", "label": p["label"], "proxy": p["proxy"],
+                     "proxy_label": proxies.get(p["proxy"], {}).get("label", p["proxy"]),
+                     "proxy_avg": alone.get(p["proxy"], float("nan")), "draw": None, "w": None,
+                     "delta": e.get("delta"), "se": e.get("se")})
+    for job in jobs:
+        b = job["job"]
+        for t in job.get("trees", []):
+            from ..dllm.rows import draw_label
+
+            room = {"draw": draw_label(t["draw"]), "w": t["w"], "ceiling": t["ceiling"]["avg"]["delta"],
+                    "ceiling_se": t["ceiling"]["avg"]["se"], "floor": t["floor"]["avg"]["delta"],
+                    "floor_se": t["floor"]["avg"]["se"], "decides": t["decides"]["avg"], "exhaustive": t["exhaustive"],
+                    "dlm_auc": t["auc"]["dlm"]["auc"], "dlm_auc_se": t["auc"]["dlm"]["se"], "items": t["items"]}
+            for c in t["cells"]:
+                e, a, sh = c["effect"], c["auc"], c["share"]
+                rows.append({**common(b), **room, "rule": c["rule"], "label": c["rule"], "proxy": c["proxy"],
+                             "proxy_label": proxies.get(c["proxy"], {}).get("label", c["proxy"]),
+                             "proxy_avg": alone.get(c["proxy"], float("nan")), "delta": e["delta"], "se": e["se"],
+                             "auc": a["auc"], "auc_se": a["se"], "share": sh["share"], "share_se": sh["se"],
+                             "reading": c["reading"]})
+            for rule, be in (t.get("break_even") or {}).items():
+                rows.append({**common(b), **room, "rule": "break_even", "label": rule, "proxy": None,
+                             "auc": be["auc"], "auc_se": be["se"]})
     return pd.DataFrame.from_records(rows)
 
 
+def _cell(v, se, nd=1, sign=True) -> str:
+    if _missing(v):
+        return DASH
+    body = f"{v:+.{nd}f}" if sign else f"{v:.{nd}f}"
+    return body + ("" if _missing(se) else rf"{{\scriptsize $\pm${se:.{nd}f}}}")
+
+
 def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
-    """The proxy-strength map as a table (beyond the paper): one row per rule and candidate draw (temperature, and
-    whether candidate 0 is the greedy one), one column per backbone and proxy (weakest to the oracle); a cell is the
-    paired change of the average accuracy against the backbone's own decoder on the same items ± its paired s.e.  A
-    rule that reads no proxy (Inv-E) has one value per backbone and draw, shown under every proxy.  APD draws its
-    own drafts (no candidate draw).  The CSV is :func:`map_frame`."""
+    """The map as a table (beyond the paper): for each candidate draw and window (a group), the room of each
+    backbone's window (ceiling, floor, items decided, the backbone's own judgement), each proxy's judgement (the AUC
+    of proxy rerank: the proxy's own score) and each rule's paired change with each proxy (weakest to the oracle);
+    then APD per proxy and each rule's break-even judgement along the continuum.  The CSV is :func:`map_frame`."""
     df = map_frame(jobs)
-    proxies = list(dict.fromkeys(p for job in jobs for p in job.get("proxies", {})))
-    plabel = {k: v.get("label", k) for job in jobs for k, v in job.get("proxies", {}).items()}
+    m_proxies = {k: v for job in jobs for k, v in job.get("proxies", {}).items()}
+    proxies = list(m_proxies)
+    plabel = {k: v.get("label", k) for k, v in m_proxies.items()}
     backbones = list(dict.fromkeys(df.backbone))
-    draws = list(dict.fromkeys(d for d in df.draw if isinstance(d, str)))
-    order = {r: i for i, r in enumerate(MAP_RULE_ORDER)}
-    keys = sorted({(r.rule, r.draw if isinstance(r.draw, str) else None) for r in df.itertuples()},
-                  key=lambda k: (k[1] is None, draws.index(k[1]) if k[1] in draws else 0, order.get(k[0], 99)))
+    blabel = {b: df[df.backbone == b].backbone_label.iloc[0] for b in backbones}
     cells, groups = [], []
-    for rule, draw in keys:
-        sub = df[(df.rule == rule) & ((df.draw == draw) if draw is not None else df.draw.isna())]
-        label = sub.label.iloc[0].replace("_", r"\_")
-        row = [label, DASH if draw is None else draw.replace("τ", r"$\tau$")]
+    ncol = len(proxies)
+    trees = df[df.rule.isin(MAP_RULE_ORDER[:-1])]
+    for (draw, w), sub in trees.groupby(["draw", "w"], sort=False):
+        key = f"{draw}, w = {w:g}".replace("τ", r"$\tau$")
+        room_row, auc_row = [key, r"\emph{room}"], ["", r"\emph{judgement (AUC)}"]
+        for b in backbones:
+            r = sub[sub.backbone == b]
+            if r.empty:
+                room_row += [DASH] * ncol
+                auc_row += [DASH] * ncol
+                continue
+            r0 = r.iloc[0]
+            bound = "" if r0.exhaustive >= 1.0 else r"$\geq$"
+            room_row += ([f"ceil. {bound}{_cell(r0.ceiling, r0.ceiling_se)}", f"floor {_cell(r0.floor, r0.floor_se)}",
+                          f"decided {100 * r0.decides:.0f}\\%", f"DLLM {_cell(r0.dlm_auc, r0.dlm_auc_se, 2, False)}"]
+                         + [""] * max(0, ncol - 4))[:ncol]
+            for p in proxies:
+                hit = r[(r.rule == "rerank") & (r.proxy == p)]
+                auc_row.append(DASH if hit.empty else _cell(hit.auc.iloc[0], hit.auc_se.iloc[0], 2, False))
+        cells += [room_row, auc_row]
+        groups += [key, key]
+        for rule in [x for x in MAP_RULE_ORDER[:-1] if x in set(sub.rule)]:
+            row = ["", rule.replace("_", r"\_")]
+            for b in backbones:
+                r = sub[(sub.backbone == b) & (sub.rule == rule)]
+                for p in proxies:
+                    hit = r[(r.proxy == p) | (r.proxy == "any")]
+                    row.append(DASH if hit.empty else _cell(hit.delta.iloc[0], hit.se.iloc[0]))
+            cells.append(row)
+            groups.append(key)
+    apd = df[df.rule == "apd"]
+    if not apd.empty:
+        row = ["APD", "(own drafts)"]
         for b in backbones:
             for p in proxies:
-                hit = sub[(sub.backbone == b) & ((sub.proxy == p) | sub.proxy.isna())]
-                r = hit.iloc[0] if len(hit) else None
-                row.append(DASH if r is None or _missing(r.delta) else rf"{r.delta:+.1f}{{\scriptsize $\pm${r.se:.1f}}}")
+                hit = apd[(apd.backbone == b) & (apd.proxy == p)]
+                row.append(DASH if hit.empty else _cell(hit.delta.iloc[0], hit.se.iloc[0]))
         cells.append(row)
-        groups.append(draw)
-    header = ["Rule", "Candidates"] + [f"{df[df.backbone == b].backbone_label.iloc[0]}: {plabel[p]}"
-                                       for b in backbones for p in proxies]
-    alone = {p: df[df.proxy == p].proxy_avg.iloc[0] if (df.proxy == p).any() else float("nan") for p in proxies}
-    own = "; ".join(f"{plabel[p]} {alone[p]:.1f}\\%" for p in proxies if not _missing(alone[p]))
-    base = "; ".join(f"{df[df.backbone == b].backbone_label.iloc[0]} {df[df.backbone == b].backbone_avg.iloc[0]:.1f}\\%"
-                     for b in backbones)
+        groups.append("apd")
+    header = ["Candidates, window", "Rule"] + [f"{blabel[b]}: {plabel[p]}" for b in backbones for p in proxies]
+    be = df[df.rule == "break_even"]
+    be_text = "; ".join(f"{blabel[r.backbone]} {r.label} ({r.draw}, w = {r.w:g}): "
+                        + ("never" if _missing(r.auc) else f"{r.auc:.2f} $\\pm$ {r.auc_se:.2f}")
+                        for r in be.itertuples()).replace("τ", r"$\tau$")
+    points = [p for job in jobs for p in job["points"]]
+    alone = "; ".join(f"{plabel.get(p['proxy'], p['proxy'])} {p['avg']:.1f}\\%" for p in points
+                      if p["rule"] == "proxy_alone")
+    base = "; ".join(f"{p['label']} {p['avg']:.1f}\\%" for p in points if p["rule"] == "backbone")
+    cont = next((j.get("continuum") for j in jobs if j.get("continuum")), {}) or {}
     tasks = ", ".join(jobs[0]["tasks"]).replace("_", r"\_")
-    caption = (r"When does Uni-E help a DLLM? (beyond the paper) The paired change of the average accuracy (points) "
-               r"against the backbone's own decoder on the same items $\pm$ its paired s.e., per selection rule and "
-               r"candidate draw (the candidates' temperature $\tau$; greedy first: candidate 0 is the backbone's greedy "
-               r"$\hat x_0$), as the proxy goes from weak to an $\varepsilon$-smoothed oracle that knows each item's "
-               rf"answer ($\varepsilon$ = {jobs[0].get('oracle_eps', 0.05):g}). Items: the first {jobs[0]['limit']} of "
-               rf"{tasks}. Backbones: {base}. The proxies decoding alone: {own}. Inv-E reads no proxy under teacher "
-               r"forcing (its AR terms cancel): one value per backbone and draw, under every proxy. APD draws its own "
-               r"drafts (no candidate draw).")
+    limit = jobs[0].get("limit")
+    caption = (r"When does Uni-E help a DLLM? (beyond the paper) For each candidate draw ($\tau$: the candidates' "
+               r"temperature; greedy first: candidate 0 is the backbone's greedy $\hat x_0$) and window $w$: the "
+               r"\emph{room} of the backbone's window (the change of the average accuracy, points, that the best and the "
+               r"worst selection among the window's candidates reach, every path of the candidate tree decoded and "
+               r"scored, $\pm$ paired s.e.; $\geq$: a tree cut at its cap, a bound; decided: items in which a choice "
+               r"inside the window changes the score; DLLM: the pairwise AUC of the backbone's own "
+               r"$\log p_\theta(x_s|x_t)$ over the tree's candidates), each proxy's \emph{judgement} (the AUC of its "
+               r"own score, proxy rerank's: 0.5 is none, 1 a perfect one) and each rule's paired change against the "
+               r"backbone on the same items $\pm$ its paired s.e., per proxy from weak to an $\varepsilon$-smoothed "
+               rf"oracle ($\varepsilon$ = {jobs[0].get('oracle_eps', 0.05):g}). Items: "
+               + (f"the first {limit} of " if limit else "every test item of ") + rf"{tasks}. Backbones: {base}. The "
+               rf"proxies decoding alone: {alone}. Inv-E reads no proxy under teacher forcing (one value under every "
+               r"proxy). Break-even judgement (the AUC at which a rule's change crosses 0 along "
+               rf"$\lambda \cdot$ oracle + $(1-\lambda) \cdot$ {cont.get('proxy', 'proxy')}, $\lambda \in$ "
+               rf"\{{0, {', '.join(f'{x:g}' for x in cont.get('lambdas', []))}, 1\}}, $\pm$ bootstrap s.e.): "
+               + (be_text or "none") + ".")
     table = pd.DataFrame(cells, columns=header)
     return latex_float(table, caption=caption, label="tab:map", groups=groups, size="scriptsize"), df

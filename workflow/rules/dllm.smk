@@ -327,10 +327,58 @@ if SWEEP_JOB:
             "../scripts/dllm_sweep.py"
 
 
+# The room every Algorithm 3 row had (beyond the paper; dllm.room): per backbone row, the candidate tree of the window
+# on Table 3's items, each leaf scored by the task (rules dllm_room_{backbone}: results/dllm/room/{backbone}.json);
+# Table 3, the full table and the selection table print its ceiling and floor beside the rows
+from unie.dllm.rows import room_rows  # noqa: E402
+
+ROOM = room_rows(DLLM.get("rows", {})) if DLLM.get("room") else {}
+
+
+def room_inputs(backbone):
+    names = [backbone, *ROOM[backbone]]
+    out = {f"{n}_{k}": v for n in names for k, v in row_inputs(n).items() if k != "base"}
+    out.update({f"{n}_results": f"{RUN_DIR}/results/dllm/rows/{n}/results.json" for n in names})
+    return out
+
+
+for _backbone in ROOM:
+
+    rule:
+        name:
+            f"dllm_room_{_backbone}"
+        input:
+            **room_inputs(_backbone),
+        output:
+            f"{RUN_DIR}/results/dllm/room/{_backbone}.json",
+        log:
+            f"{RUN_DIR}/logs/dllm/room_{_backbone}.log",
+        benchmark:
+            f"{RUN_DIR}/benchmarks/dllm/room_{_backbone}.tsv"
+        params:
+            backbone=_backbone,
+            rows={n: DLLM["rows"][n] for n in ROOM[_backbone]},
+            inputs={n: plain_files(row_inputs(n)) for n in ROOM[_backbone]},
+            dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "seed", "room")},
+            device=config["device"],
+            **precision_params(),
+        threads: config["threads"]
+        resources:
+            **rule_resources("dllm_eval", 4000, 120, gpu=True),
+        script:
+            "../scripts/dllm_room.py"
+
+
+def room_files(rows):
+    """The room records of the backbones of ``rows`` (a table's rows)."""
+    return [f"{RUN_DIR}/results/dllm/room/{b}.json" for b in ROOM if b in rows or any(r in rows for r in ROOM[b])]
+
+
 def table3_inputs(rows):
     files = [f"{RUN_DIR}/results/dllm/rows/{row}/results.json" for row in rows]
     effects = [f"{RUN_DIR}/results/dllm/rows/{row}/effect.json" for row in rows if rows[row].get("delta_to")]
-    return {"results": files, "effects": effects}  # a decoder row's paired s.e. is in its effect.json
+    # a decoder row's paired s.e. is in its effect.json; its room (ceiling, floor) in its backbone's room record
+    return {"results": files, "effects": effects, "rooms": room_files(rows)}
 
 
 rule table3:

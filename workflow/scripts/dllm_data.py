@@ -20,4 +20,4 @@ with job(snakemake) as log:
     gen = d["decoding"]["gen_length"]  # a tokenizer without an sft_length trains on the decoding canvas
     sft_length = {name: (d.get("sft_length") or {}).get(name, gen) for name in ("word", "bpe")}
     prepare_dllm_data(train, test, toy, os.path.dirname(snakemake.output.meta), sft_length,
-                      d["bpe_vocab_size"], n, log=log)
+                      d["bpe_vocab_size"], n, seed=d["tasks"]["seed"], log=log)

@@ -1,5 +1,5 @@
-"""Rules dllm_map_{job}: the proxy-strength map's points of one backbone (or the proxies decoded alone), one lm-eval
-run each (unie.pipeline.dllm_runs.run_map)."""
+"""Rules dllm_map_{job}: the map of one backbone (its candidate trees per draw and window, its lm-eval points) or the
+proxies decoded alone (unie.pipeline.map_runs.run_map)."""
 
 from unie.pipeline.rule import job, job_precision
 
@@ -7,7 +7,7 @@ with job(snakemake) as log:
     import os
 
     from unie.dllm.lmeval import evaluate
-    from unie.pipeline.dllm_runs import run_map
+    from unie.pipeline.map_runs import run_map
 
     tasks_dir = os.path.dirname(snakemake.input.tasks[0])
     run_map(snakemake.params.job, snakemake.params.dllm, snakemake.params.models, tasks_dir,

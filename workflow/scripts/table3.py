@@ -8,4 +8,4 @@ with job(snakemake) as log:
 
     p = snakemake.params
     log(table3(dict(p.rows), dict(p.tasks), list(snakemake.input.results), snakemake.output.tex,
-               snakemake.output.csv, list(snakemake.input.effects)))
+               snakemake.output.csv, list(snakemake.input.effects), list(snakemake.input.rooms)))

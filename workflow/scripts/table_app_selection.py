@@ -7,4 +7,4 @@ with job(snakemake) as log:
 
     p, inp = snakemake.params, snakemake.input
     log(selection_table(dict(p.rows), dict(p.tasks), list(inp.results), list(inp.effects), snakemake.output.tex,
-                        snakemake.output.csv))
+                        snakemake.output.csv, list(inp.rooms)))

@@ -1,0 +1,104 @@
+"""The replicates (unie.config.replicate_plan, unie.report.replicate_tables, unie.pipeline.replicate_runs): each seed's
+run command, the aggregate of a table over seeds against numbers computed by hand, the claims' verdicts, and
+`snakemake replicates` on a small part of the smoke profile (three run directories and the aggregate)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from unie.config.replicate_plan import aggregate_dir, given_profile, replicate_command
+from unie.report.replicate_tables import aggregate, claims, verdict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_seeds_command_is_the_outer_runs_with_the_seed_replaced():
+    cmd = replicate_command("py", "S", "/w", ["config/smoke.yaml"], {"seed": 5, "threads": 2,
+                                                                   "slurm_partitions": {"cpu": "n", "gpu": "a100"}},
+                            2, "all", 4, None)
+    assert cmd[:7] == ["py", "-m", "snakemake", "-s", "S", "-d", "/w"]
+    assert cmd[cmd.index("--cores") + 1] == "4" and "--profile" not in cmd
+    cfg = cmd[cmd.index("--config") + 1: cmd.index("--")]
+    assert cfg == ["threads=2", "slurm_partitions={cpu: n, gpu: a100}", "seed=2"] and cmd[-1] == "all"
+    slurm = replicate_command("py", "S", "/w", [], {}, 0, "all", None, "slurm")
+    assert slurm[slurm.index("--profile") + 1] == "slurm" and "--cores" not in slurm
+    assert given_profile(["snakemake", "--profile", "slurm", "replicates"], {}) == "slurm"
+    assert given_profile(["snakemake", "--profile=x"], {}) == "x"
+    assert given_profile(["snakemake"], {"SNAKEMAKE_PROFILE": "y"}) == "y"
+    assert aggregate_dir("runs/toy", {}) == "runs/toy+replicates"
+    assert aggregate_dir("runs/toy+seed-1", {"seed": 1}, lambda: "runs/toy") == "runs/toy+replicates"
+
+
+def test_aggregate_of_a_table_by_hand():
+    frames = {s: pd.DataFrame({"row": ["MDLM", "AR"], "source": ["mdlm", "ar"], "domain": ["owt", "owt"],
+                               "ppl": [10.0 + s, 20.0 - s], "bound": [True, True], "best": [s == 0, s != 0]})
+              for s in (0, 1, 2)}
+    a = aggregate("table1_ppl", frames)
+    assert list(a.quantity) == ["ppl", "ppl"] and list(a.row) == ["MDLM", "AR"]  # booleans are not quantities
+    mdlm = a[a.row == "MDLM"].iloc[0]
+    assert (mdlm.seed_0, mdlm.seed_1, mdlm.seed_2) == (10.0, 11.0, 12.0)
+    assert mdlm["mean"] == pytest.approx(11.0) and mdlm["sd"] == pytest.approx(1.0)
+    assert (mdlm["min"], mdlm["max"], mdlm["n_runs"]) == (10.0, 12.0, 3)
+    dup = {s: pd.concat([f, f]) for s, f in frames.items()}
+    with pytest.raises(ValueError, match="do not name a cell"):
+        aggregate("table1_ppl", dup)
+
+
+def test_verdicts_and_claims():
+    assert verdict([2.5, 3.0, 2.1]) == "holds in all 3 (+)"
+    assert verdict([-2.5, -3.0, -2.1]) == "holds in all 3 (−)"
+    assert verdict([2.5, 1.0, -2.2]) == "holds in 2 of 3 (+−)"
+    assert verdict([0.5, -1.9, 1.0]) == "level in all 3"
+    assert verdict([float("nan")] * 3) == "no value"
+    sel = {s: pd.DataFrame({"row": ["llada", "llada_uni"], "delta": [None, d], "delta_se": [None, 0.5]})
+           for s, d in ((0, 1.5), (1, 1.2), (2, 0.4))}
+    t2 = {s: pd.DataFrame({"row": ["MDLM", "X"], "run": ["mdlm", "x"], "steps": [8, 8], "evaluator": ["exact"] * 2,
+                           "nll_per_token": [3.0, 3.0 + d], "nll_se": [0.03, 0.04]})
+          for s, d in ((0, 0.2), (1, 0.25), (2, 0.3))}
+    c = claims({"table_app_selection": sel, "table2_genppl": t2})
+    uni = c[c.cell == "llada_uni"].iloc[0]
+    assert uni.z_0 == pytest.approx(3.0) and uni.verdict == "holds in 2 of 3 (++)"
+    x = c[c.table == "table2_genppl"].iloc[0]
+    assert x.seed_0 == pytest.approx(0.2) and x.se_0 == pytest.approx(0.05) and x.verdict == "holds in all 3 (+)"
+
+
+@pytest.mark.slow
+def test_snakemake_replicates_builds_each_seeds_run_and_the_aggregate(tmp_path):
+    """`snakemake replicates` on the smoke profile with Table 2 cut to the data, the AR and the MDLM (an overlay that
+    drops the other rows), each seed's run building only Table 2: three run directories with their own trainings,
+    and the aggregate page and CSVs."""
+    pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
+    overlay = tmp_path / "small.yaml"
+    overlay.write_text("exclude:\n  tables:\n    table2_genppl: [SEDD, Duo, Block Diffusion, DCD, ReMDM, EDLM-AR, "
+                       "EDLM-NCE, Uni-EDLM-AR, Uni-EDLM-NCE]\n")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
+           "replicates", "--configfile", str(REPO / "config" / "smoke.yaml"), str(overlay),
+           "--config", "replicates={seeds: [0, 1, 2], target: table2}"]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = next((tmp_path / "runs").glob("*+replicates"))
+    dirs = {m["seed"]: Path(m["run_dir"]).name
+            for m in (json.loads(p.read_text()) for p in (out / "runs").glob("seed-*.json"))}
+    assert sorted(dirs) == [0, 1, 2] and len(set(dirs.values())) == 3
+    assert dirs[0] == out.name[: -len("+replicates")]  # the aggregate sits beside the seed-0 run
+    for name in dirs.values():
+        assert (tmp_path / "runs" / name / "results" / "tables" / "table2_genppl.csv").is_file(), name
+    page = (out / "replicates.md").read_text()
+    assert f"seed 2: `runs/{dirs[2]}/`" in page and "## table2_genppl" in page
+    agg = pd.read_csv(out / "tables" / "table2_genppl.csv")
+    assert {"seed_0", "seed_1", "seed_2", "mean", "sd", "min", "max"} <= set(agg.columns)
+    genppl = agg[agg.quantity == "genppl"]
+    assert (genppl.n_runs == 3).all() and (genppl.sd > 0).any()  # three trainings, not one run three times
+    w = {s: (tmp_path / "runs" / d / "results" / "models" / "mdlm" / "model.safetensors").read_bytes()
+         for s, d in dirs.items()}
+    assert len(set(w.values())) == 3  # each seed trained its own MDLM
+    manifest = json.loads((out / "runs" / "seed-1.json").read_text())
+    assert manifest["run_dir"] == f"runs/{dirs[1]}" and "seed=1" in manifest["command"]
+    assert math.isfinite(pd.read_csv(out / "claims.csv").z_0.iloc[0])

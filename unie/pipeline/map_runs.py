@@ -1,0 +1,231 @@
+"""Rules ``dllm_map_{job}``: the map of when Uni-E helps a DLLM (beyond the paper; targets ``table_app_map``,
+``fig_app_map``).
+
+Per backbone, the room first: for each candidate draw (``dllm.map.draws``: temperature, greedy first candidate) and
+each window (``dllm.map.windows``: w = 0.2, 0.5, 1), the candidate tree of Algorithm 3's window on the map's items
+(:func:`unie.dllm.candidate_tree.decoder_trees`: the backbone's own requests as lm-eval logged them, the decoder's own
+generators), every leaf scored by the task as lm-eval scores a response.  Each (rule, proxy) is a scorer recorded at
+every node, so each argmin rule's result is the leaf its energies reach (the decode Algorithm 3 would make: the room
+rule checks the identity on Table 3's rows), and each score's judgement is its pairwise AUC over the tree's
+candidates (:func:`unie.eval.room.pairwise_auc`).  The proxies: the weak one, the paper's-ratio one, the AR of the
+DLLMs' size, the oracle, and a continuum ``λ · oracle + (1 − λ) · paper's-ratio`` (:class:`unie.dllm.oracle.MixtureLM`)
+along which the map locates each rule's break-even judgement (:func:`unie.eval.room.break_even`, bootstrap s.e.).
+
+The backbone's own decode of the items, the proxies decoded alone and APD per proxy (its own drafts: no window) are
+lm-eval runs, as every Table 3 row.  ``points.json`` per job holds them all.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ..config.settings import LmEvalSettings
+from ..core.integrity import read_json
+from .rule import write_json
+from .tables_figures import item_records, sample_records, task_metrics
+
+ORACLE = "oracle"  # a map proxy whose model is this name reads the oracle checkpoint (rule dllm_oracle)
+
+
+def continuum_name(lam: float) -> str:
+    return f"mix{int(round(100 * lam)):02d}"
+
+
+def map_scorers(m: dict, bridges: dict, energy: dict):
+    """name -> :class:`~unie.dllm.candidate_tree.Scorer` of every (rule, proxy) of the map, plus the continuum's proxies; the
+    names ``{rule}__{proxy}``.  A rule that reads no proxy under its reading (Inv-E, teacher forced) has one scorer,
+    ``{rule}__any``."""
+    from ..dllm.candidate_tree import Scorer
+    from ..dllm.rows import reads_proxy
+
+    out = {}
+    for rule, spec in m["rules"].items():
+        o = {**energy, **spec.get("options", {})}
+        scorer = dict(energy=o.get("energy", "uni"), ar_context=o.get("ar_context", "teacher_forced"),
+                      selection=o.get("selection", "argmin"))
+        if scorer["selection"] not in ("argmin", "proxy_rerank"):
+            raise ValueError(f"dllm.map.rules.{rule}: selection {scorer['selection']!r} draws its choice (resample): "
+                             "it has no path in the candidate tree; the map reads argmin and proxy_rerank rules")
+        if not reads_proxy(o):
+            out[f"{rule}__any"] = Scorer(proxy=bridges[m["continuum"]["proxy"]], **scorer)
+            continue
+        for p, bridge in bridges.items():
+            out[f"{rule}__{p}"] = Scorer(proxy=bridge, **scorer)
+    return out
+
+
+def _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, limit, log, precision):
+    from ..dllm.rows import row_model_args
+    from ..eval.metrics import window_shares
+
+    point_dir = out_dir / point["name"]
+    row = point["row"]
+    args = row_model_args(point["name"], row, dllm, {role: models[row[role]] for role in ("model", "proxy")
+                                                     if row.get(role)}, device, precision)
+    log(f"map {point['name']}: model_args {args}")
+    found = evaluate(args, names, tasks_dir, point_dir, lm.batch_size, include_defaults=False, limit=limit,
+                     seed=lm.seed, allow_code_execution=False, log=log)
+    shutil.copyfile(found, point_dir / "results.json")
+    return point_dir, args, window_shares(read_json(point_dir / "throughput.json", "throughput record"))
+
+
+def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print,
+            precision: str = "fp32") -> dict:
+    """One job of the map (module doc): ``job`` a backbone of ``dllm.map.backbones`` or ``proxies`` (the proxies
+    decoded alone).  ``models``: model name -> its directory (an oracle checkpoint for ``oracle``).  Writes
+    ``{point}/`` lm-eval folders and ``points.json`` under ``out_dir``; returns the ``points.json`` record."""
+    from ..dllm.rows import map_points, map_proxy_points
+    from ..eval.metrics import paired_effect
+
+    m = dllm["map"]
+    names, metrics, _ = task_metrics({"names": list(m["tasks"])})
+    lm = LmEvalSettings.from_dllm(dllm)
+    out_dir = Path(out_dir)
+    limit = m.get("limit")
+    records, trees = [], []
+    points = map_proxy_points(dllm) if job == "proxies" else map_points(dllm, job)
+    base_items, base_dir = None, None
+    for point in points:
+        point_dir, args, window = _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm,
+                                                limit, log, precision)
+        res = json.loads((point_dir / "results.json").read_text())["results"]
+        acc = {t: 100 * res[t][metrics[t]] for t in names}
+        items = item_records(point_dir, names, metrics)
+        rec = {k: v for k, v in point.items() if k != "row"} | {
+            "model_args": {k: v for k, v in args.items() if k != "device"}, "accuracy": acc,
+            "avg": sum(acc.values()) / len(acc), "n": {t: len(items.get(t, {})) for t in names}, "window": window}
+        if point["rule"] == "backbone":
+            base_items, base_dir, base_args = items, point_dir, args
+        elif base_items is not None:
+            effect = paired_effect(items, base_items, names)
+            rec["effect"], rec["effect_tasks"] = effect["avg"], effect["tasks"]
+        records.append(rec)
+        e = rec.get("effect")
+        log(f"  average {rec['avg']:.1f} %" + (f", against the backbone {e['delta']:+.1f} ± {e['se']:.1f}" if e else ""))
+    if job != "proxies":
+        trees = map_trees(job, dllm, models, names, metrics, tasks_dir, base_dir, base_args, base_items, log)
+    out = {"job": job, "tasks": names, "limit": limit, "batch_size": lm.batch_size, "seed": lm.seed,
+           "oracle_eps": m.get("oracle_eps", 0.05), "draws": [dict(d) for d in m["draws"]],
+           "windows": list(m.get("windows", [dllm["energy"]["w"]])), "continuum": dict(m.get("continuum") or {}),
+           "proxies": {p: dict(s) for p, s in m["proxies"].items()}, "points": records, "trees": trees}
+    write_json(out, out_dir / "points.json", indent=1)
+    return out
+
+
+def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
+    """proxy name -> :class:`~unie.dllm.bridge.ProxyBridge` of every map proxy and of the continuum's mixtures."""
+    from ..dllm.bridge import ProxyBridge
+    from ..dllm.decoder import load_trained
+    from ..dllm.oracle import MixtureLM, OracleLM
+
+    lms = {}
+    for p, spec in m["proxies"].items():
+        lms[p] = OracleLM.load(models[ORACLE]) if spec["model"] == ORACLE else load_trained(models[spec["model"]],
+                                                                                             device)[0]
+    cont = m.get("continuum") or {}
+    oracle = next(lms[p] for p, s in m["proxies"].items() if s["model"] == ORACLE) if cont else None
+    for lam in cont.get("lambdas", []):
+        lms[continuum_name(lam)] = MixtureLM(oracle, lms[cont["proxy"]], lam)
+    return {p: ProxyBridge(lm, tok) for p, lm in lms.items()}
+
+
+def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics: dict, tasks_dir, base_dir,
+              base_args: dict, base_items: dict, log=print) -> list[dict]:
+    """Per (draw, window): the room of the backbone's window on the map's items and every scorer's result and
+    judgement (module doc)."""
+    from ..dllm.decoder import build_decoder
+    from ..dllm.energy_decoding import DLLMEnergyOptions
+    from ..dllm.candidate_tree import decoder_trees, rule_leaf
+    from ..eval.metrics import paired_effect
+    from ..dllm.lmeval import truncate_at
+    from ..eval.room import (_item_pairs, break_even_bootstrap, leaf_scores, pairwise_auc, room_effects,
+                             room_reading, share_of_ceiling)
+    from .room_runs import _lm_tasks
+
+    m = dllm["map"]
+    lm = LmEvalSettings.from_dllm(dllm)
+    decoder = build_decoder({**base_args, "seed": lm.seed})
+    bridges = map_bridges(m, models, decoder.tok, base_args.get("device", "cpu"))
+    scorers = map_scorers(m, bridges, dllm.get("energy", {}))
+    requests = sample_records(base_dir, names, metrics)
+    task_objs = _lm_tasks(names, tasks_dir)
+    energy = dllm.get("energy", {})
+    out = []
+    for draw in m["draws"]:
+        for w in m.get("windows", [energy.get("w", 0.2)]):
+            options = DLLMEnergyOptions(energy="uni", K=energy.get("K", 3), w=w, temperature=draw["temperature"],
+                                        greedy_first=bool(draw.get("greedy_first", False)))
+            leaves, trees, paths = {}, [], {s: {} for s in scorers}
+            keys_in_order = []
+            for task in names:
+                recs = requests.get(task, {})
+                metric = metrics[task]
+                leaves[task] = {}
+                groups: dict[str, list] = {}
+                for key, rec in recs.items():
+                    groups.setdefault(json.dumps(rec["arguments"]["gen_args_0"]["arg_1"], sort_keys=True,
+                                                 default=str), []).append(key)
+                for gk, keys in groups.items():
+                    gen_kwargs = json.loads(gk)
+                    until = gen_kwargs.get("until") or []
+                    until = [until] if isinstance(until, str) else list(until)
+                    max_new = int(gen_kwargs.get("max_gen_toks", decoder.gen_length))
+                    for lo in range(0, len(keys), lm.batch_size):
+                        chunk = keys[lo:lo + lm.batch_size]
+                        items = decoder_trees(decoder, [recs[k]["arguments"]["gen_args_0"]["arg_0"] for k in chunk],
+                                              max_new, [json.dumps([gk, 0]) for _ in chunk], options, scorers,
+                                              m.get("cap", 243))
+                        for k, item in zip(chunk, items):
+                            s = leaf_scores(task_objs[k[0]], recs[k]["doc"], item.texts, until, metric)
+                            leaves[task][k] = s
+                            trees.append((task, k, item.tree, s))
+                            for name in scorers:  # a path's text as item_records writes a response
+                                leaf = rule_leaf(item.tree, name)
+                                paths[name].setdefault(task, {})[k] = (
+                                    (float("nan"), "") if leaf is None else
+                                    (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)])))
+                            keys_in_order.append((task, k))
+            room = room_effects(leaves, base_items, names)
+            tree_list = [t for _, _, t, _ in trees]
+            score_list = [s for _, _, _, s in trees]
+            rec = {"draw": dict(draw), "w": w, "items": sum(len(v) for v in leaves.values()),
+                   "exhaustive": sum(t.exhaustive for t in tree_list) / max(1, len(tree_list)), **room,
+                   "auc": {"dlm": pairwise_auc(tree_list, score_list, lambda nd, j: nd.dlm_logp[j])}, "cells": []}
+            base = [base_items[t][k][0] for t, k in keys_in_order]
+            ceiling = [max(leaves[t][k]) for t, k in keys_in_order]
+            per_item = []
+            for name in scorers:
+                rule, proxy = name.split("__", 1)
+                effect = paired_effect(paths[name], base_items, names)["avg"]
+                auc = pairwise_auc(tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j])
+                rows = [paths[name][t][k][0] for t, k in keys_in_order]
+                share = share_of_ceiling(rows, ceiling, base)
+                rec["cells"].append({"rule": rule, "proxy": proxy, "effect": effect, "auc": auc, "share": share,
+                                     "reading": room_reading(effect["delta"], effect["se"],
+                                                             room["ceiling"]["avg"]["delta"],
+                                                             room["ceiling"]["avg"]["se"])})
+            # break-even judgement along the continuum, per rule, with a bootstrap over items
+            cont = m.get("continuum") or {}
+            if cont:
+                chain = [cont["proxy"], *[continuum_name(x) for x in cont.get("lambdas", [])],
+                         next(p for p, s in m["proxies"].items() if s["model"] == ORACLE)]
+                rec["break_even"] = {}
+                for rule in m["rules"]:
+                    names_chain = [f"{rule}__{p}" for p in chain if f"{rule}__{p}" in scorers]
+                    if len(names_chain) < 2:
+                        continue
+                    per_item = [{n: ((paths[n][t][k][0] - base_items[t][k][0]),
+                                     _item_pairs(tr, s, lambda nd, j, n=n: -nd.energies[n][j]))
+                                 for n in names_chain} for (t, k, tr, s) in trees]
+                    rec["break_even"][rule] = break_even_bootstrap(per_item, names_chain)
+            log(f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "
+                f"{room['ceiling']['avg']['se']:.1f}, floor {room['floor']['avg']['delta']:+.1f}, decides "
+                f"{100 * room['decides']['avg']:.0f} % of {rec['items']} items, exhaustive "
+                f"{100 * rec['exhaustive']:.0f} %")
+            out.append(rec)
+    return out
+
+
+__all__ = ["ORACLE", "continuum_name", "map_bridges", "map_scorers", "map_trees", "run_map"]

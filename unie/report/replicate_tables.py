@@ -1,0 +1,287 @@
+"""Several trainings in, one aggregate out: every table's cells as the mean and spread over the seeds' runs, and
+which claims hold in each training.
+
+Pure functions over the DataFrames the table and figure rules wrote (one per seed, the same CSV of each run); rule
+``replicates`` (:mod:`unie.pipeline.replicate_runs`) reads and writes the files.
+
+* :func:`aggregate`: a table's long form, one line per cell (its key columns, the ``quantity``, one column per seed,
+  ``mean``, ``sd`` (the across-training standard deviation, ddof 1), ``min``, ``max``, ``n_runs``).
+* :func:`claims`: for every cell with a change and its paired s.e. (Table 3's rows, the selection rules, the map's
+  points: ``delta``, ``delta_se``) and for every Table 2 row against MDLM at the same steps and evaluator (the
+  difference of the per-token NLLs over √(se² + se²): independent samples), the z = change / s.e. in each training
+  and a verdict: ``holds in all N`` (beyond 2 s.e., one sign, in every training), ``holds in k of N`` (beyond 2 s.e.
+  in k, with the signs), ``level in all N``.
+* :func:`page`: the Markdown page: each table's main quantities as ``mean ± sd [min, max]`` beside each cell, the
+  claims, and the proxy/backbone ratio of Table 3 as mean and range.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .markdown import md_table, plain
+
+# the columns that name a cell of each table (the rest of its numeric columns are its quantities)
+TABLE_KEYS: dict[str, tuple[str, ...]] = {
+    "table1_ppl": ("row", "source", "domain"),
+    "table2_genppl": ("row", "run", "steps", "evaluator"),
+    "table3_dllm": ("row", "task"),
+    "table_app_dllm_full": ("row", "task"),
+    "table_app_selection": ("row",),
+    "table_app_k": ("curve", "row"),
+    "table_app_w": ("curve", "row"),
+    "table_app_map": ("backbone", "rule", "draw", "proxy"),
+    "fig2_ablation": ("context", "curve", "run", "steps", "selection"),
+    "fig3_tradeoff": ("panel", "curve", "run", "steps"),
+    "fig4_dllm_tradeoff": ("curve", "label", "value"),
+    "fig_app_map": ("backbone", "rule", "draw", "proxy"),
+    "partition_check": ("ar_context", "revealed", "D"),
+}
+
+# what the page shows of each table: (index columns, column that spreads into columns or None, quantities, scale)
+PAGE_VIEWS: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...], float]] = {
+    "table1_ppl": (("row",), "domain", ("ppl",), 1.0),
+    "table2_genppl": (("row", "steps"), "evaluator", ("genppl",), 1.0),
+    "table3_dllm": (("row",), "column", ("value",), 100.0),
+    "table_app_dllm_full": (("row",), "column", ("value",), 100.0),
+    "table_app_selection": (("row",), None, ("avg", "delta"), 1.0),
+    "table_app_k": (("curve", "row"), None, ("value", "tokens_per_s"), 1.0),
+    "table_app_w": (("curve", "row"), None, ("value", "tokens_per_s"), 1.0),
+    "fig2_ablation": (("context", "curve", "selection"), "steps", ("genppl",), 1.0),
+    "fig4_dllm_tradeoff": (("curve", "value"), None, ("accuracy", "tokens_per_s"), 1.0),
+}
+
+CLAIM_Z = 2.0  # a change beyond 2 s.e. is a difference; below it, level (docs/findings.md)
+_BLANK = ""
+
+
+def keys_of(name: str, df: pd.DataFrame) -> list[str]:
+    """The key columns of table ``name`` present in ``df``; a table not in :data:`TABLE_KEYS` is keyed by its
+    text columns."""
+    declared = TABLE_KEYS.get(name)
+    if declared is not None:
+        return [c for c in declared if c in df.columns]
+    return [c for c in df.columns if df[c].dtype == object]
+
+
+def quantities_of(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The numeric, non-boolean columns that are not keys: what a cell reports."""
+    return [c for c in df.columns if c not in keys and pd.api.types.is_numeric_dtype(df[c])
+            and not pd.api.types.is_bool_dtype(df[c])]
+
+
+def _keyed(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    out = df.copy()
+    for k in keys:  # a missing key (NaN) is a value of its own, not a dropped row
+        out[k] = out[k].map(lambda v: _BLANK if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    return out
+
+
+def aggregate(name: str, frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
+    """The long aggregate of table ``name`` over ``frames`` (seed -> the table as one run wrote it): one line per
+    (key columns, quantity), with each seed's value (``seed_S``), ``mean``, ``sd`` (ddof 1), ``min``, ``max`` and
+    ``n_runs`` (the runs that have the cell).  Lines come in the first run's order."""
+    seeds = list(frames)
+    first = frames[seeds[0]]
+    keys = keys_of(name, first)
+    quantities = [q for q in quantities_of(first, keys) if all(q in f.columns for f in frames.values())]
+    long = []
+    for seed, df in frames.items():
+        d = _keyed(df, keys)
+        d["_order"] = np.arange(len(d))
+        m = d.melt(id_vars=[*keys, "_order"], value_vars=quantities, var_name="quantity", value_name="value")
+        m["seed"] = seed
+        long.append(m)
+    both = pd.concat(long, ignore_index=True)
+    dup = both.duplicated([*keys, "quantity", "seed"])
+    if dup.any():
+        row = both[dup].iloc[0]
+        raise ValueError(f"{name}: two cells with the same key {tuple(row[k] for k in keys)} in seed {row.seed}'s "
+                         f"table: its key columns ({', '.join(keys)}) do not name a cell")
+    wide = both.set_index([*keys, "quantity", "seed"])["value"].unstack("seed").reindex(columns=seeds)
+    wide.columns = [f"seed_{s}" for s in seeds]
+    order = both[both.seed == seeds[0]].set_index([*keys, "quantity"])["_order"]
+    wide["_order"] = order.reindex(wide.index).fillna(len(first)).values
+    q_rank = {q: i for i, q in enumerate(quantities)}
+    wide["_q"] = [q_rank[idx[-1]] for idx in wide.index]
+    wide = wide.sort_values(["_order", "_q"]).drop(columns=["_order", "_q"])
+    vals = wide[[f"seed_{s}" for s in seeds]].astype(float)
+    wide["mean"] = vals.mean(axis=1)
+    wide["sd"] = vals.std(axis=1, ddof=1)
+    wide["min"] = vals.min(axis=1)
+    wide["max"] = vals.max(axis=1)
+    wide["n_runs"] = vals.notna().sum(axis=1)
+    return wide.reset_index()
+
+
+def verdict(z: list[float]) -> str:
+    """The verdict over trainings from each training's z = change / s.e. (NaN: no value in that training)."""
+    zs = [v for v in z if not (v is None or math.isnan(v))]
+    n = len(zs)
+    if not n:
+        return "no value"
+    beyond = [v for v in zs if abs(v) >= CLAIM_Z]
+    if len(beyond) == n and (all(v > 0 for v in beyond) or all(v < 0 for v in beyond)):
+        return f"holds in all {n} ({'+' if beyond[0] > 0 else '−'})"
+    if not beyond:
+        return f"level in all {n}"
+    signs = "".join("+" if v > 0 else "−" for v in beyond)
+    return f"holds in {len(beyond)} of {n} ({signs})"
+
+
+def _claim_rows(table: str, keys: list[str], frames: dict[int, pd.DataFrame], change: str, se: str,
+                what: str) -> list[dict]:
+    out = []
+    seeds = list(frames)
+    keyed = {s: _keyed(f, keys).set_index(keys) for s, f in frames.items()}
+    for idx in keyed[seeds[0]].index:
+        per = {}
+        for s in seeds:
+            f = keyed[s]
+            if idx in f.index:
+                row = f.loc[idx]
+                row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
+                per[s] = (float(row[change]), float(row[se]))
+        if not per or all(math.isnan(d) for d, _ in per.values()):
+            continue
+        z = [d / e if e and not math.isnan(e) and e > 0 else float("nan") for d, e in per.values()]
+        label = idx if isinstance(idx, tuple) else (idx,)
+        out.append({"table": table, "cell": " / ".join(str(v) for v in label if v != _BLANK), "change": what,
+                    **{f"seed_{s}": per[s][0] if s in per else float("nan") for s in seeds},
+                    **{f"se_{s}": per[s][1] if s in per else float("nan") for s in seeds},
+                    **{f"z_{s}": zz for s, zz in zip(per, z)},
+                    "verdict": verdict(z)})
+    return out
+
+
+def task_average_change(df: pd.DataFrame) -> pd.DataFrame:
+    """Per Table 3 row with a backbone, the paired change of its task average and its s.e. (the tasks' paired s.e.
+    combined as √(Σ se²) / T, as Table 3 does): columns ``row``, ``delta``, ``delta_se``."""
+    d = df.dropna(subset=["delta"])
+    if d.empty:
+        return pd.DataFrame(columns=["row", "delta", "delta_se"])
+    g = d.groupby("row", sort=False)
+    return pd.DataFrame({"delta": g.delta.mean(),
+                         "delta_se": g.delta_se.apply(lambda e: math.sqrt((e.astype(float) ** 2).sum()) / len(e))}
+                        ).reset_index()
+
+
+def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm") -> pd.DataFrame:
+    """Every change the tables report with its s.e., per training, and the verdict over trainings (module doc):
+    the rows with ``delta`` and ``delta_se`` (Table 3's energy and baseline rows averaged over tasks come from the
+    selection table; the map's points), and each Table 2 row against ``baseline_run`` at the same steps and
+    evaluator."""
+    out: list[dict] = []
+    done: set[str] = set()  # rows already claimed from Table 3 (the selection table repeats its energy rows)
+    full = tables.get("table_app_dllm_full") or tables.get("table3_dllm")
+    if full:
+        averages = {s: task_average_change(df) for s, df in full.items()}
+        if any(not a.empty for a in averages.values()):
+            name = "table_app_dllm_full" if "table_app_dllm_full" in tables else "table3_dllm"
+            out += _claim_rows(name, ["row"], averages, "delta", "delta_se",
+                               "paired change of the task average against the backbone")
+            done = set().union(*(set(a.row) for a in averages.values()))
+    for name, frames in tables.items():
+        first = next(iter(frames.values()))
+        if {"delta", "delta_se"} <= set(first.columns) and name not in ("table3_dllm", "table_app_dllm_full"):
+            keys = keys_of(name, first)
+            if keys == ["row"]:
+                frames = {s: f[~f.row.isin(done)] for s, f in frames.items()}
+            out += _claim_rows(name, keys, frames, "delta", "delta_se", "paired change against the backbone")
+    if "table2_genppl" in tables:
+        diffs = {}
+        for seed, df in tables["table2_genppl"].items():
+            base = df[df.run == baseline_run].set_index(["steps", "evaluator"])
+            if base.empty:
+                continue
+            rows = df[(df.run != baseline_run) & df.steps.isin(base.index.get_level_values(0))].copy()
+            b = base.reindex(list(zip(rows.steps, rows.evaluator)))
+            rows["d_nll"] = rows.nll_per_token.values - b.nll_per_token.values
+            rows["d_se"] = np.sqrt(rows.nll_se.values ** 2 + b.nll_se.values ** 2)
+            diffs[seed] = rows[["row", "steps", "evaluator", "d_nll", "d_se"]].dropna()
+        if diffs:
+            out += _claim_rows("table2_genppl", ["row", "steps", "evaluator"], diffs, "d_nll", "d_se",
+                               f"NLL per token minus {baseline_run}'s (independent samples)")
+    return pd.DataFrame(out)
+
+
+def cell(mean: float, sd: float, lo: float, hi: float, digits: int) -> str:
+    if mean is None or math.isnan(mean):
+        return "–"
+    spread = "" if sd is None or math.isnan(sd) else f" ± {sd:.{digits}f}"
+    return f"{mean:.{digits}f}{spread} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def view(name: str, agg: pd.DataFrame, digits: int = 2) -> str | None:
+    """A table's main quantities as a Markdown table of ``mean ± sd [min, max]`` cells (:data:`PAGE_VIEWS`), or
+    ``None`` for a table without a view (its CSV has every cell)."""
+    if name not in PAGE_VIEWS:
+        return None
+    index, spread, quantities, scale = PAGE_VIEWS[name]
+    index = [c for c in index if c in agg.columns]
+    sub = agg[agg.quantity.isin(quantities)]
+    if sub.empty:
+        return None
+    cols = ["quantity"] + ([spread] if spread and spread in sub.columns else [])
+    order_rows = list(dict.fromkeys(tuple(r) for r in sub[index].itertuples(index=False)))
+    order_cols = list(dict.fromkeys(tuple(r) for r in sub[cols].itertuples(index=False)))
+    table = {}
+    for r in sub.itertuples(index=False):
+        d = r._asdict()
+        table[(tuple(d[c] for c in index), tuple(d[c] for c in cols))] = cell(
+            d["mean"] * scale, d["sd"] * scale, d["min"] * scale, d["max"] * scale, digits)
+    header = [*index, *[" ".join(str(v) for v in c if v != _BLANK) for c in order_cols]]
+    rows = [[plain(v) for v in r] + [table.get((r, c), "–") for c in order_cols] for r in order_rows]
+    return md_table(header, rows)
+
+
+def ratio_line(frames: dict[int, pd.DataFrame], proxy_row: str, backbones: dict[str, str]) -> str | None:
+    """The proxy's seven-task average as a multiple of each backbone's, mean and range over trainings (Table 3's
+    caption over the replicates)."""
+    parts = []
+    for row, label in backbones.items():
+        ratios = []
+        for df in frames.values():
+            avg = df.groupby("row").value.mean()
+            if proxy_row in avg and row in avg and avg[row] > 0:
+                ratios.append(avg[proxy_row] / avg[row])
+        if ratios:
+            parts.append(f"{label} {np.mean(ratios):.2f}× (range {min(ratios):.2f}–{max(ratios):.2f})")
+    if not parts:
+        return None
+    return f"The proxy's average as a multiple of each backbone's, over {len(frames)} trainings: " + "; ".join(parts) + "."
+
+
+def page(runs: dict[int, str], aggregates: dict[str, pd.DataFrame], claim_table: pd.DataFrame,
+         notes: list[str] | None = None) -> str:
+    """The aggregate page (Markdown): which runs, each table's view, the claims and their verdicts."""
+    lines = ["# The replicates: every table over the trainings", "",
+             f"{len(runs)} trainings of the whole run, one per seed (every model trained again from its seed):",
+             "", *[f"* seed {s}: `{d}/`" for s, d in runs.items()], "",
+             "A cell is the mean over the trainings ± their standard deviation [smallest, largest]; the CSVs beside "
+             "this page (`tables/*.csv`) have every quantity of every cell with each training's value. A claim is a "
+             f"change beyond {CLAIM_Z:g} s.e. (paired for a DLLM row); it *holds* where it does in every training.", ""]
+    lines += [f"{n}" for n in (notes or [])]
+    for name, agg in aggregates.items():
+        v = view(name, agg)
+        lines += [f"## {name}", "", v if v is not None else f"(every cell: `tables/{name}.csv`)", ""]
+    lines += ["## Claims over the trainings", ""]
+    if claim_table.empty:
+        lines.append("No change with an s.e. in these tables.")
+    else:
+        seeds = [c[len("z_"):] for c in claim_table.columns if c.startswith("z_")]
+        header = ["table", "cell", *[f"seed {s}: change (z)" for s in seeds], "verdict"]
+        rows = []
+        for r in claim_table.to_dict("records"):
+            rows.append([r["table"], plain(r["cell"]), *[
+                "–" if math.isnan(r.get(f"seed_{s}", float("nan"))) else f"{r[f'seed_{s}']:+.3g} ({r[f'z_{s}']:+.1f})"
+                for s in seeds], r["verdict"]])
+        lines.append(md_table(header, rows))
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CLAIM_Z", "PAGE_VIEWS", "TABLE_KEYS", "aggregate", "claims", "keys_of", "page", "quantities_of",
+           "ratio_line", "verdict", "view"]
