@@ -59,6 +59,7 @@ if workflow.is_main_process:
 # nothing.  Only in the run that plans the jobs, never inside a cluster job or beside another run.  After a SIGTERM
 # the run says what happened (jobs finished, none failed, rerun to continue).
 STOP = StopReport()
+STARTED = __import__("time").time()  # this invocation's start: its timeline keeps the jobs that began after it
 if workflow.is_main_process:
     remake_before_planning(workflow, RUN_DIR)
 
@@ -107,5 +108,12 @@ rule all:
 # or when nothing was to be done.
 onsuccess:
     from unie.config.targets import run_summary
+    from unie.pipeline.timeline import write_timeline
 
+    # where this run's time went: its jobs' own records, the idle core-time and the critical path (benchmarks/)
+    try:
+        cores = workflow.cores
+    except Exception:  # a cluster executor: no --cores, its jobs at once
+        cores = workflow.nodes
+    write_timeline(RUN_DIR, STARTED, cores)
     print(run_summary(".", RUN_DIR), file=sys.stderr)

@@ -188,17 +188,18 @@ def test_registration_and_bad_arguments():
 
 # ---------------------------------------------------------------------- (d) scoring
 def test_score_numbers_and_choices():
-    """Only the final answer of a worked answer is scored: the words after the last ``so`` or ``=`` (numbers), the
-    words after the last ``so`` (choices: exactly the gold letter), before the first ``<eos>``."""
-    doc = {"id": "x", "question": "q", "answer": "7 1 + 2 = 7 3", "final": "7 3"}
-    assert score("toy_math", doc, "7 1 + 2 = 7 3") == 1.0 and score("toy_gsm8k", doc, " the cat has 7 3 = 7 3 <eos> 9")
+    """Only the final answer of a worked answer is scored: the words before the first ``=`` (numbers: the result a
+    computation-first answer writes first), the words after the last ``so`` (choices: exactly the gold letter),
+    before the first ``<eos>``."""
+    doc = {"id": "x", "question": "q", "answer": "7 3 = 7 1 + 2", "final": "7 3"}
+    assert score("toy_math", doc, "7 3 = 7 1 + 2") == 1.0 and score("toy_gsm8k", doc, " 7 3 = 7 3 <eos> 9") == 1.0
     assert score("toy_math", doc, "7 3") == 1.0  # no work shown: the whole answer is the final one
-    assert score("toy_math", doc, "7 1 + 2 = 7 3 1") == 0.0 and score("toy_math", doc, "") == 0.0
-    assert score("toy_math", doc, "7 3 = 7 4") == 0.0 and score("toy_math", doc, "7 1 + 2 = 73") == 0.0
-    assert score("toy_math", doc, "7 1 + 2 = 7 3 <eos> = 1") == 1.0  # after <eos> nothing counts
-    assert score("toy_math", doc, "units 1 + 2 = 3 so 7 3") == 1.0 and score("toy_math", doc, "units 1 + 2 = 3") == 0.0
-    mc = {"id": "y", "answer": "the cat goes with the mat so B", "gold": "B"}
-    assert score("toy_mmlu", mc, "the cat goes with the mat so B") == 1.0
+    assert score("toy_math", doc, "7 3 1 = 7 1 + 2") == 0.0 and score("toy_math", doc, "") == 0.0
+    assert score("toy_math", doc, "7 4 = 7 3") == 0.0 and score("toy_math", doc, "73 = 7 1 + 2") == 0.0
+    assert score("toy_math", doc, "7 3 <eos> = 1") == 1.0  # after <eos> nothing counts
+    assert score("toy_math", doc, "7 1 + 2 = 7 3") == 0.0  # the equation first: not the result the answer computes
+    mc = {"id": "y", "answer": "the mat goes with the cat so B", "gold": "B"}
+    assert score("toy_mmlu", mc, "the mat goes with the cat so B") == 1.0
     assert score("toy_hellaswag", mc, "the x so C so B <eos> so A") == 1.0 and score("toy_mmlu", mc, " B") == 1.0
     assert score("toy_mmlu", mc, "so B C") == 0.0 and score("toy_mmlu", mc, "so b") == 0.0
     assert score("toy_mmlu", mc, "") == 0.0 and score("toy_mmlu", mc, "so B <eos>") == 1.0
@@ -207,25 +208,32 @@ def test_score_numbers_and_choices():
 
 
 def test_every_reference_answer_is_a_worked_answer_that_scores_one():
-    """Every task's reference answer shows its work and ends with the final answer; 7-14 words, so that with its
-    ``<eos>`` it fills the first block of 8 of the 16-position canvas (docs/dllm.md)."""
-    from unie.data.tasks import TASKS, final_words
+    """Every task's reference answer shows its work, computation first: the value before ``=`` (arithmetic, word
+    problems), each list operation's result, the matching option before the subject and the letter; 5-14 words, so
+    that the window (the first block of 4 of the 16-position canvas) decides the start of the computation."""
+    from unie.data.tasks import TASKS, result_words
 
     for task in TASKS:
         for d in generate_task(task, "test", 60, seed=4):
             words = d["answer"].split()
-            assert 7 <= len(words) <= 14, (task, d["answer"])
+            assert 5 <= len(words) <= 14, (task, d["answer"])
             assert score(task, d, d["answer"]) == 1.0 and score(task, d, d["answer"] + " <eos> junk") == 1.0
             if task in ("toy_math", "toy_gsm8k") or d.get("kind") in ("math", "gsm8k"):
-                assert final_words(words, "=", "so") == d["final"].split() == list(str(d["value"]))
+                assert result_words(words) == d["final"].split() == list(str(d["value"]))
+                assert words.index("=") == len(str(d["value"]))  # the value first
             elif task in ("toy_mmlu", "toy_hellaswag"):
                 assert words[-2:] == ["so", d["gold"]] and d["final"] == d["gold"]
+                assert words[2:5] == ["goes", "with", "the"]  # the option (word 1) first, then the subject
             else:
                 assert parse_list(d["answer"]) == reference_list(d["program"]) == parse_list(d["final"])
     lcb = generate_task("toy_lcb", "test", 5, seed=5)[0]  # the intermediate list is written, then the result
     (op1, op2), xs = lcb["program"].split("|")[0].split(), [int(v) for v in lcb["program"].split("|")[1].split()]
     mid = apply_ops([op1], xs)
     assert lcb["answer"] == f"{op1} [ {' '.join(map(str, mid))} ] {op2} [ {' '.join(map(str, apply_ops([op2], mid)))} ]"
+    mmlu = generate_task("toy_mmlu", "test", 20, seed=6)
+    for d in mmlu:  # the option named first is the gold letter's option
+        words = d["question"].split()
+        assert words[words.index(d["gold"]) + 1] == d["answer"].split()[1]
 
 
 def test_score_lists_execute_the_reference():
@@ -254,7 +262,7 @@ def test_score_livebench_by_kind():
     assert {d["kind"] for d in lb} == {"math", "gsm8k", "list"}
     for d in lb:
         assert score("toy_livebench", d, d["answer"]) == 1.0
-        assert score("toy_livebench", d, d["answer"] + " 1") == (1.0 if d["kind"] == "list" else 0.0)
+        assert score("toy_livebench", d, "1 " + d["answer"]) == (1.0 if d["kind"] == "list" else 0.0)
     with pytest.raises(KeyError, match="kind"):
         score("toy_livebench", {"id": "z", "answer": "1", "kind": "poem"}, "1")
 
@@ -274,7 +282,7 @@ def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
         a, op, b = number(words[2:eq - 2]), words[eq - 2], int(words[eq - 1])
         assert 10 <= a <= 9999 and 1 <= b <= MAX_ADDEND
         assert d["value"] == (a + b if op == "+" else a - b) and d["final"] == " ".join(str(d["value"]))
-        assert d["answer"] == " ".join(words[2:eq]) + " = " + d["final"]  # worked: the equation, then its value
+        assert d["answer"] == d["final"] + " = " + " ".join(words[2:eq])  # worked: the value, then the equation
         rippled += str(a)[:-2] != str(d["value"])[:-2]  # the carry or borrow reached past the tens digit
     assert rippled > 0
     for d in generate_task("toy_gsm8k", "train", 300, seed=3):  # "... has a a obj . ..."

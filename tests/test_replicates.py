@@ -22,12 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 def test_a_seeds_command_is_the_outer_runs_with_the_seed_replaced():
     cmd = replicate_command("py", "S", "/w", ["config/smoke.yaml"], {"seed": 5, "threads": 2,
                                                                    "slurm_partitions": {"cpu": "n", "gpu": "a100"}},
-                            2, "all", 4, None)
+                            2, ["all"], 4, None)
     assert cmd[:7] == ["py", "-m", "snakemake", "-s", "S", "-d", "/w"]
     assert cmd[cmd.index("--cores") + 1] == "4" and "--profile" not in cmd
     cfg = cmd[cmd.index("--config") + 1: cmd.index("--")]
     assert cfg == ["threads=2", "slurm_partitions={cpu: n, gpu: a100}", "seed=2"] and cmd[-1] == "all"
-    slurm = replicate_command("py", "S", "/w", [], {}, 0, "all", None, "slurm")
+    slurm = replicate_command("py", "S", "/w", [], {}, 0, ["all", "table_app_map"], None, "slurm")
+    assert slurm[-2:] == ["all", "table_app_map"]
     assert slurm[slurm.index("--profile") + 1] == "slurm" and "--cores" not in slurm
     assert given_profile(["snakemake", "--profile", "slurm", "replicates"], {}) == "slurm"
     assert given_profile(["snakemake", "--profile=x"], {}) == "x"
@@ -80,7 +81,7 @@ def test_snakemake_replicates_builds_each_seeds_run_and_the_aggregate(tmp_path):
                        "EDLM-NCE, Uni-EDLM-AR, Uni-EDLM-NCE]\n")
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
            "replicates", "--configfile", str(REPO / "config" / "smoke.yaml"), str(overlay),
-           "--config", "replicates={seeds: [0, 1, 2], target: table2}"]
+           "--config", "replicates={seeds: [0, 1, 2], targets: [table2]}"]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = next((tmp_path / "runs").glob("*+replicates"))

@@ -188,3 +188,23 @@ def test_share_auc_and_break_even():
     assert pairwise_auc([t], [[1.0, 1.0]], lambda nd, j: 0.0)["auc"] is None  # no pair with different outcomes
     assert break_even([(0.5, -2.0), (0.7, -1.0), (0.9, 1.0)]) == pytest.approx(0.8)
     assert break_even([(0.5, 1.0), (0.9, 2.0)]) is None
+
+
+def test_the_backbones_judgement_is_its_log_prob_of_the_reveal(word):  # noqa: F811
+    """A node's ``dlm_logp[j]`` is Σ_D log p_theta(xs^j_i | xt) over the positions candidate j reveals: finite (the
+    blocked tokens' -inf never enters), and Inv-E under teacher forcing orders the candidates by it (Inv-E = +log
+    p_theta(xs|xt) + a constant per row: argmin prefers the reveal the backbone finds least likely)."""
+    b, p = backbone(word, shift=True), proxy(word)
+    bridge = ProxyBridge(p, word)
+    x = dllm_prompt_rows(word, PROMPTS, 30, 8)
+    trees = window_tree(b, x, OPTS, DLLMEnergyOptions(K=3, w=1.0, temperature=3.0),
+                        [torch.Generator().manual_seed(s) for s in (1, 2)], {"inv": Scorer("inv", bridge)})
+    for t in trees:
+        for nd in t.nodes:
+            if nd.children:
+                assert all(math.isfinite(v) for v in nd.dlm_logp)
+                inv = nd.energies["inv"]
+                for a in range(3):
+                    for c in range(3):
+                        if nd.dlm_logp[a] > nd.dlm_logp[c] + 1e-6:
+                            assert inv[a] > inv[c] - 1e-4

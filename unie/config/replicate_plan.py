@@ -56,9 +56,9 @@ def given_profile(argv: list[str], environ=os.environ) -> str | None:
 
 
 def replicate_command(python: str, snakefile: str, workdir: str, config_files: list[str], cli_overrides: dict,
-                      seed: int, target: str, cores: int | None, profile: str | None) -> list[str]:
+                      seed: int, targets: list[str], cores: int | None, profile: str | None) -> list[str]:
     """The command of one seed's run: the same Snakefile, working directory, config files and ``--config``
-    overrides as the outer run, ``seed`` replaced, building ``target``.  ``cores``: a local run's ``--cores``
+    overrides as the outer run, ``seed`` replaced, building ``targets``.  ``cores``: a local run's ``--cores``
     (``None`` under a cluster executor); ``profile``: the outer run's Snakemake profile, passed on (its executor,
     resources and Slurm settings)."""
     cmd = [python, "-m", "snakemake", "-s", snakefile, "-d", workdir]
@@ -68,7 +68,7 @@ def replicate_command(python: str, snakefile: str, workdir: str, config_files: l
         cmd += ["--cores", str(cores)]
     if config_files:
         cmd += ["--configfile", *config_files]
-    cmd += ["--config", *_config_words(cli_overrides, seed), "--", target]
+    cmd += ["--config", *_config_words(cli_overrides, seed), "--", *targets]
     return cmd
 
 

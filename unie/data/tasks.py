@@ -5,28 +5,29 @@ each token of the word-level tokenizer is one word, numbers are written digit by
 so an answer spans several interdependent tokens (digits with carries, list elements) and decoding
 them in parallel can fail the way the paper describes.
 
-**Worked answers.**  As GSM8K's and MATH's reference solutions (and a DLLM's chain-of-thought answers), every
-answer is a short worked solution that ends with the final answer: the equation restated, the quantities of a word
-problem picked out, each list operation's intermediate result, the option matched before its letter.  Every
-answer is 7-14 words (8-15 tokens with its ``<eos>``; the BPE tokenizer splits some words, up to 15), so that
-in the DLLM half's decoding canvas (16 positions in blocks of 4, ``m = 2`` tokens per step, ``N = 8`` iterations)
-Algorithm 3's window (``w = 0.2``: the first two iterations, the whole first block) decides 4 of its 8-15 tokens,
-never padding: the paper's setting, where the window is the start of a long answer (docs/dllm.md).
+**Worked answers, computation first.**  As the first fifty tokens of a real GSM8K or MATH solution (and a DLLM's
+chain-of-thought answer) hold its first steps of computation, every answer starts with a step that decides it: the
+value an arithmetic or word problem computes (its digits, carries included), each list operation's result, the option
+that matches; what restates the question comes after (the equation, the subject, the letter).  So Algorithm 3's window
+(``w = 0.2``: the first two of the ``N = 8`` iterations of the DLLM half's canvas of 16 positions in blocks of 4 with
+``m = 2`` tokens per step: the whole first block) decides the start of the computation, as the paper's window decides
+the first computation steps of a long answer (docs/decisions.md: the room each format gives, measured before any rule
+ran on it).  Answers are 5-14 words (6-15 tokens with its ``<eos>``).
 
 =====================  ==========================================================================
-paper column           toy analogue (prompt ... ``answer :`` -> worked answer; the final answer last)
+paper column           toy analogue (prompt ... ``answer :`` -> worked answer, computation first)
 =====================  ==========================================================================
-MATH500                ``toy_math``: ``a ± 1`` or ``a ± 2``, carries ripple: ``9 9 9 + 2 = ?`` -> ``9 9 9 + 2 = 1 0 0 1``
-GSM8K                  ``toy_gsm8k``: a word problem over toy-world entities -> ``the cat has 3 7 + 2 = 3 9``
+MATH500                ``toy_math``: ``a ± 1`` or ``a ± 2``, carries ripple: ``9 9 9 + 2 = ?`` -> ``1 0 0 1 = 9 9 9 + 2``
+GSM8K                  ``toy_gsm8k``: a word problem over toy-world entities -> ``3 9 = 3 7 + 2``
 MBPP                   ``toy_mbpp``: one list operation on 4 digits, ``sort [ 5 2 9 1 ]`` -> ``sort [ 1 2 5 9 ]``
 LiveCodeBench v2       ``toy_lcb``: two composed operations, each result written: ``reverse [ 1 9 2 5 ] sort [ 1 2 5 9 ]``
 LiveBench              ``toy_livebench``: a held-out mixture of the above with shifted templates
-MMLU                   ``toy_mmlu``: 4-way choice over toy-world facts -> ``the cat goes with the mouse so B``
-HellaSwag              ``toy_hellaswag``: 4-way choice of the continuation consistent with the scene -> ``the cat goes with the kitten so C``
+MMLU                   ``toy_mmlu``: 4-way choice over toy-world facts -> ``the mouse goes with the cat so B``
+HellaSwag              ``toy_hellaswag``: 4-way choice of the continuation consistent with the scene -> ``the kitten goes with the cat so C``
 =====================  ==========================================================================
 
-Only the final answer is scored (:func:`score`): the number after the last ``=``, the last list, the letter after
-the last ``so``.  The list tasks are scored by *executing the reference operation* on the input
+Only the final answer is scored (:func:`score`): the number before the first ``=`` (the result an answer computes
+first), the last list, the letter after the last ``so``.  The list tasks are scored by *executing the reference operation* on the input
 (:func:`apply_ops`) and comparing with the parsed answer; the others by exact match.  The multiple-choice tasks
 are scored generatively (the model writes the letter, as MMLU's generative variant): a decoding strategy cannot
 change a log-likelihood score, and the paper reports decoding gains on MMLU and HellaSwag.  ``toy_livebench`` is
@@ -42,6 +43,8 @@ from .tokenizer import EOS
 from .toy_world import SCENE_WORDS, SCENES, SHARED_WORDS, word_list
 
 TASKS = ("toy_math", "toy_gsm8k", "toy_mbpp", "toy_lcb", "toy_livebench", "toy_mmlu", "toy_hellaswag")
+# the answers' format: a rule's parameter (rule dllm_tasks), so a run made with another format writes its tasks again
+FORMAT = "computation-first"
 PAPER_COLUMNS = {"toy_math": "MATH500", "toy_gsm8k": "GSM8K", "toy_mbpp": "MBPP", "toy_lcb": "LCB V2",
                  "toy_livebench": "LiveBench", "toy_mmlu": "MMLU", "toy_hellaswag": "HellaSwag"}
 LIST_TASKS = ("toy_mbpp", "toy_lcb")
@@ -131,10 +134,10 @@ def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
     op = rng.choice("+-")
     val = a + b if op == "+" else a - b
     q = f"{header} : {digits(a)} {op} {digits(b)} = ? answer :"
-    # worked: the equation restated, then its value (7-12 words).  (An answer that writes the units column first,
-    # ``units 3 - 2 = 1 so 7 1 7 1``, lifted the AR rows and the Dream-like model but left the LLaDA-like one at
-    # 1 % and the two backbones 2.9x apart: docs/decisions.md, the DLLM half in the paper's regime)
-    return {"question": q, "answer": f"{digits(a)} {op} {digits(b)} = {digits(val)}", "final": digits(val),
+    # worked, computation first: the value (the step's result, its digits with their carries), then the equation it
+    # solves (5-11 words), so Algorithm 3's window (the answer's first block) decides the result's digits, not a copy
+    # of the question (docs/decisions.md: the room each format gives, measured before any rule ran on it)
+    return {"question": q, "answer": f"{digits(val)} = {digits(a)} {op} {digits(b)}", "final": digits(val),
             "value": val}
 
 
@@ -149,9 +152,9 @@ def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
     else:  # or takes some away
         val, op, event = a - b, "-", f"the {giver} takes {digits(b)} {obj} from the {subj} ."
     q = f"{header} : the {subj} has {digits(a)} {obj} . {event} how many {obj} does the {subj} have ? answer :"
-    # worked: whose count, the equation the story gives, its value (8-10 words)
-    return {"question": q, "answer": f"the {subj} has {digits(a)} {op} {digits(b)} = {digits(val)}",
-            "final": digits(val), "value": val}
+    # worked, computation first: the count the story gives (its digits), then the equation from the story (7 words)
+    return {"question": q, "answer": f"{digits(val)} = {digits(a)} {op} {digits(b)}", "final": digits(val),
+            "value": val}
 
 
 def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(LIST_LENGTH, LIST_LENGTH)):
@@ -185,8 +188,8 @@ def _mmlu(rng):
     subject = _subject(rng, scene)
     q = (f"question : which thing goes with the {subject} ? "
          + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
-    # worked: the matching option named, then its letter (8 words)
-    return {"question": q, "answer": f"the {subject} goes with the {right} so {gold}", "final": gold, "gold": gold}
+    # worked, decision first: the matching option named, then the subject it goes with, then its letter (8 words)
+    return {"question": q, "answer": f"the {right} goes with the {subject} so {gold}", "final": gold, "gold": gold}
 
 
 def _hellaswag(rng):
@@ -199,8 +202,8 @@ def _hellaswag(rng):
     context, subject = _sentence_and_subject(rng, scene)
     q = (f"question : {context} what comes next ? "
          + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
-    # worked: the scene's subject matched with the continuation's, then its letter (8 words)
-    return {"question": q, "answer": f"the {subject} goes with the {subjects[0]} so {gold}", "final": gold,
+    # worked, decision first: the continuation's subject, then the scene's it matches, then its letter (8 words)
+    return {"question": q, "answer": f"the {subjects[0]} goes with the {subject} so {gold}", "final": gold,
             "gold": gold}
 
 
@@ -305,9 +308,14 @@ def final_words(words: list[str], *markers: str) -> list[str]:
     return words[at + 1:]
 
 
+def result_words(words: list[str]) -> list[str]:
+    """The result of a computation-first answer: the words before its first ``=`` (all of them without one)."""
+    return words[: words.index("=")] if "=" in words else words
+
+
 def _score_numbers(doc: dict, completion: str) -> float:
     """A document without a worked answer (``final`` absent: its ``answer`` is the final one) is scored the same way."""
-    return float(final_words(_answer_words(completion), "=", "so") == str(doc.get("final", doc["answer"])).split())
+    return float(result_words(_answer_words(completion)) == str(doc.get("final", doc["answer"])).split())
 
 
 def _score_list(doc: dict, completion: str) -> float:
@@ -323,9 +331,9 @@ def _score_choice(doc: dict, completion: str) -> float:
 def score(task: str, doc: dict, completion: str) -> float:
     """1.0 if ``completion`` (the generated text after the prompt) answers ``doc`` of ``task``, else 0.0.
 
-    * ``toy_math``, ``toy_gsm8k``: exact match of the words after the last ``so`` or ``=`` (before the first
-      ``<eos>``) with the final answer's words (``"... so 7 3"``, ``"... = 7 3"``; ``"... = 7 3 <eos> junk"`` counts,
-      ``"... = 7 3 1"`` does not);
+    * ``toy_math``, ``toy_gsm8k``: exact match of the words before the first ``=`` (the result a computation-first
+      answer writes first; before the first ``<eos>``) with the final answer's words (``"7 3 = 7 1 + 2"`` and
+      ``"7 3"`` count, ``"7 3 1 = ..."`` does not);
     * ``toy_mbpp``, ``toy_lcb``: *execution* of the reference program (:func:`reference_list`, i.e.
       :func:`apply_ops` on the document's ``program``) compared with :func:`parse_list` of the completion
       (its last list, before ``<eos>``); only integers parsed from the model's text reach :func:`apply_ops`, no

@@ -150,8 +150,8 @@ def window_tree(backbone, x: torch.Tensor, decode: DecodeOptions, options: DLLME
             x0_b = torch.where(later[:, None], x0_hat[:, None], x0)
             xs_b = torch.where(later[:, None], x0_hat[:, None], xs)
             revealed = (xs != xb[:, None]) & masked[:, None]  # D of each candidate
-            dlm = (logp_dlm[:, None].expand(-1, K, -1, -1).gather(-1, xs[..., None]).squeeze(-1)
-                   .double() * revealed).sum(-1)
+            picked = logp_dlm[:, None].expand(-1, K, -1, -1).gather(-1, xs[..., None]).squeeze(-1).double()
+            dlm = torch.where(revealed, picked, torch.zeros_like(picked)).sum(-1)  # not 0 * -inf at the others
             memo = {}
             energies = {}
             for name, s in scorers.items():

@@ -81,6 +81,52 @@ class _Log:
         return getattr(self.f, name)
 
 
+class Heartbeat:
+    """While a job runs, a line on the console every :attr:`every` seconds (its log has the rest): the rule, its
+    wildcards, how long it has run and the last line its log shows (a training's or lm-eval's progress bar), so a
+    run is never silent for minutes.  A daemon thread; :meth:`stop` ends it."""
+
+    every = 60.0
+
+    def __init__(self, snakemake, logpath: str | None, started: float):
+        import threading
+
+        self.rule = getattr(snakemake, "rule", "job")
+        wc = dict(getattr(snakemake, "wildcards", {}) or {})
+        self.name = self.rule + (f" ({', '.join(f'{k}={v}' for k, v in wc.items())})" if wc else "")
+        self.logpath, self.started = logpath, started
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def last_line(self) -> str:
+        if not self.logpath:
+            return ""
+        try:
+            with open(self.logpath, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                tail = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [x.strip() for x in tail.replace("\r", "\n").split("\n") if x.strip()]
+        return lines[-1][-160:] if lines else ""
+
+    def _run(self):
+        import time
+
+        while not self._done.wait(self.every):
+            minutes = (time.time() - self.started) / 60
+            last = self.last_line()
+            print(f"unie: {self.name} running {minutes:.0f} min" + (f"; {last}" if last else "")
+                  + (f" (log: {self.logpath})" if self.logpath else ""), file=sys.__stderr__, flush=True)
+
+    def start(self):
+        self._thread.start()
+
+    def stop(self):
+        self._done.set()
+
+
 def job_precision(snakemake) -> str:
     """The precision a rule's job runs its networks in (docs/precision.md): the rule's ``params.precision``, the
     workflow's :attr:`~unie.config.settings.WorkflowSettings.job_precision` (``fp32`` on a CPU) that
@@ -102,8 +148,14 @@ def job(snakemake, name: str | None = None):
     import torch
 
     global _JOB
+    import time
+
+    from .timeline import record_job
+
+    started = time.time()
     torch.set_num_threads(max(1, int(snakemake.threads)))
     logpath = snakemake.log[0] if len(snakemake.log) else None
+    beat = Heartbeat(snakemake, logpath, started)
     stream = _Log(logpath) if logpath else sys.stderr
     old_out, old_err = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = stream
@@ -111,8 +163,11 @@ def job(snakemake, name: str | None = None):
     log = logging.getLogger(name or "unie").info
     failure = None
     _JOB = snakemake
+    ok = False
+    beat.start()
     try:
         yield log
+        ok = True
     except BaseException as e:
         import traceback
 
@@ -122,6 +177,8 @@ def job(snakemake, name: str | None = None):
         else:
             raise
     finally:
+        beat.stop()
+        record_job(snakemake, started, time.time(), ok)
         _JOB = None
         sys.stdout, sys.stderr = old_out, old_err
         if logpath:

@@ -336,6 +336,12 @@ def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
         figures_only = all(Path(f).suffix == ".png" for f in item["files"])
         intro = "" if figures_only and len(item["files"]) == 1 else about
         sections.append((re.sub(r"\W+", "-", item["target"]), item["heading"], intro + "".join(body)))
+    sections.append(("timeline", "Where the run's time went",
+                     '<p>Written when the run ends (the Snakefile\'s <code>onsuccess</code>), from its jobs\' own '
+                     'records: one lane per concurrently running job, the critical path in red, the idle core-time '
+                     'in the title (<code>benchmarks/timeline.tsv</code>, <code>timeline.json</code>).</p>'
+                     '<img src="../../benchmarks/timeline.png" alt="the run\'s jobs on a timeline (written when the '
+                     'run ends)" style="max-width:100%">'))
     intro = (f"<p>{note} Every table and figure this run made, in the paper's order; each caption says what the "
              "numbers are. The LaTeX, CSV, PDF and PNG files are under the run's <code>results/</code>; "
              "its <code>results/tables/paper_vs_ours.md</code> puts the paper's numbers beside these.</p>")

@@ -612,26 +612,30 @@ def proxy_ratios(rows: dict, avg) -> str:
 
 
 def effect_note(rows: dict, effects: dict) -> str:
-    """One sentence per energy row for Table 3's caption: its candidate temperature, where its window acts (the share
-    of the window's reveals that are padding, the share of an average answer it decides), its disagreement and
-    changed-completion shares and its paired change of the average ± s.e. (from the rows' ``effect.json``)."""
-    parts = []
+    """One sentence per backbone for Table 3's caption on its Algorithm 3 rows: their candidate temperature, where the
+    window acts (the share of an average answer it decides, the share of its reveals that are padding), how often
+    the candidates disagree, and per row the share of completions changed and the paired change of the average ±
+    s.e. (from the rows' ``effect.json``; what the rows share is said once)."""
+    by_backbone: dict[str, list[str]] = {}
     for name, row in rows.items():
         eff = effects.get(name)
-        if not eff or not eff.get("window"):
-            continue
-        base = rows.get(row.get("delta_to"), {}).get("label", row.get("delta_to"))
-        avg, win = eff["avg"], eff["window"]
-        tau = (eff.get("options") or {}).get("temperature")
+        if eff and eff.get("window"):
+            by_backbone.setdefault(row.get("delta_to"), []).append(name)
+    parts = []
+    for base, names in by_backbone.items():
+        first = effects[names[0]]
+        win, tau = first["window"], (first.get("options") or {}).get("temperature")
         where = ""
         if win.get("padding") is not None and win.get("answer") is not None:
-            where = (f"the window decides {100 * win['answer']:.0f}\\% of an average answer, "
-                     f"{100 * win['padding']:.0f}\\% of its reveals padding, ")
-        parts.append(f"{row['label']} on {base}" + (f" (candidates at $\\tau$ = {tau:g})" if tau is not None else "")
-                     + f": {where}{100 * win['disagree']:.0f}\\% of window iterations "
-                     f"disagree, {100 * avg['changed']:.0f}\\% of completions change, average "
-                     f"{avg['delta']:+.1f} $\\pm$ {avg['se']:.1f}")
-    return ("Algorithm 3 rows: " + "; ".join(parts) + ".") if parts else ""
+            where = (f"the window decides {100 * win['answer']:.0f}\\% of an average answer "
+                     f"({100 * win['padding']:.0f}\\% of its reveals padding), ")
+        each = ", ".join(f"{rows[n]['label']} {100 * effects[n]['avg']['changed']:.0f}\\% of completions changed, "
+                         f"average {effects[n]['avg']['delta']:+.1f} $\\pm$ {effects[n]['avg']['se']:.1f}"
+                         for n in names)
+        parts.append(f"on {rows.get(base, {}).get('label', base)}"
+                     + (f" (candidates at $\\tau$ = {tau:g})" if tau is not None else "")
+                     + f": {where}{100 * win['disagree']:.0f}\\% of window iterations disagree; {each}")
+    return ("Algorithm 3 rows " + "; ".join(parts) + ".") if parts else ""
 
 
 MAP_RULE_ORDER = ("ind", "inv", "uni", "rerank", "apd")

@@ -46,6 +46,7 @@ def selection_rows():
 
 SELECTION_ROWS = selection_rows()
 TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
+from unie.data.tasks import FORMAT as TASK_FORMAT  # noqa: E402
 LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
 
 
@@ -66,6 +67,7 @@ rule dllm_tasks:
         run_path("logs/dllm/tasks.log"),
     params:
         tasks=DLLM.get("tasks", {}),
+        answers=TASK_FORMAT,  # the answers' format (unie.data.tasks.FORMAT): another format writes the tasks again
     threads: 1
     resources:
         **rule_resources("dllm_tasks"),

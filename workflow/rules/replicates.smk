@@ -25,7 +25,7 @@ def replicate_commands(cores):
     profile = None if workflow.executor_plugin is None or workflow.executor_plugin.name in ("local", "dryrun") \
         else given_profile(sys.argv)
     return {s: replicate_command(sys.executable, workflow.main_snakefile, os.getcwd(), files,
-                                 dict(workflow.config_settings.config), s, REPLICATES.get("target", "all"),
+                                 dict(workflow.config_settings.config), s, list(REPLICATES.get("targets", ["all"])),
                                  cores if profile is None else None, profile)
             for s in REPLICATE_SEEDS}
 

@@ -80,10 +80,9 @@ def paper_vs_ours_tables():
 def paper_values():
     """config/paper_values.yaml, read here: a param (its content reruns the comparison when it changes), not an input
     path (the clone's absolute path would make a copied or moved clone rerun it)."""
-    import yaml
+    from unie.config.profile import load_yaml
 
-    with open(os.path.join(workflow.basedir, "config", "paper_values.yaml")) as f:
-        return yaml.safe_load(f)
+    return load_yaml(os.path.join(workflow.basedir, "config", "paper_values.yaml"))
 
 
 rule paper_vs_ours:
