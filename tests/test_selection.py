@@ -165,12 +165,45 @@ def test_selection_table_and_table3_note():
     assert df.avg_se.tolist()[0] == pytest.approx(math.sqrt(2 * 25) / 2)
     assert "proxy rerank" in tex and r"-2.0{\scriptsize $\pm$1.5}" in tex and "argmin (paper)" in tex
     note = effect_note(rows, effects)
-    assert "+Uni-Energy on Backbone: 40\\% of window iterations disagree, 25\\% of completions change" in note
+    assert note == ("Algorithm 3 rows on Backbone: 40\\% of window iterations disagree; +Uni-Energy 25\\% of completions "
+                    "changed, average -2.0 $\\pm$ 1.5, +proxy rerank 25\\% of completions changed, average +1.0 $\\pm$ 1.5.")
     effects["bb_uni"] = {**effects["bb_uni"], "options": {"temperature": 0.1},
                          "window": {"disagree": 0.4, "steered": 0.2, "padding": 0.05, "answer": 0.37}}
-    note = effect_note(rows, effects)
-    assert ("+Uni-Energy on Backbone (candidates at $\\tau$ = 0.1): the window decides 37\\% of an average answer, "
-            "5\\% of its reveals padding, 40\\% of window iterations disagree") in note
+    note = effect_note(rows, effects)  # what the rows share is said once, per backbone
+    assert ("on Backbone (candidates at $\\tau$ = 0.1): the window decides 37\\% of an average answer (5\\% of its "
+            "reveals padding), 40\\% of window iterations disagree") in note and note.count("window iterations") == 1
+
+
+def test_table3_room_rows_and_the_columns_of_its_average():
+    """Table 3 with a backbone's room record: the ceiling / floor and decided rows under its group, the CSV's room
+    rows and each Algorithm 3 row's share of the ceiling; Avg. over dllm.tasks.average only, the other columns marked
+    and explained (each row at chance there)."""
+    from unie.report.tables import table3
+
+    res = lambda a, c: {"results": {"t1": {"acc,none": a, "acc_stderr,none": 0.03},  # noqa: E731
+                                    "mc": {"acc,none": c, "acc_stderr,none": 0.03}},
+                        "n-samples": {"t1": {"effective": 200}, "mc": {"effective": 200}}}
+    rows = {"bb": {"label": "Backbone", "model": "bb"},
+            "bb_uni": {"label": "+Uni-Energy", "delta_to": "bb", "model": "bb", "proxy": "p",
+                       "options": {"energy": "uni"}}}
+    eff = {"t1": {"delta": 0.5, "se": 0.2, "n": 200, "changed": 0.1}, "mc": {"delta": 0.0, "se": 0.0, "n": 200, "changed": 0.0}}
+    room = {"ceiling": {"tasks": {"t1": {"delta": 3.0, "se": 0.8, "n": 200}, "mc": {"delta": 0.0, "se": 0.0, "n": 200}},
+                        "avg": {"delta": 3.0, "se": 0.8}},
+            "floor": {"tasks": {"t1": {"delta": -2.0, "se": 0.7, "n": 200}, "mc": {"delta": 0.0, "se": 0.0, "n": 200}},
+                      "avg": {"delta": -2.0, "se": 0.7}},
+            "decides": {"tasks": {"t1": 0.1, "mc": 0.0}, "avg": 0.1}, "exhaustive": 1.0,
+            "rows": {"bb_uni": {"share": {"share": 0.25, "se": 0.1}}}}
+    tex, df = table3(rows, ["t1", "mc"], {"bb": res(0.40, 0.25), "bb_uni": res(0.405, 0.25)},
+                     {"t1": "acc,none", "mc": "acc,none"}, {"t1": "T1", "mc": "MC"},
+                     {"bb_uni": {"tasks": eff, "avg": {"delta": 0.5, "se": 0.2, "changed": 0.1}}}, {"bb": room}, ["t1"])
+    assert r"\quad\emph{room: ceiling / floor} & +3.0 / -2.0 & +0.0 / +0.0 & +3.0 / -2.0" in tex
+    assert r"\quad\emph{decided in the window} & 10\% & 0\% & 10\%" in tex
+    assert "MC*" in tex and "*Not in Avg. (MC 25.0--25.0\\%): every row is within 2 s.e. of guessing" in tex
+    assert df[(df.row == "bb") & (df.task == "t1")].in_average.all() and not df[df.task == "mc"].in_average.any()
+    ceil = df[df.row == "bb__ceiling"].set_index("task")
+    assert ceil.loc["t1", "value"] == pytest.approx(43.0) and ceil.loc["t1", "delta_se"] == 0.8
+    assert df[df.row == "bb_uni"].share.iloc[0] == 0.25
+    assert "Backbone & 40.0" in tex and " 40.0 \\\\" in tex  # Avg. over t1 alone (the 25 % column left out)
 
 
 def test_table3_caption_gives_the_proxy_as_a_multiple_of_each_backbone():

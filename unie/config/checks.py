@@ -302,6 +302,9 @@ def check_dllm(config: dict) -> None:
                 if t not in d["tasks"].get(key, {}):
                     key_error(f"dllm.tasks.{key}",
                               f"built-in task {t!r} needs an entry (its lm-eval result key / column)")
+    for i, t in enumerate(d["tasks"].get("average") or []):
+        if t not in d["tasks"]["names"]:
+            key_error(f"dllm.tasks.average[{i}]", f"{t!r} is not one of dllm.tasks.names ({', '.join(d['tasks']['names'])})")
     local = d["tasks"].get("local", {})
     if local and toy_tasks:
         key_error("dllm.tasks.local", "local paper tasks belong to the built-in source (dllm.tasks.source: builtin)")

@@ -20,7 +20,9 @@ not exhaustive (its ceiling and floor are then bounds: the best and worst of the
 
 At every node the energies of each *scorer* (an energy, a proxy, a reading: what a Table 3 row or a map point would
 choose by) are recorded per candidate, so every argmin rule's path, and how well each score ranks candidates that
-lead to a right answer above those that lead to a wrong one (:mod:`unie.eval.room`), come from one tree.
+lead to a right answer above those that lead to a wrong one (:mod:`unie.eval.room`), come from one tree.  Once an
+item's tree is cut, its nodes record only the energies of the scorers whose path goes through them (the rules'
+results stay exact; their judgement is then measured on the part explored whole).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Scorer:
 class Node:
     level: int  # the window iteration whose candidates it chooses among (the root: 0)
     children: list[int] = field(default_factory=list)  # per candidate j: the index of its child node (deduplicated)
-    energies: dict[str, list[float]] = field(default_factory=dict)  # scorer -> E^j
+    energies: dict[str, list[float]] = field(default_factory=dict)  # scorer -> E^j (a cut tree: its path's only)
     dlm_logp: list[float] = field(default_factory=list)  # log p_theta(xs^j | xt): the backbone's own judgement
     leaf: int | None = None  # below the window: the index of its leaf
     paths: set = field(default_factory=set)  # the scorers whose argmin path goes through it (kept beyond the cap)
@@ -152,16 +154,25 @@ def window_tree(backbone, x: torch.Tensor, decode: DecodeOptions, options: DLLME
             revealed = (xs != xb[:, None]) & masked[:, None]  # D of each candidate
             picked = logp_dlm[:, None].expand(-1, K, -1, -1).gather(-1, xs[..., None]).squeeze(-1).double()
             dlm = torch.where(revealed, picked, torch.zeros_like(picked)).sum(-1)  # not 0 * -inf at the others
+            # each scorer's energies at the rows that need them: every row of an item still explored whole, else
+            # only the nodes its own argmin path goes through (a cut tree keeps its rules' paths, not their judgements)
             memo = {}
-            energies = {}
+            nodes = [trees[b].nodes[node] for b, node, _, _ in part]
+            whole = [trees[b].exhaustive or node == 0 for b, node, _, _ in part]
+            for nd in nodes:
+                nd.energies = {}
             for name, s in scorers.items():
+                rows_s = [r for r, nd in enumerate(nodes) if whole[r] or name in nd.paths]
+                if not rows_s:
+                    continue
                 until = memo.setdefault(id(s.proxy), _Memo(s.proxy.until(end)))
-                energies[name] = selection_energy(s.selection, s.energy, xt_b, x0_b, xs_b, logp_dlm, until,
-                                                  s.ar_context, mask_id).double().cpu()
+                idx = torch.tensor(rows_s, device=xb.device)
+                e = selection_energy(s.selection, s.energy, xt_b[idx], x0_b[idx], xs_b[idx], logp_dlm[idx], until,
+                                     s.ar_context, mask_id).double().cpu()
+                for k, r in enumerate(rows_s):
+                    nodes[r].energies[name] = e[k].tolist()
             for r, (b, node, _, g) in enumerate(part):
-                nd = trees[b].nodes[node]
-                nd.energies = {name: e[r].tolist() for name, e in energies.items()}
-                nd.dlm_logp = dlm[r].tolist()
+                nodes[r].dlm_logp = dlm[r].tolist()
                 nxt.append((b, node, xs[r], g, r))
         if window:
             frontier = _branch(trees, nxt, n, cap)

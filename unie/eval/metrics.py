@@ -59,7 +59,7 @@ def paired_mean_se(d) -> tuple[float, float]:
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
-def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
+def paired_effect(row: dict, base: dict, tasks: list[str], average: list[str] | None = None) -> dict:
     """A decoder row against its backbone on the same items: per task and over the tasks' average.
 
     ``row``, ``base``: ``task -> {item id: (score, completion text)}`` (lm-eval's per-sample records; ``score`` in
@@ -69,8 +69,9 @@ def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
     ``avg``: the change of the tasks' *average* accuracy (each task weighted 1/T, as Table 3's Avg. column):
     ``delta = Σ_t delta_t / T``, ``se = sqrt(Σ_t se_t²) / T`` (the tasks are disjoint item sets, so their
     paired differences are independent); ``changed`` pools every item.  ``detectable`` = ``2 se`` of the average:
-    the smallest change of the average that this sample resolves at 2 s.e. (0 if no item changed)."""
-    per_task, n_all, changed_all = {}, 0, 0
+    the smallest change of the average that this sample resolves at 2 s.e. (0 if no item changed).  ``average``: the
+    tasks the average is over (default: all of ``tasks``; the others keep their per-task entry)."""
+    per_task = {}
     for task in tasks:
         a, b = row.get(task, {}), base.get(task, {})
         ids = sorted(set(a) & set(b))
@@ -80,14 +81,16 @@ def paired_effect(row: dict, base: dict, tasks: list[str]) -> dict:
         mean, se = paired_mean_se([a[i][0] - b[i][0] for i in ids])
         changed = sum(a[i][1] != b[i][1] for i in ids)
         per_task[task] = {"n": n, "delta": 100 * mean, "se": 100 * se, "changed": changed / n, "changed_items": changed}
-        n_all, changed_all = n_all + n, changed_all + changed
-    T = len(per_task)
+    used = {t: v for t, v in per_task.items() if average is None or t in average}
+    T = len(used)
     if not T:
-        return {"tasks": {}, "avg": None}
-    se = math.sqrt(sum(v["se"] ** 2 for v in per_task.values())) / T
+        return {"tasks": per_task, "avg": None}
+    n_avg = sum(v["n"] for v in used.values())
+    changed_avg = sum(v["changed_items"] for v in used.values())
+    se = math.sqrt(sum(v["se"] ** 2 for v in used.values())) / T
     return {"tasks": per_task,
-            "avg": {"delta": sum(v["delta"] for v in per_task.values()) / T, "se": se, "detectable": 2 * se,
-                    "changed": changed_all / n_all, "changed_items": changed_all, "items": n_all, "tasks": T}}
+            "avg": {"delta": sum(v["delta"] for v in used.values()) / T, "se": se, "detectable": 2 * se,
+                    "changed": changed_avg / n_avg, "changed_items": changed_avg, "items": n_avg, "tasks": T}}
 
 
 def window_shares(counters: dict) -> dict | None:

@@ -42,17 +42,18 @@ def leaf_scores(task, doc: dict, texts: list[str], until: list[str], metric: str
     return [float(task.process_results(doc, [r])[name]) for r in resps]
 
 
-def room_effects(leaves: dict, base: dict, tasks: list[str]) -> dict:
+def room_effects(leaves: dict, base: dict, tasks: list[str], average: list[str] | None = None) -> dict:
     """``leaves``: ``task -> {item: [leaf scores]}``, ``base``: ``task -> {item: (score, text)}`` (the backbone's
     row).  The ceiling's and the floor's paired change against the backbone (:func:`paired_effect`: per task and the
-    average, points ± paired s.e.) and, per task and pooled, the share of items the window decides."""
+    average over the tasks of ``average``, default all, points ± paired s.e.) and, per task and pooled over those, the
+    share of items the window decides."""
     best = {t: {i: (max(s), "ceiling") for i, s in v.items()} for t, v in leaves.items()}
     worst = {t: {i: (min(s), "floor") for i, s in v.items()} for t, v in leaves.items()}
     decides = {t: sum(max(s) != min(s) for s in v.values()) / len(v) for t, v in leaves.items() if v}
-    n = sum(len(v) for v in leaves.values())
-    return {"ceiling": paired_effect(best, base, tasks), "floor": paired_effect(worst, base, tasks),
+    pooled = [s for t, v in leaves.items() if average is None or t in average for s in v.values()]
+    return {"ceiling": paired_effect(best, base, tasks, average), "floor": paired_effect(worst, base, tasks, average),
             "decides": {"tasks": decides,
-                        "avg": sum(sum(max(s) != min(s) for s in v.values()) for v in leaves.values()) / n if n else None}}
+                        "avg": sum(max(s) != min(s) for s in pooled) / len(pooled) if pooled else None}}
 
 
 def _bootstrap(items: list, stat, reps: int = 400, seed: int = 0) -> float:
@@ -83,14 +84,15 @@ def share_of_ceiling(row: list[float], ceiling: list[float], base: list[float]) 
     return {"share": share, "se": _bootstrap(items, stat) if share is not None else None}
 
 
-def _item_pairs(tree, scores: list[float], score_of) -> list[tuple[float, float]]:
+def _item_pairs(tree, scores: list[float], score_of, judged=lambda node: True) -> list[tuple[float, float]]:
     """Every pair of sibling candidates of ``tree`` with different outcomes: ``(score of the better, score of the
-    worse)`` per pair, ``score_of(node, j)`` the judged score (higher = preferred)."""
+    worse)`` per pair, ``score_of(node, j)`` the judged score (higher = preferred); only at the nodes ``judged(node)``
+    (those that hold the score: a cut tree records a scorer's energies along its own path only)."""
     from ..dllm.candidate_tree import subtree_leaves
 
     out = []
     for node in tree.nodes:
-        if not node.children:
+        if not node.children or not judged(node):
             continue
         outcome = {}
         for j, child in enumerate(node.children):
@@ -116,11 +118,11 @@ def _auc_of(sample) -> float | None:
     return right / total if total else None
 
 
-def pairwise_auc(trees: list, scores: list[list[float]], score_of) -> dict:
+def pairwise_auc(trees: list, scores: list[list[float]], score_of, judged=lambda node: True) -> dict:
     """The judgement of a score over items (module doc): ``trees[i]`` and ``scores[i]`` (item ``i``'s leaf scores),
     ``score_of(node, j)`` the score of candidate ``j`` at ``node`` (higher = preferred: minus an energy, or the
     backbone's ``log p_theta``).  ``{"auc", "se", "pairs", "items"}``; ``auc`` None without a pair."""
-    per_item = [_item_pairs(t, s, score_of) for t, s in zip(trees, scores)]
+    per_item = [_item_pairs(t, s, score_of, judged) for t, s in zip(trees, scores)]
     per_item = [p for p in per_item if p]
     auc = _auc_of(per_item)
     return {"auc": auc, "se": _bootstrap(per_item, _auc_of) if auc is not None else None,

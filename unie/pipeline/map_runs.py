@@ -118,12 +118,12 @@ def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
     """proxy name -> :class:`~unie.dllm.bridge.ProxyBridge` of every map proxy and of the continuum's mixtures."""
     from ..dllm.bridge import ProxyBridge
     from ..dllm.decoder import load_trained
-    from ..dllm.oracle import MixtureLM, OracleLM
+    from ..dllm.oracle import MixtureLM, OracleLM, RememberedLM
 
     lms = {}
-    for p, spec in m["proxies"].items():
-        lms[p] = OracleLM.load(models[ORACLE]) if spec["model"] == ORACLE else load_trained(models[spec["model"]],
-                                                                                             device)[0]
+    for p, spec in m["proxies"].items():  # remembered: the continuum's mixtures read them again on the same rows
+        lms[p] = RememberedLM(OracleLM.load(models[ORACLE]) if spec["model"] == ORACLE
+                              else load_trained(models[spec["model"]], device)[0])
     cont = m.get("continuum") or {}
     oracle = next(lms[p] for p, s in m["proxies"].items() if s["model"] == ORACLE) if cont else None
     for lam in cont.get("lambdas", []):
@@ -199,7 +199,8 @@ def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics
             for name in scorers:
                 rule, proxy = name.split("__", 1)
                 effect = paired_effect(paths[name], base_items, names)["avg"]
-                auc = pairwise_auc(tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j])
+                auc = pairwise_auc(tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j],
+                                   lambda nd, n=name: n in nd.energies)
                 rows = [paths[name][t][k][0] for t, k in keys_in_order]
                 share = share_of_ceiling(rows, ceiling, base)
                 rec["cells"].append({"rule": rule, "proxy": proxy, "effect": effect, "auc": auc, "share": share,
@@ -217,7 +218,8 @@ def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics
                     if len(names_chain) < 2:
                         continue
                     per_item = [{n: ((paths[n][t][k][0] - base_items[t][k][0]),
-                                     _item_pairs(tr, s, lambda nd, j, n=n: -nd.energies[n][j]))
+                                     _item_pairs(tr, s, lambda nd, j, n=n: -nd.energies[n][j],
+                                                 lambda nd, n=n: n in nd.energies))
                                  for n in names_chain} for (t, k, tr, s) in trees]
                     rec["break_even"][rule] = break_even_bootstrap(per_item, names_chain)
             log(f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "

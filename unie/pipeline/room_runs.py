@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..config.settings import LmEvalSettings
 from .rule import write_json
-from .tables_figures import item_records, sample_records, task_metrics
+from .tables_figures import averaged, item_records, sample_records, task_metrics
 
 
 def _lm_tasks(names: list[str], tasks_dir):
@@ -101,20 +101,24 @@ def run_room(backbone: str, rows: dict, dllm: dict, inputs: dict, row_dirs: dict
            "cap": cap, "tasks": names, "items": {t: len(v) for t, v in leaves.items()},
            "exhaustive": sum(t.exhaustive for v in trees_by_task.values() for t in v.values())
            / max(1, sum(len(v) for v in trees_by_task.values())),
-           **room_effects(leaves, base, names), "rows": {}}
-    all_trees = [trees_by_task[t][k] for t in names for k in trees_by_task[t]]
-    all_scores = [leaves[t][k] for t in names for k in leaves[t]]
+           "average": averaged(dllm["tasks"]), **room_effects(leaves, base, names, averaged(dllm["tasks"])),
+           "rows": {}}
+    all_trees = [trees_by_task[t][k] for t in averaged(dllm["tasks"]) for k in trees_by_task[t]]
+    all_scores = [leaves[t][k] for t in averaged(dllm["tasks"]) for k in leaves[t]]
     out["auc"] = {"dlm": pairwise_auc(all_trees, all_scores, lambda nd, j: nd.dlm_logp[j])}
     for r in rows:
         own = item_records(row_dirs[r], names, metrics)
-        rec = {"effect": paired_effect(own, base, names)}
-        keys = [(t, k) for t in names for k in leaves[t] if k in own.get(t, {}) and k in base.get(t, {})]
+        rec = {"effect": paired_effect(own, base, names, averaged(dllm["tasks"]))}
+        keys = [(t, k) for t in averaged(dllm["tasks"]) for k in leaves[t]
+                if k in own.get(t, {}) and k in base.get(t, {})]
         rec["share"] = share_of_ceiling([own[t][k][0] for t, k in keys], [max(leaves[t][k]) for t, k in keys],
                                         [base[t][k][0] for t, k in keys])
-        if r in scorers:
-            same = sum(path_scores[r][t].get(k) == own[t][k][0] for t, k in keys)
-            rec["tree_path"] = {"items": len(keys), "same_score": same}
-            out["auc"][r] = pairwise_auc(all_trees, all_scores, lambda nd, j, r=r: -nd.energies[r][j])
+        if r in scorers:  # every item of every task: the tree is the decoder's
+            every = [(t, k) for t in names for k in leaves[t] if k in own.get(t, {})]
+            same = sum(path_scores[r][t].get(k) == own[t][k][0] for t, k in every)
+            rec["tree_path"] = {"items": len(every), "same_score": same}
+            out["auc"][r] = pairwise_auc(all_trees, all_scores, lambda nd, j, r=r: -nd.energies[r][j],
+                                         lambda nd, r=r: r in nd.energies)
         out["rows"][r] = rec
     write_json(out, out_path, indent=1)
     return out

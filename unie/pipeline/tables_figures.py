@@ -108,7 +108,8 @@ def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_pat
     if missing:
         raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
     names, metrics, columns = task_metrics(tasks)
-    tex, df = build(rows, names, results, metrics, columns, read_effects(effect_paths), read_rooms(room_paths))
+    tex, df = build(rows, names, results, metrics, columns, read_effects(effect_paths), read_rooms(room_paths),
+                    averaged(tasks))
     write_table(tex, df, tex_path, csv_path)
     return tex
 
@@ -125,7 +126,7 @@ def selection_table(rows: dict, tasks: dict, result_paths, effect_paths, tex_pat
 
     results = {Path(p).parent.name: read_lmeval_results(p) for p in result_paths}
     names, metrics, _ = task_metrics(tasks)
-    tex, df = build(rows, results, read_effects(effect_paths), metrics, names, read_rooms(room_paths))
+    tex, df = build(rows, results, read_effects(effect_paths), metrics, averaged(tasks), read_rooms(room_paths))
     write_table(tex, df, tex_path, csv_path)
     return tex
 
@@ -185,6 +186,11 @@ def task_metrics(tasks: dict) -> tuple[list[str], dict, dict]:
     return names, metrics, columns
 
 
+def averaged(tasks: dict) -> list[str]:
+    """The tasks of Table 3's Avg. and of every averaged change (config ``dllm.tasks.average``; default: all)."""
+    return list(tasks.get("average") or tasks["names"])
+
+
 def dllm_effect(row: str, base: str | None, tasks: dict, row_dir, base_dir, out_path) -> dict:
     """``results/dllm/rows/{row}/effect.json``: what a decoder row changed against its backbone (``base``, its
     ``delta_to``; None for a row without one) on the same items: the paired change per task and of the average ±
@@ -198,8 +204,8 @@ def dllm_effect(row: str, base: str | None, tasks: dict, row_dir, base_dir, out_
     names, metrics, _ = task_metrics(tasks)
     decoder = read_json(Path(row_dir, "results.json"))["config"].get("unie_decoder") or {}
     options = decoder.get("options") if isinstance(decoder.get("options"), dict) else {}
-    effect = (paired_effect(item_records(row_dir, names, metrics), item_records(base_dir, names, metrics), names)
-              if base else {"tasks": {}, "avg": None})
+    effect = (paired_effect(item_records(row_dir, names, metrics), item_records(base_dir, names, metrics), names,
+                            averaged(tasks)) if base else {"tasks": {}, "avg": None})
     record = {"row": row, "backbone": base, "sampler": decoder.get("sampler"), "energy": options.get("energy"),
               "selection": options.get("selection"), "options": options, **effect,
               "window": window_shares(read_json(Path(row_dir, "throughput.json")))}

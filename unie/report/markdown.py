@@ -104,17 +104,21 @@ def dllm_table(df: pd.DataFrame) -> str:
 
     rows, cols, cells = _pivot(df, "row", "column", cell)
     labels = dict(zip(df["row"], df["label"]))
+    inside = df["in_average"].astype(bool) if "in_average" in df else pd.Series(True, index=df.index)
+    out = set(df.loc[~inside, "column"])
     body = []
     for row in rows:
-        avg = df.loc[df["row"] == row, "value"].mean()
+        avg = df.loc[(df["row"] == row) & inside, "value"].mean()
         body.append([plain(labels[row])] + [cells.get((row, c), "–") for c in cols] + [num(avg, 1)])
-    table = md_table(["row", *cols, "avg"], body)
+    table = md_table(["row", *[c + (" *" if c in out else "") for c in cols], "avg"], body)
+    if out:
+        table += "\n\n\\* not in the average (every row answers it at the chance of guessing one of four letters)."
     if {"model", "proxy", "delta_to"} <= set(df.columns):  # the proxy as a multiple of each backbone (Table 3's caption)
         from .tables import proxy_ratios
 
         spec = {r: {k: (None if pd.isna(v) else v) for k, v in g.iloc[0][["model", "proxy", "delta_to", "label"]].items()}
                 for r, g in df.groupby("row", sort=False)}
-        ratio = proxy_ratios(spec, df.groupby("row", sort=False)["value"].mean())
+        ratio = proxy_ratios(spec, df[inside].groupby("row", sort=False)["value"].mean())
         if ratio:
             table += "\n\n" + plain(ratio.replace("$\\times$", "×").replace("\\%", "%"))
     return table

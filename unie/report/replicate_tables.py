@@ -33,11 +33,11 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "table_app_selection": ("row",),
     "table_app_k": ("curve", "row"),
     "table_app_w": ("curve", "row"),
-    "table_app_map": ("backbone", "rule", "draw", "proxy"),
+    "table_app_map": ("backbone", "draw", "w", "rule", "label", "proxy"),
     "fig2_ablation": ("context", "curve", "run", "steps", "selection"),
     "fig3_tradeoff": ("panel", "curve", "run", "steps"),
     "fig4_dllm_tradeoff": ("curve", "label", "value"),
-    "fig_app_map": ("backbone", "rule", "draw", "proxy"),
+    "fig_app_map": ("backbone", "draw", "w", "rule", "label", "proxy"),
     "partition_check": ("ar_context", "revealed", "D"),
 }
 
@@ -52,8 +52,11 @@ PAGE_VIEWS: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...], float]
     "table_app_w": (("curve", "row"), None, ("value", "tokens_per_s"), 1.0),
     "fig2_ablation": (("context", "curve", "selection"), "steps", ("genppl",), 1.0),
     "fig4_dllm_tradeoff": (("curve", "value"), None, ("accuracy", "tokens_per_s"), 1.0),
+    "table_app_map": (("backbone", "draw", "w", "rule"), "proxy", ("delta",), 1.0),
 }
 
+# a table's change and its s.e. when they are not named delta / delta_se (the map's cells, its break-even AUCs aside)
+CHANGE_COLUMNS = {"table_app_map": ("delta", "se")}
 CLAIM_Z = 2.0  # a change beyond 2 s.e. is a difference; below it, level (docs/findings.md)
 _BLANK = ""
 
@@ -161,6 +164,8 @@ def task_average_change(df: pd.DataFrame) -> pd.DataFrame:
     """Per Table 3 row with a backbone, the paired change of its task average and its s.e. (the tasks' paired s.e.
     combined as √(Σ se²) / T, as Table 3 does): columns ``row``, ``delta``, ``delta_se``."""
     d = df.dropna(subset=["delta"])
+    if "in_average" in d:
+        d = d[d.in_average.astype(bool)]
     if d.empty:
         return pd.DataFrame(columns=["row", "delta", "delta_se"])
     g = d.groupby("row", sort=False)
@@ -186,11 +191,13 @@ def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm
             done = set().union(*(set(a.row) for a in averages.values()))
     for name, frames in tables.items():
         first = next(iter(frames.values()))
-        if {"delta", "delta_se"} <= set(first.columns) and name not in ("table3_dllm", "table_app_dllm_full"):
+        change, se = CHANGE_COLUMNS.get(name, ("delta", "delta_se"))
+        if {change, se} <= set(first.columns) and name not in ("table3_dllm", "table_app_dllm_full", "fig_app_map"):
             keys = keys_of(name, first)
             if keys == ["row"]:
                 frames = {s: f[~f.row.isin(done)] for s, f in frames.items()}
-            out += _claim_rows(name, keys, frames, "delta", "delta_se", "paired change against the backbone")
+            frames = {s: f.dropna(subset=[change]) for s, f in frames.items()}
+            out += _claim_rows(name, keys, frames, change, se, "paired change against the backbone")
     if "table2_genppl" in tables:
         diffs = {}
         for seed, df in tables["table2_genppl"].items():
@@ -239,13 +246,14 @@ def view(name: str, agg: pd.DataFrame, digits: int = 2) -> str | None:
 
 
 def ratio_line(frames: dict[int, pd.DataFrame], proxy_row: str, backbones: dict[str, str]) -> str | None:
-    """The proxy's seven-task average as a multiple of each backbone's, mean and range over trainings (Table 3's
-    caption over the replicates)."""
+    """The proxy's average (Table 3's Avg. columns) as a multiple of each backbone's, mean and range over trainings
+    (Table 3's caption over the replicates)."""
     parts = []
     for row, label in backbones.items():
         ratios = []
         for df in frames.values():
-            avg = df.groupby("row").value.mean()
+            d = df[df.in_average.astype(bool)] if "in_average" in df else df
+            avg = d.groupby("row").value.mean()
             if proxy_row in avg and row in avg and avg[row] > 0:
                 ratios.append(avg[proxy_row] / avg[row])
         if ratios:

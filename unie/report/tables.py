@@ -16,6 +16,7 @@ line of each file names the LaTeX packages it needs.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -307,7 +308,8 @@ def loglikelihood_tasks(results: dict, tasks: list[str]) -> set[str]:
 
 
 def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: dict,
-           effects: dict | None = None, rooms: dict | None = None) -> tuple[str, pd.DataFrame]:
+           effects: dict | None = None, rooms: dict | None = None, average: list[str] | None = None
+           ) -> tuple[str, pd.DataFrame]:
     """Table 3: accuracy (%) per benchmark, the paper's column order, one row per Table 3 row.
 
     ``rows``: row name -> ``{label, delta_to?}`` (config ``dllm.rows``); ``results``: row name -> lm-eval's
@@ -332,7 +334,10 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
     reach against the backbone (ceiling / floor) per column and on the average, and the share of items in which a
     choice inside the window changes the score (decided); the CSV gains the rows ``{backbone}__ceiling`` and
     ``{backbone}__floor`` (``value``: the accuracy they reach, ``delta`` ± ``delta_se``: their paired change,
-    ``decides``) and, on each Algorithm 3 row, its change as a share of the ceiling's (``share`` ± ``share_se``)."""
+    ``decides``) and, on each Algorithm 3 row, its change as a share of the ceiling's (``share`` ± ``share_se``).
+
+    ``average``: the columns of Avg. (config ``dllm.tasks.average``; default all); a column left out is shown, its
+    header marked, and the caption gives the range of the rows' accuracies there and why (the CSV's ``in_average``)."""
     loglik = loglikelihood_tasks(results, tasks)
     records = []
     for name, row in rows.items():
@@ -349,7 +354,9 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                             "decoder_independent": task in loglik, "model": row.get("model"),
                             "proxy": row.get("proxy"), "delta_to": row.get("delta_to")})
     df = pd.DataFrame.from_records(records)
-    avg = df.groupby("row", sort=False)["value"].mean()
+    average = [t for t in tasks if average is None or t in average]
+    df["in_average"] = df.task.isin(average)
+    avg = df[df.in_average].groupby("row", sort=False)["value"].mean()
     for name, row in rows.items():
         base = row.get("delta_to")
         if base:
@@ -392,7 +399,7 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
             val.append(v)
         a = avg[name]
         if base and loglik:  # the mean change over the columns a decoder can change
-            changes = [sub.loc[t, "delta"] for t in tasks if t not in loglik]
+            changes = [sub.loc[t, "delta"] for t in average if t not in loglik]
             a_cell = _delta(float(np.mean(changes))) if changes else f"({LOGLIK_NOTE})".replace("—", "---")
         elif base:
             a_cell = _delta(a - avg[base])
@@ -414,7 +421,9 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                 vals.append([np.nan] * (len(tasks) + 1))
                 keep.append(False)
                 groups.append(group)
-    table = pd.DataFrame(cells, columns=["Methods"] + [columns[t] for t in tasks] + ["Avg."])
+    out_of_avg = [t for t in tasks if t not in average]
+    table = pd.DataFrame(cells, columns=["Methods"] + [columns[t] + ("*" if t in out_of_avg else "") for t in tasks]
+                         + ["Avg."])
     bold = np.column_stack([np.zeros(len(cells), bool), best_mask(pd.DataFrame(vals), lower=False, keep=keep)])
     caption = (r"Accuracy (\%) per benchmark (the paper's column names for our tasks), $\pm$ its standard error "
                r"(lm-eval); in brackets the change from the row's backbone (\textcolor{green!50!black}{gain}, "
@@ -434,8 +443,26 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
         caption += " " + note
     if rooms:
         caption += " " + ROOM_NOTE
+    if out_of_avg:
+        caption += " " + out_of_average_note(df[~df.row.str.contains("__")], out_of_avg, columns)
     return latex_float(table, caption=caption, label="tab:dllm", bold=bold, groups=groups,
                        packages=("booktabs", "adjustbox", "xcolor")), df
+
+
+def out_of_average_note(df: pd.DataFrame, tasks: list[str], columns: dict, chance: float = 0.25) -> str:
+    """The caption's sentence on the columns left out of Avg. (config ``dllm.tasks.average``): each column's range of
+    accuracies over the rows and whether every row is within 2 binomial s.e. of guessing (``chance``)."""
+    spans, at_chance = [], True
+    for t in tasks:
+        sub = df[df.task == t]
+        spans.append(f"{columns[t]} {sub.value.min():.1f}--{sub.value.max():.1f}\\%")
+        for r in sub.itertuples():
+            se = 100 * math.sqrt(chance * (1 - chance) / max(1, int(r.n)))
+            at_chance &= abs(r.value - 100 * chance) <= 2 * se
+    why = (f"every row is within 2 s.e. of guessing one of four letters ({100 * chance:.0f}\\%): no model learns the "
+           "answers, so these columns carry no signal either way" if at_chance else
+           "left out of the average by the configuration (dllm.tasks.average)")
+    return f"*Not in Avg. ({'; '.join(spans)}): {why}."
 
 
 ROOM_NOTE = (r"\emph{Room} rows: the change (points) that the best / the worst selection among the window's "

@@ -46,6 +46,8 @@ def selection_rows():
 
 SELECTION_ROWS = selection_rows()
 TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
+# what the task files and the training data depend on (not which columns Table 3 averages)
+TASK_DATA = {k: v for k, v in DLLM.get("tasks", {}).items() if k != "average"}
 from unie.data.tasks import FORMAT as TASK_FORMAT  # noqa: E402
 LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
 
@@ -66,7 +68,7 @@ rule dllm_tasks:
     log:
         run_path("logs/dllm/tasks.log"),
     params:
-        tasks=DLLM.get("tasks", {}),
+        tasks=TASK_DATA,
         answers=TASK_FORMAT,  # the answers' format (unie.data.tasks.FORMAT): another format writes the tasks again
     threads: 1
     resources:
@@ -118,7 +120,8 @@ rule dllm_data:
     log:
         run_path("logs/dllm/data.log"),
     params:  # only what the data depend on (a model's training settings must not rebuild the data)
-        dllm={k: DLLM.get(k) for k in ("tasks", "pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")},
+        dllm={"tasks": TASK_DATA, **{k: DLLM.get(k) for k in ("pretrain_texts", "bpe_vocab_size", "decoding",
+                                                              "sft_length")}},
     threads: 1
     resources:
         **rule_resources("dllm_data"),
@@ -273,8 +276,8 @@ def sweep_inputs(sweep):
 def sweep_params(sweeps):
     return dict(
         sweeps={s: plain_files(sweep_inputs(s)) for s in sweeps},  # each sweep's files
-        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
-                                       "seed", "sweeps")},
+        dllm={"tasks": TASK_DATA, **{k: DLLM.get(k) for k in ("decoding", "energy", "batch_size",
+                                                              "include_default_tasks", "limit", "seed", "sweeps")}},
         device=config["device"],
         **precision_params(),
     )
