@@ -306,8 +306,8 @@ def test_bridge_refuses_what_it_cannot_read(word, bpe):
         br.check(["question : the onion pie answer :"])
     with pytest.raises(BridgeError, match="teacher-forced"):
         br.token_logp(torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 1, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match="cannot be read through a tokenizer bridge"):
-        DLLMEnergyOptions(ar_context="masked")
+    with pytest.raises(ValueError, match="cannot be read from a DLLM's candidates"):
+        DLLMEnergyOptions(ar_context="exact")
 
 
 # ---------------------------------------------------------------------- likelihood and AR decoding
@@ -446,7 +446,9 @@ def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, 
     (lambda d: d["rows"]["llada"]["options"].__setitem__("energy", "uni"), "sampler 'energy' needs a proxy"),
     (lambda d: d["rows"]["llada"]["options"].__setitem__("sampler", "apd_"), "unknown DLLM sampler 'apd_'"),
     (lambda d: d["rows"]["llada"]["options"].update(sampler="fast_dllm", K=2), r"unknown option\(s\) \['K'\]"),
-    (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("ar_context", "masked"), "tokenizer bridge"),
+    (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("ar_context", "masked"),
+     r"llada_uni.options.ar_context'.*'masked'.*share its tokenizer: model 'llada' uses 'bpe'"),
+    (lambda d: d["energy"].__setitem__("ar_context", "masked"), r"dllm.energy.ar_context'.*dllm.rows.llada_uni\)"),
     (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("K_", 3), "unknown option"),
     (lambda d: d["models"]["dream"].__setitem__("init_from", "nothing"), "init_from'.*nothing"),
     (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "lladax"), r"llada_uni.delta_to'.*unknown row"),

@@ -139,7 +139,7 @@ def test_table3_rows_and_sweeps_are_written_once():
     # the labels of the CoRe rows' note, say, are in the grid alone
     texts = {f.name: f.read_text() for f in (REPO / "config").glob("*.yaml")}
     assert [n for n, t in texts.items() if "CoRe has no public code" in t] == ["experiments.yaml"]
-    assert len(grid["dllm"]["rows"]) == 24
+    assert len(grid["dllm"]["rows"]) == 27
 
 
 def test_profiles_map_model_names_to_checkpoints():
@@ -154,6 +154,8 @@ def test_profiles_map_model_names_to_checkpoints():
     assert rows["llada_dawn"]["options"] == {"sampler": "dawn", "attn_layers": 4, "tau_sink": 0.01, "tau_edge": 0.07}
     assert rows["dream"]["label"] == "Dream" and "mask_token" not in rows["dream"]
     assert not any(r.get("selection_table") for r in rows.values())
+    # no released checkpoint is a mask-aware proxy: the masked reading's rows are the toy world's only
+    assert not any(r.get("options", {}).get("ar_context") == "masked" for r in rows.values())
     fig4 = paper["sweeps"]["sets"]["fig4"]
     assert fig4["llada"]["label"] == "LLaDA" and fig4["llada"]["vary"] == {"tokens_per_step": [1, 2, 4, 8]}
     assert fig4["fast_dllm"]["vary"] == {"threshold": [0.99, 0.9, 0.7, 0.5]}  # the grid's values

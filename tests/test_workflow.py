@@ -395,10 +395,14 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     full = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_dllm_full.csv")
     all_rows = resolve_config([SMOKE])["dllm"]["rows"]
     assert list(full.row.unique()) == [r for r, spec in all_rows.items() if not spec.get("selection_table")]
-    assert "ar_large2" in set(full.row) and "ar_large2" not in rows
-    shared = full[full.row != "ar_large2"].reset_index(drop=True)
+    appendix = [r for r, spec in all_rows.items() if spec.get("appendix_only")]
+    assert {"ar_large2", "dream_uni_masked"} <= set(full.row) and not set(appendix) & set(rows)
+    shared = full[~full.row.isin(appendix)].reset_index(drop=True)
     pd.testing.assert_frame_equal(shared, df.reset_index(drop=True))
-    assert "AR proxy (appendix only)" in (smoke_run / OUT / "results" / "tables" / "table_app_dllm_full.tex").read_text()
+    full_tex = (smoke_run / OUT / "results" / "tables" / "table_app_dllm_full.tex").read_text()
+    assert "AR proxy (appendix only)" in full_tex
+    # the masked reading's row: its own label, a dagger and the note that says what its proxy reads, once
+    assert "+Uni-Energy (masked)$^{\\dagger2}$" in full_tex and full_tex.count("The proxy reads the masked state") == 1
     # every decoder row's effect.json: the paired change against its backbone, and Algorithm 3's window counters
     for row, spec in all_rows.items():
         eff = json.loads((smoke_run / OUT / "results" / "dllm" / "rows" / row / "effect.json").read_text())

@@ -377,6 +377,15 @@ def check_dllm(config: dict) -> None:
                  f"{where}.options")
         shared = energy if sampler == "energy" else {}
         _options(entry.options_cls, {**shared, **{k: v for k, v in opts.items() if k in s_fields}}, f"{where}.options")
+        if sampler == "energy" and {**shared, **opts}.get("ar_context") == "masked":
+            # the masked reading feeds the DLLM's ids to the proxy: a model and proxy of dllm.models must share their
+            # tokenizer (a Hugging Face pair is checked when the decoder is built: the energy sampler's preflight)
+            tokenizers = [models.get(row.get(role), {}).get("tokenizer") for role in ("model", "proxy")]
+            if None not in tokenizers and tokenizers[0] != tokenizers[1]:
+                key_error(f"{where}.options.ar_context" if "ar_context" in opts else "dllm.energy.ar_context",
+                          f"'masked' (for {where}) reads the DLLM's ids and masks as they are, so the proxy must share "
+                          f"its tokenizer: model {row['model']!r} uses {tokenizers[0]!r}, proxy {row['proxy']!r} "
+                          f"{tokenizers[1]!r}; use teacher_forced (read through the tokenizer bridge)")
         if kind != "unie" and row["model"] not in hf:
             key_error(f"{where}.kind", f"a Hugging Face row needs its model in hf_models, got {row['model']!r}")
 

@@ -122,8 +122,9 @@ class DLLMSamplerEntry:
     :class:`~unie.dllm.backbone.DecodeOptions`; ``options`` an instance of ``options_cls`` (the single source of
     the sampler's defaults); ``proxy`` a :class:`~unie.dllm.bridge.ProxyBridge` when ``needs_proxy``;
     ``stats`` has at least ``nfe`` (backbone forwards) and, with a proxy, ``proxy_forwards``.
-    ``preflight(backbone, options)``, when given, raises if the backbone cannot serve the sampler (DAWN: a model
-    that returns no attention probabilities); the decoder builder calls it before any generation."""
+    ``preflight(backbone, options, proxy)``, when given, raises if the backbone or the proxy (None for a sampler
+    that reads none) cannot serve the sampler (DAWN: a model that returns no attention probabilities; Algorithm 3's
+    masked reading: a proxy with another tokenizer); the decoder builder calls it before any generation."""
 
     name: str
     fn: Callable

@@ -19,10 +19,18 @@ Summed over positions this is the proxy's teacher-forced log-probability of the 
 ``M_s``.  A word cut by ``score_until`` (its last piece lies in a later block) is scored with the block that
 completes it.  Only teacher-forced readings can be bridged: a proxy cannot read another tokenizer's masks.
 With the same tokenizer on both sides the bridge is the identity map (a test checks it).
+
+**The masked reading** (``ar_context: masked``, :meth:`ProxyBridge.masked_logp`) needs no bridge and only works
+without one: when the proxy shares the DLLM's tokenizer (the Dream-like model and the word-level proxy, as Dream
+and Qwen2.5 share theirs; :attr:`ProxyBridge.shares_tokenizer`), the proxy reads the DLLM's row itself, masks
+included, from its ``<bos>`` on: ``log p_AR(tokens_i | ctx_<i)`` at each DLLM position ``i``, with the same zeros
+as the teacher-forced map (before ``<bos>``, after the scored row's first ``<eos>``, at or after ``score_until``).
+Another tokenizer is refused (:meth:`ProxyBridge.require_shared_tokenizer`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -118,13 +126,63 @@ class ProxyBridge:
             out[:, score_until:] = 0.0
         return out
 
+    # -- the masked reading (same tokenizer only) --------------------------------------------------
+    @functools.cached_property
+    def shares_tokenizer(self) -> bool:
+        """Whether the proxy's tokenizer is the DLLM's (the same vocabulary and special ids): then it can read the
+        DLLM's ids, masks included (:meth:`masked_logp`)."""
+        return self.ptok.info() == self.dtok.info()
+
+    def require_shared_tokenizer(self) -> None:
+        """A :class:`BridgeError` unless :attr:`shares_tokenizer`: the masked reading feeds the DLLM's ids to the
+        proxy as they are."""
+        if not self.shares_tokenizer:
+            p, d = self.ptok.info(), self.dtok.info()
+            raise BridgeError(f"ar_context 'masked' needs a proxy that shares the DLLM's tokenizer (it reads the "
+                              f"DLLM's ids and masks as they are): the proxy's is {p['kind']} with {p['vocab_size']} "
+                              f"tokens ({p['fingerprint']}), the DLLM's {d['kind']} with {d['vocab_size']} "
+                              f"({d['fingerprint']}); use ar_context teacher_forced through the bridge")
+
+    def masked_logp(self, ctx: torch.Tensor, tokens: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
+        """``log p_AR(tokens[n, m, i] | ctx[n, :i])`` ``(N, M, L)`` float64 for DLLM rows ``ctx`` ``(N, L)`` (masks
+        included) and token sets ``tokens`` ``(N, M, L)``: the proxy reads ``[<bos>; ctx after its <bos>]`` (one
+        forward per row, right-padded with ``<eos>``, which a causal model never reads back), its score of DLLM
+        position ``i`` is its prediction after position ``i - 1``.  Zero before and at ``<bos>``, after the first
+        ``<eos>`` of ``tokens[n, m]`` that follows it (the scored text ends there, as in :meth:`position_logp`) and at
+        or after ``score_until``.  Needs :attr:`shares_tokenizer`."""
+        self.require_shared_tokenizer()
+        ctx, tokens = ctx.cpu(), tokens.cpu()
+        N, L = ctx.shape
+        pos = torch.arange(L)
+        is_bos = ctx == self.dtok.bos_id
+        start = torch.where(is_bos.any(-1), is_bos.float().argmax(-1) + 1, 0)  # (N,): first position after <bos>
+        width = 1 + L - int(start.min())
+        j = pos[None] - start[:, None]  # (N, L): the proxy input index that holds DLLM position i (its <bos> is 0)
+        inp = torch.full((N, width), self.ptok.eos_id, dtype=torch.long)
+        inp[:, 0] = self.ptok.bos_id
+        keep = j >= 0
+        inp[keep.nonzero()[:, 0], 1 + j[keep]] = ctx[keep]
+        out = torch.empty(tokens.shape, dtype=torch.float64)
+        for lo in range(0, N, self.batch_size):
+            hi = min(N, lo + self.batch_size)
+            logp = self.model.logits(inp[lo:hi]).double().log_softmax(-1).cpu()  # index k scores input k + 1
+            self.forwards += 1
+            out[lo:hi] = logp[torch.arange(hi - lo)[:, None, None], j[lo:hi, None].clamp(min=0), tokens[lo:hi]]
+        eos = (tokens == self.dtok.eos_id) & keep[:, None]
+        after = eos.cumsum(-1) - eos.long() > 0  # past the first <eos>
+        scored = keep[:, None] & ~after & (pos < (L if score_until is None else score_until))
+        return torch.where(scored, out, torch.zeros_like(out))
+
     def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
-        """The :class:`~unie.core.protocols.Proxy` interface for teacher-forced readings only (``tokens`` is
-        ``ctx[:, None]``): ``(N, 1, L)``, cut at ``score_until`` as :meth:`position_logp`."""
+        """The :class:`~unie.core.protocols.Proxy` interface: a teacher-forced reading (``tokens`` is ``ctx[:, None]``)
+        through the bridge, ``(N, 1, L)`` cut at ``score_until`` as :meth:`position_logp`; any other (the masked
+        reading) by :meth:`masked_logp`, only for a proxy that shares the DLLM's tokenizer."""
         if tokens.shape[1] != 1 or not torch.equal(tokens[:, 0].cpu(), ctx.cpu()):
-            raise BridgeError("the tokenizer bridge supports only teacher-forced readings of the proxy "
-                              "(ar_context teacher_forced or teacher_forced_carry_over): a proxy cannot read "
-                              "another tokenizer's masked state")
+            if not self.shares_tokenizer:
+                raise BridgeError("the tokenizer bridge supports only teacher-forced readings of the proxy "
+                                  "(ar_context teacher_forced or teacher_forced_carry_over): a proxy cannot read "
+                                  "another tokenizer's masked state")
+            return self.masked_logp(ctx, tokens, score_until).to(ctx.device)
         return self.position_logp(ctx, score_until)[:, None].to(ctx.device)
 
     def until(self, score_until: int) -> ProxyUntil:

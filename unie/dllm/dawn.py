@@ -137,7 +137,7 @@ def greedy_mis(conflict: torch.Tensor, candidates: torch.Tensor, score: torch.Te
 
 
 @torch.no_grad()
-def attention_preflight(backbone, options: DAWNOptions) -> None:
+def attention_preflight(backbone, options: DAWNOptions, proxy=None) -> None:
     """Before any generation: the backbone must give ``options.attn_layers`` layers of attention probabilities
     (one forward over one row of two masks; a ``TypeError``/``ValueError`` naming the problem otherwise)."""
     if not hasattr(backbone, "logits_and_attention"):

@@ -577,10 +577,10 @@ def _build(a: ModelArgs, model, tok, prompt_len, pad_to_batch, gen_length, is_ar
     s_opts = from_dict(entry.options_cls, a.options, f"DLLM sampler {a.sampler!r} options")
     common = dict(seed=a.seed, mc_num=a.mc_num, name=a.name, pad_to_batch=pad_to_batch, sampler=a.sampler,
                   precision=a.precision)
+    proxy = None if a.proxy is None else load_proxy(a, tok)  # a.proxy is given iff the sampler reads one (ModelArgs)
     if entry.preflight is not None:
         try:
-            entry.preflight(model, s_opts)
+            entry.preflight(model, s_opts, proxy)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"DLLM sampler {a.sampler!r} cannot decode {a.pretrained}: {e}") from e
-    proxy = None if a.proxy is None else load_proxy(a, tok)  # a.proxy is given iff the sampler reads one (ModelArgs)
     return DLLMDecoder(model, tok, prompt_len, d_opts, s_opts, proxy, **common)

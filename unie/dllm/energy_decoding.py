@@ -28,6 +28,11 @@ The loop mirrors the algorithm.  Iterations ``n = 0..N-1`` walk the paper's grid
 The proxy is read through :class:`~unie.dllm.bridge.ProxyBridge` (decode the candidate to text, re-encode,
 map the scores back to DLLM positions), also when both sides share a tokenizer, so the two backbones are
 scored the same way.  All ``B·K`` candidates go through one batched proxy call per window iteration.
+``ar_context: masked`` (``docs/decisions.md``) is the one reading without the bridge: a proxy that shares the
+DLLM's tokenizer (the Dream-like model's word-level proxy) reads ``xt`` and each ``xs^j`` themselves, masks
+included (:meth:`~unie.dllm.bridge.ProxyBridge.masked_logp`: one pass on ``xt``, one per candidate's ``xs``),
+cut at the block's end as above (a causal proxy never reads the filled later positions for the block's scores);
+with another tokenizer it is refused before any generation (:func:`proxy_preflight`).
 
 What the energy had to act on is counted per row and window iteration (the stats): ``window_rows`` (row-iterations
 inside the window), ``disagree_rows`` (those whose ``K`` candidates do not all reveal the same tokens at the same
@@ -50,7 +55,9 @@ from ..core.registry import ENERGIES, register_dllm_sampler
 from ..energy.energies import SELECTIONS, select, selection_energy
 from .backbone import DecodeOptions, block_bounds, commit_top, confidence, exit_early, normalise
 
-BRIDGEABLE_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over")
+# the proxy readings Algorithm 3 offers: the teacher-forced ones (through the tokenizer bridge) and `masked` (only for a
+# proxy that shares the DLLM's tokenizer: proxy_preflight)
+DLLM_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over", "masked")
 # the stats of what the energy acted on (how often it could choose) and where (how much of the answer, how much padding)
 WINDOW_COUNTERS = ("window_rows", "disagree_rows", "steered_rows", "window_reveals", "window_padding",
                    "answer_tokens", "window_answer")
@@ -78,9 +85,9 @@ class DLLMEnergyOptions:
     def __post_init__(self):
         if self.energy not in ENERGIES or ENERGIES[self.energy].scorer != "proxy":
             raise ValueError(f"Algorithm 3 needs a proxy energy (ind, inv, uni), got {self.energy!r}")
-        if self.ar_context not in BRIDGEABLE_CONTEXTS:
-            raise ValueError(f"ar_context {self.ar_context!r} cannot be read through a tokenizer bridge; "
-                             f"use one of {', '.join(BRIDGEABLE_CONTEXTS)}")
+        if self.ar_context not in DLLM_CONTEXTS:
+            raise ValueError(f"ar_context {self.ar_context!r} cannot be read from a DLLM's candidates; use one of "
+                             f"{', '.join(DLLM_CONTEXTS)} (masked: a proxy that shares the DLLM's tokenizer)")
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; known: {', '.join(SELECTIONS)}")
         if not isinstance(self.greedy_first, bool):
@@ -89,6 +96,13 @@ class DLLMEnergyOptions:
             raise ValueError(f"need K >= 1, 0 <= w <= 1, temperature > 0, selection_temperature > 0; got K={self.K}, "
                              f"w={self.w}, temperature={self.temperature}, "
                              f"selection_temperature={self.selection_temperature}")
+
+
+def proxy_preflight(backbone, options: DLLMEnergyOptions, proxy=None) -> None:
+    """Before any generation: ``ar_context: masked`` needs a proxy that shares the DLLM's tokenizer (a
+    :class:`~unie.dllm.bridge.BridgeError`, a ``ValueError``, naming the option and both tokenizers otherwise)."""
+    if options.ar_context == "masked" and proxy is not None:
+        proxy.require_shared_tokenizer()
 
 
 def in_window(n: int, N: int, w: float) -> bool:
@@ -126,6 +140,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
     ``proxy``: the AR proxy as a :class:`~unie.dllm.bridge.ProxyBridge`.  Returns the decoded ``(B, T)`` and
     ``{"nfe": DLLM forwards, "proxy_forwards": ..., "window_iterations": ..., "window_rows": ...,
     "disagree_rows": ..., "steered_rows": ...}`` (the last three: module doc)."""
+    proxy_preflight(backbone, options, proxy)
     x = x.clone()
     B, T = x.shape
     K, m, mask_id = options.K, decode.tokens_per_step, backbone.mask_id
@@ -181,7 +196,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
     return x, {"nfe": nfe, "proxy_forwards": proxy.forwards - proxy_before, "window_iterations": window, **counts}
 
 
-@register_dllm_sampler("energy", DLLMEnergyOptions, needs_proxy=True)
+@register_dllm_sampler("energy", DLLMEnergyOptions, needs_proxy=True, preflight=proxy_preflight)
 def energy_sampler(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DLLMEnergyOptions, proxy=None,
                    generator=None) -> tuple[torch.Tensor, dict]:
     """Registered form of :func:`energy_decode` (the +Ind/+Inv/+Uni-Energy rows of Table 3)."""

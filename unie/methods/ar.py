@@ -6,7 +6,8 @@ internally, so every position of a length-``L`` sequence is predicted:
 
 ``mask_inputs`` trains a *mask-aware* proxy: the context is a randomly masked copy of ``x0`` (mask
 rate ``t ~ U(0, 1)`` per sequence) while the targets stay clean, so conditioning on a partially masked
-state (``ar_context: masked``) is in distribution.
+state (``ar_context: masked``) is in distribution.  On the DLLM half's SFT rows ``(B, 2, L)`` only the answer
+(the loss-mask positions) is masked: the prompt is never masked when a DLLM decodes.
 
 Ids the model never predicts (``blocked``) are the tokenizer's :func:`~unie.data.tokenizer.blocked_ids`:
 the mask, and ``<bos>`` only when it is an input-only token.  GPT-2's BOS is its EOS, a real data token
@@ -192,7 +193,8 @@ class ARModel:
 
 @dataclass(frozen=True)
 class AROptions:
-    """``mask_inputs``: train a mask-aware proxy (contexts randomly masked, targets clean).  ``chunk_bos``: the
+    """``mask_inputs``: train a mask-aware proxy (contexts randomly masked, targets clean; on SFT rows the answer
+    only, :meth:`AR.masked_context`).  ``chunk_bos``: the
     sequences are wrapped chunks that begin with their own BOS (``data.chunk_specials``: ``[BOS] + ... + [EOS]``),
     and the loss and ``nll`` read them as upstream's AR does (MDLM's ``_maybe_sub_sample``/``_loss`` with
     ``parameterization: ar``): the network reads ``x[:, :-1]`` and predicts ``x[:, 1:]``, so ``L - 1`` tokens are
@@ -240,6 +242,18 @@ class AR:
                              f"{int((x0[:, 0] != self.bos_id).sum())} of {len(x0)} do not (data.chunk_specials?)")
         return x0[:, :-1], x0[:, 1:]
 
+    def masked_context(self, x0: torch.Tensor, generator, maskable: torch.Tensor | None = None) -> torch.Tensor:
+        """The context ``(B, L)`` of a mask-aware proxy's step (``mask_inputs``): each position of ``x0`` (of
+        ``maskable`` ``(B, L)`` bool when given: an SFT row's answer) masked with probability ``t ~ U(0, 1)``, one
+        ``t`` per sequence; the even rows keep ``t = 0``, so half the batch keeps a clean context and the plain
+        teacher-forced use stays in distribution."""
+        t = uniform((x0.shape[0], 1), generator, x0.device)
+        t = torch.where(torch.arange(x0.shape[0], device=x0.device)[:, None] % 2 == 0, torch.zeros_like(t), t)
+        hit = uniform(x0.shape, generator, x0.device) < t
+        if maskable is not None:
+            hit &= maskable
+        return torch.where(hit, torch.full_like(x0, self.mask_id), x0)
+
     def wrap(self, net) -> ARModel:
         """The trained network as a proxy/evaluator (``logp_next``, ``log_prob``, ``sample``)."""
         return ARModel(net, self.bos_id, self.mask_id, self.blocked, eos_id=self.eos_id)
@@ -250,15 +264,13 @@ class AR:
         if x0.dim() == 3:
             x0, target = split_rows(x0)
             model = self.wrap(net)
-            logp = model.normalise(net(model._inputs(x0)))
+            ctx = self.masked_context(x0, generator, target) if self.mask_inputs else x0
+            logp = model.normalise(net(model._inputs(ctx)))
             nll = -logp.gather(-1, x0[..., None]).squeeze(-1)
             return torch.where(target, nll, torch.zeros_like(nll)).sum() / target.sum().clamp(min=1)
         inp, target = self._inputs_targets(x0)
         if self.mask_inputs:
-            # half the batch keeps a clean context so the plain teacher-forced use stays in distribution
-            t = uniform((x0.shape[0], 1), generator, x0.device)
-            t = torch.where(torch.arange(x0.shape[0], device=x0.device)[:, None] % 2 == 0, torch.zeros_like(t), t)
-            ctx = torch.where(uniform(x0.shape, generator, x0.device) < t, torch.full_like(x0, self.mask_id), x0)
+            ctx = self.masked_context(x0, generator)
             if self.chunk_bos:
                 ctx[:, 0] = x0[:, 0]  # the chunk's BOS stays: it is the context every prediction starts from
             inp = ctx[:, :-1] if self.chunk_bos else self._inputs_targets(ctx)[0]
