@@ -135,7 +135,7 @@ def test_table3_rows_and_sweeps_are_written_once():
         for curves in d.get("sweeps", {}).get("sets", {}).values():
             for curve in curves.values():
                 assert set(curve) <= {"vary"}, (f.name, curve)
-        assert set(d.get("map", {})) <= {"limit"}, f.name
+        assert set(d.get("map", {})) <= {"limit", "cap"}, f.name
     # the labels of the CoRe rows' note, say, are in the grid alone
     texts = {f.name: f.read_text() for f in (REPO / "config").glob("*.yaml")}
     assert [n for n, t in texts.items() if "CoRe has no public code" in t] == ["experiments.yaml"]
@@ -162,7 +162,7 @@ def test_profiles_map_model_names_to_checkpoints():
     assert all(c["model"] == "llada_8b_instruct" for s in paper["sweeps"]["sets"].values() for c in s.values())
     smoke = resolve_config([REPO / "config" / "smoke.yaml"])["dllm"]
     assert smoke["rows"]["ar_large2"] == {"model": "proxy", "label": "AR proxy (appendix only)", "appendix_only": True}
-    assert smoke["map"]["proxies"]["weak"] == {"model": "proxy", "label": "weak"}
+    assert smoke["map"]["proxies"]["paper"] == {"model": "proxy", "label": "paper's ratio"} and "weak" not in smoke["map"]["proxies"]
     toy = resolve_config()["dllm"]
     assert toy["rows"]["llada"] == {"model": "llada", "label": "LLaDA-like", "options": {"confidence": "low_confidence"}}
     assert toy["map"]["backbones"]["dream"]["label"] == "Dream-like"

@@ -40,6 +40,10 @@ class BridgeError(ValueError):
     pass
 
 
+_PLANS: dict = {}  # (DLLM tokenizer, proxy tokenizer, row) -> how the proxy reads the row (ProxyBridge._plans)
+_PLAN_LIMIT = 400_000
+
+
 class ProxyBridge:
     """The AR proxy as the DLLM samplers see it: a :class:`~unie.core.protocols.Proxy` over DLLM ids backed by
     ``model``, a :class:`~unie.core.protocols.CausalLM` with its own tokenizer.  ``forwards`` counts the model's
@@ -50,6 +54,10 @@ class ProxyBridge:
         self.batch_size = batch_size
         self.forwards = 0
         self._surf = dllm_tokenizer.surfaces()
+        # the two tokenizers' identities (their fingerprints: an object id can be reused once a tokenizer is gone):
+        # bridges that read the same DLLM tokenizer through the same proxy tokenizer share their plans
+        self._key = tuple(t.info()["fingerprint"] if callable(getattr(t, "info", None)) else id(t)
+                          for t in (dllm_tokenizer, self.ptok))
 
     # -- checks ---------------------------------------------------------------------------------
     def check(self, texts: list[str]) -> None:
@@ -85,20 +93,48 @@ class ProxyBridge:
             text += piece
         return text, spans, eos
 
+    def _plans(self, rows: list[list[int]]) -> list[tuple[list[int], list[int], int | None]]:
+        """Per DLLM row, how the proxy reads it: ``(proxy ids with <bos> (and <eos>), the DLLM position each proxy
+        token's score goes to, the DLLM's first <eos> position)``.  A pure function of the two tokenizers and the
+        row, remembered across calls and across the bridges of one DLLM tokenizer and one proxy tokenizer (the map
+        reads the same candidates through several proxies that share a tokenizer)."""
+        key0 = self._key
+        todo = [r for r in dict.fromkeys(map(tuple, rows)) if (key0, r) not in _PLANS]
+        if todo:
+            if len(_PLANS) > _PLAN_LIMIT:
+                _PLANS.clear()
+            parsed = [self._row_text(list(r)) for r in todo]
+            encoded = self.ptok.encode_with_offsets([p[0] for p in parsed])
+            for r, (text, spans, eos), (enc_ids, offsets) in zip(todo, parsed, encoded):
+                owner = {}
+                for i, (a, b) in spans.items():
+                    for c in range(a, b):
+                        owner[c] = i
+                targets = []
+                for k, (a, b) in enumerate(offsets):
+                    if b <= a:
+                        targets.append(None)
+                        continue
+                    i = owner.get(b - 1)
+                    if i is None:
+                        raise BridgeError(f"proxy token {k} of {text[:60]!r} ends on whitespace the DLLM does not own")
+                    targets.append(i)
+                if eos is not None:
+                    targets.append(eos)
+                pids = [self.ptok.bos_id] + list(enc_ids) + ([self.ptok.eos_id] if eos is not None else [])
+                _PLANS[(key0, r)] = (pids, targets, eos)
+        return [_PLANS[(key0, tuple(r))] for r in rows]
+
     def position_logp(self, ids: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
         """Per-DLLM-position teacher-forced proxy log-probabilities ``(N, L)`` float64 of DLLM rows ``ids (N, L)``;
         positions at or after ``score_until`` (None: none) get 0."""
         rows = ids.tolist()
         N, L = ids.shape
         out = torch.zeros(N, L, dtype=torch.float64)
-        parsed = [self._row_text(r) for r in rows]
-        encoded = self.ptok.encode_with_offsets([p[0] for p in parsed])
+        plans = self._plans(rows)
         for lo in range(0, N, self.batch_size):
             hi = min(N, lo + self.batch_size)
-            seqs = []
-            for n in range(lo, hi):
-                pids = [self.ptok.bos_id] + encoded[n][0] + ([self.ptok.eos_id] if parsed[n][2] is not None else [])
-                seqs.append(pids)
+            seqs = [plans[n][0] for n in range(lo, hi)]
             width = max(len(s) for s in seqs)
             x = torch.tensor([s + [self.ptok.eos_id] * (width - len(s)) for s in seqs], dtype=torch.long)
             logp = self.model.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
@@ -106,21 +142,10 @@ class ProxyBridge:
             tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1).tolist()  # score of token k + 1
             block = [[0.0] * L for _ in range(hi - lo)]  # Python floats are float64: the same sums, in the same order
             for r, n in enumerate(range(lo, hi)):
-                text, spans, eos = parsed[n]
-                owner = {}
-                for i, (a, b) in spans.items():
-                    for c in range(a, b):
-                        owner[c] = i
                 acc, lp = block[r], tok_lp[r]
-                for k, (a, b) in enumerate(encoded[n][1]):
-                    if b <= a:
-                        continue
-                    i = owner.get(b - 1)
-                    if i is None:
-                        raise BridgeError(f"proxy token {k} of {text[:60]!r} ends on whitespace the DLLM does not own")
-                    acc[i] += lp[k]
-                if eos is not None:
-                    acc[eos] += lp[len(encoded[n][0])]
+                for k, i in enumerate(plans[n][1]):
+                    if i is not None:
+                        acc[i] += lp[k]
             out[lo:hi] = torch.tensor(block, dtype=torch.float64)
         if score_until is not None:
             out[:, score_until:] = 0.0
