@@ -150,9 +150,9 @@ def job(snakemake, name: str | None = None):
     global _JOB
     import time
 
-    from .timeline import record_job
+    from .timeline import process_started, record_job
 
-    started = time.time()
+    started = min(time.time(), process_started())  # the job's process, its imports included
     torch.set_num_threads(max(1, int(snakemake.threads)))
     logpath = snakemake.log[0] if len(snakemake.log) else None
     beat = Heartbeat(snakemake, logpath, started)

@@ -22,6 +22,20 @@ from pathlib import Path
 JOBS_FILE = "benchmarks/jobs.jsonl"
 
 
+def process_started() -> float:
+    """When this process started (seconds since the epoch): a job's start includes its Python, torch and model
+    imports, which take seconds a job.  Linux's ``/proc``; elsewhere now."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, in clock ticks since boot
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + start / ticks
+    except (OSError, ValueError, StopIteration):
+        return time.time()
+
+
 def run_dir_of(path: str) -> str | None:
     """The run directory a job's log or output lies in (``runs/<name>``), or None."""
     parts = Path(path).parts
