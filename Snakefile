@@ -108,7 +108,7 @@ rule all:
 # or when nothing was to be done.
 onsuccess:
     from unie.config.targets import run_summary
-    from unie.pipeline.timeline import write_timeline
+    from unie.pipeline.tables_figures import write_timeline
 
     # where this run's time went: its jobs' own records, the idle core-time and the critical path (benchmarks/)
     try:

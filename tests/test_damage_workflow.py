@@ -56,7 +56,8 @@ REMADE_BY = {WEIGHTS["flipped"]: "train", WEIGHTS["truncated"]: "train", WEIGHTS
 # sampled before, so each is resampled by its own job (unie.config.sampling_jobs): 10 on the standard step counts, the data
 # and AR runs at L steps; every one of them, since each takes the table's models (three of which are remade)
 TABLE2_RESAMPLED = {"sample_run": 10, "sample": 2}
-PLANNED = {"train": 5, "tokenize": 1, "ppl": 4, "ppl_energy": 2, **TABLE2_RESAMPLED, "dllm_eval_llada": 1, "fig2": 1,
+PLANNED = {"train": 5, "tokenize": 1, "ppl": 4, "ppl_energy": 2, **TABLE2_RESAMPLED, "dllm_eval_llada": 1,
+           "dllm_room_llada": 1, "fig2": 1,
            "fig3": 1, "table1": 1, "table2": 1, "table3": 1, "table_app_dllm_full": 1, "table_app_selection": 1,
            "paper_vs_ours": 1, "paper_page": 1, "all": 1}
 NCE = (f"{RUN}/results/models/uni_edlm_nce/model.safetensors", f"{RUN}/results/models/edlm_nce/model.safetensors")

@@ -173,7 +173,11 @@ def test_processes_and_torchrun_command():
 class _Named(dict):
     """Stands in for Snakemake's named lists (attribute and ``get``/``items`` access)."""
 
-    __getattr__ = dict.__getitem__
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 def _fake_snakemake(script: str, gpu: int, device: str, log_path, processes=None):

@@ -299,7 +299,7 @@ def test_every_script_reads_the_precision_from_one_helper():
     scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
     readers = {f.stem for f in scripts.glob("*.py") if "job_precision(snakemake" in f.read_text()}
     assert readers == {"train", "sample", "ppl", "ppl_energy", "timing", "dllm_train", "dllm_eval", "dllm_sweep",
-                       "dllm_map"}
+                       "dllm_map", "dllm_room"}
     for f in scripts.glob("*.py"):
         assert "for_device" not in f.read_text() and '"precision"' not in f.read_text(), f.name
 

@@ -1,4 +1,4 @@
-"""Every run's timeline (unie.report.timeline, unie.pipeline.timeline): the critical path and the idle core-time of a
+"""Every run's timeline (unie.report.timeline, unie.pipeline.job_records): the critical path and the idle core-time of a
 small DAG against values computed by hand, and the records a job writes."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from unie.pipeline.timeline import read_jobs, record_job, write_timeline
+from unie.pipeline.job_records import read_jobs, record_job
+from unie.pipeline.tables_figures import write_timeline
 from unie.report.timeline import critical_path, dependencies, lanes, summary
 
 

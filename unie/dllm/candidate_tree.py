@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.gumbel import gumbel_argmax_rows
 from ..energy.energies import selection_energy
 from .backbone import DecodeOptions, block_bounds, commit_top, confidence, normalise, settled
-from .energy_decoding import DLLMEnergyOptions, in_window
+from .energy_decoding import DLLMEnergyOptions, in_window, window_step
 
 DEFAULT_CAP = 729  # distinct nodes of one item per level (3^6: every node of six fully disagreeing iterations at K = 3)
 
@@ -139,18 +138,8 @@ def window_tree(backbone, x: torch.Tensor, decode: DecodeOptions, options: DLLME
                 xs = commit_top(xb, x0_hat, confidence(logp_dlm, x0_hat, decode.confidence), allowed, m)
                 nxt += [(b, node, xs[r], g) for r, (b, node, _, g) in enumerate(part)]
                 continue
-            gens = [f[3] for f in part]
-            block_logits = logp_dlm[:, start:end] / options.temperature
-            first = [x0_hat] if options.greedy_first else []
-            draws = first + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(block_logits, gens)
-                                               .to(xb.device)) for _ in range(K - len(first))]
-            x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), xb[:, None])
-            conf = confidence(logp_dlm, x0, decode.confidence)
-            xs = commit_top(xb[:, None].expand(-1, K, -1), x0, conf, allowed[:, None].expand(-1, K, -1), m)
-            later = masked & (pos >= end)
-            xt_b = torch.where(later, x0_hat, xb)
-            x0_b = torch.where(later[:, None], x0_hat[:, None], x0)
-            xs_b = torch.where(later[:, None], x0_hat[:, None], xs)
+            step = window_step(xb, logp_dlm, start, end, decode, options, mask_id, [f[3] for f in part])
+            xs, xt_b, x0_b, xs_b = step.xs, step.xt_b, step.x0_b, step.xs_b
             revealed = (xs != xb[:, None]) & masked[:, None]  # D of each candidate
             picked = logp_dlm[:, None].expand(-1, K, -1, -1).gather(-1, xs[..., None]).squeeze(-1).double()
             dlm = torch.where(revealed, picked, torch.zeros_like(picked)).sum(-1)  # not 0 * -inf at the others

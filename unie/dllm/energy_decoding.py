@@ -131,6 +131,48 @@ def window_counts(x: torch.Tensor, decided: torch.Tensor, prompt_len: int, eos_i
             "answer_tokens": int(length.sum()), "window_answer": int((dec & in_answer).sum())}
 
 
+@dataclass
+class WindowStep:
+    """What one window iteration of Algorithm 3 has, for ``B`` rows: the greedy ``x0_hat`` ``(B, T)``, the ``K``
+    candidates ``x0`` and their reveals ``xs`` ``(B, K, T)`` (steps a-b), and the energies' inputs over the current
+    block ``xt_b``, ``x0_b``, ``xs_b`` (step c: positions after the block hold ``x0_hat``'s tokens for every
+    candidate)."""
+
+    x0_hat: torch.Tensor
+    x0: torch.Tensor
+    xs: torch.Tensor
+    xt_b: torch.Tensor
+    x0_b: torch.Tensor
+    xs_b: torch.Tensor
+
+
+def window_step(x: torch.Tensor, logp_dlm: torch.Tensor, start: int, end: int, decode: DecodeOptions,
+                options: "DLLMEnergyOptions", mask_id: int, generator) -> WindowStep:
+    """Steps (a)-(b) of a window iteration and the energies' inputs (module doc) for states ``x`` ``(B, T)`` and the
+    backbone's ``logp_dlm`` ``(B, T, V)`` on them; ``generator``: one, or one per row.  Shared by
+    :func:`energy_decode` and the candidate tree (:mod:`unie.dllm.candidate_tree`), so a tree's nodes are the
+    decoder's own."""
+    K, m = options.K, decode.tokens_per_step
+    pos = torch.arange(x.shape[1], device=x.device)
+    x0_hat = logp_dlm.argmax(-1)  # the backbone's greedy x0
+    masked = x == mask_id
+    allowed = masked & (pos >= start) & (pos < end)  # masked positions of the current block
+    # (a) K candidates x0^j (B, K, T) ~ p_theta at the temperature (with greedy_first j = 0 is x0_hat), drawn at the
+    # current block's positions only (elsewhere a candidate carries xt's tokens or, after the block, x0_hat's)
+    block_logits = logp_dlm[:, start:end] / options.temperature  # once for the draws
+    first = [x0_hat] if options.greedy_first else []
+    draws = first + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(block_logits, generator).to(x.device))
+                     for _ in range(K - len(first))]
+    x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
+    # (b) xs^j: top-m masked positions of the block by each candidate's confidence
+    conf = confidence(logp_dlm, x0, decode.confidence)
+    xs = commit_top(x[:, None].expand(-1, K, -1), x0, conf, allowed[:, None].expand(-1, K, -1), m)
+    # (c)'s inputs: later positions hold x0^0's tokens for every candidate
+    later = masked & (pos >= end)
+    return WindowStep(x0_hat, x0, xs, torch.where(later, x0_hat, x), torch.where(later[:, None], x0_hat[:, None], x0),
+                      torch.where(later[:, None], x0_hat[:, None], xs))
+
+
 @torch.no_grad()
 def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions,
                   generator=None) -> tuple[torch.Tensor, dict]:
@@ -161,22 +203,11 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
         allowed = masked & (pos >= start) & (pos < end)  # masked positions of the current block
         if in_window(n, N, options.w):
             window += 1
-            # (a) K candidates x0^j (B, K, T) ~ p_theta at the temperature (with greedy_first j = 0 is x0_hat), drawn
-            # at the current block's positions only (elsewhere a candidate carries xt's tokens or, after the block,
-            # x0_hat's) (one generator for the batch, or one per row: DLLMDecoder passes one per request)
-            block_logits = logp_dlm[:, start:end] / options.temperature  # once for the draws
-            first = [x0_hat] if options.greedy_first else []
-            draws = first + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(
-                block_logits, generator).to(x.device)) for _ in range(K - len(first))]
-            x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
-            # (b) xs^j: top-m masked positions of the block by each candidate's confidence
-            conf = confidence(logp_dlm, x0, decode.confidence)
-            xs = commit_top(x[:, None].expand(-1, K, -1), x0, conf, allowed[:, None].expand(-1, K, -1), m)
-            # (c) energies over the current block: later positions hold x0^0's tokens for every candidate
-            later = masked & (pos >= end)
-            xt_b = torch.where(later, x0_hat, x)
-            x0_b = torch.where(later[:, None], x0_hat[:, None], x0)
-            xs_b = torch.where(later[:, None], x0_hat[:, None], xs)
+            # (a)-(b) K candidates and their reveals; (c)'s inputs over the current block (one generator for the batch,
+            # or one per row: DLLMDecoder passes one per request)
+            step = window_step(x, logp_dlm, start, end, decode, options, mask_id, generator)
+            xs, xt_b, x0_b, xs_b = step.xs, step.xt_b, step.x0_b, step.xs_b
+            # (c) energies over the current block
             E = selection_energy(options.selection, options.energy, xt_b, x0_b, xs_b, logp_dlm, proxy.until(end),
                                  options.ar_context, mask_id)
             # (d) j* by the selection rule (argmin_j E^j in the paper); xt <- xs^{j*}

@@ -137,12 +137,12 @@ def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics
     judgement (module doc)."""
     from ..dllm.decoder import build_decoder
     from ..dllm.energy_decoding import DLLMEnergyOptions
-    from ..dllm.candidate_tree import decoder_trees, rule_leaf
+    from ..dllm.candidate_tree import rule_leaf
     from ..eval.metrics import paired_effect
     from ..dllm.lmeval import truncate_at
-    from ..eval.room import (_item_pairs, break_even_bootstrap, leaf_scores, pairwise_auc, room_effects,
-                             room_reading, share_of_ceiling)
-    from .room_runs import _lm_tasks
+    from ..eval.room import (_item_pairs, break_even_bootstrap, pairwise_auc, room_effects, room_reading,
+                             share_of_ceiling)
+    from .room_runs import _lm_tasks, scored_trees
 
     m = dllm["map"]
     lm = LmEvalSettings.from_dllm(dllm)
@@ -157,36 +157,18 @@ def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics
         for w in m.get("windows", [energy.get("w", 0.2)]):
             options = DLLMEnergyOptions(energy="uni", K=energy.get("K", 3), w=w, temperature=draw["temperature"],
                                         greedy_first=bool(draw.get("greedy_first", False)))
-            leaves, trees, paths = {}, [], {s: {} for s in scorers}
+            leaves, trees, paths = {t: {} for t in names}, [], {s: {} for s in scorers}
             keys_in_order = []
-            for task in names:
-                recs = requests.get(task, {})
-                metric = metrics[task]
-                leaves[task] = {}
-                groups: dict[str, list] = {}
-                for key, rec in recs.items():
-                    groups.setdefault(json.dumps(rec["arguments"]["gen_args_0"]["arg_1"], sort_keys=True,
-                                                 default=str), []).append(key)
-                for gk, keys in groups.items():
-                    gen_kwargs = json.loads(gk)
-                    until = gen_kwargs.get("until") or []
-                    until = [until] if isinstance(until, str) else list(until)
-                    max_new = int(gen_kwargs.get("max_gen_toks", decoder.gen_length))
-                    for lo in range(0, len(keys), lm.batch_size):
-                        chunk = keys[lo:lo + lm.batch_size]
-                        items = decoder_trees(decoder, [recs[k]["arguments"]["gen_args_0"]["arg_0"] for k in chunk],
-                                              max_new, [json.dumps([gk, 0]) for _ in chunk], options, scorers,
-                                              m.get("cap", 243))
-                        for k, item in zip(chunk, items):
-                            s = leaf_scores(task_objs[k[0]], recs[k]["doc"], item.texts, until, metric)
-                            leaves[task][k] = s
-                            trees.append((task, k, item.tree, s))
-                            for name in scorers:  # a path's text as item_records writes a response
-                                leaf = rule_leaf(item.tree, name)
-                                paths[name].setdefault(task, {})[k] = (
-                                    (float("nan"), "") if leaf is None else
-                                    (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)])))
-                            keys_in_order.append((task, k))
+            for task, k, item, s, until in scored_trees(decoder, requests, task_objs, metrics, options, scorers,
+                                                        m.get("cap", 243), lm.batch_size):
+                leaves[task][k] = s
+                trees.append((task, k, item.tree, s))
+                for name in scorers:  # a path's text as item_records writes a response
+                    leaf = rule_leaf(item.tree, name)
+                    paths[name].setdefault(task, {})[k] = (
+                        (float("nan"), "") if leaf is None else
+                        (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)])))
+                keys_in_order.append((task, k))
             room = room_effects(leaves, base_items, names)
             tree_list = [t for _, _, t, _ in trees]
             score_list = [s for _, _, _, s in trees]

@@ -28,6 +28,35 @@ def _lm_tasks(names: list[str], tasks_dir):
     return get_task_dict(names, tm)
 
 
+def scored_trees(decoder, requests: dict, task_objs: dict, metrics: dict, options, scorers: dict, cap: int,
+                 batch_size: int):
+    """The candidate tree of every logged request (``requests``: task -> {(subtask, doc id): lm-eval's sample
+    record}, :func:`~unie.pipeline.tables_figures.sample_records`) as the decoder would decode it under Algorithm 3's
+    draw ``options``: the adapter's batches (one ``gen_kwargs`` and at most ``batch_size`` prompts), each request's
+    own key (its ``gen_kwargs`` and repeat 0), each leaf scored by its task as lm-eval scores a response.  Yields
+    ``(task, key, ItemLeaves, leaf scores, until)``."""
+    from ..dllm.candidate_tree import decoder_trees
+    from ..eval.room import leaf_scores
+
+    for task, recs in requests.items():
+        groups: dict[str, list] = {}
+        for key, rec in recs.items():
+            groups.setdefault(json.dumps(rec["arguments"]["gen_args_0"]["arg_1"], sort_keys=True, default=str),
+                              []).append(key)
+        for gk, keys in groups.items():
+            gen_kwargs = json.loads(gk)
+            until = gen_kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(gen_kwargs.get("max_gen_toks", decoder.gen_length))
+            for lo in range(0, len(keys), batch_size):
+                chunk = keys[lo:lo + batch_size]
+                items = decoder_trees(decoder, [recs[k]["arguments"]["gen_args_0"]["arg_0"] for k in chunk], max_new,
+                                      [json.dumps([gk, 0]) for _ in chunk], options, scorers, cap)
+                for k, item in zip(chunk, items):
+                    yield task, k, item, leaf_scores(task_objs[k[0]], recs[k]["doc"], item.texts, until,
+                                                     metrics[task]), until
+
+
 def row_draw(args: dict) -> tuple:
     """What a row's candidate tree depends on besides the backbone: Algorithm 3's draw and the decoder's seed."""
     return tuple(args.get(k) for k in ("K", "w", "temperature", "greedy_first", "seed"))
@@ -39,10 +68,10 @@ def run_room(backbone: str, rows: dict, dllm: dict, inputs: dict, row_dirs: dict
     (name -> spec, all with one candidate draw); ``inputs``: row -> its files (model, proxy); ``row_dirs``: row ->
     its results folder (the backbone's too).  Returns the record written to ``out_path``."""
     from ..dllm.decoder import ModelArgs, build_decoder, load_proxy
-    from ..dllm.candidate_tree import Scorer, decoder_trees, rule_leaf
+    from ..dllm.candidate_tree import Scorer, rule_leaf
     from ..dllm.rows import row_model_args
     from ..eval.metrics import paired_effect
-    from ..eval.room import leaf_scores, pairwise_auc, room_effects, share_of_ceiling
+    from ..eval.room import pairwise_auc, room_effects, share_of_ceiling
 
     names, metrics, _ = task_metrics(dllm["tasks"])
     lm = LmEvalSettings.from_dllm(dllm)
@@ -67,33 +96,16 @@ def run_room(backbone: str, rows: dict, dllm: dict, inputs: dict, row_dirs: dict
     requests = sample_records(row_dirs[backbone], names, metrics)
     task_objs = _lm_tasks(names, tasks_dir)
     base = item_records(row_dirs[backbone], names, metrics)
-    leaves, trees_by_task, path_scores = {}, {}, {r: {} for r in scorers}
+    leaves, trees_by_task, path_scores = {t: {} for t in names}, {t: {} for t in names}, {r: {} for r in scorers}
+    for task, k, item, s, _ in scored_trees(decoder, requests, task_objs, metrics, options, scorers, cap,
+                                            lm.batch_size):
+        leaves[task][k] = s
+        trees_by_task[task][k] = item.tree
+        for r in scorers:
+            leaf = rule_leaf(item.tree, r)
+            path_scores[r].setdefault(task, {})[k] = None if leaf is None else s[leaf]
     for task in names:
-        recs = requests.get(task, {})
-        metric = metrics[task]
-        leaves[task], trees_by_task[task] = {}, {}
-        groups: dict[str, list] = {}
-        for key, rec in recs.items():
-            gen_kwargs = rec["arguments"]["gen_args_0"]["arg_1"]
-            groups.setdefault(json.dumps(gen_kwargs, sort_keys=True, default=str), []).append(key)
-        for gk, keys in groups.items():
-            gen_kwargs = json.loads(gk)
-            until = gen_kwargs.get("until") or []
-            until = [until] if isinstance(until, str) else list(until)
-            max_new = int(gen_kwargs.get("max_gen_toks", decoder.gen_length))
-            for lo in range(0, len(keys), lm.batch_size):
-                chunk = keys[lo:lo + lm.batch_size]
-                prompts = [recs[k]["arguments"]["gen_args_0"]["arg_0"] for k in chunk]
-                items = decoder_trees(decoder, prompts, max_new, [json.dumps([gk, 0]) for _ in chunk], options,
-                                      scorers, cap)
-                for k, item in zip(chunk, items):
-                    s = leaf_scores(task_objs[k[0]], recs[k]["doc"], item.texts, until, metric)
-                    leaves[task][k] = s
-                    trees_by_task[task][k] = item.tree
-                    for r in scorers:
-                        leaf = rule_leaf(item.tree, r)
-                        path_scores[r].setdefault(task, {})[k] = None if leaf is None else s[leaf]
-        log(f"room {backbone} {task}: {len(recs)} items, ceiling {sum(max(v) for v in leaves[task].values())}, "
+        log(f"room {backbone} {task}: {len(leaves[task])} items, ceiling {sum(max(v) for v in leaves[task].values())}, "
             f"floor {sum(min(v) for v in leaves[task].values())}, backbone "
             f"{sum(b[0] for b in base.get(task, {}).values()):.0f}")
     out = {"backbone": backbone, "draw": {k: v for k, v in zip(("K", "w", "temperature", "greedy_first", "seed"),
@@ -124,4 +136,4 @@ def run_room(backbone: str, rows: dict, dllm: dict, inputs: dict, row_dirs: dict
     return out
 
 
-__all__ = ["row_draw", "run_room"]
+__all__ = ["row_draw", "run_room", "scored_trees"]

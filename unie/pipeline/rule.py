@@ -91,8 +91,9 @@ class Heartbeat:
     def __init__(self, snakemake, logpath: str | None, started: float):
         import threading
 
-        self.rule = getattr(snakemake, "rule", "job")
-        wc = dict(getattr(snakemake, "wildcards", {}) or {})
+        from .job_records import job_name
+
+        self.rule, wc = job_name(snakemake)
         self.name = self.rule + (f" ({', '.join(f'{k}={v}' for k, v in wc.items())})" if wc else "")
         self.logpath, self.started = logpath, started
         self._done = threading.Event()
@@ -150,7 +151,7 @@ def job(snakemake, name: str | None = None):
     global _JOB
     import time
 
-    from .timeline import process_started, record_job
+    from .job_records import process_started, record_job
 
     started = min(time.time(), process_started())  # the job's process, its imports included
     torch.set_num_threads(max(1, int(snakemake.threads)))

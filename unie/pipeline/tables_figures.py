@@ -353,3 +353,37 @@ def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
              "its <code>results/tables/paper_vs_ours.md</code> puts the paper's numbers beside these.</p>")
     _write_text(page("Uni-E: the paper's tables and figures, regenerated", intro, sections), out_path)
     return len(sections)
+
+
+def write_timeline(run_dir, since: float, cores: int, log=None) -> dict | None:
+    """Where a run's time went (:mod:`unie.pipeline.job_records`): the jobs of ``run_dir`` that started after ``since``
+    as ``benchmarks/timeline.{tsv,json,png}``; None when none ran."""
+    import sys
+    import time
+
+    from ..report.timeline import summary, timeline_figure
+    from .job_records import read_jobs
+
+    jobs = read_jobs(run_dir, since)
+    if not jobs:
+        return None
+    info = summary(jobs, cores)
+    t0 = min(j["start"] for j in jobs)
+    critical = set(info["critical_path"])
+    lines = ["rule\tstart_s\tend_s\tseconds\tthreads\tcritical\toutputs"]
+    for j in jobs:
+        lines.append(f"{j['rule']}\t{j['start'] - t0:.1f}\t{j['end'] - t0:.1f}\t{j['end'] - j['start']:.1f}\t"
+                     f"{j['threads']}\t{int(j['id'] in critical)}\t{','.join(j['outputs'][:3])}")
+    out = Path(run_dir) / "benchmarks"
+    _write_text("\n".join(lines) + "\n", out / "timeline.tsv")
+    rules = {j["id"]: j["rule"] for j in jobs}
+    record = {**info, "critical_path": [rules[i] for i in info["critical_path"]], "since": since,
+              "written": time.time()}
+    _write_text(json.dumps(record, indent=1) + "\n", out / "timeline.json")
+    write_figure(timeline_figure(jobs, info, f"{run_dir}: where the time went"), None, out / "timeline.pdf",
+                 out / "timeline.png")
+    (log or (lambda m: print(m, file=sys.stderr)))(
+        f"unie: timeline {out / 'timeline.png'}: {len(jobs)} jobs in {info['wall_s'] / 60:.1f} min, idle "
+        f"{100 * (info['idle_share'] or 0):.0f} % of {cores} cores, critical path {info['critical_s'] / 60:.1f} min "
+        f"({' -> '.join(record['critical_path'][-4:])})")
+    return record

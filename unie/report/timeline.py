@@ -1,6 +1,6 @@
 """Where a run's time went: its jobs on a timeline, the idle core-time and the critical path.
 
-Pure functions over job records (what :mod:`unie.pipeline.timeline` collects from the jobs themselves): each record
+Pure functions over job records (what :mod:`unie.pipeline.job_records` collects from the jobs themselves): each record
 ``{"id", "rule", "start", "end", "threads", "inputs", "outputs"}`` (seconds since the epoch, paths).
 
 * :func:`dependencies`: job ``b`` depends on job ``a`` when one of ``b``'s inputs is one of ``a``'s outputs;

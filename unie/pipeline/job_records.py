@@ -1,9 +1,9 @@
-"""Every run's own timeline: each job records itself, the run writes where its time went.
+"""Each job's own record, from which every run's timeline is made (:func:`unie.pipeline.tables_figures.write_timeline`).
 
 * :func:`record_job`: a job (``unie.pipeline.rule.job``) appends one JSON line to its run's ``benchmarks/jobs.jsonl``
   when it ends: its rule, start, end, threads, inputs and outputs (one ``write`` of one line to a file opened for
   appending: lines of jobs that end together do not interleave);
-* :func:`write_timeline`: at the end of a run (the Snakefile's ``onsuccess``), the jobs that ran in this invocation
+* :func:`~unie.pipeline.tables_figures.write_timeline`: at the end of a run (the Snakefile's ``onsuccess``), the jobs that ran in this invocation
   (started after it began) become ``benchmarks/timeline.tsv`` (one line per job: rule, start and end in seconds
   from the run's first job, wall-clock, threads, on the critical path), ``benchmarks/timeline.json`` (the summary:
   wall-clock, idle core-seconds and their share, the critical path: :func:`unie.report.timeline.summary`) and
@@ -58,6 +58,18 @@ def _paths(obj) -> list[str]:
     return [p for v in obj for p in _paths(v)]
 
 
+def job_name(snakemake) -> tuple[str, dict[str, str]]:
+    """A job's rule and its wildcards as ``{name: value}``, from Snakemake's object or a test's stand-in (a named
+    list, a dict, a namespace; anything missing reads as empty)."""
+    rule = getattr(snakemake, "rule", None) or "job"
+    try:
+        wc = getattr(snakemake, "wildcards", None) or {}
+        items = wc.items() if hasattr(wc, "items") else vars(wc).items()
+        return str(rule), {str(k): str(v) for k, v in items}
+    except (AttributeError, KeyError, TypeError):
+        return str(rule), {}
+
+
 def record_job(snakemake, start: float, end: float, ok: bool) -> None:
     """Append this job's record to its run's :data:`JOBS_FILE` (module doc); nothing for a job outside a run, and
     never an error (a timeline is a record, never a reason for a job to fail)."""
@@ -66,9 +78,10 @@ def record_job(snakemake, start: float, end: float, ok: bool) -> None:
         run = next((r for r in map(run_dir_of, _paths(getattr(snakemake, "log", None)) + outputs) if r), None)
         if run is None:
             return
-        rec = {"rule": getattr(snakemake, "rule", "?"), "start": start, "end": end, "ok": ok,
+        rule, wildcards = job_name(snakemake)
+        rec = {"rule": rule, "start": start, "end": end, "ok": ok,
                "threads": int(getattr(snakemake, "threads", 1) or 1), "pid": os.getpid(),
-               "wildcards": {k: str(v) for k, v in dict(getattr(snakemake, "wildcards", {}) or {}).items()},
+               "wildcards": wildcards,
                "inputs": _paths(getattr(snakemake, "input", None)), "outputs": outputs}
         path = Path(run) / JOBS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,34 +115,4 @@ def read_jobs(run_dir, since: float = 0.0) -> list[dict]:
     return jobs
 
 
-def write_timeline(run_dir, since: float, cores: int, log=None) -> dict | None:
-    """The timeline of the jobs of ``run_dir`` that started after ``since`` (module doc); None when none ran."""
-    from ..report.timeline import summary, timeline_figure
-    from .tables_figures import _write_text, write_figure
-
-    jobs = read_jobs(run_dir, since)
-    if not jobs:
-        return None
-    info = summary(jobs, cores)
-    t0 = min(j["start"] for j in jobs)
-    critical = set(info["critical_path"])
-    lines = ["rule\tstart_s\tend_s\tseconds\tthreads\tcritical\toutputs"]
-    for j in jobs:
-        lines.append(f"{j['rule']}\t{j['start'] - t0:.1f}\t{j['end'] - t0:.1f}\t{j['end'] - j['start']:.1f}\t"
-                     f"{j['threads']}\t{int(j['id'] in critical)}\t{','.join(j['outputs'][:3])}")
-    out = Path(run_dir) / "benchmarks"
-    _write_text("\n".join(lines) + "\n", out / "timeline.tsv")
-    rules = {j["id"]: j["rule"] for j in jobs}
-    record = {**info, "critical_path": [rules[i] for i in info["critical_path"]], "since": since,
-              "written": time.time()}
-    _write_text(json.dumps(record, indent=1) + "\n", out / "timeline.json")
-    write_figure(timeline_figure(jobs, info, f"{run_dir}: where the time went"), None, out / "timeline.pdf",
-                 out / "timeline.png")
-    (log or (lambda m: print(m, file=sys.stderr)))(
-        f"unie: timeline {out / 'timeline.png'}: {len(jobs)} jobs in {info['wall_s'] / 60:.1f} min, idle "
-        f"{100 * (info['idle_share'] or 0):.0f} % of {cores} cores, critical path {info['critical_s'] / 60:.1f} min "
-        f"({' -> '.join(record['critical_path'][-4:])})")
-    return record
-
-
-__all__ = ["JOBS_FILE", "read_jobs", "record_job", "run_dir_of", "write_timeline"]
+__all__ = ["JOBS_FILE", "job_name", "process_started", "read_jobs", "record_job", "run_dir_of"]
