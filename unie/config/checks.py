@@ -155,6 +155,11 @@ def check_config(config: dict) -> None:
                                                           "data.chunk_specials: true")
         if spec.get("init_from") is not None and spec["init_from"] not in models:
             key_error(f"models.{name}.init_from", f"unknown model {spec['init_from']!r}")
+        init = models.get(spec.get("init_from")) or {}
+        if spec["method"] == "ar" == init.get("method") and (init.get("options") or {}).get("chunk_bos") and \
+                not (spec.get("options") or {}).get("chunk_bos"):
+            key_error(f"models.{name}.options.chunk_bos", f"initialised from {spec['init_from']!r}, which reads chunks "
+                                                          "that begin with their own BOS: set chunk_bos: true")
     check_sources(config)
     for name, spec in models.items():
         if spec.get("source"):
