@@ -426,6 +426,42 @@ def test_hf_evaluator_matches_manual_nll_and_eos_rule(tiny_gpt2_dir):
             assert ntok[i].item() == expected
 
 
+def test_a_released_duos_pad_is_written_as_upstream_decodes_it(bpe_dir, tmp_path, monkeypatch):
+    """A released Duo's [PAD] is a state of its process (our mask id): its samples may keep one.  Upstream decodes
+    samples with its tokenizer's batch_decode (GPT-2 + [PAD], special tokens kept), which writes "[PAD]"; the Gen
+    PPL job decodes a Duo's samples to the same text, while a sampler without that state still drops masks."""
+    from transformers import AutoTokenizer
+
+    import unie.pipeline.sample as sample
+    from unie.data.tokens import write_tokens
+
+    ours = hf_data.fetch_tokenizer(str(bpe_dir), tmp_path / "tokenizer")
+    ours.save(tmp_path / "tokenizer")
+    upstream = AutoTokenizer.from_pretrained(bpe_dir, local_files_only=True)
+    upstream.add_special_tokens({"pad_token": "[PAD]"})  # duo dataloader.get_tokenizer
+    assert upstream.pad_token_id == ours.mask_id == 300
+    rows = [ours.encode(SENTENCES[0])[:8], ours.encode(SENTENCES[5])[:8]]
+    rows[0][3] = rows[1][0] = rows[1][7] = ours.mask_id  # [PAD] inside, first and last
+    want = upstream.batch_decode(rows)
+    assert all("[PAD]" in w for w in want)
+    assert [ours.decode(r, {ours.mask_id: "[PAD]"}) for r in rows] == want
+    seen = {}
+
+    class Recorder:
+        def score(self, texts):
+            seen.setdefault("texts", []).append(list(texts))
+            return torch.ones(len(texts), dtype=torch.float64), torch.ones(len(texts), dtype=torch.float64)
+
+    monkeypatch.setattr(sample, "make_evaluator", lambda *a, **k: Recorder())
+    for meta, expected in (({"text_states": {str(ours.mask_id): sample.PAD_TEXT}}, want),
+                           ({}, [ours.decode(r) for r in rows])):
+        write_tokens(torch.tensor(rows), tmp_path / "s.parquet", extra={"unie": json.dumps(meta)})
+        sample.evaluate_samples(tmp_path / "s.parquet", tmp_path / "tokenizer", {"ev": {"kind": "hf"}}, "first", {},
+                                domain="owt", log=lambda m: None)
+        assert seen["texts"][-1] == expected
+    assert "[PAD]" not in "".join(seen["texts"][-1])
+
+
 # --------------------------------------------------------------------------------------------------
 # the paper profile: schema, cross-checks, and Snakemake dry runs through the Slurm profile
 

@@ -364,3 +364,10 @@ def test_duo_at_gpt2_width_loads_with_the_paper_tokenizer(tmp_path, tokenizer):
     x = torch.tensor([[50256, 11, 50257, 2]])
     logp = den.logp_x0(x, torch.tensor([0.3], dtype=torch.float64))
     assert logp.shape == (1, 4, 50258) and torch.allclose(logp.exp().sum(-1), torch.ones(1, 4))
+    # a tokenizer that keeps Duo's [PAD] and appends a mask after it (50,259 ids): refused, and the message says the
+    # network has [PAD] (it does) and which tokenizer reads it
+    with pytest.raises(ReleasedCheckpointError) as e:
+        load_released("duo", tmp_path / "duo.ckpt", n_heads=2,
+                      tokenizer_info={"vocab_size": 50259, "mask_id": 50258, "bos_id": 50256, "eos_id": 50256})
+    msg = str(e.value)
+    assert "outputs are GPT-2 + [PAD]" in msg and "50,259" in msg and "lacks [PAD]" not in msg and "\n" not in msg

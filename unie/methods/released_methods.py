@@ -42,10 +42,17 @@ def check_vocab(kind: str, net_vocab: int, info: dict, where) -> None:
     mask must be its last id, the column of upstream's ``[PAD]``."""
     if kind == "duo":
         ok = info["mask_id"] == info["vocab_size"] - 1 and net_vocab == info["vocab_size"]
-        need = (f"vocab_size {net_vocab} (upstream's GPT-2 + [PAD]) with the mask as its last id, where upstream "
-                f"has [PAD]")
-        if net_vocab == info["vocab_size"] - 1:
-            need += f"; this network is {net_vocab} wide, without [PAD] (no released Duo is)"
+        need = (f"vocab_size {net_vocab} (its outputs: upstream's tokenizer, GPT-2 + [PAD]) with the mask as its last "
+                f"id, where upstream has [PAD]")
+        if net_vocab == info["vocab_size"] - 1 == GPT2_MASKED["vocab_size"]:
+            # a tokenizer that keeps [PAD] as a token and appends a mask after it: the network is fine
+            need += (f"; the network's {net_vocab:,} outputs are GPT-2 + [PAD], as every released Duo's, and this "
+                     f"tokenizer has one id more ({info['vocab_size']:,}: a mask appended after [PAD]); read it with "
+                     f"the paper profile's tokenizer, GPT-2 + the mask ({net_vocab:,}), whose mask id plays [PAD]")
+        elif net_vocab == info["vocab_size"] - 1:
+            need += (f"; the tokenizer has one id more than the network's {net_vocab} outputs: either it appends a "
+                     f"mask after [PAD] (use one whose last id, the mask, is upstream's [PAD]) or the network lacks "
+                     f"[PAD] (no released Duo does)")
     else:
         ok = net_vocab == info["vocab_size"] and info["mask_id"] < net_vocab
         need = f"vocab_size {net_vocab} with the mask inside it"
