@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import InputError
-
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+from ..data.hub import OFFLINE_ENV
 REPORT = "resources/prefetch/report.md"  # in the run's directory
 LMEVAL_RECORD = "resources/prefetch/lmeval_tasks.json"  # in the run's directory
 

@@ -75,6 +75,7 @@ rule dllm_tasks:
 
 rule download_task_file:
     # a release file of a local paper task, fetched on the submit host (a localrule: compute nodes are often offline)
+    # or on the site's download partition
     output:
         "resources/paper_tasks/{task}/{file}",
     log:
@@ -84,8 +85,10 @@ rule download_task_file:
         revision=lambda wc: LOCAL_TASKS[wc.task].get("revision"),
     wildcard_constraints:
         task="|".join(LOCAL_TASKS) or "(?!)",
-    localrule: True
+    localrule: DOWNLOADS_LOCAL
     retries: 2
+    resources:
+        **rule_resources("download_task_file", 4000, 60),
     script:
         "../scripts/download_task_file.py"
 
