@@ -14,8 +14,9 @@ DiT, their weights) and wraps it with the method whose parameterisation is upstr
   (``DUO_BASE._process_model_output``; the network is ``len(tokenizer)`` wide), conditioned on
   ``sigma = -log alpha_t`` -- :class:`unie.methods.duo.DuoDenoiser` with ``pad_state``: ``[PAD]`` (upstream id
   50,257) is our tokenizer's mask id, a state of the process (:data:`DUO_PAD_ID`).
-* ``ar``: mask logit blocked, ``log_softmax`` (``AR.forward``) -- :class:`unie.methods.ar.ARModel`, which
-  feeds ``[bos, x_0..x_{L-2}]`` (upstream: ``x0[:, :-1]`` with ``x0[:, 0] = bos``; GPT-2's bos = eos = 50256).
+* ``ar``: mask logit blocked, ``log_softmax`` (``AR.forward``) -- :class:`unie.methods.ar.ARModel`; with the
+  option ``chunk_bos`` (the paper profile's) it reads a chunk as upstream does, ``x0[:, :-1]`` with ``x0[:, 0] =
+  bos`` (GPT-2's bos = eos = 50256), as a likelihood, a proxy and a sampler (BOS then ``L - 1`` draws).
 
 The tokenizer must be upstream's: GPT-2 + the appended mask (vocab 50,258, mask 50,257, bos = eos = 50,256).
 """
