@@ -130,7 +130,7 @@ def wrap_batches(batches, seq_len: int, eos_id: int, bos_id: int, insert_eos: bo
 def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: bool = True,
                     chunk_specials: bool = True, max_chunks: int | None = None, batch_size: int = 256,
                     source: dict | None = None, row_group_rows: int | None = None, resume_dir=None,
-                    part_rows: int = 1 << 16, log=None) -> int:
+                    part_rows: int = 1 << 14, log=None) -> int:
     """Encode ``raw_path`` (Parquet ``text``) into fixed-length chunks at ``out_path``, a Parquet token file
     (:mod:`unie.data.tokens`: one ``input_ids`` row of ``seq_len`` int32 per chunk), streaming: ``batch_size``
     documents are read, encoded with the tokenizer's batch encoder and wrapped at a time (:func:`wrap_batches`), and
@@ -251,7 +251,7 @@ class TokenizeParts:
             if len(c) and c.max() >= self.tok.vocab_size:
                 raise ValueError(f"{self.raw}: token id {c.max()} >= vocab_size {self.tok.vocab_size}")
             if len(c):
-                pending.append(c)
+                pending.append(c.astype(np.int32))  # ids < vocab_size (checked): a part holds part_rows x L x 4 B
                 held += len(c)
             if held >= self.part_rows or (self.max_chunks is not None and st["rows"] + held >= self.max_chunks):
                 self._save(pending, documents, tail, done=False)
