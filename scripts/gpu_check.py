@@ -67,6 +67,12 @@ def smoke(dev: torch.device, paper: bool) -> dict:
             b = ar.sample(B, L, g(3), batch_size=B, graphs=False)
         out[f"ar_graph_vs_eager_token_agreement_{prec}"] = (a == b).double().mean().item()
         out[f"ar_valid_{prec}"] = bool(((a >= 0) & (a < V - 2)).all())
+    # the released AR's convention (chunk_bos): BOS at position 0, L - 1 draws, on both decode paths
+    bos_ar = ARModel(arn, V - 2, V - 1, blocked=(V - 1,), chunk_bos=True)
+    a, b = bos_ar.sample(B, L, g(7), batch_size=B), bos_ar.sample(B, L, g(7), batch_size=B, graphs=False)
+    out["ar_chunk_bos"] = {"decode_path": bos_ar.decode_path, "bos_first": bool((a[:, 0] == V - 2).all()
+                                                                                and (b[:, 0] == V - 2).all()),
+                           "graph_vs_eager_token_agreement": (a == b).double().mean().item()}
     # fixed-shape (graph) cache logits vs the eager slice
     xs = torch.randint(0, V - 2, (B, L), device=dev)
     with torch.no_grad():
@@ -100,7 +106,7 @@ def smoke(dev: torch.device, paper: bool) -> dict:
           and out["inverse_cdf"]["blocked_drawn"] == 0 and out["inverse_cdf"]["chi2_p"] > 1e-4
           and out["inverse_cdf"]["pair_chi2_p"] > 1e-4 and out["propose_auto"]["carry_over"]
           and out["propose_auto"]["min_chi2_p"] > 1e-4 and out["propose_auto"]["mask_drawn"] == 0
-          and out["ar_valid_fp32"] and out["ar_valid_bf16"] and d < 1e-3
+          and out["ar_valid_fp32"] and out["ar_valid_bf16"] and d < 1e-3 and out["ar_chunk_bos"]["bos_first"]
           and (not cuda or out["ar_decode_path_fp32"] == out["ar_decode_path_bf16"] == "cuda_graph"))
     out["ok"] = bool(ok)
     # the two candidate draws at paper size: one window step's proposal, half the positions masked

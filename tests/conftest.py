@@ -90,6 +90,23 @@ def hf_offline(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
 
 
+def skip_outside_remote_code_range() -> str:
+    """Skip the calling test, naming the ``paper`` extra, when the installed transformers is outside the range
+    LLaDA's and Dream's remote code is known to run under (pyproject.toml, :func:`unie.models.hf.remote_code_transformers`,
+    which the loaders enforce for any ``auto_map`` checkpoint); returns the range."""
+    import transformers
+    from packaging.specifiers import SpecifierSet
+
+    from unie.models.hf import remote_code_transformers
+
+    spec = remote_code_transformers()
+    assert spec, "the paper extra names a transformers range (pyproject.toml)"
+    if not SpecifierSet(spec).contains(transformers.__version__, prereleases=True):
+        pytest.skip(f"the paper extra: pip install -e '.[paper]' (transformers {spec} for remote code; this is "
+                    f"{transformers.__version__})")
+    return spec
+
+
 @pytest.fixture
 def fake_torchrun(monkeypatch):
     """``subprocess.Popen`` replaced for :func:`unie.core.ranks.run_ranks`: the returned class records each

@@ -61,4 +61,6 @@ def test_gpu_check_script_tiny_on_cpu(tmp_path):
     assert out.returncode == 0, out.stderr
     smoke = json.loads((tmp_path / "smoke.json").read_text())
     assert smoke["ok"], smoke
+    # the released AR's chunk BOS on the device's decode paths (issue 45): BOS first, eager = eager on a CPU
+    assert smoke["ar_chunk_bos"]["bos_first"] and smoke["ar_chunk_bos"]["graph_vs_eager_token_agreement"] == 1.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["paper_scale.json", "paper_scale.md", "smoke.json"]

@@ -119,6 +119,10 @@ def test_remote_code_path_loads_offline_with_auto_model(standin, tmp_path, monke
     """The LLaDA/Dream route: auto_map names AutoModel, its modeling file sits in the directory, trust granted."""
     import sys
 
+    from conftest import skip_outside_remote_code_range
+
+    skip_outside_remote_code_range()
+
     import transformers.dynamic_module_utils as dmu
 
     # remote code is copied into HF_MODULES_CACHE and imported: keep it (and sys.path) inside this test

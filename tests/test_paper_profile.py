@@ -426,6 +426,42 @@ def test_hf_evaluator_matches_manual_nll_and_eos_rule(tiny_gpt2_dir):
             assert ntok[i].item() == expected
 
 
+def test_a_released_duos_pad_is_written_as_upstream_decodes_it(bpe_dir, tmp_path, monkeypatch):
+    """A released Duo's [PAD] is a state of its process (our mask id): its samples may keep one.  Upstream decodes
+    samples with its tokenizer's batch_decode (GPT-2 + [PAD], special tokens kept), which writes "[PAD]"; the Gen
+    PPL job decodes a Duo's samples to the same text, while a sampler without that state still drops masks."""
+    from transformers import AutoTokenizer
+
+    import unie.pipeline.sample as sample
+    from unie.data.tokens import write_tokens
+
+    ours = hf_data.fetch_tokenizer(str(bpe_dir), tmp_path / "tokenizer")
+    ours.save(tmp_path / "tokenizer")
+    upstream = AutoTokenizer.from_pretrained(bpe_dir, local_files_only=True)
+    upstream.add_special_tokens({"pad_token": "[PAD]"})  # duo dataloader.get_tokenizer
+    assert upstream.pad_token_id == ours.mask_id == 300
+    rows = [ours.encode(SENTENCES[0])[:8], ours.encode(SENTENCES[5])[:8]]
+    rows[0][3] = rows[1][0] = rows[1][7] = ours.mask_id  # [PAD] inside, first and last
+    want = upstream.batch_decode(rows)
+    assert all("[PAD]" in w for w in want)
+    assert [ours.decode(r, {ours.mask_id: "[PAD]"}) for r in rows] == want
+    seen = {}
+
+    class Recorder:
+        def score(self, texts):
+            seen.setdefault("texts", []).append(list(texts))
+            return torch.ones(len(texts), dtype=torch.float64), torch.ones(len(texts), dtype=torch.float64)
+
+    monkeypatch.setattr(sample, "make_evaluator", lambda *a, **k: Recorder())
+    for meta, expected in (({"text_states": {str(ours.mask_id): sample.PAD_TEXT}}, want),
+                           ({}, [ours.decode(r) for r in rows])):
+        write_tokens(torch.tensor(rows), tmp_path / "s.parquet", extra={"unie": json.dumps(meta)})
+        sample.evaluate_samples(tmp_path / "s.parquet", tmp_path / "tokenizer", {"ev": {"kind": "hf"}}, "first", {},
+                                domain="owt", log=lambda m: None)
+        assert seen["texts"][-1] == expected
+    assert "[PAD]" not in "".join(seen["texts"][-1])
+
+
 # --------------------------------------------------------------------------------------------------
 # the paper profile: schema, cross-checks, and Snakemake dry runs through the Slurm profile
 
@@ -444,7 +480,8 @@ def test_paper_config_passes_schema_and_check_config():
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     check_config(cfg)
     toy = resolve_config()
-    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models", "slurm_partitions", "max_runtime"}  # same structure
+    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models", "slurm_partitions", "max_runtime",
+                                                           "cluster"}  # same structure
     assert list(cfg["tables"]["table2_genppl"]) == [r for r in toy["tables"]["table2_genppl"]]  # same rows
     assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])
     assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
@@ -490,6 +527,19 @@ def _dry_run_with_profile(tmp_path: Path, *targets: str) -> str:
     return out
 
 
+def _local_rules(cfg: dict) -> set[str]:
+    """The rules the workflow runs on the submit host under ``cfg``: each rule's ``localrule:`` expression, evaluated
+    as the workflow evaluates it (the downloads are local unless slurm_partitions.download names a partition)."""
+    scope = {"config": cfg, "DOWNLOADS_LOCAL": not (cfg.get("slurm_partitions") or {}).get("download")}
+    out = set()
+    for f in (REPO / "workflow" / "rules").glob("*.smk"):
+        for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", f.read_text(), re.S | re.M):
+            m = re.search(r"^\s+localrule: ([^#\n]+)", body, re.M)
+            if m and eval(m.group(1), scope):  # noqa: S307 - the workflow's own source
+                out.add(name)
+    return out
+
+
 def _job_blocks(out: str, rule: str) -> list[str]:
     return re.findall(rf"^(?:local)?rule {rule}:\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
 
@@ -507,6 +557,8 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     for block in train:
         res = re.search(r"resources: (.*)", block).group(1)
         assert "gpu=1" in res and "slurm_partition=gpu" in res and "mem_mb=128000" in res
+        line = _sbatch(block, _paper_config()["threads"])  # what the plugin submits: --gpus, never --gres too
+        assert "--gpus=1" in line and "--gres" not in line and "--cpus-per-gpu=8" in line
     imports = _job_blocks(out, "import_released")
     assert sorted(re.search(r"model=(\w+)", b).group(1) for b in imports) == ["ar", "bd3lm", "duo", "mdlm", "sedd"]
     assert all("gpu=" not in b and "slurm_partition=cpu" in b for b in imports)  # a conversion on a CPU node
@@ -530,13 +582,11 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
         if re.search(r"\bgpu=1\b", res):
             assert re.search(r"\bprecision=bf16\b", res), (name, res)
     assert {name for name, b in blocks if "precision=" in b} == gpu_rules
-    local = {name for f in (REPO / "workflow" / "rules").glob("*.smk")
-             for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", f.read_text(), re.S | re.M)
-             if "localrule: True" in body
-             or ('localrule: config["data"]["source"] == "hf"' in body and _paper_config()["data"]["source"] == "hf")}
-    # downloads run on the submit host (compute nodes are often offline): the datasets, models and task files
+    local = _local_rules(_paper_config())  # what runs on the submit host
+    # downloads run on the submit host (compute nodes are often offline): the datasets, models and task files, and
+    # the lm-eval tasks' data (prefetch_lmeval, which every lm-eval job reads)
     assert {"download", "download_task_file", "download_hf_model", "download_released", "released_missing",
-            "table3"} <= local
+            "table3", "tokenizer", "prefetch_lmeval"} <= local
     local |= set(re.findall(r"^rule (\w+):", (REPO / "Snakefile").read_text(), re.M))  # targets: nothing to run
     submitted = [(n, b) for n, b in re.findall(r"^rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M) if n not in local]
     assert {"tokenize", "train", "dllm_eval"} <= {name for name, _ in submitted}
@@ -577,14 +627,118 @@ def test_slurm_partitions_renamed_and_runtimes_capped_in_one_line(tmp_path):
     """Site settings on the command line: partition names, a resource (its nested value arrives as a string from
     Snakemake's parser and is typed) and the runtime cap (the partitions' time limit), which every job obeys."""
     out = _dry_run_with_profile(tmp_path, "all", "--config", "slurm_partitions={cpu: normal, gpu: a100}",
-                                "resources={train: {gpu: 1, mem_mb: 1000, runtime: 100}}", "max_runtime=600")
+                                "resources={train: {gpu: 1, mem_mb: 1000, runtime: 100}, "
+                                "dllm_eval: {gpu: 2, mem_mb: 96000, runtime: 600}}", "max_runtime=600")
     evals, downloads = _job_blocks(out, "dllm_eval"), _job_blocks(out, "download")
-    assert evals and all("slurm_partition=a100" in b and "gpu=1" in b for b in evals)
+    assert evals and all("slurm_partition=a100" in b and "gpu=2" in b for b in evals)
     assert downloads and all("slurm_partition=normal" in b for b in downloads)
     assert all(re.search(r"\bruntime=100\b", b) and "mem_mb=1000" in b for b in _job_blocks(out, "train"))
-    assert all(re.search(r"\bruntime=600\b", b) for b in evals)  # 2880 in config/paper.yaml, capped
+    assert all(re.search(r"\bruntime=600\b", b) for b in _job_blocks(out, "dllm_sweep"))  # 2880 in paper.yaml, capped
     runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", out)]
     assert runtimes and max(runtimes) <= 600
+
+
+def test_a_row_that_would_be_cut_at_every_attempt_is_refused():
+    """A Table 3 row starts over when a retry runs it again: a runtime above max_runtime (a common 24 h limit
+    against the profile's 48 h rows) is refused in one line naming the key and the way out (more GPUs)."""
+    from unie.core.options import ConfigError
+    from unie.config.checks import check_config
+
+    cfg = _paper_config()
+    cfg["max_runtime"] = 1440
+    with pytest.raises(ConfigError, match=r"resources.dllm_eval.runtime.*2880 min is more than max_runtime 1440.*"
+                                          r"starts over.*resources.dllm_eval.gpu"):
+        check_config(cfg)
+    cfg["resources"]["dllm_eval"].update(gpu=2, runtime=1440)  # two GPUs: the documents split between them
+    check_config(cfg)  # training, tokenize and the sweeps resume: their runtimes may exceed the cap
+
+
+class _Resources(dict):
+    """A job's resources as the Slurm executor plugin reads them (``.get`` and attributes)."""
+
+    __getattr__ = dict.__getitem__
+
+
+def _sbatch(block: str, threads: int) -> str:
+    """The sbatch command the executor plugin (its own submit-string functions) builds for a dry run's job block."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    res = _Resources()
+    for item in re.search(r"resources: (.*)", block).group(1).split(", "):
+        key, value = item.split("=", 1)
+        res[key] = int(value) if value.isdigit() else value
+    job = SimpleNamespace(resources=res, threads=threads)
+    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c", "account": "",
+              "partition": f"-p {res['slurm_partition']}", "workdir": None}
+    return get_submit_command(job, params) + set_gres_string(job)
+
+
+def test_one_gpu_request_form_downloads_on_a_transfer_partition(tmp_path):
+    """What the plugin submits: every GPU job asks for its GPUs in one form, --gpus=N by default (see the dry run
+    above) or --gres=gpu:[model:]N where the site asks for GRES (config cluster.gpu_request), never both; with
+    slurm_partitions.download the downloads are jobs on that partition instead of local rules."""
+    cfg = _paper_config()
+    out = _dry_run_with_profile(tmp_path, "all", "--config", "cluster={gpu_request: gres, gpu_model: a100}",
+                                "slurm_partitions={cpu: cpu, gpu: gpu, download: transfer}")
+    blocks = re.findall(r"^(localrule|rule) (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
+    gpu_jobs = [(n, b) for kind, n, b in blocks if "slurm_partition=gpu" in b]
+    assert {"train", "ppl", "sample", "dllm_eval", "dllm_sweep"} <= {n for n, _ in gpu_jobs}
+    for name, b in gpu_jobs:
+        line = _sbatch(b, cfg["threads"])
+        n = int(re.search(r"\bgpus=(\d+)", b).group(1))
+        assert f"--gres=gpu:a100:{n}" in line and "--gpus" not in line, (name, line)
+        assert " -p gpu" in line and "precision=bf16" in b
+        assert ("--cpus-per-gpu=" in line) == ("cpus_per_gpu=" in b)  # the sweeps hold cores: --cpus-per-task
+    cfg = {**cfg, "slurm_partitions": {"cpu": "cpu", "gpu": "gpu", "download": "transfer"}}
+    assert not _local_rules(cfg) & {"download", "tokenizer", "download_hf_model", "download_released",
+                                    "download_task_file", "prefetch_lmeval"}
+    downloads = {"download", "tokenizer", "download_hf_model", "download_released", "download_task_file",
+                 "prefetch_lmeval"}
+    for kind, name, b in blocks:
+        if name in downloads:
+            assert kind == "rule" and "slurm_partition=transfer" in b, (kind, name)  # submitted, to transfer
+            assert "--gres" not in _sbatch(b, 1) and "--gpus" not in _sbatch(b, 1)
+    assert sorted(re.search(r"model=(\w+)", b).group(1) for k, n, b in blocks if n == "train") == \
+        ["ar_masked", "edlm_nce", "uni_edlm_nce"]
+
+
+def test_a_second_gpu_request_form_in_the_profile_is_refused(tmp_path):
+    """`gres` under set-resources (the old advice of the profile's comment) would send --gres beside the rules'
+    --gpus: the workflow refuses it in one line naming where, before planning."""
+    run_dir = tmp_path / "launch"
+    shutil.copytree(REPO / "slurm", run_dir / "slurm")
+    (run_dir / "config").mkdir()
+    shutil.copy(PAPER, run_dir / "config" / "paper.yaml")
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-s", str(REPO / "Snakefile"),
+                        "-d", str(tmp_path / "work"), "all", "--set-resources", "train:gres=gpu:1"], cwd=run_dir,
+                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("unie: error:")]
+    assert r.returncode != 0 and len(lines) == 1 and "set-resources train: gres" in lines[0], r.stderr[-2000:]
+    assert "cluster.gpu_request" in lines[0]
+
+
+def test_the_site_environment_of_the_jobs():
+    """HF_HOME where the site sets one (the submit host and every job); inside a cluster job that is not a
+    download, the Hugging Face libraries offline; a download job (on a transfer partition) stays online."""
+    from unie.config.settings import ClusterSettings
+    from unie.data.hub import OFFLINE_ENV
+
+    site = ClusterSettings.from_config({"cluster": {"hf_home": "/scratch/hf"}})
+    assert site.job_environment((), remote=False) == {"HF_HOME": "/scratch/hf"}  # the submit host
+    assert site.job_environment(("train",), remote=True) == {"HF_HOME": "/scratch/hf", **OFFLINE_ENV}
+    assert site.job_environment(("download_hf_model",), remote=True) == {"HF_HOME": "/scratch/hf"}
+    assert ClusterSettings.from_config(_paper_config()).job_environment(("dllm_eval",), remote=True) == OFFLINE_ENV
+    assert ClusterSettings.from_config({"cluster": {"offline": False}}).job_environment(("ppl",), remote=True) == {}
+    assert set(OFFLINE_ENV) == {"HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"}
+    assert ClusterSettings().gpu_resources(2) == {"gpu": 2}
+    assert ClusterSettings(gpu_model="h100").gpu_resources(1) == {"gpu": 1, "gpu_model": "h100"}
+    assert ClusterSettings(gpu_request="gres").gpu_resources(4) == {"gres": "gpu:4", "gpus": 4}
+    assert ClusterSettings(gpu_request="gres").gpu_resources(0) == {}
+    smk = (REPO / "workflow" / "rules" / "common.smk").read_text()  # applied by the workflow in every process
+    assert "os.environ.update(CLUSTER.job_environment(_target_rules(), workflow.remote_exec))" in smk
 
 
 def test_an_unreachable_hub_names_the_model_at_once(tmp_path, monkeypatch):

@@ -57,9 +57,11 @@ def test_prefetch_fetches_exactly_what_all_downloads(tmp_path):
     assert _jobs(pre, DOWNLOADS) == _jobs(everything, DOWNLOADS) and len(_jobs(pre, DOWNLOADS)) == 27
     planned = set(re.findall(r"^(?:local)?rule (\w+):", pre, re.M))
     assert planned == {*DOWNLOADS, "prefetch_lmeval", "prefetch"}  # nothing trained, imported or placed by hand
-    smk = (REPO / "workflow" / "rules" / "prefetch.smk").read_text()  # on the submit host, as the downloads
-    assert [n for n, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", smk, re.S | re.M)
-            if "localrule: True" in body] == ["prefetch_lmeval", "prefetch"]
+    smk = (REPO / "workflow" / "rules" / "prefetch.smk").read_text()  # on the submit host, as the downloads (or,
+    # where the site names one, the lm-eval task data on its download partition, like every download)
+    local = {n: re.search(r"localrule: (\w+)", body).group(1)
+             for n, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", smk, re.S | re.M)}
+    assert local == {"prefetch_lmeval": "DOWNLOADS_LOCAL", "prefetch": "True"}
 
 
 TASK_YAML = """task: {name}
@@ -105,6 +107,85 @@ def test_lmeval_task_data_is_fetched_then_checked_offline(tmp_path, monkeypatch)
     assert f"HF_HOME={tmp_path / 'hf'}" in msg and not (tmp_path / "x.json").exists()
     with pytest.raises(PrefetchError, match="does not load offline: .*uncached"):
         check_offline(Plan(lmeval_tasks=("uncached",)), files={}, include_path=str(tasks), include_defaults=False)
+
+
+NEEDS_PACKAGE = """try:
+    import unie_standin_package_not_installed  # noqa: F401
+except ModuleNotFoundError as e:  # lm-eval's own tasks re-raise it in their words (minerva_math's utils.py)
+    raise type(e)("`unie_standin_package_not_installed` is required for this task: pip install lm-eval[x]") from e
+
+
+def process_docs(dataset):
+    return dataset
+"""
+
+
+def test_a_task_that_imports_a_missing_package_is_refused_by_prefetch(tmp_path, monkeypatch):
+    """A task whose Python helpers import a package that is not installed (as minerva_math500 imports lm-eval's
+    `math` extra) is refused by prefetch on the submit host, in one line naming the package and the extra, both when
+    its data is fetched and in the offline check: not by the dllm_eval job on a GPU."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i} + 1", "answer": str(i + 1)}) + "\n" for i in range(3)))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "utils.py").write_text(NEEDS_PACKAGE)
+    (tasks / "needs_package.yaml").write_text(TASK_YAML.format(
+        name="needs_package", path="json", kwargs=f"dataset_kwargs:\n  data_files:\n    test: \"{data}\"\n"
+                                                 "process_docs: !function utils.process_docs\n"))
+    with pytest.raises(PrefetchError) as e:
+        fetch_lmeval_tasks(["needs_package"], tmp_path / "x.json", include_path=str(tasks), include_defaults=False)
+    msg = str(e.value)
+    assert "\n" not in msg and "lm-eval task 'needs_package'" in msg and not (tmp_path / "x.json").exists()
+    assert "'unie_standin_package_not_installed', which is not installed" in msg and "pip install -e '.[paper]'" in msg
+    assert "HF_HOME" not in msg  # not a cache problem
+    with pytest.raises(PrefetchError, match=r"does not load offline: .*'unie_standin_package_not_installed'.*\[paper\]"):
+        check_offline(Plan(lmeval_tasks=("needs_package",)), files={}, include_path=str(tasks), include_defaults=False)
+
+
+MATH500_COLUMNS = ("problem", "solution", "answer", "subject", "level", "unique_id")  # HuggingFaceH4/MATH-500
+
+
+def _math500_standin(tmp_path) -> Path:
+    """lm-eval's own minerva_math500 (its prompt, its Python helpers: lm-eval's `math` extra), its data a local
+    JSON file with MATH-500's columns instead of the hub dataset."""
+    import lm_eval
+
+    minerva = Path(lm_eval.__file__).parent / "tasks" / "minerva_math" / "minerva_math_algebra.yaml"
+    rows = [{"problem": f"What is ${i}+1$?", "solution": f"It is $\\boxed{{{i + 1}}}$.", "answer": str(i + 1),
+             "subject": "Algebra", "level": 1, "unique_id": f"test/algebra/{i}.json"} for i in range(4)]
+    data = tmp_path / "math500.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = tmp_path / "math_tasks"
+    tasks.mkdir()
+    (tasks / "minerva_math500.yaml").write_text(
+        f"include: {minerva}\ntask: minerva_math500\ndataset_path: json\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: \"{data}\"\ntraining_split: null\ntest_split: test\n")
+    return tasks
+
+
+def test_math500_loads_through_prefetch_with_the_paper_extra(tmp_path, monkeypatch):
+    """MATH500 as lm-eval defines it loads through prefetch (fetched, then opened offline in a fresh process) with
+    the paper extra installed; with its math_verify import failing, prefetch refuses it naming math_verify."""
+    pytest.importorskip("math_verify", reason="the paper extra: pip install -e '.[paper]'")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tasks = _math500_standin(tmp_path)
+    rec = fetch_lmeval_tasks(["minerva_math500"], tmp_path / "lmeval.json", include_path=str(tasks),
+                             include_defaults=False, log=lambda m: None)
+    assert rec == {"minerva_math500": {"dataset": "json", "name": None, "docs": 4}}
+    (checked,) = check_offline(Plan(lmeval_tasks=("minerva_math500",)), files={}, include_path=str(tasks),
+                               include_defaults=False)
+    assert "4 documents from HF_HOME" in checked["ok"]
+    shadow = tmp_path / "shadow"  # a math_verify that fails to import, first on the path of the fresh processes
+    shadow.mkdir()
+    (shadow / "math_verify.py").write_text("raise ModuleNotFoundError(\"No module named 'math_verify'\", "
+                                           "name='math_verify')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")]))
+    with pytest.raises(PrefetchError, match=r"minerva_math500' imports the Python package 'math_verify', which is "
+                                            r"not installed here: install the paper extra"):
+        fetch_lmeval_tasks(["minerva_math500"], tmp_path / "y.json", include_path=str(tasks), include_defaults=False)
 
 
 # ---------------------------------------------------------------------- the whole target on stand-ins, offline
@@ -157,8 +238,15 @@ def _standin_profile(tmp_path: Path, tiny_gpt2: Path) -> Path:
     cfg["dllm"]["sweeps"]["task"] = "mmlu_gen"  # a local task: lm-eval's built-in ones are tested above
     cfg["dllm"]["tasks"]["names"] = [n for n in cfg["dllm"]["tasks"]["names"] if n in cfg["dllm"]["tasks"]["local"]]
     hub = tmp_path / "hf" / "hub"
-    for repo in {*cfg["hf_models"].values(), "gpt2"}:
+    remote = {cfg["hf_models"][c["model"]]: c["style"] for c in cfg["dllm"]["checkpoints"].values()
+              if c.get("trust_remote_code")}  # LLaDA and Dream ship their modeling code
+    for repo in {*cfg["hf_models"].values(), "gpt2"} - set(remote):
         shutil.copytree(tiny_gpt2, _snapshot(hub, "model", repo), dirs_exist_ok=True)
+    from standins import write_remote_dllm
+    from unie.data.tokenizer import word_tokenizer
+
+    for repo, style in remote.items():
+        write_remote_dllm(_snapshot(hub, "model", repo), style, word_tokenizer(["the", "quick", "brown", "fox"]))
     info = {"vocab_size": 51, "mask_id": 50, "bos_id": 49, "eos_id": 49}
     for name, spec in cfg["models"].items():
         if spec.get("source", {}).get("hf_id"):
@@ -201,8 +289,13 @@ def test_prefetch_target_on_standins_with_the_hub_unreachable(tmp_path, tiny_gpt
     report = (work / run / "resources" / "prefetch" / "report.md").read_text()
     assert report.count("| datasets |") == 10 and report.count("| models |") == 8 and report.count("| released |") == 2
     assert report.count("| task_files |") == 6 and f"| tokenizer | `{run}/resources/tokenizer` |" in report
-    # each hub model opened offline: its config, its tokenizer, its weight files
-    assert len(re.findall(r"\| models \| `resources/hf/\w+` \| config, \d+-token tokenizer, weights \|", report)) == 8
+    # each hub model opened offline: its config, its tokenizer, its weight files; LLaDA's and Dream's modeling code
+    # imported under this transformers, which is in the range it is known to run under
+    assert len(re.findall(r"\| models \| `resources/hf/\w+` \| config, \d+-token tokenizer, weights \|", report)) == 6
+    for name, cls in (("llada_8b_instruct", "modeling_llada.LLaDAModelLM"), ("dream_7b_instruct",
+                                                                             "modeling_dream.DreamModel")):
+        assert re.search(rf"\| models \| `resources/hf/{name}` \| config, \d+-token tokenizer, weights, remote code "
+                         rf"\({re.escape(cls)}\) imports under transformers 4\.", report), report
     assert not (work / run / "results").exists()  # nothing but downloads
     # a fetched file that does not load offline stops the target, naming it
     shutil.rmtree(work / "resources" / "hf" / "qwen25_05b")

@@ -60,3 +60,20 @@ def test_time_run_record(job):
     assert list(r)[10:] == ["checks", "flags", "trusted"] and isinstance(r["points"][0]["trusted"], bool)
     assert (r["run"], r["models"], r["seq_len"], r["options"]["K"]) == ("edlm_ar", SPEC["models"], 8, 2)
     assert r["points"][0]["batch_size"] == 2 and r["points"][0]["steps"] == 2
+
+
+def test_a_state_at_the_mask_id_is_recorded_for_decoding(job, tok, tmp_path):
+    """A model whose process has a state at a blocked id (a released Duo's [PAD], our mask id) lets it through the
+    finished-sample check, and the samples' metadata says how that id is written as text ("[PAD]", as upstream
+    decodes it); without such a model the metadata has no such entry."""
+    from unie.pipeline.sample import PAD_TEXT, load_models
+
+    models = load_models(job, tok)
+    plain = run_sampler(job, 2, tmp_path / "plain.parquet", log=lambda *a: None, models=models)
+    assert "text_states" not in plain and "text_states" not in read_sample_meta(tmp_path / "plain.parquet")
+
+    class PadOwner:  # what DuoDenoiser(pad_id=...) exposes
+        extra_states = (tok.mask_id,)
+
+    meta = run_sampler(job, 2, tmp_path / "pad.parquet", log=lambda *a: None, models={**models, "pad": PadOwner()})
+    assert meta["text_states"] == {str(tok.mask_id): PAD_TEXT} == read_sample_meta(tmp_path / "pad.parquet")["text_states"]

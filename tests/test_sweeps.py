@@ -70,3 +70,51 @@ def test_sweep_timing_batches_and_defaults(tmp_path):
     # every prompt by default: the first batches alone would be the shortest prompts
     assert (t.repeats, t.warmup, t.batches) == (5, 1, None) and t.checks == TimingChecks(max_spread=0.5)
     assert SweepTiming.from_config(None) == SweepTiming() and SweepTiming().repeats >= 3
+
+
+def test_a_sweep_started_again_keeps_its_finished_points(tmp_path, monkeypatch):
+    """A sweep job killed by its time limit (here: lm-eval fails at the third point) keeps the points it finished;
+    started again (Slurm's retry) it runs only the others and writes the points.json of one uninterrupted run; with
+    another setting (the batch size) or another input file every point runs again."""
+    import json
+
+    import unie.pipeline.dllm_runs as runs
+
+    points = [{"name": f"c__k_{v}", "curve": "c", "label": "C", "key": "k", "value": v, "row": {}} for v in (1, 2, 3)]
+    monkeypatch.setattr(runs, "sweep_points", lambda dllm, sweep: points)
+    monkeypatch.setattr(runs, "row_model_args", lambda name, row, dllm, inputs, device, precision: {"name": name})
+    monkeypatch.setattr(runs, "time_sweep_point", lambda *a, **k: {"tokens_per_s": 7.0, "flags": [], "trusted": True,
+                                                                   "spread": 0.0})
+    calls = []
+
+    def evaluate(args, tasks, include, point_dir, batch_size, stop_at=None, **kw):
+        calls.append(args["name"])
+        if len(calls) == stop_at:
+            raise TimeoutError("DUE TO TIME LIMIT")
+        run = point_dir / "model"
+        run.mkdir(parents=True)
+        acc = 0.25 * int(args["name"][-1])
+        (run / "results_t.json").write_text(json.dumps({"results": {"t": {"acc,none": acc, "acc_stderr,none": 0.1}}}))
+        (run / "samples_t_t.jsonl").write_text(json.dumps({"doc_id": 0}) + "\n")
+        (point_dir / "throughput.json").write_text(json.dumps({"nfe": 4, "seconds": 1.0, "requests": 1,
+                                                               "generated_tokens": 8, "tokens_per_s": 8.0}))
+        return run / "results_t.json"
+
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"weights")
+    dllm = {"sweeps": {"task": "t"}, "tasks": {"metrics": {"t": "acc,none"}}, "batch_size": 2}
+    inputs = {"c_model": str(model)}
+    whole = runs.run_sweep("fig4", dllm, inputs, tmp_path / "whole", "cpu", evaluate, log=lambda m: None)
+    calls.clear()
+    out = tmp_path / "sweep"
+    with pytest.raises(TimeoutError):
+        runs.run_sweep("fig4", dllm, inputs, out, "cpu", lambda *a, **k: evaluate(*a, stop_at=3, **k),
+                       log=lambda m: None)
+    assert calls == ["c__k_1", "c__k_2", "c__k_3"] and not (out / "points.json").exists()
+    calls.clear()
+    again = runs.run_sweep("fig4", dllm, inputs, out, "cpu", evaluate, log=lambda m: None)
+    assert calls == ["c__k_3"] and again == whole  # the same records as one uninterrupted run
+    for changed_dllm, changed_inputs in (({**dllm, "batch_size": 4}, inputs), (dllm, {"c_model": str(tmp_path)})):
+        calls.clear()
+        runs.run_sweep("fig4", changed_dllm, changed_inputs, out, "cpu", evaluate, log=lambda m: None)
+        assert calls == ["c__k_1", "c__k_2", "c__k_3"]

@@ -86,6 +86,57 @@ def test_tokenize_corpus_streams_the_same_chunks(tok, tmp_path, insert_eos, chun
     assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name) == []
 
 
+@pytest.mark.parametrize("insert_eos, chunk_specials", FLAGS)
+def test_tokenize_resumes_after_its_last_part_and_writes_one_pass_file(tok, tmp_path, insert_eos, chunk_specials):
+    """A tokenize job stopped midway (a Slurm time limit: here the tokenizer fails at its 5th batch) keeps its parts;
+    the next call resumes after the last one (the documents before it are not encoded again) and writes the same
+    token file as one pass, byte for byte, then removes the parts.  Other inputs (another raw file) start over."""
+    texts = _texts(n=60, seed=2)
+    raw = tmp_path / "raw.parquet"
+    write_text_parquet(texts, raw)
+    L = 12
+    one = tmp_path / "one.parquet"
+    n = tokenize_corpus(raw, tok, one, L, insert_eos, chunk_specials, batch_size=4, row_group_rows=5)
+    calls = []
+
+    class Stopping:  # the tokenizer of a job killed at its 5th batch
+        def __init__(self, stop_at):
+            self.stop_at = stop_at
+
+        def __getattr__(self, name):
+            return getattr(tok, name)
+
+        def encode_batch(self, batch):
+            calls.append(len(batch))
+            if len(calls) == self.stop_at:
+                raise TimeoutError("DUE TO TIME LIMIT")
+            return tok.encode_batch(batch)
+
+    parts = tmp_path / "parts"
+    out = tmp_path / "resumed.parquet"
+    with pytest.raises(TimeoutError):
+        tokenize_corpus(raw, Stopping(5), out, L, insert_eos, chunk_specials, batch_size=4, row_group_rows=5,
+                        resume_dir=parts, part_rows=3)
+    state = json.loads((parts / "state.json").read_text())
+    assert not out.exists() and state["parts"] and not state["done"] and 0 < state["documents"] <= 16
+    done_before = state["documents"]
+    calls.clear()
+    m = tokenize_corpus(raw, Stopping(0), out, L, insert_eos, chunk_specials, batch_size=4, row_group_rows=5,
+                        resume_dir=parts, part_rows=3)
+    assert m == n and sum(calls) == len(texts) - done_before  # only the documents after the last part
+    assert out.read_bytes() == one.read_bytes() and not parts.exists()
+    # parts of another raw file are not reused
+    calls.clear()
+    with pytest.raises(TimeoutError):
+        tokenize_corpus(raw, Stopping(5), out, L, insert_eos, chunk_specials, batch_size=4, resume_dir=parts,
+                        part_rows=3)
+    write_text_parquet(texts[::-1], tmp_path / "other.parquet")
+    calls.clear()
+    tokenize_corpus(tmp_path / "other.parquet", Stopping(0), tmp_path / "other_tokens.parquet", L, insert_eos,
+                    chunk_specials, batch_size=4, resume_dir=parts, part_rows=3)
+    assert sum(calls) == len(texts) and not parts.exists()
+
+
 def test_tokenize_corpus_errors_leave_no_output(tok, tmp_path):
     words = word_list()
     write_text_parquet([" ".join(words[:3])] * 3, tmp_path / "short.parquet")

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from standins_released import BOS, MASK, TOKENIZER, V, upstream_block_diff_mask
 from unie.methods.released_methods import load_released
 from unie.models.released import ReleasedCheckpointError
-from upstream_formats import (Backbone, bd3_eval_nelbo, duo_nll_per_token, duo_posterior, lightning_checkpoint,
-                              mdlm_ar_nll, save_hf_folder, save_sedd_hub, sedd_analytic_probs, train_steps)
+from upstream_formats import (Backbone, bd3_eval_nelbo, duo_nll_per_token, duo_posterior, edlm_ar_energy,
+                              lightning_checkpoint, mdlm_ar_nll, mdlm_ar_sampler, save_hf_folder, save_sedd_hub,
+                              sedd_analytic_probs, train_steps)
 
 ATOL = 2e-5
 
@@ -98,6 +99,86 @@ def test_the_released_ar_scores_a_chunk_as_upstream(tmp_path, tokenizer):
         aligned.nll(ar.net, chunks(bos=False))
 
 
+@pytest.fixture(scope="module")
+def released_ar(tmp_path_factory, tokenizer):
+    """The released AR as upstream saved it (after a few steps), loaded with ``chunk_bos``; its EMA network."""
+    tmp = tmp_path_factory.mktemp("released_ar")
+    net, opt, ema, ema_net = trained(3, ar=True)
+    lightning_checkpoint(tmp / "ar.ckpt", net, ema, opt, tokenizer)
+    ar = load_released("ar", tmp / "ar.ckpt", tokenizer_info=TOKENIZER, n_heads=4, options={"chunk_bos": True})
+    return ar, ema_net
+
+
+def test_the_released_ar_as_a_proxy_scores_as_edlm(released_ar):
+    """Table 1's EDLM-CoAR and Table 2's `proxy: ar` runs: the released AR's per-position conditionals, read by the
+    energies, are EDLM's (the AR reads x0[:, :-1] of a BOS-led chunk; position 0 carries no AR term), so Ind-E with
+    the carry-over context equals EDLM's AR energy and the teacher-forced sum equals it without carry-over."""
+    from unie.energy.energies import ARTerms, ind_energy
+
+    ar, ema_net = released_ar
+    assert ar.chunk_bos and ar.predicted(16) == 15
+    x0 = chunks(B=4, L=16, seed=3)
+    xt = masked(x0, rate=0.5, seed=4)
+    xt[0, 0] = MASK  # position 0 masked in one row: upstream scores no AR term there either
+    g = torch.Generator().manual_seed(5)
+    logp = torch.randn(4, 16, V, generator=g).log_softmax(-1)
+    logp[..., MASK] = -math.inf
+    logp = logp.log_softmax(-1)
+    keep = xt != MASK  # SUBS: an unmasked position carries its token
+    logp[keep] = torch.where(F.one_hot(xt[keep], V).bool(), 0.0, -math.inf)
+    cand = x0[:, None]
+    up_output = ema_net(x0[:, :-1])
+    for carry_over, ctx in ((True, "teacher_forced_carry_over"), (False, "teacher_forced")):
+        up = edlm_ar_energy(up_output, xt, x0, logp, MASK, carry_over=carry_over)
+        terms = ARTerms(ar, ctx, xt, cand, cand, MASK)
+        ours = ind_energy(xt, cand, cand, logp, terms, MASK)[:, 0]  # teacher_forced: A(xt) = 0 (energies.py)
+        torch.testing.assert_close(ours.double(), up.double(), atol=2e-4, rtol=1e-6)
+    # the default convention (a BOS prepended, position 0 predicted) reads other numbers
+    from unie.methods.ar import ARModel
+
+    plain = ARModel(ar.net, BOS, MASK)
+    other = ind_energy(xt, cand, cand, logp, ARTerms(plain, "teacher_forced_carry_over", xt, cand, cand, MASK), MASK)
+    assert (other[:, 0].double() - edlm_ar_energy(up_output, xt, x0, logp, MASK)).abs().max() > 0.1
+
+
+def test_the_released_ar_samples_as_upstream(released_ar, monkeypatch, tmp_path, tokenizer):
+    """Table 2's AR row: upstream's _ar_sampler writes BOS and draws L - 1 tokens, each from the AR's output for the
+    prefix; ours, fed the same Gumbel noise, writes the same sequences (no second BOS in front); so does DCD with
+    alpha 0, whose AR is the same released model."""
+    import unie.methods.ar as ar_module
+    import unie.methods.dcd as dcd_module
+
+    ar, ema_net = released_ar
+    B, L = 3, 12
+    noise = -torch.log(-torch.log(torch.rand(B, L - 1, V, generator=torch.Generator().manual_seed(6)).double()))
+    calls = []
+
+    def replay(logp, generator=None):  # Gumbel-max with the noise upstream draws, one position at a time
+        i = len(calls) % (L - 1)
+        calls.append(i)
+        return (logp.double() + noise[:, i].to(logp.device)).argmax(-1)
+
+    def upstream_forward(x):  # AR.forward: the backbone's logits, the mask column at -1000
+        out = ema_net(x).double()
+        out[:, :, MASK] = -1000.0
+        return out
+
+    up = mdlm_ar_sampler(upstream_forward, B, L, BOS, noise)
+    monkeypatch.setattr(ar_module, "gumbel_argmax", replay)
+    ours = ar.sample(B, L, torch.Generator().manual_seed(0), batch_size=B)
+    assert len(calls) == L - 1 and (ours[:, 0] == BOS).all()
+    assert torch.equal(ours, up)
+    x, stats = ar_module.ar_sampler({"ar": ar}, B, L, L, None, ar_module.ARSamplerOptions(), B, "cpu")
+    assert stats["nfe"] == L - 1 and torch.equal(x, up)
+    calls.clear()
+    monkeypatch.setattr(dcd_module, "gumbel_argmax", replay)
+    net, opt, ema, _ = trained(9)
+    lightning_checkpoint(tmp_path / "mdlm.ckpt", net, ema, opt, tokenizer)
+    dlm = load_released("mdlm", tmp_path / "mdlm.ckpt", tokenizer_info=TOKENIZER, n_heads=4)
+    y, dstats = dcd_module.sample_dcd(dlm, ar, B, L, 4, None, {"alpha": 0.0}, batch_size=B)
+    assert dstats["ar_steps"] == L - 1 and torch.equal(y, up)
+
+
 def test_the_paper_profile_scores_the_ar_row_aligned(tmp_path):
     """config/paper.yaml's released AR is read with chunk_bos; the config check refuses it without chunk-leading
     BOS (data.chunk_specials)."""
@@ -107,6 +188,12 @@ def test_the_paper_profile_scores_the_ar_row_aligned(tmp_path):
 
     cfg = resolve_config(["config/paper.yaml"])
     assert cfg["models"]["ar"]["options"] == {"chunk_bos": True} and cfg["data"]["chunk_specials"] is True
+    # the masked-context proxy fine-tuned from it reads chunks the same way; without chunk_bos it is refused
+    assert cfg["models"]["ar_masked"]["options"] == {"mask_inputs": True, "chunk_bos": True}
+    plain = copy.deepcopy(cfg)
+    plain["models"]["ar_masked"]["options"] = {"mask_inputs": True}
+    with pytest.raises(ConfigError, match="models.ar_masked.options.chunk_bos': initialised from 'ar'"):
+        check_config(plain)
     cfg["data"]["chunk_specials"] = False
     with pytest.raises(ConfigError, match="models.ar.options.chunk_bos"):
         check_config(cfg)
@@ -277,3 +364,10 @@ def test_duo_at_gpt2_width_loads_with_the_paper_tokenizer(tmp_path, tokenizer):
     x = torch.tensor([[50256, 11, 50257, 2]])
     logp = den.logp_x0(x, torch.tensor([0.3], dtype=torch.float64))
     assert logp.shape == (1, 4, 50258) and torch.allclose(logp.exp().sum(-1), torch.ones(1, 4))
+    # a tokenizer that keeps Duo's [PAD] and appends a mask after it (50,259 ids): refused, and the message says the
+    # network has [PAD] (it does) and which tokenizer reads it
+    with pytest.raises(ReleasedCheckpointError) as e:
+        load_released("duo", tmp_path / "duo.ckpt", n_heads=2,
+                      tokenizer_info={"vocab_size": 50259, "mask_id": 50258, "bos_id": 50256, "eos_id": 50256})
+    msg = str(e.value)
+    assert "outputs are GPT-2 + [PAD]" in msg and "50,259" in msg and "lacks [PAD]" not in msg and "\n" not in msg

@@ -22,6 +22,9 @@ kuleshov-group/bd3lms 1c3e8f4, louaaron/Score-Entropy-Discrete-Diffusion 0605786
 * :func:`duo_nll_per_token`, :func:`duo_posterior`: ``DUO_BASE.nll_per_token`` and ``_posterior_from_x0`` (algo.py);
 * :func:`bd3_eval_nelbo`: BD3-LM's validation NELBO (``_forward_pass_diffusion`` + ``_loss`` outside training);
 * :func:`mdlm_ar_nll`: MDLM's AR ``_loss`` (``_maybe_sub_sample``: ``x0[:, :-1]`` -> ``x0[:, 1:]``, ``AR.forward``);
+* :func:`mdlm_ar_sampler`: MDLM's ``_ar_sampler`` (``diffusion.py``: BOS, then ``L - 1`` Gumbel-max draws);
+* :func:`edlm_ar_energy`: EDLM's ``EBM.ebm_forward`` with ``ebm_backbone: ar`` (MinkaiXu/Energy-Diffusion-LLM
+  97e3146, ``diffusion.py``: the AR reads ``x0[:, :-1]``, its carry-over reference is ``xt[:, 1:]``);
 * :func:`sedd_analytic_probs`: MDLM's ``_analytic_update`` for SEDD (staggered score, transposed transition) on the
   raw score, its mask column of unmasked rows left as the network gives it.
 """
@@ -359,3 +362,34 @@ def sedd_analytic_probs(log_score, x, dsigma, mask_index):
     edge += torch.where(x == mask_index, 1 - torch.exp(-dsigma)[:, None], torch.zeros((), dtype=torch.float64))[..., None]
     probs = (stag * edge).clamp(min=0)
     return probs / probs.sum(-1, keepdim=True)
+
+
+def mdlm_ar_sampler(forward, bsz: int, length: int, bos: int, noise):
+    """MDLM's ``_ar_sampler``: ``x[:, 0]`` = BOS, then for ``i < length - 1`` the argmax of the last output of
+    ``forward(x[:, :i + 1])`` (``AR.forward``'s logits, the mask at -1000) plus the precomputed Gumbel noise
+    ``noise[:, i]`` ``(bsz, length - 1, V)`` is written at ``i + 1``: BOS and ``length - 1`` drawn tokens."""
+    x = torch.zeros((bsz, length), dtype=torch.long)
+    x[:, 0] = bos
+    for i in range(length - 1):
+        next_logits = forward(x[:, :i + 1])[:, -1]
+        x[:, i + 1] = (next_logits + noise[:, i]).argmax(-1)
+    return x
+
+
+def edlm_ar_energy(ar_output, xt, x0, log_p_x0, mask_index, carry_over: bool = True, neg_infinity: float = -1e6):
+    """EDLM's AR energy (``ebm_forward``, ``ebm_backbone: ar``): ``ar_output`` is the AR backbone's output for
+    ``x0[:, :-1]``; the mask column at ``neg_infinity``, normalised by ``logsumexp``; with ``carry_over`` every
+    output position ``j`` whose ``xt[:, 1:]`` token is unmasked becomes a point mass on it; ``energy_ar`` sums the
+    rows gathered at ``x0[:, 1:]``, ``energy_diffusion`` sums ``log_p_x0`` gathered at ``x0`` over all positions.
+    Returns ``-energy_ar + energy_diffusion`` ``(B,)``."""
+    output = ar_output.clone()
+    output[:, :, mask_index] = neg_infinity
+    logits = output - torch.logsumexp(output, dim=-1, keepdim=True)
+    xt_out, x0_out = xt[:, 1:], x0[:, 1:]
+    if carry_over:
+        unmasked = xt_out != mask_index
+        logits[unmasked] = neg_infinity
+        logits[unmasked, xt_out[unmasked]] = 0
+    energy_ar = logits.gather(-1, x0_out[:, :, None])[:, :, 0].sum(-1)
+    energy_diffusion = log_p_x0.gather(-1, x0[:, :, None])[:, :, 0].sum(-1)
+    return -energy_ar + energy_diffusion

@@ -118,10 +118,29 @@ def check_sources(config: dict) -> None:
                              "source.tokenizer_info")
 
 
+# Rules whose job starts over from nothing when a retry runs it again: a Table 3 row's lm-eval run (training resumes
+# from its checkpoint, tokenisation from its last part, a sweep from its last finished point)
+RESTARTING_RULES = ("dllm_eval",)
+
+
+def check_runtimes(config: dict) -> None:
+    """A rule that starts over on a retry must fit in one attempt: its configured runtime above ``max_runtime``
+    (the partition's time limit) would be cut at every attempt, the work lost each time."""
+    cap = config.get("max_runtime")
+    for rule in RESTARTING_RULES:
+        minutes = ((config.get("resources") or {}).get(rule) or {}).get("runtime")
+        if cap and minutes and minutes > cap:
+            key_error(f"resources.{rule}.runtime",
+                      f"{minutes} min is more than max_runtime {cap}: this job starts over when a retry runs it "
+                      f"again, so every attempt would be killed at {cap} min; run it on more GPUs (resources.{rule}."
+                      f"gpu: N, lm-eval's documents split between them) with a runtime that fits, or raise "
+                      f"max_runtime to the partition's limit")
+
+
 def check_config(config: dict) -> None:
     """Raise :class:`ConfigError` naming the key for any dangling reference, unknown name or bad option."""
     fill_registries()
-
+    check_runtimes(config)
 
     data = config["data"]
     toy = data["source"] == "toy"
@@ -155,6 +174,11 @@ def check_config(config: dict) -> None:
                                                           "data.chunk_specials: true")
         if spec.get("init_from") is not None and spec["init_from"] not in models:
             key_error(f"models.{name}.init_from", f"unknown model {spec['init_from']!r}")
+        init = models.get(spec.get("init_from")) or {}
+        if spec["method"] == "ar" == init.get("method") and (init.get("options") or {}).get("chunk_bos") and \
+                not (spec.get("options") or {}).get("chunk_bos"):
+            key_error(f"models.{name}.options.chunk_bos", f"initialised from {spec['init_from']!r}, which reads chunks "
+                                                          "that begin with their own BOS: set chunk_bos: true")
     check_sources(config)
     for name, spec in models.items():
         if spec.get("source"):

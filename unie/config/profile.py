@@ -44,7 +44,7 @@ DEFAULT_PROFILE = REPO / "config" / "config.yaml"
 # Settings of a profile: dotted paths, `*` stands for one key.  A path covers everything below it.
 PROFILE_KEYS: tuple[str, ...] = (
     # where and how it runs
-    "profile", "seed", "device", "precision", "threads", "resources", "slurm_partitions", "max_runtime",
+    "profile", "seed", "device", "precision", "threads", "resources", "slurm_partitions", "max_runtime", "cluster",
     # data, tokenizer and models (sizes, training schedules, recipes: models are built per profile)
     "data", "tokenizer", "hf_models", "models",
     # sizes and step counts of the evaluations

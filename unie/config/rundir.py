@@ -41,8 +41,8 @@ RUNS = "runs"  # every run's directory is below this one (relative to the workin
 SHARED_RESOURCES = ("resources/hf", "resources/released", "resources/paper_tasks")
 
 # settings that change how a run executes, not what it computes (dotted paths; a path covers what is below it)
-EXECUTION_KEYS = ("threads", "resources", "slurm_partitions", "max_runtime", "sampling.job", "dllm.eval_job",
-                  "replicates")
+EXECUTION_KEYS = ("threads", "resources", "slurm_partitions", "max_runtime", "cluster", "sampling.job",
+                  "dllm.eval_job", "replicates")
 
 MAX_PARTS = 3
 MAX_NAME = 80

@@ -84,7 +84,55 @@ class WorkflowSettings:
         return for_device(self.precision, self.device)
 
 
-__all__ = ["EvaluatorSettings", "LmEvalSettings", "WorkflowSettings"]
+# the rules that read the network (the downloads): local rules on the submit host, or jobs on the site's download
+# partition (slurm_partitions.download); every other cluster job reads only what they fetched
+DOWNLOAD_RULES = ("download", "tokenizer", "download_hf_model", "download_released", "download_task_file",
+                  "prefetch_lmeval")
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What a Slurm site sets beyond its partitions (config ``cluster``; docs/paper-profile.md)."""
+
+    # how a job asks for its GPUs, one form only: `gpus` -> sbatch --gpus=[model:]N (the executor plugin's `gpu`
+    # resource); `gres` -> --gres=gpu:[model:]N (its `gres` resource; the job step still gets srun --gpus=N)
+    gpu_request: Literal["gpus", "gres"] = "gpus"
+    gpu_model: str | None = None  # a GPU type the site names (a100, h100): --gpus=a100:N or --gres=gpu:a100:N
+    hf_home: str | None = None  # HF_HOME of the submit host and every job (None: the environment's)
+    offline: bool = True  # jobs other than the downloads run with the Hugging Face libraries offline
+
+    @classmethod
+    def from_config(cls, config: dict) -> "ClusterSettings":
+        return from_dict(cls, config.get("cluster") or {}, "config key 'cluster'")
+
+    def gpu_resources(self, n: int) -> dict:
+        """A job's GPU request for ``n`` GPUs as the executor plugin's resources, in this site's one form (never
+        both ``--gres`` and ``--gpus``): ``{"gpu": n}`` (+ ``gpu_model``), or ``{"gres": "gpu:[model:]n", "gpus":
+        n}`` (``gpus``, plural, is read by the job step only: ``srun --gpus=n`` inside the allocation)."""
+        if self.gpu_request == "gres":
+            if n <= 0:
+                return {}
+            return {"gres": f"gpu:{self.gpu_model + ':' if self.gpu_model else ''}{n}", "gpus": n}
+        return {"gpu": n, **({"gpu_model": self.gpu_model} if self.gpu_model and n > 0 else {})}
+
+    def job_environment(self, rules, remote: bool) -> dict:
+        """The variables this site sets for a process that runs ``rules`` (their names): ``HF_HOME`` when set;
+        inside a cluster job (``remote``) that is not a download, the offline variables too
+        (:data:`unie.data.hub.OFFLINE_ENV`)."""
+        from ..data.hub import OFFLINE_ENV
+
+        env = {"HF_HOME": self.hf_home} if self.hf_home else {}
+        if remote and self.offline and rules and not set(rules) & set(DOWNLOAD_RULES):
+            env.update(OFFLINE_ENV)
+        return env
+
+
+def job_gpus(resources) -> int:
+    """The GPUs a job asked for, in either request form (:meth:`ClusterSettings.gpu_resources`)."""
+    return int(resources.get("gpu") or resources.get("gpus") or 0)
+
+
+__all__ = ["ClusterSettings", "DOWNLOAD_RULES", "EvaluatorSettings", "LmEvalSettings", "WorkflowSettings", "job_gpus"]
 
 
 def runtime_at(minutes: int, attempt: int, cap: int | None) -> int:

@@ -23,6 +23,10 @@ from pathlib import Path
 from ..core.errors import InputError
 from .detokenize import get_detokenizer
 
+# the variables with which the Hugging Face libraries never ask the network: they read HF_HOME's caches only (read
+# when each library is imported: set them for a process before it starts)
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
 
 class HubUnreachableError(InputError, ConnectionError):
     """A model, tokenizer or dataset that must come from the Hugging Face Hub, which cannot be reached, and that is
@@ -44,6 +48,7 @@ class HubUnreachableError(InputError, ConnectionError):
             f"cache (HF_HOME={home}); pre-fetch it on a machine with network access into that cache "
             f"(HF_HOME={home} {fetch}), then rerun; with HF_HUB_OFFLINE=1 runs read the cache without trying the "
             "network")
+
 
 
 def hub_problem(timeout: float = 5.0) -> str | None:

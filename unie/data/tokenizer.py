@@ -97,9 +97,23 @@ class Tokenizer:
             self._surfaces = [self.decode([anchor, i])[len(base):] for i in range(self.vocab_size)]
         return self._surfaces
 
-    def decode(self, ids) -> str:
-        """Text of ``ids``; mask ids are dropped (a finished sample has none)."""
-        ids = [int(i) for i in ids if int(i) != self.mask_id]
+    def decode(self, ids, as_text: dict[int, str] | None = None) -> str:
+        """Text of ``ids``; mask ids are dropped (a finished sample has none).  ``as_text``: ids written as the
+        given text instead (a released Duo's ``[PAD]``, a state of its process at our mask id, which upstream's
+        ``batch_decode`` writes as the string ``[PAD]``); the runs between them are decoded as usual."""
+        ids = [int(i) for i in ids]
+        if as_text:
+            out, run = [], []
+            for i in ids + [None]:
+                if i is None or i in as_text:
+                    out.append(self.decode(run))
+                    run = []
+                    if i is not None:
+                        out.append(as_text[i])
+                else:
+                    run.append(i)
+            return "".join(out)
+        ids = [i for i in ids if i != self.mask_id]
         if self._rust is not None:
             return self._rust.decode(ids, skip_special_tokens=False)
         return self.hf.decode(ids, clean_up_tokenization_spaces=False)

@@ -14,7 +14,15 @@ the mask, and ``<bos>`` only when it is an input-only token.  GPT-2's BOS is its
 that the AR must be able to emit (it ends documents).
 
 **Sampler** (``ar``): left to right with a preallocated KV cache (on a GPU the one-token forward replayed as a
-CUDA graph), float64 Gumbel-max, always ``L`` steps."""
+CUDA graph), float64 Gumbel-max, always ``L`` steps.
+
+**Chunks that begin with their own BOS** (``chunk_bos``, the released AR of MDLM's repository): the network was
+trained on ``[BOS] + ... + [EOS]`` chunks reading ``x[:, :-1]`` and predicting ``x[:, 1:]``, so position 0 is the
+chunk's BOS, context and never a prediction.  The same convention holds wherever such a model runs
+(:class:`ARModel` with ``chunk_bos``): its likelihood scores positions ``1..L-1`` from the chunk's own prefix
+(upstream's ``_loss``), as a proxy its per-position conditionals of position 0 are 0 (upstream's energies take
+the AR's ``(B, L - 1)`` log-probabilities of positions ``1..L-1`` only), and as a sampler it writes BOS followed by
+``L - 1`` drawn tokens (upstream's ``_ar_sampler``), never a second BOS in front."""
 
 from __future__ import annotations
 
@@ -36,11 +44,14 @@ from ..data.tokenizer import blocked_ids
 class ARModel:
     """A trained causal network with the proxy/evaluator interface (``logp_next``, ``log_prob``, ``sample``)."""
 
-    def __init__(self, net, bos_id: int, mask_id: int | None = None, blocked=None, eos_id: int | None = None):
+    def __init__(self, net, bos_id: int, mask_id: int | None = None, blocked=None, eos_id: int | None = None,
+                 chunk_bos: bool = False):
         """``blocked``: ids never predicted (default: the mask and ``bos_id``, for a tokenizer whose BOS is an
-        input-only token; pass :func:`~unie.data.tokenizer.blocked_ids` of the tokenizer)."""
+        input-only token; pass :func:`~unie.data.tokenizer.blocked_ids` of the tokenizer).  ``chunk_bos``: every
+        sequence's position 0 is its own BOS, context only (module doc; :class:`AROptions`)."""
         self.net = net
         self.bos_id = bos_id
+        self.chunk_bos = bool(chunk_bos)
         self.eos_id = eos_id
         self.mask_id = mask_id
         self.blocked = tuple(i for i in (mask_id, bos_id) if i is not None) if blocked is None else tuple(blocked)
@@ -48,8 +59,23 @@ class ARModel:
         self.decode_path, self.capture_seconds = None, 0.0  # how the last sample() decoded (see sample)
 
     def _inputs(self, ctx: torch.Tensor) -> torch.Tensor:
+        """The network input whose output ``i`` predicts position ``i`` of ``ctx``: ``[bos, ctx_0..ctx_{L-2}]``;
+        with ``chunk_bos`` ``ctx[:, :-1]`` (its output ``i`` predicts position ``i + 1``; position 0 is context)."""
+        if self.chunk_bos:
+            return ctx[:, :-1]
         bos = torch.full_like(ctx[:, :1], self.bos_id)
         return torch.cat([bos, ctx[:, :-1]], dim=1)
+
+    def predicted(self, L: int) -> int:
+        """Positions of a length-``L`` sequence the model predicts (and its sampler draws): ``L``, or ``L - 1`` with
+        ``chunk_bos`` (position 0 is the chunk's BOS)."""
+        return L - 1 if self.chunk_bos else L
+
+    def _bos_row(self, like: torch.Tensor) -> torch.Tensor:
+        """Position 0's row under ``chunk_bos`` ``(N, 1, V)``: the chunk's BOS with probability 1."""
+        row = torch.full((like.shape[0], 1, like.shape[-1]), -math.inf, dtype=like.dtype, device=like.device)
+        row[..., self.bos_id] = 0.0
+        return row
 
     def normalise(self, logits: torch.Tensor) -> torch.Tensor:
         """Log-probabilities from raw logits, with the ``blocked`` ids excluded (never predicted)."""
@@ -94,23 +120,30 @@ class ARModel:
 
     @torch.no_grad()
     def logp_next(self, ctx: torch.Tensor) -> torch.Tensor:
-        """``(B, L, V)``: log-probabilities of position ``i`` given ``ctx_<i`` (``ctx`` may contain masks)."""
+        """``(B, L, V)``: log-probabilities of position ``i`` given ``ctx_<i`` (``ctx`` may contain masks); with
+        ``chunk_bos`` position 0 is the chunk's BOS with probability 1."""
         ctx = ctx.to(self.net.device)
-        return self.normalise(self.net(self._inputs(ctx)))
+        logp = self.normalise(self.net(self._inputs(ctx)))
+        return torch.cat([self._bos_row(logp), logp], dim=1) if self.chunk_bos else logp
 
     def token_logp(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """``log p_AR(tokens[n, m, i] | ctx[n, :i])`` ``(N, M, L)`` for ``M`` token sets scored against one
-        context each: one forward pass per context row.  Differentiable (NCE may train the proxy)."""
+        context each: one forward pass per context row.  Differentiable (NCE may train the proxy).  With
+        ``chunk_bos`` position 0 carries no AR term (0): it is the chunk's BOS, context for the rest, as upstream's
+        energies read the AR's log-probabilities of positions ``1..L-1`` only."""
         ctx = ctx.to(self.net.device)
-        logp = self.normalise(self.net(self._inputs(ctx)))  # (N, L, V)
+        logp = self.normalise(self.net(self._inputs(ctx)))  # (N, L, V), or (N, L - 1, V) for positions 1..L-1
         tokens = tokens.to(logp.device)
-        return logp[:, None].expand(-1, tokens.shape[1], -1, -1).gather(-1, tokens[..., None]).squeeze(-1)
+        scored = tokens[..., 1:] if self.chunk_bos else tokens
+        out = logp[:, None].expand(-1, tokens.shape[1], -1, -1).gather(-1, scored[..., None]).squeeze(-1)
+        return torch.cat([torch.zeros_like(out[..., :1]), out], dim=-1) if self.chunk_bos else out
 
     @torch.no_grad()
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced ``log p_AR(x)`` per sequence ``(B,)``."""
+        """Teacher-forced ``log p_AR(x)`` per sequence ``(B,)`` (with ``chunk_bos``: of positions ``1..L-1`` given
+        the chunk's BOS, upstream's ``_loss``)."""
         x = x.to(self.net.device)
-        return self.logp_next(x).gather(-1, x[..., None]).squeeze(-1).double().sum(-1)
+        return self.token_logp(x, x[:, None])[:, 0].double().sum(-1)
 
     @torch.no_grad()
     def sample(self, n: int, L: int, generator=None, batch_size: int = 256, graphs: bool | None = None
@@ -122,8 +155,10 @@ class ARModel:
         overhead, the decode of a user's static-cache ``generate``); default: on for a CUDA model, never on a
         CPU.  A capture that fails falls back to the eager loop (``self.decode_path`` says which ran).  The
         eager loop draws the tokens of the concatenating dict cache exactly (a test); the graph attends over
-        every slot with the future masked, the same distribution up to float rounding."""
+        every slot with the future masked, the same distribution up to float rounding.  With ``chunk_bos`` a
+        sample is the BOS followed by ``L - 1`` drawn tokens (upstream's ``_ar_sampler``): ``L - 1`` forwards."""
         out = []
+        first = 1 if self.chunk_bos else 0  # position 0 under chunk_bos: the chunk's BOS, not drawn
         dev = self.net.device
         static = hasattr(self.net, "static_cache")  # our Transformer; a released DiT has the dict cache only
         use_graphs = static and dev.type == "cuda" and torch.cuda.is_available() if graphs is None else graphs
@@ -139,10 +174,11 @@ class ARModel:
                 step = lambda i, tok: self.net(tok, cache=cache)[:, -1]  # noqa: E731
             x = torch.full((b, 1), self.bos_id, dtype=torch.long, device=dev)
             toks = torch.empty(b, L, dtype=torch.long, device=dev)
-            for i in range(L):
+            toks[:, :first] = self.bos_id
+            for i in range(L - first):
                 logp = self.normalise(step(i, x))
-                toks[:, i] = gumbel_argmax(logp, generator).to(dev)
-                x = toks[:, i: i + 1]
+                toks[:, first + i] = gumbel_argmax(logp, generator).to(dev)
+                x = toks[:, first + i: first + i + 1]
             out.append(toks.cpu())
         return torch.cat(out)
 
@@ -255,13 +291,16 @@ class AR:
         return torch.where(hit, torch.full_like(x0, self.mask_id), x0)
 
     def wrap(self, net) -> ARModel:
-        """The trained network as a proxy/evaluator (``logp_next``, ``log_prob``, ``sample``)."""
-        return ARModel(net, self.bos_id, self.mask_id, self.blocked, eos_id=self.eos_id)
+        """The trained network as a proxy/evaluator (``logp_next``, ``log_prob``, ``sample``), with this model's
+        ``chunk_bos`` convention (module doc)."""
+        return ARModel(net, self.bos_id, self.mask_id, self.blocked, eos_id=self.eos_id, chunk_bos=self.chunk_bos)
 
     def loss(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
         """Mean next-token NLL over the targets: every position of pretraining rows ``(B, L)``, the loss-mask
         positions of SFT rows ``(B, 2, L)`` (:mod:`unie.data.dllm_format`: the answer and its ``<eos>``)."""
         if x0.dim() == 3:
+            if self.chunk_bos:
+                raise ValueError("AR option chunk_bos reads pretraining chunks that begin with their BOS, not SFT rows")
             x0, target = split_rows(x0)
             model = self.wrap(net)
             ctx = self.masked_context(x0, generator, target) if self.mask_inputs else x0
@@ -296,8 +335,10 @@ class ARSamplerOptions:
 @register_sampler("ar", ARSamplerOptions, roles={"ar": ("ar",)}, fixed_steps=True)
 def ar_sampler(models: dict, n: int, L: int, steps: int, generator, options: ARSamplerOptions, batch_size: int,
                device):
-    """Left-to-right sampling with a KV cache; always ``L`` steps (``steps`` must equal ``L``)."""
+    """Left-to-right sampling with a KV cache; always ``L`` steps (``steps`` must equal ``L``); a model with
+    ``chunk_bos`` writes its BOS and draws ``L - 1`` tokens (``L - 1`` forwards per batch)."""
     if steps != L:
         raise ValueError(f"the AR sampler decodes one token per step: steps must be L={L}, got {steps}")
-    x = models["ar"].sample(n, L, generator, batch_size=batch_size)
-    return x, {"nfe": L * ((n + batch_size - 1) // batch_size)}
+    ar = models["ar"]
+    x = ar.sample(n, L, generator, batch_size=batch_size)
+    return x, {"nfe": ar.predicted(L) * ((n + batch_size - 1) // batch_size)}

@@ -22,6 +22,10 @@ Steps whose chunk is empty (rounding, ``S`` close to ``L``) make no DM pass.  Co
 steps) DM passes (``nfe``) plus ``L`` sequential AR passes (``ar_steps``) per batch: an AR model's
 wall-clock plus DM overhead.  With ``alpha = 0`` the sampler is exactly the proxy's ancestral sampler
 (:meth:`unie.methods.ar.ARModel.sample`): the same Gumbel draws in the same order give the same tokens (tested).
+
+An AR that reads chunks beginning with their own BOS (``chunk_bos``, the released AR) is fed as its sampler is:
+position 0 is that BOS (the AR's context, never drawn, as in upstream's ``_ar_sampler``) and the AR draws positions
+``1..L-1`` (``L - 1`` AR passes).
 """
 
 from __future__ import annotations
@@ -90,14 +94,17 @@ def sample_dcd(dlm, proxy, n: int, L: int, steps: int, generator: torch.Generato
     mask_id = dlm.mask_id
     bounds = chunk_bounds(steps, L, schedule, eps)
     ar_net, ar_dev = proxy.net, proxy.net.device
+    first = 1 if getattr(proxy, "chunk_bos", False) else 0  # positions the AR never draws (module doc)
 
     def one_batch(b):
         nfe, ar_steps = 0, 0
         x = torch.full((b, L), mask_id, dtype=torch.long, device=device)
+        x[:, :first] = proxy.bos_id  # chunk_bos: position 0 is the chunk's BOS, the AR's first context
         kv = ar_net.new_cache()
         feed = torch.full((b, 1), proxy.bos_id, dtype=torch.long, device=ar_dev)  # next input of the AR
         for sid, eid in bounds:
-            if eid == sid:
+            sid = max(sid, first)
+            if eid <= sid:
                 continue
             ratio = dm_chunk_logratio(dlm, x, sid, eid, clip).to(ar_dev)
             nfe += 2

@@ -18,8 +18,8 @@ draw from all 50,258 (``UniformState.q_xt``, ``prior_sample``), so ``V = 50,258`
 GPT-2 tokenizer puts its mask at that id: with ``pad_state`` the mask id is a state of the process, playing
 upstream's ``[PAD]`` (the same embedding row and output column), and ``V`` counts it.  A released Duo is read
 with it (:func:`unie.methods.released_methods.load_released`); a ``[PAD]`` a sample keeps (never in the data: after the
-last step of a trained model its probability is ~0) is dropped from the text, where upstream decodes it as
-the string ``[PAD]``.
+last step of a trained model its probability is ~0) is written ``[PAD]`` in the Gen PPL text, as upstream decodes
+it (:data:`unie.pipeline.sample.PAD_TEXT`).
 
 **Forward process.**  ``q(xt | x0) = Cat(alpha_t onehot(x0) + (1 - alpha_t)/V)``: each token is
 redrawn uniformly from the ``V`` real tokens w.p. ``1 - alpha_t`` (possibly drawing ``x0`` again);

@@ -14,8 +14,9 @@ DiT, their weights) and wraps it with the method whose parameterisation is upstr
   (``DUO_BASE._process_model_output``; the network is ``len(tokenizer)`` wide), conditioned on
   ``sigma = -log alpha_t`` -- :class:`unie.methods.duo.DuoDenoiser` with ``pad_state``: ``[PAD]`` (upstream id
   50,257) is our tokenizer's mask id, a state of the process (:data:`DUO_PAD_ID`).
-* ``ar``: mask logit blocked, ``log_softmax`` (``AR.forward``) -- :class:`unie.methods.ar.ARModel`, which
-  feeds ``[bos, x_0..x_{L-2}]`` (upstream: ``x0[:, :-1]`` with ``x0[:, 0] = bos``; GPT-2's bos = eos = 50256).
+* ``ar``: mask logit blocked, ``log_softmax`` (``AR.forward``) -- :class:`unie.methods.ar.ARModel`; with the
+  option ``chunk_bos`` (the paper profile's) it reads a chunk as upstream does, ``x0[:, :-1]`` with ``x0[:, 0] =
+  bos`` (GPT-2's bos = eos = 50256), as a likelihood, a proxy and a sampler (BOS then ``L - 1`` draws).
 
 The tokenizer must be upstream's: GPT-2 + the appended mask (vocab 50,258, mask 50,257, bos = eos = 50,256).
 """
@@ -42,10 +43,17 @@ def check_vocab(kind: str, net_vocab: int, info: dict, where) -> None:
     mask must be its last id, the column of upstream's ``[PAD]``."""
     if kind == "duo":
         ok = info["mask_id"] == info["vocab_size"] - 1 and net_vocab == info["vocab_size"]
-        need = (f"vocab_size {net_vocab} (upstream's GPT-2 + [PAD]) with the mask as its last id, where upstream "
-                f"has [PAD]")
-        if net_vocab == info["vocab_size"] - 1:
-            need += f"; this network is {net_vocab} wide, without [PAD] (no released Duo is)"
+        need = (f"vocab_size {net_vocab} (its outputs: upstream's tokenizer, GPT-2 + [PAD]) with the mask as its last "
+                f"id, where upstream has [PAD]")
+        if net_vocab == info["vocab_size"] - 1 == GPT2_MASKED["vocab_size"]:
+            # a tokenizer that keeps [PAD] as a token and appends a mask after it: the network is fine
+            need += (f"; the network's {net_vocab:,} outputs are GPT-2 + [PAD], as every released Duo's, and this "
+                     f"tokenizer has one id more ({info['vocab_size']:,}: a mask appended after [PAD]); read it with "
+                     f"the paper profile's tokenizer, GPT-2 + the mask ({net_vocab:,}), whose mask id plays [PAD]")
+        elif net_vocab == info["vocab_size"] - 1:
+            need += (f"; the tokenizer has one id more than the network's {net_vocab} outputs: either it appends a "
+                     f"mask after [PAD] (use one whose last id, the mask, is upstream's [PAD]) or the network lacks "
+                     f"[PAD] (no released Duo does)")
     else:
         ok = net_vocab == info["vocab_size"] and info["mask_id"] < net_vocab
         need = f"vocab_size {net_vocab} with the mask inside it"

@@ -27,6 +27,13 @@ groups of equal token length (no ``prompt_len``), so a row's logits never see an
 greedy decode does not depend on its batch (lm-eval's HFLM sorts by length for the same reason; it pads with an
 attention mask, which LLaDA's and Dream's own ``generate`` do not pass).
 
+**The transformers range.**  Remote code runs inside ``from_pretrained``, so the transformers version matters
+beyond our own code: the ``paper`` extra of ``pyproject.toml`` names the range LLaDA's and Dream's modeling code is
+known to run under (transformers 5 reads ``all_tied_weights_keys``, which ``post_init()`` sets and LLaDA's
+``LLaDAModelLM``, written for 4.x, never calls: an ``AttributeError`` inside ``from_pretrained``).
+:func:`check_remote_code_transformers` refuses a checkpoint with ``auto_map`` under a version outside it, in one line,
+before any weights are read (the loaders, and ``prefetch`` on the submit host); ``docs/paper-profile.md`` says why.
+
 ``transformers`` is imported inside the functions (importing it costs ~1 s).
 """
 
@@ -37,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.errors import InputError
 from ..data.tokenizer import HF_MASK, Tokenizer
 
 STYLES = ("llada", "dream")
@@ -252,6 +260,46 @@ def check_trust(config: dict, path, trust_remote_code: bool) -> bool:
     return needs
 
 
+class RemoteCodeVersionError(InputError, RuntimeError):
+    """A checkpoint's remote code under a transformers version outside the range it is known to run under."""
+
+
+def remote_code_transformers() -> str | None:
+    """The transformers range of the ``paper`` extra (``pyproject.toml``, read from the installed package's
+    metadata, so it is written once): the versions LLaDA's and Dream's remote code is known to run under.  None
+    when the package's metadata is not there (a source tree that was never installed)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import Requirement
+
+    try:
+        declared = requires("unie") or []
+    except PackageNotFoundError:
+        return None
+    for line in declared:
+        req = Requirement(line)
+        if req.name == "transformers" and req.marker is not None and req.marker.evaluate({"extra": "paper"}):
+            return str(req.specifier)
+    return None
+
+
+def check_remote_code_transformers(path, version: str | None = None) -> None:
+    """A :class:`RemoteCodeVersionError` (one line) when the installed transformers (or ``version``) is outside
+    :func:`remote_code_transformers`: the checkpoint at ``path`` ships modeling code written for that range."""
+    from packaging.specifiers import SpecifierSet
+
+    spec = remote_code_transformers()
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    if spec and not SpecifierSet(spec).contains(version, prereleases=True):
+        raise RemoteCodeVersionError(
+            f"{path}: its remote code (config.json auto_map) is known to run under transformers {spec}, this is "
+            f"transformers {version} (transformers 5 fails inside from_pretrained on LLaDA's code written for 4.x: "
+            f"docs/paper-profile.md); install the paper extra: pip install -e '.[paper]'")
+
+
 def check_weights(path) -> None:
     """A ``FileNotFoundError`` naming ``path`` when it holds no weight file (e.g. only the tokenizer was fetched)."""
     p = Path(path)
@@ -295,10 +343,12 @@ def _dtype(dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def _raw_tokenizer(path):
+def _raw_tokenizer(path, trust_remote_code: bool = False):
+    """The checkpoint's own tokenizer, offline; with the model's remote-code grant (Dream ships its tokenizer's code:
+    without the grant transformers would ask on stdin, which a batch job does not have)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=trust_remote_code)
 
 
 def _load_model(path, config: dict, remote: bool, dtype, device, prefer_auto_model: bool,
@@ -343,9 +393,11 @@ def load_hf_dllm(path, *, style: str, trust_remote_code: bool, mask_token: str |
         raise ValueError(f"style {style!r}: expected one of {STYLES}")
     config = read_config(path)
     remote = check_trust(config, path, trust_remote_code)
+    if remote:
+        check_remote_code_transformers(path)
     check_weights(path)
 
-    hf = _raw_tokenizer(path)
+    hf = _raw_tokenizer(path, remote)
     if mask_token is not None:
         mid = hf.convert_tokens_to_ids(mask_token)
         if mid is None or mid == hf.unk_token_id or hf.convert_ids_to_tokens(mid) != mask_token:
@@ -377,9 +429,11 @@ def load_hf_causal(path, *, trust_remote_code: bool, dtype="float32", device="cp
     ``bos_id`` is the tokenizer's BOS, or its EOS when it has none (Qwen2.5, GPT-2)."""
     config = read_config(path)
     remote = check_trust(config, path, trust_remote_code)
+    if remote:
+        check_remote_code_transformers(path)
     check_weights(path)
 
-    hf = _raw_tokenizer(path)
+    hf = _raw_tokenizer(path, remote)
     n_real = len(hf)
     if hf.mask_token_id is None:
         hf.add_special_tokens({"mask_token": HF_MASK})

@@ -261,6 +261,30 @@ def time_sweep_point(args: dict, samples_path, batch_size: int, timing: SweepTim
     return out
 
 
+def resume_stamp(inputs: dict) -> str:
+    """What a finished sweep point depends on beyond its own settings, for :func:`run_sweep` to reuse it after an
+    interrupted attempt: the package's source (every ``unie/**/*.py``), the lm-eval, torch and transformers
+    versions, and every input file's name, size and modification time (a model fetched again, a task file
+    replaced).  A hex digest."""
+    import hashlib
+    from importlib.metadata import version
+
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]
+    for f in sorted(package.rglob("*.py")):
+        h.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes())
+    for dist in ("lm_eval", "torch", "transformers"):
+        h.update(f"{dist}={version(dist)}".encode())
+    for key in sorted(inputs):
+        paths = inputs[key] if isinstance(inputs[key], (list, tuple)) else [inputs[key]]
+        for path in map(Path, paths):
+            for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+                if f.is_file():
+                    st = f.stat()
+                    h.update(f"{key}:{f}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
 def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print,
               precision: str = "fp32") -> list[dict]:
     """Rule dllm_sweep: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the task
@@ -273,7 +297,13 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
     Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` per point and
     ``points.json`` (one record per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under
     ``out_dir``; returns the records.  ``evaluate``: :func:`unie.dllm.lmeval.evaluate` (the layer above passes it in).
-    ``precision``: every point's model_args (:func:`~unie.dllm.rows.row_model_args`)."""
+    ``precision``: every point's model_args (:func:`~unie.dllm.rows.row_model_args`).
+
+    Resumable point by point: each finished point's record is kept in ``{point}/point.json`` with what it was made
+    from (its model_args, the task, the metric, the shared settings and :func:`resume_stamp`); a job started again
+    (a Slurm retry after the time limit) reuses every point whose record matches and runs the others, so 24
+    points need not fit in one allocation.  A point whose record does not match is run again from nothing."""
+    from ..core.integrity import atomic_write_text
     from ..data.tasks import PRIMARY_METRIC
 
     out_dir = Path(out_dir)
@@ -282,14 +312,25 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
     include = inputs.get("tasks") or inputs.get("local_tasks")
     include = Path(include[0] if isinstance(include, (list, tuple)) else include).parent if include else None
     timing = SweepTiming.from_config(dllm.get("timing"))
+    lm = LmEvalSettings.from_dllm(dllm)
+    stamp = resume_stamp(inputs)
     records = []
     for point in sweep_points(dllm, sweep):
         point_dir = out_dir / point["name"]
         args = row_model_args(point["name"], point["row"], dllm, {role: inputs[f"{point['curve']}_{role}"]
                               for role in ("model", "proxy") if f"{point['curve']}_{role}" in inputs}, device,
                               precision)
+        made_with = json.dumps({"model_args": args, "task": task, "metric": metric, "lm_eval": dataclasses.asdict(lm),
+                                "batch_size": dllm["batch_size"], "timing": dataclasses.asdict(timing),
+                                "stamp": stamp}, sort_keys=True, default=str)
+        kept = _kept_point(point_dir / "point.json", made_with)
+        if kept is not None:
+            records.append(kept)
+            log(f"{sweep} {point['name']}: kept from an earlier attempt of this job (accuracy {kept['accuracy']:.1f})")
+            continue
+        if point_dir.exists():
+            shutil.rmtree(point_dir)  # an unfinished or stale point: from nothing
         log(f"{sweep} {point['name']}: model_args {args}")
-        lm = LmEvalSettings.from_dllm(dllm)
         found = evaluate(args, [task], include, point_dir, lm.batch_size, include_defaults=lm.include_default_tasks,
                          limit=lm.limit, seed=lm.seed, allow_code_execution=lm.allow_code_execution, log=log)
         shutil.copyfile(found, point_dir / "results.json")
@@ -312,7 +353,17 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
             f"{timed['spread']:.2f}; lm-eval's pass {tp['tokens_per_s'] or 0:.0f}), NFE {tp['nfe']}")
         if not timed["trusted"]:
             log(f"WARNING: {sweep} {point['name']}: {describe(timed)}")
+        atomic_write_text(point_dir / "point.json", json.dumps({"made_with": made_with, "record": records[-1]}))
     write_json({"sweep": sweep, "task": task, "metric": metric, "batch_size": dllm["batch_size"],
                 "points": records, "timing": dataclasses.asdict(timing),
                 "trusted": all(r["trusted"] for r in records)}, out_dir / "points.json", indent=1)
     return records
+
+
+def _kept_point(path: Path, made_with: str) -> dict | None:
+    """A finished point's record (:func:`run_sweep`) when ``path`` holds one made with ``made_with``, else None."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return saved.get("record") if isinstance(saved, dict) and saved.get("made_with") == made_with else None

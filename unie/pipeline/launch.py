@@ -47,9 +47,12 @@ def processes(gpu: int, device: str, forced: int | None = None) -> int:
 
 
 def rule_processes(snakemake) -> int:
-    """:func:`processes` of a training rule's job: its ``resources.gpu``, ``params.device`` and
-    ``params.processes`` (``config['resources'][rule]['processes']``, null unless forced)."""
-    return processes(snakemake.resources.get("gpu", 0), snakemake.params.device, snakemake.params.processes)
+    """:func:`processes` of a training rule's job: its GPUs (``resources.gpu``, or ``gpus`` where the site asks
+    for them by GRES: :func:`unie.config.settings.job_gpus`), ``params.device`` and ``params.processes``
+    (``config['resources'][rule]['processes']``, null unless forced)."""
+    from ..config.settings import job_gpus
+
+    return processes(job_gpus(snakemake.resources), snakemake.params.device, snakemake.params.processes)
 
 
 def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], None] = print, threads: int = 1):

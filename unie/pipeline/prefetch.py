@@ -14,13 +14,17 @@ What ``all`` reads from the network (:func:`plan`, from the config alone):
 * the datasets of lm-eval's built-in tasks that Table 3 and the sweeps name (``minerva_math500``, ``gsm8k``): these
   are loaded by lm-eval inside the ``dllm_eval`` jobs, on compute nodes that are often offline, so rule
   ``prefetch_lmeval`` loads each task once here, which leaves its dataset in ``HF_HOME``'s datasets cache
-  (``resources/prefetch/lmeval_tasks.json`` records what was loaded).
+  (``resources/prefetch/lmeval_tasks.json`` records what was loaded).  Loading a task also imports its Python
+  helpers (``minerva_math500``: lm-eval's ``math`` extra): a package that is not installed stops it in one line
+  naming the package and the ``paper`` extra.  ``all`` runs this rule too (the ``dllm_eval`` and ``dllm_sweep`` jobs
+  read its record), so a missing package or dataset stops the run on the submit host before any of them starts.
 
 The first five are the workflow's own download rules (local rules: they run on the submit host), so ``prefetch`` is
 exactly what ``all`` would fetch, in the same files.  Then :func:`check_offline` opens every one of them in a fresh
 process with ``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` (the tokenizer, each
-Parquet file, each model folder's config, tokenizer and weight files, each task file, each lm-eval task built from
-``HF_HOME`` alone), and :func:`by_hand_lines` names each checkpoint that is published only on Google Drive
+Parquet file, each model folder's config, tokenizer and weight files, and for a model with remote code its
+transformers range and its modeling classes imported, each task file, each lm-eval task built from ``HF_HOME``
+alone), and :func:`by_hand_lines` names each checkpoint that is published only on Google Drive
 (``source.path``) and where it goes.  The report is ``resources/prefetch/report.md``.
 
 The tokenizer, the datasets' Parquet copies, the record and the report are the run's own (in its directory,
@@ -38,8 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import InputError
-
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+from ..data.hub import OFFLINE_ENV
 REPORT = "resources/prefetch/report.md"  # in the run's directory
 LMEVAL_RECORD = "resources/prefetch/lmeval_tasks.json"  # in the run's directory
 
@@ -140,9 +143,30 @@ def by_hand_lines(p: Plan, root=".") -> list[str]:
 
 
 # ---------------------------------------------------------------------- lm-eval's built-in tasks
+# what installs the Python packages lm-eval's tasks import (pyproject.toml: lm-eval's `math` extra, for
+# minerva_math500's math_verify, antlr4-python3-runtime==4.11 and sympy)
+TASK_PACKAGES_HINT = "install the paper extra: pip install -e '.[paper]'"
+
+
+def missing_package(e: BaseException) -> str | None:
+    """The Python module whose absence made loading fail: the name of a ``ModuleNotFoundError`` anywhere in the
+    exception's chain (lm-eval re-raises its tasks' import errors with its own words, the original as the cause);
+    ``antlr4-python3-runtime`` for lm-eval's version check of it (minerva_math)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            return e.name.split(".")[0]
+        if isinstance(e, AssertionError) and "antlr4-python3-runtime" in str(e):
+            return "antlr4-python3-runtime==4.11"
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def load_lmeval_tasks(tasks, include_path=None, include_defaults: bool = True) -> dict:
-    """Build each of lm-eval's ``tasks`` (which loads its dataset: downloads it into ``HF_HOME``, or reads it from
-    there offline); ``{task: {"dataset", "name", "docs"}}`` per leaf task.  An error names the task.
+    """Build each of lm-eval's ``tasks`` (which imports its Python helpers and loads its dataset: downloads it into
+    ``HF_HOME``, or reads it from there offline); ``{task: {"dataset", "name", "docs"}}`` per leaf task.  An error
+    names the task; a Python package the task imports and that is not installed is named with how to install it.
     ``include_path``/``include_defaults``: where the task definitions are (lm-eval's ``TaskManager``)."""
     from lm_eval.tasks import TaskManager
 
@@ -156,6 +180,10 @@ def load_lmeval_tasks(tasks, include_path=None, include_defaults: bool = True) -
                 out[name] = {"dataset": task.get_config("dataset_path"), "name": task.get_config("dataset_name"),
                              "docs": len(task.eval_docs)}
         except Exception as e:  # noqa: BLE001 - one line per task, the cause kept
+            package = missing_package(e)
+            if package is not None:
+                raise PrefetchError(f"lm-eval task {spec!r} imports the Python package {package!r}, which is not "
+                                    f"installed here: {TASK_PACKAGES_HINT}") from None
             raise PrefetchError(f"lm-eval task {spec!r}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
     return out
 
@@ -190,7 +218,7 @@ def fetch_lmeval_tasks(tasks, out_path, include_path=None, log=print, include_de
                                  "include_defaults": include_defaults}, offline=problem is not None)
     if res["errors"]:
         hint = ""
-        if problem is not None:  # HF_HOME as the loading process saw it
+        if problem is not None and not all(TASK_PACKAGES_HINT in e for e in res["errors"]):  # HF_HOME as it saw it
             hint = (f"; the Hugging Face Hub {problem} and the dataset is not in the cache (HF_HOME={res['hf_home']}):"
                     f" run `snakemake prefetch` where the hub answers, with the same HF_HOME")
         raise PrefetchError("; ".join(res["errors"]) + hint)
@@ -220,13 +248,26 @@ def _check_item(kind: str, path: str) -> str:
     if kind == "models":
         from transformers import AutoConfig, AutoTokenizer
 
-        from ..models.hf import check_weights, read_config
+        from ..models.hf import check_remote_code_transformers, check_weights, read_config
 
         check_weights(p)
-        remote = bool(read_config(p).get("auto_map"))
+        auto_map = read_config(p).get("auto_map") or {}
+        remote = bool(auto_map)
+        if remote:  # the modeling code runs inside from_pretrained, in a GPU job: its transformers range, here
+            check_remote_code_transformers(p)
         AutoConfig.from_pretrained(str(p), local_files_only=True, trust_remote_code=remote)
         tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True, trust_remote_code=remote)
-        return f"config, {len(tok)}-token tokenizer, weights"
+        if not remote:
+            return f"config, {len(tok)}-token tokenizer, weights"
+        import transformers
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+        # the remote modeling code imported under this transformers (not instantiated: no weights read)
+        classes = sorted({ref for k, ref in auto_map.items() if k.startswith("AutoModel") and isinstance(ref, str)})
+        for ref in classes:
+            get_class_from_dynamic_module(ref, str(p), local_files_only=True)
+        return (f"config, {len(tok)}-token tokenizer, weights, remote code ({', '.join(classes)}) imports under "
+                f"transformers {transformers.__version__}")
     if kind == "released":
         from ..models.released import read_hf_config
 

@@ -29,6 +29,10 @@ from ..eval import genppl  # noqa: F401  (registers the evaluators)
 from ..eval.metrics import entropy_se_bits, mean_entropy_bits, ppl_with_se
 from .model_files import load_wrapped
 
+# the text of a released Duo's [PAD] in a decoded sample: upstream decodes samples with its tokenizer's
+# batch_decode (special tokens kept), which writes the added token [PAD] as this string (duo main.py, trainer_base.py)
+PAD_TEXT = "[PAD]"
+
 
 def sampling_seed(seed: int, run: str, steps: int) -> int:
     return zlib.crc32(f"{seed}/{run}/{steps}".encode())
@@ -146,6 +150,8 @@ def run_sampler(job: SampleJob, steps: int, out_path, *, log=print, models: dict
                            f"{(job.n_samples, job.seq_len)}")
     meta = {"run": job.run, "sampler": job.sampler, "steps": steps, "seconds": seconds, "models": job.models,
             "options": dataclasses.asdict(opts), "n_samples": job.n_samples, **precision_record(job.precision), **stats}
+    if states:  # ids that are states of the sampler's process, written as text the way upstream decodes them
+        meta["text_states"] = {str(i): PAD_TEXT for i in sorted(states)}
     write_tokens(x, out_path, extra={"unie": json.dumps(meta)})
     log(json.dumps(meta))
     return meta
@@ -200,7 +206,9 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
     job; without it each evaluator is built and freed.  ``seconds`` counts scoring only when it is reused."""
     tok = load_tokenizer(tokenizer_dir)
     x = load_tokens(samples_path).long()
-    texts = [tok.decode(row) for row in x.tolist()]
+    # a released Duo's [PAD] (a state at our mask id) is written "[PAD]", as upstream's batch_decode writes it
+    as_text = {int(i): t for i, t in read_sample_meta(samples_path).get("text_states", {}).items()}
+    texts = [tok.decode(row, as_text) for row in x.tolist()]
     result = {"samples": str(samples_path), "n_samples": len(texts), "entropy_bits": mean_entropy_bits(x),
               "entropy_se_bits": entropy_se_bits(x), "sampling": read_sample_meta(samples_path),
               "eos_rule": eos_rule, **precision_record(precision), "genppl": {}}

@@ -1,6 +1,7 @@
 # Shared helpers: config cross-checks, wildcard constraints, target lists, per-rule resources.
 
 import os
+import sys
 
 from unie.config.expand import (
     fig2_runs,
@@ -11,12 +12,50 @@ from unie.config.expand import (
     run_steps,
     selects_on_dev,
 )
-from unie.config.settings import WorkflowSettings, runtime_at
+from unie.config.settings import DOWNLOAD_RULES, ClusterSettings, WorkflowSettings, runtime_at
 from unie.config.targets import TARGETS, report_args
 
 # config: resolved, validated, its figure runs added (expand_config) and cross-checked (check_config) by the
 # Snakefile's workflow_config
 SETTINGS = WorkflowSettings.from_config(config)
+# what a Slurm site sets beyond its partitions (config `cluster`, docs/paper-profile.md): the GPU request form, the
+# Hugging Face cache, and whether the jobs run with the Hugging Face libraries offline
+CLUSTER = ClusterSettings.from_config(config)
+# the downloads' partition (a transfer / data-mover partition with network access) where the site has one; without
+# it the downloads are local rules on the submit host
+DOWNLOAD_PARTITION = config.get("slurm_partitions", {}).get("download")
+DOWNLOADS_LOCAL = not DOWNLOAD_PARTITION
+
+
+def _target_rules():
+    """The rules of the jobs this process runs when it is a cluster job (Snakemake's --target-jobs), else ()."""
+    specs = getattr(getattr(workflow, "dag_settings", None), "target_jobs", None) or ()
+    return tuple(getattr(spec, "rulename", None) for spec in specs)
+
+
+# The environment of every process of the run (scripts inherit it): HF_HOME where the site sets one, and inside a
+# cluster job that is not a download HF_HUB_OFFLINE, HF_DATASETS_OFFLINE and TRANSFORMERS_OFFLINE, so a job reads
+# only what the downloads (and prefetch) left in HF_HOME and never waits on the network
+os.environ.update(CLUSTER.job_environment(_target_rules(), workflow.remote_exec))
+
+
+def _check_gpu_request_form():
+    """One GPU request form per job: a `gres`, `gpu`, `gpus` or `gpu_model` in the profile's default-resources or
+    set-resources would be sent beside the rules' own (sbatch --gres and --gpus both): refused, naming where."""
+    rs = workflow.resource_settings
+    places = {"default-resources": rs.default_resources, **{f"set-resources {r}": v for r, v in
+                                                               (rs.overwrite_resources or {}).items()}}
+    for where, res in places.items():
+        bad = sorted(set(res or {}) & {"gres", "gpu", "gpus", "gpu_model"})  # Snakemake's Resources: a mapping
+        if bad:
+            print(f"unie: error: {where}: {', '.join(bad)}: the rules ask for their GPUs themselves, in the one form "
+                  f"config key cluster.gpu_request names ({CLUSTER.gpu_request}), and this would add a second "
+                  f"(sbatch --gres and --gpus both); set cluster.gpu_request and cluster.gpu_model, and GPU counts "
+                  f"under resources:, in the config instead", file=sys.stderr)
+            sys.exit(1)
+
+
+_check_gpu_request_form()
 
 
 def run_path(path):
@@ -94,7 +133,7 @@ def rule_resources(rule_name, mem_mb=None, runtime=None, *, gpu=False, gpu_cpus=
     would stay pending forever)."""
     out = {}
     if gpu:
-        out["gpu"] = res(rule_name, "gpu", 0)
+        out.update(CLUSTER.gpu_resources(res(rule_name, "gpu", 0)))  # --gpus or --gres, the site's one form
         if gpu_cpus:
             out["cpus_per_gpu"] = cpus_per_gpu(rule_name)
     out["slurm_partition"] = partition(rule_name)
@@ -131,8 +170,11 @@ def held_cores():
 def partition(rule_name):
     """Slurm partition of a rule, from its GPU request: config['slurm_partitions']['gpu'] when it asks for a GPU,
     else ['cpu'] (defaults 'gpu' and 'cpu'; a site overrides them in the config or with
-    ``--config 'slurm_partitions={cpu: normal, gpu: a100}'``), so a GPU job never lands on a CPU partition."""
+    ``--config 'slurm_partitions={cpu: normal, gpu: a100}'``), so a GPU job never lands on a CPU partition; a
+    download rule goes to ['download'] where the site names one (it is then no local rule)."""
     names = {"cpu": "cpu", "gpu": "gpu", **config.get("slurm_partitions", {})}
+    if rule_name in DOWNLOAD_RULES and DOWNLOAD_PARTITION:  # a download submitted to the site's transfer partition
+        return DOWNLOAD_PARTITION
     return names["gpu" if res(rule_name, "gpu", 0) > 0 else "cpu"]
 
 

@@ -9,9 +9,9 @@ rule download:
     params:
         data=config["data"],
         seed=config["seed"],
-    # Hugging Face datasets are fetched on the submit host (compute nodes are often offline); the toy world's
-    # generation is an ordinary job
-    localrule: config["data"]["source"] == "hf"
+    # Hugging Face datasets are fetched on the submit host (compute nodes are often offline), or on the site's
+    # download partition (slurm_partitions.download); the toy world's generation is an ordinary job
+    localrule: config["data"]["source"] == "hf" and DOWNLOADS_LOCAL
     threads: 1
     resources:
         **rule_resources("download", 4000, 60),
@@ -26,8 +26,10 @@ rule tokenizer:
         run_path("logs/tokenizer.log"),
     params:
         tokenizer=config["tokenizer"],
-    localrule: True  # may download (paper profile): run on the submit host
+    localrule: DOWNLOADS_LOCAL  # may download (paper profile): the submit host, or the download partition
     threads: 1
+    resources:
+        **rule_resources("tokenizer", 4000, 30),
     script:
         "../scripts/tokenizer.py"
 

@@ -50,6 +50,12 @@ TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
 TASK_DATA = {k: v for k, v in DLLM.get("tasks", {}).items() if k != "average"}
 from unie.data.tasks import FORMAT as TASK_FORMAT  # noqa: E402
 LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
+# lm-eval's built-in tasks (paper profile: minerva_math500, gsm8k): rule prefetch_lmeval (prefetch.smk) loads each once
+# on the submit host, its Python helpers and its dataset; every lm-eval job reads its record, so a package that is
+# not installed, or a dataset that is not in HF_HOME, stops the run there, before any GPU job starts
+from unie.pipeline.prefetch import LMEVAL_RECORD, lmeval_tasks_read  # noqa: E402
+
+LMEVAL_TASKS_READ = {"lmeval_tasks": run_path(LMEVAL_RECORD)} if lmeval_tasks_read(config) else {}
 
 
 def local_task_files(task):
@@ -79,6 +85,7 @@ rule dllm_tasks:
 
 rule download_task_file:
     # a release file of a local paper task, fetched on the submit host (a localrule: compute nodes are often offline)
+    # or on the site's download partition
     output:
         "resources/paper_tasks/{task}/{file}",
     log:
@@ -88,8 +95,10 @@ rule download_task_file:
         revision=lambda wc: LOCAL_TASKS[wc.task].get("revision"),
     wildcard_constraints:
         task="|".join(LOCAL_TASKS) or "(?!)",
-    localrule: True
+    localrule: DOWNLOADS_LOCAL
     retries: 2
+    resources:
+        **rule_resources("download_task_file", 4000, 60),
     script:
         "../scripts/download_task_file.py"
 
@@ -166,7 +175,7 @@ rule dllm_train:
 def row_inputs(name):
     """The files a Table 3 row reads: the tasks, its model (and proxy), its backbone row's results (delta_to)."""
     row = DLLM["rows"][name]
-    out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else {}
+    out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else dict(LMEVAL_TASKS_READ)
     if LOCAL_TASKS:
         out["local_tasks"] = rules.dllm_local_tasks.output.yamls
     for role in ("model", "proxy"):
@@ -261,7 +270,7 @@ SWEEPS = list(DLLM.get("sweeps", {}).get("sets", {}))
 
 
 def sweep_inputs(sweep):
-    out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else {}
+    out = {"tasks": rules.dllm_tasks.output.yamls} if TOY_TASKS else dict(LMEVAL_TASKS_READ)
     if LOCAL_TASKS:
         out["local_tasks"] = rules.dllm_local_tasks.output.yamls
     for curve, spec in DLLM["sweeps"]["sets"][sweep].items():

@@ -1,6 +1,7 @@
 # Paper profile: Hugging Face evaluator models (GPT-2-large, Llama-2-7B, Llama-3-8B) for Table 2.
-# A localrule: compute nodes often have no internet, so the snapshot is fetched on the submit host
-# into resources/hf/{hf_model}/, which rule genppl reads with local_files_only (it never downloads).
+# A localrule: compute nodes often have no internet, so the snapshot is fetched on the submit host (or on the site's
+# download partition, slurm_partitions.download) into resources/hf/{hf_model}/, which the jobs read with
+# local_files_only (they never download).
 
 import re
 
@@ -17,8 +18,10 @@ rule download_hf_model:
     wildcard_constraints:
         # only the names of config['hf_models']; "(?!)" never matches (toy profile: no hf_models)
         hf_model="|".join(re.escape(name) for name in HF_MODELS) or "(?!)",
-    localrule: True
+    localrule: DOWNLOADS_LOCAL
     threads: 1
     retries: 2
+    resources:
+        **rule_resources("download_hf_model", 8000, 240),
     script:
         "../scripts/download_hf_model.py"

@@ -15,9 +15,11 @@ rule prefetch_lmeval:
         run_path("logs/prefetch/lmeval_tasks.log"),
     params:
         tasks=list(PREFETCH.lmeval_tasks),
-    localrule: True  # the submit host: where the hub is reachable
+    localrule: DOWNLOADS_LOCAL  # where the hub is reachable: the submit host, or the download partition
     threads: 1
     retries: 2
+    resources:
+        **rule_resources("prefetch_lmeval", 8000, 120),
     script:
         "../scripts/prefetch_lmeval.py"
 

@@ -65,9 +65,11 @@ rule download_released:
         repo_id=lambda wc: RELEASED[wc.model]["hf_id"],
     wildcard_constraints:
         model=_names(_HF_SOURCES),
-    localrule: True  # compute nodes are often offline: fetched on the submit host
+    localrule: DOWNLOADS_LOCAL  # compute nodes are often offline: the submit host, or the download partition
     threads: 1
     retries: 2
+    resources:
+        **rule_resources("download_released", 8000, 120),
     script:
         "../scripts/download_hf_model.py"
 

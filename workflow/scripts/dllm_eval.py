@@ -12,11 +12,11 @@ with job(snakemake) as log:
     from unie.dllm.lmeval import run_evaluation
     from unie.pipeline.launch import processes
     from unie.pipeline.tables_figures import dllm_effect
-    from unie.config.settings import LmEvalSettings
+    from unie.config.settings import LmEvalSettings, job_gpus
 
     d = snakemake.params.dllm
     lm = LmEvalSettings.from_dllm(d)
-    nproc = processes(snakemake.resources.get("gpu", 0), snakemake.params.device)
+    nproc = processes(job_gpus(snakemake.resources), snakemake.params.device)
     out = snakemake.output
     many = not isinstance(out.results, str)  # a model's job: one output of each kind per row, in the rows' order
 

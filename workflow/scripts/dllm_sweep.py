@@ -7,15 +7,20 @@ with job(snakemake) as log:
     import os
 
     from unie.dllm.lmeval import evaluate
+    from unie.dllm.rows import sweep_points
     from unie.pipeline.dllm_runs import run_sweep
 
     import shutil
 
     for (sweep, inputs), points in zip(snakemake.params.sweeps.items(), snakemake.output):  # in the sweeps' order
         out = os.path.dirname(points)  # the sweep's folder: points.json and one folder of lm-eval files per point
-        for entry in os.listdir(out) if os.path.isdir(out) else []:  # an earlier run's points: not mixed in
+        # what is not a point of this sweep goes; a point finished by an earlier attempt of this job is kept, and
+        # reused only where its record says it was made as it would be now (run_sweep)
+        names = {p["name"] for p in sweep_points(snakemake.params.dllm, sweep)}
+        for entry in os.listdir(out) if os.path.isdir(out) else []:
             path = os.path.join(out, entry)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            if entry not in names:
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         os.makedirs(out, exist_ok=True)
         run_sweep(sweep, snakemake.params.dllm, inputs, out, snakemake.params.device, evaluate, log=log,
                   precision=job_precision(snakemake))
