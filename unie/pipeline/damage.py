@@ -53,7 +53,8 @@ made again, with what is made from it (Snakemake would not remake it while what 
 
 **Set aside earlier** (:func:`find_orphans`): ``NAME.damaged`` without ``NAME`` (a run that was stopped before it
 remade it) is remade, unless the file that remakes it (a file a job writes beside its outputs, such as lm-eval's
-timestamped results, is remade with them) was made again after it was set aside.
+timestamped results, is remade with them) was made again after it was set aside (a set-aside file's modification
+time is when it was set aside).
 
 A damaged file no rule makes itself is remade by the rule of the nearest folder above it, or of a file beside it
 or in a folder above, that a rule makes (:func:`_remade_by`): lm-eval's files of a Table 3 row, a sweep or a map
@@ -531,9 +532,9 @@ def find_orphans(root=".", run: str = ".") -> list[str]:
 
 
 def _set_aside_at(path: Path) -> int:
-    """When ``path`` (a ``NAME.damaged``) was set aside: the rename is its last change (ns)."""
-    st = path.stat()
-    return max(st.st_mtime_ns, st.st_ctime_ns)
+    """When ``path`` (a ``NAME.damaged``) was set aside (ns): its modification time, set then
+    (:func:`_set_aside`; kept by a copy, ``cp -a``)."""
+    return path.stat().st_mtime_ns
 
 
 def another_run_active(root=".") -> bool:
@@ -580,6 +581,7 @@ def _set_aside(root: Path, d: Damaged, how: str | None) -> str:
     f = root / d.path
     try:
         os.replace(f, f.with_name(f.name + ".damaged"))
+        os.utime(f.with_name(f.name + ".damaged"))  # when it was set aside (find_orphans: remade since?)
     except OSError as e:
         folder = os.path.dirname(d.path) or "."
         raise SetAsideError(f"{d.path} is damaged: {d.problem}; it cannot be set aside as {d.path}.damaged "
