@@ -44,12 +44,11 @@ def record_pages(snakemake) -> list:
     """After a job: the record of each of its tables and figures (outputs with a suffix of
     :data:`unie.core.integrity.PAGE_SUFFIXES`: CSV, LaTeX, Markdown, PNG, PDF, HTML), beside it
     (:func:`unie.core.integrity.write_page_record`), with the rule and the identities of the job's inputs."""
+    pages = [f for f in _job_files(snakemake, "output") if f.endswith(integrity.PAGE_SUFFIXES) and os.path.isfile(f)]
+    if not pages:
+        return []
     made_by, made_from = _provenance()
-    out = []
-    for f in _job_files(snakemake, "output"):
-        if f.endswith(integrity.PAGE_SUFFIXES) and os.path.isfile(f):
-            out.append(integrity.write_page_record(f, made_by, made_from))
-    return out
+    return [integrity.write_page_record(f, made_by, made_from) for f in pages]
 
 
 class _Log:
