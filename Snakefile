@@ -52,12 +52,13 @@ if workflow.is_main_process:
     if _earlier:
         print(_earlier, file=sys.stderr)
 
-# Before the jobs are planned, a damaged file (weights, tokens, a result whose bytes differ from the hash recorded
-# when they were written) is set aside as NAME.damaged and remade in the same run, whatever the target, with what is
-# made from it; so is a file set aside earlier and not remade; an input replaced by one with an old modification
-# time gets the current one (unie.pipeline.damage, unie.pipeline.run).  A dry run plans the same jobs and renames
-# nothing.  Only in the run that plans the jobs, never inside a cluster job or beside another run.  After a SIGTERM
-# the run says what happened (jobs finished, none failed, rerun to continue).
+# Before the jobs are planned, a damaged file (a model's weights or config.json, tokens, a result, a table or figure
+# whose bytes differ from the hash recorded when they were written, or that lost its hash) is set aside as
+# NAME.damaged and remade in the same run, whatever the target, with what is made from it; so is a file set aside
+# earlier and not remade, and a deleted file something was made from; an input replaced by one with an old
+# modification time gets the current one (unie.pipeline.damage, unie.pipeline.run).  A dry run plans the same jobs
+# and renames nothing.  Only in the run that plans the jobs, never inside a cluster job; beside another run it says
+# it skipped them.  After a SIGTERM the run says what happened (jobs finished, none failed, rerun to continue).
 STOP = StopReport()
 STARTED = __import__("time").time()  # this invocation's start: its timeline keeps the jobs that began after it
 if workflow.is_main_process:

@@ -90,11 +90,43 @@ def test_broken_yaml_is_one_line(tmp_path):
 @pytest.mark.parametrize("args, expected", [
     (["--config", "sed=1"], "--config: config key 'sed': unknown key; did you mean 'seed'?"),
     (["--configfile", "my.yaml"], "my.yaml: config key 'sampling.stpes': unknown key; did you mean 'steps'?"),
+    (["--configfile", "bound.yaml"], "bound.yaml: config key 'models.mdlm.train.steps': -5 must be >= 1"),
 ])
 def test_snakemake_prints_the_one_line_and_no_schema(tmp_path, args, expected):
     _overlay(tmp_path, CASES["nested typo"][1])
+    smoke = (REPO / "config" / "smoke.yaml").read_text()
+    (tmp_path / "bound.yaml").write_text(smoke.replace("train: {steps: 40,", "train: {steps: -5,", 1))
     r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n",
                         *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     hint = " (--verbose: the schema's full report)" if args[0] == "--config" else ""
     assert r.stderr.strip().splitlines() == [f"unie: config error: {expected}{hint}"], r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("where", [("models", "mdlm", "train"), ("dllm", "models", "llada", "train")])
+def test_a_bound_in_a_file_names_the_file_and_the_key(tmp_path, where):
+    """``steps: -5`` in a profile: the training options' own bound (TrainConfig), named by its config key and file."""
+    f = _overlay(tmp_path, {})
+    cfg = yaml.safe_load(f.read_text())
+    node = cfg
+    for key in where:
+        node = node[key]
+    node["steps"] = -5
+    f.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with pytest.raises(ConfigError) as e:
+        workflow_config([f])
+    assert str(e.value) == f"{f}: config key '{'.'.join(where)}.steps': -5 must be >= 1"
+
+
+@pytest.mark.parametrize("text, problem", [("seed: [1\n", r"not valid YAML \(line \d+, column \d+\)"),
+                                           ("- seed: 1\n", "expected a mapping at the top level")])
+def test_a_file_that_is_not_a_mapping_is_one_line_in_check_config(tmp_path, capsys, monkeypatch, text, problem):
+    """What Snakemake's own reading of ``--configfile`` reports without the file's name (it reads the files before
+    the workflow starts: README), ``unie check-config FILE`` names."""
+    import re
+
+    (tmp_path / "bad.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check-config", "bad.yaml"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(rf"unie: config error: bad\.yaml: {problem}.*", line), line

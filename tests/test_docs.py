@@ -220,6 +220,11 @@ def fake_results(root: Path) -> Path:
                    "n": 200, "delta": d, "delta_se": s} for r, lab, c, v, d, s in rows]
                  ).to_csv(root / "tables" / "table3_dllm.csv", index=False)
     (root / "tables" / "paper_vs_ours.md").write_text("# The paper's numbers beside ours\n\n## Table 1\n\nx\n")
+    from unie.core.integrity import write_page_record
+
+    for f in (root / "tables").iterdir():  # as the table rules' jobs leave them: each with its record
+        if f.is_file():
+            write_page_record(f)
     return root
 
 
@@ -237,6 +242,11 @@ def test_the_results_page_is_generated_from_the_csvs(tmp_path):
     assert "| LLaDA-like | 31.0 | 26.0 | 28.5 |" in page
     assert "### The paper's numbers beside ours" in page and "#### Table 1" in page  # included one level down
     assert "Table 2" not in page  # a missing table is left out, not invented
+    csv = results / "tables" / "table1_ppl.csv"  # one digit edited: refused, naming the file
+    csv.write_text(csv.read_text().replace("12.634", "92.634"))
+    r = subprocess.run([sys.executable, str(REPO / "workflow" / "scripts" / "docs_results.py"), str(results), str(out)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode != 0 and f"{csv} is damaged: its content hash" in r.stderr and out.read_text() == page
 
 
 def test_an_unknown_table_still_gets_a_section():

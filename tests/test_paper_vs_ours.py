@@ -13,6 +13,7 @@ import pytest
 import yaml
 from paper_tex import cell_values, parse_tex_table
 
+from unie.core.integrity import DamagedFileError, write_page_record
 from unie.pipeline.paper_vs_ours import paper_vs_ours
 from unie.report.paper import (compare, kendall_tau_b, orderings, ours_long, paper_columns, paper_row, render, sections,
                                step_map)
@@ -176,9 +177,15 @@ def test_missing_tables_are_listed_with_their_reason(tmp_path):
     assert "no paper values for `table9`" in reasons["table9"]
     paths = {ext: tmp_path / f"pvo.{ext}" for ext in ("md", "tex", "csv")}
     t1.to_csv(tmp_path / "t1.csv", index=False)
+    write_page_record(tmp_path / "t1.csv", "table1")  # as rule table1's job leaves it
     md = paper_vs_ours(VALUES_PATH, {"table1_ppl": tmp_path / "t1.csv"}, profile="toy", evaluators=[], steps=[],
                        md_path=paths["md"], tex_path=paths["tex"], csv_path=paths["csv"], log=lambda _: None)
     assert paths["md"].read_text() == md and md.count("Not compared:") == 4
     long = pd.read_csv(paths["csv"])
     assert set(long.table) == {"table1_ppl"} and long.ours.notna().sum() == 2
     assert "| OWT | 2 | AR | AR | yes | +1.00 |" in md
+    t1.assign(ppl=[12.0, 19.0, 1.0]).to_csv(tmp_path / "t1.csv", index=False)  # an edited table is not compared
+    with pytest.raises(DamagedFileError, match=r"t1\.csv is damaged: .*rule table1 remakes it"):
+        paper_vs_ours(VALUES_PATH, {"table1_ppl": tmp_path / "t1.csv"}, profile="toy", evaluators=[], steps=[],
+                      md_path=paths["md"], tex_path=paths["tex"], csv_path=paths["csv"], log=lambda _: None)
+    assert paths["md"].read_text() == md

@@ -114,7 +114,13 @@ def _records(job, tmp_path, precision: str) -> tuple[dict, dict, dict]:
     meta = run_sampler(dataclasses.replace(job, precision=precision), 2, samples, **quiet)
     genppl = evaluate_samples(samples, root / "tok", {"ar": {"kind": "model"}}, "all", {"ar": str(root / "ar")},
                               domain="owt", precision=precision, **quiet)
-    ppl = model_ppl("m", root / "mdlm", root / "tok", {"owt": samples}, precision=precision, **quiet)
+    from unie.data.tokenizer import load_tokenizer
+    from unie.data.tokens import load_tokens, write_token_file
+
+    tokens = tmp_path / "owt" / f"{precision}.parquet"  # the samples as a token file (rule tokenize's metadata)
+    write_token_file(tokens, [load_tokens(samples).numpy()], 8,
+                     {"tokenizer": load_tokenizer(root / "tok").info()["fingerprint"]})
+    ppl = model_ppl("m", root / "mdlm", root / "tok", {"owt": tokens}, precision=precision, **quiet)
     return meta, genppl, ppl
 
 

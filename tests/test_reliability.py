@@ -303,16 +303,70 @@ def test_damaged_weights_are_refused_with_one_line_naming_the_file(saved, damage
     assert isinstance(e.value, CheckpointError) and isinstance(e.value, DamagedFileError)
 
 
-def test_unreadable_weights_without_a_record_and_a_broken_config_name_the_file(saved):
+def _predating(saved: Path) -> None:
+    """``saved`` as a checkpoint written before weights records and config hashes: a config.json without them,
+    weights whose header records no network."""
+    from safetensors.torch import load_file, save_file
+
     meta = json.loads((saved / "config.json").read_text())
-    del meta["weights"]  # a checkpoint written before hashes were recorded
+    for key in ("weights", "content_sha256"):
+        del meta[key]
     (saved / "config.json").write_text(json.dumps(meta))
+    save_file(load_file(saved / "model.safetensors"), saved / "model.safetensors")
+
+
+def test_unreadable_weights_without_a_record_and_a_broken_config_name_the_file(saved):
+    _predating(saved)
+    load_model(saved)  # taken as it is: its weights say it predates the records
     _truncate(saved / "model.safetensors", 0.5)
     with pytest.raises(DamagedCheckpointError, match=r"model\.safetensors is damaged: safetensors cannot read it"):
         load_model(saved)
     (saved / "config.json").write_text('{"model": ')
     with pytest.raises(DamagedCheckpointError, match=r"config\.json is damaged: not valid JSON"):
         load_model(saved)
+
+
+def _edit_config(saved: Path, change, rehash: bool = False) -> None:
+    """``change(meta)`` applied to the config.json of ``saved``, its modification time kept (with ``rehash``, its
+    content hash recomputed, as an editor who knows the format would)."""
+    from unie.core.integrity import json_digest
+
+    cfg = saved / "config.json"
+    st = cfg.stat()
+    meta = json.loads(cfg.read_text())
+    change(meta)
+    if rehash:
+        meta["content_sha256"] = json_digest(meta)
+    cfg.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("edit, problem", [
+    ("n_heads", "its values differ from the content hash it recorded"),
+    ("n_heads, hash recomputed", "it describes another network than the one its weights were saved with"),
+    ("hash fields deleted", "it carries no content hash, although its weights were written with one for it"),
+    ("weights record deleted", "its values differ from the content hash it recorded"),
+])
+def test_a_model_is_its_weights_and_its_config(saved, edit, problem):
+    """``n_heads`` 2 -> 1 keeps every tensor's shape: without the config's hash the model would load as another
+    network.  Each edit of config.json (its mtime kept) is refused on load with one line naming it, and found by
+    the check before planning, which remakes the weights (rule train)."""
+    from unie.core.integrity import file_sha256
+
+    before = file_sha256(saved / "model.safetensors")
+    change = {"n_heads": lambda m: m["model"].update(n_heads=1),
+              "n_heads, hash recomputed": lambda m: m["model"].update(n_heads=1),
+              "hash fields deleted": lambda m: m.pop("content_sha256"),
+              "weights record deleted": lambda m: m.pop("weights")}[edit]
+    _edit_config(saved, change, rehash=edit.endswith("recomputed"))
+    with pytest.raises(DamagedCheckpointError) as e:
+        load_model(saved)
+    assert str(e.value).startswith(f"{saved / 'config.json'} is damaged: {problem}") and "\n" not in str(e.value)
+    root = saved.parents[2]
+    (found,) = find_damaged(root, cache_path=None)
+    assert (found.path, found.output) == ("results/models/m/config.json", "results/models/m/model.safetensors")
+    assert found.problem.startswith(problem)
+    assert file_sha256(saved / "model.safetensors") == before  # the weights themselves are fine
 
 
 def test_damaged_token_files_are_refused(toy, tmp_path):
@@ -494,8 +548,10 @@ def test_dllm_training_tensors_are_checked_against_meta_json(tmp_path):
     d.mkdir(parents=True)
     x = torch.arange(600).view(20, 30)
     torch.save(x, d / "bpe_dllm_sft.pt")
+    from unie.core.integrity import write_json
+
     meta = {"files": {"bpe_dllm_sft.pt": file_record(d / "bpe_dllm_sft.pt")}}
-    (d / "meta.json").write_text(json.dumps(meta))
+    write_json(meta, d / "meta.json")  # as rule dllm_data writes it: with its content hash
     y, digest = load_dllm_tensor(d, "bpe_dllm_sft.pt", meta)
     assert torch.equal(x, y) and digest == meta["files"]["bpe_dllm_sft.pt"]["sha256"]
     assert find_damaged(tmp_path, cache_path=None) == []
@@ -655,13 +711,19 @@ def test_a_result_json_carries_its_content_hash_and_a_one_digit_edit_is_named(tm
     assert str(e.value) == (f"{p} is damaged: its values differ from the content hash it recorded when it was "
                             "written (an edited or corrupted value); rerun the workflow: it sets the file aside "
                             "before planning and rule ppl remakes it in the same run")
-    # a file without a hash (older, or another program's) is still checked where its numbers allow it
+    # without its hash fields (deleted: the values would otherwise be read unchecked) it is refused
+    stripped = {k: v for k, v in raw.items() if k not in ("content_sha256", "made_by", "made_from", "records")}
+    p.write_text(json.dumps(stripped))
+    with pytest.raises(DamagedFileError, match=r"mdlm\.json is damaged: it carries no content hash, although every "
+                                               r"result file of this workflow is written with one"):
+        read_json(p)
+    # a JSON another program writes (lm-eval's) is checked where its numbers allow it
     bad = _ppl_result()
     bad["domains"]["owt"]["ppl"] = 14.597986587527
     (tmp_path / "old.json").write_text(json.dumps(bad))
     with pytest.raises(DamagedFileError, match=r"old\.json is damaged: its numbers disagree: domains\.owt ppl "
                                                r"14\.597986587527 is not exp\(nll_per_token 4\.3121"):
-        read_json(tmp_path / "old.json")
+        read_json(tmp_path / "old.json", hashed=False)
 
 
 def test_lm_eval_numbers_must_agree_with_their_count(tmp_path):
@@ -753,7 +815,7 @@ def test_a_replaced_input_with_an_old_mtime_gets_the_current_one(tmp_path, toy, 
     train_from_spec("m", _spec(steps=2), tokens, "resources/tokenizer", "results/models/m", "results/checkpoints/m",
                     seq_len=8, log=_quiet)
     made = json.loads(Path("results/models/m/config.json").read_text())["extra"]["made_from"]
-    assert list(made) == [str(tokens)] and find_stale(".") == []
+    assert list(made) == [str(tokens), "resources/tokenizer"] and find_stale(".") == []  # every file it read
     old = os.stat(tokens).st_mtime_ns - 10**12
     tokens.write_bytes((toy / "train1.parquet").read_bytes())  # other tokens, an old modification time
     os.utime(tokens, ns=(old, old))

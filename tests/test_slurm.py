@@ -98,9 +98,10 @@ def _launch_dir(path: Path) -> Path:
 
 
 # provenance that hashes files holding timings (a samples Parquet's metadata, lm-eval's results JSON, a timing
-# JSON a figure was made from): those files are compared themselves, timings aside.  A model's made_from (its
-# token files, its data tensors, the weights it started from) holds no timing and is compared.
-PROVENANCE_KEYS = ("content_sha256", "records", "made_from")
+# JSON a figure was made from, a model's training history in its config's `files`): those files are compared
+# themselves, timings aside.  A model's made_from (its token files, its data tensors, the weights it started from)
+# holds no timing and is compared.
+PROVENANCE_KEYS = ("content_sha256", "records", "made_from", "files")
 
 
 def _strip_timing(obj, keep=()):

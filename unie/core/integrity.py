@@ -15,8 +15,17 @@
   was computed on); :func:`read_json` checks the hash and the numbers that must agree (:func:`check_numbers`: a
   perplexity is the exponential of its NLL) before anything reads the values, and returns the object as its writer
   gave it (without these keys).
+* :func:`write_page_record` / :func:`verify_page`: a table or figure (CSV, LaTeX, Markdown, PNG, PDF, HTML: files
+  with no room for a hash of their own) is covered by a record beside it, ``.records/NAME.json`` (:func:`record_path`:
+  a result JSON with ``made_by``, ``made_from`` and its ``records`` entry), written by the job that wrote the file
+  (:func:`unie.pipeline.rule.job`); whatever reads the file for a page checks it there first (:func:`read_page_text`,
+  :func:`read_page_bytes`), and a file without its record is refused as one without a hash.
 * :class:`DamagedFileError`: the one-line error for a file that is missing a part, or whose bytes differ from
   the ones recorded; it names the file and what to do.
+
+A content hash without a key tells a file changed by accident (bit rot, a truncation, an edit that did not
+recompute it) from the file that was written; it is no signature: whoever edits a value can recompute the hash
+(docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -76,15 +85,20 @@ def verify_file(path, record: dict, fix: str | None = None) -> str:
         st = p.stat()
     except FileNotFoundError:
         raise DamagedFileError(p, "the file is missing although its metadata lists it", fix) from None
+    return _compare(p, st.st_size, lambda: file_sha256(p), record, fix)
+
+
+def _compare(p: Path, size: int, digest: Callable[[], str], record: dict, fix: str | None) -> str:
+    """``digest()`` (the hash of ``p``'s bytes, ``size`` of them) after checking both against ``record``."""
     want_bytes = record.get("bytes")
-    if want_bytes is not None and st.st_size != int(want_bytes):
-        what = "truncated" if st.st_size < int(want_bytes) else "longer than written"
-        raise DamagedFileError(p, f"{what} ({st.st_size} bytes, {int(want_bytes)} when written)", fix)
-    digest = file_sha256(p)
-    if record.get("sha256") and digest != record["sha256"]:
-        raise DamagedFileError(p, f"its content hash {digest[:12]}... differs from the {record['sha256'][:12]}... "
+    if want_bytes is not None and size != int(want_bytes):
+        what = "truncated" if size < int(want_bytes) else "longer than written"
+        raise DamagedFileError(p, f"{what} ({size} bytes, {int(want_bytes)} when written)", fix)
+    got = digest()
+    if record.get("sha256") and got != record["sha256"]:
+        raise DamagedFileError(p, f"its content hash {got[:12]}... differs from the {record['sha256'][:12]}... "
                                   "recorded when it was written (changed or corrupted bytes)", fix)
-    return digest
+    return got
 
 
 def _new_file_mode() -> int:
@@ -243,13 +257,24 @@ def check_numbers(obj) -> str | None:
     return _ppl_mismatch(obj)
 
 
-def check_json(obj, path):
+NO_HASH = ("it carries no content hash, although every result file of this workflow is written with one (its "
+           "hash fields were removed, or another program wrote it)")
+
+
+def check_json(obj, path, hashed: bool = True):
     """``obj`` (parsed from ``path``) checked against its content hash and :func:`check_numbers`, without the
-    writer's :data:`ENVELOPE` keys.  An object without a hash (written before hashes were recorded, or by another
-    program) is only checked for its numbers.  Raises :class:`DamagedFileError` naming ``path``."""
+    writer's :data:`ENVELOPE` keys.  ``hashed``: the file is one this workflow writes with its hash (every result
+    file: one without it is refused, :data:`NO_HASH`); ``hashed=False`` for a JSON another program writes (lm-eval's
+    results, whose record is in another file), which is then only checked for its numbers.  Raises
+    :class:`DamagedFileError` naming ``path``."""
     if not isinstance(obj, dict):
+        if hashed:
+            raise DamagedFileError(path, "not a JSON object (every result file of this workflow is one, carrying its "
+                                         "content hash)", fix_by_rerun())
         return obj
     fix = fix_by_rerun(obj.get(MADE_BY) if isinstance(obj.get(MADE_BY), str) else None)
+    if hashed and HASH_KEY not in obj:
+        raise DamagedFileError(path, NO_HASH, fix)
     if HASH_KEY in obj and json_digest(obj) != obj[HASH_KEY]:
         raise DamagedFileError(path, "its values differ from the content hash it recorded when it was written "
                                      "(an edited or corrupted value)", fix)
@@ -285,7 +310,81 @@ def records_of(holder) -> dict:
     return {os.path.normpath(k): v for k, v in (recs or {}).items()}
 
 
-def read_json(path, what: str = "result file"):
+def read_json(path, what: str = "result file", hashed: bool = True):
     """A JSON file, checked (:func:`check_json`: its content hash and numbers) before its values are used; a
-    missing, unparsable or changed one raises an error that names it and the fix."""
-    return check_json(parse_json(path, what), Path(path))
+    missing, unparsable or changed one, or one without its hash (unless ``hashed=False``: a file another program
+    writes), raises an error that names it and the fix."""
+    return check_json(parse_json(path, what), Path(path), hashed)
+
+
+# ---------------------------------------------------------------------- tables and figures: a record beside each
+PAGE_SUFFIXES = (".csv", ".tex", ".md", ".png", ".pdf", ".html")  # files with no room for a hash of their own
+RECORD_DIR = ".records"
+
+
+def record_path(path) -> Path:
+    """Where the record of a table or figure is kept: ``DIR/.records/NAME.json`` beside ``DIR/NAME``."""
+    p = Path(path)
+    return p.parent / RECORD_DIR / f"{p.name}.json"
+
+
+def covered_by_record(record) -> Path:
+    """The file a record (:func:`record_path`) covers: ``DIR/.records/NAME.json`` -> ``DIR/NAME``."""
+    r = Path(record)
+    return r.parent.parent / r.name[: -len(".json")]
+
+
+def is_record(path) -> bool:
+    p = Path(path)
+    return p.parent.name == RECORD_DIR and p.name.endswith(".json")
+
+
+def write_page_record(path, made_by: str | None = None, made_from: dict | None = None) -> Path:
+    """Record the size and SHA-256 of the table or figure ``path`` (written just before) in its record
+    (:func:`record_path`), with the rule that made it and the identities of what it was made from."""
+    return write_json({"file": Path(path).name}, record_path(path), made_by=made_by, made_from=made_from,
+                      records=[path])
+
+
+def _page_record(path) -> tuple[dict, str | None]:
+    """``(record, fix)`` of the table or figure ``path`` from its record file (checked itself first)."""
+    p, holder = Path(path), record_path(path)
+    if not holder.exists():
+        if not p.exists():
+            raise FileNotFoundError(f"missing table or figure: {p} does not exist (rerun the workflow: it remakes it)")
+        raise DamagedFileError(p, f"it has no record of its content hash ({holder} is missing; every table and "
+                                  "figure of this workflow is written with one)", fix_by_rerun())
+    obj = parse_json(holder, "record")
+    check_json(obj, holder)
+    fix = fix_by_rerun(obj.get(MADE_BY) if isinstance(obj.get(MADE_BY), str) else None)
+    record = next((r for k, r in (obj.get(RECORDS) or {}).items() if Path(k).name == p.name), None)
+    if record is None:
+        raise DamagedFileError(holder, f"it does not record {p.name}", fix)
+    return record, fix
+
+
+def verify_page(path) -> str:
+    """Check the table or figure ``path`` against its record (:func:`record_path`); returns its SHA-256.  A missing,
+    edited or truncated file, a missing or edited record: a :class:`DamagedFileError` naming the file (or the
+    record) and the rule that remakes it."""
+    record, fix = _page_record(path)
+    return verify_file(path, record, fix)
+
+
+def read_page_bytes(path) -> bytes:
+    """A table's or figure's bytes, checked against its record (:func:`verify_page`) as they are read (the bytes
+    returned are the bytes checked)."""
+    record, fix = _page_record(path)
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise DamagedFileError(p, "the file is missing although its record lists it", fix) from None
+    _compare(p, len(data), lambda: hashlib.sha256(data).hexdigest(), record, fix)
+    return data
+
+
+def read_page_text(path) -> str:
+    """A table's text (CSV, LaTeX, Markdown, HTML), checked against its record as it is read
+    (:func:`read_page_bytes`)."""
+    return read_page_bytes(path).decode("utf-8")

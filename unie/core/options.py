@@ -102,6 +102,10 @@ def from_dict(cls, d: dict | None, where: str | None = None):
         return cls(**kwargs)
     except TypeError as e:  # a required field is missing
         raise ConfigError(f"{where}: {e}") from None
+    except ConfigError as e:
+        if getattr(e, "field", None) is None:
+            raise
+        key_error(f"{where}.{e.field}", e.problem)  # a bound of the dataclass (_at_least), with its config key
 
 
 def to_dict(obj) -> dict:
@@ -124,7 +128,9 @@ def _at_least(obj, **minimum) -> None:
     """The fields named have at least the given values (the dataclass is the one home of these bounds)."""
     for name, low in minimum.items():
         if getattr(obj, name) < low:
-            raise ConfigError(f"{type(obj).__name__}: {name}={getattr(obj, name)} must be >= {low}")
+            e = ConfigError(f"{type(obj).__name__}: {name}={getattr(obj, name)} must be >= {low}")
+            e.field, e.problem = name, f"{getattr(obj, name)!r} must be >= {low}"  # from_dict names the config key
+            raise e
 
 
 @dataclass(frozen=True)

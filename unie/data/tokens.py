@@ -160,6 +160,50 @@ def read_token_meta(path) -> dict | None:
         raise DamagedFileError(path, f"its {META_KEY} metadata is not valid JSON") from None
 
 
+class TokenFileError(DamagedFileError):
+    """A Parquet file read as a token file that is not the one the rule expects: no ``unie.tokens`` metadata (not
+    written by rule tokenize), or metadata naming another dataset, split or tokenizer (another file copied over
+    it).  The message names the file, what it holds and what was expected."""
+
+
+def token_place(path) -> tuple[str, str]:
+    """``(dataset, split)`` a token file's place says it holds: ``.../tokenized/{dataset}/{split}.parquet``."""
+    p = Path(path)
+    return p.parent.name, p.stem
+
+
+def check_token_file(path, dataset: str | None = None, split: str | None = None, tokenizer: str | None = None,
+                     meta: dict | None = None) -> dict:
+    """The metadata of token file ``path`` once it is known to be the file a rule expects: written by rule
+    tokenize (its ``unie.tokens`` metadata) for ``dataset`` and ``split`` (its ``source``) with the tokenizer of
+    fingerprint ``tokenizer`` (each checked when given).  Anything else is a one-line :class:`TokenFileError`.
+    ``meta``: the metadata, when already read."""
+    meta = read_token_meta(path) if meta is None else meta
+    if meta is None:
+        raise TokenFileError(path, f"it has no {META_KEY} metadata: not a token file written by rule tokenize (a "
+                                   "Parquet file of other tokens copied over it?)")
+    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    holds = {"dataset": source.get("dataset"), "split": source.get("split"), "tokenizer": meta.get("tokenizer")}
+    expected = {"dataset": dataset, "split": split, "tokenizer": tokenizer}
+    wrong = [k for k, v in expected.items() if v is not None and holds[k] is not None and holds[k] != v]
+    if wrong:
+        said = ", ".join(f"{k} {holds[k]!r}" for k in wrong)
+        wanted = ", ".join(f"{k} {expected[k]!r}" for k in wrong)
+        raise TokenFileError(path, f"its metadata says it holds {said}, where {wanted} is expected (another token "
+                                   "file copied over it?)")
+    return meta
+
+
+def load_expected_tokens(path, tokenizer: str | None, dataset: str | None = None,
+                         limit: int | None = None) -> torch.Tensor:
+    """:func:`load_tokens` of a rule's token input, once :func:`check_token_file` found it to be what the rule
+    expects: the dataset (``dataset``, else the one its place names: :func:`token_place`), the split its place names
+    and the tokenizer of fingerprint ``tokenizer``."""
+    place = token_place(path)
+    check_token_file(path, dataset or place[0], place[1], tokenizer)
+    return load_tokens(path, limit)
+
+
 def _open_parquet(path) -> pq.ParquetFile:
     # without pre_buffer pyarrow would cache every row group's compressed bytes as it goes (the whole file)
     return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True)

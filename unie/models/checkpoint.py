@@ -4,8 +4,15 @@
 a released checkpoint imported by rule ``import_released`` and of what is fine-tuned from it), the method that trained the weights (``mdlm``, ``ar``,
 ...), the tokenizer fingerprint (so a mismatch is caught on load, not as garbage samples), the size and SHA-256
 of ``model.safetensors`` (``weights``: safetensors has no checksum, so a flipped byte is caught on load instead of
-being used) and any method-specific metadata.  Both files are written atomically, the weights first: a
-``config.json`` always describes the weights beside it.  Loading never unpickles: weights come from safetensors.
+being used), the size and SHA-256 of the other files of the folder (``files``: the training history, the DLLM
+models' tokenizer), any method-specific metadata, and its own content hash (``content_sha256``, as a result JSON:
+:func:`unie.core.integrity.json_digest`), so that an edit of the architecture (``n_heads`` 2 -> 1 keeps every
+tensor's shape) is caught on load and not read as another network.  The weights' safetensors header records the
+digest of the network the config describes (:data:`NETWORK_KEY`, :func:`network_digest`): weights written with it
+refuse a ``config.json`` without its content hash (removed), or one that describes another network; weights
+without it predate these records and say so.  A model is the two files together.  Both are written atomically,
+the weights first: a ``config.json`` always describes the weights beside it.  Loading never unpickles: weights
+come from safetensors.
 
 Every failure to load names the file and what to do: :class:`CheckpointError` for a missing or wrong checkpoint,
 :class:`DamagedCheckpointError` (also a :class:`~unie.core.integrity.DamagedFileError`) for a damaged one.
@@ -21,7 +28,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.errors import InputError
-from ..core.integrity import DamagedFileError, atomic_write, atomic_write_text, file_record, verify_file
+from ..core.integrity import (HASH_KEY, DamagedFileError, atomic_write, atomic_write_text, file_record, json_digest,
+                              verify_file)
 from ..core.options import ModelConfig, from_dict
 from ..core.registry import BACKBONES
 
@@ -39,12 +47,26 @@ def _fix(ckpt_dir) -> str:
             "retrains the model in the same run")
 
 
-def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict, extra: dict | None = None) -> None:
-    """Write ``out_dir/model.safetensors`` and ``out_dir/config.json`` (atomically, config last)."""
+NETWORK_KEY = "unie.network_sha256"  # the safetensors header's record of the network its config.json describes
+NETWORK_FIELDS = ("backbone", "arch", "model", "method", "tokenizer")  # what builds the network and reads its ids
+
+
+def network_digest(meta: dict) -> str:
+    """The digest of what in a ``config.json`` builds the network and reads its token ids (the backbone, the
+    architecture, the method and its options, the tokenizer): deterministic for a given model, so that retrained
+    weights are byte for byte the same (the training's timings and history stay out of it)."""
+    extra = meta.get("extra") if isinstance(meta.get("extra"), dict) else {}
+    return json_digest({**{k: meta.get(k) for k in NETWORK_FIELDS}, "options": extra.get("options")})
+
+
+def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict, extra: dict | None = None,
+               files=()) -> None:
+    """Write ``out_dir/model.safetensors`` and ``out_dir/config.json`` (atomically, config last, with its content
+    hash); ``files``: names of other files of ``out_dir``, written before, whose size and SHA-256 the config
+    records (``files``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in net.state_dict().items()}
-    weights = atomic_write(out / "model.safetensors", lambda tmp: save_file(state, str(tmp)))
     from .dit import DiTConfig
 
     meta = {
@@ -53,13 +75,57 @@ def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict,
         "model": dataclasses.asdict(net.cfg),
         "method": method,
         "tokenizer": tokenizer_info,
-        "weights": {"file": weights.name, **file_record(weights)},
         "extra": extra or {},
     }
+    meta = json.loads(json.dumps(meta))  # as it is read back (tuples as lists)
+    header = {NETWORK_KEY: network_digest(meta)}
+    weights = atomic_write(out / "model.safetensors", lambda tmp: save_file(state, str(tmp), metadata=header))
+    meta["weights"] = {"file": weights.name, **file_record(weights)}
+    if files:
+        meta["files"] = {str(name): file_record(out / name) for name in files}
+    meta[HASH_KEY] = json_digest(meta)
     atomic_write_text(out / "config.json", json.dumps(meta, indent=2, sort_keys=True))
 
 
+def weights_header(path) -> dict:
+    """The ``__metadata__`` of a safetensors file's header (read without loading a tensor), ``{}`` if it has none
+    or cannot be read (the weights' own check then names the damage)."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > 100 << 20:
+                return {}
+            header = json.loads(f.read(n))
+    except (OSError, struct.error, ValueError):
+        return {}
+    found = header.get("__metadata__") if isinstance(header, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def config_problem(meta: dict, weights) -> str | None:
+    """What is wrong with a parsed ``config.json`` beside ``weights`` (None: nothing): its values differ from its
+    content hash; it has none although its weights were written with a record of their network (the hash was
+    removed); it describes another network than the one its weights were saved with.  A config without a hash
+    beside weights without that record predates these records and is taken as it is."""
+    if not isinstance(meta, dict):
+        return "not a JSON object"
+    marked = weights_header(weights).get(NETWORK_KEY) if Path(weights).exists() else None
+    if HASH_KEY in meta:
+        if json_digest(meta) != meta[HASH_KEY]:
+            return ("its values differ from the content hash it recorded when it was written (an edited or corrupted "
+                    "value)")
+    elif marked is not None:
+        return ("it carries no content hash, although its weights were written with one for it (its hash fields "
+                "were removed)")
+    if marked is not None and "model" in meta and marked != network_digest(meta):
+        return "it describes another network than the one its weights were saved with (an edited architecture)"
+    return None
+
+
 def read_meta(ckpt_dir) -> dict:
+    """A checkpoint's ``config.json``, checked (:func:`config_problem`) and without its content hash."""
     p = Path(ckpt_dir) / "config.json"
     if not p.exists():
         raise CheckpointError(f"missing checkpoint: {p} does not exist (train the model first)")
@@ -75,7 +141,12 @@ def read_meta(ckpt_dir) -> dict:
         raise CheckpointError(f"{p} is not a unie checkpoint's config.json (no 'model'/'method'): a unie model "
                               "folder (results/models/NAME) holds the config.json and model.safetensors that "
                               "training wrote")
-    return meta
+    wfile = meta.get("weights", {}).get("file", "model.safetensors") if isinstance(meta.get("weights"), dict) \
+        else "model.safetensors"
+    problem = config_problem(meta, Path(ckpt_dir) / wfile)
+    if problem:
+        raise DamagedCheckpointError(p, problem, _fix(ckpt_dir))
+    return {k: v for k, v in meta.items() if k != HASH_KEY}
 
 
 def verify_weights(ckpt_dir, meta: dict | None = None) -> Path:

@@ -1,7 +1,8 @@
-"""What a run remakes before it plans its jobs: damaged outputs, outputs whose inputs were replaced, and outputs set
-aside earlier and not remade.  Snakemake alone would take a damaged file (a truncated or changed file keeps its
-modification time or looks newer) as up to date and use it, would not notice a file replaced by one with an old
-modification time (``cp -p``, ``rsync -a``), and does not remake a missing file whose consumers are up to date.
+"""What a run remakes before it plans its jobs: damaged outputs, outputs whose inputs were replaced or deleted, and
+outputs set aside earlier and not remade.  Snakemake alone would take a damaged file (a truncated or changed file
+keeps its modification time or looks newer) as up to date and use it, would not notice a file replaced by one with
+an old modification time (``cp -p``, ``rsync -a``), and does not remake a missing file whose consumers are up to
+date.
 
 :func:`plan_rebuilds` (called by the Snakefile before the DAG is built) returns the files the run must remake, which
 the Snakefile adds to the run's forced files (Snakemake's ``--forcerun``: a forced file is also a target), so that
@@ -10,38 +11,55 @@ from it; a dry run plans the same jobs and only reports.
 
 **Damaged** (:func:`find_damaged`): a file whose bytes differ from their record, set aside as ``NAME.damaged``:
 
-* model weights ``results/models/*/model.safetensors`` and ``results/dllm/models/*/model.safetensors`` against
-  their ``config.json``'s ``weights`` record (a damaged or missing ``config.json`` sets the weights aside too;
-  weights missing beside their ``config.json`` are remade);
+* a model: its ``config.json`` against its own content hash and the network its weights' header records (a
+  ``config.json`` without its hash beside weights written with one is refused; weights without that record predate
+  it and are said to), the weights ``model.safetensors`` against the config's ``weights`` record, the folder's other
+  files (the training history, the DLLM models' tokenizer) against its ``files`` record (a damaged or missing
+  ``config.json`` sets the weights aside too; weights missing beside their ``config.json`` are remade);
 * token files ``resources/tokenized/*/*.parquet`` against the content hash in their own metadata (the decoded
-  values, pages checked against their CRCs: :mod:`unie.data.tokens`); an unreadable footer (a truncated file) is
-  damage too;
+  values, pages checked against their CRCs: :mod:`unie.data.tokens`); an unreadable footer (a truncated file), no
+  ``unie.tokens`` metadata (not a file rule tokenize wrote), or metadata naming another dataset or split than the
+  file's place (another token file copied over it) is damage too;
 * the DLLM training tensors ``resources/dllm/*.pt`` against ``resources/dllm/meta.json`` (rule ``dllm_data``
   remakes them);
-* every result JSON under ``results/`` that records its content hash (:func:`unie.core.integrity.write_json`:
-  Table 1's, Table 2's, the timing, effect, sweep and bench files), and its numbers that must agree
-  (:func:`unie.core.integrity.check_numbers`); the files such a JSON vouches for (its ``records``: the samples of
-  a Gen PPL, lm-eval's results and samples of a Table 3 row, the bench's Markdown); lm-eval results without a
-  record are checked for their numbers (:func:`unie.eval.metrics.lmeval_numbers_problem`); any JSON under
-  ``results/`` that does not parse.
+* every result JSON under ``results/`` (:func:`unie.core.integrity.write_json`: Table 1's, Table 2's, the timing,
+  effect, sweep, map and bench files, the figures' JSONs, the tables' and figures' records) against its content
+  hash, and its numbers that must agree (:func:`unie.core.integrity.check_numbers`); one of these without its hash
+  is damage (every rule that writes them writes it: :func:`hash_required`), only lm-eval's own files and a model
+  folder's are written without one; the files such a JSON vouches for (its ``records``: the samples of a Gen PPL,
+  lm-eval's results and samples of a Table 3 row, a sweep's or the map's points, the bench's Markdown, a table or
+  figure, :func:`unie.core.integrity.record_path`); lm-eval results without a record are checked for their numbers
+  (:func:`unie.eval.metrics.lmeval_numbers_problem`); any JSON under ``results/`` that does not parse;
+* a table or figure (``results/{tables,figures,report,docs}/``: CSV, LaTeX, Markdown, PNG, PDF, HTML) without its
+  record.
 
 A file is hashed only when its size, modification or change time or inode changed since it was last verified
-(``.snakemake/unie/verified.json``), so a rerun costs a ``stat`` per file (result JSONs, small, are parsed each
-time); a file above ``HASH_LIMIT`` (2 GiB: OpenWebText's tokens) is only checked for its size here and hashed by
-the job that reads it.  Damage that leaves all of these as they were (bit rot) is found by the job that reads the
-file: it fails naming the file, and records it (:func:`report_damaged`, ``.snakemake/unie/damaged.txt``) so that
-the next run sets it aside and remakes it.
+(``.snakemake/unie/verified/<run>.json``): an edit that restores the modification time still changes the change
+time (``ctime``, which no program can set back), so a rerun costs a ``stat`` per file (result JSONs, small, are
+parsed each time); a file above ``HASH_LIMIT`` (2 GiB: OpenWebText's tokens) is only checked for its size here and
+hashed by the job that reads it.  Damage that leaves all of these as they were (bit rot) is found by the job that
+reads the file: it fails naming the file, and records it (:func:`report_damaged`, ``.snakemake/unie/damaged.txt``)
+so that the next run sets it aside and remakes it.
 
-**Replaced inputs** (:func:`find_stale`): a model's ``config.json`` and a result JSON record the identities of the
-files they were made from (``made_from``: :func:`identity`, a content hash read from the file's own record).  An
-input whose identity changed since, and that is not newer than what was made from it (``cp -p``, ``rsync -a``
-keep an old modification time), gets the current time (a dry run does this too: it is then true), so that
-Snakemake remakes what was made from it, as for any changed input, when the targets need it.
+**Replaced inputs** (:func:`find_stale`): a model's ``config.json``, a result JSON and a table's or figure's record
+list every file they were made from with its identity (``made_from``: :func:`identity`, a content hash read from
+the file's own record where it has one, else the SHA-256 of its bytes, kept in ``.snakemake/unie/identities/`` by
+size and times).  An input whose identity changed since, and that is not newer than what was made from it
+(``cp -p``, ``rsync -a`` keep an old modification time), gets the current time (a dry run does this too: it is
+then true), so that Snakemake remakes what was made from it, as for any changed input, when the targets need it.
+
+**Deleted inputs** (:func:`find_missing`): a file of the run that something was made from and that is gone is
+made again, with what is made from it (Snakemake would not remake it while what reads it is up to date).
 
 **Set aside earlier** (:func:`find_orphans`): ``NAME.damaged`` without ``NAME`` (a run that was stopped before it
-remade it) is remade.
+remade it) is remade, unless the file that remakes it (a file a job writes beside its outputs, such as lm-eval's
+timestamped results, is remade with them) was made again after it was set aside (a set-aside file's modification
+time is when it was set aside).
 
-Nothing is touched while another Snakemake run holds the directory's lock (its jobs may be writing these files).
+A damaged file no rule makes itself is remade by the rule of the nearest folder above it, or of a file beside it
+or in a folder above, that a rule makes (:func:`_remade_by`): lm-eval's files of a Table 3 row, a sweep or a map
+point, at any depth.  Nothing is touched while another Snakemake run holds the directory's lock (its jobs may be
+writing these files): the run says so in one line.
 
 **Run directories** (:mod:`unie.config.rundir`): every function takes ``run``, the run's directory relative to
 ``root`` (``runs/toy``; ``"."`` for a tree laid out as one run at the top level).  The paths above are then below
@@ -53,21 +71,32 @@ directories are never looked at.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.integrity import (HASH_KEY, MADE_FROM, RECORDS, DamagedFileError, check_json, file_sha256,
-                              json_digest)
-from ..data.tokens import read_token_meta, token_content_sha256
+from ..core.errors import InputError
+from ..core.integrity import (HASH_KEY, MADE_FROM, NO_HASH, PAGE_SUFFIXES, RECORDS, DamagedFileError, check_json,
+                              covered_by_record, file_sha256, is_record, json_digest, record_path)
+from ..data.tokens import TokenFileError, check_token_file, read_token_meta, token_content_sha256, token_place
+from ..models.checkpoint import config_problem
 
 CACHE = Path(".snakemake/unie/verified.json")  # a run directory's: .snakemake/unie/verified/<name>.json
 REPORTED = Path(".snakemake/unie/damaged.txt")  # files a job found damaged (one relative path per line)
 HASH_LIMIT = 2 << 30  # bytes; larger files: size here, hash in the job that reads them
 JSON_LIMIT = 64 << 20  # result JSONs above this are left to the job that reads them
+IDENTITY_LIMIT = 64 << 20  # a file without a record of its own: hashed up to this size, else its size and mtime
 MODEL_DIRS = ("results/models/*", "results/dllm/models/*")
+PAGE_DIRS = ("results/tables", "results/figures", "results/report", "results/docs")  # every table and figure
+LMEVAL_DIRS = (("dllm", "rows"), ("dllm", "sweeps"), ("dllm", "map"))  # lm-eval's files below a row's or point's
+HOLDERS = ("effect.json", "points.json")  # the files there this workflow writes (with a hash; they record the rest)
+
+
+class SetAsideError(InputError, OSError):
+    """A damaged file that cannot be renamed (a read-only or immutable folder): one line naming it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -87,32 +116,69 @@ class Stale:
 
 
 # ---------------------------------------------------------------------- identities of inputs
-def identity(path) -> str | None:
-    """A file's content identity, read from its own record without hashing it: a token file's content hash (its
-    metadata), model weights' SHA-256 (their ``config.json``), a result JSON's content hash; None for anything else
-    (a directory, a file without a record: only its modification time counts) or an unreadable file."""
-    p = Path(path)
-    try:
-        if not p.is_file():
-            return None
-        if p.suffix == ".parquet":
-            meta = read_token_meta(p)
-            return meta.get("content_sha256") if meta else None
-        if p.suffix == ".safetensors":
-            meta = json.loads((p.parent / "config.json").read_text())
-            record = meta.get("weights") if isinstance(meta, dict) else None
-            return record.get("sha256") if isinstance(record, dict) and record.get("file") == p.name else None
-        if p.suffix == ".json" and p.stat().st_size <= JSON_LIMIT:
-            obj = json.loads(p.read_text())
-            return obj.get(HASH_KEY) if isinstance(obj, dict) else None
-    except (OSError, ValueError, DamagedFileError):
-        return None
+def _own_identity(p: Path) -> str | None:
+    """A file's identity from its own record, without hashing it: a token file's content hash (its metadata), model
+    weights' SHA-256 (their ``config.json``), a result JSON's content hash, a table's or figure's SHA-256 (its
+    record, :func:`unie.core.integrity.record_path`); None for a file without one."""
+    if p.suffix == ".parquet":
+        meta = read_token_meta(p)
+        return meta.get("content_sha256") if meta else None
+    if p.suffix == ".safetensors":
+        meta = _load_json(p.parent / "config.json")[0]
+        record = meta.get("weights") if isinstance(meta, dict) else None
+        return record.get("sha256") if isinstance(record, dict) and record.get("file") == p.name else None
+    if p.suffix == ".json" and p.stat().st_size <= JSON_LIMIT:
+        obj = _load_json(p)[0]
+        if isinstance(obj, dict) and obj.get(HASH_KEY):
+            return obj[HASH_KEY]
+    if p.suffix in PAGE_SUFFIXES and record_path(p).exists():
+        obj = _load_json(record_path(p))[0]
+        records = obj.get(RECORDS) if isinstance(obj, dict) else None
+        record = next((r for k, r in (records or {}).items() if Path(k).name == p.name), None)
+        return record.get("sha256") if isinstance(record, dict) else None
     return None
 
 
+def _bytes_identity(p: Path, cache: dict | None) -> str:
+    """The SHA-256 of a file's bytes (``cache``: by path, size, modification and change times and inode, so a file
+    is hashed again only when one of them changed: rewriting bytes changes the change time, even when the
+    modification time is put back); above :data:`IDENTITY_LIMIT`, its size and modification time."""
+    st = p.stat()
+    if st.st_size > IDENTITY_LIMIT:
+        return f"size {st.st_size}, mtime {st.st_mtime_ns}"
+    stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    key = str(p)
+    if cache is not None and cache.get(key, [None])[:-1] == stamp:
+        return cache[key][-1]
+    digest = file_sha256(p)
+    if cache is not None:
+        cache[key] = [*stamp, digest]
+    return digest
+
+
+def identity(path, cache: dict | None = None) -> str | None:
+    """A file's content identity: read from its own record where it has one (:func:`_own_identity`), else the
+    SHA-256 of its bytes (:func:`_bytes_identity`); a folder's (a tokenizer, a Hugging Face model): one digest of its
+    files' names and identities (hidden files aside); None for a path that is not there or cannot be read."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file()
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            h = hashlib.sha256()
+            for f in files:
+                h.update(f"{f.relative_to(p).as_posix()}\0{identity(f, cache)}\n".encode())
+            return f"folder {h.hexdigest()}"
+        if not p.is_file():
+            return None
+        return _own_identity(p) or _bytes_identity(p, cache)
+    except (OSError, ValueError, DamagedFileError):
+        return None
+
+
 def identities(paths) -> dict:
-    """``{path: identity}`` of the ``paths`` that have one (:func:`identity`): what a model or a result JSON records
-    as ``made_from``."""
+    """``{path: identity}`` of every one of ``paths`` that is there (:func:`identity`), whatever it holds: what a
+    model or a result JSON records as ``made_from``."""
     out = {}
     for p in paths:
         if p is None:
@@ -130,29 +196,58 @@ def _token_digest(path: Path) -> str:
 
 
 def _json_files(root: Path, run: str = "."):
-    """The JSON files under the run's ``results/`` (not the training checkpoints) and the DLLM data description."""
+    """The JSON files under the run's ``results/`` (not the training checkpoints; the tables' and figures' records
+    too) and the DLLM data description."""
     base = root / run
     out = [p for p in (base / "results").rglob("*.json") if "checkpoints" not in p.relative_to(base).parts[:2]]
     dllm_meta = base / "resources/dllm/meta.json"
     return sorted(out + ([dllm_meta] if dllm_meta.exists() else []))
 
 
+def hash_required(path, base: Path) -> bool:
+    """Whether a JSON file of the run in ``base`` is one the workflow always writes with its content hash: every
+    one under ``results/`` and ``resources/dllm/meta.json``, except a model folder's (its ``config.json`` is checked
+    as a model's, the rest by the config's ``files`` record) and lm-eval's own files below a Table 3 row, a sweep or
+    a map job (their ``effect.json`` / ``points.json`` record them)."""
+    if _in_model_folder(path, base):
+        return False
+    parts = Path(path).relative_to(base / "results").parts if base / "results" in Path(path).parents else ()
+    if parts[:2] in LMEVAL_DIRS:
+        return len(parts) == 4 and parts[3] in HOLDERS
+    return True
+
+
+def _in_model_folder(path, base: Path) -> bool:
+    """Whether ``path`` is in a model folder of the run (checked as a model: :func:`_model_checks`)."""
+    rel = os.path.relpath(path, base).split(os.sep)
+    return rel[:2] == ["results", "models"] or rel[:3] == ["results", "dllm", "models"]
+
+
+_parsed: dict[tuple, tuple] = {}  # (path, size, times, inode) -> (object, problem): each file parsed once a process
+
+
 def _load_json(path: Path):
-    """``(object, problem)``: the parsed JSON, or None and why it cannot be used."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8")), None
-    except UnicodeDecodeError:
-        return None, "not valid UTF-8 text"
-    except json.JSONDecodeError as e:
-        return None, f"not valid JSON ({e.msg} at line {e.lineno})"
+    """``(object, problem)``: the parsed JSON, or None and why it cannot be used (parsed once while unchanged)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if key not in _parsed:
+        try:
+            _parsed[key] = json.loads(path.read_text(encoding="utf-8")), None
+        except UnicodeDecodeError:
+            _parsed[key] = None, "not valid UTF-8 text"
+        except json.JSONDecodeError as e:
+            _parsed[key] = None, f"not valid JSON ({e.msg} at line {e.lineno})"
+    return _parsed[key]
 
 
-def _record_checks(root: Path, found: list, run: str = "."):
-    """``(file, record, output, digest, alt)`` for every file with a recorded hash under ``root``: ``record`` has the
-    ``sha256`` that ``digest(file)`` must give (and ``bytes``, the size, where recorded), None when unreadable.
-    Problems found without hashing (a missing ``config.json``, a result JSON whose values changed) go to ``found``."""
+def _output_of(path: Path) -> Path:
+    """The file whose job remakes ``path``: a table's or figure's record is remade with the table or figure."""
+    return covered_by_record(path) if is_record(path) else path
+
+
+def _model_checks(root: Path, base: Path, found: list, legacy: list):
+    """The checks of every model folder of the run (module doc); see :func:`_record_checks`."""
     rel = lambda p: os.path.relpath(p, root)  # noqa: E731
-    base = root / run
     for d in sorted(q for pattern in MODEL_DIRS for q in base.glob(pattern) if q.is_dir()):
         cfg, weights = d / "config.json", d / "model.safetensors"
         if not cfg.exists():
@@ -160,26 +255,55 @@ def _record_checks(root: Path, found: list, run: str = "."):
                 found.append(Damaged(rel(weights), "its config.json (the architecture, the size and hash of these "
                                                    "weights) is missing", rel(weights)))
             continue
-        try:
-            meta = json.loads(cfg.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        meta, problem = _load_json(cfg)
+        if problem is not None:
             yield cfg, None, weights, file_sha256, None
             continue
-        record = meta.get("weights") if isinstance(meta, dict) else None
+        problem = config_problem(meta, weights)
+        if problem is not None:
+            found.append(Damaged(rel(cfg), problem, rel(weights)))
+            continue
+        if HASH_KEY not in meta:
+            legacy.append(rel(cfg))
+        record = meta.get("weights")
         if not isinstance(record, dict):
+            if HASH_KEY in meta and weights.exists():
+                found.append(Damaged(rel(weights), "its config.json records no size and hash of them", rel(weights)))
             continue
         if not weights.exists():
             found.append(Damaged(rel(weights), "missing although its config.json records it", rel(weights)))
             continue
         yield weights, record, weights, file_sha256, None
+        for name, rec in sorted((meta.get("files") or {}).items()):
+            yield d / name, rec, weights, file_sha256, cfg
+
+
+def _token_checks(root: Path, base: Path, found: list):
+    """The checks of every token file of the run (module doc); see :func:`_record_checks`."""
     for tokens in sorted(base.glob("resources/tokenized/*/*.parquet")):
         try:
             meta = read_token_meta(tokens)
         except DamagedFileError:
             yield tokens, None, tokens, _token_digest, None
             continue
-        if meta is not None:
-            yield tokens, {"sha256": meta.get("content_sha256")}, tokens, _token_digest, None
+        try:
+            check_token_file(tokens, *token_place(tokens), meta=meta)
+        except TokenFileError as e:
+            found.append(Damaged(os.path.relpath(tokens, root), e.problem, os.path.relpath(tokens, root)))
+            continue
+        yield tokens, {"sha256": meta.get("content_sha256")}, tokens, _token_digest, None
+
+
+def _record_checks(root: Path, found: list, run: str = ".", legacy: list | None = None):
+    """``(file, record, output, digest, alt)`` for every file with a recorded hash under ``root``: ``record`` has the
+    ``sha256`` that ``digest(file)`` must give (and ``bytes``, the size, where recorded), None when unreadable;
+    ``output``: what to remake; ``alt``: the file holding the record.  Problems found without hashing (a missing
+    ``config.json``, a result JSON whose values changed or that lost its hash, a table without its record) go to
+    ``found``; model folders written before their config's hash to ``legacy``."""
+    rel = lambda p: os.path.relpath(p, root)  # noqa: E731
+    base = root / run
+    yield from _model_checks(root, base, found, legacy if legacy is not None else [])
+    yield from _token_checks(root, base, found)
     dllm_meta = base / "resources/dllm/meta.json"
     if dllm_meta.exists():
         obj, _ = _load_json(dllm_meta)
@@ -189,44 +313,44 @@ def _record_checks(root: Path, found: list, run: str = "."):
                 yield dllm_meta.parent / name, record, dllm_meta, file_sha256, None
     from ..eval.metrics import lmeval_numbers_problem
 
+    parsed, recorded = [], set()
     for path in _json_files(root, run):
-        if path.stat().st_size > JSON_LIMIT:
+        if path.stat().st_size > JSON_LIMIT or _in_model_folder(path, base):
             continue
         obj, problem = _load_json(path)
+        parsed.append((path, obj, problem))
+        if isinstance(obj, dict) and HASH_KEY in obj and isinstance(obj.get(RECORDS), dict):
+            recorded.update(os.path.normpath(n if Path(n).is_absolute() else root / n) for n in obj[RECORDS])
+    for path, obj, problem in parsed:
+        out = rel(_output_of(path))
+        if problem is None and not (isinstance(obj, dict) and HASH_KEY in obj) and hash_required(path, base):
+            problem = NO_HASH
         if problem is not None:
-            found.append(Damaged(rel(path), problem, rel(path)))
+            found.append(Damaged(rel(path), problem, out))
             continue
         if not isinstance(obj, dict):
             continue
-        if HASH_KEY not in obj:  # lm-eval's own results (their record is in the row's effect.json), older files
-            problem = lmeval_numbers_problem(obj) if "n-samples" in obj and not _recorded(root, path) else None
-            problem = f"its numbers disagree: {problem}" if problem else None
-            if problem is None:
-                try:
-                    check_json(obj, path)
-                except DamagedFileError as e:
-                    problem = e.problem
+        if HASH_KEY not in obj:  # lm-eval's own files: their record is checked instead, else their numbers
+            if os.path.normpath(path) in recorded:
+                continue
+            problem = lmeval_numbers_problem(obj) if "n-samples" in obj else None
             if problem is not None:
-                found.append(Damaged(rel(path), problem, rel(path)))
+                found.append(Damaged(rel(path), f"its numbers disagree: {problem}", out))
             continue
         try:
             check_json(obj, path)
         except DamagedFileError as e:
-            found.append(Damaged(rel(path), e.problem, rel(path)))
+            found.append(Damaged(rel(path), e.problem, out))
             continue
         for name, record in sorted((obj.get(RECORDS) or {}).items()):
             f = Path(name) if Path(name).is_absolute() else root / name
             yield f, record, f, file_sha256, path
-
-
-def _recorded(root: Path, path: Path) -> bool:
-    """Whether an lm-eval results file has a record in its row's ``effect.json`` (then its hash is checked instead
-    of its numbers)."""
-    effect = path.parent / "effect.json"
-    obj, _ = _load_json(effect) if effect.exists() else (None, None)
-    names = (obj or {}).get(RECORDS) or {} if isinstance(obj, dict) else {}
-    return any(os.path.normpath(root / n if not Path(n).is_absolute() else n) == os.path.normpath(path)
-               for n in names)
+    for folder in PAGE_DIRS:  # a table or figure without its record
+        for f in sorted((base / folder).glob("*")) if (base / folder).is_dir() else []:
+            if f.is_file() and f.suffix in PAGE_SUFFIXES and not record_path(f).exists():
+                found.append(Damaged(rel(f), f"it has no record of its content hash ({rel(record_path(f))} is "
+                                             "missing; every table and figure of this workflow is written with one)",
+                                     rel(f)))
 
 
 def _stamp(st, record: dict) -> list:
@@ -245,11 +369,29 @@ def report_damaged(path, root=".") -> None:
         pass  # outside the working directory, or no .snakemake/ (not a workflow run)
 
 
-def _cache_path(run: str) -> Path:
-    """Where the files verified in ``run`` are remembered (:data:`CACHE` for a tree laid out at the top level)."""
+def _cache_path(run: str, kind: str = "verified") -> Path:
+    """Where the files verified in ``run`` (``kind`` ``identities``: the identities of its inputs) are remembered
+    (:data:`CACHE` for a tree laid out at the top level)."""
     if os.path.normpath(run) == ".":
-        return CACHE
-    return CACHE.parent / "verified" / f"{os.path.normpath(run).replace(os.sep, '__')}.json"
+        return CACHE.with_name(f"{kind}.json")
+    return CACHE.parent / kind / f"{os.path.normpath(run).replace(os.sep, '__')}.json"
+
+
+def _load_cache(path: Path | None) -> dict:
+    try:
+        return json.loads(path.read_text()) if path is not None and path.exists() else {}
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+
+
+def _save_cache(path: Path | None, cache: dict) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache))
+    except OSError:
+        pass  # a read-only checkout: verify again next time
 
 
 def _mine(rel: str, run: str) -> bool:
@@ -266,20 +408,20 @@ def _reported(root: Path, run: str) -> set[str]:
     return {line for line in lines if _mine(line, run)}
 
 
-def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HASH_LIMIT, run: str = ".") -> list[Damaged]:
+def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HASH_LIMIT, run: str = ".",
+                 legacy: list | None = None) -> list[Damaged]:
     """The recorded files of the run in ``run`` (relative to ``root``) whose bytes differ from their record (or
-    whose record is unreadable), the result JSONs whose values changed, and the files a job reported damaged."""
+    whose record is unreadable), the result JSONs whose values changed or that lost their hash, the tables and
+    figures without their record, and the files a job reported damaged.  ``legacy`` collects the model folders
+    whose ``config.json`` predates its content hash (and whose weights say so)."""
     root = Path(root)
     if cache_path is CACHE:
         cache_path = _cache_path(run)
     cache_file = root / cache_path if cache_path is not None else None
-    try:
-        cache = json.loads(cache_file.read_text()) if cache_file and cache_file.exists() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        cache = {}
+    cache = _load_cache(cache_file)
     reported = _reported(root, run)
     found, verified, seen = [], {}, set()
-    for path, record, output, digest, alt in _record_checks(root, found, run):
+    for path, record, output, digest, alt in _record_checks(root, found, run, legacy):
         rel, out = os.path.relpath(path, root), os.path.relpath(output, root)
         alt = os.path.relpath(alt, root) if alt is not None else None
         seen.add(rel)
@@ -315,19 +457,14 @@ def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HA
     for rel in sorted(reported - seen - named):  # a file without a record of its own that a job could not use
         if (root / rel).exists():
             found.append(Damaged(rel, "a job that read it found it damaged", rel))
-    if cache_file is not None:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            cache_file.write_text(json.dumps(verified))
-        except OSError:
-            pass  # a read-only checkout: verify again next time
+    _save_cache(cache_file, verified)
     return found
 
 
-# ---------------------------------------------------------------------- replaced inputs, earlier set-asides
+# ---------------------------------------------------------------------- replaced and deleted inputs, earlier set-asides
 def _made_from(root: Path, run: str = "."):
-    """``(output, {input: identity})`` of every model and result JSON of the run that records what it was made
-    from."""
+    """``(output, {input: identity})`` of every model, result JSON and table or figure (its record) of the run that
+    records what it was made from."""
     for d in sorted(q for pattern in MODEL_DIRS for q in (root / run).glob(pattern) if q.is_dir()):
         obj, _ = _load_json(d / "config.json") if (d / "config.json").exists() else (None, None)
         extra = obj.get("extra") if isinstance(obj, dict) else None
@@ -338,24 +475,47 @@ def _made_from(root: Path, run: str = "."):
             continue
         obj, _ = _load_json(path)
         if isinstance(obj, dict) and isinstance(obj.get(MADE_FROM), dict) and obj.get(HASH_KEY) == json_digest(obj):
-            yield path, obj[MADE_FROM]
+            output = _output_of(path)
+            if output.exists():
+                yield output, obj[MADE_FROM]
 
 
-def find_stale(root=".", run: str = ".") -> list[Stale]:
-    """The models and result JSONs of the run in ``run`` one of whose inputs now has another identity
-    (:func:`identity`) than the one they recorded when they were made (a file replaced, whatever its modification
-    time)."""
+def _source(root: Path, source: str) -> Path:
+    return Path(source) if Path(source).is_absolute() else root / source
+
+
+def find_stale(root=".", run: str = ".", cache_path: Path | None = CACHE) -> list[Stale]:
+    """The models, result JSONs, tables and figures of the run in ``run`` one of whose inputs now has another
+    identity (:func:`identity`) than the one they recorded when they were made (a file replaced, whatever its
+    modification time).  ``cache_path``: where the identities hashed from bytes are kept (by size and times)."""
     root = Path(root)
+    cache_file = root / (_cache_path(run, "identities") if cache_path is CACHE else cache_path) \
+        if cache_path is not None else None
+    cache = _load_cache(cache_file)
     known, out = {}, []
     for output, made_from in _made_from(root, run):
         for source, was in sorted(made_from.items()):
-            f = Path(source) if Path(source).is_absolute() else root / source
+            f = _source(root, source)
             if f not in known:
-                known[f] = identity(f)
+                known[f] = identity(f, cache)
             now = known[f]
             if now is not None and now != was:
                 out.append(Stale(os.path.relpath(output, root), source, was, now))
                 break
+    _save_cache(cache_file, cache)
+    return out
+
+
+def find_missing(root=".", run: str = ".") -> dict[str, list[str]]:
+    """``{input: [what was made from it]}``: the files of the run that a model, result, table or figure was made
+    from and that are gone (deleted; not set aside as damaged: :func:`find_orphans` has those)."""
+    root = Path(root)
+    out: dict[str, list[str]] = {}
+    for output, made_from in _made_from(root, run):
+        for source in sorted(made_from):
+            f = _source(root, source)
+            if _mine(source, run) and not f.exists() and not f.with_name(f.name + ".damaged").exists():
+                out.setdefault(source, []).append(os.path.relpath(output, root))
     return out
 
 
@@ -369,6 +529,12 @@ def find_orphans(root=".", run: str = ".") -> list[str]:
     tops += [] if os.path.normpath(run) == "." else list(SHARED_RESOURCES)
     found = [p for top in tops for p in (root / top).rglob("*.damaged")]
     return sorted(os.path.relpath(p.with_suffix(""), root) for p in found if not p.with_suffix("").exists())
+
+
+def _set_aside_at(path: Path) -> int:
+    """When ``path`` (a ``NAME.damaged``) was set aside (ns): its modification time, set then
+    (:func:`_set_aside`; kept by a copy, ``cp -a``)."""
+    return path.stat().st_mtime_ns
 
 
 def another_run_active(root=".", run: str = ".") -> bool:
@@ -394,53 +560,98 @@ def another_run_active(root=".", run: str = ".") -> bool:
 
 
 # ---------------------------------------------------------------------- what the run remakes
-def _remade_by(path: str, producer) -> tuple[str, str] | None:
-    """``(file, rule)``: ``path`` or the nearest folder above it that a rule of the workflow makes (a file inside a
-    ``directory()`` output), or None when none does.  Without a ``producer``: ``path`` itself, by its job."""
+def _remade_by(path: str, producer, root: Path | None = None, run: str = ".") -> tuple[str, str] | None:
+    """``(file, rule)``: what remakes ``path``: ``path`` itself or the nearest folder above it that a rule of the
+    workflow makes (a file inside a ``directory()`` output); for a table's or figure's record, the table or figure;
+    else (with ``root``) a file a rule makes beside it or in the nearest folder above it, within the run's
+    ``results/`` or ``resources/`` (lm-eval's files of a row, a sweep or a map point, at any depth, are remade by
+    the job that writes the row's or the points' files); None when none does.  Without a ``producer``: ``path``
+    itself, by its job."""
     if producer is None:
         return path, "its job"
     p = Path(path)
+    if is_record(p):
+        p = covered_by_record(p)
     for candidate in [p, *list(p.parents)[:-1]]:
         rule = producer(str(candidate))
         if rule:
             return str(candidate), f"rule {rule}"
+    if root is None:
+        return None
+    tops = [Path(run, "results"), Path(run, "resources")]
+    for folder in p.parents:
+        if not any(top in folder.parents for top in tops):
+            break
+        here = root / folder
+        for f in sorted(here.iterdir()) if here.is_dir() else []:
+            if f.is_file() and not f.name.startswith(".") and f.suffix != ".damaged":
+                rule = producer(os.path.relpath(f, root))
+                if rule:
+                    return os.path.relpath(f, root), f"rule {rule}"
     return None
+
+
+def _set_aside(root: Path, d: Damaged, how: str | None) -> str:
+    """Rename a damaged file ``NAME.damaged``; a folder that refuses it (read-only, immutable) is a
+    :class:`SetAsideError` naming the file, the folder and the fix."""
+    f = root / d.path
+    try:
+        os.replace(f, f.with_name(f.name + ".damaged"))
+        os.utime(f.with_name(f.name + ".damaged"))  # when it was set aside (find_orphans: remade since?)
+    except OSError as e:
+        folder = os.path.dirname(d.path) or "."
+        raise SetAsideError(f"{d.path} is damaged: {d.problem}; it cannot be set aside as {d.path}.damaged "
+                            f"({e.strerror}: its folder {folder} is read-only or immutable): make it writable "
+                            "(chmod u+w, chattr -i) and rerun, and the run remakes it") from None
+    if how is None:
+        return f"set aside as {d.path}.damaged; no rule of this workflow makes it"
+    return f"set aside as {d.path}.damaged; this run {'rebuilds' if how.startswith('it (') else 'remakes'} {how}"
 
 
 def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[list[Damaged], list[str]]:
     if another_run_active(root, run):
+        log("unie: the checks for damaged, replaced and deleted files were skipped: another snakemake run holds this "
+            "directory's lock (.snakemake/locks); rerun when it has ended (or `snakemake --unlock` if none runs)")
         return [], []
+    will = "the run will remake" if dry_run else "this run remakes"
     orphans = find_orphans(root, run)
-    found = find_damaged(root, run=run)
+    legacy = []
+    found = find_damaged(root, run=run, legacy=legacy)
     seen = set(orphans)  # a file set aside earlier and still missing: said once, as such
     damaged = [d for d in found if not (d.path in seen or seen.add(d.path))]  # one line per file
+    missing = find_missing(root, run)
     stale = find_stale(root, run)
     remake = []
     for d in damaged:
-        by = next((b for b in (_remade_by(o, producer) for o in (d.output, d.alt) if o) if b), None)
+        by = next((b for b in (_remade_by(o, producer, root, run) for o in (d.output, d.alt) if o) if b), None)
         if by:
             remake.append(by[0])
         how = f"{'it' if by[0] == d.path else f'it with {by[0]}'} ({by[1]})" if by else None
-        f = root / d.path
-        if not f.exists():  # recorded, and gone
-            todo = ((f"the run will remake {how}" if dry_run else f"this run remakes {how}") if by else
-                    "no rule of this workflow makes it")
-            log(f"unie: {d.path} is {d.problem}; {todo}")
+        if not (root / d.path).exists():  # recorded, and gone
+            log(f"unie: {d.path} is {d.problem}; {f'{will} {how}' if by else 'no rule of this workflow makes it'}")
             continue
         if dry_run:
             fix = (f"the run will set it aside as {d.path}.damaged and {'rebuild' if by[0] == d.path else 'remake'} "
                    f"{how}" if by else f"the run will set it aside as {d.path}.damaged; no rule of this workflow "
                    "makes it")
         else:
-            os.replace(f, f.with_name(f.name + ".damaged"))
-            fix = (f"set aside as {d.path}.damaged; this run {'rebuilds' if by[0] == d.path else 'remakes'} {how}"
-                   if by else f"set aside as {d.path}.damaged; no rule of this workflow makes it")
+            fix = _set_aside(root, d, how)
         log(f"unie: {DamagedFileError(d.path, d.problem, fix)}")
+    named = {d.path for d in damaged} | set(remake)
+    folders = {os.path.dirname(d.path) for d in damaged}
+    for source, outs in missing.items():
+        by = _remade_by(source, producer, root, run)
+        if by and not {source, by[0]} & named and os.path.dirname(source) not in folders:  # (a model's other file)
+            remake.append(by[0])
+            made = ", ".join(outs[:3]) + (f" and {len(outs) - 3} more" if len(outs) > 3 else "")
+            log(f"unie: {source} is missing (deleted?), and {made} {'was' if len(outs) == 1 else 'were'} made from "
+                f"it: {will} {'it' if by[0] == source else by[0]} ({by[1]}) and what is made from it")
     by_source = {}
     for s in stale:
-        by_source.setdefault(s.source, []).append(s)
+        if s.source not in named:  # a damaged input (a token file copied over another): set aside and remade above
+            by_source.setdefault(s.source, []).append(s)
     for source, outs in by_source.items():
-        src = Path(source) if Path(source).is_absolute() else root / source
+        src = _source(root, source)
         made = ", ".join(s.output for s in outs)
         try:
             if all(src.stat().st_mtime_ns > (root / s.output).stat().st_mtime_ns for s in outs):
@@ -452,17 +663,27 @@ def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[lis
                     remake.append(by[0])
             log(f"unie: {made} {'was' if len(outs) == 1 else 'were'} made from {source}, which was replaced since "
                 f"(its modification time cannot be set: {e.strerror}); "
-                f"{'the run will remake' if dry_run else 'this run remakes'} {'it' if len(outs) == 1 else 'them'}")
+                f"{will} {'it' if len(outs) == 1 else 'them'}")
             continue
         log(f"unie: {source} was replaced (content {outs[0].was[:12]}... -> {outs[0].now[:12]}..., its modification "
             f"time kept) after {made} {'was' if len(outs) == 1 else 'were'} made from it: its modification time is "
-            f"set to now, so {'the run will remake' if dry_run else 'this run remakes'} what was made from it")
+            f"set to now, so {will} what was made from it")
     for o in orphans:
-        by = _remade_by(o, producer)
-        if by:
-            remake.append(by[0])
-            log(f"unie: {o} was set aside as {o}.damaged and not made again since; "
-                f"{'the run will remake' if dry_run else 'this run remakes'} it ({by[1]})")
+        by = _remade_by(o, producer, root, run)
+        if not by:
+            continue
+        made_again = root / by[0]
+        if by[0] != o and made_again.exists() and \
+                made_again.stat().st_mtime_ns > _set_aside_at(root / f"{o}.damaged"):
+            continue  # written beside a file that was made again since it was set aside
+        remake.append(by[0])
+        log(f"unie: {o} was set aside as {o}.damaged and not made again since; {will} "
+            f"{'it' if by[0] == o else f'it with {by[0]}'} ({by[1]})")
+    if legacy:
+        log(f"unie: {len(legacy)} model folder{'s' if len(legacy) > 1 else ''} ({', '.join(legacy[:2])}"
+            f"{', ...' if len(legacy) > 2 else ''}) predate config hashes (their weights record no network): their "
+            "weights are checked, their config.json is taken as it is; delete a model's folder to have it retrained "
+            "with both checked")
     if not dry_run:
         _forget_reported(root, run)
     return damaged, sorted(set(remake))
@@ -474,10 +695,13 @@ def _forget_reported(root: Path, run: str) -> None:
     if not path.exists():
         return
     others = [line for line in path.read_text().splitlines() if line.strip() and not _mine(line.strip(), run)]
-    if others:
-        path.write_text("".join(f"{line}\n" for line in others))
-    else:
-        path.unlink(missing_ok=True)
+    try:
+        if others:
+            path.write_text("".join(f"{line}\n" for line in others))
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # a read-only .snakemake/: the next run reads the same lines again
 
 
 def plan_rebuilds(root=".", producer: Callable[[str], str | None] | None = None, log=print,

@@ -22,8 +22,8 @@ import torch
 
 from ..config.settings import LmEvalSettings
 from ..core.distributed import world
-from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_save_torch, file_record, file_sha256, read_json,
-                              verify_file)
+from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_save_torch, atomic_write_text, file_record,
+                              file_sha256, read_json, verify_file)
 from ..core.options import ConfigError, TrainConfig, from_dict
 from ..core.precision import check_precision, precision_record
 from ..core.train import run_spec, train
@@ -189,11 +189,15 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
              "layout": {"kind": layout, "tokenizer": tok_name, "prompt_len": meta["prompt_len"][tok_name],
                         "gen_length": meta["gen_length"][tok_name], "pad_to_batch": tcfg.length_buckets > 1},
              "final": next((h for h in reversed(history) if "loss" in h), {}),
-             MADE_FROM: identities([data_dir / "meta.json", Path(init_dir, "model.safetensors") if init_dir else None])}
+             MADE_FROM: identities([data_dir / "meta.json", data_dir / "tokenizers" / tok_name,
+                                    *((Path(init_dir, "model.safetensors"), Path(init_dir, "config.json"),
+                                       init_tokenizer_dir) if init_dir else ())])}
     if world()[0] == 0:
-        save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
-        shutil.copytree(data_dir / "tokenizers" / tok_name, Path(out_dir) / "tokenizer", dirs_exist_ok=True)
-        Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
+        tokenizer = Path(out_dir) / "tokenizer"
+        shutil.copytree(data_dir / "tokenizers" / tok_name, tokenizer, dirs_exist_ok=True)
+        atomic_write_text(Path(out_dir, "history.json"), json.dumps(history, indent=1))
+        files = ["history.json", *sorted(str(f.relative_to(out_dir)) for f in tokenizer.rglob("*") if f.is_file())]
+        save_model(ema, out_dir, spec["method"], tok.info(), extra=extra, files=files)  # last: it vouches for them
     return ema, history
 
 
@@ -356,7 +360,8 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
         atomic_write_text(point_dir / "point.json", json.dumps({"made_with": made_with, "record": records[-1]}))
     write_json({"sweep": sweep, "task": task, "metric": metric, "batch_size": dllm["batch_size"],
                 "points": records, "timing": dataclasses.asdict(timing),
-                "trusted": all(r["trusted"] for r in records)}, out_dir / "points.json", indent=1)
+                "trusted": all(r["trusted"] for r in records)}, out_dir / "points.json", indent=1,
+               records=point_files(out_dir, [r["point"] for r in records]))  # it vouches for the points' files
     return records
 
 
@@ -367,3 +372,11 @@ def _kept_point(path: Path, made_with: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return saved.get("record") if isinstance(saved, dict) and saved.get("made_with") == made_with else None
+
+
+def point_files(out_dir, names) -> list[str]:
+    """The lm-eval files of a sweep's or the map's points (``out_dir/{point}/``: :func:`row_files`), whose sizes and
+    hashes the ``points.json`` records."""
+    from .tables_figures import row_files
+
+    return [f for name in names for f in row_files(Path(out_dir) / name)]

@@ -24,6 +24,7 @@ from pathlib import Path
 from ..config.settings import LmEvalSettings
 from ..core.integrity import read_json
 from .rule import write_json
+from .dllm_runs import point_files
 from .tables_figures import item_records, sample_records, task_metrics
 
 ORACLE = "oracle"  # a map proxy whose model is this name reads the oracle checkpoint (rule dllm_oracle)
@@ -68,7 +69,8 @@ def _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evalua
     found = evaluate(args, names, tasks_dir, point_dir, lm.batch_size, include_defaults=False, limit=limit,
                      seed=lm.seed, allow_code_execution=False, log=log)
     shutil.copyfile(found, point_dir / "results.json")
-    return point_dir, args, window_shares(read_json(point_dir / "throughput.json", "throughput record"))
+    return point_dir, args, window_shares(read_json(point_dir / "throughput.json", "throughput record",
+                                                                   hashed=False))
 
 
 def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print,
@@ -110,7 +112,8 @@ def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str,
            "oracle_eps": m.get("oracle_eps", 0.05), "draws": [dict(d) for d in m["draws"]],
            "windows": list(m.get("windows", [dllm["energy"]["w"]])), "continuum": dict(m.get("continuum") or {}),
            "proxies": {p: dict(s) for p, s in m["proxies"].items()}, "points": records, "trees": trees}
-    write_json(out, out_dir / "points.json", indent=1)
+    write_json(out, out_dir / "points.json", indent=1,
+               records=point_files(out_dir, [p["name"] for p in points]))  # it vouches for the points' files
     return out
 
 

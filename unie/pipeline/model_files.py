@@ -15,13 +15,13 @@ from pathlib import Path
 import torch
 
 from ..core.distributed import world
-from ..core.integrity import MADE_FROM
+from ..core.integrity import MADE_FROM, atomic_write_text
 from ..core.options import ConfigError, ModelConfig, TrainConfig, from_dict, make_options
 from ..core.precision import check_precision, precision_record
 from ..core.registry import METHODS
 from ..core.train import TrainOptions, initial_network, run_spec, train
 from ..data.tokenizer import load_tokenizer
-from ..data.tokens import TokenRows, load_tokens, token_file_info
+from ..data.tokens import TokenRows, check_token_file, load_tokens, token_file_info, token_place
 from ..models.checkpoint import CheckpointError, load_model, model_config_of, read_meta, save_model
 from ..models.dit import DIT_ARCH_KEYS, DiTConfig, backbone_for
 from .damage import identities
@@ -159,6 +159,9 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)
+    for tokens in (train_path, dev_path):  # written by rule tokenize for the place the rule names (its tokenizer: below)
+        if tokens is not None:
+            check_token_file(tokens, *token_place(tokens))
     data_id = token_file_info(train_path)  # its metadata: content hash, shape, largest id, tokenizer
     if data_id["tokenizer"] not in (None, tok.info()["fingerprint"]):
         raise ConfigError(f"{train_path} was tokenised with tokenizer {data_id['tokenizer']}, but {tokenizer_dir} is "
@@ -195,9 +198,9 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     extra = {"options": options, "train": spec["train"], **precision_record(precision),
              "final": next((h for h in reversed(history) if "loss" in h), {}),
              # what it was trained from, by content: a later run retrains it when one of these is replaced
-             MADE_FROM: identities([train_path, dev_path if eval_fn is not None else None,
-                                    *(Path(d, "model.safetensors") for d in [init_dir, *partner_dirs.values()]
-                                      if d)])}
+             MADE_FROM: identities([train_path, tokenizer_dir, dev_path if eval_fn is not None else None,
+                                    *(Path(d, f) for d in [init_dir, *partner_dirs.values()] if d
+                                      for f in ("model.safetensors", "config.json"))])}
     if dev:
         best = min((h for h in dev if h["dev"]["admissible"]), key=lambda h: h["dev"]["loss"])
         extra["dev"] = {"initial": dev[0], "selected": best, "dev_split": str(dev_path),
@@ -205,8 +208,8 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
         log(f"dev energy separation: initial {dev[0]['dev']['separation']:.3f} -> selected (step {best['step']}) "
             f"{best['dev']['separation']:.3f}; accuracy {dev[0]['dev']['accuracy']:.3f} -> {best['dev']['accuracy']:.3f}")
     if world()[0] == 0:
-        save_model(ema, out_dir, spec["method"], tok.info(), extra=extra)
-        Path(out_dir, "history.json").write_text(json.dumps(history, indent=1))
+        atomic_write_text(Path(out_dir, "history.json"), json.dumps(history, indent=1))
+        save_model(ema, out_dir, spec["method"], tok.info(), extra=extra, files=["history.json"])
     return ema, history
 
 

@@ -8,19 +8,27 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from ..core.integrity import read_page_text
 from .tables_figures import _write_text
+
+
+def read_table_csv(path) -> pd.DataFrame:
+    """A table's CSV, checked against its record as it is read (:func:`unie.core.integrity.read_page_text`)."""
+    import io
+
+    return pd.read_csv(io.StringIO(read_page_text(path)))
 
 
 def paper_vs_ours(values, table_csvs: dict, *, profile: str, evaluators: list[str], steps: list[int],
                   md_path, tex_path, csv_path, log=print) -> str:
     """``values``: the paper's values (``config/paper_values.yaml``, read, or its path); ``table_csvs``: table key
-    (``table1_ppl`` ...) -> our CSV; a table of the YAML without one is listed with the reason (the k and w tables
-    until the workflow makes them)."""
+    (``table1_ppl`` ...) -> our CSV, each checked against its record before it is read (:func:`read_table_csv`); a
+    table of the YAML without one is listed with the reason (the k and w tables until the workflow makes them)."""
     from ..report.paper import render, sections
 
     if not isinstance(values, dict):
         values = yaml.safe_load(Path(values).read_text())
-    tables = {key: pd.read_csv(path) for key, path in table_csvs.items()}
+    tables = {key: read_table_csv(path) for key, path in table_csvs.items()}
     md, tex, long = render(sections(values, tables, evaluators=list(evaluators), steps=list(steps)), profile)
     _write_text(md, md_path)
     _write_text(tex, tex_path)

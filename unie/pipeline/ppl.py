@@ -18,7 +18,7 @@ import torch
 
 from ..core.precision import precision_record
 from ..core.schedule import make_schedule
-from ..data.tokens import load_tokens
+from ..data.tokens import load_expected_tokens
 from ..data.tokenizer import load_tokenizer
 from ..energy.corrected_nelbo import energy_corrected_nelbo
 from ..eval.likelihood import mc_nll
@@ -37,7 +37,7 @@ def model_ppl(source: str, model_dir, tokenizer_dir, data_paths: dict, n_mc: int
     out = {"source": source, "model": str(model_dir), "method": meta["method"], "n_mc": passes,
            **precision_record(precision), "domains": {}}
     for domain, path in data_paths.items():
-        x = load_tokens(path, max_sequences).long()
+        x = load_expected_tokens(path, tok.info()["fingerprint"], domain, max_sequences).long()
         nll = mc_nll(x, lambda xb, g: method.nll(net, xb, g), passes, batch_size, seed, domain, device, precision)
         # the tokens the method scores per sequence: L, or L - 1 where position 0 is context (AR chunk_bos, BD3-LM
         # ignore_bos: as their authors count them)
@@ -57,7 +57,7 @@ def exact_ppl(data_paths: dict, tokenizer_dir, max_sequences: int | None = None,
         hmm = HMM(domain)
         if tok.vocab_size != hmm.V + 2:
             raise ValueError("exact perplexity needs the toy world's word tokenizer")
-        x = load_tokens(path, max_sequences).long()
+        x = load_expected_tokens(path, tok.info()["fingerprint"], domain, max_sequences).long()
         nll = -hmm.log_marginal(x)
         out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
         log(f"{domain}: exact ppl {out['domains'][domain]['ppl']:.3f}")
@@ -90,7 +90,7 @@ def energy_ppl(source: str, spec: dict, model_dirs: dict, tokenizer_dir, data_pa
            "domains": {}}
     with torch.no_grad():
         for domain, path in data_paths.items():
-            x = load_tokens(path, max_sequences).long()
+            x = load_expected_tokens(path, tok.info()["fingerprint"], domain, max_sequences).long()
             scorer = scorer_for(domain)
             nll = mc_nll(x, lambda xb, g: energy_corrected_nelbo(dlm, scorer, spec["energy"], ar_context, xb,
                                                                  schedule, tok.mask_id, g),

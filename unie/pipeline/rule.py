@@ -13,25 +13,42 @@ from ..core.errors import OPERATOR_ERRORS
 _JOB = None  # the running rule's snakemake object (inside job())
 
 
-def _job_inputs(snakemake) -> list[str]:
-    out = []
-    for f in getattr(snakemake, "input", None) or []:
+def _job_files(snakemake, kind: str = "input") -> list[str]:
+    """The paths of a job's ``input`` or ``output`` files, each once, in order."""
+    out, named = [], getattr(snakemake, kind, None) or []
+    for f in named if hasattr(named, "__iter__") else vars(named).values():  # a Namedlist, or a plain namespace
         out.extend([str(x) for x in f] if isinstance(f, (list, tuple)) else [str(f)])
     return list(dict.fromkeys(out))
+
+
+def _provenance() -> tuple[str | None, dict | None]:
+    """``(made_by, made_from)`` inside a rule's job: the rule's name and the identities of every file the job reads
+    (:func:`unie.pipeline.damage.identities`, whatever the file holds); ``(None, None)`` outside one."""
+    if _JOB is None:
+        return None, None
+    from .damage import identities
+
+    made_by = getattr(_JOB, "rule", None)
+    return (made_by if isinstance(made_by, str) else None), identities(_job_files(_JOB))
 
 
 def write_json(obj, path, indent: int | None = 2, *, records=None, **kw):
     """A result file (:func:`unie.core.integrity.write_json`: atomic, with its content hash and ``records``); inside
     a rule's job also the rule (``made_by``) and the identities of the job's inputs (``made_from``,
     :func:`unie.pipeline.damage.identities`), so that a later run remakes it when one of them is replaced."""
-    made_by = made_from = None
-    if _JOB is not None:
-        from .damage import identities
+    made_by, made_from = _provenance()
+    return integrity.write_json(obj, path, indent, made_by=made_by, made_from=made_from, records=records, **kw)
 
-        made_by = getattr(_JOB, "rule", None)  # the rule's name
-        made_from = identities(_job_inputs(_JOB))
-    return integrity.write_json(obj, path, indent, made_by=made_by if isinstance(made_by, str) else None,
-                                made_from=made_from, records=records, **kw)
+
+def record_pages(snakemake) -> list:
+    """After a job: the record of each of its tables and figures (outputs with a suffix of
+    :data:`unie.core.integrity.PAGE_SUFFIXES`: CSV, LaTeX, Markdown, PNG, PDF, HTML), beside it
+    (:func:`unie.core.integrity.write_page_record`), with the rule and the identities of the job's inputs."""
+    pages = [f for f in _job_files(snakemake, "output") if f.endswith(integrity.PAGE_SUFFIXES) and os.path.isfile(f)]
+    if not pages:
+        return []
+    made_by, made_from = _provenance()
+    return [integrity.write_page_record(f, made_by, made_from) for f in pages]
 
 
 class _Log:
@@ -141,7 +158,8 @@ def job_precision(snakemake) -> str:
 @contextmanager
 def job(snakemake, name: str | None = None):
     """Context for a rule's script: logs (stdout, stderr, logging) go to ``snakemake.log[0]``;
-    torch uses the rule's threads.  Yields a ``log(str)`` function.
+    torch uses the rule's threads.  Yields a ``log(str)`` function.  When the script ends, its tables and figures
+    get their records (:func:`record_pages`).
 
     A job that fails with one of :data:`unie.core.errors.OPERATOR_ERRORS` (an input's fault) prints ``unie: error: <message>`` (one line, naming the
     file or key and the fix) to the console and exits with status 1; any other exception propagates with its
@@ -168,6 +186,7 @@ def job(snakemake, name: str | None = None):
     beat.start()
     try:
         yield log
+        record_pages(snakemake)  # the job's tables and figures, now written: their records beside them
         ok = True
     except BaseException as e:
         import traceback

@@ -5,7 +5,10 @@
   (Snakemake's ``--forcerun``, whose files are also targets), so that they and what is made from them are made again
   in this run whatever the target, and a dry run plans exactly these jobs.  Snakemake reads its DAG settings when it
   starts executing (``Workflow.execute``), after the Snakefile is read: the check wraps that method of this run's
-  workflow object, since nothing in the Snakefile runs between the two.
+  workflow object, since nothing in the Snakefile runs between the two.  A damaged file that cannot be set aside (a
+  read-only folder) ends the run with one line.  ``snakemake --report`` (``Workflow.create_report``) first checks
+  the run's files the same way, renaming nothing: a damaged table or figure is named in one line and no report is
+  made from it.
 * :class:`StopReport`: after a SIGTERM (Snakemake's graceful stop: no new job, the running ones finish), the run
   ends with one line saying what happened (``unie: stopped by SIGTERM: ... none failed ...; rerun the same command
   to continue``) and exit status 1, instead of Snakemake's ``At least one job did not complete successfully``.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from .damage import plan_rebuilds
+from .damage import SetAsideError, plan_rebuilds
 
 
 def _say(message: str) -> None:
@@ -50,13 +53,32 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
         dry_run = bool(getattr(plugin, "name", None) == "dryrun" or getattr(common, "dryrun_exec", False)
                        or getattr(workflow.output_settings, "dryrun", False))
         if getattr(plugin, "name", None) != "touch":
-            remake = plan_rebuilds(".", producer_of(workflow), log=log, dry_run=dry_run, run=run_dir)
+            try:
+                remake = plan_rebuilds(".", producer_of(workflow), log=log, dry_run=dry_run, run=run_dir)
+            except SetAsideError as e:
+                log(f"unie: {e}")
+                raise SystemExit(1) from None
             if remake:
                 settings = workflow.dag_settings
                 settings.forcerun = frozenset(settings.forcerun) | frozenset(remake)
         return execute(*args, **kwargs)
 
+    create_report = getattr(workflow, "create_report", None)
+
+    def report_after_checks(*args, **kwargs):
+        said = []
+        remake = plan_rebuilds(".", producer_of(workflow), log=said.append, dry_run=True, run=run_dir)
+        for line in said:
+            log(line)
+        if remake:
+            log(f"unie: no report is made from damaged, deleted or replaced files ({len(remake)} to remake): run "
+                "snakemake first (it remakes them), then --report")
+            raise SystemExit(1)
+        return create_report(*args, **kwargs)
+
     workflow.execute = execute_after_checks
+    if create_report is not None:
+        workflow.create_report = report_after_checks
 
 
 class StopReport:

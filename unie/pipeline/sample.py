@@ -24,7 +24,7 @@ from ..config.sampling_jobs import MARKER
 from ..core.precision import autocast, check_precision, precision_record
 from ..core.registry import EVALUATORS, SAMPLERS
 from ..data.tokenizer import blocked_ids, load_tokenizer
-from ..data.tokens import load_tokens, write_tokens
+from ..data.tokens import load_expected_tokens, load_tokens, write_tokens
 from ..eval import genppl  # noqa: F401  (registers the evaluators)
 from ..eval.metrics import entropy_se_bits, mean_entropy_bits, ppl_with_se
 from .model_files import load_wrapped
@@ -121,7 +121,8 @@ def load_models(job: SampleJob, tok) -> dict:
         models[role] = load_wrapped(str(Path(path).parent), tok, job.device)
     models.update(oracle_models(opts, tok, job.domain))
     if job.sampler == "data":
-        models["data"] = load_tokens(job.inputs["data"], job.n_samples).long()  # the first n rows
+        models["data"] = load_expected_tokens(job.inputs["data"], tok.info()["fingerprint"],
+                                              limit=job.n_samples).long()  # the first n rows
     return models
 
 

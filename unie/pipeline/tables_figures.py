@@ -202,13 +202,13 @@ def dllm_effect(row: str, base: str | None, tasks: dict, row_dir, base_dir, out_
     from .rule import write_json
 
     names, metrics, _ = task_metrics(tasks)
-    decoder = read_json(Path(row_dir, "results.json"))["config"].get("unie_decoder") or {}
+    decoder = read_json(Path(row_dir, "results.json"), hashed=False)["config"].get("unie_decoder") or {}
     options = decoder.get("options") if isinstance(decoder.get("options"), dict) else {}
     effect = (paired_effect(item_records(row_dir, names, metrics), item_records(base_dir, names, metrics), names,
                             averaged(tasks)) if base else {"tasks": {}, "avg": None})
     record = {"row": row, "backbone": base, "sampler": decoder.get("sampler"), "energy": options.get("energy"),
               "selection": options.get("selection"), "options": options, **effect,
-              "window": window_shares(read_json(Path(row_dir, "throughput.json")))}
+              "window": window_shares(read_json(Path(row_dir, "throughput.json"), hashed=False))}
     write_json(record, out_path, records=row_files(row_dir))  # it vouches for the row's lm-eval files
     return record
 
@@ -319,13 +319,15 @@ def rst_html(text: str) -> str:
 
 def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
     """Rule ``paper_page``: every table and figure of the run on one HTML page (``runs/<name>/results/report/paper.html``),
-    in the paper's order, each under its heading with its caption visible; tables converted from their ``.tex``
+    in the paper's order, each under its heading with its caption visible (each file checked against its record
+    first: :func:`unie.core.integrity.read_page_bytes`); tables converted from their ``.tex``
     (:func:`unie.report.html.tex_to_html`: the same cells, bold and caption), figures embedded from their PNG.
 
     ``items``: ``{target, heading, files}`` in page order; ``captions``: target -> its report caption
     (reStructuredText).  Returns the number of sections."""
     import re
 
+    from ..core.integrity import read_page_bytes, read_page_text
     from ..report.html import figure_html, page, tex_to_html
 
     sections = []
@@ -334,11 +336,11 @@ def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
         body = []
         for f in item["files"]:
             path = Path(f)
-            if path.suffix == ".tex":
-                body.append(tex_to_html(path.read_text()))
+            if path.suffix == ".tex":  # each table and figure checked against its record as it is read
+                body.append(tex_to_html(read_page_text(path)))
             elif path.suffix == ".png":
                 figcaption = about if len(item["files"]) == 1 else f"<p>{path.stem.replace('_', ' ')}</p>"
-                body.append(figure_html(path.read_bytes(), figcaption, f"{item['heading']}: {path.stem}"))
+                body.append(figure_html(read_page_bytes(path), figcaption, f"{item['heading']}: {path.stem}"))
         figures_only = all(Path(f).suffix == ".png" for f in item["files"])
         intro = "" if figures_only and len(item["files"]) == 1 else about
         sections.append((re.sub(r"\W+", "-", item["target"]), item["heading"], intro + "".join(body)))

@@ -9,19 +9,19 @@ from pathlib import Path
 
 
 def load(paths) -> dict:
-    """stem -> DataFrame (CSV), parsed JSON (``stem.json``) or text (``stem.md``)."""
-    import pandas as pd
-
-    from unie.core.integrity import read_json
+    """stem -> DataFrame (CSV), parsed JSON (``stem.json``) or text (``stem.md``), each checked before it is read:
+    a JSON against its content hash, a table against its record."""
+    from unie.core.integrity import read_json, read_page_text
+    from unie.pipeline.paper_vs_ours import read_table_csv
 
     out = {}
     for path in map(Path, paths):
         if path.suffix == ".csv":
-            out[path.stem] = pd.read_csv(path)
+            out[path.stem] = read_table_csv(path)
         elif path.suffix == ".json":
-            out[path.name] = read_json(path)  # checked against its content hash
+            out[path.name] = read_json(path)
         elif path.suffix == ".md":
-            out[path.name] = path.read_text()
+            out[path.name] = read_page_text(path)
     return out
 
 
