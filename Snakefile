@@ -94,6 +94,17 @@ include: "workflow/rules/prefetch.smk"
 include: "workflow/rules/replicates.smk"
 
 
+# Critical path first: every job's priority is its remaining chain, its expected seconds plus the longest chain of the
+# jobs that read its outputs, over the DAG Snakemake builds; the seconds measured in this run directory's earlier
+# jobs (benchmarks/jobs.jsonl), else in the profile's reference run (config/job_seconds/<profile>.tsv); a rule's own
+# priority when nothing was measured (unie.config.priorities, unie.pipeline.run.chain_priorities).
+if workflow.is_main_process and not workflow.remote_exec:
+    from unie.pipeline.run import chain_priorities
+    from unie.pipeline.job_records import expected_seconds
+
+    chain_priorities(workflow, expected_seconds(RUN_DIR, config.get("profile"))[0])
+
+
 # The named targets (unie/config/targets.py, the README's "Targets" table): `all` here, every other one the rule
 # that writes its files (table1, table2, table3, fig2, fig3, fig4, cases, partition_check, table_app_dllm_full,
 # table_app_selection, table_app_k, table_app_w, paper_vs_ours, bench, prefetch), so that `snakemake --cores 2 -f table2` reruns the table.

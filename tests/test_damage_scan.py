@@ -279,7 +279,10 @@ def test_the_checks_say_when_another_run_holds_the_lock(tree):
     _edit_keep_mtime(ppl, '"domains"', '"domainz"')
     locks = Path(".snakemake/locks")
     locks.mkdir(parents=True)
-    (locks / "0.input.lock").write_text("x")
+    (locks / "0.input.lock").write_text("runs/other+seed-1/results/ppl/mdlm.json\n")  # another run's files: checked
+    assert _plan({str(ppl): "ppl"}.get)[0] == [str(ppl)]
+    ppl.with_name(ppl.name + ".damaged").rename(ppl)
+    (locks / "0.input.lock").write_text(f"{ppl}\n")  # a lock on this run's files
     assert _plan({str(ppl): "ppl"}.get) == ([], [
         "unie: the checks for damaged, replaced and deleted files were skipped: another snakemake run holds this "
         "directory's lock (.snakemake/locks); rerun when it has ended (or `snakemake --unlock` if none runs)"])

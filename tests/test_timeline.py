@@ -57,3 +57,92 @@ def test_jobs_record_themselves_and_the_run_writes_its_timeline(tmp_path, monkey
     assert len(tsv) == 6 and sum(int(line.split("\t")[5]) for line in tsv[1:]) == 3
     assert (tmp_path / "runs/toy/benchmarks/timeline.png").stat().st_size > 0
     assert json.loads((tmp_path / "runs/toy/benchmarks/timeline.json").read_text())["jobs"] == 5
+
+
+# ---------------------------------------------------------------------- critical path first (job priorities)
+def test_remaining_chains_by_hand():
+    """A job's priority is its own seconds plus the longest remaining chain of the jobs that read its outputs."""
+    from unie.config.priorities import remaining_chains
+
+    # the DAG of JOBS above: a 10 -> b 30 -> d 5, a -> c 5 -> d; e 5 alone
+    own = {"a": 10.0, "b": 30.0, "c": 5.0, "d": 5.0, "e": 5.0}
+    consumers = {"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set(), "e": set()}
+    # d: 5; b: 30 + 5; c: 5 + 5; a: 10 + max(35, 10); e: 5
+    assert remaining_chains(own, consumers) == {"a": 45.0, "b": 35.0, "c": 10.0, "d": 5.0, "e": 5.0}
+    # a consumer that does not run (not in own) adds nothing
+    assert remaining_chains({"a": 10.0, "c": 5.0}, consumers) == {"a": 15.0, "c": 5.0}
+
+
+def test_expected_seconds_from_records_and_their_fallbacks():
+    from unie.config.priorities import job_key, measured_seconds, own_seconds
+
+    recs = [{"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 0, "end": 300, "ok": True},
+            {"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 400, "end": 402, "ok": True},  # resumed
+            {"rule": "dllm_train", "wildcards": {"dmodel": "proxy"}, "start": 0, "end": 20, "ok": True},
+            {"rule": "table3", "wildcards": {}, "start": 0, "end": 1, "ok": True},
+            {"rule": "train", "start": 0, "end": 99, "ok": True}]  # from before records had wildcards: left out
+    seconds = measured_seconds(recs)
+    assert seconds == {"dllm_train[dmodel=llada]": 300.0, "dllm_train[dmodel=proxy]": 20.0, "table3": 1.0}
+    assert job_key("r", {"b": 2, "a": "x"}) == "r[a=x,b=2]"
+    assert own_seconds("dllm_train[dmodel=dream]", seconds) == 160.0  # its rule's median
+    assert own_seconds("fig4", seconds) == 20.0  # the median of every job
+    assert own_seconds("fig4", {}) is None
+
+
+class _Job:
+    def __init__(self, rule, wildcards=None, norun=False):
+        self.rule = SimpleNamespace(name=rule)
+        self.wildcards_dict = dict(wildcards or {})
+        self.is_norun = norun
+
+
+class _Wildcards(dict):
+    pass
+
+
+def test_every_rule_gets_its_jobs_remaining_chain_over_the_dag():
+    """The Snakefile's priorities (unie.pipeline.run.chain_priorities) over a DAG like Snakemake's: the LLaDA-like
+    training's chain outranks a longer job with a short chain, a rule's own priority stays for a job the DAG lacks."""
+    from unie.pipeline.run import chain_priorities
+
+    data, llada, dream = _Job("dllm_data"), _Job("dllm_train", {"dmodel": "llada"}), _Job("dllm_train", {"dmodel": "dream"})
+    ev, sweep, table, all_ = _Job("dllm_eval_llada"), _Job("dllm_sweep_eval", {"sweep": "fig4"}), _Job("table3"), \
+        _Job("all", norun=True)
+    mdlm = _Job("train", {"model": "mdlm"})
+    depending = {data: {llada: {"m"}, dream: {"m"}}, llada: {ev: {"w"}, sweep: {"w"}}, dream: {table: {"w2"}},
+                 ev: {table: {"r"}}, sweep: {}, table: {all_: {"t"}}, mdlm: {all_: {"t2"}}, all_: {}}
+    dag = SimpleNamespace(needrun_jobs=lambda: list(depending), depending=depending)
+    rules = {n: SimpleNamespace(name=n, priority=p) for n, p in
+             (("dllm_data", 0), ("dllm_train", 20), ("dllm_eval_llada", 0), ("dllm_sweep_eval", 0), ("table3", 0),
+              ("all", 0), ("train", 20), ("other", 7))}
+    workflow = SimpleNamespace(rules=list(rules.values()), dag=dag)
+    seconds = {"dllm_data": 10, "dllm_train[dmodel=llada]": 300, "dllm_train[dmodel=dream]": 100,
+               "dllm_eval_llada": 200, "table3": 1, "train[model=mdlm]": 400}  # dllm_sweep_eval: the median, 150
+    assert chain_priorities(workflow, seconds)
+
+    def prio(rule, **wc):
+        return rules[rule].priority(_Wildcards(wc))
+
+    # table3 1; eval 200 + 1; sweep 150; llada 300 + max(201, 150); dream 100 + 1; data 10 + max(501, 101); all 0
+    assert prio("table3") == 1 and prio("dllm_eval_llada") == 201 and prio("dllm_sweep_eval", sweep="fig4") == 150
+    assert prio("dllm_train", dmodel="llada") == 501 and prio("dllm_train", dmodel="dream") == 101
+    assert prio("dllm_data") == 511 and prio("all") == 0
+    assert prio("train", model="mdlm") == 400 < prio("dllm_train", dmodel="llada")  # longer job, shorter chain
+    assert prio("other") == 7  # not in the DAG: its rule's own priority
+    # nothing measured: the rules keep their own priorities
+    still = SimpleNamespace(name="train", priority=20)
+    assert not chain_priorities(SimpleNamespace(rules=[still], dag=dag), {}) and still.priority == 20
+
+
+def test_the_reference_table_is_written_from_a_runs_records(tmp_path):
+    from unie.config.priorities import main, read_table
+
+    jobs = tmp_path / "runs" / "toy+seed-1" / "benchmarks" / "jobs.jsonl"
+    jobs.parent.mkdir(parents=True)
+    jobs.write_text("\n".join(json.dumps(r) for r in (
+        {"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 0, "end": 374.04, "ok": True},
+        {"rule": "table3", "wildcards": {}, "start": 0, "end": 1, "ok": False}, "not json")) + "\n")
+    out = tmp_path / "toy.tsv"
+    assert main([str(jobs), "--out", str(out)]) == 0
+    assert read_table(out) == {"dllm_train[dmodel=llada]": 374.0}
+    assert main([str(tmp_path / "none.jsonl")]) == 1

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..config.priorities import measured_seconds, parse_records, read_table, table_path
+
 JOBS_FILE = "benchmarks/jobs.jsonl"
 
 
@@ -101,12 +103,8 @@ def read_jobs(run_dir, since: float = 0.0) -> list[dict]:
     if not path.exists():
         return []
     latest = {}
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if rec.get("ok") and rec["start"] >= since:
+    for rec in parse_records(path.read_text()):
+        if rec["start"] >= since:
             key = tuple(rec["outputs"]) or (rec["rule"], rec["pid"])
             latest[key] = rec
     jobs = sorted(latest.values(), key=lambda r: r["start"])
@@ -115,4 +113,14 @@ def read_jobs(run_dir, since: float = 0.0) -> list[dict]:
     return jobs
 
 
-__all__ = ["JOBS_FILE", "job_name", "process_started", "read_jobs", "record_job", "run_dir_of"]
+def expected_seconds(run_dir, profile: str | None) -> tuple[dict[str, float], str]:
+    """Each job's expected seconds (:mod:`unie.config.priorities`) and where they came from: ``run_dir``'s own
+    records over the profile's reference table."""
+    path = Path(run_dir) / JOBS_FILE
+    own = measured_seconds(parse_records(path.read_text())) if path.exists() else {}
+    table = read_table(table_path(profile)) if profile else {}
+    sources = [s for s, d in ((str(path), own), (str(table_path(profile)) if profile else "", table)) if d]
+    return {**table, **own}, " over ".join(sources) or "nothing measured"
+
+
+__all__ = ["JOBS_FILE", "job_name", "process_started", "expected_seconds", "read_jobs", "record_job", "run_dir_of"]

@@ -9,6 +9,9 @@
   read-only folder) ends the run with one line.  ``snakemake --report`` (``Workflow.create_report``) first checks
   the run's files the same way, renaming nothing: a damaged table or figure is named in one line and no report is
   made from it.
+* :func:`chain_priorities`: every rule's priority becomes the remaining chain of its job (its expected seconds and
+  the longest chain of the jobs that read its outputs, :mod:`unie.config.priorities`), so the critical path starts
+  first.
 * :class:`StopReport`: after a SIGTERM (Snakemake's graceful stop: no new job, the running ones finish), the run
   ends with one line saying what happened (``unie: stopped by SIGTERM: ... none failed ...; rerun the same command
   to continue``) and exit status 1, instead of Snakemake's ``At least one job did not complete successfully``.
@@ -20,6 +23,7 @@ import signal
 import sys
 
 from .damage import SetAsideError, plan_rebuilds
+from ..config.priorities import job_key, own_seconds, remaining_chains
 
 
 def _say(message: str) -> None:
@@ -79,6 +83,43 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
     workflow.execute = execute_after_checks
     if create_report is not None:
         workflow.create_report = report_after_checks
+
+
+def chain_priorities(workflow, seconds: dict[str, float]) -> bool:
+    """Every rule's priority becomes its jobs' remaining chain (:mod:`unie.config.priorities`) over the DAG
+    Snakemake built: a function of the job's wildcards that Snakemake calls for each job that must run, once the
+    DAG is complete (``DAG.update_priority``); the chains of all such jobs are computed at the first call and again
+    when the jobs that must run change.  ``seconds``: each job's expected seconds (job key -> s,
+    :func:`unie.pipeline.job_records.expected_seconds`).  With nothing measured (``seconds`` empty) the rules keep
+    their own priorities, and a job the DAG does not hold (not expected) gets its rule's own.  Returns whether the
+    priorities were set."""
+    if not seconds:
+        return False
+    state = {"jobs": None, "chains": {}}
+
+    def chains() -> dict[str, float]:
+        dag = workflow.dag
+        jobs = frozenset(dag.needrun_jobs()) if dag is not None else frozenset()
+        if jobs != state["jobs"]:
+            key = {job: job_key(job.rule.name, job.wildcards_dict) for job in jobs}
+            own = {key[j]: 0.0 if j.is_norun else own_seconds(key[j], seconds) or 0.0 for j in jobs}
+            consumers = {key[j]: {key[c] for c in dag.depending.get(j, {}) if c in key} for j in jobs}
+            state["jobs"], state["chains"] = jobs, remaining_chains(own, consumers)
+        return state["chains"]
+
+    def rule_priority(name: str, fallback):
+        def priority(wildcards):
+            try:
+                return round(chains().get(job_key(name, dict(wildcards.items())), fallback), 1)
+            except Exception:  # noqa: BLE001 - Snakemake internals of another version: the rule's own priority
+                return fallback
+
+        return priority
+
+    for rule in workflow.rules:
+        if not callable(rule.priority):  # a rule's own function stays
+            rule.priority = rule_priority(rule.name, rule.priority)
+    return True
 
 
 class StopReport:
