@@ -5,15 +5,7 @@ from __future__ import annotations
 
 import torch
 
-
-def tiny_llama(vocab: int, seed: int = 0):
-    """A 2-layer Llama (hidden 32, 2 heads) with ``vocab`` rows, in eval mode, its weights drawn from ``seed``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
-    return LlamaForCausalLM(cfg).eval()
+from unie.models.standins import tiny_llama  # noqa: F401  (the tests' tiny transformers Llama)
 
 
 class Spy:

@@ -26,6 +26,13 @@ and Qwen2.5 share theirs; :attr:`ProxyBridge.shares_tokenizer`), the proxy reads
 included, from its ``<bos>`` on: ``log p_AR(tokens_i | ctx_<i)`` at each DLLM position ``i``, with the same zeros
 as the teacher-forced map (before ``<bos>``, after the scored row's first ``<eos>``, at or after ``score_until``).
 Another tokenizer is refused (:meth:`ProxyBridge.require_shared_tokenizer`).
+
+``on_model=True`` reads each proxy token's score from the model's ``next_token_logp`` (``(n, width - 1)``: the
+log-softmax and the gather where the model computes, e.g. on its GPU) instead of copying the full ``(n, width, V)``
+log-probabilities to the CPU first: for a network's raw logits the same numbers on the same device (a test checks
+it bit for bit on the CPU), for the oracle its exact log-probabilities (not re-normalised), and what keeps a proxy with Qwen2.5's 151,936 outputs, or the oracle over its tokenizer
+(:class:`~unie.dllm.oracle.TextOracleLM`), cheap per window iteration.  A model without ``next_token_logp`` is read
+the usual way.
 """
 
 from __future__ import annotations
@@ -49,9 +56,10 @@ class ProxyBridge:
     ``model``, a :class:`~unie.core.protocols.CausalLM` with its own tokenizer.  ``forwards`` counts the model's
     forward passes."""
 
-    def __init__(self, model, dllm_tokenizer, batch_size: int = 256):
+    def __init__(self, model, dllm_tokenizer, batch_size: int = 256, on_model: bool = False):
         self.model, self.dtok, self.ptok = model, dllm_tokenizer, model.tokenizer
         self.batch_size = batch_size
+        self.on_model = bool(on_model) and hasattr(model, "next_token_logp")  # module doc
         self.forwards = 0
         self._surf = dllm_tokenizer.surfaces()
         # the two tokenizers' identities (their fingerprints: an object id can be reused once a tokenizer is gone):
@@ -137,9 +145,12 @@ class ProxyBridge:
             seqs = [plans[n][0] for n in range(lo, hi)]
             width = max(len(s) for s in seqs)
             x = torch.tensor([s + [self.ptok.eos_id] * (width - len(s)) for s in seqs], dtype=torch.long)
-            logp = self.model.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
+            if self.on_model:
+                tok_lp = self.model.next_token_logp(x).tolist()  # score of token k + 1, computed where the model is
+            else:
+                logp = self.model.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
+                tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1).tolist()  # score of token k + 1
             self.forwards += 1
-            tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1).tolist()  # score of token k + 1
             block = [[0.0] * L for _ in range(hi - lo)]  # Python floats are float64: the same sums, in the same order
             for r, n in enumerate(range(lo, hi)):
                 acc, lp = block[r], tok_lp[r]

@@ -295,7 +295,7 @@ def decoder_trees(decoder, prompts: list[str], max_new_tokens: int, keys: list[s
     for i, ids in enumerate(decoder.tok.encode_batch(prompts)):
         groups.setdefault(decoder._positions(len(ids)), []).append(i)
     out: list[ItemLeaves | None] = [None] * len(prompts)
-    device = getattr(getattr(decoder.backbone, "net", None), "device", "cpu")
+    device = model_device(decoder.backbone)
     for P, idx in groups.items():
         x = dllm_prompt_rows(decoder.tok, [prompts[i] for i in idx], P, G).to(device)
         gens = [request_generator(decoder.seed, "generate", prompts[i], keys[i]) for i in idx]

@@ -386,7 +386,7 @@ class DLLMDecoder:
         texts: list[str | None] = [None] * len(prompts)
         row_tokens = [0] * len(prompts)
         counters = {"nfe": 0, "proxy_forwards": 0}
-        device = getattr(getattr(self.backbone, "net", None), "device", "cpu")
+        device = model_device(self.backbone)  # an HF backbone's GPU too: its logits never travel to the host
         for P, idx in groups.items():
             x = dllm_prompt_rows(self.tok, [prompts[i] for i in idx], P, G).to(device)
             gens = [request_generator(self.seed, "generate", prompts[i], keys[i]) for i in idx]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -169,4 +170,89 @@ class MixtureLM:
         if self.lam == 1.0:
             return lo.to(x.device)
         out = torch.logaddexp(lo + math.log(self.lam), lp + math.log1p(-self.lam))
+        return out.to(x.device)
+
+
+class TextOracleLM:
+    """The ``eps``-smoothed oracle over any tokenizer (a Hugging Face one: the paper's proxy's), for real tasks whose
+    reference is a text (GSM8K's worked solution).  ``references``: prompt text -> the reference completion *as the
+    row continues the prompt* (with its leading space or newline, e.g. lm-eval's ``target_delimiter`` + answer).
+
+    Per item, ``R`` = the tokens of ``prompt + reference`` followed by ``<eos>`` (the reference in context: where the
+    tokenizer merges the prompt's last piece with the answer's first, ``R`` holds the merged token) and
+    ``s = min(c, |P| - 1)``, with ``P`` the prompt's own tokens and ``c`` the length of the common prefix of ``P``
+    and ``R``: the first position an answer can change (the prompt's last token, onto which a first answer piece can
+    glue, or earlier where a merge reaches further back).  For a row ``[<bos>, y_0, y_1, ...]`` that continues the
+    prompt,
+
+        p(y_k | <bos>, y_<k) = (1 - eps) 1[y_k = R_k] + eps / (V - 1) 1[y_k != R_k]   for s <= k < |R|,
+        p(y_k | <bos>, y_<k) = 1 / V                                                  otherwise,
+
+    a product of per-position distributions (the chain rule holds; every sequence has positive probability); ``V``
+    is the tokenizer's size.  On a word-level tokenizer its answer positions are :class:`OracleLM`'s.  The item is
+    the longest known prompt the row's text starts with (a ``KeyError`` naming the text when there is none).
+
+    :meth:`next_token_logp` scores a row's own tokens without the ``(N, L, V)`` tensor of :meth:`logits` (1.2 GB per
+    row of 1,000 tokens at Qwen2.5's 151,666 ids): what :class:`~unie.dllm.bridge.ProxyBridge` reads with
+    ``on_model=True``."""
+
+    def __init__(self, references: dict[str, str], tokenizer, eps: float = 0.05):
+        if not 0.0 < eps < 1.0:
+            raise ValueError(f"the oracle's eps must be in (0, 1), got {eps!r}")
+        if not references:
+            raise ValueError("an oracle needs at least one reference answer")
+        self.tokenizer, self.eps = tokenizer, float(eps)
+        self.bos_id, self.eos_id = tokenizer.bos_id, tokenizer.eos_id
+        self.vocab_size = tokenizer.vocab_size
+        self.device = torch.device("cpu")
+        self.right, self.wrong = math.log1p(-self.eps), math.log(self.eps / (self.vocab_size - 1))
+        self.uniform = -math.log(self.vocab_size)
+        prompts = list(references)
+        self._items: dict[str, tuple[int, list[int]]] = {}  # prompt text -> (s, R)
+        for p, ids, whole in zip(prompts, tokenizer.encode_batch(prompts),
+                                 tokenizer.encode_batch([p + references[p] for p in prompts])):
+            if not ids:
+                raise ValueError("an oracle reference needs a non-empty prompt")
+            c = next((k for k, (a, b) in enumerate(zip(ids, whole)) if a != b), min(len(ids), len(whole)))
+            self._items[p] = (min(c, len(ids) - 1), whole + [self.eos_id])
+        self._by_length = sorted(self._items, key=len, reverse=True)
+
+    def reference(self, ids: list[int]) -> tuple[int, list[int]]:
+        """``(s, R)`` of a row ``ids`` = ``[<bos>, y_0, ...]`` (class doc): the longest known prompt its text starts
+        with; failing that, the known prompt that shares the longest beginning with it, if that covers 90 % of the
+        prompt and no other prompt shares as much (the bridge rebuilds a row's text piece by piece, so a character
+        that a byte-level tokenizer splits over two pieces can come back as U+FFFD: the item stays the same, its
+        positions may shift)."""
+        text = self.tokenizer.decode(ids[1:])
+        for p in self._by_length:
+            if text.startswith(p):
+                return self._items[p]
+        shared = sorted(((len(os.path.commonprefix([p, text])), p) for p in self._items), reverse=True)
+        if shared and shared[0][0] >= 0.9 * len(shared[0][1]) and (len(shared) == 1 or shared[1][0] < shared[0][0]):
+            return self._items[shared[0][1]]
+        raise KeyError(f"the oracle has no reference answer for the prompt of {text[:120]!r}")
+
+    def _row(self, ids: list[int]) -> list[float]:
+        """``log p(y_k | <bos>, y_<k)`` of the row's own tokens ``y_k = ids[k + 1]``, ``k = 0 .. len(ids) - 2``."""
+        s, R = self.reference(ids)
+        body = ids[1:]
+        return [self.uniform if k < s or k >= len(R) else (self.right if y == R[k] else self.wrong)
+                for k, y in enumerate(body)]
+
+    @torch.no_grad()
+    def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])``."""
+        return torch.tensor([self._row(row) for row in x.tolist()], dtype=torch.float64).reshape(x.shape[0], -1)
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L, V)`` float64 log-probabilities of the next token (class doc), index ``i`` scoring token ``i + 1``
+        (a small vocabulary's: the tests read it against :meth:`next_token_logp`)."""
+        N, L = x.shape
+        out = torch.full((N, L, self.vocab_size), self.uniform, dtype=torch.float64)
+        for r, row in enumerate(x.tolist()):
+            s, R = self.reference(row)
+            for k in range(s, min(len(R), L)):
+                out[r, k] = self.wrong
+                out[r, k, R[k]] = self.right
         return out.to(x.device)

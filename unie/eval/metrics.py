@@ -59,6 +59,20 @@ def paired_mean_se(d) -> tuple[float, float]:
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
+def ratio_mean_se(y, x) -> tuple[float, float]:
+    """The pooled share ``R = Σ y_i / Σ x_i`` over items ``i`` (e.g. an item's window iterations whose candidates
+    disagree, ``y_i``, of its window iterations, ``x_i``) and the ratio estimator's standard error over items,
+    ``sqrt(Σ (y_i - R x_i)² / (n (n - 1))) / mean(x)`` (the items independent, the iterations of one item not);
+    ``(nan, nan)`` without a counted iteration, the s.e. NaN for fewer than 2 items."""
+    y, x = np.asarray(y, dtype=float), np.asarray(x, dtype=float)
+    if not len(x) or x.sum() == 0:
+        return float("nan"), float("nan")
+    r = float(y.sum() / x.sum())
+    if len(x) < 2:
+        return r, float("nan")
+    return r, float(np.sqrt(((y - r * x) ** 2).sum() / (len(x) * (len(x) - 1))) / x.mean())
+
+
 def paired_effect(row: dict, base: dict, tasks: list[str], average: list[str] | None = None) -> dict:
     """A decoder row against its backbone on the same items: per task and over the tasks' average.
 

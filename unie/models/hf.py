@@ -197,6 +197,14 @@ class HFCausalLM(_HFWrapped):
         return self.raw_logits(x).float().to(x.device)
 
     @torch.no_grad()
+    def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L)`` int64 -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])``, the float64
+        log-softmax of :meth:`logits` and its gather done on the model's device (only ``N (L - 1)`` numbers travel
+        to the host; on the CPU the same operations as reading :meth:`logits` there: the same numbers)."""
+        logp = self.raw_logits(x).float().double().log_softmax(-1)
+        return logp[:, :-1].gather(-1, x[:, 1:, None].to(logp.device)).squeeze(-1).cpu()
+
+    @torch.no_grad()
     def greedy_continue(self, prompts: list[list[int]], gen_len: int) -> torch.Tensor:
         """Greedy continuations ``(B, gen_len)`` of token-id prompts (an AR row of Table 3 on a Hugging Face model).
 

@@ -15,6 +15,12 @@ Formats written (as the authors publish them):
 
 The weights are random (every tensor non-trivial, adaLN, norms and biases included): a stand-in tests the
 formats, the loaders and the workflow, not the quality of a model.
+
+And for the paper profile's Hugging Face loading paths (:mod:`unie.models.hf`): :func:`tiny_llama`, a 2-layer
+transformers Llama, and :func:`write_hf_standin`, a folder with it and a tokenizer saved with ``save_pretrained``:
+it loads offline as a LLaDA-style backbone (``load_hf_dllm(style="llada")``, the tokenizer's own mask) and as a
+causal proxy (``load_hf_causal``).  A causal Llama stays causal under the DLLM wrapper; it stands in for the
+checkpoint's format and shapes, not for a bidirectional model.
 """
 
 from __future__ import annotations
@@ -150,3 +156,25 @@ def write_standin(folder, kind: str, fmt: str, tokenizer_info: dict, seed: int =
         raw, _ = random_state(kind, seed + 1, V, arch=arch, block_size=block_size)  # EMA differs from the raw weights
         save_lightning(standin_path(folder, kind, fmt), raw, ema=state)
     return standin_path(folder, kind, fmt)
+
+
+def tiny_llama(vocab: int, seed: int = 0, max_positions: int = 64):
+    """A 2-layer transformers Llama (hidden 32, 2 heads) with ``vocab`` rows, in eval mode, its weights drawn from
+    ``seed``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=max_positions)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def write_hf_standin(folder, tokenizer, seed: int = 0, max_positions: int = 64) -> Path:
+    """A tiny random Hugging Face checkpoint in ``folder`` for ``tokenizer`` (a :class:`unie.data.tokenizer.Tokenizer`
+    with a mask token): the tokenizer's ``save_pretrained`` files and a :func:`tiny_llama` of its size (module doc).
+    Returns ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.hf.save_pretrained(folder)
+    tiny_llama(tokenizer.vocab_size, seed, max_positions).save_pretrained(folder)
+    return folder
