@@ -1,10 +1,17 @@
-"""The map's calibration point: the oracle over a real tokenizer (:class:`unie.dllm.oracle.TextOracleLM`) against
-brute force, the bridge's on-model scoring against its CPU reading."""
+"""The map's calibration point (``scripts/gpu_calibration.py``, ``unie.pipeline.calibration``): the oracle over a
+real tokenizer (:class:`unie.dllm.oracle.TextOracleLM`) against brute force, the bridge's on-model scoring against its
+CPU reading, and the script end to end on tiny stand-ins, every number of its record re-derived from its per-item
+results with code of this file."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +20,8 @@ from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
 from unie.dllm.bridge import ProxyBridge
 from unie.dllm.oracle import OracleLM, TextOracleLM
 
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_calibration.py"
 EPS = 0.1
 
 
@@ -138,3 +147,187 @@ def test_ratio_se_is_the_ratio_estimators():
     se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(y, x)) / (4 * 3)) / (sum(x) / 4)
     assert ratio_mean_se(y, x) == pytest.approx((r, se))
     assert math.isnan(ratio_mean_se([0], [0])[0]) and math.isnan(ratio_mean_se([1], [2])[1])
+
+
+# ---------------------------------------------------------------------- the script on tiny stand-ins
+def _flexible_extract(text: str, until: list[str]) -> str:
+    """lm-eval gsm8k's flexible-extract answer of a completion, written out here: cut at the first stop string, the
+    last match of its regex (the first non-empty group), stripped; ``[invalid]`` without one."""
+    cut = min((i for i in (text.find(s) for s in until if s) if i >= 0), default=len(text))
+    found = re.findall(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", text[:cut])
+    if not found:
+        return "[invalid]"
+    return next(g for g in found[-1] if g).strip()
+
+
+def _gsm8k_exact(pred: str, answer: str) -> float:
+    def norm(s):
+        for pattern in (",", r"\$", r"(?s).*#### ", r"\.$"):
+            s = re.sub(pattern, "", s)
+        return s.lower()
+    return float(norm(pred) == norm(answer))
+
+
+UNTIL = ["Question:", "</s>", "<|im_end|>"]  # lm-eval gsm8k's stop strings
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The script as a later session runs it, with --tiny --device cpu: GSM8K-like items written here (as
+    openai/gsm8k's parquet), tiny random stand-ins, offline, a throw-away Hugging Face cache."""
+    import os
+
+    import pandas as pd
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from gpu_calibration import tiny_gsm8k
+
+    root = tmp_path_factory.mktemp("calibration")
+    data = root / "gsm8k.parquet"
+    pd.DataFrame(tiny_gsm8k(6, seed=5)).to_parquet(data)
+    env = {**os.environ, "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    out = root / "out"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--out", str(out), "--limit", "5",
+                           "--data", str(data), "--cap", "4"], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads((out / "calibration.json").read_text()), proc.stdout
+
+
+def test_tiny_run_records_every_item_and_phase(tiny_run):
+    out, rec, stdout = tiny_run
+    assert rec["status"] == "complete" and rec["phase"] == "done" and "stopped" not in rec
+    assert rec["tiny"] and rec["requested_items"] == 5 and len(rec["items"]) == 5 == rec["summary"]["items"]
+    s = rec["settings"]
+    assert s["rows"] == {"backbone": "llada", "energy": "llada_uni", "oracle": "llada_ind"}
+    assert s["energy_options"]["energy"] == "uni" and s["oracle_options"]["energy"] == "ind"
+    # the paper's Algorithm 3 settings, read from config/paper.yaml (the tiny run shrinks only gen_length/block)
+    from unie.config.profile import resolve_config
+
+    paper = resolve_config([REPO / "config" / "paper.yaml"])["dllm"]
+    for k in ("K", "w", "temperature", "selection", "greedy_first"):
+        assert s["energy_options"][k] == s["oracle_options"][k] == paper["energy"][k]
+    assert s["decoding"]["tokens_per_step"] == paper["decoding"]["tokens_per_step"]
+    assert (s["decoding"]["gen_length"], s["decoding"]["block_length"]) == (32, 8)
+    grid = resolve_config()["dllm"]  # the paper profile leaves the toy map out: the oracle's eps is the map's
+    assert s["metric"] == paper["tasks"]["metrics"]["gsm8k"] and s["oracle_eps"] == grid["map"]["oracle_eps"]
+    for it in rec["items"]:  # lm-eval's gsm8k prompt, 0-shot, through the stand-in's chat template (no <bos> text)
+        assert it["prompt"].startswith("<user> Question: ") and it["prompt"].endswith("\nAnswer:\n<assistant> ")
+    assert set(rec["models"]["weights"]["backbone"]["sizes"]) == {"model.safetensors"}
+    md = (out / "calibration.md").read_text()
+    assert "candidates disagree" in md and "explored ceiling" in md and "complete" in md
+    assert sorted(p.name for p in out.iterdir()) == ["calibration.json", "calibration.md", "standins"]
+
+
+def test_tiny_run_scores_are_lm_evals_gsm8k_metric(tiny_run):
+    """Every recorded score is lm-eval's flexible-extract exact match of its recorded text, re-derived here."""
+    _, rec, _ = tiny_run
+    for it in rec["items"]:
+        for decode in ("backbone", "energy", "oracle"):
+            pred = _flexible_extract(it[decode]["text"], UNTIL)
+            assert it[decode]["score"] == _gsm8k_exact(pred, it["target"]), (it["doc_id"], decode)
+
+
+def test_tiny_run_summary_is_its_items(tiny_run):
+    """The record's numbers from its per-item results: accuracies, the paired changes and their s.e., the window
+    shares (pooled), the tree's room, each rule's path in the tree (the oracle's path score on each item)."""
+    _, rec, _ = tiny_run
+    items, s = rec["items"], rec["summary"]
+    n = len(items)
+    base = [it["backbone"]["score"] for it in items]
+    for decode in ("backbone", "energy", "oracle"):
+        assert s["accuracy"][decode]["mean"] == pytest.approx(100 * sum(it[decode]["score"] for it in items) / n)
+    for decode in ("energy", "oracle"):
+        d = [it[decode]["score"] - b for it, b in zip(items, base)]
+        mean = sum(d) / n
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+        assert s["change"][decode]["delta"] == pytest.approx(100 * mean)
+        assert s["change"][decode]["se"] == pytest.approx(100 * sd / math.sqrt(n))
+        assert s["change"][decode]["changed_items"] == sum(it[decode]["text"] != it["backbone"]["text"] for it in items)
+        w = s["window"][decode]
+        rows = sum(it[decode]["window_rows"] for it in items)
+        assert w["window_rows"] == rows and 0 < rows <= 2 * n  # the tiny decode's window: iterations 0 and 1
+        assert w["disagree"] == pytest.approx(sum(it[decode]["disagree_rows"] for it in items) / rows)
+        assert w["steered"] == pytest.approx(sum(it[decode]["steered_rows"] for it in items) / rows)
+        assert 0.0 <= w["steered"] <= w["disagree"] <= 1.0
+    t = s["tree"]
+    assert t["items"] == n
+    for name, pick in (("ceiling", max), ("floor", min)):
+        assert t[name]["delta"] == pytest.approx(100 * sum(pick(it["tree"]["scores"]) - b
+                                                           for it, b in zip(items, base)) / n)
+    assert t["ceiling"]["delta"] >= max(s["change"]["oracle"]["delta"], s["change"]["energy"]["delta"]) - 1e-9
+    for it in items:
+        tr = it["tree"]
+        assert len(tr["scores"]) == tr["leaves"] >= 1
+        for decode in ("energy", "oracle"):
+            # the tree is the decoder's (on a CPU): each rule's path is its decode, its counters energy_decode's
+            assert tr["scores"][tr[f"{decode}_leaf"]] == it[decode]["score"]
+            assert tr[f"{decode}_text"] == it[decode]["text"]
+            assert tr[f"{decode}_counters"] == {k: it[decode][k] for k in ("window_rows", "disagree_rows",
+                                                                            "steered_rows")}
+    assert t["paths"]["oracle"]["same_text"] == t["paths"]["energy"]["same_counters"] == n
+    assert t["rerank_change"]["delta"] == pytest.approx(100 * sum(it["tree"]["scores"][it["tree"]["rerank_leaf"]] - b
+                                                                  for it, b in zip(items, base)) / n)
+    for name in ("dlm", "rerank", "energy", "oracle"):
+        a = t["auc"][name]
+        assert a["auc"] is None or 0.0 <= a["auc"] <= 1.0
+
+
+def test_summary_is_re_derived_from_its_items():
+    """summarise on per-item records with varied scores and counters (the tiny models score 0 almost everywhere):
+    every number against this file's own arithmetic."""
+    import random
+
+    from unie.pipeline.calibration import summarise
+
+    rng = random.Random(3)
+    items = []
+    for i in range(9):
+        it = {"doc_id": i}
+        for decode in ("backbone", "energy", "oracle"):
+            rows = rng.randint(1, 13)
+            dis = rng.randint(0, rows)
+            it[decode] = {"score": float(rng.random() < 0.5), "text": str(rng.randint(0, 2)), "window_rows": rows,
+                          "disagree_rows": dis, "steered_rows": rng.randint(0, dis)}
+        for decode in ("energy", "oracle"):
+            it[decode]["changed"] = it[decode]["text"] != it["backbone"]["text"]
+        scores = [float(rng.random() < 0.5) for _ in range(rng.randint(1, 4))]
+        it["tree"] = {"scores": scores, "exhaustive": rng.random() < 0.5, "leaves": len(scores),
+                      "rerank_leaf": 0, "energy_leaf": 0, "oracle_leaf": 0, "energy_text": it["energy"]["text"],
+                      "oracle_text": "x", "energy_counters": {}, "oracle_counters": {}}
+        items.append(it)
+    s = summarise(items)
+    n = len(items)
+    for decode in ("energy", "oracle"):
+        d = [it[decode]["score"] - it["backbone"]["score"] for it in items]
+        m = sum(d) / n
+        assert s["change"][decode]["delta"] == pytest.approx(100 * m)
+        assert s["change"][decode]["se"] == pytest.approx(100 * math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1) / n))
+        assert s["change"][decode]["gained_items"] == sum(x > 0 for x in d)
+        y, x = [it[decode]["disagree_rows"] for it in items], [it[decode]["window_rows"] for it in items]
+        r = sum(y) / sum(x)
+        assert s["window"][decode]["disagree"] == pytest.approx(r)
+        se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(y, x)) / (n * (n - 1))) / (sum(x) / n)
+        assert s["window"][decode]["disagree_se"] == pytest.approx(se)
+        assert s["window"][decode]["items_steered"] == pytest.approx(sum(it[decode]["steered_rows"] > 0
+                                                                         for it in items) / n)
+    t = s["tree"]
+    best = [max(it["tree"]["scores"]) - it["backbone"]["score"] for it in items]
+    assert t["ceiling"]["delta"] == pytest.approx(100 * sum(best) / n)
+    assert t["decides"] == pytest.approx(sum(max(it["tree"]["scores"]) != min(it["tree"]["scores"]) for it in items) / n)
+    assert t["paths"]["energy"]["same_text"] == n and t["paths"]["oracle"]["same_text"] == 0
+
+
+def test_a_time_limit_keeps_what_was_measured(tmp_path, hf_offline):
+    """With no time left the script stops before its first item and still writes its record, marked as stopped."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_calibration", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rec = script.main(["--tiny", "--device", "cpu", "--out", str(tmp_path), "--limit", "3", "--max-minutes", "0"])
+    assert rec["status"] == "stopped early" and rec["stopped"]["phase"] == "decode" and rec["items"] == []
+    saved = json.loads((tmp_path / "calibration.json").read_text())
+    assert saved["stopped"]["items_done"] == 0 and "Stopped early" in (tmp_path / "calibration.md").read_text()
+    with pytest.raises(SystemExit, match="no such file"):
+        script.main(["--tiny", "--device", "cpu", "--out", str(tmp_path / "bad"), "--data", str(tmp_path / "none")])
