@@ -155,3 +155,12 @@ def smoke_tree(tmp_path_factory) -> Path:
     if r.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
     return wd
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that runs Snakemake on a workflow (marked ``slow`` or ``slurm``) or reads the shared smoke run is also marked
+    ``workflow``: ``pytest -m "not workflow"`` is the quick loop while working; the README's ``pytest -q`` runs all."""
+    shared = {"smoke_tree", "smoke_run", "damaged"}
+    for item in items:
+        if item.get_closest_marker("slow") or item.get_closest_marker("slurm") or shared & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.workflow)

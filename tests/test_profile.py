@@ -121,6 +121,20 @@ def test_check_config_cli_prints_resolved(capsys):
     assert printed == resolve_config([REPO / "config" / "smoke.yaml"])
 
 
+def test_check_config_reads_config_overrides_as_snakemake_does(capsys):
+    """``unie check-config --config KEY=VALUE`` (not read as ``--configfile``): the override resolved and checked,
+    the run directory it names; a bad value or a missing ``=`` is one line."""
+    from unie.cli import main
+
+    assert main(["check-config", "--config", "seed=1", "dllm={seed: 3}"]) == 0
+    assert "its run directory: runs/toy+" in capsys.readouterr().out
+    assert main(["check-config", "--config", "seed=abc"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'abc' is not of type 'integer'" in err[0]
+    assert main(["check-config", "--config", "seed"]) == 1
+    assert capsys.readouterr().err.strip() == "unie: error: --config seed: expected KEY=VALUE (e.g. seed=1)"
+
+
 # ---------------------------------------------------------------- the DLLM rows and sweeps: in the grid, once
 def test_table3_rows_and_sweeps_are_written_once():
     """Table 3's rows and the sweeps' curves are in config/experiments.yaml only: a profile names no row's model,

@@ -77,15 +77,27 @@ def cmd_check_config(args) -> int:
     def show(config):  # the configuration as written (before the generated figure runs are added)
         print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=120), end="")
 
+    overrides = {}
+    for item in args.overrides:  # as snakemake's --config: KEY=VALUE, the value read as YAML
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            print(f"unie: error: --config {item}: expected KEY=VALUE (e.g. seed=1)", file=sys.stderr)
+            return 1
+        try:
+            overrides[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            print(f"unie: error: --config {item}: the value is not YAML ({str(e).splitlines()[0]})", file=sys.stderr)
+            return 1
     try:
-        config = workflow_config(files or None, show=show if args.resolved else None)
+        config = workflow_config(files or None, overrides or None, show=show if args.resolved else None)
     except ConfigError as e:
         print(error_text(e, verbose=args.verbose), file=sys.stderr)
         return 1
     from .config.rundir import run_directory
 
-    summary = (f"{name}: ok ({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs; "
-               f"its run directory: {run_directory(files or None)}/)")
+    summary = (f"{name}{' --config ' + ' '.join(args.overrides) if args.overrides else ''}: ok "
+               f"({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs; "
+               f"its run directory: {run_directory(files or None, overrides or None)}/)")
     print(("# " if args.resolved else "") + summary, file=sys.stderr if args.resolved else sys.stdout)
     return 0
 
@@ -153,9 +165,11 @@ def main(argv=None) -> int:
                                     "evaluators")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_list)
-    s = sub.add_parser("check-config", help="validate a workflow profile without running anything (--resolved: print it)")
+    s = sub.add_parser("check-config", allow_abbrev=False, help="validate a workflow profile without running anything (--resolved: print it)")
     s.add_argument("config", nargs="*", help="profile file(s) over config/experiments.yaml (default config/config.yaml)")
     s.add_argument("--configfile", action="append", help="the same as a positional file (as snakemake spells it)")
+    s.add_argument("--config", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="overrides as snakemake's --config reads them (the value as YAML: seed=1, 'dllm={seed: 2}')")
     s.add_argument("--resolved", action="store_true", help="print the effective configuration as YAML")
     s.add_argument("-v", "--verbose", action="store_true", help="on a schema violation, the schema's full report too")
     s.set_defaults(fn=cmd_check_config)
