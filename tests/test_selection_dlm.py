@@ -159,12 +159,37 @@ def test_table2_names_each_energy_rows_rule():
     assert r"EDLM-AR {\scriptsize (resample)}" in tex and r"Uni-EDLM-AR {\scriptsize (argmin)}" in tex
     assert "MDLM &" in tex and r"MDLM {\scriptsize" not in tex  # a sampler without a rule: the label alone
     assert "softmax" in tex and "argmin" in tex  # the caption says what the two rules are
-    assert list(df.columns)[-1] == "selection"  # the CSV: a column added at the end
+    assert list(df.columns)[-2:] == ["selection", "best"]  # the CSV: columns added at the end
     rule = df.groupby("row").selection.first()
     assert rule["EDLM-AR"] == "resample" and rule["Uni-EDLM-AR"] == "argmin" and pd.isna(rule["MDLM"])
     assert df.row.unique().tolist() == list(ROWS)  # the row labels stay the config's
     md = md_table2(df, "exact")
     assert "| EDLM-AR (resample) |" in md and "| Uni-EDLM-AR (argmin) |" in md and "| MDLM |" in md
+
+
+def test_table2_never_bolds_a_row_in_the_column_of_its_own_network():
+    """A sampler that decodes with an evaluator's network (DCD, EDLM-AR with the AR proxy) is judged by itself in
+    that column: a double dagger, never bold there (bold in the others when best); the CSV's ``best`` says which
+    cells are bold."""
+    import math
+
+    from unie.report.tables import table2
+
+    runs = {"mdlm": {"sampler": "ancestral", "models": {"dlm": "mdlm"}},
+            "dcd": {"sampler": "dcd", "models": {"dlm": "mdlm", "proxy": "ar"}}}
+    rows = {"MDLM": "mdlm", "DCD": "dcd"}
+    evs = {"exact": {"kind": "exact", "label": r"$\pi$"}, "ar": {"kind": "model", "model": "ar", "label": "AR"}}
+
+    def rec(run, nll_exact, nll_ar):
+        return {"sampling": {"run": run, "steps": 4, "options": {}, "seconds": 1.0, "nfe": 4}, "entropy_bits": 4.4,
+                "genppl": {"exact": {"ppl": math.exp(nll_exact), "nll_per_token": nll_exact, "nll_se": 0.01},
+                           "ar": {"ppl": math.exp(nll_ar), "nll_per_token": nll_ar, "nll_se": 0.01}}}
+
+    tex, df = table2(rows, runs, evs, [rec("mdlm", 3.0, 2.5), rec("dcd", 2.9, 2.0)])  # DCD lower under both
+    best = df.set_index(["row", "evaluator"]).best
+    assert best["DCD", "exact"] and not best["MDLM", "exact"]  # a fair column: DCD is best
+    assert not best["DCD", "ar"] and best["MDLM", "ar"]  # its own network's column: the other row is best
+    assert r"$^\ddagger$" in tex and "Judged by one of the networks its sampler decodes with (DCD)" in tex
 
 
 def test_table2_states_a_temperature_other_than_one_and_refuses_mixed_rules():

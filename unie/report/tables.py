@@ -200,22 +200,27 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
     with_excess = len(df) > 0 and df.excess_nll.notna().any()
     head = [evaluators[e]["label"] + r"$\downarrow$" for e in ev_names]
     cols = ["Method", "Steps"] + head + ([r"Excess NLL$_\pi\downarrow$"] if with_excess else []) + ["Entropy"]
-    cells, vals, keep, groups, block = [], [], [], [], []
+    cells, vals, keep, groups, block, own, where = [], [], [], [], [], [], []
     for label, run in rows.items():
         sub = df[df.row == label] if len(df) else df
         steps = sorted(sub.steps.unique()) if len(sub) else [None]
         rule = selection_label(sub)
+        uses = set((runs[run].get("models") or {}).values())  # the networks this row's sampler decodes with
         for i, s in enumerate(steps):
             at = sub[sub.steps == s] if s is not None else sub
             ts = DASH if runs[run]["sampler"] == "data" or s is None else str(s)
             row, val = [(label + (rf" {{\scriptsize ({rule})}}" if rule else "")) if i == 0 else "", ts], []
+            mine = []
             for e in ev_names:
                 g = at[at.evaluator == e]
                 v = g.genppl.iloc[0] if len(g) else None
                 # s.e. of the Gen PPL by the delta method: exp(nll) * s.e.(nll)
                 se = None if _missing(v) or _missing(g.nll_se.iloc[0]) else v * g.nll_se.iloc[0]
-                row.append(_pm(v, se, 1))
+                # an evaluator that is one of the sampler's own networks judges its own choices: never bold there
+                judged_by_self = evaluators[e].get("kind") == "model" and evaluators[e].get("model") in uses
+                row.append(_pm(v, se, 1) + (r"$^\ddagger$" if judged_by_self and not _missing(v) else ""))
                 val.append(np.nan if _missing(v) else v)
+                mine.append(judged_by_self)
             if with_excess:
                 ex = at.excess_nll.iloc[0] if len(at) else None
                 g = at[at.evaluator == exact] if exact is not None else at.iloc[:0]
@@ -227,13 +232,23 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
             keep.append(row_group(label) != 0)
             groups.append(row_group(label))
             block.append(label)
+            own.append(mine + [False] * (len(val) - len(mine)))
+            where.append((label, s))
     table = pd.DataFrame(cells, columns=cols)
-    # the best of each column among the rows with the same step count (the references, data and AR, left out)
+    # the best of each column among the rows with the same step count (the references, data and AR, left out, and in
+    # an evaluator's column the rows whose sampler decodes with that evaluator's network)
     values = pd.DataFrame(vals, dtype=float)
+    own = np.array(own, bool).reshape(len(vals), values.shape[1])
     bold = np.zeros(table.shape, bool)
     for s in set(table.Steps):
         at = (table.Steps == s).to_numpy()
-        bold[:, 2:2 + values.shape[1]] |= best_mask(values, lower=True, keep=np.array(keep) & at)
+        for j in range(values.shape[1]):
+            bold[:, 2 + j] |= best_mask(values.iloc[:, [j]], lower=True, keep=np.array(keep) & at & ~own[:, j])[:, 0]
+    # the CSV says which cells are bold (per row, steps and evaluator), as Table 1's does
+    best = {(lab, st, e): bool(bold[i, 2 + j]) for i, (lab, st) in enumerate(where) for j, e in enumerate(ev_names)}
+    if len(df):
+        df["best"] = [best.get((r.row, r.steps, r.evaluator), False) for r in df.itertuples()]
+    judged = sorted({lab for i, (lab, _) in enumerate(where) if own[i].any()}, key=list(rows).index)
     caption = (r"Generative perplexity per number of sampling steps, under each evaluator "
                r"($\downarrow$: lower is better), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times the s.e. of "
                r"the per-token NLL)"
@@ -241,6 +256,8 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
                   r"$\pm$ s.e.)" if with_excess else "")
                + r"; entropy: per-sample unigram entropy in bits. The best value of a column among the rows with the "
                  r"same number of steps is in \textbf{bold} (data and AR left out)."
+               + ((r" $^\ddagger$ Judged by one of the networks its sampler decodes with ("
+                   + ", ".join(judged) + r"), so never bold in that column.") if judged else "")
                + (r" An energy row names its candidate selection rule: argmin, the paper's Algorithm 2 ($j^* = "
                   r"\arg\min_j E^j$); resample, EDLM's own sampler ($j^* \sim \mathrm{softmax}(-E/\tau)$, "
                   r"self-normalised importance resampling)." if len(df) and df.selection.notna().any() else ""))
