@@ -189,3 +189,18 @@ def test_missing_tables_are_listed_with_their_reason(tmp_path):
         paper_vs_ours(VALUES_PATH, {"table1_ppl": tmp_path / "t1.csv"}, profile="toy", evaluators=[], steps=[],
                       md_path=paths["md"], tex_path=paths["tex"], csv_path=paths["csv"], log=lambda _: None)
     assert paths["md"].read_text() == md
+
+
+def test_rows_our_table_does_not_rank_are_out_of_best_and_tau():
+    """Table 1's rows that are not a bound (Uni-EDLM: below the data's exact perplexity) and EDLM-CoAR (its estimator
+    is the AR reference's) stay in the cells but out of the best and Kendall's τ_b, with a note saying which."""
+    t1 = pd.DataFrame({"row": ["MDLM", "SEDD", "EDLM-CoAR", "Uni-EDLM-NCE"], "domain": ["owt"] * 4,
+                       "ppl": [12.0, 13.0, 11.5, 4.1], "bound": [True, True, True, False],
+                       "reference_estimator": [False, False, True, False]})
+    (part,) = [p for p in sections(VALUES, {"table1_ppl": t1}, evaluators=[], steps=[]) if p["key"] == "table1_ppl"]
+    owt = part["order"].set_index("column").loc["OWT"]
+    assert owt.best_ours == "MDLM" and owt.rows == 2  # MDLM and SEDD ranked; CoAR and Uni-EDLM left out
+    cells = part["df"][part["df"].column == "OWT"].set_index("row")
+    assert cells.loc["Uni-EDLM-NCE", "ours"] == 4.1  # still shown
+    assert "Uni-EDLM-NCE (not an upper bound on perplexity)" in part["note"]
+    assert "EDLM-CoAR (in expectation the AR reference row's likelihood)" in part["note"]

@@ -53,6 +53,13 @@ def energy_corrected_nelbo(dlm, scorer, energy_name: str, ar_context: str | None
     return (schedule.weight(t.double()) * -log_cond[:, 0].double()).cpu()
 
 
+def estimator_is_reference(energy: str, ar_context: str | None = None) -> bool:
+    """Whether Table 1's estimator for an energy row is, in expectation, a reference row's own: Ind-E with
+    ``teacher_forced_carry_over`` (EDLM-CoAR) estimates the AR proxy's NLL of ``x0`` (:func:`estimator_is_bound`), the
+    AR reference row's likelihood, so it is compared like that row (left out of the best), not as a method."""
+    return energy == "ind" and ar_context == "teacher_forced_carry_over"
+
+
 def estimator_is_bound(energy: str, ar_context: str | None = None) -> tuple[bool, str]:
     """Whether Table 1's estimator for an energy row is, in expectation, an upper bound on the model's perplexity
     (so that it can never fall below the data's own), and why.

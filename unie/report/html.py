@@ -16,7 +16,7 @@ import html
 import re
 
 # inline maths and text symbols -> Unicode
-SYMBOLS = {"pi": "π", "pm": "±", "dagger": "†", "downarrow": "↓", "uparrow": "↑", "tau": "τ", "Delta": "Δ",
+SYMBOLS = {"pi": "π", "pm": "±", "dagger": "†", "ddagger": "‡", "S": "§", "downarrow": "↓", "uparrow": "↑", "tau": "τ", "Delta": "Δ",
            "sim": "~", "min": "min", "max": "max", "arg": "arg ", "exp": "exp", "log": "log", "leq": "≤",
            "geq": "≥",
            "times": "×", "cdot": "·", "approx": "≈", "ldots": "…", "dots": "…", "infty": "∞", "sigma": "σ",

@@ -13,7 +13,8 @@ import re
 import pandas as pd
 
 # LaTeX in the tables' row labels -> plain text
-_LATEX = [(r"$\pi$", "π"), (r"$^\dagger$", "†"), (r"\dagger", "†"), ("$", "")]
+_LATEX = [(r"$\pi$", "π"), (r"$^\dagger$", "†"), (r"$^\ddagger$", "‡"), (r"$^\S$", "§"), (r"\ddagger", "‡"),
+          (r"\dagger", "†"), ("$", "")]
 
 
 def plain(label) -> str:
@@ -57,12 +58,13 @@ def table1(df: pd.DataFrame) -> str:
 
     rows, cols, cells = _pivot(df, "row", "domain", cell)
     not_bound = set(df.loc[df["bound"] == False, "row"]) if "bound" in df else set()  # noqa: E712 (NaN: no value)
+    reference = set(df.loc[df["reference_estimator"] == True, "row"]) if "reference_estimator" in df else set()  # noqa: E712
     body = []
     for row in rows:
         se = df.loc[df["row"] == row, "nll_se"].dropna()
         se_text = f"{se.min():.3f}–{se.max():.3f}" if len(se) else "–"
-        body.append([plain(row) + (" †" if row in not_bound else "")] + [cells.get((row, c), "–") for c in cols]
-                    + [se_text])
+        mark = " †" if row in not_bound else " §" if row in reference else ""
+        body.append([plain(row) + mark] + [cells.get((row, c), "–") for c in cols] + [se_text])
     out = md_table(["row", *cols, "s.e. of NLL (nats)"], body)
     if has_best:
         out += "\n\nIn bold: the best of each column among the bounds (data and AR left out)."
@@ -70,6 +72,9 @@ def table1(df: pd.DataFrame) -> str:
         out += (" † Not an upper bound on perplexity, so never bold: its value can fall below the data's own "
                 "perplexity (Uni-E's closed-form log F leaves the tokens revealed between t and s unscored; EDLM's "
                 "one-sample plug-in for log F is biased low).")
+    if reference:
+        out += (" § Its estimator is in expectation the AR proxy's own NLL, the AR reference row's likelihood, so it "
+                "is left out of the bold like that row.")
     return out
 
 

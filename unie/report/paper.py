@@ -150,12 +150,28 @@ def _best(sub: pd.DataFrame, col: str, lower: bool) -> set[str]:
     return set(sub[sub[col] == best].row)
 
 
-def orderings(spec: dict, df: pd.DataFrame) -> pd.DataFrame:
-    """Per ranked column, among the rows both have (``reference`` rows left out): the best row(s) in the paper and
-    here (ties joined by " = ", in the paper's row order); ``agree``: "yes" (the same best row or rows), "tie" (a row
-    best in both, tied with others on one side) or "no"; Kendall's τ_b between the two orderings; the row count."""
+def not_comparable(spec: dict, table: pd.DataFrame) -> dict[str, str]:
+    """Rows of our table that are not ranked against the others (row -> why), as our own table treats them: in
+    Table 1 a row whose estimator is not an upper bound on perplexity (``bound`` false: it can fall below the data's
+    own) and one whose estimator is a reference row's (``reference_estimator``: EDLM-CoAR, in expectation the AR's
+    NLL).  They stay in the cells, out of "best" and of Kendall's τ_b."""
+    out = {}
+    if spec.get("kind") == "ppl":
+        if "bound" in table:
+            out.update({r: "not an upper bound on perplexity" for r in table.loc[table["bound"] == False, "row"]})  # noqa: E712
+        if "reference_estimator" in table:
+            out.update({r: "in expectation the AR reference row's likelihood"
+                        for r in table.loc[table["reference_estimator"] == True, "row"]})  # noqa: E712
+    return out
+
+
+def orderings(spec: dict, df: pd.DataFrame, excluded=()) -> pd.DataFrame:
+    """Per ranked column, among the rows both have (``reference`` rows and ``excluded`` ones left out:
+    :func:`not_comparable`): the best row(s) in the paper and here (ties joined by " = ", in the paper's row order);
+    ``agree``: "yes" (the same best row or rows), "tie" (a row best in both, tied with others on one side) or "no";
+    Kendall's τ_b between the two orderings; the row count."""
     lower = spec["lower_is_better"]
-    ref = set(spec.get("reference", []))
+    ref = set(spec.get("reference", [])) | set(excluded)
     order = {name: i for i, name in enumerate(spec["rows"])}
     out = []
     for c in paper_columns(spec):
@@ -219,7 +235,12 @@ def sections(values: dict, tables: dict[str, pd.DataFrame], *, evaluators: list[
                     "on other hardware and is not compared.")
         elif spec["kind"] == "long" and any("ours" in r for r in spec["rows"].values()):
             note = "Rows: the paper's row is ours as listed in config/paper_values.yaml (`ours`); columns by name."
-        out.append({"key": key, "spec": spec, "df": df, "order": orderings(spec, df), "note": note})
+        left_out = not_comparable(spec, tables[key])
+        if left_out:
+            why = "; ".join(f"{r} ({w})" for r, w in left_out.items())
+            note = ((note + " ") if note else "") + ("Left out of the best and of τ_b, as our table leaves them out "
+                                                     f"of its bold: {why}.")
+        out.append({"key": key, "spec": spec, "df": df, "order": orderings(spec, df, left_out), "note": note})
     for key in tables:
         if key not in values["tables"]:
             out.append({"key": key, "spec": {"title": key, "label": "–"},

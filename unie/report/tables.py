@@ -116,12 +116,13 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
     :func:`unie.energy.corrected_nelbo.estimator_is_bound`) gets a dagger and a caption note and is never bold: the best
     of a column is chosen among the bounds (the reference rows, data and AR, left out).  The CSV says it per cell:
     ``bound`` (the row's estimator is a bound) and ``best`` (the cell is bold)."""
-    from ..energy.corrected_nelbo import estimator_is_bound
+    from ..energy.corrected_nelbo import estimator_is_bound, estimator_is_reference
 
     results = {r["source"]: r for r in records}
-    bound, why = {}, {}
+    bound, why, reference = {}, {}, {}
     for label, src in rows.items():
         spec = (results.get(src) or {}).get("spec") if src else None
+        reference[label] = bool(spec and estimator_is_reference(spec.get("energy"), spec.get("ar_context")))
         if spec and spec.get("energy"):
             bound[label], why[label] = estimator_is_bound(spec["energy"], spec.get("ar_context"))
         else:  # a model's NELBO (a bound), the AR's or pi's exact likelihood; None: no likelihood at all (DCD)
@@ -138,7 +139,8 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
                             "n_mc": (res or {}).get("n_mc")})
     df = pd.DataFrame.from_records(records)
     names = [DOMAIN_LABELS.get(d, d) for d in domains]
-    labels = [label + r"$^\dagger$" if bound[label] is False else label for label in rows]
+    labels = [label + r"$^\dagger$" if bound[label] is False else label + r"$^\S$" if reference[label] else label
+              for label in rows]
     cells, vals = {"Methods": labels}, {}
     for d, name in zip(domains, names):
         sub = df[df.domain == d].set_index("row")
@@ -149,10 +151,11 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
         cells[name] = [_pm(p, e) for p, e in zip(ppl, se)]
         vals[name] = [np.nan if _missing(p) else p for p in ppl]
     groups = [row_group(label) for label in rows]
-    keep = [g != 0 and bound[label] is True for g, label in zip(groups, rows)]
+    keep = [g != 0 and bound[label] is True and not reference[label] for g, label in zip(groups, rows)]
     best = best_mask(pd.DataFrame(vals), lower=True, keep=keep)
     bold = np.column_stack([np.zeros(len(rows), bool), best])
     df["bound"] = [bound[r] for r in df.row]
+    df["reference_estimator"] = [reference[r] for r in df.row]
     df["best"] = [bool(best[list(rows).index(r), domains.index(d)]) for r, d in zip(df.row, df.domain)]
     caption = (r"Perplexity per domain (lower is better; an upper bound for the diffusion models, exact for the AR "
                r"model and for the data distribution $\pi$), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times "
@@ -163,6 +166,10 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
         reasons = "; ".join(dict.fromkeys(why[label] for label in daggers))
         caption += (r" $^\dagger$ Not an upper bound on perplexity, so never bold: its value can fall below the "
                     r"data's own perplexity (" + reasons.replace("_", r"\_") + ").")
+    if any(reference.values()):
+        caption += (r" $^\S$ Its estimator is in expectation the AR proxy's own NLL (" +
+                    ", ".join(label for label in rows if reference[label]) +
+                    r"), the AR reference row's likelihood, so it is left out of the bold like that row.")
     return latex_float(pd.DataFrame(cells), caption=caption, label="tab:ppl", bold=bold, groups=groups), df
 
 
