@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from unie.config.replicate_plan import aggregate_dir, given_profile, replicate_command
-from unie.report.replicate_tables import aggregate, claims, verdict
+from unie.report.replicate_tables import aggregate, claims, task_average_change, verdict, view
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,6 +50,27 @@ def test_aggregate_of_a_table_by_hand():
     dup = {s: pd.concat([f, f]) for s, f in frames.items()}
     with pytest.raises(ValueError, match="do not name a cell"):
         aggregate("table1_ppl", dup)
+
+
+def test_a_long_table_with_a_value_column_aggregates_and_shows_percent():
+    """Table 3's CSV is long with a column named ``value`` (accuracy in %): each (row, task) cell aggregated, shown
+    as it is (no rescaling), the room rows too."""
+    frames = {s: pd.DataFrame({"row": ["llada", "llada", "llada__ceiling"], "task": ["toy_math", "toy_gsm8k",
+                                                                                       "toy_math"],
+                               "column": ["MATH500", "GSM8K", "MATH500"], "value": [10.0 + s, 20.0, 12.0 + s],
+                               "delta": [None, None, 2.0], "delta_se": [None, None, 0.5]}) for s in (0, 1, 2)}
+    a = aggregate("table3_dllm", frames)
+    cell_ = a[(a.row == "llada") & (a.task == "toy_math") & (a.quantity == "value")].iloc[0]
+    assert (cell_.seed_0, cell_.seed_2, cell_["mean"]) == (10.0, 12.0, 11.0)
+    shown = view("table3_dllm", a)
+    assert "11.00 ± 1.00 [10.00, 12.00]" in shown and "llada__ceiling" in shown
+    # a room row has no in_average of its own: it is averaged over the tasks Table 3 averages
+    t3 = pd.DataFrame({"row": ["llada", "llada", "llada_uni", "llada_uni", "llada__ceiling", "llada__ceiling"],
+                       "task": ["toy_math", "toy_mmlu"] * 3, "value": [1.0] * 6,
+                       "in_average": [True, False, True, False, None, None],
+                       "delta": [None, None, 2.0, 8.0, 4.0, 9.0], "delta_se": [None, None, 0.5, 0.5, 0.5, 0.5]})
+    avg = task_average_change(t3).set_index("row").delta
+    assert avg.to_dict() == {"llada_uni": 2.0, "llada__ceiling": 4.0}
 
 
 def test_verdicts_and_claims():

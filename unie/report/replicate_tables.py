@@ -45,8 +45,8 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
 PAGE_VIEWS: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...], float]] = {
     "table1_ppl": (("row",), "domain", ("ppl",), 1.0),
     "table2_genppl": (("row", "steps"), "evaluator", ("genppl",), 1.0),
-    "table3_dllm": (("row",), "column", ("value",), 100.0),
-    "table_app_dllm_full": (("row",), "column", ("value",), 100.0),
+    "table3_dllm": (("row",), "task", ("value",), 1.0),  # accuracy in % already, a column per task
+    "table_app_dllm_full": (("row",), "task", ("value",), 1.0),
     "table_app_selection": (("row",), None, ("avg", "delta"), 1.0),
     "table_app_k": (("curve", "row"), None, ("value", "tokens_per_s"), 1.0),
     "table_app_w": (("curve", "row"), None, ("value", "tokens_per_s"), 1.0),
@@ -95,7 +95,8 @@ def aggregate(name: str, frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
     for seed, df in frames.items():
         d = _keyed(df, keys)
         d["_order"] = np.arange(len(d))
-        m = d.melt(id_vars=[*keys, "_order"], value_vars=quantities, var_name="quantity", value_name="value")
+        # the melted value under a name no table uses (Table 3's long CSV has a column "value" of its own)
+        m = d.melt(id_vars=[*keys, "_order"], value_vars=quantities, var_name="quantity", value_name="_cell")
         m["seed"] = seed
         long.append(m)
     both = pd.concat(long, ignore_index=True)
@@ -104,7 +105,7 @@ def aggregate(name: str, frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
         row = both[dup].iloc[0]
         raise ValueError(f"{name}: two cells with the same key {tuple(row[k] for k in keys)} in seed {row.seed}'s "
                          f"table: its key columns ({', '.join(keys)}) do not name a cell")
-    wide = both.set_index([*keys, "quantity", "seed"])["value"].unstack("seed").reindex(columns=seeds)
+    wide = both.set_index([*keys, "quantity", "seed"])["_cell"].unstack("seed").reindex(columns=seeds)
     wide.columns = [f"seed_{s}" for s in seeds]
     order = both[both.seed == seeds[0]].set_index([*keys, "quantity"])["_order"]
     wide["_order"] = order.reindex(wide.index).fillna(len(first)).values
@@ -164,8 +165,9 @@ def task_average_change(df: pd.DataFrame) -> pd.DataFrame:
     """Per Table 3 row with a backbone, the paired change of its task average and its s.e. (the tasks' paired s.e.
     combined as √(Σ se²) / T, as Table 3 does): columns ``row``, ``delta``, ``delta_se``."""
     d = df.dropna(subset=["delta"])
-    if "in_average" in d:
-        d = d[d.in_average.astype(bool)]
+    if "in_average" in df:  # the tasks Table 3 averages (dllm.tasks.average), for every row (its room rows too)
+        averaged = set(df.loc[df.in_average == True, "task"]) if "task" in df else set()  # noqa: E712 (NaN: not said)
+        d = d[d.task.isin(averaged)] if averaged else d[d.in_average.fillna(True).astype(bool)]
     if d.empty:
         return pd.DataFrame(columns=["row", "delta", "delta_se"])
     g = d.groupby("row", sort=False)
