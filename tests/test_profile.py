@@ -104,7 +104,7 @@ def test_settings_single_home_of_defaults():
     assert LmEvalSettings.from_config(paper).allow_code_execution is True
     assert LmEvalSettings.from_config(paper).task_source == "builtin"
     ev = EvaluatorSettings.from_config(paper, "llama2")
-    assert (ev.max_length, ev.dtype, ev.batch_size) == (1024, "float32", 8)
+    assert (ev.max_length, ev.dtype, ev.batch_size) == (1024, "bfloat16", 8)  # issue 45: bf16 evaluators
     assert WorkflowSettings.from_config(toy).sampling_job == "table"
     assert WorkflowSettings.from_config(paper).sampling_job == "step"
     assert (WorkflowSettings.from_config(toy).dllm_eval_job, WorkflowSettings.from_config(paper).dllm_eval_job) == \
