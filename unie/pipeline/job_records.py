@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -49,7 +48,6 @@ def run_dir_of(path: str) -> str | None:
 
 
 def _paths(obj) -> list[str]:
-    """The file paths of a job's ``input``/``output``/``log`` (a Snakemake Namedlist, a list, a namespace of them)."""
     if obj is None:
         return []
     if isinstance(obj, (str, os.PathLike)):
@@ -58,6 +56,12 @@ def _paths(obj) -> list[str]:
         values = obj.values() if isinstance(obj, dict) else vars(obj).values()
         return [p for v in values for p in _paths(v)]
     return [p for v in obj for p in _paths(v)]
+
+
+def job_files(obj) -> list[str]:
+    """The file paths of a job's ``input``/``output``/``log`` (a Snakemake Namedlist, a list, a dict or a namespace
+    of them, nested lists flattened), each once, in order."""
+    return list(dict.fromkeys(_paths(obj)))
 
 
 def job_name(snakemake) -> tuple[str, dict[str, str]]:
@@ -76,15 +80,15 @@ def record_job(snakemake, start: float, end: float, ok: bool) -> None:
     """Append this job's record to its run's :data:`JOBS_FILE` (module doc); nothing for a job outside a run, and
     never an error (a timeline is a record, never a reason for a job to fail)."""
     try:
-        outputs = _paths(getattr(snakemake, "output", None))
-        run = next((r for r in map(run_dir_of, _paths(getattr(snakemake, "log", None)) + outputs) if r), None)
+        outputs = job_files(getattr(snakemake, "output", None))
+        run = next((r for r in map(run_dir_of, job_files(getattr(snakemake, "log", None)) + outputs) if r), None)
         if run is None:
             return
         rule, wildcards = job_name(snakemake)
         rec = {"rule": rule, "start": start, "end": end, "ok": ok,
                "threads": int(getattr(snakemake, "threads", 1) or 1), "pid": os.getpid(),
                "wildcards": wildcards,
-               "inputs": _paths(getattr(snakemake, "input", None)), "outputs": outputs}
+               "inputs": job_files(getattr(snakemake, "input", None)), "outputs": outputs}
         path = Path(run) / JOBS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -123,4 +127,4 @@ def expected_seconds(run_dir, profile: str | None) -> tuple[dict[str, float], st
     return {**table, **own}, " over ".join(sources) or "nothing measured"
 
 
-__all__ = ["JOBS_FILE", "job_name", "process_started", "expected_seconds", "read_jobs", "record_job", "run_dir_of"]
+__all__ = ["JOBS_FILE", "job_files", "job_name", "process_started", "expected_seconds", "read_jobs", "record_job", "run_dir_of"]

@@ -14,11 +14,11 @@ _JOB = None  # the running rule's snakemake object (inside job())
 
 
 def _job_files(snakemake, kind: str = "input") -> list[str]:
-    """The paths of a job's ``input`` or ``output`` files, each once, in order."""
-    out, named = [], getattr(snakemake, kind, None) or []
-    for f in named if hasattr(named, "__iter__") else vars(named).values():  # a Namedlist, or a plain namespace
-        out.extend([str(x) for x in f] if isinstance(f, (list, tuple)) else [str(f)])
-    return list(dict.fromkeys(out))
+    """The paths of a job's ``input`` or ``output`` files, each once, in order
+    (:func:`unie.pipeline.job_records.job_files`)."""
+    from .job_records import job_files
+
+    return job_files(getattr(snakemake, kind, None))
 
 
 def _provenance() -> tuple[str | None, dict | None]:
