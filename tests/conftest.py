@@ -142,25 +142,79 @@ def fake_torchrun(monkeypatch):
 REPO = Path(__file__).resolve().parents[1]
 
 
+# what a smoke run is made of: a change to any of these is another run
+_SMOKE_SOURCES = ("Snakefile", "pyproject.toml", "workflow", "unie", "config")
+_SMOKE_PACKAGES = ("torch", "snakemake", "lm_eval", "transformers", "datasets", "tokenizers", "pyarrow", "pandas")
+
+
+def _smoke_key() -> str:
+    """A digest of everything a smoke run depends on: the workflow's and the package's files (bytes and paths) and the
+    versions of Python and the libraries that compute or record its results."""
+    import hashlib
+    from importlib import metadata
+
+    h = hashlib.sha256(sys.version.encode())
+    for name in _SMOKE_PACKAGES:
+        try:
+            h.update(f"{name}={metadata.version(name)}\n".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{name}=none\n".encode())
+    for top in _SMOKE_SOURCES:
+        root = REPO / top
+        files = [root] if root.is_file() else sorted(
+            f for f in root.rglob("*") if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+        for f in files:
+            h.update(f"{f.relative_to(REPO).as_posix()}\0".encode() + f.read_bytes() + b"\0")
+    return h.hexdigest()[:20]
+
+
 @pytest.fixture(scope="session")
-def smoke_tree(tmp_path_factory) -> Path:
+def smoke_pristine(request) -> Path:
     """A working directory in which the whole workflow ran once on config/smoke.yaml (``snakemake --cores 2`` with
-    the default target), from nothing: shared by the modules that read it (``test_workflow.py``) and the one that
-    damages a copy of it (``test_damage_workflow.py``, which runs first)."""
+    the default target), from nothing, and which no test changes: kept in pytest's cache under a digest of the
+    sources and library versions (:func:`_smoke_key`), so a second pytest process on the same tree reuses it (CI's
+    Slurm test compares its cluster run with it instead of running the smoke config locally again).  Built under a
+    lock, marked complete only after Snakemake succeeded; an incomplete one is built again."""
+    import fcntl
+    import shutil
+
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
+    base = request.config.cache.mkdir("unie-smoke")
+    key = _smoke_key()
+    wd = base / key
+    with open(base / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for old in base.iterdir():  # earlier sources' runs
+            if old.is_dir() and old.name != key:
+                shutil.rmtree(old, ignore_errors=True)
+        if not (wd / ".complete").exists():
+            shutil.rmtree(wd, ignore_errors=True)
+            wd.mkdir()
+            cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd), "--cores", "2",
+                   "--configfile", str(REPO / "config" / "smoke.yaml")]
+            r = subprocess.run(cmd, cwd=wd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise AssertionError(f"snakemake failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+            (wd / ".complete").write_text(key + "\n")
+    return wd
+
+
+@pytest.fixture(scope="session")
+def smoke_tree(smoke_pristine, tmp_path_factory) -> Path:
+    """A copy of :func:`smoke_pristine` (modification times kept) for the modules that read it and run the workflow
+    in it again (``test_workflow.py``, ``test_runs.py``) and the one that damages a copy of it
+    (``test_damage_workflow.py``, which runs first)."""
+    import shutil
+
     wd = tmp_path_factory.mktemp("smoke")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd), "--cores", "2",
-           "--configfile", str(REPO / "config" / "smoke.yaml")]
-    r = subprocess.run(cmd, cwd=wd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+    shutil.copytree(smoke_pristine, wd, symlinks=True, dirs_exist_ok=True)
     return wd
 
 
 def pytest_collection_modifyitems(config, items):
     """Every test that runs Snakemake on a workflow (marked ``slow`` or ``slurm``) or reads the shared smoke run is also marked
     ``workflow``: ``pytest -m "not workflow"`` is the quick loop while working; the README's ``pytest -q`` runs all."""
-    shared = {"smoke_tree", "smoke_run", "damaged"}
+    shared = {"smoke_tree", "smoke_pristine", "smoke_run", "damaged"}
     for item in items:
         if item.get_closest_marker("slow") or item.get_closest_marker("slurm") or shared & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.workflow)

@@ -287,3 +287,24 @@ def test_the_checks_say_when_another_run_holds_the_lock(tree):
         "unie: the checks for damaged, replaced and deleted files were skipped: another snakemake run holds this "
         "directory's lock (.snakemake/locks); rerun when it has ended (or `snakemake --unlock` if none runs)"])
     assert ppl.exists()
+
+
+def test_a_task_yaml_is_the_same_input_wherever_its_run_lies(tmp_path):
+    """lm-eval's task YAMLs quote their data files by absolute path: two working directories (a local and a cluster
+    run of the same config) write different bytes for the same tasks.  Their identity (what a model or result
+    records as made from them) names each data file by its name and content instead; a changed data file changes
+    it."""
+    from unie.pipeline.damage import identity
+    from unie.pipeline.task_files import write_lmeval_tasks
+
+    a, b = tmp_path / "local" / "tasks", tmp_path / "cluster" / "tasks"
+    for out in (a, b):
+        write_lmeval_tasks(out, n_train=2, n_test=3, seed=0)
+    ya, yb = a / "toy_math.yaml", b / "toy_math.yaml"
+    assert ya.read_bytes() != yb.read_bytes()  # the absolute paths differ
+    assert identity(ya) == identity(yb) and identity(a) == identity(b)
+    data = b / "data" / "toy_math_test.jsonl"
+    data.write_text(data.read_text() + "\n")
+    assert identity(ya) != identity(yb)
+    data.unlink()
+    assert identity(yb) != identity(ya)

@@ -304,3 +304,27 @@ def test_the_documented_lmeval_command_is_the_one_the_default_profile_records():
     assert m, "docs/dllm.md: the Algorithm 3 bullet's options are missing"
     assert [int(m[1]), float(m[2]), float(m[3]), m[4] == "true"] == \
         [energy["K"], energy["w"], energy["temperature"], energy["greedy_first"]]
+
+
+def test_the_citation_and_the_links_name_the_paper_its_code_and_each_baselines_paper():
+    """CITATION.cff cites the paper with its year, arXiv identifier and the code link the paper gives, and lists it
+    under ``references``; the README links the paper and its code; docs/baselines.md gives each baseline's arXiv
+    paper; the paper profile's page links the Google-Drive folders of the checkpoints placed by hand."""
+    import yaml
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    paper = cff["preferred-citation"]
+    assert paper["year"] == 2026 and paper["repository-code"] == "https://github.com/BlueWhaleLab/Uni-E"
+    assert any(i["type"] == "doi" and i["value"].endswith("2606.09159") for i in paper["identifiers"])
+    refs = {r["title"]: r for r in cff["references"]}
+    assert refs[paper["title"]]["url"] == "https://arxiv.org/abs/2606.09159"
+    assert all(r.get("url", "").startswith("https://arxiv.org/abs/") for r in refs.values())
+    readme = (REPO / "README.md").read_text()
+    assert "https://arxiv.org/abs/2606.09159" in readme and "https://github.com/BlueWhaleLab/Uni-E" in readme
+    table = (REPO / "docs" / "baselines.md").read_text().split("## Where the paper's", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| [")]
+    assert len(rows) >= 13 and all(re.search(r"\(https://arxiv\.org/abs/\d{4}\.\d{5}\)", r) for r in rows), rows
+    assert {r["url"] for r in refs.values()} >= set(re.findall(r"\((https://arxiv\.org/abs/[\d.]+)\)", table)) - {
+        "https://arxiv.org/abs/2606.09159"}
+    profile = (REPO / "docs" / "paper-profile.md").read_text()
+    assert profile.count("https://drive.google.com/drive/folders/") >= 2

@@ -91,6 +91,33 @@ def test_verdicts_and_claims():
     assert x.seed_0 == pytest.approx(0.2) and x.se_0 == pytest.approx(0.05) and x.verdict == "holds in all 3 (+)"
 
 
+def test_claims_against_edlm_ar_no_energy_and_k1():
+    """Table 2 rows against EDLM-AR too; each Figure 2 curve against no energy in its own panel and steps; each
+    Figure 3 point against k = 1 at its steps; the references themselves make no claim."""
+    t2 = {s: pd.DataFrame({"row": ["MDLM", "EDLM-AR", "Uni"], "run": ["mdlm", "edlm_ar", "uni"], "steps": [8] * 3,
+                           "evaluator": ["exact"] * 3, "nll_per_token": [3.0, 2.9, 3.0 + d], "nll_se": [0.03] * 3})
+          for s, d in ((0, 0.2), (1, 0.25), (2, 0.3))}
+    f2 = {s: pd.DataFrame({"context": ["tf", "tf", "exact", "exact"], "curve": ["No energy", "Ind-E"] * 2,
+                           "run": ["mdlm", "ind", "mdlm", "ind"], "steps": [4] * 4, "selection": ["", "argmin"] * 2,
+                           "nll": [3.0, 3.0 - d, 3.5, 3.5], "nll_se": [0.03, 0.04, 0.03, 0.04]})
+          for s, d in ((0, 0.2), (1, 0.05), (2, 0.3))}
+    f3 = {s: pd.DataFrame({"panel": ["k", "k", "w"], "curve": ["k=1", "k=2", "w=1"], "run": ["a", "b", "c"],
+                           "steps": [16] * 3, "nll": [3.0, 3.01, 3.2], "nll_se": [0.05] * 3}) for s in (0, 1, 2)}
+    c = claims({"table2_genppl": t2, "fig2_ablation": f2, "fig3_tradeoff": f3})
+    vs_edlm = c[(c.table == "table2_genppl") & c.change.str.contains("edlm_ar")].set_index("cell")
+    assert list(vs_edlm.index) == ["MDLM / 8 / exact", "Uni / 8 / exact"]
+    assert vs_edlm.loc["Uni / 8 / exact", "seed_0"] == pytest.approx(0.3)
+    assert vs_edlm.loc["Uni / 8 / exact", "verdict"] == "holds in all 3 (+)"
+    f2c = c[c.table == "fig2_ablation"].set_index("cell")
+    assert list(f2c.index) == ["tf / Ind-E / argmin / 4", "exact / Ind-E / argmin / 4"]
+    assert f2c.loc["tf / Ind-E / argmin / 4", "se_0"] == pytest.approx(0.05)
+    assert f2c.loc["tf / Ind-E / argmin / 4", "verdict"] == "holds in 2 of 3 (−−)"
+    assert f2c.loc["exact / Ind-E / argmin / 4", "verdict"] == "level in all 3"
+    f3c = c[c.table == "fig3_tradeoff"].set_index("cell")
+    assert f3c.loc["k / k=2 / 16", "verdict"] == "level in all 3"
+    assert f3c.loc["w / w=1 / 16", "seed_1"] == pytest.approx(0.2) and "k=1" not in " ".join(f3c.index)
+
+
 @pytest.mark.slow
 def test_snakemake_replicates_builds_each_seeds_run_and_the_aggregate(tmp_path):
     """`snakemake replicates` on the smoke profile with Table 2 cut to the data, the AR and the MDLM (an overlay that

@@ -7,8 +7,9 @@ Pure functions over the DataFrames the table and figure rules wrote (one per see
 * :func:`aggregate`: a table's long form, one line per cell (its key columns, the ``quantity``, one column per seed,
   ``mean``, ``sd`` (the across-training standard deviation, ddof 1), ``min``, ``max``, ``n_runs``).
 * :func:`claims`: for every cell with a change and its paired s.e. (Table 3's rows, the selection rules, the map's
-  points: ``delta``, ``delta_se``) and for every Table 2 row against MDLM at the same steps and evaluator (the
-  difference of the per-token NLLs over √(se² + se²): independent samples), the z = change / s.e. in each training
+  points: ``delta``, ``delta_se``) and for every Table 2 row against MDLM and against EDLM-AR at the same steps and
+  evaluator, every Figure 2 curve against no energy, every Figure 3 point against k = 1 (the difference of the
+  per-token NLLs over √(se² + se²): independent samples), the z = change / s.e. in each training
   and a verdict: ``holds in all N`` (beyond 2 s.e., one sign, in every training), ``holds in k of N`` (beyond 2 s.e.
   in k, with the signs), ``level in all N``.
 * :func:`page`: the Markdown page: each table's main quantities as ``mean ± sd [min, max]`` beside each cell, the
@@ -57,6 +58,8 @@ PAGE_VIEWS: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...], float]
 
 # a table's change and its s.e. when they are not named delta / delta_se (the map's cells, its break-even AUCs aside)
 CHANGE_COLUMNS = {"table_app_map": ("delta", "se")}
+FIG2_NO_ENERGY = "No energy"  # Figure 2's curve without an energy (unie.report.figures)
+FIG3_NO_ENERGY = "k=1"  # Figure 3's k = 1 point: the plain sampler, one candidate
 CLAIM_Z = 2.0  # a change beyond 2 s.e. is a difference; below it, level (docs/findings.md)
 _BLANK = ""
 
@@ -176,11 +179,33 @@ def task_average_change(df: pd.DataFrame) -> pd.DataFrame:
                         ).reset_index()
 
 
-def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm") -> pd.DataFrame:
+def _independent_claims(table: str, frames: dict[int, pd.DataFrame], keys: list[str], match: list[str],
+                        is_reference, value: str, what: str) -> list[dict]:
+    """Claims for the difference of ``value`` (a per-token NLL, with its s.e. in ``nll_se``) between each line of a
+    table and the reference line (``is_reference``: a mask) that agrees with it on ``match``, over √(se² + se²):
+    two independent sets of samples.  Lines without a reference, and the reference itself, are left out."""
+    diffs = {}
+    for seed, df in frames.items():
+        if not {value, "nll_se", *keys} <= set(df.columns):
+            continue
+        ref = df[is_reference(df)].drop_duplicates(match).set_index(match)
+        if ref.empty:
+            continue
+        rows = df[~is_reference(df)].copy()
+        b = ref.reindex(pd.MultiIndex.from_frame(rows[match]) if len(match) > 1 else rows[match[0]])
+        rows["d_nll"] = rows[value].values - b[value].values
+        rows["d_se"] = np.sqrt(rows.nll_se.values.astype(float) ** 2 + b.nll_se.values.astype(float) ** 2)
+        diffs[seed] = rows[[*keys, "d_nll", "d_se"]].dropna(subset=["d_nll", "d_se"])
+    return _claim_rows(table, keys, diffs, "d_nll", "d_se", what) if diffs else []
+
+
+def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm",
+           extra_baselines: tuple[str, ...] = ("edlm_ar",)) -> pd.DataFrame:
     """Every change the tables report with its s.e., per training, and the verdict over trainings (module doc):
     the rows with ``delta`` and ``delta_se`` (Table 3's energy and baseline rows averaged over tasks come from the
-    selection table; the map's points), and each Table 2 row against ``baseline_run`` at the same steps and
-    evaluator."""
+    selection table; the map's points); each Table 2 row against ``baseline_run`` and each of ``extra_baselines``
+    (EDLM-AR, the energy baseline Uni-E is compared with) at the same steps and evaluator; each Figure 2 curve
+    against no energy in its panel at the same steps; each Figure 3 point against k = 1 at the same steps."""
     out: list[dict] = []
     done: set[str] = set()  # rows already claimed from Table 3 (the selection table repeats its energy rows)
     full = tables.get("table_app_dllm_full") or tables.get("table3_dllm")
@@ -201,19 +226,18 @@ def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm
             frames = {s: f.dropna(subset=[change]) for s, f in frames.items()}
             out += _claim_rows(name, keys, frames, change, se, "paired change against the backbone")
     if "table2_genppl" in tables:
-        diffs = {}
-        for seed, df in tables["table2_genppl"].items():
-            base = df[df.run == baseline_run].set_index(["steps", "evaluator"])
-            if base.empty:
-                continue
-            rows = df[(df.run != baseline_run) & df.steps.isin(base.index.get_level_values(0))].copy()
-            b = base.reindex(list(zip(rows.steps, rows.evaluator)))
-            rows["d_nll"] = rows.nll_per_token.values - b.nll_per_token.values
-            rows["d_se"] = np.sqrt(rows.nll_se.values ** 2 + b.nll_se.values ** 2)
-            diffs[seed] = rows[["row", "steps", "evaluator", "d_nll", "d_se"]].dropna()
-        if diffs:
-            out += _claim_rows("table2_genppl", ["row", "steps", "evaluator"], diffs, "d_nll", "d_se",
-                               f"NLL per token minus {baseline_run}'s (independent samples)")
+        for ref in (baseline_run, *extra_baselines):
+            out += _independent_claims("table2_genppl", tables["table2_genppl"], ["row", "steps", "evaluator"],
+                                       ["steps", "evaluator"], lambda df, ref=ref: df.run == ref,
+                                       "nll_per_token", f"NLL per token minus {ref}'s (independent samples)")
+    if "fig2_ablation" in tables:  # each energy curve against no energy, same panel (context), rule and steps
+        out += _independent_claims("fig2_ablation", tables["fig2_ablation"], ["context", "curve", "selection", "steps"],
+                                   ["context", "steps"], lambda df: df.curve == FIG2_NO_ENERGY, "nll",
+                                   f"NLL per token minus {FIG2_NO_ENERGY!r}'s in its panel (independent samples)")
+    if "fig3_tradeoff" in tables:  # every generated point against k = 1 (the plain sampler) at the same steps
+        out += _independent_claims("fig3_tradeoff", tables["fig3_tradeoff"], ["panel", "curve", "steps"], ["steps"],
+                                   lambda df: (df.curve == FIG3_NO_ENERGY) & (df.panel == "k"), "nll",
+                                   f"NLL per token minus {FIG3_NO_ENERGY}'s (independent samples)")
     return pd.DataFrame(out)
 
 
