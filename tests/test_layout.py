@@ -4,6 +4,7 @@ layer, not even a lazy one inside a function), and every declared entry point ru
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -172,3 +173,22 @@ def test_a_module_name_says_which_room_it_is_in():
     packages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
     shadowing = sorted(p for n, ps in names.items() if n in packages for p in ps)
     assert not shadowing, f"modules named like a package: {shadowing}"
+
+
+def test_no_run_output_is_tracked():
+    """Outputs are never committed: no tracked file under a run's or the shared output folders, no sbatch output
+    (``slurm-*.out``), no Snakemake metadata; and .gitignore keeps them out."""
+    r = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("not a git checkout")
+    outputs = re.compile(r"^(runs|results|resources|logs|benchmarks|\.snakemake)/|(^|/)slurm-\d+\.out$")
+    assert not [f for f in r.stdout.splitlines() if outputs.search(f)]
+    ignored = (REPO / ".gitignore").read_text().split()
+    assert {"runs/", "results/", "resources/", ".snakemake/", "slurm-*.out"} <= set(ignored)
+
+
+def test_no_workflow_script_shadows_a_standard_library_module():
+    """A script run as a file puts its folder first on sys.path: a ``tokenize.py`` there would be imported in place of
+    the standard library's (which ``linecache``, hence every traceback, imports)."""
+    scripts = {p.stem for p in (REPO / "workflow" / "scripts").glob("*.py")} | {p.stem for p in (REPO / "scripts").glob("*.py")}
+    assert not scripts & set(sys.stdlib_module_names)

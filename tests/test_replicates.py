@@ -91,6 +91,14 @@ def test_verdicts_and_claims():
     assert x.seed_0 == pytest.approx(0.2) and x.se_0 == pytest.approx(0.05) and x.verdict == "holds in all 3 (+)"
 
 
+def test_a_change_is_shown_with_its_se_to_the_se_s_first_digit():
+    from unie.report.replicate_tables import with_se
+
+    assert with_se(1.8, 0.6) == "+1.8 ± 0.6" and with_se(-0.63, 0.61) == "-0.6 ± 0.6"
+    assert with_se(0.021, 0.048) == "+0.02 ± 0.05" and with_se(3.04, 1.3) == "+3.0 ± 1.3"
+    assert with_se(0.5, float("nan")) == "+0.5"
+
+
 def test_claims_against_edlm_ar_no_energy_and_k1():
     """Table 2 rows against EDLM-AR too; each Figure 2 curve against no energy in its own panel and steps; each
     Figure 3 point against k = 1 at its steps; the references themselves make no claim."""

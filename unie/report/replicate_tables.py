@@ -289,6 +289,14 @@ def ratio_line(frames: dict[int, pd.DataFrame], proxy_row: str, backbones: dict[
     return f"The proxy's average as a multiple of each backbone's, over {len(frames)} trainings: " + "; ".join(parts) + "."
 
 
+def with_se(change: float, se: float) -> str:
+    """``+1.8 ± 0.6``: a change and its s.e. to the s.e.'s first significant decimal (at least one decimal)."""
+    if se is None or math.isnan(se) or se <= 0:
+        return f"{change:+.3g}"
+    decimals = max(1, -math.floor(math.log10(se)))
+    return f"{change:+.{decimals}f} ± {se:.{decimals}f}"
+
+
 def page(runs: dict[int, str], aggregates: dict[str, pd.DataFrame], claim_table: pd.DataFrame,
          notes: list[str] | None = None) -> str:
     """The aggregate page (Markdown): which runs, each table's view, the claims and their verdicts."""
@@ -307,15 +315,16 @@ def page(runs: dict[int, str], aggregates: dict[str, pd.DataFrame], claim_table:
         lines.append("No change with an s.e. in these tables.")
     else:
         seeds = [c[len("z_"):] for c in claim_table.columns if c.startswith("z_")]
-        header = ["table", "cell", *[f"seed {s}: change (z)" for s in seeds], "verdict"]
+        header = ["table", "cell", *[f"seed {s}: change ± s.e. (z)" for s in seeds], "verdict"]
         rows = []
         for r in claim_table.to_dict("records"):
             rows.append([r["table"], plain(r["cell"]), *[
-                "–" if math.isnan(r.get(f"seed_{s}", float("nan"))) else f"{r[f'seed_{s}']:+.3g} ({r[f'z_{s}']:+.1f})"
+                "–" if math.isnan(r.get(f"seed_{s}", float("nan")))
+                else f"{with_se(r[f'seed_{s}'], r.get(f'se_{s}', float('nan')))} ({r[f'z_{s}']:+.1f})"
                 for s in seeds], r["verdict"]])
         lines.append(md_table(header, rows))
     return "\n".join(lines) + "\n"
 
 
 __all__ = ["CLAIM_Z", "PAGE_VIEWS", "TABLE_KEYS", "aggregate", "claims", "keys_of", "page", "quantities_of",
-           "ratio_line", "verdict", "view"]
+           "ratio_line", "verdict", "view", "with_se"]

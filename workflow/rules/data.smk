@@ -61,4 +61,4 @@ rule tokenize:
     resources:
         **rule_resources("tokenize", 8000, 120),
     script:
-        "../scripts/tokenize.py"
+        "../scripts/tokenize_split.py"

@@ -49,8 +49,6 @@ if "snakemake" in globals():
                 "another CPU the trained models round differently and cells move within their sampling error.")
         log(f"wrote {write_page(i.tables, i.timing, snakemake.output.md, note)}")  # noqa: F821
 else:
-    # run as a file, this folder comes first on sys.path, and its tokenize.py would shadow the standard library's
-    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     results, out = Path(sys.argv[1]), Path(sys.argv[2])
     files = sorted([*results.glob("tables/*.csv"), *results.glob("tables/*.md"), *results.glob("figures/*.csv"),
                     *results.glob("figures/*.json")])
