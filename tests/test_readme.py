@@ -83,3 +83,15 @@ def test_the_readme_notebook_command_starts_jupyterlab(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_every_number_the_readme_quotes_is_on_a_generated_page():
+    """README's "What the numbers say" quotes changes as ``+1.8 ± 0.6``: each is a cell of a page a rule generated
+    (docs/replicates.md, the aggregate of the three trainings, or docs/results.md, one run), so the summary cannot
+    drift from the results (the minus sign read as a hyphen)."""
+    section = README.split("## What the numbers say", 1)[1].split("\n## ", 1)[0]
+    quoted = re.findall(r"[+−-]?\d+(?:\.\d+)? ± \d+(?:\.\d+)?", section)
+    pages = "".join((REPO / "docs" / name).read_text() for name in ("replicates.md", "results.md")).replace("−", "-")
+    assert quoted, "the summary quotes no change with its s.e."
+    missing = [q for q in quoted if q.replace("−", "-") not in pages]
+    assert not missing, f"quoted in README but on no generated page: {missing}"

@@ -91,6 +91,29 @@ def room_rows(rows: dict) -> dict[str, list[str]]:
     return out
 
 
+def selection_rows(dllm: dict) -> dict[str, dict]:
+    """The selection-rule table's rows (``dllm.rows`` marked ``selection_table``), per backbone: the backbone, then
+    its Algorithm 3 rows by energy (ind, inv, uni) and selection rule (argmin, resample), ``proxy_rerank`` last.
+    ``{row name: row}`` in that order."""
+    from ..energy.energies import SELECTIONS
+    from .energy_decoding import DLLMEnergyOptions
+
+    rows = dllm.get("rows", {})
+    shared = {"energy": DLLMEnergyOptions.energy, "selection": DLLMEnergyOptions.selection, **dllm.get("energy", {})}
+
+    def key(name):
+        o = {**shared, **rows[name].get("options", {})}
+        return (o["selection"] == "proxy_rerank", ("ind", "inv", "uni").index(o["energy"]),
+                SELECTIONS.index(o["selection"]))
+
+    out = {}
+    for base in dict.fromkeys(r["delta_to"] for r in rows.values() if r.get("selection_table")):
+        energy_rows = [n for n, r in rows.items() if r.get("delta_to") == base and row_sampler(r) == "energy"]
+        out[base] = rows[base]
+        out.update({n: rows[n] for n in sorted(energy_rows, key=key)})
+    return out
+
+
 def eval_groups(rows: dict) -> dict[str, list[str]]:
     """Table 3's rows (config ``dllm.rows``) as the jobs of ``dllm.eval_job: model``: one group per backbone (a
     row's ``model``, named by it with every non-identifier character made ``_``), its rows in config order except

@@ -20,31 +20,9 @@ FULL_ROWS = {name: row for name, row in DLLM.get("rows", {}).items() if not row.
 TABLE3_ROWS = {name: row for name, row in FULL_ROWS.items() if not row.get("appendix_only")}
 
 
-def selection_rows():
-    """The selection-rule table's rows, per backbone: the backbone, then its Algorithm 3 rows (Table 3's and the
-    selection_table ones) by energy (ind, inv, uni), selection rule (argmin, resample) and proxy_rerank last."""
-    from unie.dllm.energy_decoding import DLLMEnergyOptions
-    from unie.dllm.rows import row_sampler
-    from unie.energy.energies import SELECTIONS
+from unie.dllm.rows import selection_rows  # noqa: E402
 
-    rows = DLLM.get("rows", {})
-    shared = {**{"energy": DLLMEnergyOptions.energy, "selection": DLLMEnergyOptions.selection},
-              **DLLM.get("energy", {})}
-
-    def key(name):
-        o = {**shared, **rows[name].get("options", {})}
-        return (o["selection"] == "proxy_rerank", ("ind", "inv", "uni").index(o["energy"]),
-                SELECTIONS.index(o["selection"]))
-
-    out = {}
-    for base in dict.fromkeys(r["delta_to"] for r in rows.values() if r.get("selection_table")):
-        energy_rows = [n for n, r in rows.items() if r.get("delta_to") == base and row_sampler(r) == "energy"]
-        out[base] = rows[base]
-        out.update({n: rows[n] for n in sorted(energy_rows, key=key)})
-    return out
-
-
-SELECTION_ROWS = selection_rows()
+SELECTION_ROWS = selection_rows(DLLM)
 TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
 # what the task files and the training data depend on (not which columns Table 3 averages)
 TASK_DATA = {k: v for k, v in DLLM.get("tasks", {}).items() if k != "average"}
