@@ -1,12 +1,16 @@
 """Render `snakemake --report report.html` in a headless Chromium and check what a reader sees.
 
-    snakemake --report report.html && python scripts/render_report.py report.html --screenshot landing.png
+    snakemake --report report.html && python scripts/render_report.py report.html --screenshot landing.png \
+        --page runs/toy/results/report/paper.html
 
 The report's landing page is built by its JavaScript; this loads it in Chromium (Debian: `apt-get install
 chromium`), lets the script run, and reads the page Chromium made (`--dump-dom`): it must show the run's tables
-inline (HTML tables with their captions, not only downloads) and its figures.  It prints one line per check and
-exits 1 if one fails; `--screenshot` also writes what a reader sees first.  tests/test_workflow.py runs it on the
-smoke run's report when Chromium is installed (and says why it is skipped when not).
+inline (HTML tables with their captions, not only downloads) and its figures.  With `--page` (the run's
+results/report/paper.html, the report's landing page as a file) it also opens that page at the window's 1,400 px and
+measures every table against its column: a table wider than the column (clipped, or behind a scrollbar) fails.
+It prints one line per check and exits 1 if one fails; `--screenshot` also writes what a reader sees first.
+tests/test_workflow.py runs it on the smoke run's report when Chromium is installed (and says why it is skipped
+when not).
 """
 
 from __future__ import annotations
@@ -51,6 +55,33 @@ def rendered_dom(report: Path) -> str:
     return r.stdout
 
 
+# measures each table of the page after layout and writes the widths into the DOM, where --dump-dom reads them
+MEASURE = """<script>window.addEventListener('load', () => {
+  document.querySelectorAll('figure.table').forEach(f => {
+    const t = f.querySelector('table');
+    if (t) f.setAttribute('data-widths', t.scrollWidth + '/' + f.clientWidth);
+  });
+});</script>"""
+
+
+def overflowing_tables(page: Path) -> list[str]:
+    """The tables of ``page`` (a standalone HTML page: the run's ``results/report/paper.html``) wider than the column
+    they sit in at a 1,400 px window, each as ``"<caption start>: <table> px in <column> px"``.  Measured by Chromium
+    on a copy of the page with :data:`MEASURE` added (the page itself is not changed)."""
+    html = page.read_text()
+    html = html.replace("</body>", MEASURE + "</body>") if "</body>" in html else html + MEASURE
+    with tempfile.TemporaryDirectory(prefix="unie-page-") as tmp:
+        probe = Path(tmp) / "page.html"
+        probe.write_text(html)
+        r = chromium(probe.as_uri(), "--dump-dom")
+    if r.returncode != 0 or "<html" not in r.stdout:
+        raise RuntimeError(f"chromium failed ({r.returncode}): {r.stderr[-2000:]}")
+    found = re.findall(r'<figure class="table" data-widths="(\d+)/(\d+)"><figcaption>(.{0,70})', r.stdout)
+    if not found and "<table" in html:
+        raise RuntimeError(f"{page}: no table was measured (did the page's layout run?)")
+    return [f"{re.sub('<[^>]+>', '', cap).strip()}: {w} px in {c} px" for w, c, cap in found if int(w) > int(c)]
+
+
 def checks(dom: str) -> dict[str, bool]:
     """What the landing page must show: the paper's artefacts first, tables inline with captions, figures."""
     page = dom.split('class="unie-page"', 1)
@@ -69,10 +100,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("report", type=Path, help="the report written by `snakemake --report report.html`")
     p.add_argument("--screenshot", type=Path, help="write the landing page as a PNG")
+    p.add_argument("--page", type=Path, help="the run's results/report/paper.html: check that no table overflows")
     args = p.parse_args(argv)
     results = checks(rendered_dom(args.report))
+    wide = overflowing_tables(args.page) if args.page else []
+    if args.page:
+        results["no table wider than its column at 1,400 px"] = not wide
     for name, ok in results.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
+    for line in wide:
+        print(f"     too wide: {line}")
     if args.screenshot:
         chromium(args.report.resolve().as_uri(), f"--screenshot={args.screenshot.resolve()}")
         print(f"landing page: {args.screenshot}")

@@ -309,6 +309,12 @@ def test_the_report_reads_as_a_paper(smoke_run, tmp_path):
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium): the report was written, not rendered")
     checks = render["checks"](render["rendered_dom"](report))
     assert all(checks.values()), checks
+    # every table fits its column at 1,400 px (the page's own style; a table made wider than it is caught)
+    paper = smoke_run / OUT / "results" / "report" / "paper.html"
+    assert render["overflowing_tables"](paper) == []
+    wide = tmp_path / "wide.html"
+    wide.write_text(paper.read_text().replace("<table>", '<table style="min-width: 2000px">', 1))
+    assert len(render["overflowing_tables"](wide)) == 1
 
 
 def test_a_run_ends_naming_what_to_read(tmp_path):

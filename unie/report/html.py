@@ -212,11 +212,13 @@ STYLE = """
 .unie-page figure { margin: 0.6rem 0 1.4rem; }
 .unie-page figcaption { font-size: 0.9rem; color: #333; margin: 0.3rem 0 0.5rem; max-width: 1100px; }
 .unie-page figure.table { overflow-x: auto; }
-.unie-page table { border-collapse: collapse; margin: 0.4rem 0 0.8rem; font-size: 0.88rem;
+/* wide tables (Table 3: seven tasks, each a value with its s.e.) fit the column at 1,400 px: smaller type, narrow
+   padding, cells that wrap (scripts/render_report.py --page checks that no table overflows) */
+.unie-page table { border-collapse: collapse; margin: 0.4rem 0 0.8rem; font-size: 0.82rem;
   border-top: 2px solid #222; border-bottom: 2px solid #222; }
-.unie-page thead th { border-bottom: 1px solid #222; padding: 0.25rem 0.6rem; font-weight: 600; }
+.unie-page thead th { border-bottom: 1px solid #222; padding: 0.25rem 0.35rem; font-weight: 600; }
 .unie-page tbody + tbody { border-top: 1px solid #888; }
-.unie-page td { padding: 0.18rem 0.6rem; white-space: nowrap; }
+.unie-page td { padding: 0.18rem 0.35rem; }
 .unie-page td small, .unie-page th small { color: #555; font-size: 0.78em; }
 .unie-page img { max-width: 100%; height: auto; border: 1px solid #eee; }
 .unie-page .note { font-size: 0.9rem; color: #555; }
