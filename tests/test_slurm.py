@@ -102,6 +102,9 @@ def _launch_dir(path: Path) -> Path:
 # JSON a figure was made from, a model's training history in its config's `files`): those files are compared
 # themselves, timings aside.  A model's made_from (its token files, its data tensors, the weights it started from)
 # holds no timing and is compared.
+# lm-eval's `git_hash` is the commit of the repository the run's working directory lies in, if any (conftest's
+# cached smoke run lies in the clone's .pytest_cache, the cluster run in /tmp): a record of where, not a result.
+WHERE_KEYS = ("git_hash",)
 # A sweep point's `made_with` holds its resume stamp (unie.pipeline.dllm_runs.resume_stamp: its inputs' modification
 # times, so that a Slurm retry reuses only points of the same inputs): a record of when, like a timing.
 PROVENANCE_KEYS = ("content_sha256", "records", "made_from", "files", "made_with")
@@ -109,11 +112,19 @@ PROVENANCE_KEYS = ("content_sha256", "records", "made_from", "files", "made_with
 
 def _strip_timing(obj, keep=()):
     if isinstance(obj, dict):
-        return {k: _strip_timing(v, keep) for k, v in obj.items()
-                if not TIMING_KEYS.search(k) and (k in keep or k not in PROVENANCE_KEYS)}
+        return {k: _strip_timing(v, keep) if k != "made_from" else _parents(v) for k, v in obj.items()
+                if not TIMING_KEYS.search(k) and k not in WHERE_KEYS and (k in keep or k not in PROVENANCE_KEYS)}
     if isinstance(obj, list):
         return [_strip_timing(v, keep) for v in obj]
     return obj
+
+
+def _parents(made_from):
+    """A model's ``made_from`` without its parent's ``config.json`` (whose identity is its content hash, which covers
+    the parent's training times): that file is compared itself, timings aside; its weights stay in."""
+    if not isinstance(made_from, dict):
+        return made_from
+    return {k: v for k, v in made_from.items() if not k.endswith("/config.json")}
 
 
 def _files(root: Path) -> dict[Path, Path]:
