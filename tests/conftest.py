@@ -169,7 +169,7 @@ def _smoke_key() -> str:
 
 
 @pytest.fixture(scope="session")
-def smoke_pristine(request) -> Path:
+def smoke_pristine(request, tmp_path_factory) -> Path:
     """A working directory in which the whole workflow ran once on config/smoke.yaml (``snakemake --cores 2`` with
     the default target), from nothing, and which no test changes: kept in pytest's cache under a digest of the
     sources and library versions (:func:`_smoke_key`), so a second pytest process on the same tree reuses it (CI's
@@ -179,7 +179,8 @@ def smoke_pristine(request) -> Path:
     import shutil
 
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
-    base = request.config.cache.mkdir("unie-smoke")
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this session's own folder
+    base = cache.mkdir("unie-smoke") if cache is not None else tmp_path_factory.mktemp("unie-smoke")
     key = _smoke_key()
     wd = base / key
     with open(base / "lock", "w") as lock:
