@@ -120,12 +120,12 @@ class Stale:
 _ABSOLUTE_DATA_FILE = re.compile(rb'"(/[^"\n]+)"')
 
 
-def _task_yaml_identity(p: Path) -> str | None:
+def _task_yaml_identity(p: Path, cache: dict | None = None) -> str | None:
     """An lm-eval task YAML's identity wherever its run directory lies: its text with every absolute path it quotes
     (its ``data_files``, :mod:`unie.pipeline.task_files` writes them absolute for lm-eval) replaced by that file's
     name and content identity, hashed.  So the same tasks written in two working directories (a local run and a
     cluster run, a moved run) are the same input, and a replaced data file is a changed one.  None for a YAML that
-    quotes no absolute path (its bytes are its identity)."""
+    quotes no absolute path (its bytes are its identity).  ``cache``: :func:`identity`'s, for the data files."""
     if p.stat().st_size > JSON_LIMIT:
         return None
     text = p.read_bytes()
@@ -136,18 +136,18 @@ def _task_yaml_identity(p: Path) -> str | None:
         f = Path(m.group(1).decode(errors="surrogateescape"))
         if f.is_dir():
             return m.group(0)  # a folder is not a data file: its path stays as written
-        return f'"{f.name}@{identity(f) or "missing"}"'.encode()
+        return f'"{f.name}@{identity(f, cache) or "missing"}"'.encode()
 
     return "task " + hashlib.sha256(_ABSOLUTE_DATA_FILE.sub(named, text)).hexdigest()
 
 
-def _own_identity(p: Path) -> str | None:
+def _own_identity(p: Path, cache: dict | None = None) -> str | None:
     """A file's identity from its own record, without hashing it: a token file's content hash (its metadata), model
     weights' SHA-256 (their ``config.json``), a result JSON's content hash, a table's or figure's SHA-256 (its
     record, :func:`unie.core.integrity.record_path`), an lm-eval task YAML's location-free digest
     (:func:`_task_yaml_identity`); None for a file without one."""
     if p.suffix in (".yaml", ".yml"):
-        return _task_yaml_identity(p)
+        return _task_yaml_identity(p, cache)
     if p.suffix == ".parquet":
         meta = read_token_meta(p)
         return meta.get("content_sha256") if meta else None
@@ -199,7 +199,7 @@ def identity(path, cache: dict | None = None) -> str | None:
             return f"folder {h.hexdigest()}"
         if not p.is_file():
             return None
-        return _own_identity(p) or _bytes_identity(p, cache)
+        return _own_identity(p, cache) or _bytes_identity(p, cache)
     except (OSError, ValueError, DamagedFileError):
         return None
 

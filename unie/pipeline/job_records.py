@@ -48,6 +48,7 @@ def run_dir_of(path: str) -> str | None:
 
 
 def _paths(obj) -> list[str]:
+    """Every path in ``obj`` (:func:`job_files`' walk, repeats kept)."""
     if obj is None:
         return []
     if isinstance(obj, (str, os.PathLike)):

@@ -27,11 +27,18 @@ ROW_COLOURS = {
     "Dream-like": "#756bb1", "+APD": "#e6550d", "+DAWN": "#31a354", "+CoRe": "#8c6d31", "+Uni-Energy": "#a50f15",
     "+Ind-Energy": "#fd8d3c", "+Inv-Energy": "#6baed6", "+proxy rerank": "#843c39", "Fast-dLLM": "#c51b8a",
 }
-ROW_ALIASES = {"Data ($\\pi$, exact)": "Data", "No energy": "MDLM"}
+NO_ENERGY = "No energy"  # Figure 2's curve without an energy (the MDLM run)
+ROW_ALIASES = {"Data ($\\pi$, exact)": "Data", NO_ENERGY: "MDLM"}
+
 # for rows nobody listed: colours no listed row has (tab20b / tab20c)
 SPARE_COLOURS = ("#5254a3", "#8ca252", "#bd9e39", "#d6616b", "#a55194", "#6b6ecf", "#b5cf6b", "#e7ba52", "#e7969c",
                  "#ce6dbd", "#9c9ede", "#cedb9c", "#e7cb94", "#9ecae1", "#fdae6b", "#74c476", "#a1d99b", "#9e9ac8",
                  "#636363")
+
+
+def k_label(K: int) -> str:
+    """Figure 3's name of its k-panel curve with K candidates (``k=1``: the plain sampler)."""
+    return f"k={K}"
 
 
 def row_key(label: str) -> str:
@@ -139,7 +146,7 @@ def fig2_ablation(fig: dict, records: list[dict]):
     df = genppl_frame(records)
     df = df[df.evaluator == fig["evaluator"]]
     contexts = fig["contexts"]
-    curves = {"No energy": lambda ctx: fig["baseline"]}
+    curves = {NO_ENERGY: lambda ctx: fig["baseline"]}
     for label in fig["energies"]:
         curves[label] = lambda ctx, lab=label: fig["runs"][ctx][lab]
     out = []
@@ -329,8 +336,8 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
     cmap = plt.get_cmap("viridis")  # K and w are ordered values, not rows: a sequential map
     for i, ((K, run), marker) in enumerate(zip(runs["k"].items(), "osD^v<>")):
         sub = df[df.run == run]
-        curve(axes[0], sub, "steps", "genppl", f"k={K}", marker, cmap(0.85 * i / max(1, len(runs["k"]) - 1)))
-        out += points("k", f"k={K}", run, sub)
+        curve(axes[0], sub, "steps", "genppl", k_label(K), marker, cmap(0.85 * i / max(1, len(runs["k"]) - 1)))
+        out += points("k", k_label(K), run, sub)
     for i, ((w, run), marker) in enumerate(zip(runs["w"].items(), "osD^v<>")):
         sub = df[df.run == run]
         curve(axes[1], sub, "steps", "genppl", f"w={w}", marker, cmap(0.85 * i / max(1, len(runs["w"]) - 1)))

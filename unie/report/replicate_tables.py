@@ -23,6 +23,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from .figures import NO_ENERGY, k_label
 from .markdown import md_table, plain
 
 # the columns that name a cell of each table (the rest of its numeric columns are its quantities)
@@ -58,8 +59,8 @@ PAGE_VIEWS: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...], float]
 
 # a table's change and its s.e. when they are not named delta / delta_se (the map's cells, its break-even AUCs aside)
 CHANGE_COLUMNS = {"table_app_map": ("delta", "se")}
-FIG2_NO_ENERGY = "No energy"  # Figure 2's curve without an energy (unie.report.figures)
-FIG3_NO_ENERGY = "k=1"  # Figure 3's k = 1 point: the plain sampler, one candidate
+FIG2_NO_ENERGY = NO_ENERGY  # Figure 2's curve without an energy
+FIG3_NO_ENERGY = k_label(1)  # Figure 3's k = 1 point: the plain sampler, one candidate
 CLAIM_Z = 2.0  # a change beyond 2 s.e. is a difference; below it, level (docs/findings.md)
 _BLANK = ""
 
