@@ -20,7 +20,6 @@ from unie.pipeline.run import StopReport, remake_before_planning
 from unie.config.rundir import earlier_layout_notice, run_directory
 from unie.config.validate import error_text, workflow_config
 
-
 # WHAT is run (config/experiments.yaml, the grid) under HOW BIG (a profile: config/config.yaml unless the command
 # line names config files, which then replace it so no toy-world key leaks into another profile), then
 # `--config key=value` overrides (nested values read as YAML: snakemake -n --config seed=1).  One function does the
@@ -39,8 +38,9 @@ try:
     # Every file this run makes is under its own directory, runs/<profile>[+<setting>-<value>...] (the settings in
     # which it differs from the profile's own file, e.g. runs/toy+seed-1), laid out as results/, resources/, logs/,
     # benchmarks/; only run-independent downloads stay in the shared resources/ (unie.config.rundir, docs/runs.md).
-    RUN_DIR = run_directory(_files, dict(workflow.config_settings.config), grid=_grid,
-                            config_dir=os.path.join(workflow.basedir, "config"))
+    RUN_DIR = run_directory(
+        _files, dict(workflow.config_settings.config), grid=_grid, config_dir=os.path.join(workflow.basedir, "config")
+    )
 except ConfigError as e:
     print(error_text(e, verbose=workflow.output_settings.verbose), file=sys.stderr)
     sys.exit(1)

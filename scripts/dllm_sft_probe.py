@@ -56,16 +56,23 @@ def list_lengths(text: str) -> tuple[int, int]:
 def math_format(kind: str, max_addend: int):
     """``aligned``: ``a`` in 110..889 ± ``b`` in 1..``max_addend`` (every answer 3 digits); ``add``: the same,
     addition only."""
+
     def generate(rng):
         a, b = rng.randint(110, 889), rng.randint(1, max_addend)
         op = "+" if kind == "add" else rng.choice("+-")
         value = a + b if op == "+" else a - b
         return {"question": f"question : {T.digits(a)} {op} {T.digits(b)} = ? answer :", "answer": T.digits(value)}
+
     return generate
 
 
-def generators(tasks: list[str], lengths: tuple[int, int] = (T.LIST_LENGTH, T.LIST_LENGTH), math: str = "profile",
-               a_max: int = T.MAX_A, max_addend: int = T.MAX_ADDEND) -> dict:
+def generators(
+    tasks: list[str],
+    lengths: tuple[int, int] = (T.LIST_LENGTH, T.LIST_LENGTH),
+    math: str = "profile",
+    a_max: int = T.MAX_A,
+    max_addend: int = T.MAX_ADDEND,
+) -> dict:
     """The tasks' generators with the given difficulty knobs (the defaults are the profile's; before the tasks'
     recalibration: lengths ``(3, 5)``, ``a_max = 999``, ``max_addend = 9``)."""
     if max_addend < 1 or a_max < 10:
@@ -73,13 +80,18 @@ def generators(tasks: list[str], lengths: tuple[int, int] = (T.LIST_LENGTH, T.LI
     out = {}
     for task in tasks:
         if task not in T.GENERATORS or task == "toy_livebench":
-            raise SystemExit(f"unknown or test-only task {task!r}; choose from "
-                             f"{', '.join(t for t in T.TASKS if t != 'toy_livebench')}")
+            raise SystemExit(
+                f"unknown or test-only task {task!r}; choose from "
+                f"{', '.join(t for t in T.TASKS if t != 'toy_livebench')}"
+            )
         if task in T.LIST_TASKS:
             out[task] = functools.partial(T._list, n_ops=1 if task == "toy_mbpp" else 2, lengths=lengths)
         elif task == "toy_math":
-            out[task] = (functools.partial(T._math, a_max=a_max, b_max=max_addend) if math == "profile"
-                         else math_format(math, max_addend))
+            out[task] = (
+                functools.partial(T._math, a_max=a_max, b_max=max_addend)
+                if math == "profile"
+                else math_format(math, max_addend)
+            )
         elif task == "toy_gsm8k":
             out[task] = functools.partial(T._gsm8k, b_max=max_addend)
         else:
@@ -123,14 +135,32 @@ def main(argv=None) -> dict:
     data = dllm_sft_rows(tok, [d["question"] for d in rows], [d["answer"] for d in rows], P, GEN_LENGTH)
     method = LLaDA(tok.info(), estimator=args.estimator)
     torch.manual_seed(args.seed)
-    net = Transformer(ModelConfig(vocab_size=tok.vocab_size, max_len=P + GEN_LENGTH, d_model=args.d_model,
-                                  n_layers=args.layers, n_heads=4, causal=False))
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=50, ema=0.99, ckpt_every=10**9,
-                      length_buckets=args.buckets, seed=args.seed)
+    net = Transformer(
+        ModelConfig(
+            vocab_size=tok.vocab_size,
+            max_len=P + GEN_LENGTH,
+            d_model=args.d_model,
+            n_layers=args.layers,
+            n_heads=4,
+            causal=False,
+        )
+    )
+    cfg = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup=50,
+        ema=0.99,
+        ckpt_every=10**9,
+        length_buckets=args.buckets,
+        seed=args.seed,
+    )
     bucketed = {}
     if args.buckets > 1:
-        bucketed = {"row_lengths": content_lengths(data, tok.eos_id),
-                    "collate": functools.partial(trim_padding, pad_id=tok.eos_id)}
+        bucketed = {
+            "row_lengths": content_lengths(data, tok.eos_id),
+            "collate": functools.partial(trim_padding, pad_id=tok.eos_id),
+        }
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as ckpt:
         ema, _ = train(net, method.loss, data, cfg, ckpt, log=lambda s: None, progress=False, **bucketed)
@@ -147,8 +177,13 @@ def main(argv=None) -> dict:
         result["accuracy"][task] = round(100 * sum(T.score(task, d, c) for d, c in zip(docs, texts)) / len(docs), 1)
         if task in ("toy_math", "toy_gsm8k"):
             width = max(len(d["answer"].split()) for d in docs)
-            right = [sum(j < len(c.split()) and j < len(d["answer"].split()) and c.split()[j] == d["answer"].split()[j]
-                         for d, c in zip(docs, texts)) for j in range(width)]
+            right = [
+                sum(
+                    j < len(c.split()) and j < len(d["answer"].split()) and c.split()[j] == d["answer"].split()[j]
+                    for d, c in zip(docs, texts)
+                )
+                for j in range(width)
+            ]
             result["digit_accuracy"][task] = [round(100 * r / len(docs)) for r in right]
     print(json.dumps(result))
     return result

@@ -28,8 +28,10 @@ sys.path.insert(0, str(REPO))  # the checkout, without pip install
 
 # the tiny stand-ins' decoding: N = 32 / 4 = 8 iterations (tokens_per_step stays the paper's 4), the window's first 2
 TINY_DECODING = {"gen_length": 32, "block_length": 8}
-TINY_CHAT = ("{% for m in messages %}<user> {{ m['content'] }}\n{% endfor %}"
-             "{% if add_generation_prompt %}<assistant> {% endif %}")
+TINY_CHAT = (
+    "{% for m in messages %}<user> {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant> {% endif %}"
+)
 TINY_NAMES = ["Ann", "Bob", "Cid", "Dee"]
 
 
@@ -41,8 +43,12 @@ def tiny_gsm8k(n: int, seed: int = 0) -> list[dict]:
     out = []
     for _ in range(n):
         name, a, b = rng.choice(TINY_NAMES), rng.randint(1, 4), rng.randint(1, 4)
-        out.append({"question": f"{name} has {a} apples and gets {b} more. How many apples does {name} have?",
-                    "answer": f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"})
+        out.append(
+            {
+                "question": f"{name} has {a} apples and gets {b} more. How many apples does {name} have?",
+                "answer": f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}",
+            }
+        )
     return out
 
 
@@ -77,18 +83,32 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for calibration.json / calibration.md")
     ap.add_argument("--limit", type=int, default=100, help="the first N GSM8K test items (default 100)")
-    ap.add_argument("--max-minutes", type=float, default=9.0,
-                    help="stop before the item that would pass this many minutes since the start (default 9)")
-    ap.add_argument("--cap", type=int, default=8,
-                    help="the candidate tree's distinct nodes per level beyond the rules' paths (default 8)")
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=9.0,
+        help="stop before the item that would pass this many minutes since the start (default 9)",
+    )
+    ap.add_argument(
+        "--cap",
+        type=int,
+        default=8,
+        help="the candidate tree's distinct nodes per level beyond the rules' paths (default 8)",
+    )
     ap.add_argument("--no-tree", action="store_true", help="skip the candidate-tree phase")
     ap.add_argument("--num-fewshot", type=int, default=0, help="lm-eval gsm8k shots (default 0; 5 is its own)")
-    ap.add_argument("--no-chat-template", action="store_true",
-                    help="lm-eval's plain prompt instead of the backbone's chat template (lm-eval's "
-                         "--apply_chat_template)")
+    ap.add_argument(
+        "--no-chat-template",
+        action="store_true",
+        help="lm-eval's plain prompt instead of the backbone's chat template (lm-eval's --apply_chat_template)",
+    )
     ap.add_argument("--w", type=float, default=None, help="another window than dllm.energy.w (another map cell)")
-    ap.add_argument("--temperature", type=float, default=None,
-                    help="another candidate temperature than dllm.energy.temperature (another map cell)")
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="another candidate temperature than dllm.energy.temperature (another map cell)",
+    )
     ap.add_argument("--backbone", default=None, help="LLaDA-8B-Instruct: a folder or a hub id")
     ap.add_argument("--proxy", default=None, help="Qwen2.5-0.5B: a folder or a hub id")
     ap.add_argument("--data", default=None, help="GSM8K's test parquet/jsonl, or a folder holding main/test-*.parquet")
@@ -96,8 +116,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--allow-download", action="store_true", help="let the hub fill the cache (default: offline)")
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--precision", default=None, help="default: the config's (bf16); fp32 with --tiny")
-    ap.add_argument("--hash-weights", action="store_true",
-                    help="record the SHA-256 of the weight files (~20 s for LLaDA-8B; default: paths and sizes)")
+    ap.add_argument(
+        "--hash-weights",
+        action="store_true",
+        help="record the SHA-256 of the weight files (~20 s for LLaDA-8B; default: paths and sizes)",
+    )
     ap.add_argument("--tiny", action="store_true", help="tiny random stand-ins (a CPU check of the same code)")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
@@ -108,9 +131,18 @@ def main(argv=None) -> dict:
     import torch
 
     from unie.config.profile import resolve_config
-    from unie.pipeline.calibration import (CalibrationError, build_decoders, chat_renderer, gsm8k_requests,
-                                           gsm8k_task, paper_settings, reference_completion, resolve_data,
-                                           resolve_model, run_calibration)
+    from unie.pipeline.calibration import (
+        CalibrationError,
+        build_decoders,
+        chat_renderer,
+        gsm8k_requests,
+        gsm8k_task,
+        paper_settings,
+        reference_completion,
+        resolve_data,
+        resolve_model,
+        run_calibration,
+    )
     from unie.eval.room import leaf_scores
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -122,25 +154,36 @@ def main(argv=None) -> dict:
         config = resolve_config([a.config])
         precision = a.precision or ("fp32" if a.tiny else config.get("precision", "fp32"))
         energy = {k: v for k, v in (("w", a.w), ("temperature", a.temperature)) if v is not None}
-        settings = paper_settings(config, device, precision, decoding=TINY_DECODING if a.tiny else None,
-                                  energy=energy, loading={"mask_token": None} if a.tiny else None)
+        settings = paper_settings(
+            config,
+            device,
+            precision,
+            decoding=TINY_DECODING if a.tiny else None,
+            energy=energy,
+            loading={"mask_token": None} if a.tiny else None,
+        )
         if a.tiny:
             given = resolve_data(a.data, False)["test"] if a.data else None
             backbone_dir, proxy_dir, data = write_tiny(out / "standins", given)
             files = resolve_data(str(data), False)
         else:
             shared = REPO / "resources" / "hf"
-            backbone_dir = resolve_model(a.backbone, settings.model_names["backbone"], settings.hub_ids["backbone"],
-                                         shared, a.allow_download)
-            proxy_dir = resolve_model(a.proxy, settings.model_names["proxy"], settings.hub_ids["proxy"], shared,
-                                      a.allow_download)
+            backbone_dir = resolve_model(
+                a.backbone, settings.model_names["backbone"], settings.hub_ids["backbone"], shared, a.allow_download
+            )
+            proxy_dir = resolve_model(
+                a.proxy, settings.model_names["proxy"], settings.hub_ids["proxy"], shared, a.allow_download
+            )
             files = resolve_data(a.data, a.allow_download)
         task = gsm8k_task(files, a.num_fewshot, settings.seed)
     except CalibrationError as e:
         sys.exit(f"gpu_calibration: {e}")
     dev_name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
-    print(f"device {device} ({dev_name}), torch {torch.__version__}; backbone {backbone_dir}, proxy {proxy_dir}, "
-          f"data {files['test']}", flush=True)
+    print(
+        f"device {device} ({dev_name}), torch {torch.__version__}; backbone {backbone_dir}, proxy {proxy_dir}, "
+        f"data {files['test']}",
+        flush=True,
+    )
 
     # the prompts need the backbone's tokenizer (its chat template) before the models are loaded: read it alone
     from unie.data.tokenizer import hf_tokenizer
@@ -159,18 +202,30 @@ def main(argv=None) -> dict:
     print(f"models loaded in {load_s:.0f} s; {len(reqs)} items", flush=True)
     info = dec.info["decoders"]
     record = {
-        "_t0": t_start, "device": f"{device} ({dev_name})", "torch": torch.__version__, "tiny": a.tiny,
-        "requested_items": a.limit, "load_s": load_s, "max_minutes": a.max_minutes,
+        "_t0": t_start,
+        "device": f"{device} ({dev_name})",
+        "torch": torch.__version__,
+        "tiny": a.tiny,
+        "requested_items": a.limit,
+        "load_s": load_s,
+        "max_minutes": a.max_minutes,
         "models": {k: v for k, v in dec.info.items() if k != "decoders"},
-        "settings": {"backbone_label": "tiny stand-in" if a.tiny else "LLaDA-8B-Instruct",
-                     "proxy_label": "tiny stand-in" if a.tiny else settings.hub_ids["proxy"],
-                     "rows": {"backbone": "llada", "energy": "llada_uni", "oracle": "llada_ind"},
-                     "decoding": info["backbone"]["decoding"], "energy_options": info["energy"]["options"],
-                     "oracle_options": info["oracle"]["options"], "oracle_eps": settings.oracle_eps,
-                     "precision": precision, "seed": settings.seed, "metric": settings.metric,
-                     "prompt": f"lm-eval gsm8k, {a.num_fewshot}-shot, "
-                               + ("plain" if chat is None else "through the backbone's chat template"),
-                     "data": str(files["test"]), "config": str(a.config)},
+        "settings": {
+            "backbone_label": "tiny stand-in" if a.tiny else "LLaDA-8B-Instruct",
+            "proxy_label": "tiny stand-in" if a.tiny else settings.hub_ids["proxy"],
+            "rows": {"backbone": "llada", "energy": "llada_uni", "oracle": "llada_ind"},
+            "decoding": info["backbone"]["decoding"],
+            "energy_options": info["energy"]["options"],
+            "oracle_options": info["oracle"]["options"],
+            "oracle_eps": settings.oracle_eps,
+            "precision": precision,
+            "seed": settings.seed,
+            "metric": settings.metric,
+            "prompt": f"lm-eval gsm8k, {a.num_fewshot}-shot, "
+            + ("plain" if chat is None else "through the backbone's chat template"),
+            "data": str(files["test"]),
+            "config": str(a.config),
+        },
     }
 
     def score(doc, texts, until):

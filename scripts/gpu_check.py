@@ -48,16 +48,20 @@ def smoke(dev: torch.device, paper: bool) -> dict:
     g = lambda s: torch.Generator(device=dev).manual_seed(s)  # noqa: E731
     V, L, B = 40, 24, 6
     torch.manual_seed(0)
-    dlm = MDLMDenoiser(Transformer(ModelConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, max_len=L)).to(dev)
-                       .eval(), V - 1, (V - 2,))
+    dlm = MDLMDenoiser(
+        Transformer(ModelConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, max_len=L)).to(dev).eval(),
+        V - 1,
+        (V - 2,),
+    )
     arn = Transformer(ModelConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, max_len=L, causal=True))
     arn = arn.to(dev).eval()
     ar = ARModel(arn, V - 2, V - 1)
     x, _ = sample_mdlm(dlm, B, L, 8, g(1), batch_size=B, device=dev)
     out["mdlm_valid"] = bool(((x >= 0) & (x < V - 2)).all())
     for draw in ("auto", "gumbel", "inverse_cdf"):
-        x, st = sample_energy(dlm, ar, B, L, 8, g(2), {"K": 2, "w": 0.5, "ar_context": "masked"}, batch_size=B,
-                              device=dev, draw=draw)
+        x, st = sample_energy(
+            dlm, ar, B, L, 8, g(2), {"K": 2, "w": 0.5, "ar_context": "masked"}, batch_size=B, device=dev, draw=draw
+        )
         out[f"uni_e_valid_{draw}"] = bool(((x >= 0) & (x < V - 2)).all()) and st["window_steps"] > 0
     # AR: the CUDA graph path against the eager loop (same seeds: the same tokens up to float near-ties)
     for prec in ("fp32", "bf16"):
@@ -70,9 +74,11 @@ def smoke(dev: torch.device, paper: bool) -> dict:
     # the released AR's convention (chunk_bos): BOS at position 0, L - 1 draws, on both decode paths
     bos_ar = ARModel(arn, V - 2, V - 1, blocked=(V - 1,), chunk_bos=True)
     a, b = bos_ar.sample(B, L, g(7), batch_size=B), bos_ar.sample(B, L, g(7), batch_size=B, graphs=False)
-    out["ar_chunk_bos"] = {"decode_path": bos_ar.decode_path, "bos_first": bool((a[:, 0] == V - 2).all()
-                                                                                and (b[:, 0] == V - 2).all()),
-                           "graph_vs_eager_token_agreement": (a == b).double().mean().item()}
+    out["ar_chunk_bos"] = {
+        "decode_path": bos_ar.decode_path,
+        "bos_first": bool((a[:, 0] == V - 2).all() and (b[:, 0] == V - 2).all()),
+        "graph_vs_eager_token_agreement": (a == b).double().mean().item(),
+    }
     # fixed-shape (graph) cache logits vs the eager slice
     xs = torch.randint(0, V - 2, (B, L), device=dev)
     with torch.no_grad():
@@ -80,7 +86,7 @@ def smoke(dev: torch.device, paper: bool) -> dict:
         c1, c2, d = arn.static_cache(L), arn.static_cache(L, pos=pos), 0.0
         for i in range(L):
             pos.fill_(i)
-            d = max(d, (arn(xs[:, i: i + 1], cache=c1) - arn(xs[:, i: i + 1], cache=c2)).abs().max().item())
+            d = max(d, (arn(xs[:, i : i + 1], cache=c1) - arn(xs[:, i : i + 1], cache=c2)).abs().max().item())
     out["fixed_shape_cache_max_logit_diff_fp32"] = d
     # exactness in distribution of the inverse-CDF draw, on this device's generator
     p = torch.tensor([0.4, 0.0, 0.25, 0.2, 0.1, 1e-3, 0.049, 0.0], dtype=torch.float64)
@@ -89,25 +95,44 @@ def smoke(dev: torch.device, paper: bool) -> dict:
     counts = torch.bincount(draws.flatten(), minlength=8).double()
     pn = p / p.sum()
     pair = torch.bincount(draws[:, 0] * 8 + draws[:, 1], minlength=64).double()
-    out["inverse_cdf"] = {"n": n, "blocked_drawn": int(counts[1] + counts[7]),
-                          "tv": 0.5 * (counts / n - pn).abs().sum().item(), "chi2_p": chi2_p_value(counts, pn),
-                          "pair_chi2_p": chi2_p_value(pair, (pn[:, None] * pn[None, :]).flatten())}
+    out["inverse_cdf"] = {
+        "n": n,
+        "blocked_drawn": int(counts[1] + counts[7]),
+        "tv": 0.5 * (counts / n - pn).abs().sum().item(),
+        "chi2_p": chi2_p_value(counts, pn),
+        "pair_chi2_p": chi2_p_value(pair, (pn[:, None] * pn[None, :]).flatten()),
+    }
     logits = torch.randn(1, 3, 6, generator=torch.Generator().manual_seed(0)) * 2
     logits[..., 5] = -math.inf
     logp = torch.log_softmax(logits, -1).to(dev)
     xt = torch.tensor([[5, 2, 5]], device=dev)
     m = 200_000
     x0 = propose(logp.expand(m, -1, -1), xt.expand(m, -1), 2, 5, g(5)).cpu()  # auto: inverse_cdf on CUDA
-    pv = [chi2_p_value(torch.bincount(x0[:, j, i], minlength=6).double(), logp[0, i].double().exp().cpu())
-          for i in (0, 2) for j in range(2)]
-    out["propose_auto"] = {"carry_over": bool((x0[:, :, 1] == 2).all()), "min_chi2_p": min(pv),
-                           "mask_drawn": int((x0 == 5).sum())}
-    ok = (out["mdlm_valid"] and all(out[f"uni_e_valid_{d}"] for d in ("auto", "gumbel", "inverse_cdf"))
-          and out["inverse_cdf"]["blocked_drawn"] == 0 and out["inverse_cdf"]["chi2_p"] > 1e-4
-          and out["inverse_cdf"]["pair_chi2_p"] > 1e-4 and out["propose_auto"]["carry_over"]
-          and out["propose_auto"]["min_chi2_p"] > 1e-4 and out["propose_auto"]["mask_drawn"] == 0
-          and out["ar_valid_fp32"] and out["ar_valid_bf16"] and d < 1e-3 and out["ar_chunk_bos"]["bos_first"]
-          and (not cuda or out["ar_decode_path_fp32"] == out["ar_decode_path_bf16"] == "cuda_graph"))
+    pv = [
+        chi2_p_value(torch.bincount(x0[:, j, i], minlength=6).double(), logp[0, i].double().exp().cpu())
+        for i in (0, 2)
+        for j in range(2)
+    ]
+    out["propose_auto"] = {
+        "carry_over": bool((x0[:, :, 1] == 2).all()),
+        "min_chi2_p": min(pv),
+        "mask_drawn": int((x0 == 5).sum()),
+    }
+    ok = (
+        out["mdlm_valid"]
+        and all(out[f"uni_e_valid_{d}"] for d in ("auto", "gumbel", "inverse_cdf"))
+        and out["inverse_cdf"]["blocked_drawn"] == 0
+        and out["inverse_cdf"]["chi2_p"] > 1e-4
+        and out["inverse_cdf"]["pair_chi2_p"] > 1e-4
+        and out["propose_auto"]["carry_over"]
+        and out["propose_auto"]["min_chi2_p"] > 1e-4
+        and out["propose_auto"]["mask_drawn"] == 0
+        and out["ar_valid_fp32"]
+        and out["ar_valid_bf16"]
+        and d < 1e-3
+        and out["ar_chunk_bos"]["bos_first"]
+        and (not cuda or out["ar_decode_path_fp32"] == out["ar_decode_path_bf16"] == "cuda_graph")
+    )
     out["ok"] = bool(ok)
     # the two candidate draws at paper size: one window step's proposal, half the positions masked
     Bp, Lp, Vp = (8, 1024, 50258) if paper else (2, 64, 100)
@@ -126,8 +151,10 @@ def smoke(dev: torch.device, paper: bool) -> dict:
             propose(lp, xt, 2, Vp - 1, g(6), draw)
         if cuda:
             torch.cuda.synchronize()
-        bench[draw] = {"ms": (time.perf_counter() - t0) / 3 * 1e3,
-                       "extra_peak_gb": (torch.cuda.max_memory_allocated() - base) / 1e9 if cuda else None}
+        bench[draw] = {
+            "ms": (time.perf_counter() - t0) / 3 * 1e3,
+            "extra_peak_gb": (torch.cuda.max_memory_allocated() - base) / 1e9 if cuda else None,
+        }
     out["propose_bench"] = {"B": Bp, "L": Lp, "V": Vp, "K": 2, "masked_fraction": 0.5, **bench}
     del lp, xt
     return out
@@ -146,8 +173,10 @@ def main(argv=None):
     dev = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'cpu'}), torch "
-          f"{torch.__version__}", flush=True)
+    print(
+        f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'cpu'}), torch {torch.__version__}",
+        flush=True,
+    )
     t0 = time.perf_counter()
     if not a.no_smoke:
         try:
@@ -158,8 +187,11 @@ def main(argv=None):
         (out / "smoke.json").write_text(json.dumps(s, indent=1))
         print("smoke:", json.dumps(s, indent=1), flush=True)
     tiny = dict(vocab_size=100, d_model=32, n_layers=2, n_heads=4, seq_len=64, batch_size=2, train_steps=2)
-    size = PaperScale(**(tiny if a.tiny else {}), steps=tuple(a.steps),
-                      skip=tuple((p, int(n)) for p, n in (x.split(":") for x in a.skip)))
+    size = PaperScale(
+        **(tiny if a.tiny else {}),
+        steps=tuple(a.steps),
+        skip=tuple((p, int(n)) for p, n in (x.split(":") for x in a.skip)),
+    )
 
     def write(res):
         res["elapsed_s"] = time.perf_counter() - t0

@@ -23,8 +23,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def find_chromium() -> str | None:
@@ -42,9 +49,20 @@ def chromium(url: str, *args: str, timeout: int = 120) -> subprocess.CompletedPr
     if exe is None:
         raise FileNotFoundError("no chromium on PATH (Debian: apt-get install chromium)")
     with tempfile.TemporaryDirectory(prefix="unie-chromium-") as profile:
-        return subprocess.run([exe, *FLAGS, f"--user-data-dir={profile}", "--window-size=1400,1000",
-                               "--virtual-time-budget=10000", *args, url],
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [
+                exe,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                "--window-size=1400,1000",
+                "--virtual-time-budget=10000",
+                *args,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 def rendered_dom(report: Path) -> str:

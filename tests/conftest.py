@@ -37,7 +37,7 @@ def owt_hmm() -> HMM:
 
 
 @pytest.fixture(scope="session")
-def tok() :
+def tok():
     return word_tokenizer(word_list())
 
 
@@ -46,12 +46,26 @@ def tok_info(tok) -> dict:
     return tok.info()
 
 
-def make_net(vocab_size: int, causal: bool = False, d_model: int = 16, n_layers: int = 1, n_heads: int = 2,
-             max_len: int = 16, seed: int = 0) -> Transformer:
+def make_net(
+    vocab_size: int,
+    causal: bool = False,
+    d_model: int = 16,
+    n_layers: int = 1,
+    n_heads: int = 2,
+    max_len: int = 16,
+    seed: int = 0,
+) -> Transformer:
     """A tiny randomly initialised transformer (deterministic for a seed)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=2,
-                      max_len=max_len, causal=causal)
+    cfg = ModelConfig(
+        vocab_size=vocab_size,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        mlp_ratio=2,
+        max_len=max_len,
+        causal=causal,
+    )
     return Transformer(cfg).eval()
 
 
@@ -102,8 +116,10 @@ def skip_outside_remote_code_range() -> str:
     spec = remote_code_transformers()
     assert spec, "the paper extra names a transformers range (pyproject.toml)"
     if not SpecifierSet(spec).contains(transformers.__version__, prereleases=True):
-        pytest.skip(f"the paper extra: pip install -e '.[paper]' (transformers {spec} for remote code; this is "
-                    f"{transformers.__version__})")
+        pytest.skip(
+            f"the paper extra: pip install -e '.[paper]' (transformers {spec} for remote code; this is "
+            f"{transformers.__version__})"
+        )
     return spec
 
 
@@ -161,8 +177,13 @@ def _smoke_key() -> str:
             h.update(f"{name}=none\n".encode())
     for top in _SMOKE_SOURCES:
         root = REPO / top
-        files = [root] if root.is_file() else sorted(
-            f for f in root.rglob("*") if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+        files = (
+            [root]
+            if root.is_file()
+            else sorted(
+                f for f in root.rglob("*") if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"
+            )
+        )
         for f in files:
             h.update(f"{f.relative_to(REPO).as_posix()}\0".encode() + f.read_bytes() + b"\0")
     return h.hexdigest()[:20]
@@ -191,8 +212,19 @@ def smoke_pristine(request, tmp_path_factory) -> Path:
         if not (wd / ".complete").exists():
             shutil.rmtree(wd, ignore_errors=True)
             wd.mkdir()
-            cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd), "--cores", "2",
-                   "--configfile", str(REPO / "config" / "smoke.yaml")]
+            cmd = [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-s",
+                str(REPO / "Snakefile"),
+                "-d",
+                str(wd),
+                "--cores",
+                "2",
+                "--configfile",
+                str(REPO / "config" / "smoke.yaml"),
+            ]
             r = subprocess.run(cmd, cwd=wd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise AssertionError(f"snakemake failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
@@ -217,5 +249,9 @@ def pytest_collection_modifyitems(config, items):
     ``workflow``: ``pytest -m "not workflow"`` is the quick loop while working; the README's ``pytest -q`` runs all."""
     shared = {"smoke_tree", "smoke_pristine", "smoke_run", "damaged"}
     for item in items:
-        if item.get_closest_marker("slow") or item.get_closest_marker("slurm") or shared & set(getattr(item, "fixturenames", ())):
+        if (
+            item.get_closest_marker("slow")
+            or item.get_closest_marker("slurm")
+            or shared & set(getattr(item, "fixturenames", ()))
+        ):
             item.add_marker(pytest.mark.workflow)

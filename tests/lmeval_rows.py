@@ -46,9 +46,19 @@ def expected_row_command(name: str, config: dict, argv: list[str]) -> list[str]:
     args.pop("device")
     args = {**args, "seed": args.get("seed", lm.seed)}
     row_dir = str(Path(*Path(out).parts[1:]))
-    return shlex.split(lmeval_command(args, d["tasks"]["names"], include, row_dir, batch_size=lm.batch_size,
-                                      limit=lm.limit, seed=lm.seed, allow_code_execution=lm.allow_code_execution,
-                                      device=device))
+    return shlex.split(
+        lmeval_command(
+            args,
+            d["tasks"]["names"],
+            include,
+            row_dir,
+            batch_size=lm.batch_size,
+            limit=lm.limit,
+            seed=lm.seed,
+            allow_code_execution=lm.allow_code_execution,
+            device=device,
+        )
+    )
 
 
 def documented_command(text: str, marker: str) -> list[str]:

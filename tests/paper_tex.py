@@ -23,7 +23,7 @@ def parse_tex_table(tex: str, label: str) -> tuple[list[str], dict[str, tuple[li
     start = tex.rindex("\\begin{tabular}", 0, end)
     stop = tex.index("\\end{tabular}", start)
     body = tex[start:stop]
-    body = body[body.index("}", body.index("{", len("\\begin{tabular}"))) + 1:]  # drop the column spec
+    body = body[body.index("}", body.index("{", len("\\begin{tabular}"))) + 1 :]  # drop the column spec
     offset = start + len(tex[start:stop]) - len(body)
     rows, header, block, pos = {}, None, None, 0
     for raw in body.split("\\\\"):

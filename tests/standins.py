@@ -28,7 +28,7 @@ class Spy:
 # transformer (LLaDA's attention through each block's ``_scaled_dot_product_attention``, which DAWN wraps); Dream's
 # logits at position i are for token i + 1 (Qwen's head), which the "dream" style shifts back.
 
-_LLADA_CONFIG = '''
+_LLADA_CONFIG = """
 from transformers import PretrainedConfig
 
 
@@ -39,7 +39,7 @@ class LLaDAConfig(PretrainedConfig):
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.vocab_size, self.mask_token_id = vocab_size, mask_token_id
         super().__init__(**kwargs)
-'''
+"""
 
 _LLADA_MODEL = '''
 import torch
@@ -99,7 +99,7 @@ class LLaDAModelLM(PreTrainedModel):
         return CausalLMOutputWithPast(logits=self.model(input_ids))
 '''
 
-_DREAM_CONFIG = '''
+_DREAM_CONFIG = """
 from transformers import PretrainedConfig
 
 
@@ -111,9 +111,9 @@ class DreamConfig(PretrainedConfig):
         self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
         self.num_hidden_layers, self.vocab_size, self.mask_token_id = num_hidden_layers, vocab_size, mask_token_id
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
-'''
+"""
 
-_DREAM_MODEL = '''
+_DREAM_MODEL = """
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -171,18 +171,35 @@ class DreamModel(DreamPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, **kwargs):
         return MaskedLMOutput(logits=self.lm_head(self.model(input_ids)))
-'''
+"""
 
 REMOTE_STYLES = {
-    "llada": {"files": {"configuration_llada.py": _LLADA_CONFIG, "modeling_llada.py": _LLADA_MODEL},
-              "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig", "AutoModel": "modeling_llada.LLaDAModelLM",
-                           "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM"},
-              "config": {"model_type": "llada", "d_model": 16, "n_heads": 2, "n_layers": 2,
-                         "architectures": ["LLaDAModelLM"]}},
-    "dream": {"files": {"configuration_dream.py": _DREAM_CONFIG, "modeling_dream.py": _DREAM_MODEL},
-              "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
-              "config": {"model_type": "Dream", "hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 2,
-                         "architectures": ["DreamModel"]}},
+    "llada": {
+        "files": {"configuration_llada.py": _LLADA_CONFIG, "modeling_llada.py": _LLADA_MODEL},
+        "auto_map": {
+            "AutoConfig": "configuration_llada.LLaDAConfig",
+            "AutoModel": "modeling_llada.LLaDAModelLM",
+            "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM",
+        },
+        "config": {
+            "model_type": "llada",
+            "d_model": 16,
+            "n_heads": 2,
+            "n_layers": 2,
+            "architectures": ["LLaDAModelLM"],
+        },
+    },
+    "dream": {
+        "files": {"configuration_dream.py": _DREAM_CONFIG, "modeling_dream.py": _DREAM_MODEL},
+        "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
+        "config": {
+            "model_type": "Dream",
+            "hidden_size": 16,
+            "num_attention_heads": 2,
+            "num_hidden_layers": 2,
+            "architectures": ["DreamModel"],
+        },
+    },
 }
 
 
@@ -213,16 +230,23 @@ def remote_logits(style: str, weights: dict, x: torch.Tensor) -> torch.Tensor:
     """The stand-in's raw logits ``(B, L, V)`` computed by hand from ``weights`` (not through its modeling code)."""
     import torch.nn.functional as F
 
-    pre, emb, blocks, qkv, o = (("model.", "model.wte.weight", "model.blocks", "att_proj", "attn_out") if style == "llada"
-                                else ("model.", "model.embed_tokens.weight", "model.layers", "qkv", "o_proj"))
+    pre, emb, blocks, qkv, o = (
+        ("model.", "model.wte.weight", "model.blocks", "att_proj", "attn_out")
+        if style == "llada"
+        else ("model.", "model.embed_tokens.weight", "model.layers", "qkv", "o_proj")
+    )
     h = weights[emb][x]
     B, L, D = h.shape
     for i in range(2):
-        q, k, v = F.linear(h, weights[f"{blocks}.{i}.{qkv}.weight"], weights[f"{blocks}.{i}.{qkv}.bias"]).view(
-            B, L, 3, 2, D // 2).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            F.linear(h, weights[f"{blocks}.{i}.{qkv}.weight"], weights[f"{blocks}.{i}.{qkv}.bias"])
+            .view(B, L, 3, 2, D // 2)
+            .permute(2, 0, 3, 1, 4)
+        )
         a = ((q @ k.transpose(-2, -1)) / (D // 2) ** 0.5).softmax(-1) @ v
-        h = h + F.linear(a.transpose(1, 2).reshape(B, L, D), weights[f"{blocks}.{i}.{o}.weight"],
-                         weights[f"{blocks}.{i}.{o}.bias"])
+        h = h + F.linear(
+            a.transpose(1, 2).reshape(B, L, D), weights[f"{blocks}.{i}.{o}.weight"], weights[f"{blocks}.{i}.{o}.bias"]
+        )
     if style == "llada":
         return F.linear(h, weights["model.ff_out.weight"], weights["model.ff_out.bias"])
     return F.linear(h, weights["lm_head.weight"])
@@ -244,8 +268,13 @@ def write_remote_dllm(folder, style: str, tokenizer, seed: int = 0):
         (folder / name).write_text(text.lstrip())
     weights = remote_weights(style, tokenizer.vocab_size, seed)
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    config = {**spec["config"], "auto_map": spec["auto_map"], "vocab_size": tokenizer.vocab_size,
-              "mask_token_id": tokenizer.mask_id, "torch_dtype": "float32"}
+    config = {
+        **spec["config"],
+        "auto_map": spec["auto_map"],
+        "vocab_size": tokenizer.vocab_size,
+        "mask_token_id": tokenizer.mask_id,
+        "torch_dtype": "float32",
+    }
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     tokenizer.hf.save_pretrained(folder)
     return weights

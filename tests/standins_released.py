@@ -12,8 +12,14 @@ import torch.nn.functional as F
 
 from unie.models import standins
 from unie.models.dit import DiTConfig
-from unie.models.standins import (ARCH, TINY, HydraConfigStandIn, save_hf, save_lightning,  # noqa: F401
-                                  save_sedd_hub)
+from unie.models.standins import (  # noqa: F401 (re-exported to the tests)
+    ARCH,
+    TINY,
+    HydraConfigStandIn,
+    save_hf,
+    save_lightning,
+    save_sedd_hub,
+)
 
 V = 51  # 50 real tokens + the mask (last id), like GPT-2 + mask
 MASK = V - 1
@@ -38,7 +44,7 @@ def _rotary(L_positions: torch.Tensor, inv_freq: torch.Tensor):
 
 
 def _rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -91,7 +97,9 @@ def reference_logits(state: dict, cfg: DiTConfig, x: torch.Tensor, sigma=None, m
         h = h + g2 * (m @ p("mlp.2.weight").T + p("mlp.2.bias"))
     out = _ln(h, state["output_layer.norm_final.weight"])
     if c is not None:
-        mod = (c @ state["output_layer.adaLN_modulation.weight"].T + state["output_layer.adaLN_modulation.bias"])[:, None]
+        mod = (c @ state["output_layer.adaLN_modulation.weight"].T + state["output_layer.adaLN_modulation.bias"])[
+            :, None
+        ]
         shift, scale = mod.chunk(2, dim=2)
         out = out * (1 + scale) + shift
     return out @ state["output_layer.linear.weight"].T + state["output_layer.linear.bias"]

@@ -15,17 +15,47 @@ from unie.core.gumbel import gumbel_noise
 from unie.core.registry import DLLM_SAMPLERS
 from unie.data.dllm_format import dllm_prompt_rows
 from unie.data.tokenizer import bpe_tokenizer, word_tokenizer
-from unie.dllm.apd import (APDOptions, apd_decode, bridged_logp_ar, direct_logp_ar, row_generators, shared_vocabulary,
-                           word_tables)
+from unie.dllm.apd import (
+    APDOptions,
+    apd_decode,
+    bridged_logp_ar,
+    direct_logp_ar,
+    row_generators,
+    shared_vocabulary,
+    word_tables,
+)
 from unie.dllm.backbone import DLLM, DecodeOptions, normalise
 from unie.dllm.bridge import ProxyBridge
 from unie.methods.ar import AR
 from unie.models.transformer import Transformer
 
-WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",
-         "sort", "then", "A", "B"]
-TEXTS = ["question : the baker bakes the onion pie answer : 1 2", "question : sort [ 3 1 2 ] answer : [ 1 2 3 ]",
-         "question : the pie answer : A", "question : the onion answer : B"] * 20
+WORDS = [
+    "question",
+    ":",
+    "the",
+    "baker",
+    "bakes",
+    "onion",
+    "pie",
+    "answer",
+    "[",
+    "]",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "sort",
+    "then",
+    "A",
+    "B",
+]
+TEXTS = [
+    "question : the baker bakes the onion pie answer : 1 2",
+    "question : sort [ 3 1 2 ] answer : [ 1 2 3 ]",
+    "question : the pie answer : A",
+    "question : the onion answer : B",
+] * 20
 PROMPTS = ["question : the baker bakes the pie answer :", "question : sort [ 3 1 ] answer :"]
 
 
@@ -43,8 +73,9 @@ def bpe():
 
 def net_for(tok, causal=False, T=48, seed=0):
     torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=T,
-                                   causal=causal)).eval()
+    return Transformer(
+        ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=T, causal=causal)
+    ).eval()
 
 
 def backbone(tok, shift=False, seed=0):
@@ -64,8 +95,9 @@ class UnigramAR:
 
     def __init__(self, tok):
         self.tokenizer, self.bos_id, self.eos_id = tok, tok.bos_id, tok.eos_id
-        self.table = torch.randn(tok.vocab_size, generator=torch.Generator().manual_seed(0),
-                                 dtype=torch.float64).log_softmax(-1)
+        self.table = torch.randn(
+            tok.vocab_size, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+        ).log_softmax(-1)
 
     def logits(self, x):
         return self.table.expand(x.shape[0], x.shape[1], -1).clone()
@@ -88,7 +120,7 @@ def bridged_setup(word, bpe):
 def prefix_text(xt, curr, bos_id):
     """The ids after the row's <bos> and before ``curr`` (what the proxy reads before the window)."""
     row = xt.tolist()
-    return row[row.index(bos_id) + 1: curr]
+    return row[row.index(bos_id) + 1 : curr]
 
 
 # ---------------------------------------------------------------------- R = 1: the DLLM's own draft, m per step
@@ -111,7 +143,7 @@ def test_r1_accepts_every_draft_token(word, bpe, bridged):
         logp = normalise(b.logits(ref), blocked).double()
         for r in range(2):
             g = gumbel_noise((2, logp.shape[-1]), gens[r])
-            ref[r, P + 2 * n: P + 2 * n + 2] = (logp[r, P + 2 * n: P + 2 * n + 2] / 1.0 + g).argmax(-1)
+            ref[r, P + 2 * n : P + 2 * n + 2] = (logp[r, P + 2 * n : P + 2 * n + 2] / 1.0 + g).argmax(-1)
     assert torch.equal(out, ref)
     assert not (out == b.mask_id).any()
 
@@ -137,7 +169,7 @@ def test_r0_accepts_the_proxy_gumbel_choice(word):
             assert torch.equal(xt, rebuilt[r])
             g = gumbel_noise((4, word.vocab_size), gens[r])  # the row's own stream, replayed
             assert torch.equal(t["noise"][i], g)
-            logp_dlm = normalise(b.logits(xt[None]), blocked)[0, curr: curr + w].double()
+            logp_dlm = normalise(b.logits(xt[None]), blocked)[0, curr : curr + w].double()
             draft = (logp_dlm / 0.7 + g[:w]).argmax(-1)
             assert torch.equal(t["draft"][i, :w], draft)
             y = []
@@ -153,7 +185,7 @@ def test_r0_accepts_the_proxy_gumbel_choice(word):
             assert all(int(draft[k]) == y[k] for k in range(1, n))  # accepted tokens are the proxy's choice
             disagreed += int(n < w)
             agreed_later += n - 1
-            rebuilt[r, curr: curr + n] = draft[:n]
+            rebuilt[r, curr : curr + n] = draft[:n]
     assert torch.equal(rebuilt, out)
     assert disagreed > 0 and agreed_later > 0  # both branches of the acceptance were exercised
 
@@ -162,8 +194,15 @@ def test_uncoupled_target_is_the_greedy_mixture(word):
     """``coupled = False`` (the released code): y = argmax ℓ*, without noise."""
     b, bridge, x = shared_setup(word)
     trace = []
-    apd_decode(b, bridge, x, DecodeOptions(gen_length=8, block_length=8, tokens_per_step=4),
-               APDOptions(R=0.5, temperature=1.0, coupled=False), gen(0), trace=trace)
+    apd_decode(
+        b,
+        bridge,
+        x,
+        DecodeOptions(gen_length=8, block_length=8, tokens_per_step=4),
+        APDOptions(R=0.5, temperature=1.0, coupled=False),
+        gen(0),
+        trace=trace,
+    )
     for t in trace:
         target = 0.5 * t["logp_dlm"] + 0.5 * t["logp_ar"]
         assert torch.equal(t["y"], target.argmax(-1))
@@ -201,7 +240,7 @@ def test_bridged_scores_are_the_proxy_log_prob_of_the_text_up_to_the_word_end(wo
     sp, colon, an, qu, the, k_, er = (surf.index(p) for p in (" ", " :", " an", " qu", "the", "k", "er"))
     # state: the draft in the window [P, P + 3), masks after; fill: pieces that continue words, one word start
     state = x.clone()
-    state[:, P:P + 3] = torch.tensor([[sp, the, an], [qu, an, er]])
+    state[:, P : P + 3] = torch.tensor([[sp, the, an], [qu, an, er]])
     fill = torch.full_like(x, er)
     fill[:, P + 5] = colon
     curr = torch.tensor([P, P])
@@ -217,12 +256,12 @@ def test_bridged_scores_are_the_proxy_log_prob_of_the_text_up_to_the_word_end(wo
     for n, (bb, k, c) in enumerate(index.tolist()):
         row = rows[n]
         assert int(row[P + k]) == int(cand[bb, k, c])
-        assert torch.equal(row[:P + k], state[bb, :P + k]) and torch.equal(row[P + 3:], fill[bb, P + 3:])
+        assert torch.equal(row[: P + k], state[bb, : P + k]) and torch.equal(row[P + 3 :], fill[bb, P + 3 :])
         assert scores[bb, k, c] == pytest.approx(float(full[n, : int(ends[n])].sum()), abs=1e-9)
         # (b) independently from the text: every word that starts before the end of the candidate's text, the
         # next word too when that text ends on a space, and p(<eos>) when the candidate ends the text
         ids = row.tolist()
-        body = ids[ids.index(bpe.bos_id) + 1:]
+        body = ids[ids.index(bpe.bos_id) + 1 :]
         at = P + k - (len(ids) - len(body))
         eos = body.index(bpe.eos_id) if bpe.eos_id in body else len(body)
         text = bpe.decode(body[:eos])
@@ -249,13 +288,20 @@ def test_bridge_and_direct_readings_agree_on_a_shared_vocabulary(word):
     assert shared_vocabulary(bridge)
     P, m = 12, 3
     state = x.clone()
-    state[:, P:P + m] = torch.tensor([[2, 3, 6], [15, 8, 10]])
+    state[:, P : P + m] = torch.tensor([[2, 3, 6], [15, 8, 10]])
     curr, width = torch.tensor([P, P]), torch.tensor([m, m])
     direct = direct_logp_ar(bridge, state, curr, width, m)  # (2, m, V)
     finite = [i for i in range(word.vocab_size) if i not in (word.bos_id, word.mask_id)]
     cand = torch.tensor(finite).expand(2, m, -1).clone()
-    scores, _ = bridged_logp_ar(bridge, state, torch.full_like(x, 4), curr, torch.ones(cand.shape, dtype=torch.bool),
-                                cand, word_tables(word, word.vocab_size, "cpu"))
+    scores, _ = bridged_logp_ar(
+        bridge,
+        state,
+        torch.full_like(x, 4),
+        curr,
+        torch.ones(cand.shape, dtype=torch.bool),
+        cand,
+        word_tables(word, word.vocab_size, "cpu"),
+    )
     want = direct.gather(-1, cand)
     diff = scores - want
     assert torch.allclose(diff, diff[..., :1].expand_as(diff), atol=1e-4)
@@ -270,7 +316,7 @@ def test_rows_of_a_batch_equal_the_rows_decoded_alone(word, bpe, bridged):
     opts = APDOptions(R=0.5, temperature=1.0)
     both, _ = apd_decode(b, bridge, x, dec, opts, gen(7))
     for r in range(2):
-        alone, _ = apd_decode(b, bridge, x[r:r + 1], dec, opts, gen(7))
+        alone, _ = apd_decode(b, bridge, x[r : r + 1], dec, opts, gen(7))
         assert torch.equal(alone[0], both[r])
     swapped, _ = apd_decode(b, bridge, x.flip(0), dec, opts, gen(7))
     assert torch.equal(swapped.flip(0), both)
@@ -315,10 +361,22 @@ def test_registered_and_greedy(word):
         entry.fn(b, x, dec, APDOptions())
 
 
-@pytest.mark.parametrize("field, value", [("R", 1.5), ("R", -0.1), ("R", math.nan), ("R", True),
-                                          ("temperature", -1.0), ("lookahead", -1), ("lookahead", 1.5),
-                                          ("candidates", 0), ("ar_scoring", "direct"), ("coupled", "yes"),
-                                          ("stop_at_eos", 1)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("R", 1.5),
+        ("R", -0.1),
+        ("R", math.nan),
+        ("R", True),
+        ("temperature", -1.0),
+        ("lookahead", -1),
+        ("lookahead", 1.5),
+        ("candidates", 0),
+        ("ar_scoring", "direct"),
+        ("coupled", "yes"),
+        ("stop_at_eos", 1),
+    ],
+)
 def test_bad_options_name_the_option(field, value):
     with pytest.raises(ValueError, match=field):
         APDOptions(**{field: value})

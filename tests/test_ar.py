@@ -181,8 +181,9 @@ def test_ar_with_bos_equal_to_eos_can_score_and_emit_eos():
     vocab = {w: i for i, w in enumerate(["a", "b", "c", "<|endoftext|>", "<|mask|>"])}
     rust = RustTokenizer(models.WordLevel(vocab, unk_token=None))
     rust.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    hf = PreTrainedTokenizerFast(tokenizer_object=rust, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                 mask_token="<|mask|>")
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=rust, bos_token="<|endoftext|>", eos_token="<|endoftext|>", mask_token="<|mask|>"
+    )
     tok = Tokenizer("hf", hf=hf)
     assert tok.bos_id == tok.eos_id == 3 and blocked_ids(tok.info()) == [4]
     method = AR(tok.info())
@@ -229,10 +230,10 @@ def test_static_cache_logits_equal_the_dict_cache_and_fixed_shape_mode_is_close(
         pos = torch.zeros(1, dtype=torch.long)
         fixed = causal_net.static_cache(16, pos=pos)
         for i in range(12):
-            a = causal_net(x[:, i: i + 1], cache=grow)
-            assert torch.equal(causal_net(x[:, i: i + 1], cache=static), a)
+            a = causal_net(x[:, i : i + 1], cache=grow)
+            assert torch.equal(causal_net(x[:, i : i + 1], cache=static), a)
             pos.fill_(i)
-            assert torch.allclose(causal_net(x[:, i: i + 1], cache=fixed), a, atol=1e-5)
+            assert torch.allclose(causal_net(x[:, i : i + 1], cache=fixed), a, atol=1e-5)
         assert static.n == 12
         with pytest.raises(ValueError, match="KV cache full"):
             causal_net(x[:, :5], cache=static)

@@ -31,14 +31,22 @@ def _rows(*patterns):
 def test_block_diff_mask_by_hand_L8_block2():
     """Columns: noisy x_t positions 0..7, then clean x0 positions 0..7; blocks of 2."""
     want = _rows(
-        "11000000 00000000", "11000000 00000000",  # noisy block 0: itself only
-        "00110000 11000000", "00110000 11000000",  # noisy block 1: itself + clean block 0
-        "00001100 11110000", "00001100 11110000",  # noisy block 2: itself + clean blocks 0-1
-        "00000011 11111100", "00000011 11111100",  # noisy block 3: itself + clean blocks 0-2
-        "00000000 11000000", "00000000 11000000",  # clean block 0: clean block 0
-        "00000000 11110000", "00000000 11110000",  # clean block 1: clean blocks 0-1
-        "00000000 11111100", "00000000 11111100",
-        "00000000 11111111", "00000000 11111111",
+        "11000000 00000000",
+        "11000000 00000000",  # noisy block 0: itself only
+        "00110000 11000000",
+        "00110000 11000000",  # noisy block 1: itself + clean block 0
+        "00001100 11110000",
+        "00001100 11110000",  # noisy block 2: itself + clean blocks 0-1
+        "00000011 11111100",
+        "00000011 11111100",  # noisy block 3: itself + clean blocks 0-2
+        "00000000 11000000",
+        "00000000 11000000",  # clean block 0: clean block 0
+        "00000000 11110000",
+        "00000000 11110000",  # clean block 1: clean blocks 0-1
+        "00000000 11111100",
+        "00000000 11111100",
+        "00000000 11111111",
+        "00000000 11111111",
     )
     got = block_diff_mask(8, 2)
     assert got.dtype == torch.bool and got.shape == (16, 16)
@@ -46,8 +54,9 @@ def test_block_diff_mask_by_hand_L8_block2():
 
 
 def test_block_diff_mask_L8_block4_and_extremes():
-    want = _rows(*["11110000 00000000"] * 4, *["00001111 11110000"] * 4,
-                 *["00000000 11110000"] * 4, *["00000000 11111111"] * 4)
+    want = _rows(
+        *["11110000 00000000"] * 4, *["00001111 11110000"] * 4, *["00000000 11110000"] * 4, *["00000000 11111111"] * 4
+    )
     assert torch.equal(block_diff_mask(8, 4), want)
     # block_size = L: two independent full-attention streams (the noisy one is plain MDLM)
     m = block_diff_mask(6, 6)
@@ -115,7 +124,7 @@ def test_block_denoiser_is_exact_reference_and_kv_cache(net, tok, tok_info, rand
         lo, hi = b * bs, (b + 1) * bs
         ref = den.logp_block(x0[:, :lo], xt[:, lo:hi])
         assert torch.allclose(ref, train[:, lo:hi], atol=1e-5)
-        commit = x0[:, lo - bs:lo] if b else None
+        commit = x0[:, lo - bs : lo] if b else None
         cached = den.evaluate(kv, commit, xt[:, lo:hi])
         assert torch.allclose(cached, train[:, lo:hi], atol=1e-5)
         assert kv[0]["k"].shape[2] == lo  # the cache holds the clean prefix only
@@ -158,8 +167,11 @@ def test_loss_spelled_out_backpropagates_and_nll_finite(net_factory, tok_info, r
     g = torch.Generator().manual_seed(1)
     t = block_times(6, 3, g, 1e-3)
     tt = t.repeat_interleave(bs, 1)
-    xt = torch.where(unie.core.gumbel.uniform(x0.shape, g) < method.schedule.mask_prob(tt).double(),
-                     torch.full_like(x0, tok_info["mask_id"]), x0)
+    xt = torch.where(
+        unie.core.gumbel.uniform(x0.shape, g) < method.schedule.mask_prob(tt).double(),
+        torch.full_like(x0, tok_info["mask_id"]),
+        x0,
+    )
     with torch.no_grad():
         lp = subs_logp(noisy_stream_logits(net, xt, x0, bs), xt, tok_info["mask_id"], blocked_ids(tok_info))
     lp = lp.gather(-1, x0[..., None]).squeeze(-1)
@@ -206,8 +218,9 @@ def test_block_nelbo_with_exact_block_conditionals_equals_exact_nll(owt_hmm, tok
     x0 = owt_hmm.sample(n, L, g)
     nll = -owt_hmm.log_marginal(x0)
     oracle, sched = BlockOracle(owt_hmm, tok.mask_id, bs), make_schedule("loglinear", 1e-3)
-    draws = torch.stack([block_nelbo(oracle.logp_fn(x0), x0, block_times(n, L // bs, g, 1e-3), sched, tok.mask_id, g)
-                         for _ in range(R)])
+    draws = torch.stack(
+        [block_nelbo(oracle.logp_fn(x0), x0, block_times(n, L // bs, g, 1e-3), sched, tok.mask_id, g) for _ in range(R)]
+    )
     assert draws.shape == (R, n) and torch.isfinite(draws).all() and (draws >= 0).all()
     diff = draws.mean(0) - nll
     se = diff.std().item() / math.sqrt(n)
@@ -286,13 +299,28 @@ def test_registered_method_trains_and_loads(tmp_path, tok, random_words):
 
     assert METHODS["bd3lm"] is BD3LM and build_method("bd3lm", tok.info(), {"block_size": 2}).block_size == 2
     tok.save(tmp_path / "tokenizer")
-    write_token_file(tmp_path / "train.parquet", [random_words(16, 8, seed=0).numpy()], 8,
-                     {"tokenizer": tok.info()["fingerprint"], "vocab_size": tok.vocab_size})
-    spec = {"method": "bd3lm", "options": {"block_size": 2},
-            "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
-            "train": {"steps": 2, "batch_size": 4, "lr": 1e-3, "warmup": 1, "ckpt_every": 2, "log_every": 1}}
-    train_from_spec("bd3", spec, tmp_path / "train.parquet", tmp_path / "tokenizer", tmp_path / "out",
-                    tmp_path / "ckpt", seq_len=8, log=lambda _m: None)
+    write_token_file(
+        tmp_path / "train.parquet",
+        [random_words(16, 8, seed=0).numpy()],
+        8,
+        {"tokenizer": tok.info()["fingerprint"], "vocab_size": tok.vocab_size},
+    )
+    spec = {
+        "method": "bd3lm",
+        "options": {"block_size": 2},
+        "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
+        "train": {"steps": 2, "batch_size": 4, "lr": 1e-3, "warmup": 1, "ckpt_every": 2, "log_every": 1},
+    }
+    train_from_spec(
+        "bd3",
+        spec,
+        tmp_path / "train.parquet",
+        tmp_path / "tokenizer",
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        seq_len=8,
+        log=lambda _m: None,
+    )
     den = load_wrapped(tmp_path / "out", tok)
     assert isinstance(den, BD3Denoiser) and den.block_size == 2
     x, stats = SAMPLERS["bd3lm"]({"dlm": den}, 3, 8, 2, torch.Generator().manual_seed(0))
@@ -317,7 +345,7 @@ class OracleBlockDenoiser:
             prefix = cache[0]["x"] = torch.cat([prefix, commit], 1)
         if rows is not None:
             prefix = prefix[rows]
-        return self.den.logp_x0(torch.cat([prefix, xb], 1))[:, prefix.shape[1]:]
+        return self.den.logp_x0(torch.cat([prefix, xb], 1))[:, prefix.shape[1] :]
 
 
 def test_sampler_with_exact_block_conditionals(owt_hmm, tok):

@@ -12,8 +12,9 @@ TINY = dict(vocab_size=60, d_model=16, n_layers=1, n_heads=2, seq_len=16, batch_
 
 
 def test_paper_scale_bench_tiny_record_and_markdown():
-    res = paper_scale_bench("cpu", PaperScale(**TINY, steps=(2, 4), skip=(("bf16", 4),)), ("fp32", "bf16"),
-                            log=lambda m: None)
+    res = paper_scale_bench(
+        "cpu", PaperScale(**TINY, steps=(2, 4), skip=(("bf16", 4),)), ("fp32", "bf16"), log=lambda m: None
+    )
     assert set(res["precisions"]) == {"fp32", "bf16"} and res["P"] == 3 and res["window_steps"] == 2
     fp = res["precisions"]["fp32"]
     assert fp["C_DLM_s"] > 0 and fp["C_AR_s"] > 0 and fp["train_tokens_per_s"] > 0
@@ -39,13 +40,31 @@ def test_precision_mode_restores_the_backend_flags():
 
 
 def test_bench_module_imports_no_workflow_package_and_runs_standalone(tmp_path):
-    code = ("import sys, unie.pipeline.bench; "
-            "bad = [m for m in ('snakemake', 'lm_eval', 'datasets', 'jsonschema') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, unie.pipeline.bench; "
+        "bad = [m for m in ('snakemake', 'lm_eval', 'datasets', 'jsonschema') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
-    out = subprocess.run([sys.executable, "-m", "unie.pipeline.bench", "--paper-scale", "--tiny", "--device", "cpu",
-                          "--precisions", "fp32", "--steps", "2", "--out", str(tmp_path)], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unie.pipeline.bench",
+            "--paper-scale",
+            "--tiny",
+            "--device",
+            "cpu",
+            "--precisions",
+            "fp32",
+            "--steps",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads((tmp_path / "paper_scale.json").read_text())["precisions"]["fp32"]["runs"]
     assert "Paper-scale bench" in (tmp_path / "paper_scale.md").read_text()
@@ -56,8 +75,23 @@ def test_gpu_check_script_tiny_on_cpu(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
-    out = subprocess.run([sys.executable, str(script), "--tiny", "--device", "cpu", "--precisions", "fp32",
-                          "--steps", "2", "--out", str(tmp_path)], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--tiny",
+            "--device",
+            "cpu",
+            "--precisions",
+            "fp32",
+            "--steps",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     smoke = json.loads((tmp_path / "smoke.json").read_text())
     assert smoke["ok"], smoke

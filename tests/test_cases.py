@@ -28,14 +28,16 @@ def test_record_steps_does_not_change_the_samples(tok):
     for K in (1, 3):
         opts = dict(energy="uni", K=K, w=1.0, ar_context="masked")
         a, _ = sample_energy(dlm, proxy, 2, 10, steps, torch.Generator().manual_seed(0), opts, batch_size=2)
-        b, stats = sample_energy(dlm, proxy, 2, 10, steps, torch.Generator().manual_seed(0), opts, batch_size=2,
-                                 record_steps=True)
+        b, stats = sample_energy(
+            dlm, proxy, 2, 10, steps, torch.Generator().manual_seed(0), opts, batch_size=2, record_steps=True
+        )
         assert torch.equal(a, b)
         st = stats["reveal_step"]
         assert st.shape == (2, 10) and st.min() >= 0 and st.max() <= steps
     # batches concatenate in order: the same rows with batch_size 1
-    _, stats1 = sample_energy(dlm, proxy, 2, 10, steps, torch.Generator().manual_seed(0), opts, batch_size=1,
-                              record_steps=True)
+    _, stats1 = sample_energy(
+        dlm, proxy, 2, 10, steps, torch.Generator().manual_seed(0), opts, batch_size=1, record_steps=True
+    )
     assert stats1["reveal_step"].shape == (2, 10)
 
 

@@ -20,17 +20,41 @@ from unie.pipeline.task_files import HELLASWAG_QUESTION, write_local_tasks
 pytestmark = pytest.mark.usefixtures("hf_offline")  # conftest: no network, a private Hugging Face cache
 
 SUBJECTS = ("anatomy", "high_school_us_history")
-MMLU_TEST = [{"question": f" Q{i} about {s}? ", "subject": s, "choices": [f"a{i}", f"b{i}", f"c{i}", f"d{i}"],
-              "answer": i % 4} for s in SUBJECTS for i in range(3)]
-MMLU_DEV = [{"question": f"Shot {i} of {s}?", "subject": s, "choices": ["w", "x", "y", "z"], "answer": (i + 1) % 4}
-            for s in SUBJECTS for i in range(6)]  # one more than 5: the first 5 are the shots
+MMLU_TEST = [
+    {"question": f" Q{i} about {s}? ", "subject": s, "choices": [f"a{i}", f"b{i}", f"c{i}", f"d{i}"], "answer": i % 4}
+    for s in SUBJECTS
+    for i in range(3)
+]
+MMLU_DEV = [
+    {"question": f"Shot {i} of {s}?", "subject": s, "choices": ["w", "x", "y", "z"], "answer": (i + 1) % 4}
+    for s in SUBJECTS
+    for i in range(6)
+]  # one more than 5: the first 5 are the shots
 HELLASWAG = [
-    {"ind": 4, "activity_label": "Removing ice from car", "ctx_a": "Then, the man writes over the snow.",
-     "ctx_b": "then", "ctx": "", "endings": [", the man drives.", " [title] he waits.", "  stops   .", "he sings."],
-     "source_id": "x", "split": "val", "split_type": "indomain", "label": "3"},
-    {"ind": 9, "activity_label": "Home and Garden", "ctx_a": "[header] How to water plants [title] Fill a can.",
-     "ctx_b": "", "ctx": "", "endings": ["Pour it.", "Drink it.", "Sell it.", "Paint it."],
-     "source_id": "y", "split": "val", "split_type": "zeroshot", "label": "0"},
+    {
+        "ind": 4,
+        "activity_label": "Removing ice from car",
+        "ctx_a": "Then, the man writes over the snow.",
+        "ctx_b": "then",
+        "ctx": "",
+        "endings": [", the man drives.", " [title] he waits.", "  stops   .", "he sings."],
+        "source_id": "x",
+        "split": "val",
+        "split_type": "indomain",
+        "label": "3",
+    },
+    {
+        "ind": 9,
+        "activity_label": "Home and Garden",
+        "ctx_a": "[header] How to water plants [title] Fill a can.",
+        "ctx_b": "",
+        "ctx": "",
+        "endings": ["Pour it.", "Drink it.", "Sell it.", "Paint it."],
+        "source_id": "y",
+        "split": "val",
+        "split_type": "zeroshot",
+        "label": "0",
+    },
 ]
 
 
@@ -45,16 +69,35 @@ def _parquet(path: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture
 def mmlu_files(tmp_path):
-    return [_parquet(tmp_path / "mmlu" / "all" / "test-00000-of-00001.parquet", MMLU_TEST),
-            _parquet(tmp_path / "mmlu" / "all" / "dev-00000-of-00001.parquet", MMLU_DEV)]
+    return [
+        _parquet(tmp_path / "mmlu" / "all" / "test-00000-of-00001.parquet", MMLU_TEST),
+        _parquet(tmp_path / "mmlu" / "all" / "dev-00000-of-00001.parquet", MMLU_DEV),
+    ]
 
 
 # ---------------------------------------------------------------------- scoring of a generated letter
-@pytest.mark.parametrize("text, letter", [
-    ("B", "B"), (" B", "B"), ("B.", "B"), ("b", "B"), ("(C)", "C"), ("**D**", "D"), ("A. Paris", "A"),
-    ("\nB", "B"), ("C\nA", "C"), ('"A"', "A"), ("D:", "D"),
-    ("Because", None), ("E", None), ("", None), ("1. B", None), ("The answer is B", None), ("  \n  ", None),
-])
+@pytest.mark.parametrize(
+    "text, letter",
+    [
+        ("B", "B"),
+        (" B", "B"),
+        ("B.", "B"),
+        ("b", "B"),
+        ("(C)", "C"),
+        ("**D**", "D"),
+        ("A. Paris", "A"),
+        ("\nB", "B"),
+        ("C\nA", "C"),
+        ('"A"', "A"),
+        ("D:", "D"),
+        ("Because", None),
+        ("E", None),
+        ("", None),
+        ("1. B", None),
+        ("The answer is B", None),
+        ("  \n  ", None),
+    ],
+)
 def test_first_letter_reads_the_first_standalone_letter_of_the_first_line(text, letter):
     assert first_letter(text) == letter
     assert letter_match({"answer": "B"}, text) == float(letter == "B")
@@ -69,8 +112,13 @@ def test_local_mmlu_renders_lm_evals_generative_prompt_and_scores_the_letter(tmp
     from lm_eval.tasks import TaskManager
 
     out = tmp_path / "local_tasks"
-    spec = {"kind": "mmlu", "repo": "cais/mmlu", "files": [str(p) for p in mmlu_files], "num_fewshot": 5,
-            "max_gen_toks": 3}
+    spec = {
+        "kind": "mmlu",
+        "repo": "cais/mmlu",
+        "files": [str(p) for p in mmlu_files],
+        "num_fewshot": 5,
+        "max_gen_toks": 3,
+    }
     assert write_local_tasks(out, {"mmlu_gen": spec}) == ["mmlu_gen"]
     y = yaml.safe_load((out / "mmlu_gen.yaml").read_text().replace("!function ", ""))
     assert y["unsafe_code"] is False and y["output_type"] == "generate_until"
@@ -87,7 +135,8 @@ def test_local_mmlu_renders_lm_evals_generative_prompt_and_scores_the_letter(tmp
         ref_dir.mkdir()
         (ref_dir / "ref.yaml").write_text(
             f"include: {gen / f'mmlu_{subject}.yaml'}\ntask: ref_{subject}\ndataset_path: parquet\n"
-            f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {test}\n    dev: {dev}\n")
+            f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {test}\n    dev: {dev}\n"
+        )
         ref = TaskManager(include_path=str(ref_dir), include_defaults=False).load([f"ref_{subject}"])["tasks"]
         ref_docs = list(ref[f"ref_{subject}"].test_docs())
         ours = [d for d in docs if d["subject"] == subject]
@@ -97,8 +146,9 @@ def test_local_mmlu_renders_lm_evals_generative_prompt_and_scores_the_letter(tmp
             assert context == ref[f"ref_{subject}"].fewshot_context(r, 5)
             assert context.count("\nAnswer:") == 6 and context.endswith("\nAnswer:")
             assert f"about {subject.replace('_', ' ')}." in context
-    assert [task.process_results(docs[1], [c]) for c in (" B", "B. b1", "b", "A", "", "Because")] == \
-        [{"exact_match": 1.0}] * 3 + [{"exact_match": 0.0}] * 3
+    assert [task.process_results(docs[1], [c]) for c in (" B", "B. b1", "b", "A", "", "Because")] == [
+        {"exact_match": 1.0}
+    ] * 3 + [{"exact_match": 0.0}] * 3
 
     with pytest.raises(ValueError, match="needs its dev split"):
         write_local_tasks(tmp_path / "o", {"m": {**spec, "files": [str(mmlu_files[0])]}})
@@ -106,7 +156,9 @@ def test_local_mmlu_renders_lm_evals_generative_prompt_and_scores_the_letter(tmp
         write_local_tasks(tmp_path / "o", {"m": {**spec, "num_fewshot": 8}})
     with pytest.raises(ValueError, match=r"\['num_fewshot'\] are not options of kind 'hellaswag'"):
         write_local_tasks(tmp_path / "o", {"h": {**spec, "kind": "hellaswag"}})
-    bad = _parquet(tmp_path / "bad" / "test.parquet", [{"question": "q", "subject": "s", "choices": ["a"], "answer": 0}])
+    bad = _parquet(
+        tmp_path / "bad" / "test.parquet", [{"question": "q", "subject": "s", "choices": ["a"], "answer": 0}]
+    )
     with pytest.raises(ValueError, match="not an MMLU row"):
         write_local_tasks(tmp_path / "o", {"m": {**spec, "files": [str(bad)], "num_fewshot": 0}})
 
@@ -121,8 +173,9 @@ def test_local_hellaswag_has_lm_evals_preprocessing_in_lladas_generative_prompt(
 
     val = _parquet(tmp_path / "hs" / "data" / "validation-00000-of-00001.parquet", HELLASWAG)
     out = tmp_path / "local_tasks"
-    write_local_tasks(out, {"hellaswag_gen": {"kind": "hellaswag", "repo": "Rowan/hellaswag", "files": [str(val)],
-                                              "max_gen_toks": 3}})
+    write_local_tasks(
+        out, {"hellaswag_gen": {"kind": "hellaswag", "repo": "Rowan/hellaswag", "files": [str(val)], "max_gen_toks": 3}}
+    )
     task = TaskManager(include_path=str(out), include_defaults=False).load(["hellaswag_gen"])["tasks"]
     task = task["hellaswag_gen"]
     docs = list(task.test_docs())
@@ -152,8 +205,13 @@ def test_generated_letters_score_through_lm_eval(tmp_path, mmlu_files):
 
     val = _parquet(tmp_path / "hs" / "validation.parquet", HELLASWAG)
     out = tmp_path / "local_tasks"
-    write_local_tasks(out, {"mmlu_gen": {"kind": "mmlu", "files": [str(p) for p in mmlu_files], "max_gen_toks": 3},
-                            "hellaswag_gen": {"kind": "hellaswag", "files": [str(val)], "max_gen_toks": 3}})
+    write_local_tasks(
+        out,
+        {
+            "mmlu_gen": {"kind": "mmlu", "files": [str(p) for p in mmlu_files], "max_gen_toks": 3},
+            "hellaswag_gen": {"kind": "hellaswag", "files": [str(val)], "max_gen_toks": 3},
+        },
+    )
 
     class AlwaysB:
         name = "always_b"
@@ -164,9 +222,12 @@ def test_generated_letters_score_through_lm_eval(tmp_path, mmlu_files):
         def loglikelihood(self, contexts, continuations):
             raise AssertionError("generative tasks ask for no log-likelihood")
 
-    res = lm_eval.simple_evaluate(model=UnieLM(decoder=AlwaysB(), batch_size=4), tasks=["mmlu_gen", "hellaswag_gen"],
-                                  bootstrap_iters=0, task_manager=TaskManager(include_path=str(out),
-                                                                              include_defaults=False))
+    res = lm_eval.simple_evaluate(
+        model=UnieLM(decoder=AlwaysB(), batch_size=4),
+        tasks=["mmlu_gen", "hellaswag_gen"],
+        bootstrap_iters=0,
+        task_manager=TaskManager(include_path=str(out), include_defaults=False),
+    )
     metrics = resolve_config([Path(__file__).parents[1] / "config" / "paper.yaml"])["dllm"]["tasks"]["metrics"]
     gold_b = sum(r["answer"] == 1 for r in MMLU_TEST) / len(MMLU_TEST)
     assert res["results"]["mmlu_gen"][metrics["mmlu_gen"]] == pytest.approx(gold_b)
@@ -196,11 +257,15 @@ def _result(value_gen: float, value_ll: float) -> dict:
     """An lm-eval results JSON with a generative task and a log-likelihood group (two multiple-choice leaves)."""
     leaf = {"output_type": "multiple_choice"}
     se = math.sqrt(value_gen * (1 - value_gen) / 19)  # lm-eval's s.e. of a mean of 20 0/1 scores
-    return {"results": {"mmlu_gen": {"exact_match,none": value_gen, "exact_match_stderr,none": se},
-                        "mmlu": {"acc,none": value_ll, "acc_stderr,none": 0.01}},
-            "group_subtasks": {"mmlu": ["mmlu_stem"], "mmlu_stem": ["mmlu_a", "mmlu_b"]},
-            "configs": {"mmlu_gen": {"output_type": "generate_until"}, "mmlu_a": leaf, "mmlu_b": leaf},
-            "n-samples": {"mmlu_gen": {"effective": 20}, "mmlu": {"effective": 20}}}
+    return {
+        "results": {
+            "mmlu_gen": {"exact_match,none": value_gen, "exact_match_stderr,none": se},
+            "mmlu": {"acc,none": value_ll, "acc_stderr,none": 0.01},
+        },
+        "group_subtasks": {"mmlu": ["mmlu_stem"], "mmlu_stem": ["mmlu_a", "mmlu_b"]},
+        "configs": {"mmlu_gen": {"output_type": "generate_until"}, "mmlu_a": leaf, "mmlu_b": leaf},
+        "n-samples": {"mmlu_gen": {"effective": 20}, "mmlu": {"effective": 20}},
+    }
 
 
 def test_table3_marks_log_likelihood_columns_decoder_independent():
@@ -211,8 +276,14 @@ def test_table3_marks_log_likelihood_columns_decoder_independent():
     tasks = ["mmlu_gen", "mmlu"]
     assert loglikelihood_tasks(results, tasks) == {"mmlu"}
     metrics = {"mmlu_gen": "exact_match,none", "mmlu": "acc,none"}
-    tex, df = table3(rows, tasks, results, metrics, {"mmlu_gen": "MMLU", "mmlu": "MMLU (log-lik.)"},
-                     effects={"llada_dawn": {"tasks": {"mmlu": {"delta": -50.0, "se": 50.0, "changed": 0.5}}}})
+    tex, df = table3(
+        rows,
+        tasks,
+        results,
+        metrics,
+        {"mmlu_gen": "MMLU", "mmlu": "MMLU (log-lik.)"},
+        effects={"llada_dawn": {"tasks": {"mmlu": {"delta": -50.0, "se": 50.0, "changed": 0.5}}}},
+    )
     dawn = df[df.row == "llada_dawn"].set_index("task")
     assert dawn.loc["mmlu_gen", "delta"] == pytest.approx(4.0) and not dawn.loc["mmlu_gen", "decoder_independent"]
     assert math.isnan(dawn.loc["mmlu", "delta"]) and dawn.loc["mmlu", "decoder_independent"]
@@ -235,8 +306,11 @@ def test_table3_csv_written_by_the_rule_keeps_the_marking(tmp_path):
         p.parent.mkdir()
         p.write_text(json.dumps(res))
         paths.append(str(p))
-    tasks = {"names": ["mmlu_gen", "mmlu"], "metrics": {"mmlu_gen": "exact_match,none", "mmlu": "acc,none"},
-             "columns": {"mmlu_gen": "MMLU", "mmlu": "MMLU (log-lik.)"}}
+    tasks = {
+        "names": ["mmlu_gen", "mmlu"],
+        "metrics": {"mmlu_gen": "exact_match,none", "mmlu": "acc,none"},
+        "columns": {"mmlu_gen": "MMLU", "mmlu": "MMLU (log-lik.)"},
+    }
     rows = {"llada": {"label": "LLaDA"}, "llada_core": {"label": "+CoRe", "delta_to": "llada"}}
     table3(rows, tasks, paths, tmp_path / "t.tex", tmp_path / "t.csv")
     csv = pd.read_csv(tmp_path / "t.csv").set_index(["row", "task"])
@@ -290,7 +364,7 @@ def test_context_and_continuation_are_encoded_together_and_one_token_answers_are
     m = _ContextFree()
     dec = DLLMDecoder(m, tok, None, DecodeOptions(gen_length=4, block_length=4, tokens_per_step=1))
     exact = float(normalise(m.q[None, None], (m.mask_id,))[0, 0, cont[0]])
-    (ll, _), = dec.loglikelihood_greedy(["Answer: "], ["B"])
+    ((ll, _),) = dec.loglikelihood_greedy(["Answer: "], ["B"])
     assert ll == pytest.approx(exact, abs=1e-6) and dec.loglikelihood(["Answer: "], ["B"]) == [pytest.approx(ll)]
     assert m.passes[0] == (1, len(ctx) + 2)  # <bos> + context + the one masked answer token, one row
     m.passes.clear()
@@ -302,5 +376,5 @@ def test_context_and_continuation_are_encoded_together_and_one_token_answers_are
             return torch.zeros(x.shape[0], x.shape[1], 32)
 
     ar = ARDecoder(_AR(), tok, gen_length=4)
-    (ll_ar, _), = ar.loglikelihood_greedy(["Answer: "], ["B"])
+    ((ll_ar, _),) = ar.loglikelihood_greedy(["Answer: "], ["B"])
     assert ll_ar == pytest.approx(-math.log(32))  # one token scored, not the split " " + "B"

@@ -14,8 +14,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def unie(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "unie.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "unie.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +55,7 @@ def test_sample_works(folders):
 
 def test_checkpoint_in_the_wrong_role(folders):
     # an AR checkpoint where the sampler expects a masked diffusion denoiser
-    assert_one_line_error(sample(folders, "--sampler", "ancestral", "--model", "dlm=ar"), "dlm=ar", "'ar'",
-                          "absorbing")
+    assert_one_line_error(sample(folders, "--sampler", "ancestral", "--model", "dlm=ar"), "dlm=ar", "'ar'", "absorbing")
     assert_one_line_error(sample(folders, "--sampler", "ancestral", "--model", "proxy=mdlm"), "no model role 'proxy'")
 
 
@@ -62,8 +66,7 @@ def test_missing_files(folders):
 
 
 def test_bad_options(folders):
-    assert_one_line_error(sample(folders, "--sampler", "ancestral", "--model", "dlm=mdlm", "--option", "foo=1"),
-                          "foo")
+    assert_one_line_error(sample(folders, "--sampler", "ancestral", "--model", "dlm=mdlm", "--option", "foo=1"), "foo")
     assert_one_line_error(sample(folders, "--sampler", "ancestrall", "--model", "dlm=mdlm"), "ancestral")
 
 
@@ -71,6 +74,14 @@ def test_hugging_face_folder(folders, tmp_path):
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
-    r = unie("sample", "--sampler", "ancestral", "--model", f"dlm={hf}", "--tokenizer", str(folders / "tokenizer"),
-             cwd=folders)
+    r = unie(
+        "sample",
+        "--sampler",
+        "ancestral",
+        "--model",
+        f"dlm={hf}",
+        "--tokenizer",
+        str(folders / "tokenizer"),
+        cwd=folders,
+    )
     assert_one_line_error(r, "Hugging Face")

@@ -22,24 +22,46 @@ def _compress(tests) -> str:  # LiveCodeBench's private-test format
     return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
 
 
-STDIN_TESTS = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"},
-               {"input": "10 -4\n", "output": "6", "testtype": "stdin"}]
+STDIN_TESTS = [
+    {"input": "2 3\n", "output": "5\n", "testtype": "stdin"},
+    {"input": "10 -4\n", "output": "6", "testtype": "stdin"},
+]
 FUNC_TESTS = [{"input": "[1, 2, 3]\n2", "output": "[3, 4, 5]", "testtype": "functional"}]
 STARTER = "class Solution:\n    def addK(self, nums: List[int], k: int) -> List[int]:\n        "
 ROWS = [
-    {"question_id": "abc001_a", "question_title": "sum", "question_content": "Print a + b.", "platform": "atcoder",
-     "starter_code": "", "difficulty": "easy", "contest_date": "2023-06-01T00:00:00",
-     "public_test_cases": json.dumps(STDIN_TESTS[:1]), "private_test_cases": _compress(STDIN_TESTS[1:]),
-     "metadata": "{}"},
-    {"question_id": "2999", "question_title": "add k", "question_content": "Add k to every element.",
-     "platform": "leetcode", "starter_code": STARTER,
-     "difficulty": "easy", "contest_date": "2023-07-01T00:00:00", "public_test_cases": json.dumps(FUNC_TESTS),
-     "private_test_cases": json.dumps([]), "metadata": json.dumps({"func_name": "addK"})},
+    {
+        "question_id": "abc001_a",
+        "question_title": "sum",
+        "question_content": "Print a + b.",
+        "platform": "atcoder",
+        "starter_code": "",
+        "difficulty": "easy",
+        "contest_date": "2023-06-01T00:00:00",
+        "public_test_cases": json.dumps(STDIN_TESTS[:1]),
+        "private_test_cases": _compress(STDIN_TESTS[1:]),
+        "metadata": "{}",
+    },
+    {
+        "question_id": "2999",
+        "question_title": "add k",
+        "question_content": "Add k to every element.",
+        "platform": "leetcode",
+        "starter_code": STARTER,
+        "difficulty": "easy",
+        "contest_date": "2023-07-01T00:00:00",
+        "public_test_cases": json.dumps(FUNC_TESTS),
+        "private_test_cases": json.dumps([]),
+        "metadata": json.dumps({"func_name": "addK"}),
+    },
 ]
-RIGHT = ["a, b = map(int, input().split())\nprint(a + b)\n```",  # typing hints (the prelude) and a stray print
-         STARTER + "print('debug')\n        return [x + k for x in nums]\n```"]
-WRONG = ["a, b = map(int, input().split())\nprint(a - b)\n```",
-         "class Solution:\n    def addK(self, nums, k):\n        return nums\n```"]
+RIGHT = [
+    "a, b = map(int, input().split())\nprint(a + b)\n```",  # typing hints (the prelude) and a stray print
+    STARTER + "print('debug')\n        return [x + k for x in nums]\n```",
+]
+WRONG = [
+    "a, b = map(int, input().split())\nprint(a - b)\n```",
+    "class Solution:\n    def addK(self, nums, k):\n        return nums\n```",
+]
 
 
 @pytest.fixture
@@ -94,8 +116,9 @@ def test_local_livecodebench_task_loads_in_lm_eval_and_scores_by_execution(tmp_p
     release.parent.mkdir()
     release.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     out = tmp_path / "local_tasks"
-    names = write_local_tasks(out, {"livecodebench_v2": {"kind": "livecodebench", "repo": "x/y",
-                                                         "files": [str(release)], "max_gen_toks": 64}})
+    names = write_local_tasks(
+        out, {"livecodebench_v2": {"kind": "livecodebench", "repo": "x/y", "files": [str(release)], "max_gen_toks": 64}}
+    )
     assert names == ["livecodebench_v2"]
     spec = yaml.safe_load((out / "livecodebench_v2.yaml").read_text().replace("!function ", ""))
     assert spec["unsafe_code"] is True and spec["generation_kwargs"]["until"] == ["```"]
@@ -146,18 +169,31 @@ def test_paper_config_must_grant_code_execution():
 
 
 MBPP_ROWS = [
-    {"task_id": 11, "text": "Write a function to add two numbers.", "code": "def add(a, b):\r\n  return a + b",
-     "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"],
-     "test_setup_code": "", "challenge_test_list": []},
-    {"task_id": 12, "text": "Write a function that returns the list reversed.", "code": "def rev(xs):\r\n  return xs[::-1]",
-     "test_list": ["assert rev([1, 2]) == [2, 1]", "assert rev([]) == []", "assert rev([3]) == [3]"],
-     "test_setup_code": "", "challenge_test_list": []},
+    {
+        "task_id": 11,
+        "text": "Write a function to add two numbers.",
+        "code": "def add(a, b):\r\n  return a + b",
+        "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 12,
+        "text": "Write a function that returns the list reversed.",
+        "code": "def rev(xs):\r\n  return xs[::-1]",
+        "test_list": ["assert rev([1, 2]) == [2, 1]", "assert rev([]) == []", "assert rev([3]) == [3]"],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
 ]
 MBPP_RIGHT = ["def add(a, b):\n    return a + b\n", "def rev(xs):\n    print('debug')\n    return list(reversed(xs))\n"]
 MBPP_WRONG = ["def add(a, b):\n    return a - b\n", "def rev(xs):\n    while True:\n        pass\n"]
 # exits before the asserts run: a failure for code_eval (SystemExit is an exception there, exit is disabled)
-MBPP_EXITS = ["def add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n", "def add(a, b):\n    return 0\nexit()\n",
-              "def add(a, b):\n    return 0\nimport os\nos._exit(0)\n"]
+MBPP_EXITS = [
+    "def add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n",
+    "def add(a, b):\n    return 0\nexit()\n",
+    "def add(a, b):\n    return 0\nimport os\nos._exit(0)\n",
+]
 # a __main__ block does not run under code_eval (exec in fresh globals): this one would fail if it did
 MBPP_MAIN = "def add(a, b):\n    return a + b\nif __name__ == '__main__':\n    input()\n"
 
@@ -183,8 +219,9 @@ def test_local_mbpp_has_lm_evals_prompt_and_scores_by_execution(tmp_path, allowe
     test.parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(MBPP_ROWS), test)
     out = tmp_path / "local_tasks"
-    assert write_local_tasks(out, {"mbpp_local": {"kind": "mbpp", "repo": "x/y", "files": [str(test)],
-                                                  "max_gen_toks": 64}}) == ["mbpp_local"]
+    assert write_local_tasks(
+        out, {"mbpp_local": {"kind": "mbpp", "repo": "x/y", "files": [str(test)], "max_gen_toks": 64}}
+    ) == ["mbpp_local"]
     spec = yaml.safe_load((out / "mbpp_local.yaml").read_text().replace("!function ", ""))
     assert spec["unsafe_code"] is True and spec["generation_kwargs"]["until"] == ["[DONE]"]
     task = TaskManager(include_path=str(out), include_defaults=False).load(["mbpp_local"])["tasks"]["mbpp_local"]
@@ -196,7 +233,8 @@ def test_local_mbpp_has_lm_evals_prompt_and_scores_by_execution(tmp_path, allowe
     ref_dir.mkdir()
     (ref_dir / "mbpp_ref.yaml").write_text(
         f"include: {Path(lm_eval.__file__).parent / 'tasks' / 'mbpp' / 'mbpp.yaml'}\ntask: mbpp_ref\n"
-        f"dataset_path: parquet\ndataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {test}\n")
+        f"dataset_path: parquet\ndataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {test}\n"
+    )
     ref = TaskManager(include_path=str(ref_dir), include_defaults=False).load(["mbpp_ref"])["tasks"]["mbpp_ref"]
     ref_docs = list(ref.test_docs())
     assert len(ref_docs) == len(docs) == 2

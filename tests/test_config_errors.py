@@ -20,8 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 # (what is wrong, the --config override, the same in an overlay, the one line expected after the source)
 CASES = {
     "top-level typo": ({"sed": 1}, {"sed": 1}, "config key 'sed': unknown key; did you mean 'seed'?"),
-    "nested typo": ({"sampling": {"stpes": [2]}}, {"sampling": {"stpes": [2, 16]}},
-                    "config key 'sampling.stpes': unknown key; did you mean 'steps'?"),
+    "nested typo": (
+        {"sampling": {"stpes": [2]}},
+        {"sampling": {"stpes": [2, 16]}},
+        "config key 'sampling.stpes': unknown key; did you mean 'steps'?",
+    ),
     "wrong type": ({"seed": "abc"}, {"seed": "abc"}, "config key 'seed': 'abc' is not of type 'integer'"),
 }
 
@@ -87,17 +90,25 @@ def test_broken_yaml_is_one_line(tmp_path):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--config", "sed=1"], "--config: config key 'sed': unknown key; did you mean 'seed'?"),
-    (["--configfile", "my.yaml"], "my.yaml: config key 'sampling.stpes': unknown key; did you mean 'steps'?"),
-    (["--configfile", "bound.yaml"], "bound.yaml: config key 'models.mdlm.train.steps': -5 must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--config", "sed=1"], "--config: config key 'sed': unknown key; did you mean 'seed'?"),
+        (["--configfile", "my.yaml"], "my.yaml: config key 'sampling.stpes': unknown key; did you mean 'steps'?"),
+        (["--configfile", "bound.yaml"], "bound.yaml: config key 'models.mdlm.train.steps': -5 must be >= 1"),
+    ],
+)
 def test_snakemake_prints_the_one_line_and_no_schema(tmp_path, args, expected):
     _overlay(tmp_path, CASES["nested typo"][1])
     smoke = (REPO / "config" / "smoke.yaml").read_text()
     (tmp_path / "bound.yaml").write_text(smoke.replace("train: {steps: 40,", "train: {steps: -5,", 1))
-    r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n",
-                        *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1
     hint = " (--verbose: the schema's full report)" if args[0] == "--config" else ""
     assert r.stderr.strip().splitlines() == [f"unie: config error: {expected}{hint}"], r.stderr[-2000:]
@@ -118,8 +129,13 @@ def test_a_bound_in_a_file_names_the_file_and_the_key(tmp_path, where):
     assert str(e.value) == f"{f}: config key '{'.'.join(where)}.steps': -5 must be >= 1"
 
 
-@pytest.mark.parametrize("text, problem", [("seed: [1\n", r"not valid YAML \(line \d+, column \d+\)"),
-                                           ("- seed: 1\n", "expected a mapping at the top level")])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("seed: [1\n", r"not valid YAML \(line \d+, column \d+\)"),
+        ("- seed: 1\n", "expected a mapping at the top level"),
+    ],
+)
 def test_a_file_that_is_not_a_mapping_is_one_line_in_check_config(tmp_path, capsys, monkeypatch, text, problem):
     """What Snakemake's own reading of ``--configfile`` reports without the file's name (it reads the files before
     the workflow starts: README), ``unie check-config FILE`` names."""

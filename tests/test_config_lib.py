@@ -27,8 +27,16 @@ def test_unknown_key_is_named():
 
 @pytest.mark.parametrize(
     "key,value",
-    [("steps", "10"), ("steps", True), ("steps", 1.5), ("lr", True), ("lr", "1e-3"), ("batch_size", None),
-     ("betas", 0.9), ("seed", False)],
+    [
+        ("steps", "10"),
+        ("steps", True),
+        ("steps", 1.5),
+        ("lr", True),
+        ("lr", "1e-3"),
+        ("batch_size", None),
+        ("betas", 0.9),
+        ("seed", False),
+    ],
 )
 def test_wrong_type_is_named(key, value):
     with pytest.raises(ConfigError, match=rf"TrainConfig\.{key}"):

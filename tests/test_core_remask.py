@@ -103,7 +103,7 @@ def test_rows_do_not_depend_on_the_batch(word):
     opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2)
     o = CoReOptions(remask=2, candidates=3, min_drop=0.0)
     both, stats = core_decode(b, x, opts, o)
-    alone = [core_decode(b, x[r:r + 1], opts, o) for r in range(2)]
+    alone = [core_decode(b, x[r : r + 1], opts, o) for r in range(2)]
     for r in range(2):
         assert torch.equal(alone[r][0][0], both[r])
     assert [a[1]["remasked"] for a in alone] == [3, 1] and [a[1]["changed"] for a in alone] == [0, 1]
@@ -112,8 +112,16 @@ def test_rows_do_not_depend_on_the_batch(word):
     assert not (both == word.mask_id).any()
 
 
-@pytest.mark.parametrize("bad", [dict(remask=-1), dict(candidates=1.5), dict(remask=3, candidates=2),
-                                 dict(min_drop=float("nan")), dict(radius=True)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(remask=-1),
+        dict(candidates=1.5),
+        dict(remask=3, candidates=2),
+        dict(min_drop=float("nan")),
+        dict(radius=True),
+    ],
+)
 def test_bad_options_are_named(bad):
     with pytest.raises(ValueError, match="CoRe option"):
         CoReOptions(**bad)

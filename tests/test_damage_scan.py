@@ -14,8 +14,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from unie.core.integrity import (DamagedFileError, read_page_bytes, read_page_text, record_path, write_json,
-                                 write_page_record)
+from unie.core.integrity import (
+    DamagedFileError,
+    read_page_bytes,
+    read_page_text,
+    record_path,
+    write_json,
+    write_page_record,
+)
 from unie.data.tokens import TokenFileError, check_token_file, write_token_file, write_tokens
 from unie.pipeline.damage import find_damaged, find_missing, identities, plan_rebuilds
 
@@ -48,8 +54,12 @@ def tree(tmp_path, monkeypatch):
 
 def _tokens(path: Path, dataset: str, split: str, seed: int = 0) -> None:
     g = torch.Generator().manual_seed(seed)
-    write_token_file(path, [torch.randint(0, 9, (8, 4), generator=g).numpy()], 4,
-                     {"tokenizer": "fp", "source": {"dataset": dataset, "split": split}})
+    write_token_file(
+        path,
+        [torch.randint(0, 9, (8, 4), generator=g).numpy()],
+        4,
+        {"tokenizer": "fp", "source": {"dataset": dataset, "split": split}},
+    )
 
 
 # ---------------------------------------------------------------------- tables and figures
@@ -82,8 +92,12 @@ def test_an_edited_table_and_one_without_its_record_are_remade_by_their_rule(tre
     png.parent.mkdir(parents=True)
     png.write_bytes(b"\x89PNG" + bytes(range(200)))
     write_page_record(png, "fig4")
-    rules = {str(tables / "table2_genppl.tex"): "table2", str(tables / "table2_genppl.csv"): "table2",
-             str(tables / "table1_ppl.csv"): "table1", str(png): "fig4"}
+    rules = {
+        str(tables / "table2_genppl.tex"): "table2",
+        str(tables / "table2_genppl.csv"): "table2",
+        str(tables / "table1_ppl.csv"): "table1",
+        str(png): "fig4",
+    }
     producer = rules.get
     assert _plan(producer) == ([], [])
     _edit_keep_mtime(tables / "table2_genppl.tex", "990.0", "390.0")
@@ -96,8 +110,11 @@ def test_an_edited_table_and_one_without_its_record_are_remade_by_their_rule(tre
     assert remake == sorted(rules)  # every one, by the rule that writes it
     assert len(logs) == 4 and all("\n" not in m for m in logs)
     said = {m.split(" is damaged: ")[0].removeprefix("unie: "): m for m in logs}
-    assert said[f"{tables}/table1_ppl.csv"].split(" is damaged: ")[1].startswith(
-        f"it has no record of its content hash ({tables}/.records/table1_ppl.csv.json is missing")
+    assert (
+        said[f"{tables}/table1_ppl.csv"]
+        .split(" is damaged: ")[1]
+        .startswith(f"it has no record of its content hash ({tables}/.records/table1_ppl.csv.json is missing")
+    )
     assert said[f"{tables}/table2_genppl.tex"].endswith("this run rebuilds it (rule table2)")
     assert " is damaged: content hash differs" in said[str(png)] and said[str(png)].endswith("(rule fig4)")
 
@@ -110,9 +127,11 @@ def test_an_edited_record_remakes_the_table_it_covers(tree):
     _edit_keep_mtime(record_path(csv), '"bytes": 2', '"bytes": 3')
     remake, logs = _plan({str(csv): "table1"}.get)
     assert remake == [str(csv)]
-    assert logs == [f"unie: {record_path(csv)} is damaged: its values differ from the content hash it recorded when "
-                    f"it was written (an edited or corrupted value); set aside as {record_path(csv)}.damaged; this "
-                    f"run remakes it with {csv} (rule table1)"]
+    assert logs == [
+        f"unie: {record_path(csv)} is damaged: its values differ from the content hash it recorded when "
+        f"it was written (an edited or corrupted value); set aside as {record_path(csv)}.damaged; this "
+        f"run remakes it with {csv} (rule table1)"
+    ]
 
 
 # ---------------------------------------------------------------------- token files
@@ -126,9 +145,12 @@ def test_a_token_file_must_be_what_its_place_says(tree):
     write_tokens(torch.arange(32).view(8, 4), d / "owt/valid.parquet")  # no unie.tokens metadata
     with pytest.raises(TokenFileError) as e:
         check_token_file(d / "lm1b/test.parquet", "lm1b", "test")
-    assert str(e.value).startswith(f"{d}/lm1b/test.parquet is damaged: its metadata says it holds dataset 'owt', "
-                                   "where dataset 'lm1b' is expected")
-    with pytest.raises(TokenFileError, match="it has no unie.tokens metadata: not a token file written by rule tokenize"):
+    assert str(e.value).startswith(
+        f"{d}/lm1b/test.parquet is damaged: its metadata says it holds dataset 'owt', where dataset 'lm1b' is expected"
+    )
+    with pytest.raises(
+        TokenFileError, match="it has no unie.tokens metadata: not a token file written by rule tokenize"
+    ):
         check_token_file(d / "owt/valid.parquet", "owt", "valid")
     with pytest.raises(TokenFileError, match="holds tokenizer 'fp', where tokenizer 'other' is expected"):
         check_token_file(d / "owt/test.parquet", "owt", "test", "other")
@@ -157,8 +179,11 @@ def test_every_file_a_job_reads_is_in_made_from_whatever_it_holds(tree):
 
 
 # ---------------------------------------------------------------------- lm-eval's files at any depth
-ROW_FILES = {"row": "results/dllm/rows/dream_ind", "sweep": "results/dllm/sweeps/app_k",
-             "map": "results/dllm/map/llada"}
+ROW_FILES = {
+    "row": "results/dllm/rows/dream_ind",
+    "sweep": "results/dllm/sweeps/app_k",
+    "map": "results/dllm/map/llada",
+}
 HOLDER = {"row": "effect.json", "sweep": "points.json", "map": "points.json"}
 RULE = {"row": "dllm_eval_dream", "sweep": "dllm_sweeps", "map": "dllm_map_llada"}
 
@@ -171,8 +196,9 @@ def _lmeval_tree(tree: Path, kind: str):
     inner = top / ("dream" if kind == "row" else "uni__K_2/uni__K_2")
     inner.mkdir(parents=True)
     results = inner / "results_2026-11-29T03-30-00.json"
-    results.write_text(json.dumps({"results": {"t": {"acc,none": 0.0, "acc_stderr,none": 0.0}},
-                                   "n-samples": {"t": {"effective": 8}}}))
+    results.write_text(
+        json.dumps({"results": {"t": {"acc,none": 0.0, "acc_stderr,none": 0.0}}, "n-samples": {"t": {"effective": 8}}})
+    )
     samples = inner / "samples_t_2026-11-29T03-30-00.jsonl"
     samples.write_text('{"doc_id": 0}\n')
     declared = top / ("results.json" if kind == "row" else "points.json")
@@ -240,8 +266,10 @@ def test_a_deleted_input_is_remade_with_what_was_made_from_it(tree):
     assert find_missing(".", RUN) == {str(ppl): [str(csv)]}
     remake, logs = _plan(producer, dry_run=True)
     assert remake == [str(ppl)]
-    assert logs == [f"unie: {ppl} is missing (deleted?), and {csv} was made from it: the run will remake it (rule ppl) "
-                    "and what is made from it"]
+    assert logs == [
+        f"unie: {ppl} is missing (deleted?), and {csv} was made from it: the run will remake it (rule ppl) "
+        "and what is made from it"
+    ]
 
 
 # ---------------------------------------------------------------------- when the check cannot act
@@ -259,18 +287,23 @@ def test_a_read_only_folder_is_one_line_not_a_traceback(tree, monkeypatch, capsy
 
     monkeypatch.setattr(os, "replace", refuse)
     ran = []
-    workflow = SimpleNamespace(execute=lambda *a, **k: ran.append(1), rules=[],
-                               output_settings=SimpleNamespace(dryrun=False),
-                               dag_settings=SimpleNamespace(forcerun=frozenset()))
+    workflow = SimpleNamespace(
+        execute=lambda *a, **k: ran.append(1),
+        rules=[],
+        output_settings=SimpleNamespace(dryrun=False),
+        dag_settings=SimpleNamespace(forcerun=frozenset()),
+    )
     said = []
     remake_before_planning(workflow, RUN, log=said.append)
     with pytest.raises(SystemExit) as e:
         workflow.execute(SimpleNamespace(name="local", common_settings=None))
     assert e.value.code == 1 and not ran
-    assert said == [f"unie: {ppl} is damaged: its values differ from the content hash it recorded when it was "
-                    f"written (an edited or corrupted value); it cannot be set aside as {ppl}.damaged (Permission "
-                    f"denied: its folder {ppl.parent} is read-only or immutable): make it writable (chmod u+w, "
-                    "chattr -i) and rerun, and the run remakes it"]
+    assert said == [
+        f"unie: {ppl} is damaged: its values differ from the content hash it recorded when it was "
+        f"written (an edited or corrupted value); it cannot be set aside as {ppl}.damaged (Permission "
+        f"denied: its folder {ppl.parent} is read-only or immutable): make it writable (chmod u+w, "
+        "chattr -i) and rerun, and the run remakes it"
+    ]
 
 
 def test_the_checks_say_when_another_run_holds_the_lock(tree):
@@ -283,9 +316,13 @@ def test_the_checks_say_when_another_run_holds_the_lock(tree):
     assert _plan({str(ppl): "ppl"}.get)[0] == [str(ppl)]
     ppl.with_name(ppl.name + ".damaged").rename(ppl)
     (locks / "0.input.lock").write_text(f"{ppl}\n")  # a lock on this run's files
-    assert _plan({str(ppl): "ppl"}.get) == ([], [
-        "unie: the checks for damaged, replaced and deleted files were skipped: another snakemake run holds this "
-        "directory's lock (.snakemake/locks); rerun when it has ended (or `snakemake --unlock` if none runs)"])
+    assert _plan({str(ppl): "ppl"}.get) == (
+        [],
+        [
+            "unie: the checks for damaged, replaced and deleted files were skipped: another snakemake run holds this "
+            "directory's lock (.snakemake/locks); rerun when it has ended (or `snakemake --unlock` if none runs)"
+        ],
+    )
     assert ppl.exists()
 
 

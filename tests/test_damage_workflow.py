@@ -54,64 +54,117 @@ pytestmark = pytest.mark.slow
 
 RUN = "runs/smoke"  # the smoke profile's run directory: every path below is in it
 R = f"{RUN}/results"
-WEIGHTS = {"flipped": f"{R}/models/bd3lm/model.safetensors",
-           "truncated": f"{R}/models/sedd/model.safetensors",
-           "config.json deleted": f"{R}/models/duo/model.safetensors"}
+WEIGHTS = {
+    "flipped": f"{R}/models/bd3lm/model.safetensors",
+    "truncated": f"{R}/models/sedd/model.safetensors",
+    "config.json deleted": f"{R}/models/duo/model.safetensors",
+}
 CONFIG = f"{R}/models/uni_edlm_nce/config.json"
 TOKENS = f"{RUN}/resources/tokenized/owt/valid.parquet"
 BARE_TOKENS = f"{RUN}/resources/tokenized/owt/test.parquet"  # other tokens, no unie.tokens metadata
 SWAPPED_TOKENS = f"{RUN}/resources/tokenized/lm1b/test.parquet"  # OWT's test tokens copied over it
-RESULTS = {"ppl": f"{R}/ppl/mdlm.json", "genppl": f"{R}/genppl/mdlm/steps2.json",
-           "lm-eval": f"{R}/dllm/rows/llada/results.json"}
+RESULTS = {
+    "ppl": f"{R}/ppl/mdlm.json",
+    "genppl": f"{R}/genppl/mdlm/steps2.json",
+    "lm-eval": f"{R}/dllm/rows/llada/results.json",
+}
 STRIPPED = f"{R}/ppl/ar.json"  # its hash fields deleted
 SAMPLES = f"{R}/samples/sedd/steps16.parquet"
-PAGES = {"table tex": f"{R}/tables/table2_genppl.tex", "table csv": f"{R}/tables/table2_genppl.csv",
-         "partition tex": f"{R}/tables/partition_check.tex", "figure": f"{R}/figures/fig2_ablation.png"}
+PAGES = {
+    "table tex": f"{R}/tables/table2_genppl.tex",
+    "table csv": f"{R}/tables/table2_genppl.csv",
+    "partition tex": f"{R}/tables/partition_check.tex",
+    "figure": f"{R}/figures/fig2_ablation.png",
+}
 # lm-eval's own files below a row or a sweep point (their names carry lm-eval's time stamp: found in the tree)
 NESTED = {"dream": f"{R}/dllm/rows/dream/dream", "ar_large2": f"{R}/dllm/rows/ar_large2/ar_large2"}
-NESTED_REMADE_WITH = {"dream": (f"{R}/dllm/rows/dream/effect.json", "dllm_eval_dream"),
-                      "ar_large2": (f"{R}/dllm/rows/ar_large2/effect.json", "dllm_eval_proxy")}
+NESTED_REMADE_WITH = {
+    "dream": (f"{R}/dllm/rows/dream/effect.json", "dllm_eval_dream"),
+    "ar_large2": (f"{R}/dllm/rows/ar_large2/effect.json", "dllm_eval_proxy"),
+}
 SWEEP_POINT = f"{R}/dllm/sweeps/app_k/uni__K_2/uni__K_2"  # a sweep point's lm-eval files (the last test: a dry run)
 # file -> (what the line says is wrong, the rule that remakes it, the file it is remade with when not itself)
 DAMAGE = {
     WEIGHTS["flipped"]: ("content hash differs from the one recorded when it was written", "train", None),
     WEIGHTS["truncated"]: ("{half} bytes, {size} when written", "train", None),
-    WEIGHTS["config.json deleted"]: ("its config.json (the architecture, the size and hash of these weights) is "
-                                     "missing", "train", None),
-    CONFIG: ("its values differ from the content hash it recorded when it was written (an edited or corrupted "
-             "value)", "train", f"{R}/models/uni_edlm_nce/model.safetensors"),
-    TOKENS: ("pyarrow cannot read it (could not verify page integrity, CRC checksum verification failed",
-             "tokenize", None),
+    WEIGHTS["config.json deleted"]: (
+        "its config.json (the architecture, the size and hash of these weights) is missing",
+        "train",
+        None,
+    ),
+    CONFIG: (
+        "its values differ from the content hash it recorded when it was written (an edited or corrupted value)",
+        "train",
+        f"{R}/models/uni_edlm_nce/model.safetensors",
+    ),
+    TOKENS: (
+        "pyarrow cannot read it (could not verify page integrity, CRC checksum verification failed",
+        "tokenize",
+        None,
+    ),
     BARE_TOKENS: ("it has no unie.tokens metadata: not a token file written by rule tokenize", "tokenize", None),
     SWAPPED_TOKENS: ("its metadata says it holds dataset 'owt', where dataset 'lm1b' is expected", "tokenize", None),
     RESULTS["ppl"]: ("its values differ from the content hash it recorded", "ppl", None),
     RESULTS["genppl"]: ("its values differ from the content hash it recorded", "sample_run", None),
     RESULTS["lm-eval"]: ("content hash differs from the one recorded when it was written", "dllm_eval_llada", None),
-    STRIPPED: ("it carries no content hash, although every result file of this workflow is written with one",
-               "ppl", None),
+    STRIPPED: (
+        "it carries no content hash, although every result file of this workflow is written with one",
+        "ppl",
+        None,
+    ),
     SAMPLES: ("content hash differs from the one recorded when it was written", "sample_run", None),
     PAGES["table tex"]: ("content hash differs from the one recorded when it was written", "table2", None),
     PAGES["table csv"]: ("content hash differs from the one recorded when it was written", "table2", None),
-    PAGES["partition tex"]: ("content hash differs from the one recorded when it was written", "partition_check",
-                             None),
+    PAGES["partition tex"]: ("content hash differs from the one recorded when it was written", "partition_check", None),
     PAGES["figure"]: ("content hash differs from the one recorded when it was written", "fig2", None),
 }
 # what the damaged files' jobs are, and what is made from them (the run remakes them all).  Table 2's runs were
 # sampled before, so each is resampled by its own job (unie.config.sampling_jobs): 10 on the standard step counts, the data
 # and AR runs at L steps; every one of them, since each takes the table's models (three of which are remade)
 TABLE2_RESAMPLED = {"sample_run": 10, "sample": 2}
-PLANNED = {"train": 5, "tokenize": 3, "ppl": 5, "ppl_exact": 1, "ppl_energy": 4, **TABLE2_RESAMPLED,
-           "dllm_eval_llada": 1, "dllm_eval_dream": 1, "dllm_eval_proxy": 1, "dllm_room_llada": 1, "dllm_room_dream": 1,
-           "fig2": 1, "fig3": 1,
-           "partition_check": 1, "table1": 1, "table2": 1, "table3": 1, "table_app_dllm_full": 1,
-           "table_app_selection": 1, "paper_vs_ours": 1, "paper_page": 1, "all": 1}
+PLANNED = {
+    "train": 5,
+    "tokenize": 3,
+    "ppl": 5,
+    "ppl_exact": 1,
+    "ppl_energy": 4,
+    **TABLE2_RESAMPLED,
+    "dllm_eval_llada": 1,
+    "dllm_eval_dream": 1,
+    "dllm_eval_proxy": 1,
+    "dllm_room_llada": 1,
+    "dllm_room_dream": 1,
+    "fig2": 1,
+    "fig3": 1,
+    "partition_check": 1,
+    "table1": 1,
+    "table2": 1,
+    "table3": 1,
+    "table_app_dllm_full": 1,
+    "table_app_selection": 1,
+    "paper_vs_ours": 1,
+    "paper_page": 1,
+    "all": 1,
+}
 NCE = (f"{R}/models/uni_edlm_nce/model.safetensors", f"{R}/models/edlm_nce/model.safetensors")
 MEASURED = {"seconds", "tokens_per_s"}  # wall-clock columns: measured again when their job reruns
 
 
 def smk(*args, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), "--cores", "2", *args,
-           "--configfile", str(SMOKE)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(cwd),
+        "--cores",
+        "2",
+        *args,
+        "--configfile",
+        str(SMOKE),
+    ]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
 
 
@@ -124,7 +177,9 @@ def planned_jobs(out: str) -> dict[str, int]:
 
 def unie_lines(out: str) -> list[str]:
     """The lines of the damage checks (not the run directory the run names first)."""
-    return [line for line in out.splitlines() if line.startswith("unie: ") and not line.startswith("unie: run directory")]
+    return [
+        line for line in out.splitlines() if line.startswith("unie: ") and not line.startswith("unie: run directory")
+    ]
 
 
 def flip(path: Path, offset: int) -> None:
@@ -161,16 +216,31 @@ def only_file(folder: Path, pattern: str) -> Path:
 def damaged(smoke_tree, tmp_path_factory):
     """A copy of the completed smoke run, damaged every way at once, then a dry run and a run (default target)."""
     wd = tmp_path_factory.mktemp("damaged")
-    shutil.copytree(smoke_tree, wd, symlinks=True, dirs_exist_ok=True,
-                    ignore=lambda d, names: ["locks"] if d.endswith(".snakemake") else [])
+    shutil.copytree(
+        smoke_tree,
+        wd,
+        symlinks=True,
+        dirs_exist_ok=True,
+        ignore=lambda d, names: ["locks"] if d.endswith(".snakemake") else [],
+    )
     nested = {k: str(only_file(wd / d, "results_*.json").relative_to(wd)) for k, d in NESTED.items()}
     damage = {**DAMAGE, **{f: ("", NESTED_REMADE_WITH[k][1], NESTED_REMADE_WITH[k][0]) for k, f in nested.items()}}
     size = (wd / WEIGHTS["truncated"]).stat().st_size
-    damage[WEIGHTS["truncated"]] = (DAMAGE[WEIGHTS["truncated"]][0].format(half=size // 2, size=size),
-                                    *DAMAGE[WEIGHTS["truncated"]][1:])
+    damage[WEIGHTS["truncated"]] = (
+        DAMAGE[WEIGHTS["truncated"]][0].format(half=size // 2, size=size),
+        *DAMAGE[WEIGHTS["truncated"]][1:],
+    )
     tables = [str(p.relative_to(wd)) for p in (wd / R / "tables").iterdir() if p.is_file()]
-    keep = [*WEIGHTS.values(), f"{R}/models/duo/config.json", CONFIG, TOKENS, BARE_TOKENS, SWAPPED_TOKENS, *NCE,
-            *tables]
+    keep = [
+        *WEIGHTS.values(),
+        f"{R}/models/duo/config.json",
+        CONFIG,
+        TOKENS,
+        BARE_TOKENS,
+        SWAPPED_TOKENS,
+        *NCE,
+        *tables,
+    ]
     before = {f: (wd / f).read_bytes() for f in keep}
     results = {k: json.loads((wd / f).read_text()) for k, f in RESULTS.items()}
     flip(wd / WEIGHTS["flipped"], -100)
@@ -192,13 +262,23 @@ def damaged(smoke_tree, tmp_path_factory):
     edit_keep_mtime(wd / nested["dream"], '"exact_match,none": 0.0', '"exact_match,none": 0.5')
     keep_mtime(wd / nested["ar_large2"], lambda p: p.write_bytes(p.read_bytes()[:200]))
     raw = json.loads((wd / STRIPPED).read_text())
-    keep_mtime(wd / STRIPPED, lambda p: p.write_text(json.dumps(
-        {k: v for k, v in raw.items() if k not in ("content_sha256", "made_by", "made_from", "records")}, indent=2)))
+    keep_mtime(
+        wd / STRIPPED,
+        lambda p: p.write_text(
+            json.dumps(
+                {k: v for k, v in raw.items() if k not in ("content_sha256", "made_by", "made_from", "records")},
+                indent=2,
+            )
+        ),
+    )
     flip(wd / SAMPLES, 300)
     flip(wd / PAGES["figure"], 400)
     edit_keep_mtime(wd / PAGES["table tex"], "990.0", "390.0")
-    ar_row = next(line for line in (wd / PAGES["table csv"]).read_text().splitlines()
-                  if line.startswith("AR,ar,") and ",exact," in line)
+    ar_row = next(
+        line
+        for line in (wd / PAGES["table csv"]).read_text().splitlines()
+        if line.startswith("AR,ar,") and ",exact," in line
+    )
     genppl = ar_row.split(",")[5]
     edit_keep_mtime(wd / PAGES["table csv"], ar_row, ar_row.replace(genppl, "3" + genppl[1:], 1))
     edit_keep_mtime(wd / PAGES["partition tex"], "27.000001", "37.000001")
@@ -207,8 +287,16 @@ def damaged(smoke_tree, tmp_path_factory):
     untouched = all((wd / f).read_bytes() == b for f, b in damaged_files.items())
     run = smk(cwd=wd)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return SimpleNamespace(wd=wd, before=before, results=results, dry=dry, run=run, untouched_by_dry_run=untouched,
-                           damage=damage, nested=nested)
+    return SimpleNamespace(
+        wd=wd,
+        before=before,
+        results=results,
+        dry=dry,
+        run=run,
+        untouched_by_dry_run=untouched,
+        damage=damage,
+        nested=nested,
+    )
 
 
 def test_the_dry_run_names_each_damage_in_one_line_and_plans_the_jobs_the_run_runs(damaged):
@@ -218,8 +306,9 @@ def test_the_dry_run_names_each_damage_in_one_line_and_plans_the_jobs_the_run_ru
     for f, (problem, rule, remade_with) in damaged.damage.items():
         how = f"it with {remade_with} (rule {rule})" if remade_with else f"it (rule {rule})"
         (said,) = [line for line in unie_lines(dry) if line.startswith(f"unie: {f} is damaged: {problem}")]
-        assert said.endswith(f"the run will set it aside as {f}.damaged and {'remake' if remade_with else 'rebuild'} "
-                             f"{how}"), said
+        assert said.endswith(
+            f"the run will set it aside as {f}.damaged and {'remake' if remade_with else 'rebuild'} {how}"
+        ), said
         (done,) = [line for line in unie_lines(run) if line.startswith(f"unie: {f} is damaged: {problem}")]
         assert done.endswith(f"set aside as {f}.damaged; this run {'remakes' if remade_with else 'rebuilds'} {how}")
         assert (damaged.wd / f"{f}.damaged").exists()
@@ -271,6 +360,7 @@ def test_an_edited_result_is_named_and_remade_before_a_table_reads_it(damaged, k
     if kind == "ppl":
         assert now["domains"] == before["domains"]
     elif kind == "genppl":
+
         def scores(g):  # the sampling and scoring times are measured again
             return {ev: {k: v for k, v in r.items() if k != "seconds"} for ev, r in g["genppl"].items()}
 
@@ -291,8 +381,10 @@ def test_lm_evals_files_in_a_subfolder_are_remade_by_their_rows_or_points_rule(d
     time-stamped names), and the set-aside copy asks for nothing more (the deletion test's dry run, below)."""
     folder = damaged.wd / NESTED[kind]
     (new,) = folder.glob("results_*.json")
-    assert str(new.relative_to(damaged.wd)) != damaged.nested[kind] and (damaged.wd / f"{damaged.nested[kind]}.damaged"
-                                                                         ).exists()
+    assert (
+        str(new.relative_to(damaged.wd)) != damaged.nested[kind]
+        and (damaged.wd / f"{damaged.nested[kind]}.damaged").exists()
+    )
     assert "n-samples" in json.loads(new.read_text())
 
 
@@ -327,15 +419,35 @@ def test_a_replaced_token_file_retrains_its_models_and_sigterm_ends_saying_so(da
     valid = wd / TOKENS
     meta = read_token_meta(valid)
     rows = load_tokens(valid).numpy()[::-1]  # the same split's tokens in another order: another content hash
-    keep_mtime(valid, lambda p: write_token_file(p, [rows], meta["seq_len"], {
-        k: meta[k] for k in ("tokenizer", "vocab_size", "wrap", "source")}))
+    keep_mtime(
+        valid,
+        lambda p: write_token_file(
+            p, [rows], meta["seq_len"], {k: meta[k] for k in ("tokenizer", "vocab_size", "wrap", "source")}
+        ),
+    )
     assert all(valid.stat().st_mtime_ns < (wd / m).stat().st_mtime_ns for m in NCE)  # Snakemake alone sees nothing
     new = read_token_meta(valid)["content_sha256"]
     logs = [wd / RUN / "logs/train/uni_edlm_nce.log", wd / RUN / "logs/train/edlm_nce.log"]
     started = {p: p.stat().st_mtime_ns for p in logs}
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd),
-                             "--cores", "2", "--configfile", str(SMOKE)], cwd=wd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(wd),
+            "--cores",
+            "2",
+            "--configfile",
+            str(SMOKE),
+        ],
+        cwd=wd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not any(p.exists() and p.stat().st_mtime_ns != t for p, t in started.items()):
         time.sleep(0.02)
@@ -344,13 +456,26 @@ def test_a_replaced_token_file_retrains_its_models_and_sigterm_ends_saying_so(da
     (said,) = [m for m in unie_lines(stopped) if "was replaced" in m]
     assert said.startswith(f"unie: {TOKENS} was replaced (content ") and "its modification time kept" in said
     assert all(m in said for m in NCE) and said.endswith("this run remakes what was made from it")
-    planned = {"train": 2, "ppl_energy": 2, **TABLE2_RESAMPLED, "fig2": 1, "fig3": 1, "table1": 1, "table2": 1,
-               "paper_vs_ours": 1, "paper_page": 1, "all": 1}
+    planned = {
+        "train": 2,
+        "ppl_energy": 2,
+        **TABLE2_RESAMPLED,
+        "fig2": 1,
+        "fig3": 1,
+        "table1": 1,
+        "table2": 1,
+        "paper_vs_ours": 1,
+        "paper_page": 1,
+        "all": 1,
+    }
     assert planned_jobs(stopped) == planned
     assert proc.returncode == 1, stopped[-3000:]
     (line,) = [m for m in unie_lines(stopped) if "SIGTERM" in m]
-    assert re.fullmatch(r"unie: stopped by SIGTERM: the running jobs finished \((1|2) in this run\), none failed; "
-                        r"\d+ not started: rerun the same command to continue", line), line
+    assert re.fullmatch(
+        r"unie: stopped by SIGTERM: the running jobs finished \((1|2) in this run\), none failed; "
+        r"\d+ not started: rerun the same command to continue",
+        line,
+    ), line
     assert "did not complete successfully" not in stopped and "Traceback" not in stopped
     rest = smk(cwd=wd)
     assert rest.returncode == 0, rest.stderr[-3000:]
@@ -373,14 +498,28 @@ def test_a_deleted_result_is_remade_with_the_table_made_from_it(damaged):
     edit_keep_mtime(wd / point, '"exact_match,none": 0.0', '"exact_match,none": 0.5')
     dry = smk("-n", cwd=wd)
     out = dry.stdout + dry.stderr
-    assert planned_jobs(out) == {"ppl": 1, "dllm_sweeps": 1, "table1": 1, "table_app_k": 1, "table_app_w": 1,
-                                 "fig4": 1, "paper_vs_ours": 1, "paper_page": 1, "all": 1}, out[-3000:]
+    assert planned_jobs(out) == {
+        "ppl": 1,
+        "dllm_sweeps": 1,
+        "table1": 1,
+        "table_app_k": 1,
+        "table_app_w": 1,
+        "fig4": 1,
+        "paper_vs_ours": 1,
+        "paper_page": 1,
+        "all": 1,
+    }, out[-3000:]
     said = unie_lines(out)
-    assert len(said) == 2 and said[0].startswith(f"unie: {point} is damaged: content hash differs") and said[0].endswith(
-        f"remake it with {R}/dllm/sweeps/app_k/points.json (rule dllm_sweeps)")
-    assert said[1] == (f"unie: {RESULTS['ppl']} is missing (deleted?), and {R}/tables/table1_ppl.csv, "
-                       f"{R}/tables/table1_ppl.tex were made from it: the run will remake it (rule ppl) and what is "
-                       "made from it")
+    assert (
+        len(said) == 2
+        and said[0].startswith(f"unie: {point} is damaged: content hash differs")
+        and said[0].endswith(f"remake it with {R}/dllm/sweeps/app_k/points.json (rule dllm_sweeps)")
+    )
+    assert said[1] == (
+        f"unie: {RESULTS['ppl']} is missing (deleted?), and {R}/tables/table1_ppl.csv, "
+        f"{R}/tables/table1_ppl.tex were made from it: the run will remake it (rule ppl) and what is "
+        "made from it"
+    )
     report = smk("--report", str(wd / "report.html"), cwd=wd)  # no report while a file is to be remade
     assert report.returncode == 1 and not (wd / "report.html").exists()
     assert unie_lines(report.stderr)[-1].startswith("unie: no report is made from damaged, deleted or replaced files")

@@ -101,8 +101,15 @@ def test_registered_and_options_validated():
     assert entry.fn is dawn_decode and entry.options_cls is DAWNOptions and not entry.needs_proxy
     o = DAWNOptions()
     assert (o.tau_high, o.tau_low, o.tau_induce, o.attn_layers) == (0.9, 0.7, 0.7, 1)
-    for bad in ({"tau_high": 0.0}, {"tau_low": -1.0}, {"tau_induce": math.nan}, {"tau_sink": 0},
-                {"tau_edge": "0.1"}, {"attn_layers": 0}, {"attn_layers": 1.5}):
+    for bad in (
+        {"tau_high": 0.0},
+        {"tau_low": -1.0},
+        {"tau_induce": math.nan},
+        {"tau_sink": 0},
+        {"tau_edge": "0.1"},
+        {"attn_layers": 0},
+        {"attn_layers": 1.5},
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             DAWNOptions(**bad)
 
@@ -111,15 +118,18 @@ def test_registered_and_options_validated():
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_probabilities_match_a_hand_softmax(word, causal):
     torch.manual_seed(0)
-    net = Transformer(ModelConfig(vocab_size=word.vocab_size, d_model=32, n_layers=3, n_heads=2, max_len=24,
-                                  causal=causal)).eval()
+    net = Transformer(
+        ModelConfig(vocab_size=word.vocab_size, d_model=32, n_layers=3, n_heads=2, max_len=24, causal=causal)
+    ).eval()
     with torch.no_grad():
         for blk in net.blocks:
             blk.attn.qkv.weight.mul_(10)
     x = torch.randint(0, word.vocab_size, (2, 20))
     inputs = {}
-    hooks = [blk.attn.register_forward_pre_hook(lambda m, a, i=i: inputs.__setitem__(i, a[0]))
-             for i, blk in enumerate(net.blocks)]
+    hooks = [
+        blk.attn.register_forward_pre_hook(lambda m, a, i=i: inputs.__setitem__(i, a[0]))
+        for i, blk in enumerate(net.blocks)
+    ]
     with torch.no_grad():
         plain = net(x)
         logits, probs = net(x, return_attn=2)
@@ -164,8 +174,9 @@ def test_greedy_mis_is_independent_and_maximal_on_a_hand_built_graph():
         for i, j in edges:
             conflict[r, i, j] = conflict[r, j, i] = True
     cand = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 1, 1, 1, 1]], dtype=torch.bool)
-    score = torch.tensor([[0.5, 0.9, 0.4, 0.8, 0.3, 0.6, 0.6, 0.1, 0.99],
-                          [0.7, 0.2, 0.95, 0.9, 0.1, 0.3, 0.3, 0.3, 0.3]])
+    score = torch.tensor(
+        [[0.5, 0.9, 0.4, 0.8, 0.3, 0.6, 0.6, 0.1, 0.99], [0.7, 0.2, 0.95, 0.9, 0.1, 0.3, 0.3, 0.3, 0.3]]
+    )
     chosen = greedy_mis(conflict, cand, score)
     # greedy by score: row 0 takes 1 (drops 0, 2), 3 (drops 4), 5 (tie with 6: lowest position; drops 6), 7
     assert chosen[0].nonzero().flatten().tolist() == [1, 3, 5, 7]
@@ -180,10 +191,9 @@ def test_greedy_mis_is_independent_and_maximal_on_a_hand_built_graph():
 
 
 def test_dependency_graph_filters_sinks_and_the_diagonal():
-    A = torch.tensor([[[0.50, 0.30, 0.20, 0.00],
-                       [0.60, 0.10, 0.25, 0.05],
-                       [0.70, 0.05, 0.05, 0.20],
-                       [0.80, 0.00, 0.15, 0.05]]])
+    A = torch.tensor(
+        [[[0.50, 0.30, 0.20, 0.00], [0.60, 0.10, 0.25, 0.05], [0.70, 0.05, 0.05, 0.20], [0.80, 0.00, 0.15, 0.05]]]
+    )
     E = dependency_graph(A, tau_sink=0.5, tau_edge=0.2)  # column 0 (mean 0.65) is a sink
     assert E[0].nonzero().tolist() == [[0, 1], [0, 2], [1, 2], [2, 3]]
     assert dependency_graph(A, tau_sink=1.0, tau_edge=0.2)[0, :, 0].tolist() == [False, True, True, True]
@@ -248,7 +258,7 @@ def test_every_step_commits_the_reference_selection(word, shift):
             assert set(new) == reference_commit(xt[r], logits[r], A[r], b.mask_id, blocked, ACTIVE)
             keep = before[r] != b.mask_id
             assert torch.equal(after[r][keep], before[r][keep])  # never revised
-            x0_hat = normalise(logits[r:r + 1], blocked)[0].argmax(-1)
+            x0_hat = normalise(logits[r : r + 1], blocked)[0].argmax(-1)
             assert torch.equal(after[r, new], x0_hat[new])  # greedy tokens
     for key in ("committed_conf", "committed_anchor", "committed_conflict", "committed_fallback"):
         assert stats[key] > 0, key  # every rule was exercised
@@ -260,10 +270,11 @@ def test_fills_every_position_keeps_prompts_and_is_batch_safe(word):
     out, stats = dawn_decode(b, x, DEC, ACTIVE)
     assert not (out[:, P:] == word.mask_id).any() and torch.equal(out[:, :P], x[:, :P])
     assert stats["nfe"] < G and stats["tokens_per_step"] == G / stats["nfe"]
-    committed = sum(stats[k] for k in ("committed_conf", "committed_anchor", "committed_conflict",
-                                       "committed_fallback"))
+    committed = sum(
+        stats[k] for k in ("committed_conf", "committed_anchor", "committed_conflict", "committed_fallback")
+    )
     assert committed == 2 * G
-    alone = [dawn_decode(b, x[r:r + 1], DEC, ACTIVE) for r in range(2)]
+    alone = [dawn_decode(b, x[r : r + 1], DEC, ACTIVE) for r in range(2)]
     assert torch.equal(out, torch.cat([a[0] for a in alone]))
     assert stats["nfe"] == max(a[1]["nfe"] for a in alone)
     assert alone[0][1]["nfe"] != alone[1][1]["nfe"] or not torch.equal(out[0], out[1])

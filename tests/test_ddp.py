@@ -23,14 +23,33 @@ from unie.pipeline import launch
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ_LEN = 16
-SPEC = {"method": "mdlm", "arch": {"d_model": 32, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2, "dropout": 0.1},
-        "train": {"steps": 10, "batch_size": 8, "shards": 2, "lr": 1e-3, "warmup": 2, "ema": 0.9, "ckpt_every": 5,
-                  "log_every": 1}}
+SPEC = {
+    "method": "mdlm",
+    "arch": {"d_model": 32, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2, "dropout": 0.1},
+    "train": {
+        "steps": 10,
+        "batch_size": 8,
+        "shards": 2,
+        "lr": 1e-3,
+        "warmup": 2,
+        "ema": 0.9,
+        "ckpt_every": 5,
+        "log_every": 1,
+    },
+}
 
 # the loss history of the one-batch loop before shards existed (test_shards_one_is_the_old_loop's run, recorded with
 # the code of the previous commit): shards=1 and shards=None in one process must reproduce it
-OLD_LOSSES = [3.1718876361846924, 5.041279315948486, 6.448379039764404, 7.319077968597412, 5.7650837898254395,
-              5.331338405609131, 4.742602348327637, 3.902259349822998]
+OLD_LOSSES = [
+    3.1718876361846924,
+    5.041279315948486,
+    6.448379039764404,
+    7.319077968597412,
+    5.7650837898254395,
+    5.331338405609131,
+    4.742602348327637,
+    3.902259349822998,
+]
 
 
 def _quiet(_msg):
@@ -47,9 +66,17 @@ def files(tmp_path_factory, tok):
 
 
 def _kwargs(files, out, ckpt, **extra) -> dict:
-    return {"name": "m", "spec": SPEC, "train_path": str(files / "train.parquet"),
-            "tokenizer_dir": str(files / "tokenizer"), "out_dir": str(out), "ckpt_dir": str(ckpt),
-            "seq_len": SEQ_LEN, "device": "cpu", **extra}
+    return {
+        "name": "m",
+        "spec": SPEC,
+        "train_path": str(files / "train.parquet"),
+        "tokenizer_dir": str(files / "tokenizer"),
+        "out_dir": str(out),
+        "ckpt_dir": str(ckpt),
+        "seq_len": SEQ_LEN,
+        "device": "cpu",
+        **extra,
+    }
 
 
 def _losses(out) -> list[float]:
@@ -96,8 +123,9 @@ def test_resume_across_world_sizes(files, one_process, tmp_path):
     launch.run_training("models", _kwargs(files, out, ckpt), nproc=1, log=logs.append)
     assert any("resumed" in m and "step 5" in m for m in logs), logs
     d_loss, d_weight = _max_diffs(out, one_process)
-    print(f"resumed (2 ranks -> 1 process) vs uninterrupted: max |d loss| = {d_loss:.3g}, "
-          f"max |d weight| = {d_weight:.3g}")
+    print(
+        f"resumed (2 ranks -> 1 process) vs uninterrupted: max |d loss| = {d_loss:.3g}, max |d weight| = {d_weight:.3g}"
+    )
 
 
 # ---------------------------------------------------------------------- shards in one process
@@ -108,8 +136,16 @@ CFG = TrainConfig(steps=8, batch_size=4, lr=1e-2, warmup=3, ckpt_every=3, log_ev
 def test_shards_one_is_the_old_loop(net_factory, tok_info, random_words, tmp_path, shards):
     """One shard is the one-batch loop of before (stream 1, the whole batch): the same losses as recorded then."""
     cfg = dataclasses.replace(CFG, shards=shards)
-    _, history = train(net_factory(max_len=8), MDLM(tok_info).loss, random_words(32, 8, seed=0), cfg, tmp_path, "s",
-                       log=_quiet, progress=False)
+    _, history = train(
+        net_factory(max_len=8),
+        MDLM(tok_info).loss,
+        random_words(32, 8, seed=0),
+        cfg,
+        tmp_path,
+        "s",
+        log=_quiet,
+        progress=False,
+    )
     assert [r["loss"] for r in history] == pytest.approx(OLD_LOSSES, rel=1e-6, abs=0)
 
 
@@ -129,7 +165,7 @@ def test_shards_cut_the_batch_and_streams(net_factory, tmp_path):
     seen.clear()
     _, history = train(net_factory(max_len=8), loss, data, two, tmp_path / "b", "s", log=_quiet, progress=False)
     for step in range(2):
-        rows, u = zip(*seen[2 * step:2 * step + 2])
+        rows, u = zip(*seen[2 * step : 2 * step + 2])
         assert torch.equal(torch.cat(rows), batches[step]) and all(len(r) == 2 for r in rows)
         for s in range(2):
             assert u[s] == torch.rand(1, generator=_step_generator(0, step, 1 + s, "cpu")).item()
@@ -164,8 +200,16 @@ def test_processes_and_torchrun_command():
     with pytest.raises(ValueError, match="processes must be >= 1"):
         launch.processes(0, "cpu", forced=0)
     assert torchrun_command(2, "a.json", launch.ENTRY) == [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2",
-        "-m", "unie.pipeline.launch", "a.json"]
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "-m",
+        "unie.pipeline.launch",
+        "a.json",
+    ]
     with pytest.raises(KeyError, match="unknown trainer 'nope'"):
         launch.run_training("nope", {}, nproc=2)
 
@@ -181,21 +225,35 @@ class _Named(dict):
 
 
 def _fake_snakemake(script: str, gpu: int, device: str, log_path, processes=None):
-    params = {"spec": SPEC, "ckpt_dir": "ckpt", "device": device, "processes": processes, "seq_len": SEQ_LEN,
-              "token_cache": "resources/cache/tokenized/owt"}
+    params = {
+        "spec": SPEC,
+        "ckpt_dir": "ckpt",
+        "device": device,
+        "processes": processes,
+        "seq_len": SEQ_LEN,
+        "token_cache": "resources/cache/tokenized/owt",
+    }
     if script == "train":
         wildcards, inputs = {"model": "m"}, {"train": "t.parquet", "tokenizer": "tok"}
         output = {"weights": "results/models/m/model.safetensors"}
     else:
         wildcards, inputs = {"dmodel": "d"}, {"meta": "resources/dllm/meta.json"}
         output = {"weights": "results/dllm/models/d/model.safetensors"}
-    return _Named(wildcards=_Named(wildcards), params=_Named(params), input=_Named(inputs), output=_Named(output),
-                  resources=_Named(gpu=gpu), log=[str(log_path)], threads=4)
+    return _Named(
+        wildcards=_Named(wildcards),
+        params=_Named(params),
+        input=_Named(inputs),
+        output=_Named(output),
+        resources=_Named(gpu=gpu),
+        log=[str(log_path)],
+        threads=4,
+    )
 
 
 @pytest.mark.parametrize("script,trainer", [("train", "models"), ("dllm_train", "dllm")])
-@pytest.mark.parametrize("gpu,device,forced,nproc", [(0, "cpu", None, 1), (1, "cuda", None, 1), (2, "cuda", None, 2),
-                                                      (0, "cpu", 2, 2)])
+@pytest.mark.parametrize(
+    "gpu,device,forced,nproc", [(0, "cpu", None, 1), (1, "cuda", None, 1), (2, "cuda", None, 2), (0, "cpu", 2, 2)]
+)
 def test_rule_scripts_launch(monkeypatch, tmp_path, fake_torchrun, script, trainer, gpu, device, forced, nproc):
     """A training rule's script runs its trainer in-process for 0 or 1 GPU, and under torchrun (the command of
     :func:`unie.core.ranks.torchrun_command`, the arguments in a JSON file) for 2 GPUs or a forced process count."""
@@ -211,7 +269,7 @@ def test_rule_scripts_launch(monkeypatch, tmp_path, fake_torchrun, script, train
         assert not popens and len(calls) == 1 and calls[0][0] == trainer and callable(calls[0][1].pop("log"))
         kwargs = calls[0][1]
     else:
-        (cmd, args, threads), = popens
+        ((cmd, args, threads),) = popens
         assert cmd == torchrun_command(2, cmd[-1], launch.ENTRY) and args["trainer"] == trainer and threads == "2"
         kwargs = args["kwargs"]
         assert "rank 0 says hello" in (tmp_path / "rule.log").read_text()  # the ranks' output is in the rule's log

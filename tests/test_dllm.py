@@ -22,10 +22,33 @@ from unie.methods.ar import AR
 from unie.models.transformer import Transformer
 from unie.config.profile import resolve_config
 
-WORDS = ["question", ":", "the", "baker", "bakes", "onion", "pie", "answer", "[", "]", "1", "2", "3", "4", "5",
-         "sort", "then", "A", "B"]
-TEXTS = ["question : the baker bakes the onion pie answer : 1 2", "question : sort [ 3 1 2 ] answer : [ 1 2 3 ]",
-         "question : the pie answer : A", "question : the onion answer : B"] * 20
+WORDS = [
+    "question",
+    ":",
+    "the",
+    "baker",
+    "bakes",
+    "onion",
+    "pie",
+    "answer",
+    "[",
+    "]",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "sort",
+    "then",
+    "A",
+    "B",
+]
+TEXTS = [
+    "question : the baker bakes the onion pie answer : 1 2",
+    "question : sort [ 3 1 2 ] answer : [ 1 2 3 ]",
+    "question : the pie answer : A",
+    "question : the onion answer : B",
+] * 20
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +65,9 @@ def bpe():
 
 def net_for(tok, causal=False, T=32, seed=0):
     torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=T,
-                                   causal=causal)).eval()
+    return Transformer(
+        ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=T, causal=causal)
+    ).eval()
 
 
 def backbone(tok, shift=False, seed=0):
@@ -103,7 +127,7 @@ def _exact_loss(method, net, tokens, target) -> float:
         for k in range(1, len(pos) + 1):
             sums = []
             for S in itertools.combinations(pos, k):
-                xt = tokens[b:b + 1].clone()
+                xt = tokens[b : b + 1].clone()
                 xt[0, list(S)] = mask_id
                 logp = normalise(method.wrap(net).aligned(net(xt)), method.blocked)
                 sums.append(-logp[0, list(S), tokens[b, list(S)]].sum().item())
@@ -120,8 +144,13 @@ def test_both_loss_estimators_estimate_the_same_objective(word, method_cls):
     position, and have the smaller variance."""
     torch.manual_seed(0)
     net = Transformer(ModelConfig(vocab_size=word.vocab_size, d_model=16, n_layers=1, n_heads=2, max_len=12)).eval()
-    x = dllm_sft_rows(word, ["question : the pie answer :", "the baker bakes pie answer :",
-                             "question : the onion answer :"], ["1 2", "A", "B"], prompt_len=7, gen_len=4)
+    x = dllm_sft_rows(
+        word,
+        ["question : the pie answer :", "the baker bakes pie answer :", "question : the onion answer :"],
+        ["1 2", "A", "B"],
+        prompt_len=7,
+        gen_len=4,
+    )
     x[1, 1, 9:] = 0  # row 1: 2 targets; row 2: none (it must add 0 and change nothing else)
     x[2, 1] = 0
     tokens, target = split_rows(x)
@@ -129,8 +158,10 @@ def test_both_loss_estimators_estimate_the_same_objective(word, method_cls):
     method = method_cls(word.info(), estimator="count")
     mask_id = method.mask_id
     with torch.no_grad():
-        for rows, exact in ((x, _exact_loss(method, net, tokens, target)),
-                            (pre, _exact_loss(method, net, pre, torch.ones_like(pre, dtype=torch.bool)))):
+        for rows, exact in (
+            (x, _exact_loss(method, net, tokens, target)),
+            (pre, _exact_loss(method, net, pre, torch.ones_like(pre, dtype=torch.bool))),
+        ):
             variances = {}
             for est in ("time", "count"):
                 m = method_cls(word.info(), estimator=est, eps=1e-6)
@@ -188,7 +219,7 @@ def test_decode_commits_m_per_step_and_never_revises(word, rule):
         new = (states[n] == word.mask_id) & (states[n + 1] != word.mask_id)
         assert new.sum(-1).tolist() == [2, 2]
         block = 12 + 4 * (n // 2)
-        assert new[:, block:block + 4].sum().item() == 4
+        assert new[:, block : block + 4].sum().item() == 4
         keep = states[n] != word.mask_id
         assert torch.equal(states[n + 1][keep], states[n][keep])
 
@@ -202,17 +233,33 @@ def test_k1_and_w0_reproduce_the_backbone_bit_for_bit(word, bpe):
         x = dllm_prompt_rows(tok, PROMPTS * 4, 30, 8)
         plain, _ = decode(b, x, opts)
         for K, w in ((1, 1.0), (3, 0.0)):
-            out, stats = energy_decode(b, ProxyBridge(p, tok), x, opts,
-                                       DLLMEnergyOptions(energy="uni", K=K, w=w, greedy_first=True),
-                                       torch.Generator().manual_seed(0))
+            out, stats = energy_decode(
+                b,
+                ProxyBridge(p, tok),
+                x,
+                opts,
+                DLLMEnergyOptions(energy="uni", K=K, w=w, greedy_first=True),
+                torch.Generator().manual_seed(0),
+            )
             assert torch.equal(out, plain), (K, w)
         assert stats["window_iterations"] == 0
-        out, _ = energy_decode(b, ProxyBridge(p, tok), x, opts, DLLMEnergyOptions(energy="uni", K=1, w=0.0),
-                               torch.Generator().manual_seed(0))
+        out, _ = energy_decode(
+            b,
+            ProxyBridge(p, tok),
+            x,
+            opts,
+            DLLMEnergyOptions(energy="uni", K=1, w=0.0),
+            torch.Generator().manual_seed(0),
+        )
         assert torch.equal(out, plain)
-        drawn, _ = energy_decode(b, ProxyBridge(p, tok), x, opts,
-                                 DLLMEnergyOptions(energy="uni", K=1, w=1.0, temperature=5.0),
-                                 torch.Generator().manual_seed(0))
+        drawn, _ = energy_decode(
+            b,
+            ProxyBridge(p, tok),
+            x,
+            opts,
+            DLLMEnergyOptions(energy="uni", K=1, w=1.0, temperature=5.0),
+            torch.Generator().manual_seed(0),
+        )
         assert not torch.equal(drawn, plain)  # a hot draw (a random tiny model) leaves the greedy path
 
 
@@ -252,8 +299,10 @@ def test_energies_b2_k3_match_row_by_row(word, bpe):
             E = energy_fn(name, x, x0, xs, logp, bridge, ctx, bpe.mask_id)
             assert E.shape == (2, 3) and torch.isfinite(E).all()
             for r in range(2):
-                Er = energy_fn(name, x[r:r + 1], x0[r:r + 1], xs[r:r + 1], logp[r:r + 1], bridge, ctx, bpe.mask_id)
-                assert torch.allclose(E[r:r + 1], Er, atol=1e-9), (name, ctx)
+                Er = energy_fn(
+                    name, x[r : r + 1], x0[r : r + 1], xs[r : r + 1], logp[r : r + 1], bridge, ctx, bpe.mask_id
+                )
+                assert torch.allclose(E[r : r + 1], Er, atol=1e-9), (name, ctx)
 
 
 # ---------------------------------------------------------------------- the tokenizer bridge
@@ -363,8 +412,16 @@ def test_model_args_parse_into_one_frozen_record():
 
     from unie.dllm.decoder import ModelArgs
 
-    a = ModelArgs.parse({"pretrained": "results/models/llada", "energy": "uni", "K": 2, "gen_length": 8,
-                         "proxy": "results/models/proxy", "seed": "3"})
+    a = ModelArgs.parse(
+        {
+            "pretrained": "results/models/llada",
+            "energy": "uni",
+            "K": 2,
+            "gen_length": 8,
+            "proxy": "results/models/proxy",
+            "seed": "3",
+        }
+    )
     assert a.sampler == "energy" and a.options == {"energy": "uni", "K": 2} and a.decoding == {"gen_length": 8}
     assert a.proxy == "results/models/proxy" and a.name == "llada" and a.seed == 3 and a.mc_num == 128
     assert ModelArgs.parse({"pretrained": "x"}).sampler == "plain"
@@ -382,8 +439,13 @@ def test_the_sampler_and_its_proxy_are_decided_once():
     from unie.dllm.decoder import DLLMDecoder, ModelArgs, default_sampler
     from unie.dllm.energy_decoding import DLLMEnergyOptions
 
-    assert [default_sampler(o) for o in (None, {}, {"energy": "uni"}, DLLMEnergyOptions(), APDOptions())] == \
-        ["plain", "plain", "energy", "energy", "apd"]
+    assert [default_sampler(o) for o in (None, {}, {"energy": "uni"}, DLLMEnergyOptions(), APDOptions())] == [
+        "plain",
+        "plain",
+        "energy",
+        "energy",
+        "apd",
+    ]
     with pytest.raises(ConfigError, match="DecodeOptions is the options class of no single DLLM sampler"):
         default_sampler(DecodeOptions())
     with pytest.raises(ConfigError, match="'energy' needs a proxy"):
@@ -413,8 +475,9 @@ def test_transfer_weights_by_token_string(word):
 
     small = word_tokenizer(WORDS[:10])
     old = net_for(small, causal=True)
-    new = Transformer(ModelConfig(vocab_size=word.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=32,
-                                  causal=False))
+    new = Transformer(
+        ModelConfig(vocab_size=word.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=32, causal=False)
+    )
     transfer_weights(new, old, word, small, log=lambda s: None)
     for t in ("baker", "<eos>", "<mask>"):
         assert torch.equal(new.embed.weight[word.tokens.index(t)], old.embed.weight[small.tokens.index(t)])
@@ -428,8 +491,9 @@ def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, 
     from unie.pipeline.dllm_runs import transfer_weights
 
     old = net_for(word, causal=False)
-    new = Transformer(ModelConfig(vocab_size=bpe.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=32,
-                                  causal=False))
+    new = Transformer(
+        ModelConfig(vocab_size=bpe.vocab_size, d_model=32, n_layers=2, n_heads=2, max_len=32, causal=False)
+    )
     before = new.embed.weight.detach().clone()
     transfer_weights(new, old, bpe, word, log=lambda s: None)
     colon = bpe.tokens.index("▁:")
@@ -439,30 +503,37 @@ def test_transfer_weights_across_tokenizers_matches_the_text_a_token_adds(word, 
     assert torch.equal(new.embed.weight[piece], before[piece])  # "k" of "ba k er" matches no word
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["tasks"]["names"].__setitem__(0, "toy_maths"), r"dllm.tasks.names\[0\]'.*toy_maths"),
-    (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "nope"), r"dllm.rows.llada_uni.proxy'.*nope"),
-    (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "llada"), "not an autoregressive model"),
-    (lambda d: d["rows"]["llada"]["options"].__setitem__("energy", "uni"), "sampler 'energy' needs a proxy"),
-    (lambda d: d["rows"]["llada"]["options"].__setitem__("sampler", "apd_"), "unknown DLLM sampler 'apd_'"),
-    (lambda d: d["rows"]["llada"]["options"].update(sampler="fast_dllm", K=2), r"unknown option\(s\) \['K'\]"),
-    (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("ar_context", "masked"),
-     r"llada_uni.options.ar_context'.*'masked'.*share its tokenizer: model 'llada' uses 'bpe'"),
-    (lambda d: d["energy"].__setitem__("ar_context", "masked"), r"dllm.energy.ar_context'.*dllm.rows.llada_uni\)"),
-    (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("K_", 3), "unknown option"),
-    (lambda d: d["models"]["dream"].__setitem__("init_from", "nothing"), "init_from'.*nothing"),
-    (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "lladax"), r"llada_uni.delta_to'.*unknown row"),
-    (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "ar_large2"), "ar_large2' is appendix_only"),
-    (lambda d: d["rows"]["llada"].__setitem__("attn_implementation", "eager"),
-     r"dllm.rows.llada.attn_implementation'.*do not apply to kind='unie'"),
-    (lambda d: d["models"]["llada"]["options"].__setitem__("estimator", "antithetic"),
-     r"dllm.models.llada.options.*unknown loss estimator 'antithetic'"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d["tasks"]["names"].__setitem__(0, "toy_maths"), r"dllm.tasks.names\[0\]'.*toy_maths"),
+        (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "nope"), r"dllm.rows.llada_uni.proxy'.*nope"),
+        (lambda d: d["rows"]["llada_uni"].__setitem__("proxy", "llada"), "not an autoregressive model"),
+        (lambda d: d["rows"]["llada"]["options"].__setitem__("energy", "uni"), "sampler 'energy' needs a proxy"),
+        (lambda d: d["rows"]["llada"]["options"].__setitem__("sampler", "apd_"), "unknown DLLM sampler 'apd_'"),
+        (lambda d: d["rows"]["llada"]["options"].update(sampler="fast_dllm", K=2), r"unknown option\(s\) \['K'\]"),
+        (
+            lambda d: d["rows"]["llada_uni"]["options"].__setitem__("ar_context", "masked"),
+            r"llada_uni.options.ar_context'.*'masked'.*share its tokenizer: model 'llada' uses 'bpe'",
+        ),
+        (lambda d: d["energy"].__setitem__("ar_context", "masked"), r"dllm.energy.ar_context'.*dllm.rows.llada_uni\)"),
+        (lambda d: d["rows"]["llada_uni"]["options"].__setitem__("K_", 3), "unknown option"),
+        (lambda d: d["models"]["dream"].__setitem__("init_from", "nothing"), "init_from'.*nothing"),
+        (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "lladax"), r"llada_uni.delta_to'.*unknown row"),
+        (lambda d: d["rows"]["llada_uni"].__setitem__("delta_to", "ar_large2"), "ar_large2' is appendix_only"),
+        (
+            lambda d: d["rows"]["llada"].__setitem__("attn_implementation", "eager"),
+            r"dllm.rows.llada.attn_implementation'.*do not apply to kind='unie'",
+        ),
+        (
+            lambda d: d["models"]["llada"]["options"].__setitem__("estimator", "antithetic"),
+            r"dllm.models.llada.options.*unknown loss estimator 'antithetic'",
+        ),
+    ],
+)
 def test_bad_dllm_config_names_the_key(mutate, expected):
     import copy
     from pathlib import Path
-
-    import yaml
 
     from unie.config.checks import check_dllm
 
@@ -538,13 +609,25 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, 
     monkeypatch.setattr(alg3, "selection_energy", spy)
     bridge = ProxyBridge(proxy_, tok)
     opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2)
-    out, stats = energy_decode(dllm, bridge, x, opts, DLLMEnergyOptions(energy=name, K=3, w=1.0, temperature=1.0),
-                               torch.Generator().manual_seed(0))
+    out, stats = energy_decode(
+        dllm,
+        bridge,
+        x,
+        opts,
+        DLLMEnergyOptions(energy=name, K=3, w=1.0, temperature=1.0),
+        torch.Generator().manual_seed(0),
+    )
     assert stats["window_iterations"] == 4 and len(calls) == 4
 
     def log_pi(y, visible):  # exact log pi of the visible words (position 0 is <bos>)
-        return hmm.log_marginal(y[..., 1:].clamp(max=hmm.V - 1).reshape(-1, y.shape[-1] - 1),
-                                visible[..., 1:].reshape(-1, y.shape[-1] - 1)).view(y.shape[:-1]).double()
+        return (
+            hmm.log_marginal(
+                y[..., 1:].clamp(max=hmm.V - 1).reshape(-1, y.shape[-1] - 1),
+                visible[..., 1:].reshape(-1, y.shape[-1] - 1),
+            )
+            .view(y.shape[:-1])
+            .double()
+        )
 
     checked = 0
     for (_, xt, x0, xs, logp, _, ctx, mask_id), E, end in calls:
@@ -560,9 +643,11 @@ def test_algorithm3_energies_equal_the_exact_energies_of_pi(owt_hmm, tok, name, 
         lq = logp.double()[:, None].expand(-1, 3, -1, -1)
         lq_x0 = torch.where(M_t, lq.gather(-1, x0[..., None]).squeeze(-1), 0.0).sum(-1)
         lq_xs = torch.where(D, lq.gather(-1, xs[..., None]).squeeze(-1), 0.0).sum(-1)
-        exact = {"ind": lq_x0 - (A0 - At),
-                 "inv": (lq_xs - (As - At)) + ((A0 - At) - (A0 - As)),
-                 "uni": (lq_xs - (As - At)) + (lq_x0 - (A0 - As))}[name]
+        exact = {
+            "ind": lq_x0 - (A0 - At),
+            "inv": (lq_xs - (As - At)) + ((A0 - At) - (A0 - As)),
+            "uni": (lq_xs - (As - At)) + (lq_x0 - (A0 - As)),
+        }[name]
         diff = E.double() - exact  # (B, K): one constant per row (teacher forcing drops log pi(xt_<end))
         assert (diff.max(-1).values - diff.min(-1).values).abs().max() < 1e-3, (name, diff)
         distinct = (exact.max(-1).values - exact.min(-1).values) > 1e-2
@@ -579,8 +664,9 @@ def test_bridge_with_two_tokenizers_sums_to_exact_pi(owt_hmm, tok):
     hmm, word_tok = owt_hmm, tok
     seqs = _pi_prefixes(hmm, 3, 10, seed=7)
     texts = [word_tok.decode(s.tolist()) for s in seqs]
-    bpe_ = bpe_tokenizer([word_tok.decode(s.tolist()) for s in hmm.sample(200, 12, torch.Generator().manual_seed(1))],
-                         60)
+    bpe_ = bpe_tokenizer(
+        [word_tok.decode(s.tolist()) for s in hmm.sample(200, 12, torch.Generator().manual_seed(1))], 60
+    )
     bridge = ProxyBridge(ExactAR(hmm, word_tok), bpe_)
     surf = bpe_.surfaces()
     split_some = False
@@ -605,15 +691,16 @@ def test_paired_delta_se_matches_its_formula_and_pairs_items_by_doc_id():
     from unie.eval.metrics import paired_effect
 
     def se(row, base):
-        e = paired_effect({"t": {i: (s, "") for i, s in row.items()}}, {"t": {i: (s, "") for i, s in base.items()}},
-                          ["t"])
+        e = paired_effect(
+            {"t": {i: (s, "") for i, s in row.items()}}, {"t": {i: (s, "") for i, s in base.items()}}, ["t"]
+        )
         return e["tasks"]["t"]["se"] / 100
 
     base = {0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0, 4: 1.0}
     row = {4: 1.0, 3: 1.0, 2: 0.0, 1: 0.0, 0: 1.0, 9: 1.0}  # another order, one item the backbone lacks
     d = [0.0, 0.0, -1.0, 1.0, 0.0]
     mean = sum(d) / 5
-    expected = (sum((x - mean) ** 2 for x in d) / 4) ** 0.5 / 5 ** 0.5
+    expected = (sum((x - mean) ** 2 for x in d) / 4) ** 0.5 / 5**0.5
     assert se(row, base) == pytest.approx(expected)
     assert se(base, base) == 0.0
     assert math.isnan(se({0: 1.0}, base))
@@ -635,15 +722,23 @@ def test_item_records_read_the_newest_run_and_a_group_through_its_subtasks(tmp_p
         res.write_text(json.dumps({"group_subtasks": {"mmlu": ["mmlu_a", "mmlu_b"], "mmlu_a": [], "mmlu_b": []}}))
         os.utime(res, (mtime, mtime))
         for sub in ("mmlu_a", "mmlu_b", "gsm8k"):
-            recs = [{"doc_id": i, "filter": f, "acc": value, "exact_match": value}
-                    for i in range(2) for f in ("none", "strict-match")]
+            recs = [
+                {"doc_id": i, "filter": f, "acc": value, "exact_match": value}
+                for i in range(2)
+                for f in ("none", "strict-match")
+            ]
             (d / f"samples_{sub}_{stamp}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 
     run("old", 0.0, 1_000)
     run("new", 1.0, 2_000)
-    got = {t: {k: score for k, (score, _) in recs.items()} for t, recs in item_records(
-        tmp_path / "row", ["mmlu", "gsm8k", "hellaswag"],
-        {"mmlu": "acc,none", "gsm8k": "exact_match,strict-match", "hellaswag": "acc,none"}).items()}
+    got = {
+        t: {k: score for k, (score, _) in recs.items()}
+        for t, recs in item_records(
+            tmp_path / "row",
+            ["mmlu", "gsm8k", "hellaswag"],
+            {"mmlu": "acc,none", "gsm8k": "exact_match,strict-match", "hellaswag": "acc,none"},
+        ).items()
+    }
     assert got["mmlu"] == {(s, i): 1.0 for s in ("mmlu_a", "mmlu_b") for i in range(2)}
     assert got["gsm8k"] == {("gsm8k", 0): 1.0, ("gsm8k", 1): 1.0} and "hellaswag" not in got
 
@@ -657,7 +752,7 @@ def test_trim_padding_drops_only_columns_that_are_padding_in_every_row(word):
     lead = [12 - 1 - len(word.encode(p)) for p in PROMPTS]
     t = trim_padding(x, word.eos_id)
     assert t.shape[-1] == x.shape[-1] - min(lead)
-    assert torch.equal(t, x[..., min(lead):]) and torch.equal(t[:, 1, -8:], x[:, 1, -8:])
+    assert torch.equal(t, x[..., min(lead) :]) and torch.equal(t[:, 1, -8:], x[:, 1, -8:])
     assert content_lengths(x, word.eos_id).tolist() == [20 - n for n in lead]
     r = ar_sft_rows(word, PROMPTS, ["1 2", "[ 1 3 ]"], 20)
     ends = [len(word.encode(p)) + len(word.encode(a)) + 1 for p, a in zip(PROMPTS, ["1 2", "[ 1 3 ]"])]
@@ -720,12 +815,11 @@ def test_early_exit_keeps_every_completion_and_saves_forwards(word, sampler):
     outs = {}
     for early in (False, True):
         opts = DecodeOptions(gen_length=12, block_length=4, tokens_per_step=2, early_exit=early)
-        out, stats = entry.fn(b, x, opts, options, generator=[torch.Generator().manual_seed(i) for i in range(6)],
-                              **kw)
+        out, stats = entry.fn(b, x, opts, options, generator=[torch.Generator().manual_seed(i) for i in range(6)], **kw)
         assert not (out == word.mask_id).any()
         texts = []
         for row in out[:, 12:].tolist():
-            texts.append(row[:row.index(word.eos_id)] if word.eos_id in row else row)
+            texts.append(row[: row.index(word.eos_id)] if word.eos_id in row else row)
         outs[early] = (texts, stats["nfe"])
     assert outs[True][0] == outs[False][0]
     assert outs[True][1] <= outs[False][1]

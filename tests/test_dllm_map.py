@@ -39,8 +39,11 @@ def word():
 
 @pytest.fixture(scope="module")
 def bpe(docs):
-    texts = [d["question"] + " " + d["answer"] for t in ("toy_math", "toy_mmlu", "toy_lcb")
-             for d in generate_task(t, "train", 200, seed=0)]
+    texts = [
+        d["question"] + " " + d["answer"]
+        for t in ("toy_math", "toy_mmlu", "toy_lcb")
+        for d in generate_task(t, "train", 200, seed=0)
+    ]
     tok = bpe_tokenizer(texts, 120)
     assert any(len(tok.encode(w)) > 1 for d in docs for w in d["answer"].split())  # pieces to bridge
     return tok
@@ -53,8 +56,9 @@ def oracle(docs, word):
 
 def _net(tok, causal, seed, T=96):
     torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2, max_len=T,
-                                   causal=causal)).eval()
+    return Transformer(
+        ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2, max_len=T, causal=causal)
+    ).eval()
 
 
 def _proxy(tok, seed=1):
@@ -78,7 +82,7 @@ def test_oracle_is_the_eps_smoothed_point_mass_on_the_reference(docs, word, orac
             for j, token in enumerate(ref):
                 row = p[len(prompt) + j]
                 assert row[token] == pytest.approx(1 - EPS)
-                others = torch.cat([row[:token], row[token + 1:]])
+                others = torch.cat([row[:token], row[token + 1 :]])
                 assert torch.allclose(others, torch.full_like(others, EPS / (V - 1)))
 
 
@@ -113,9 +117,9 @@ def test_oracle_reads_an_answer_glued_onto_the_prompt(docs, word, oracle):
     d = docs[0]
     prompt, ref = word.encode(d["question"]), word.encode(d["answer"]) + [word.eos_id]
     glued = [word.bos_id] + prompt[:-1] + [word.encode(":2")[0]] + ref[1:]
-    assert word.decode(glued[len(prompt):len(prompt) + 1]) == "<unk>"
+    assert word.decode(glued[len(prompt) : len(prompt) + 1]) == "<unk>"
     lp = oracle.logits(torch.tensor([glued]))[0].double().log_softmax(-1)
-    got = [float(lp[i, t]) for i, t in enumerate(glued[1:])][len(prompt) - 1:]
+    got = [float(lp[i, t]) for i, t in enumerate(glued[1:])][len(prompt) - 1 :]
     assert got[0] == pytest.approx(math.log(EPS / (V - 1)))  # the glued word: not the reference's first word
     assert got[1:] == pytest.approx([math.log1p(-EPS)] * (len(ref) - 1))  # every later word where it belongs
 
@@ -150,14 +154,21 @@ def test_the_oracle_proxy_steers_algorithm3_to_the_reference(docs, word, oracle)
     x = dllm_prompt_rows(word, prompts, P, 16)
     opts = DecodeOptions(gen_length=16, block_length=8, tokens_per_step=4, confidence="entropy")
     plain, _ = decode(b, x, opts)
-    steered, stats = energy_decode(b, ProxyBridge(oracle, word), x, opts,
-                                   DLLMEnergyOptions(energy="uni", K=8, w=1.0, temperature=3.0,
-                                                     selection="proxy_rerank"),
-                                   [torch.Generator().manual_seed(i) for i in range(len(prompts))])
+    steered, stats = energy_decode(
+        b,
+        ProxyBridge(oracle, word),
+        x,
+        opts,
+        DLLMEnergyOptions(energy="uni", K=8, w=1.0, temperature=3.0, selection="proxy_rerank"),
+        [torch.Generator().manual_seed(i) for i in range(len(prompts))],
+    )
 
     def matches(out):
-        return sum(int(t == r) for row, d in zip(out[:, P:].tolist(), docs)
-                   for t, r in zip(row, word.encode(d["answer"]) + [word.eos_id]))
+        return sum(
+            int(t == r)
+            for row, d in zip(out[:, P:].tolist(), docs)
+            for t, r in zip(row, word.encode(d["answer"]) + [word.eos_id])
+        )
 
     assert matches(steered) > matches(plain) and stats["steered_rows"] > 0
 
@@ -186,8 +197,14 @@ def test_algorithm3_counts_its_window_reveals(word, docs):
     P = max(len(word.encode(p)) for p in prompts) + 1
     x = dllm_prompt_rows(word, prompts, P, 16)
     opts = DecodeOptions(gen_length=16, block_length=8, tokens_per_step=4, confidence="entropy", early_exit=False)
-    _, stats = energy_decode(b, ProxyBridge(_proxy(word), word), x, opts, DLLMEnergyOptions(energy="ind", K=3, w=0.2),
-                             torch.Generator().manual_seed(0))
+    _, stats = energy_decode(
+        b,
+        ProxyBridge(_proxy(word), word),
+        x,
+        opts,
+        DLLMEnergyOptions(energy="ind", K=3, w=0.2),
+        torch.Generator().manual_seed(0),
+    )
     assert stats["window_iterations"] == 1  # N = 4, w = 0.2: iteration 0 only
     assert stats["window_reveals"] == 4 * len(prompts)  # m = 4 per row in the window
     assert stats["window_padding"] + stats["window_answer"] == stats["window_reveals"]
@@ -195,9 +212,17 @@ def test_algorithm3_counts_its_window_reveals(word, docs):
 
 
 # ---------------------------------------------------------------------- which rules read the proxy
-@pytest.mark.parametrize("energy,selection,reads", [("inv", "argmin", False), ("inv", "resample", False),
-                                                    ("inv", "proxy_rerank", True), ("ind", "argmin", True),
-                                                    ("uni", "argmin", True), ("uni", "resample", True)])
+@pytest.mark.parametrize(
+    "energy,selection,reads",
+    [
+        ("inv", "argmin", False),
+        ("inv", "resample", False),
+        ("inv", "proxy_rerank", True),
+        ("ind", "argmin", True),
+        ("uni", "argmin", True),
+        ("uni", "resample", True),
+    ],
+)
 def test_reads_proxy_agrees_with_the_energies(word, docs, energy, selection, reads):
     """B = 2, K = 3 candidates scored under two different proxies: the energies are bit-identical exactly when
     :func:`reads_proxy` says the rule reads none."""
@@ -212,19 +237,30 @@ def test_reads_proxy_agrees_with_the_energies(word, docs, energy, selection, rea
     x0[:, :, -1] = word.eos_id
     xs = torch.where(torch.arange(T) < P + 4, x0, torch.full_like(x0, word.mask_id))
     logp = torch.randn(B, T, word.vocab_size, generator=gen).log_softmax(-1)
-    Es = [selection_energy(selection, energy, xt, x0, xs, logp, ProxyBridge(_proxy(word, seed=s), word),
-                           "teacher_forced", word.mask_id) for s in (1, 2)]
+    Es = [
+        selection_energy(
+            selection, energy, xt, x0, xs, logp, ProxyBridge(_proxy(word, seed=s), word), "teacher_forced", word.mask_id
+        )
+        for s in (1, 2)
+    ]
     assert Es[0].shape == (B, K)
     assert torch.equal(Es[0], Es[1]) is (not reads)
 
 
 # ---------------------------------------------------------------------- the map's points
-MAP = {"tasks": ["toy_math"], "limit": 4, "draws": [{"temperature": 0.1}, {"temperature": 1.0, "greedy_first": True}],
-       "backbones": {"llada": {"model": "llada", "options": {"confidence": "low_confidence"}}},
-       "proxies": {"weak": {"model": "proxy"}, "large": {"model": "ar_large"}, "oracle": {"model": "oracle"}},
-       "rules": {"uni": {"options": {"energy": "uni"}}, "inv": {"options": {"energy": "inv"}},
-                 "rerank": {"options": {"energy": "uni", "selection": "proxy_rerank"}}},
-       "apd": {"options": {"sampler": "apd"}}}
+MAP = {
+    "tasks": ["toy_math"],
+    "limit": 4,
+    "draws": [{"temperature": 0.1}, {"temperature": 1.0, "greedy_first": True}],
+    "backbones": {"llada": {"model": "llada", "options": {"confidence": "low_confidence"}}},
+    "proxies": {"weak": {"model": "proxy"}, "large": {"model": "ar_large"}, "oracle": {"model": "oracle"}},
+    "rules": {
+        "uni": {"options": {"energy": "uni"}},
+        "inv": {"options": {"energy": "inv"}},
+        "rerank": {"options": {"energy": "uni", "selection": "proxy_rerank"}},
+    },
+    "apd": {"options": {"sampler": "apd"}},
+}
 
 
 def test_map_points_cover_the_grid_once():
@@ -246,8 +282,15 @@ def test_map_points_cover_the_grid_once():
     assert [p["proxy"] for p in alone] == ["weak", "large"]  # the oracle is no decoder
     bridges = {"weak": "B1", "large": "B2", "oracle": "B3"}
     scorers = map_scorers({**MAP, "continuum": {"proxy": "weak", "lambdas": [0.5]}}, bridges, {})
-    assert set(scorers) == {"uni__weak", "uni__large", "uni__oracle", "inv__any", "rerank__weak", "rerank__large",
-                            "rerank__oracle"}
+    assert set(scorers) == {
+        "uni__weak",
+        "uni__large",
+        "uni__oracle",
+        "inv__any",
+        "rerank__weak",
+        "rerank__large",
+        "rerank__oracle",
+    }
     with pytest.raises(ValueError, match="resample"):
         map_scorers({**MAP, "rules": {"x": {"options": {"energy": "ind", "selection": "resample"}}}}, bridges, {})
     assert scorers["rerank__large"].selection == "proxy_rerank" and scorers["inv__any"].proxy == "B1"

@@ -36,8 +36,9 @@ def window_calls(monkeypatch, tok, name, ar_context, seed=0):
     monkeypatch.setattr(alg3, "selection_energy", spy)
     x = dllm_prompt_rows(tok, TWO, 12, DECODE.gen_length)
     opts = DLLMEnergyOptions(energy=name, K=3, w=1.0, ar_context=ar_context, temperature=1.0)
-    out, stats = energy_decode(backbone(tok, shift=True), ProxyBridge(proxy(tok), tok), x, DECODE, opts,
-                               torch.Generator().manual_seed(seed))
+    out, stats = energy_decode(
+        backbone(tok, shift=True), ProxyBridge(proxy(tok), tok), x, DECODE, opts, torch.Generator().manual_seed(seed)
+    )
     assert len(calls) == 4 and not (out == tok.mask_id).any()
     return calls, stats
 
@@ -50,8 +51,8 @@ def brute_logp(ar, tok, ctx: torch.Tensor, tokens: torch.Tensor, positions: torc
     b = ctx.index(tok.bos_id)
     total = 0.0
     for i in range(b + 1, end):
-        if positions[i] and tok.eos_id not in tokens[b + 1:i]:
-            logits = ar.logits(torch.tensor([[tok.bos_id] + ctx[b + 1:i]]))[0, -1].double().log_softmax(-1)
+        if positions[i] and tok.eos_id not in tokens[b + 1 : i]:
+            logits = ar.logits(torch.tensor([[tok.bos_id] + ctx[b + 1 : i]]))[0, -1].double().log_softmax(-1)
             total += float(logits[tokens[i]])
     return total
 
@@ -80,8 +81,11 @@ def test_masked_energies_equal_their_definition_from_the_proxys_own_logits(word,
                 x0_xt = brute_logp(ar, word, xt[b], x0[b, k], M_t[b, k], end)
                 xs_xt = brute_logp(ar, word, xt[b], x0[b, k], D[b, k], end)
                 x0_xs = brute_logp(ar, word, xs[b, k], x0[b, k], M_s[b, k], end)
-                want[b, k] = {"ind": lq_x0 - x0_xt, "inv": (lq_xs - xs_xt) + (x0_xt - x0_xs),
-                              "uni": (lq_xs - xs_xt) + (lq_x0 - x0_xs)}[name]
+                want[b, k] = {
+                    "ind": lq_x0 - x0_xt,
+                    "inv": (lq_xs - xs_xt) + (x0_xt - x0_xs),
+                    "uni": (lq_xs - xs_xt) + (lq_x0 - x0_xs),
+                }[name]
         assert torch.allclose(E.double(), want, atol=1e-4), (name, E, want)
     assert with_M_s >= 2  # the invariance term log p_AR(x0|xs) had positions to score
 
@@ -107,6 +111,7 @@ def test_masked_reading_needs_the_dllms_tokenizer(word, bpe):
     """The LLaDA-like model's BPE cannot be read by the word-level proxy without the text bridge: Algorithm 3 refuses
     ``ar_context: masked`` before any forward, naming the option and both tokenizers; a reading the bridge has no
     meaning for (``exact``) is refused by the options."""
+
     class NoForward:
         mask_id, eos_id, tokenizer = bpe.mask_id, bpe.eos_id, bpe
 
@@ -152,17 +157,34 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("masked")
     tasks = write_lmeval_tasks(root / "tasks", 4, 2, 0)
     data = root / "tasks" / "data"
-    prepare_dllm_data({t: data / f"{t}_train.jsonl" for t in tasks if (data / f"{t}_train.jsonl").exists()},
-                      {t: data / f"{t}_test.jsonl" for t in tasks}, TEXTS, root / "dllm", gen_length=16,
-                      bpe_vocab_size=300, n_pretrain_texts=len(TEXTS), log=lambda m: None)
-    arch, train = {"d_model": 16, "n_layers": 1, "n_heads": 2}, {"steps": 2, "batch_size": 4, "lr": 1e-3,
-                                                                  "ckpt_every": 2}
-    specs = {"dream": {"method": "dream", "tokenizer": "word"},
-             "proxy_masked": {"method": "ar", "tokenizer": "word", "options": {"mask_inputs": True}},
-             "llada": {"method": "llada", "tokenizer": "bpe"}}
+    prepare_dllm_data(
+        {t: data / f"{t}_train.jsonl" for t in tasks if (data / f"{t}_train.jsonl").exists()},
+        {t: data / f"{t}_test.jsonl" for t in tasks},
+        TEXTS,
+        root / "dllm",
+        gen_length=16,
+        bpe_vocab_size=300,
+        n_pretrain_texts=len(TEXTS),
+        log=lambda m: None,
+    )
+    arch, train = (
+        {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        {"steps": 2, "batch_size": 4, "lr": 1e-3, "ckpt_every": 2},
+    )
+    specs = {
+        "dream": {"method": "dream", "tokenizer": "word"},
+        "proxy_masked": {"method": "ar", "tokenizer": "word", "options": {"mask_inputs": True}},
+        "llada": {"method": "llada", "tokenizer": "bpe"},
+    }
     for name, spec in specs.items():
-        train_dllm_model(name, {**spec, "data": "sft", "arch": arch, "train": train}, root / "dllm",
-                         root / "models" / name, root / "ckpt" / name, log=lambda m: None)
+        train_dllm_model(
+            name,
+            {**spec, "data": "sft", "arch": arch, "train": train},
+            root / "dllm",
+            root / "models" / name,
+            root / "ckpt" / name,
+            log=lambda m: None,
+        )
     return root
 
 
@@ -177,24 +199,37 @@ def test_masked_rows_decode_end_to_end_through_lm_eval(trained, monkeypatch, hf_
 
     reads = []
     real = ProxyBridge.masked_logp
-    monkeypatch.setattr(ProxyBridge, "masked_logp", lambda self, *a, **k: reads.append(a[0].shape) or real(self, *a, **k))
-    row = {"model": "dream", "proxy": "proxy_masked",
-           "options": {"confidence": "entropy", "energy": "uni", "ar_context": "masked"}}
-    dllm = {"decoding": {"gen_length": 16, "block_length": 4, "tokens_per_step": 2},
-            "energy": {"K": 3, "w": 0.2, "ar_context": "teacher_forced", "temperature": 0.1}}
+    monkeypatch.setattr(
+        ProxyBridge, "masked_logp", lambda self, *a, **k: reads.append(a[0].shape) or real(self, *a, **k)
+    )
+    row = {
+        "model": "dream",
+        "proxy": "proxy_masked",
+        "options": {"confidence": "entropy", "energy": "uni", "ar_context": "masked"},
+    }
+    dllm = {
+        "decoding": {"gen_length": 16, "block_length": 4, "tokens_per_step": 2},
+        "energy": {"K": 3, "w": 0.2, "ar_context": "teacher_forced", "temperature": 0.1},
+    }
     models = trained / "models"
     inputs = {"model": models / "dream" / "model.safetensors", "proxy": models / "proxy_masked" / "model.safetensors"}
     args = row_model_args("dream_uni_masked", row, dllm, inputs, "cpu")
     assert args["ar_context"] == "masked"
     out = trained / "rows" / "dream_uni_masked"
-    results = evaluate(args, ["toy_math", "toy_mbpp"], trained / "tasks", out, batch_size=4, limit=2,
-                       log=lambda m: None)
+    results = evaluate(
+        args, ["toy_math", "toy_mbpp"], trained / "tasks", out, batch_size=4, limit=2, log=lambda m: None
+    )
     res = json.loads(results.read_text())
     assert res["config"]["unie_decoder"]["options"]["ar_context"] == "masked"
     assert set(res["results"]) >= {"toy_math", "toy_mbpp"}
     assert json.loads((out / "throughput.json").read_text())["window_rows"] > 0
     assert reads  # the proxy read the DLLM's masked states, not text
-    llada = row_model_args("llada_uni_masked", {**row, "model": "llada"}, dllm,
-                           {**inputs, "model": models / "llada" / "model.safetensors"}, "cpu")
+    llada = row_model_args(
+        "llada_uni_masked",
+        {**row, "model": "llada"},
+        dllm,
+        {**inputs, "model": models / "llada" / "model.safetensors"},
+        "cpu",
+    )
     with pytest.raises(ConfigError, match=r"ar_context 'masked' needs a proxy that shares the DLLM's tokenizer"):
         build_decoder(llada)

@@ -32,8 +32,12 @@ def named_paths(text: str) -> set[str]:
 
 
 def test_the_code_map_names_only_modules_that_exist():
-    missing = sorted(f"{page.name}: {p}" for page in MAPS for p in named_paths(page.read_text())
-                     if not (REPO / p.rstrip("/")).exists())
+    missing = sorted(
+        f"{page.name}: {p}"
+        for page in MAPS
+        for p in named_paths(page.read_text())
+        if not (REPO / p.rstrip("/")).exists()
+    )
     assert not missing, "the code map names modules that do not exist:\n" + "\n".join(missing)
 
 
@@ -63,8 +67,9 @@ def rules_named(text: str) -> set[str]:
     for run in re.findall(rf"\brules? ({item}(?:(?:,| and| or|, and) {item})*)", text):
         for name in re.findall(r"`([^`]+)`", re.sub(r" \([^()]*\)", "", run)):
             m = re.fullmatch(r"(\w*)\{([^}]*)\}(\w*)", name)
-            out |= {f"{m.group(1)}{x}{m.group(3)}" for x in m.group(2).split(",")} if m and "," in m.group(2) \
-                else {name}
+            out |= (
+                {f"{m.group(1)}{x}{m.group(3)}" for x in m.group(2).split(",")} if m and "," in m.group(2) else {name}
+            )
     return out
 
 
@@ -72,9 +77,13 @@ def test_the_code_map_names_the_snakefiles_rules_and_only_those():
     named, prefixes = snakefile_rules()
     assert {"all", "train", "table1", "table3"} <= named and "dllm_eval_" in prefixes  # the parser sees the rules
     on_map = rules_named(CODE_MAP.read_text())
-    unknown = sorted(n for n in on_map if n not in named and not (
-        re.fullmatch(r"\w+\{\w+\}", n) and n.split("{")[0] in prefixes)  # a loop's rules by their placeholder
-        and not any(n.startswith(p) and re.fullmatch(r"\w+", n) for p in prefixes))  # one of a loop's rules
+    unknown = sorted(
+        n
+        for n in on_map
+        if n not in named
+        and not (re.fullmatch(r"\w+\{\w+\}", n) and n.split("{")[0] in prefixes)  # a loop's rules by their placeholder
+        and not any(n.startswith(p) and re.fullmatch(r"\w+", n) for p in prefixes)
+    )  # one of a loop's rules
     assert not unknown, "docs/code-map.md names rules the Snakefile does not define:\n" + "\n".join(unknown)
     missing = sorted(n for n in named if n not in on_map)
     missing += sorted(f"{p}{{...}}" for p in prefixes if not any(re.fullmatch(rf"{p}\{{\w+\}}", n) for n in on_map))
@@ -82,7 +91,7 @@ def test_the_code_map_names_the_snakefiles_rules_and_only_those():
 
 
 def test_the_rule_names_are_read_as_written():
-    text = ("rules `a`, `b` and `c_{x,y}`; rule `d_{model}` (one per `model`), `f`; the `selection` rules through `e`")
+    text = "rules `a`, `b` and `c_{x,y}`; rule `d_{model}` (one per `model`), `f`; the `selection` rules through `e`"
     assert rules_named(text) == {"a", "b", "c_x", "c_y", "d_{model}", "f"}
 
 
@@ -91,15 +100,22 @@ def test_the_code_map_names_every_config_file_rule_file_and_workflow_folder():
     want = [f"config/{p.name}" for p in sorted((REPO / "config").iterdir()) if p.is_file()]
     want += [str(p.relative_to(REPO)) for p in SMK]
     missing = [w for w in want if w not in spans]
-    missing += [f"workflow/{d.name}/" for d in sorted((REPO / "workflow").iterdir()) if d.is_dir()
-                if not any(s.startswith(f"workflow/{d.name}/") for s in spans)]
+    missing += [
+        f"workflow/{d.name}/"
+        for d in sorted((REPO / "workflow").iterdir())
+        if d.is_dir()
+        if not any(s.startswith(f"workflow/{d.name}/") for s in spans)
+    ]
     assert not missing, "docs/code-map.md does not name:\n" + "\n".join(missing)
 
 
 def test_the_code_map_states_the_layer_order_the_layout_test_enforces():
     tree = ast.parse((REPO / "tests" / "test_layout.py").read_text())
-    layers = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                  and any(getattr(t, "id", None) == "LAYERS" for t in n.targets))
+    layers = next(
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "LAYERS" for t in n.targets)
+    )
     expected = [{k for k, v in layers.items() if v == level} for level in sorted(set(layers.values()))]
     line = next(ln for ln in CODE_MAP.read_text().splitlines() if ln.startswith("`core` →"))
     stated = [set(re.findall(r"`(\w+)`", part)) for part in line.split("→")]
@@ -109,8 +125,10 @@ def test_the_code_map_states_the_layer_order_the_layout_test_enforces():
 def test_no_page_cites_a_file_outside_the_repository():
     """The repository stands alone: no tracked file points into the specification kept beside the clone on the
     machines it was developed on; what the code relies on is written in docs/."""
-    outside = "|".join(re.escape(a + b) for a, b in (("../", "shared/"), ("/work/", "shared"), ("shared/", "spec/"),
-                                                      ("spec/", "notes/")))
+    outside = "|".join(
+        re.escape(a + b)
+        for a, b in (("../", "shared/"), ("/work/", "shared"), ("shared/", "spec/"), ("spec/", "notes/"))
+    )
     files = clone_files()
     if files is None:
         pytest.skip("not a git checkout")
@@ -123,8 +141,7 @@ def test_no_page_cites_a_file_outside_the_repository():
             text = path.read_text()
         except UnicodeDecodeError:
             continue
-        bad += [f"{rel}:{i}: {ln.strip()}" for i, ln in enumerate(text.splitlines(), 1)
-                if re.search(outside, ln)]
+        bad += [f"{rel}:{i}: {ln.strip()}" for i, ln in enumerate(text.splitlines(), 1) if re.search(outside, ln)]
     assert not bad, "files that cite something outside the repository:\n" + "\n".join(bad)
 
 
@@ -158,7 +175,8 @@ def test_the_timing_keys_docs_timing_shows_are_the_schemas_and_the_defaults(tmp_
     fields = {f.name for f in dataclasses.fields(TimingChecks)}
     assert set(schema["$defs"]["timing_checks"]["properties"]) == fields  # the schema's keys are the dataclass's
     assert set(schema["properties"]["dllm"]["properties"]["timing"]["properties"]) == {
-        f.name for f in dataclasses.fields(SweepTiming)}
+        f.name for f in dataclasses.fields(SweepTiming)
+    }
 
     block["dllm"]["timing"]["checks"]["max_sprd"] = 0.3
     overlay.write_text(yaml.safe_dump(block))
@@ -173,8 +191,9 @@ def slug(heading: str) -> str:
 
 def clone_files() -> set[str] | None:
     """The files a clone has (tracked or about to be: not ignored); None outside a git checkout."""
-    r = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True
+    )
     return set(r.stdout.splitlines()) if r.returncode == 0 else None
 
 
@@ -209,16 +228,40 @@ def test_the_readme_lists_every_target():
 def fake_results(root: Path) -> Path:
     """A results directory with two small tables in the workflow's CSV formats."""
     (root / "tables").mkdir(parents=True)
-    pd.DataFrame({"row": ["Data ($\\pi$, exact)", "Data ($\\pi$, exact)", "MDLM", "MDLM"],
-                  "source": ["exact", "exact", "mdlm", "mdlm"], "domain": ["owt", "ptb", "owt", "ptb"],
-                  "ppl": [10.878, 8.148, 12.634, 9.93], "nll_per_token": [2.39, 2.10, 2.54, 2.30],
-                  "nll_se": [0.0067, 0.0080, 0.036, 0.049], "n_mc": [None, None, 1, 1]}
-                 ).to_csv(root / "tables" / "table1_ppl.csv", index=False)
-    rows = [("llada", "LLaDA-like", "MATH500", 31.0, None, None), ("llada", "LLaDA-like", "MMLU", 26.0, None, None),
-            ("llada_dawn", "+DAWN", "MATH500", 30.0, -1.0, 2.2), ("llada_dawn", "+DAWN", "MMLU", 33.5, 7.5, 2.4)]
-    pd.DataFrame([{"row": r, "label": lab, "task": "t", "column": c, "metric": "acc", "value": v, "stderr": 3.0,
-                   "n": 200, "delta": d, "delta_se": s} for r, lab, c, v, d, s in rows]
-                 ).to_csv(root / "tables" / "table3_dllm.csv", index=False)
+    pd.DataFrame(
+        {
+            "row": ["Data ($\\pi$, exact)", "Data ($\\pi$, exact)", "MDLM", "MDLM"],
+            "source": ["exact", "exact", "mdlm", "mdlm"],
+            "domain": ["owt", "ptb", "owt", "ptb"],
+            "ppl": [10.878, 8.148, 12.634, 9.93],
+            "nll_per_token": [2.39, 2.10, 2.54, 2.30],
+            "nll_se": [0.0067, 0.0080, 0.036, 0.049],
+            "n_mc": [None, None, 1, 1],
+        }
+    ).to_csv(root / "tables" / "table1_ppl.csv", index=False)
+    rows = [
+        ("llada", "LLaDA-like", "MATH500", 31.0, None, None),
+        ("llada", "LLaDA-like", "MMLU", 26.0, None, None),
+        ("llada_dawn", "+DAWN", "MATH500", 30.0, -1.0, 2.2),
+        ("llada_dawn", "+DAWN", "MMLU", 33.5, 7.5, 2.4),
+    ]
+    pd.DataFrame(
+        [
+            {
+                "row": r,
+                "label": lab,
+                "task": "t",
+                "column": c,
+                "metric": "acc",
+                "value": v,
+                "stderr": 3.0,
+                "n": 200,
+                "delta": d,
+                "delta_se": s,
+            }
+            for r, lab, c, v, d, s in rows
+        ]
+    ).to_csv(root / "tables" / "table3_dllm.csv", index=False)
     (root / "tables" / "paper_vs_ours.md").write_text("# The paper's numbers beside ours\n\n## Table 1\n\nx\n")
     from unie.core.integrity import write_page_record
 
@@ -231,8 +274,12 @@ def fake_results(root: Path) -> Path:
 def test_the_results_page_is_generated_from_the_csvs(tmp_path):
     results = fake_results(tmp_path / "results")
     out = tmp_path / "results.md"
-    r = subprocess.run([sys.executable, str(REPO / "workflow" / "scripts" / "docs_results.py"), str(results), str(out)],
-                       capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "workflow" / "scripts" / "docs_results.py"), str(results), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     page = out.read_text()
     assert page.startswith("# Results of the last run (generated)")
@@ -244,8 +291,12 @@ def test_the_results_page_is_generated_from_the_csvs(tmp_path):
     assert "Table 2" not in page  # a missing table is left out, not invented
     csv = results / "tables" / "table1_ppl.csv"  # one digit edited: refused, naming the file
     csv.write_text(csv.read_text().replace("12.634", "92.634"))
-    r = subprocess.run([sys.executable, str(REPO / "workflow" / "scripts" / "docs_results.py"), str(results), str(out)],
-                       capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "workflow" / "scripts" / "docs_results.py"), str(results), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode != 0 and f"{csv} is damaged: its content hash" in r.stderr and out.read_text() == page
 
 
@@ -263,9 +314,13 @@ def test_the_rule_script_writes_the_page(tmp_path):
 
     results = fake_results(tmp_path / "results")
     out = tmp_path / "results" / "docs" / "results.md"
-    smk = SimpleNamespace(input=SimpleNamespace(tables=[str(p) for p in sorted(results.glob("tables/*"))], timing=[]),
-                          output=SimpleNamespace(md=str(out)), params=SimpleNamespace(note="Profile `toy`, seed 0."),
-                          log=[str(tmp_path / "docs.log")], threads=1)
+    smk = SimpleNamespace(
+        input=SimpleNamespace(tables=[str(p) for p in sorted(results.glob("tables/*"))], timing=[]),
+        output=SimpleNamespace(md=str(out)),
+        params=SimpleNamespace(note="Profile `toy`, seed 0."),
+        log=[str(tmp_path / "docs.log")],
+        threads=1,
+    )
     threads = torch.get_num_threads()
     try:
         runpy.run_path(str(REPO / "workflow" / "scripts" / "docs_results.py"), init_globals={"snakemake": smk})
@@ -293,17 +348,32 @@ def test_the_documented_lmeval_command_is_the_one_the_default_profile_records():
     argv = documented_command(text, "name=llada_uni")
     assert argv == expected_row_command("llada_uni", cfg, argv)
     dec, energy = cfg["dllm"]["decoding"], cfg["dllm"]["energy"]
-    m = re.search(r"a canvas of `gen_length` (\d+) positions in blocks of (\d+), `m = (\d+)` tokens per step, so\s+"
-                  r"N = (\d+) iterations and `w = ([\d.]+)`", text)
+    m = re.search(
+        r"a canvas of `gen_length` (\d+) positions in blocks of (\d+), `m = (\d+)` tokens per step, so\s+"
+        r"N = (\d+) iterations and `w = ([\d.]+)`",
+        text,
+    )
     assert m, "docs/dllm.md: the Decoding bullet's geometry sentence is missing"
-    assert [int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])] == \
-        [dec["gen_length"], dec["block_length"], dec["tokens_per_step"], dec["gen_length"] // dec["tokens_per_step"],
-         energy["w"]]
-    m = re.search(r"\(`unie/dllm/energy_decoding.py`\): `K = (\d+)`, `w = ([\d.]+)` .*?drawn from\s+p_θ at `temperature` "
-                  r"([\d.]+), .*?\(`greedy_first: (true|false)`", text, re.S)
+    assert [int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])] == [
+        dec["gen_length"],
+        dec["block_length"],
+        dec["tokens_per_step"],
+        dec["gen_length"] // dec["tokens_per_step"],
+        energy["w"],
+    ]
+    m = re.search(
+        r"\(`unie/dllm/energy_decoding.py`\): `K = (\d+)`, `w = ([\d.]+)` .*?drawn from\s+p_θ at `temperature` "
+        r"([\d.]+), .*?\(`greedy_first: (true|false)`",
+        text,
+        re.S,
+    )
     assert m, "docs/dllm.md: the Algorithm 3 bullet's options are missing"
-    assert [int(m[1]), float(m[2]), float(m[3]), m[4] == "true"] == \
-        [energy["K"], energy["w"], energy["temperature"], energy["greedy_first"]]
+    assert [int(m[1]), float(m[2]), float(m[3]), m[4] == "true"] == [
+        energy["K"],
+        energy["w"],
+        energy["temperature"],
+        energy["greedy_first"],
+    ]
 
 
 def test_the_citation_and_the_links_name_the_paper_its_code_and_each_baselines_paper():
@@ -325,6 +395,7 @@ def test_the_citation_and_the_links_name_the_paper_its_code_and_each_baselines_p
     rows = [line for line in table.splitlines() if line.startswith("| [")]
     assert len(rows) >= 13 and all(re.search(r"\(https://arxiv\.org/abs/\d{4}\.\d{5}\)", r) for r in rows), rows
     assert {r["url"] for r in refs.values()} >= set(re.findall(r"\((https://arxiv\.org/abs/[\d.]+)\)", table)) - {
-        "https://arxiv.org/abs/2606.09159"}
+        "https://arxiv.org/abs/2606.09159"
+    }
     profile = (REPO / "docs" / "paper-profile.md").read_text()
     assert profile.count("https://drive.google.com/drive/folders/") >= 2

@@ -14,9 +14,22 @@ import unie.core.gumbel as gumbel_mod
 import unie.methods.duo as duo_sampler
 from unie.core.options import ModelConfig
 from unie.data.corpus import tokenize_corpus, write_text_parquet
-from unie.methods.duo import (REF_GAMMA_MAX, REF_GAMMA_MIN, REF_VOCAB, Duo, DuoDenoiser, alpha_from_p, duality_integrals,
-                      duality_table, gaussian_latent, matched_gamma_range, sub_vocab, to_sub, udlm_nelbo_per_token,
-                      udlm_q_xt)
+from unie.methods.duo import (
+    REF_GAMMA_MAX,
+    REF_GAMMA_MIN,
+    REF_VOCAB,
+    Duo,
+    DuoDenoiser,
+    alpha_from_p,
+    duality_integrals,
+    duality_table,
+    gaussian_latent,
+    matched_gamma_range,
+    sub_vocab,
+    to_sub,
+    udlm_nelbo_per_token,
+    udlm_q_xt,
+)
 from unie.pipeline.model_files import load_wrapped, train_from_spec
 from unie.models.transformer import Transformer
 from unie.core.registry import METHODS, SAMPLERS
@@ -27,8 +40,9 @@ from unie.data.toy_world import generate_corpus
 
 def duo_net(vocab_size: int, d_model: int = 16, max_len: int = 16, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=1, n_heads=2, mlp_ratio=2, max_len=max_len,
-                      cond_dim=16)
+    cfg = ModelConfig(
+        vocab_size=vocab_size, d_model=d_model, n_layers=1, n_heads=2, mlp_ratio=2, max_len=max_len, cond_dim=16
+    )
     return Transformer(cfg).eval()
 
 
@@ -305,8 +319,9 @@ def duo_denoiser(tok_info):
 
 @pytest.mark.parametrize("noise_removal", ["ancestral", "greedy"])
 def test_sampler_shapes_tokens_determinism(duo_denoiser, tok_info, noise_removal):
-    run = lambda seed: SAMPLERS["duo"]({"dlm": duo_denoiser}, 5, 8, 4, torch.Generator().manual_seed(seed),
-                                       batch_size=3, noise_removal=noise_removal)
+    run = lambda seed: SAMPLERS["duo"](
+        {"dlm": duo_denoiser}, 5, 8, 4, torch.Generator().manual_seed(seed), batch_size=3, noise_removal=noise_removal
+    )
     x, stats = run(0)
     assert x.shape == (5, 8) and x.dtype == torch.int64 and x.device.type == "cpu"
     assert stats["nfe"] == 2 * (4 + 1)  # two batches, steps + final noise removal each
@@ -355,13 +370,25 @@ def test_denoiser_time_conditioning(duo_denoiser):
 def test_train_from_spec_and_sample(tok, tmp_path):
     tok.save(tmp_path / "tokenizer")
     write_text_parquet(generate_corpus("owt", "train", 32, 8, seed=0), tmp_path / "raw.parquet")
-    tokenize_corpus(tmp_path / "raw.parquet", tok, tmp_path / "train.parquet", 8, insert_eos=False,
-                    chunk_specials=False)
-    spec = {"method": "duo", "options": {"curriculum_steps": 2},
-            "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
-            "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "warmup": 1, "ckpt_every": 4, "log_every": 2}}
-    ema, history = train_from_spec("duo", spec, tmp_path / "train.parquet", tmp_path / "tokenizer", tmp_path / "out",
-                                   tmp_path / "ckpt", seq_len=8, log=lambda m: None)
+    tokenize_corpus(
+        tmp_path / "raw.parquet", tok, tmp_path / "train.parquet", 8, insert_eos=False, chunk_specials=False
+    )
+    spec = {
+        "method": "duo",
+        "options": {"curriculum_steps": 2},
+        "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
+        "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "warmup": 1, "ckpt_every": 4, "log_every": 2},
+    }
+    ema, history = train_from_spec(
+        "duo",
+        spec,
+        tmp_path / "train.parquet",
+        tmp_path / "tokenizer",
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        seq_len=8,
+        log=lambda m: None,
+    )
     assert ema.cfg.cond_dim > 0 and all(math.isfinite(h["loss"]) for h in history)
     wrapped = load_wrapped(tmp_path / "out", tok)
     assert isinstance(wrapped, DuoDenoiser)

@@ -11,8 +11,17 @@ import torch
 
 from unie.methods.ar import ARModel
 from unie.core.options import ModelConfig
-from unie.energy.energies import (ARTerms, energy, gather_dlm, log_importance_weights, log_partition, logp_dlm_x0,
-                                  logp_dlm_xs, position_sets, select)
+from unie.energy.energies import (
+    ARTerms,
+    energy,
+    gather_dlm,
+    log_importance_weights,
+    log_partition,
+    logp_dlm_x0,
+    logp_dlm_xs,
+    position_sets,
+    select,
+)
 from unie.methods.mdlm import MDLMDenoiser
 from unie.models.transformer import Transformer
 from unie.energy.partition import check_partition, tiny_world
@@ -33,8 +42,9 @@ def tok():
 
 def tiny_net(tok, causal, seed=0, d=16):
     torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=d, n_layers=1, n_heads=2, max_len=32,
-                                   causal=causal)).eval()
+    return Transformer(
+        ModelConfig(vocab_size=tok.vocab_size, d_model=d, n_layers=1, n_heads=2, max_len=32, causal=causal)
+    ).eval()
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +89,8 @@ def test_batch_safety_rows_only_see_their_own_candidates(tok, models, name, ctx)
     E = energy(name, xt, x0, xs, logp, proxy, ctx, tok.mask_id)
     assert E.shape == (2, 3)
     for b in range(2):  # each row alone gives the same energies
-        Eb = energy(name, xt[b:b + 1], x0[b:b + 1], xs[b:b + 1], logp[b:b + 1], proxy, ctx, tok.mask_id)
-        assert torch.allclose(E[b:b + 1], Eb, atol=1e-5)
+        Eb = energy(name, xt[b : b + 1], x0[b : b + 1], xs[b : b + 1], logp[b : b + 1], proxy, ctx, tok.mask_id)
+        assert torch.allclose(E[b : b + 1], Eb, atol=1e-5)
     perm = torch.tensor([1, 0])  # swapping rows swaps the energies
     Ep = energy(name, xt[perm], x0[perm], xs[perm], logp[perm], proxy, ctx, tok.mask_id)
     assert torch.allclose(Ep, E[perm], atol=1e-5)
@@ -102,8 +112,19 @@ def test_sampler_rows_choose_among_their_own_candidates(tok, models, monkeypatch
 
     monkeypatch.setattr(es, "propose", own_candidates)
     dlm, proxy = models
-    x, stats = es.sample_energy(dlm, proxy, 6, 8, 4, torch.Generator().manual_seed(0), energy="uni", K=3, w=1.0,
-                                ar_context="masked", batch_size=6)
+    x, stats = es.sample_energy(
+        dlm,
+        proxy,
+        6,
+        8,
+        4,
+        torch.Generator().manual_seed(0),
+        energy="uni",
+        K=3,
+        w=1.0,
+        ar_context="masked",
+        batch_size=6,
+    )
     for b in range(6):
         assert ((x[b] >= 10 * b) & (x[b] < 10 * b + 10)).all(), (b, x[b])
     assert stats["energy_rows"] > 0
@@ -148,8 +169,9 @@ def test_exact_context_obeys_the_same_identities():
 def test_k1_or_w0_is_plain_mdlm_bit_for_bit(tok, models, kw):
     dlm, proxy = models
     a, _ = sample_mdlm(dlm, 8, 12, 6, torch.Generator().manual_seed(7), batch_size=4)
-    b, stats = sample_energy(dlm, proxy, 8, 12, 6, torch.Generator().manual_seed(7), energy="uni", batch_size=4,
-                             ar_context="masked", **kw)
+    b, stats = sample_energy(
+        dlm, proxy, 8, 12, 6, torch.Generator().manual_seed(7), energy="uni", batch_size=4, ar_context="masked", **kw
+    )
     assert torch.equal(a, b)
     assert stats["energy_calls"] == 0
 
@@ -176,8 +198,20 @@ def test_ind_e_with_exact_proxy_approaches_its_target():
     target = hmm.log_marginal(seqs).exp()
 
     def tv(K):
-        x, _ = sample_energy(den, proxy, n, L, 1, torch.Generator().manual_seed(K), energy="ind", K=K, w=1.0,
-                             ar_context="exact", selection="resample", batch_size=n)
+        x, _ = sample_energy(
+            den,
+            proxy,
+            n,
+            L,
+            1,
+            torch.Generator().manual_seed(K),
+            energy="ind",
+            K=K,
+            w=1.0,
+            ar_context="exact",
+            selection="resample",
+            batch_size=n,
+        )
         idx = (x * torch.tensor([9, 3, 1])).sum(-1)
         emp = torch.bincount(idx, minlength=27).double() / n
         return 0.5 * (emp - target).abs().sum().item()
@@ -192,7 +226,7 @@ def test_closed_form_partition_brute_force(ctx):
     """V=3, L=4: with xs held fixed the closed form normalises exactly; as a model of x0 given xt
     (xs derived from x0) the mass is 3^|D| -- the revealed tokens are not scored at all."""
     rows = check_partition(ctx)
-    assert len(rows) == 2 ** 4
+    assert len(rows) == 2**4
     for r in rows:
         assert r["fixed_xs_min"] == pytest.approx(1.0, abs=1e-6) and r["fixed_xs_max"] == pytest.approx(1.0, abs=1e-6)
         assert r["derived_xs"] == pytest.approx(3 ** r["revealed"], rel=1e-5)
@@ -260,14 +294,27 @@ def test_teacher_forced_sampler_is_closer_to_pi_than_carry_over():
     n, L = 1024, 16
 
     def nll(ctx, K=2):
-        x, _ = sample_energy(den, proxy, n, L, 4, torch.Generator().manual_seed(11), energy="ind", K=K, w=1.0,
-                             ar_context=ctx, batch_size=n)
+        x, _ = sample_energy(
+            den,
+            proxy,
+            n,
+            L,
+            4,
+            torch.Generator().manual_seed(11),
+            energy="ind",
+            K=K,
+            w=1.0,
+            ar_context=ctx,
+            batch_size=n,
+        )
         return -hmm.log_marginal(x) / L
 
     tf, co, none = nll("teacher_forced"), nll("teacher_forced_carry_over"), nll("teacher_forced", K=1)
     d = tf - co
-    print(f"NLL/token under pi: teacher_forced {tf.mean():.3f}, carry-over {co.mean():.3f}, none {none.mean():.3f}; "
-          f"paired difference {d.mean():.3f} ± {d.std() / math.sqrt(n):.3f}")
+    print(
+        f"NLL/token under pi: teacher_forced {tf.mean():.3f}, carry-over {co.mean():.3f}, none {none.mean():.3f}; "
+        f"paired difference {d.mean():.3f} ± {d.std() / math.sqrt(n):.3f}"
+    )
     assert d.mean() < -3 * d.std() / math.sqrt(n)
     assert none.mean() > co.mean() + 0.05
 
@@ -276,7 +323,7 @@ def test_energy_rejects_inconsistent_candidates(tok, models):
     dlm, proxy = models
     xt, x0, xs, logp = random_state(tok, dlm, B=2, K=2)
     bad = x0.clone()
-    keep = (xt != tok.mask_id)
+    keep = xt != tok.mask_id
     b, i = keep.nonzero()[0]
     bad[b, 0, i] = (xt[b, i] + 1) % (tok.eos_id + 1)
     with pytest.raises(ValueError, match="unmasked in xt"):
@@ -308,13 +355,22 @@ def test_nce_loss_resume_and_dev_separation(tmp_path, tok):
     arch = {"d_model": 16, "n_layers": 1, "n_heads": 2}
     base = {"method": "mdlm", "arch": arch, "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 3}}
     train_from_spec("mdlm", base, paths["train"], tokdir, tmp_path / "m", tmp_path / "ck_m", L, log=lambda s: None)
-    prox = {"method": "ar", "options": {"mask_inputs": True}, "arch": arch,
-            "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 3}}
+    prox = {
+        "method": "ar",
+        "options": {"mask_inputs": True},
+        "arch": arch,
+        "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 3},
+    }
     train_from_spec("p", prox, paths["train"], tokdir, tmp_path / "p", tmp_path / "ck_p", L, log=lambda s: None)
-    spec = {"method": "nce", "options": {"energy": "uni", "train": "dlm", "ar_context": "masked", "proxy": "p"},
-            "arch": arch, "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
-    kw = dict(init_dir=tmp_path / "m", partner_dirs={"proxy": tmp_path / "p"}, dev_path=paths["valid"],
-              log=lambda s: None)
+    spec = {
+        "method": "nce",
+        "options": {"energy": "uni", "train": "dlm", "ar_context": "masked", "proxy": "p"},
+        "arch": arch,
+        "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2},
+    }
+    kw = dict(
+        init_dir=tmp_path / "m", partner_dirs={"proxy": tmp_path / "p"}, dev_path=paths["valid"], log=lambda s: None
+    )
     train_from_spec("n", spec, paths["train"], tokdir, tmp_path / "full", tmp_path / "ck_full", L, **kw)
     train_from_spec("n", spec, paths["train"], tokdir, tmp_path / "int", tmp_path / "ck_int", L, stop_after=3, **kw)
     assert not (tmp_path / "int" / "model.safetensors").exists()  # interrupted: no output yet

@@ -69,7 +69,7 @@ def test_rows_do_not_depend_on_the_batch(word):
     opts = DecodeOptions(gen_length=8, block_length=4, tokens_per_step=4)
     both, _ = fast_dllm_decode(b, x, opts, FastDLLMOptions(threshold=0.2))
     for r in range(2):
-        alone, _ = fast_dllm_decode(b, x[r:r + 1], opts, FastDLLMOptions(threshold=0.2))
+        alone, _ = fast_dllm_decode(b, x[r : r + 1], opts, FastDLLMOptions(threshold=0.2))
         assert torch.equal(alone[0], both[r])
 
 

@@ -41,7 +41,7 @@ def test_text_oracle_is_a_product_of_eps_point_masses_on_the_reference(words):
     oracle = TextOracleLM({prompt: ref}, words, EPS)
     P = words.encode(prompt)
     R = words.encode(prompt + ref) + [words.eos_id]
-    assert R[:len(P)] == P
+    assert R[: len(P)] == P
     total = 0.0
     for cont in itertools.product(range(V), repeat=3):
         x = torch.tensor([[words.bos_id] + P + list(cont)])
@@ -54,10 +54,10 @@ def test_text_oracle_is_a_product_of_eps_point_masses_on_the_reference(words):
         for k, y in enumerate([P[-1], *cont], start=len(P) - 1):
             want.append(math.log1p(-EPS) if y == R[k] else math.log(EPS / (V - 1)))
         assert lp.tolist() == pytest.approx(want)
-        total += math.exp(sum(want[len(P):]))
+        total += math.exp(sum(want[len(P) :]))
     assert total == pytest.approx(1.0)
     x = torch.tensor([[words.bos_id] + R])
-    assert float(oracle.next_token_logp(x)[0, len(P):].sum()) == pytest.approx(3 * math.log1p(-EPS))
+    assert float(oracle.next_token_logp(x)[0, len(P) :].sum()) == pytest.approx(3 * math.log1p(-EPS))
 
 
 def test_text_oracle_on_a_word_tokenizer_is_the_toy_oracle_on_answers(words):
@@ -92,13 +92,13 @@ def test_text_oracle_reads_the_reference_in_context_where_the_tokenizer_merges()
     tok = bpe_tokenizer(texts, 60)
     prompt, ref = "Question: Answer:", "\n7 apples"
     P, whole = tok.encode(prompt), tok.encode(prompt + ref)
-    assert whole[:len(P) - 1] == P[:-1] and whole[len(P) - 1] != P[-1]  # the merge this test is about
+    assert whole[: len(P) - 1] == P[:-1] and whole[len(P) - 1] != P[-1]  # the merge this test is about
     oracle = TextOracleLM({prompt: ref}, tok, EPS)
     for cont, n_right in ((ref, len(whole) - len(P) + 2), ("\n9 pears", None)):
         x = torch.tensor([[tok.bos_id] + tok.encode(prompt + cont) + [tok.eos_id]])
         lp = oracle.next_token_logp(x)[0]
-        assert lp[:len(P) - 1].tolist() == pytest.approx([-math.log(tok.vocab_size)] * (len(P) - 1))
-        right = sum(v == pytest.approx(math.log1p(-EPS)) for v in lp[len(P) - 1:].tolist())
+        assert lp[: len(P) - 1].tolist() == pytest.approx([-math.log(tok.vocab_size)] * (len(P) - 1))
+        right = sum(v == pytest.approx(math.log1p(-EPS)) for v in lp[len(P) - 1 :].tolist())
         if n_right is not None:
             assert right == n_right  # every token from the merged one to <eos>
         else:
@@ -165,6 +165,7 @@ def _gsm8k_exact(pred: str, answer: str) -> float:
         for pattern in (",", r"\$", r"(?s).*#### ", r"\.$"):
             s = re.sub(pattern, "", s)
         return s.lower()
+
     return float(norm(pred) == norm(answer))
 
 
@@ -185,11 +186,36 @@ def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("calibration")
     data = root / "gsm8k.parquet"
     pd.DataFrame(tiny_gsm8k(6, seed=5)).to_parquet(data)
-    env = {**os.environ, "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "HF_HOME": str(root / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+    }
     out = root / "out"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--out", str(out), "--limit", "5",
-                           "--data", str(data), "--cap", "4"], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--tiny",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--limit",
+            "5",
+            "--data",
+            str(data),
+            "--cap",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads((out / "calibration.json").read_text()), proc.stdout
 
@@ -253,8 +279,9 @@ def test_tiny_run_summary_is_its_items(tiny_run):
     t = s["tree"]
     assert t["items"] == n
     for name, pick in (("ceiling", max), ("floor", min)):
-        assert t[name]["delta"] == pytest.approx(100 * sum(pick(it["tree"]["scores"]) - b
-                                                           for it, b in zip(items, base)) / n)
+        assert t[name]["delta"] == pytest.approx(
+            100 * sum(pick(it["tree"]["scores"]) - b for it, b in zip(items, base)) / n
+        )
     assert t["ceiling"]["delta"] >= max(s["change"]["oracle"]["delta"], s["change"]["energy"]["delta"]) - 1e-9
     for it in items:
         tr = it["tree"]
@@ -263,11 +290,13 @@ def test_tiny_run_summary_is_its_items(tiny_run):
             # the tree is the decoder's (on a CPU): each rule's path is its decode, its counters energy_decode's
             assert tr["scores"][tr[f"{decode}_leaf"]] == it[decode]["score"]
             assert tr[f"{decode}_text"] == it[decode]["text"]
-            assert tr[f"{decode}_counters"] == {k: it[decode][k] for k in ("window_rows", "disagree_rows",
-                                                                            "steered_rows")}
+            assert tr[f"{decode}_counters"] == {
+                k: it[decode][k] for k in ("window_rows", "disagree_rows", "steered_rows")
+            }
     assert t["paths"]["oracle"]["same_text"] == t["paths"]["energy"]["same_counters"] == n
-    assert t["rerank_change"]["delta"] == pytest.approx(100 * sum(it["tree"]["scores"][it["tree"]["rerank_leaf"]] - b
-                                                                  for it, b in zip(items, base)) / n)
+    assert t["rerank_change"]["delta"] == pytest.approx(
+        100 * sum(it["tree"]["scores"][it["tree"]["rerank_leaf"]] - b for it, b in zip(items, base)) / n
+    )
     for name in ("dlm", "rerank", "energy", "oracle"):
         a = t["auc"][name]
         assert a["auc"] is None or 0.0 <= a["auc"] <= 1.0
@@ -287,14 +316,28 @@ def test_summary_is_re_derived_from_its_items():
         for decode in ("backbone", "energy", "oracle"):
             rows = rng.randint(1, 13)
             dis = rng.randint(0, rows)
-            it[decode] = {"score": float(rng.random() < 0.5), "text": str(rng.randint(0, 2)), "window_rows": rows,
-                          "disagree_rows": dis, "steered_rows": rng.randint(0, dis)}
+            it[decode] = {
+                "score": float(rng.random() < 0.5),
+                "text": str(rng.randint(0, 2)),
+                "window_rows": rows,
+                "disagree_rows": dis,
+                "steered_rows": rng.randint(0, dis),
+            }
         for decode in ("energy", "oracle"):
             it[decode]["changed"] = it[decode]["text"] != it["backbone"]["text"]
         scores = [float(rng.random() < 0.5) for _ in range(rng.randint(1, 4))]
-        it["tree"] = {"scores": scores, "exhaustive": rng.random() < 0.5, "leaves": len(scores),
-                      "rerank_leaf": 0, "energy_leaf": 0, "oracle_leaf": 0, "energy_text": it["energy"]["text"],
-                      "oracle_text": "x", "energy_counters": {}, "oracle_counters": {}}
+        it["tree"] = {
+            "scores": scores,
+            "exhaustive": rng.random() < 0.5,
+            "leaves": len(scores),
+            "rerank_leaf": 0,
+            "energy_leaf": 0,
+            "oracle_leaf": 0,
+            "energy_text": it["energy"]["text"],
+            "oracle_text": "x",
+            "energy_counters": {},
+            "oracle_counters": {},
+        }
         items.append(it)
     s = summarise(items)
     n = len(items)
@@ -309,12 +352,15 @@ def test_summary_is_re_derived_from_its_items():
         assert s["window"][decode]["disagree"] == pytest.approx(r)
         se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(y, x)) / (n * (n - 1))) / (sum(x) / n)
         assert s["window"][decode]["disagree_se"] == pytest.approx(se)
-        assert s["window"][decode]["items_steered"] == pytest.approx(sum(it[decode]["steered_rows"] > 0
-                                                                         for it in items) / n)
+        assert s["window"][decode]["items_steered"] == pytest.approx(
+            sum(it[decode]["steered_rows"] > 0 for it in items) / n
+        )
     t = s["tree"]
     best = [max(it["tree"]["scores"]) - it["backbone"]["score"] for it in items]
     assert t["ceiling"]["delta"] == pytest.approx(100 * sum(best) / n)
-    assert t["decides"] == pytest.approx(sum(max(it["tree"]["scores"]) != min(it["tree"]["scores"]) for it in items) / n)
+    assert t["decides"] == pytest.approx(
+        sum(max(it["tree"]["scores"]) != min(it["tree"]["scores"]) for it in items) / n
+    )
     assert t["paths"]["energy"]["same_text"] == n and t["paths"]["oracle"]["same_text"] == 0
 
 

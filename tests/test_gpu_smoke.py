@@ -30,15 +30,29 @@ RUN = "runs/gpu-smoke+device-cpu"  # the gpu-smoke profile's run on a CPU (--con
 
 def smk(*args, cwd, configfiles=(GPU_SMOKE,), config=()):
     """``snakemake ARGS --configfile FILES --config CONFIG`` (targets before the list-valued options)."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args,
-           "--configfile", *map(str, configfiles), *(["--config", *config] if config else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(cwd),
+        *args,
+        "--configfile",
+        *map(str, configfiles),
+        *(["--config", *config] if config else []),
+    ]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
 
 
 def job_counts(out: str) -> dict[str, int]:
     m = re.search(r"Job stats:\n(.*?)\n\n", out, re.S)
-    return {p[0]: int(p[1]) for line in m.group(1).splitlines()[2:]
-            if len(p := line.split()) == 2 and p[1].isdigit() and p[0] != "total"}
+    return {
+        p[0]: int(p[1])
+        for line in m.group(1).splitlines()[2:]
+        if len(p := line.split()) == 2 and p[1].isdigit() and p[0] != "total"
+    }
 
 
 def test_gpu_smoke_dry_run_all(tmp_path):
@@ -75,7 +89,10 @@ def test_gpu_smoke_sources_end_to_end_on_cpu(tmp_path):
     for name, backbone in (("edlm_nce", "energy_net"), ("uni_edlm_nce", "dit"), ("ar_masked", "dit")):
         meta = json.loads((models / name / "config.json").read_text())
         assert meta["arch"] == "dit" and meta["backbone"] == backbone, name
-    assert f"initialised from {RUN}/results/models/mdlm" in (tmp_path / RUN / "logs" / "train" / "edlm_nce.log").read_text()
+    assert (
+        f"initialised from {RUN}/results/models/mdlm"
+        in (tmp_path / RUN / "logs" / "train" / "edlm_nce.log").read_text()
+    )
     t1 = pd.read_csv(tmp_path / RUN / "results" / "tables" / "table1_ppl.csv")
     scored = t1.dropna(subset=["ppl"])
     assert set(RELEASED) | {"edlm_nce", "uni_edlm_nce"} <= set(scored["source"])
@@ -89,14 +106,25 @@ def test_missing_google_drive_file_is_one_line(tmp_path):
     standin = "source: {kind: ar, standin: ckpt, n_heads: 4}"
     assert standin in text
     profile = tmp_path / "by_hand.yaml"  # the AR placed by hand, as in the paper profile
-    profile.write_text(text.replace(standin, "source: {kind: ar, path: resources/released/ar.ckpt, tokenizer_info: "
-                                             "{vocab_size: 201, mask_id: 200, bos_id: 199, eos_id: 198}}"))
+    profile.write_text(
+        text.replace(
+            standin,
+            "source: {kind: ar, path: resources/released/ar.ckpt, tokenizer_info: "
+            "{vocab_size: 201, mask_id: 200, bos_id: 199, eos_id: 198}}",
+        )
+    )
     from unie.config.rundir import run_directory
 
     run = run_directory([profile], {"device": "cpu"})  # another run than the profile's own: its own directory
     assert run.startswith("runs/gpu-smoke+")
-    r = smk(f"{run}/results/models/ar/config.json", "--cores", "1", cwd=tmp_path, configfiles=(profile,),
-            config=["device=cpu"])
+    r = smk(
+        f"{run}/results/models/ar/config.json",
+        "--cores",
+        "1",
+        cwd=tmp_path,
+        configfiles=(profile,),
+        config=["device=cpu"],
+    )
     assert r.returncode != 0
     line = next(x for x in r.stderr.splitlines() if x.startswith("unie: error:"))
     assert "resources/released/ar.ckpt is missing" in line and "MDLM's Google Drive" in line and "place it at" in line
@@ -112,16 +140,22 @@ def _with(cfg: dict, name: str, **changes) -> dict:
     return cfg
 
 
-@pytest.mark.parametrize("name, changes, message", [
-    ("mdlm", {"source": {"kind": "mdlm", "standin": "hf"}}, "trust_remote_code"),
-    ("mdlm", {"source": {"kind": "sedd", "standin": "ckpt"}}, "is a 'sedd' model"),
-    ("ar", {"source": {"kind": "ar", "standin": "hf"}}, "written as ckpt"),
-    ("mdlm", {"train": {"steps": 1, "batch_size": 1, "lr": 1e-3}}, "imported, not trained"),
-    ("edlm_nce", {"arch": {"d_model": 64, "n_layers": 1, "n_heads": 2}}, "fine-tuned from the released"),
-    ("mdlm", {"source": {"kind": "mdlm", "path": "x", "hf_id": "y", "trust_remote_code": True}}, "exactly one of"),
-    ("mdlm", {"source": {"kind": "mdlm", "path": "resources/released/mdlm", "trust_remote_code": True}},
-     "reads GPT-2 + the appended mask"),  # a real release on the toy tokenizer
-])
+@pytest.mark.parametrize(
+    "name, changes, message",
+    [
+        ("mdlm", {"source": {"kind": "mdlm", "standin": "hf"}}, "trust_remote_code"),
+        ("mdlm", {"source": {"kind": "sedd", "standin": "ckpt"}}, "is a 'sedd' model"),
+        ("ar", {"source": {"kind": "ar", "standin": "hf"}}, "written as ckpt"),
+        ("mdlm", {"train": {"steps": 1, "batch_size": 1, "lr": 1e-3}}, "imported, not trained"),
+        ("edlm_nce", {"arch": {"d_model": 64, "n_layers": 1, "n_heads": 2}}, "fine-tuned from the released"),
+        ("mdlm", {"source": {"kind": "mdlm", "path": "x", "hf_id": "y", "trust_remote_code": True}}, "exactly one of"),
+        (
+            "mdlm",
+            {"source": {"kind": "mdlm", "path": "resources/released/mdlm", "trust_remote_code": True}},
+            "reads GPT-2 + the appended mask",
+        ),  # a real release on the toy tokenizer
+    ],
+)
 def test_source_config_errors_before_any_job(name, changes, message):
     cfg = _with(resolve_config([GPU_SMOKE]), name, **changes)
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -57,8 +57,9 @@ class TinyLLaDA(nn.Module):
 
 
 def wrapped(model, shift=False):
-    return HFDiffusionLM(model.eval(), None, mask_id=V - 1, eos_id=V - 2, shift=shift, vocab_size=V, style="llada",
-                         path="tiny")
+    return HFDiffusionLM(
+        model.eval(), None, mask_id=V - 1, eos_id=V - 2, shift=shift, vocab_size=V, style="llada", path="tiny"
+    )
 
 
 def by_hand(model, x, n_layers):
@@ -98,8 +99,9 @@ def test_dawn_decodes_an_hf_llada_style_backbone():
     b = wrapped(TinyLLaDA())
     attention_preflight(b, DAWNOptions(attn_layers=2))
     x = torch.cat([torch.randint(0, V - 2, (2, 5)), torch.full((2, 4), V - 1)], dim=1)
-    out, stats = dawn_decode(b, x, DecodeOptions(gen_length=4, block_length=4, tokens_per_step=1),
-                             DAWNOptions(attn_layers=2))
+    out, stats = dawn_decode(
+        b, x, DecodeOptions(gen_length=4, block_length=4, tokens_per_step=1), DAWNOptions(attn_layers=2)
+    )
     assert not (out == V - 1).any() and torch.equal(out[:, :5], x[:, :5]) and 1 <= stats["nfe"] <= 4
 
 
@@ -116,8 +118,11 @@ class VariantBlock(Block):
     def qkv_heads(self, x):
         B, L, _ = x.shape
         q, k, v = self.qkv(x).split([D, D // 2, D // 2], dim=-1)
-        return (q.view(B, L, 4, 4).transpose(1, 2), k.view(B, L, 2, 4).transpose(1, 2),
-                v.view(B, L, 2, 4).transpose(1, 2))
+        return (
+            q.view(B, L, 4, 4).transpose(1, 2),
+            k.view(B, L, 2, 4).transpose(1, 2),
+            v.view(B, L, 2, 4).transpose(1, 2),
+        )
 
     def attn_mask(self, L):
         g = torch.Generator().manual_seed(L)
@@ -134,8 +139,9 @@ class VariantBlock(Block):
 
     def forward(self, x):
         q, k, v = self.qkv_heads(x)
-        a = self._scaled_dot_product_attention(q, k, v, attn_mask=self.attn_mask(x.shape[1]), dropout_p=0.0,
-                                               is_causal=self.causal)
+        a = self._scaled_dot_product_attention(
+            q, k, v, attn_mask=self.attn_mask(x.shape[1]), dropout_p=0.0, is_causal=self.causal
+        )
         if self.fail:
             raise RuntimeError("boom")
         return x + self.o(a.transpose(1, 2).reshape(x.shape))
@@ -146,13 +152,13 @@ class OtherNames(VariantBlock):
 
     def _scaled_dot_product_attention(self, q, k, v, attention_mask=None, dropout=0.0, is_causal=False):
         k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout,
-                                              is_causal=is_causal)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, is_causal=is_causal)
 
     def forward(self, x):
         q, k, v = self.qkv_heads(x)
-        a = self._scaled_dot_product_attention(q, k, v, attention_mask=self.attn_mask(x.shape[1]), dropout=0.0,
-                                               is_causal=self.causal)
+        a = self._scaled_dot_product_attention(
+            q, k, v, attention_mask=self.attn_mask(x.shape[1]), dropout=0.0, is_causal=self.causal
+        )
         return x + self.o(a.transpose(1, 2).reshape(x.shape))
 
 
@@ -161,8 +167,9 @@ def sdpa_probs(block, h):
     q, k, _ = block.qkv_heads(h)
     L = h.shape[1]
     eye = torch.eye(L).expand(q.shape[0], 4, L, L)
-    return F.scaled_dot_product_attention(q, k.repeat_interleave(2, dim=1), eye, attn_mask=block.attn_mask(L),
-                                          is_causal=block.causal).mean(1)
+    return F.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, dim=1), eye, attn_mask=block.attn_mask(L), is_causal=block.causal
+    ).mean(1)
 
 
 @pytest.mark.parametrize("mask,causal", [(None, False), ("bool", False), ("float", False), (None, True)])
@@ -194,8 +201,15 @@ def _tiny_llama(eager: bool):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=D, intermediate_size=32, num_hidden_layers=2, num_attention_heads=H,
-                      num_key_value_heads=H, max_position_embeddings=32)
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=D,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=H,
+        num_key_value_heads=H,
+        max_position_embeddings=32,
+    )
     model = LlamaForCausalLM(cfg).eval()
     model.set_attn_implementation("eager" if eager else "sdpa")
     return model

@@ -105,8 +105,10 @@ def test_auto_map_without_trust_refused_before_weights(standin, tmp_path, monkey
 
     for cls in ("AutoModel", "AutoModelForCausalLM"):
         monkeypatch.setattr(getattr(transformers, cls), "from_pretrained", _no_load)
-    for load in (lambda: load_hf_dllm(d, style="llada", trust_remote_code=False),
-                 lambda: load_hf_causal(d, trust_remote_code=False)):
+    for load in (
+        lambda: load_hf_dllm(d, style="llada", trust_remote_code=False),
+        lambda: load_hf_causal(d, trust_remote_code=False),
+    ):
         with pytest.raises(PermissionError, match=r"needs trust_remote_code.*auto_map.*config/paper.yaml") as e:
             load()
         assert str(d) in str(e.value)
@@ -138,7 +140,8 @@ def test_remote_code_path_loads_offline_with_auto_model(standin, tmp_path, monke
 def _remote_code_roundtrip(standin, tmp_path):
     d = _copy(standin[0], tmp_path / "remote_ok")
     (d / "modeling_tiny.py").write_text(
-        "from transformers import LlamaForCausalLM\n\n\nclass TinyDLLM(LlamaForCausalLM):\n    pass\n")
+        "from transformers import LlamaForCausalLM\n\n\nclass TinyDLLM(LlamaForCausalLM):\n    pass\n"
+    )
     cfg = json.loads((d / "config.json").read_text())
     cfg["auto_map"] = {"AutoModel": "modeling_tiny.TinyDLLM"}
     (d / "config.json").write_text(json.dumps(cfg))
@@ -152,8 +155,10 @@ def _remote_code_roundtrip(standin, tmp_path):
 
 def test_missing_directory_or_weights(standin, tmp_path):
     gone = tmp_path / "not_downloaded"
-    for load in (lambda p: load_hf_dllm(p, style="llada", trust_remote_code=True),
-                 lambda p: load_hf_causal(p, trust_remote_code=True)):
+    for load in (
+        lambda p: load_hf_dllm(p, style="llada", trust_remote_code=True),
+        lambda p: load_hf_causal(p, trust_remote_code=True),
+    ):
         with pytest.raises(FileNotFoundError, match="download rule") as e:
             load(gone)
         assert str(gone) in str(e.value)
@@ -170,8 +175,10 @@ def test_tokenizer_larger_than_model_vocab(standin, tmp_path):
     tok.hf.save_pretrained(d)
     tiny_llama(standin[2].vocab_size).save_pretrained(d)
     n, v = tok.vocab_size, standin[2].vocab_size
-    for load in (lambda: load_hf_dllm(d, style="llada", trust_remote_code=False),
-                 lambda: load_hf_causal(d, trust_remote_code=False)):
+    for load in (
+        lambda: load_hf_dllm(d, style="llada", trust_remote_code=False),
+        lambda: load_hf_causal(d, trust_remote_code=False),
+    ):
         with pytest.raises(ValueError, match=rf"tokenizer mismatch.*{n} tokens.*config.vocab_size.*only {v}"):
             load()
 
@@ -185,8 +192,9 @@ def _bpe_dir(tmp_path, specials):
     rust = Tokenizer(models.BPE())
     rust.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     rust.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     rust.train_from_iterator(["the cat sat on the mat", "a dog ran far away from the cat"] * 20, trainer)
     hf = PreTrainedTokenizerFast(tokenizer_object=rust, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     assert hf.mask_token_id is None

@@ -35,8 +35,16 @@ def dirs(tmp_path_factory):
 
 def _args(dirs, sampler, **opts):
     dllm, proxy = dirs
-    args = {"pretrained": str(dllm), "kind": "hf_dllm", "style": "llada", "gen_length": 4, "block_length": 4,
-            "tokens_per_step": 2, "sampler": sampler, **opts}
+    args = {
+        "pretrained": str(dllm),
+        "kind": "hf_dllm",
+        "style": "llada",
+        "gen_length": 4,
+        "block_length": 4,
+        "tokens_per_step": 2,
+        "sampler": sampler,
+        **opts,
+    }
     if DLLM_SAMPLERS[sampler].needs_proxy:
         args["proxy"] = str(proxy)
     return args
@@ -70,8 +78,15 @@ def test_dawn_on_sdpa_attention_names_the_model_arg(dirs):
         build_decoder(_args(dirs, "dawn", attn_layers=1))
 
 
-@pytest.mark.parametrize("kind,key", [("hf_ar", "attn_implementation"), ("hf_ar", "mask_token"),
-                                      ("unie", "attn_implementation"), ("unie", "trust_remote_code")])
+@pytest.mark.parametrize(
+    "kind,key",
+    [
+        ("hf_ar", "attn_implementation"),
+        ("hf_ar", "mask_token"),
+        ("unie", "attn_implementation"),
+        ("unie", "trust_remote_code"),
+    ],
+)
 def test_a_loading_key_the_kind_never_reads_is_an_error(dirs, kind, key):
     """e.g. attn_implementation=eager for an AR row or one of our checkpoints would be silently ignored."""
     from unie.core.options import ConfigError
@@ -84,8 +99,11 @@ def test_prompt_plus_gen_length_beyond_the_position_limit_is_refused_before_gene
     """The stand-ins cover 64 positions (max_position_embeddings): a DLLM row whose gen_length does not fit next to
     the prompt, and an AR row, are refused in ``check`` (lm-eval calls it before any generation), naming the limit."""
     dec = build_decoder({**_args(dirs, "plain"), "gen_length": 62, "block_length": 62})
-    with pytest.raises(ValueError, match=r"longest prompt \(\d+ positions\) \+ gen_length 62 = \d+ exceeds the 64 "
-                                         r"positions.*lower gen_length"):
+    with pytest.raises(
+        ValueError,
+        match=r"longest prompt \(\d+ positions\) \+ gen_length 62 = \d+ exceeds the 64 "
+        r"positions.*lower gen_length",
+    ):
         dec.check(PROMPTS)
     build_decoder(_args(dirs, "plain")).check(PROMPTS)  # 4 tokens fit
     ar = build_decoder({"pretrained": str(dirs[1]), "kind": "hf_ar", "gen_length": 64})
@@ -106,10 +124,10 @@ def test_an_hf_ar_row_decodes_greedily_whatever_its_batch(dirs):
         x = torch.tensor([p])
         for _ in range(5):  # no cache: one full forward per token
             x = torch.cat([x, model.logits(x)[:, -1].argmax(-1, keepdim=True)], dim=1)
-        ref = x[0, len(p):]
+        ref = x[0, len(p) :]
         eos = (ref == model.eos_id).nonzero()
         if len(eos):  # after EOS the row is EOS
-            ref[int(eos[0]):] = model.eos_id
+            ref[int(eos[0]) :] = model.eos_id
         assert torch.equal(batched[i], ref), i
         assert torch.equal(model.greedy_continue([p], 5)[0], batched[i])
     texts, counters = ar.generate(PROMPTS, 5)

@@ -17,8 +17,13 @@ SMOKE = REPO / "config" / "smoke.yaml"
 
 
 def test_eval_groups_by_model_backbone_first():
-    rows = {"e1": {"model": "m", "delta_to": "b"}, "b": {"model": "m"}, "ar": {"model": "ar"},
-            "e2": {"model": "m", "delta_to": "b"}, "hf": {"model": "GSAI-ML/LLaDA-8B", "delta_to": "b"}}
+    rows = {
+        "e1": {"model": "m", "delta_to": "b"},
+        "b": {"model": "m"},
+        "ar": {"model": "ar"},
+        "e2": {"model": "m", "delta_to": "b"},
+        "hf": {"model": "GSAI-ML/LLaDA-8B", "delta_to": "b"},
+    }
     groups = eval_groups(rows)
     assert groups == {"m": ["b", "e1", "e2"], "ar": ["ar"], "GSAI_ML_LLaDA_8B": ["hf"]}
     assert sorted(r for g in groups.values() for r in g) == sorted(rows)  # every row exactly once
@@ -27,8 +32,21 @@ def test_eval_groups_by_model_backbone_first():
 def _planned(tmp_path, *config) -> tuple[dict[str, int], set[str]]:
     """A dry run of the smoke profile: {rule: jobs} and every output file the jobs would write."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores",
-           "2", "--configfile", str(SMOKE), *(["--config", *config] if config else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "-n",
+        "--cores",
+        "2",
+        "--configfile",
+        str(SMOKE),
+        *(["--config", *config] if config else []),
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
@@ -49,5 +67,8 @@ def test_grouped_jobs_write_the_files_of_one_job_per_row_and_run(tmp_path):
     assert {"sample_table2", "sample_fig2", "sample_fig3", "timing_fig3", "dllm_sweeps"} <= set(grouped)
     assert {r for r in grouped if r.startswith("dllm_eval_")} and "dllm_eval" not in grouped
     assert {"sample", "timing", "dllm_eval", "dllm_sweep"} <= set(single) and not set(single) & {
-        "sample_table2", "timing_fig3", "dllm_sweeps"}
+        "sample_table2",
+        "timing_fig3",
+        "dllm_sweeps",
+    }
     assert sum(grouped.values()) < sum(single.values())

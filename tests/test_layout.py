@@ -17,8 +17,19 @@ import unie
 PKG = Path(unie.__file__).parent
 REPO = PKG.parent
 # lowest first; a module may import its own layer and the layers before it
-LAYERS = {"core": 0, "data": 1, "models": 1, "methods": 2, "energy": 3, "dllm": 4, "eval": 5, "report": 6,
-          "config": 7, "pipeline": 8, "cli": 9}
+LAYERS = {
+    "core": 0,
+    "data": 1,
+    "models": 1,
+    "methods": 2,
+    "energy": 3,
+    "dllm": 4,
+    "eval": 5,
+    "report": 6,
+    "config": 7,
+    "pipeline": 8,
+    "cli": 9,
+}
 
 
 def layer_of(module: str) -> str | None:
@@ -190,5 +201,7 @@ def test_no_run_output_is_tracked():
 def test_no_workflow_script_shadows_a_standard_library_module():
     """A script run as a file puts its folder first on sys.path: a ``tokenize.py`` there would be imported in place of
     the standard library's (which ``linecache``, hence every traceback, imports)."""
-    scripts = {p.stem for p in (REPO / "workflow" / "scripts").glob("*.py")} | {p.stem for p in (REPO / "scripts").glob("*.py")}
+    scripts = {p.stem for p in (REPO / "workflow" / "scripts").glob("*.py")} | {
+        p.stem for p in (REPO / "scripts").glob("*.py")
+    }
     assert not scripts & set(sys.stdlib_module_names)

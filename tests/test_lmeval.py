@@ -14,8 +14,18 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="the dllm extra: pip install -e '.[dllm]'")
 
-from unie.data.tasks import (LIST_LENGTH, LIST_TASKS, MAX_ADDEND, PRIMARY_METRIC, TASKS, apply_ops, generate_task,
-                             parse_list, reference_list, score)
+from unie.data.tasks import (
+    LIST_LENGTH,
+    LIST_TASKS,
+    MAX_ADDEND,
+    PRIMARY_METRIC,
+    TASKS,
+    apply_ops,
+    generate_task,
+    parse_list,
+    reference_list,
+    score,
+)
 from unie.dllm.lmeval import UnieLM, truncate_at
 from unie.pipeline.task_files import GROUP, write_lmeval_tasks
 
@@ -71,8 +81,13 @@ def evaluate(task_dir: Path, decoder, tasks=(GROUP,), **lm_kwargs):
     from lm_eval.tasks import TaskManager
 
     lm = UnieLM(decoder=decoder, **lm_kwargs)
-    res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), bootstrap_iters=0, log_samples=True,
-                                  task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
+    res = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=list(tasks),
+        bootstrap_iters=0,
+        log_samples=True,
+        task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
+    )
     scores = {t: float(res["results"][t][f"{PRIMARY_METRIC[t]},none"]) for t in TASKS if t in res["results"]}
     return lm, res, scores
 
@@ -270,6 +285,7 @@ def test_score_livebench_by_kind():
 def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
     """The tasks' difficulty knobs (recalibrated, CHANGELOG.md): b in 1..MAX_ADDEND, lists of LIST_LENGTH digits;
     answers still tie several digits (in some documents a carry or borrow changes more than the units digit)."""
+
     def number(words):
         return int("".join(words))
 
@@ -279,7 +295,7 @@ def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
     for d in math:  # "<header> : a ... a op b = ? answer :"
         words = d["question"].split()
         eq = words.index("=")
-        a, op, b = number(words[2:eq - 2]), words[eq - 2], int(words[eq - 1])
+        a, op, b = number(words[2 : eq - 2]), words[eq - 2], int(words[eq - 1])
         assert 10 <= a <= 9999 and 1 <= b <= MAX_ADDEND
         assert d["value"] == (a + b if op == "+" else a - b) and d["final"] == " ".join(str(d["value"]))
         assert d["answer"] == d["final"] + " = " + " ".join(words[2:eq])  # worked: the value, then the equation
@@ -287,7 +303,7 @@ def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
     assert rippled > 0
     for d in generate_task("toy_gsm8k", "train", 300, seed=3):  # "... has a a obj . ..."
         words = d["question"].split()
-        a = number(words[words.index("has") + 1: words.index("has") + 3])
+        a = number(words[words.index("has") + 1 : words.index("has") + 3])
         assert 1 <= abs(d["value"] - a) <= MAX_ADDEND
     for task in LIST_TASKS:
         assert {len(reference_list(d["program"])) for d in generate_task(task, "train", 200, seed=3)} == {LIST_LENGTH}
@@ -296,8 +312,11 @@ def test_arithmetic_and_lists_have_the_calibrated_sizes_and_carries_ripple():
 # ---------------------------------------------------------------------- (e) files
 def test_task_files_are_deterministic(task_dir, tmp_path):
     def snapshot(root: Path) -> dict[str, str]:
-        return {str(p.relative_to(root)): p.read_text().replace(str(root), "<ROOT>")
-                for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+        return {
+            str(p.relative_to(root)): p.read_text().replace(str(root), "<ROOT>")
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts
+        }
 
     before = snapshot(task_dir)
     write_lmeval_tasks(task_dir, N_TRAIN, N_TEST, SEED)
@@ -315,8 +334,9 @@ def test_task_files_are_deterministic(task_dir, tmp_path):
 
 # ---------------------------------------------------------------------- (f) command line
 def test_module_cli_help():
-    r = subprocess.run([sys.executable, "-m", "unie.dllm.lmeval", "--help"], capture_output=True, text=True, timeout=120,
-                       check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "unie.dllm.lmeval", "--help"], capture_output=True, text=True, timeout=120, check=False
+    )
     assert r.returncode == 0, r.stderr
     assert "run" in r.stdout
 
@@ -344,9 +364,24 @@ sys.modules["unie.dllm.decoder"] = fake
 runpy.run_module("unie.dllm.lmeval", run_name="__main__", alter_sys=True)
 """)
     tp = tmp_path / "tp.json"
-    cmd = [sys.executable, str(driver), "--model", "unie_dllm", "--device", "cpu", "--batch_size", "8",
-           "--model_args", f"pretrained=toy,steps=4,throughput_path={tp}", "--tasks", "toy_math",
-           "--include_path", str(task_dir), "--output_path", str(tmp_path / "out")]
+    cmd = [
+        sys.executable,
+        str(driver),
+        "--model",
+        "unie_dllm",
+        "--device",
+        "cpu",
+        "--batch_size",
+        "8",
+        "--model_args",
+        f"pretrained=toy,steps=4,throughput_path={tp}",
+        "--tasks",
+        "toy_math",
+        "--include_path",
+        str(task_dir),
+        "--output_path",
+        str(tmp_path / "out"),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((tmp_path / "args.json").read_text()) == {"pretrained": "toy", "steps": 4, "device": "cpu"}
@@ -361,15 +396,17 @@ def test_a_rerun_leaves_one_result_set(task_dir, docs, tmp_path, monkeypatch):
     import unie.dllm.decoder as dllm_mod
     from unie.dllm.lmeval import evaluate as run_lmeval
 
-    monkeypatch.setattr(dllm_mod, "build_decoder", lambda args: FakeDecoder(lambda p: " " + docs[p][1]["answer"],
-                                                                             name="fake"))
+    monkeypatch.setattr(
+        dllm_mod, "build_decoder", lambda args: FakeDecoder(lambda p: " " + docs[p][1]["answer"], name="fake")
+    )
     out = tmp_path / "row"
     logs = []
     for _ in range(2):
-        found = run_lmeval({"pretrained": "x"}, ["toy_math", "toy_mbpp"], task_dir, out, batch_size=8,
-                           log=logs.append)
+        found = run_lmeval({"pretrained": "x"}, ["toy_math", "toy_mbpp"], task_dir, out, batch_size=8, log=logs.append)
     assert sorted(p.name for p in out.rglob("results_*.json")) == [found.name]
-    assert len(list(out.rglob("samples_toy_math_*.jsonl"))) == 1 and len(list(out.rglob("samples_toy_mbpp_*.jsonl"))) == 1
+    assert (
+        len(list(out.rglob("samples_toy_math_*.jsonl"))) == 1 and len(list(out.rglob("samples_toy_mbpp_*.jsonl"))) == 1
+    )
     assert any("removed 4 files of an earlier lm-eval run" in m for m in logs), logs
     assert json.loads(found.read_text())["results"]["toy_math"]["exact_match,none"] == 1.0
 
@@ -395,8 +432,15 @@ def test_format_model_args_reads_back_as_given_or_falls_back_to_json():
 
     from unie.dllm.lmeval import format_model_args
 
-    plain = {"pretrained": "results/dllm/models/llada", "K": 3, "w": 0.2, "greedy_first": False, "horizon": None,
-             "lr": 1e-05, "attn_layers": [1, 2]}
+    plain = {
+        "pretrained": "results/dllm/models/llada",
+        "K": 3,
+        "w": 0.2,
+        "greedy_first": False,
+        "horizon": None,
+        "lr": 1e-05,
+        "attn_layers": [1, 2],
+    }
     text = format_model_args(plain)
     assert text.startswith("pretrained=results/dllm/models/llada,K=3,w=0.2,greedy_first=False,horizon=None")
     assert key_val_to_dict(text) == plain
@@ -412,18 +456,35 @@ def test_the_command_names_everything_that_decides_the_answers(tmp_path, monkeyp
     from unie.dllm.lmeval import lmeval_command
 
     monkeypatch.chdir(tmp_path)
-    args = {"pretrained": str(tmp_path / "results" / "m"), "proxy": "/elsewhere/proxy", "name": "row", "K": 3,
-            "w": 0.2, "temperature": 0.1, "greedy_first": False, "seed": 5}
-    cmd = lmeval_command(args, ["toy_math", "toy_mbpp"], tmp_path / "resources" / "tasks",
-                         tmp_path / "results" / "rows" / "row", batch_size=16, limit=4, seed=5, device="cpu")
+    args = {
+        "pretrained": str(tmp_path / "results" / "m"),
+        "proxy": "/elsewhere/proxy",
+        "name": "row",
+        "K": 3,
+        "w": 0.2,
+        "temperature": 0.1,
+        "greedy_first": False,
+        "seed": 5,
+    }
+    cmd = lmeval_command(
+        args,
+        ["toy_math", "toy_mbpp"],
+        tmp_path / "resources" / "tasks",
+        tmp_path / "results" / "rows" / "row",
+        batch_size=16,
+        limit=4,
+        seed=5,
+        device="cpu",
+    )
     assert str(tmp_path) not in cmd and cmd.startswith("python -m unie.dllm.lmeval --model unie_dllm ")
     cfg = _cli_config(cmd, monkeypatch)
     assert cfg.model == "unie_dllm" and cfg.model_args == {**args, "pretrained": "results/m"}
     assert cfg.tasks == ["toy_math", "toy_mbpp"] and cfg.include_path == "resources/tasks"
     assert (cfg.device, int(cfg.batch_size), cfg.seed, cfg.limit) == ("cpu", 16, [5, 5, 5, 5], 4)
     assert cfg.output_path == "rerun/results/rows/row" and cfg.log_samples and not cfg.confirm_run_unsafe_code
-    outside = lmeval_command({"pretrained": "m"}, ["t"], None, "/elsewhere/rows/row", allow_code_execution=True,
-                             nproc=2, device="cuda")
+    outside = lmeval_command(
+        {"pretrained": "m"}, ["t"], None, "/elsewhere/rows/row", allow_code_execution=True, nproc=2, device="cuda"
+    )
     assert outside.startswith("HF_ALLOW_CODE_EVAL=1 torchrun --standalone --nproc_per_node=2 -m unie.dllm.lmeval ")
     assert "--confirm_run_unsafe_code" in outside and "--output_path /elsewhere/rows/row.rerun" in outside
     assert "--include_path" not in outside and "--limit" not in outside
@@ -439,11 +500,22 @@ def test_evaluate_records_its_command_in_the_results(task_dir, docs, tmp_path, m
     from unie.dllm.lmeval import evaluate as run_lmeval
 
     built = []
-    monkeypatch.setattr(dllm_mod, "build_decoder", lambda a: built.append(a) or FakeDecoder(
-        lambda p: " " + docs[p][1]["answer"], name="fake"))
+    monkeypatch.setattr(
+        dllm_mod,
+        "build_decoder",
+        lambda a: built.append(a) or FakeDecoder(lambda p: " " + docs[p][1]["answer"], name="fake"),
+    )
     monkeypatch.chdir(tmp_path)
-    found = run_lmeval({"pretrained": "x", "name": "row", "K": 2, "device": "cpu"}, ["toy_math"], task_dir,
-                       Path("rows/row"), batch_size=8, limit=3, seed=7, log=lambda m: None)
+    found = run_lmeval(
+        {"pretrained": "x", "name": "row", "K": 2, "device": "cpu"},
+        ["toy_math"],
+        task_dir,
+        Path("rows/row"),
+        batch_size=8,
+        limit=3,
+        seed=7,
+        log=lambda m: None,
+    )
     cmd = json.loads(found.read_text())["config"]["unie_command"]
     cfg = _cli_config(cmd, monkeypatch)
     assert cfg.model_args == {"pretrained": "x", "name": "row", "K": 2, "seed": 7}

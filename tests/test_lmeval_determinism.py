@@ -48,8 +48,9 @@ PROMPTS, PAIRS = _docs()
 
 def _net(vocab, causal=False, seed=0, T=96):
     torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=vocab, d_model=32, n_layers=2, n_heads=2, max_len=T,
-                                   causal=causal)).eval()
+    return Transformer(
+        ModelConfig(vocab_size=vocab, d_model=32, n_layers=2, n_heads=2, max_len=T, causal=causal)
+    ).eval()
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +69,29 @@ def _backbone(tok, shift, seed=0):
 def _llada(toks, **kw):
     """The LLaDA-like row: BPE tokenizer, trained on length buckets (prompts padded to their own length)."""
     tok = toks["bpe"]
-    return DLLMDecoder(_backbone(tok, False), tok, 64, DecodeOptions(gen_length=8, block_length=8, tokens_per_step=2),
-                       pad_to_batch=True, mc_num=8, name="llada", **kw)
+    return DLLMDecoder(
+        _backbone(tok, False),
+        tok,
+        64,
+        DecodeOptions(gen_length=8, block_length=8, tokens_per_step=2),
+        pad_to_batch=True,
+        mc_num=8,
+        name="llada",
+        **kw,
+    )
 
 
 def _dream(toks):
     """The Dream-like row: shifted logits, entropy confidence, a fixed prompt_len."""
     tok = toks["word"]
-    return DLLMDecoder(_backbone(tok, True, seed=1), tok, 64,
-                       DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2, confidence="entropy"),
-                       mc_num=8, name="dream")
+    return DLLMDecoder(
+        _backbone(tok, True, seed=1),
+        tok,
+        64,
+        DecodeOptions(gen_length=8, block_length=4, tokens_per_step=2, confidence="entropy"),
+        mc_num=8,
+        name="dream",
+    )
 
 
 def _energy(toks):
@@ -85,8 +99,9 @@ def _energy(toks):
     tok = toks["bpe"]
     ar = AR(tok.info()).wrap(_net(tok.vocab_size, causal=True, seed=2))
     ar.tokenizer = tok
-    return _llada(toks, options=DLLMEnergyOptions(K=3, w=1.0, temperature=1.0), proxy=ProxyBridge(ar, tok),
-                  sampler="energy")
+    return _llada(
+        toks, options=DLLMEnergyOptions(K=3, w=1.0, temperature=1.0), proxy=ProxyBridge(ar, tok), sampler="energy"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +115,16 @@ def hf_dir(tmp_path_factory):
 
 
 def _hf_args(hf_dir, **kw):
-    return {"pretrained": str(hf_dir), "kind": "hf_dllm", "style": "llada", "gen_length": 8, "block_length": 8,
-            "tokens_per_step": 2, "mc_num": 8, **kw}
+    return {
+        "pretrained": str(hf_dir),
+        "kind": "hf_dllm",
+        "style": "llada",
+        "gen_length": 8,
+        "block_length": 8,
+        "tokens_per_step": 2,
+        "mc_num": 8,
+        **kw,
+    }
 
 
 def _gen_requests(prompts):
@@ -168,7 +191,7 @@ def test_the_forward_pass_of_a_row_is_the_same_in_any_batch(toks, hf_dir):
     for model, inp in ((_backbone(tok, False), x), (_backbone(tok, True), x), (hf, xh)):
         full = model.logits(inp)
         for bs in (1, 8):
-            part = torch.cat([model.logits(inp[s:s + bs]) for s in range(0, len(inp), bs)])
+            part = torch.cat([model.logits(inp[s : s + bs]) for s in range(0, len(inp), bs)])
             assert torch.equal(part, full), float((part - full).abs().max())
 
 
@@ -188,8 +211,16 @@ def test_is_greedy_ar_and_dllm(toks):
             break
     assert found is not None
     ctx, greedy, ids = found
-    other = " " + tok.decode([ids[0], next(v for v in range(tok.vocab_size) if v != ids[1]
-                                          and tok.encode(" " + tok.decode([ids[0], v])) == [ids[0], v])])
+    other = " " + tok.decode(
+        [
+            ids[0],
+            next(
+                v
+                for v in range(tok.vocab_size)
+                if v != ids[1] and tok.encode(" " + tok.decode([ids[0], v])) == [ids[0], v]
+            ),
+        ]
+    )
     lm = UnieLM(decoder=ar, batch_size=2)
     (_, g), (_, o) = lm.loglikelihood(_ll_requests([(ctx, greedy), (ctx, other)]), disable_tqdm=True)
     assert g is True and o is False
@@ -198,15 +229,16 @@ def test_is_greedy_ar_and_dllm(toks):
     prefix = [tok.bos_id] + tok.encode(ctx)
     T = 3
     x = torch.tensor([prefix + [tok.mask_id] * T])
-    out, _ = decode(dec.backbone, x, DecodeOptions(gen_length=T, block_length=T, tokens_per_step=1,
-                                                   confidence="entropy"))
-    target = out[0, len(prefix):].tolist()
+    out, _ = decode(
+        dec.backbone, x, DecodeOptions(gen_length=T, block_length=T, tokens_per_step=1, confidence="entropy")
+    )
+    target = out[0, len(prefix) :].tolist()
     assert greedy_matches(dec.backbone, prefix, target, "entropy")
     wrong = target[:-1] + [next(v for v in range(4, tok.vocab_size) if v != target[-1])]
     assert not greedy_matches(dec.backbone, prefix, wrong, "entropy")
     text = " " + tok.decode(target)
     if tok.encode(text) == target:  # the decoded tokens read back as themselves
-        (_, flag), = UnieLM(decoder=dec).loglikelihood(_ll_requests([(ctx, text)]), disable_tqdm=True)
+        ((_, flag),) = UnieLM(decoder=dec).loglikelihood(_ll_requests([(ctx, text)]), disable_tqdm=True)
         assert flag is True
 
 
@@ -217,8 +249,7 @@ class Fake:
     name, gen_length = "fake", 4
 
     def generate(self, prompts, max_new_tokens):
-        return [p + " a b\nc d" for p in prompts], {"nfe": 1, "generated_tokens": 99,
-                                                     "row_tokens": [4] * len(prompts)}
+        return [p + " a b\nc d" for p in prompts], {"nfe": 1, "generated_tokens": 99, "row_tokens": [4] * len(prompts)}
 
     def count_tokens(self, text):
         return len(text.split())
@@ -240,8 +271,9 @@ def test_cuda_without_cuda_falls_back_to_cpu_with_a_warning(caplog):
 def test_unapplied_gen_kwargs_warn_once_and_tokens_are_counted_to_the_cut(caplog):
     lm = UnieLM(decoder=Fake(), batch_size=2)
     sampled = {"until": ["\n"], "max_gen_toks": 16, "do_sample": True, "temperature": 0.7}
-    reqs = [Instance(request_type="generate_until", doc={}, arguments=(f"p{i}", dict(sampled)), idx=0)
-            for i in range(4)]
+    reqs = [
+        Instance(request_type="generate_until", doc={}, arguments=(f"p{i}", dict(sampled)), idx=0) for i in range(4)
+    ]
     with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
         out = lm.generate_until(reqs, disable_tqdm=True)
         lm.generate_until(reqs[:1], disable_tqdm=True)
@@ -254,7 +286,8 @@ def test_unapplied_gen_kwargs_warn_once_and_tokens_are_counted_to_the_cut(caplog
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
         UnieLM(decoder=Fake()).generate_until(
-            [Instance(request_type="generate_until", doc={}, arguments=("q", greedy), idx=0)], disable_tqdm=True)
+            [Instance(request_type="generate_until", doc={}, arguments=("q", greedy), idx=0)], disable_tqdm=True
+        )
     assert not caplog.records  # greedy settings are what the greedy samplers do: nothing to warn about
 
 
@@ -295,8 +328,14 @@ def test_loglikelihood_rolling_tasks_are_refused_before_any_work(tmp_path, monke
     built = []
     monkeypatch.setattr(dllm_mod, "build_decoder", lambda args: built.append(args))
     with pytest.raises(ValueError, match="task 'toy_rolling' has output_type 'loglikelihood_rolling'"):
-        evaluate({"pretrained": "x"}, ["toy_math", "toy_rolling"], task_dir, tmp_path / "out", batch_size=4,
-                 log=lambda m: None)
+        evaluate(
+            {"pretrained": "x"},
+            ["toy_math", "toy_rolling"],
+            task_dir,
+            tmp_path / "out",
+            batch_size=4,
+            log=lambda m: None,
+        )
     assert built == [] and not (tmp_path / "out").exists()
 
 
@@ -311,8 +350,9 @@ def test_results_json_records_the_checkpoint_sampler_and_options(tmp_path, hf_di
     rec = config["unie_decoder"]
     assert rec["checkpoint"] == str(hf_dir) and rec["sampler"] == "core" and rec["options"]["remask"] == 0
     assert rec["decoding"]["gen_length"] == 8 and rec["seed"] == 7
-    found = evaluate(_hf_args(hf_dir), ["toy_math"], task_dir, tmp_path / "out2", batch_size=4, seed=3, limit=2,
-                     log=lambda m: None)
+    found = evaluate(
+        _hf_args(hf_dir), ["toy_math"], task_dir, tmp_path / "out2", batch_size=4, seed=3, limit=2, log=lambda m: None
+    )
     assert json.loads(found.read_text())["config"]["model_args"]["seed"] == 3  # evaluate's seed reaches the noise
 
 
@@ -334,14 +374,24 @@ def test_simple_evaluate_gives_the_same_samples_for_any_task_order_and_batch_siz
     dec = build_decoder(_hf_args(hf_dir))
     runs = []
     for bs, tasks in ((1, ["toy_math", "toy_gsm8k", "toy_mmlu_mc"]), (64, ["toy_mmlu_mc", "toy_gsm8k", "toy_math"])):
-        res = lm_eval.simple_evaluate(model=UnieLM(decoder=dec, batch_size=bs), tasks=tasks, bootstrap_iters=0,
-                                      log_samples=True,
-                                      task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
+        res = lm_eval.simple_evaluate(
+            model=UnieLM(decoder=dec, batch_size=bs),
+            tasks=tasks,
+            bootstrap_iters=0,
+            log_samples=True,
+            task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
+        )
         runs.append(_samples(res))
     assert len(runs[0]) == 18 and runs[0] == runs[1]
-    res = lm_eval.simple_evaluate(model="unie_dllm", model_args=_hf_args(hf_dir), tasks=["toy_math"], limit=2,
-                                  device="cpu", bootstrap_iters=0,
-                                  task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
+    res = lm_eval.simple_evaluate(
+        model="unie_dllm",
+        model_args=_hf_args(hf_dir),
+        tasks=["toy_math"],
+        limit=2,
+        device="cpu",
+        bootstrap_iters=0,
+        task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
+    )
     assert res["config"]["model_args"]["pretrained"] == str(hf_dir)
     assert res["config"]["unie_decoder"]["sampler"] == "plain"
 
@@ -373,8 +423,22 @@ fake.build_decoder = Decoder
 sys.modules["unie.dllm.decoder"] = fake
 runpy.run_module("unie.dllm.lmeval", run_name="__main__", alter_sys=True)
 """)
-    cmd = [sys.executable, str(driver), "--model", "unie_dllm", "--device", "cpu", "--model_args", "pretrained=toy",
-           "--tasks", "toy_math,toy_rolling", "--include_path", str(task_dir), "--output_path", str(tmp_path / "out")]
+    cmd = [
+        sys.executable,
+        str(driver),
+        "--model",
+        "unie_dllm",
+        "--device",
+        "cpu",
+        "--model_args",
+        "pretrained=toy",
+        "--tasks",
+        "toy_math,toy_rolling",
+        "--include_path",
+        str(task_dir),
+        "--output_path",
+        str(tmp_path / "out"),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     assert r.returncode != 0
     assert "task 'toy_rolling' has output_type 'loglikelihood_rolling'" in r.stderr, r.stderr[-3000:]
@@ -392,8 +456,15 @@ def test_a_rows_results_json_names_its_proxy_batch_weights_and_device(tmp_path, 
     args = _hf_args(hf_dir, proxy=str(hf_dir), energy="uni", K=2, w=1.0, precision="bf16")
     device = "cpu" if torch.cuda.is_available() else "cuda"  # the fallback where there is no CUDA
     with caplog.at_level(logging.WARNING, logger="unie.dllm.lmeval"):
-        found = evaluate({**args, "device": device}, ["toy_math"], task_dir, tmp_path / "out", batch_size=4,
-                         limit=2, log=lambda m: None)
+        found = evaluate(
+            {**args, "device": device},
+            ["toy_math"],
+            task_dir,
+            tmp_path / "out",
+            batch_size=4,
+            limit=2,
+            log=lambda m: None,
+        )
     config = json.loads(found.read_text())["config"]
     rec = config["unie_decoder"]
     assert rec["proxy"] == str(hf_dir) and config["model_args"]["proxy"] == str(hf_dir)
@@ -438,8 +509,14 @@ def test_mc_num_is_honoured_exactly(toks, monkeypatch):
     monkeypatch.setattr(dec.backbone, "logits", lambda x: rows.append(x.shape[0]) or real(x))
     for n in (96, 5):
         rows.clear()
-        bb.mc_loglikelihood(dec.backbone, [1, 2, 3], [4, 5, 6], mc_num=n, batch_size=min(n, 32),
-                            generator=torch.Generator().manual_seed(0))
+        bb.mc_loglikelihood(
+            dec.backbone,
+            [1, 2, 3],
+            [4, 5, 6],
+            mc_num=n,
+            batch_size=min(n, 32),
+            generator=torch.Generator().manual_seed(0),
+        )
         assert sum(rows) == n
     with pytest.raises(ValueError, match="mc_num=100 is not a positive multiple of batch_size=32"):
         bb.mc_loglikelihood(dec.backbone, [1, 2, 3], [4, 5, 6], mc_num=100, batch_size=32)

@@ -52,23 +52,40 @@ def world(tmp_path_factory) -> dict:
     task_dir = root / "tasks"
     write_lmeval_tasks(task_dir, 1, N_TEST, 0)
     (task_dir / "toy_mmlu_mc.yaml").write_text(MC_YAML.format(test=task_dir / "data" / "toy_mmlu_test.jsonl"))
-    docs = [json.loads(line) for t in ("toy_math", "toy_mmlu")
-            for line in (task_dir / "data" / f"{t}_test.jsonl").read_text().splitlines()]
+    docs = [
+        json.loads(line)
+        for t in ("toy_math", "toy_mmlu")
+        for line in (task_dir / "data" / f"{t}_test.jsonl").read_text().splitlines()
+    ]
     tok = word_tokenizer(sorted({w for d in docs for w in d["question"].split() + d["answer"].split()}), unk=True)
     torch.manual_seed(2)  # a random model that gets some but not all of the 7 choices right
-    net = Transformer(ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, mlp_ratio=2,
-                                  max_len=48, causal=True)).eval()
+    net = Transformer(
+        ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, mlp_ratio=2, max_len=48, causal=True)
+    ).eval()
     ckpt = root / "tiny_ar"
-    save_model(net, ckpt, "ar", tok.info(), extra={"layout": {"kind": "ar", "tokenizer": "word", "prompt_len": None,
-                                                              "gen_length": 4, "pad_to_batch": False}})
+    save_model(
+        net,
+        ckpt,
+        "ar",
+        tok.info(),
+        extra={
+            "layout": {"kind": "ar", "tokenizer": "word", "prompt_len": None, "gen_length": 4, "pad_to_batch": False}
+        },
+    )
     tok.save(ckpt / "tokenizer")
     return {"tasks": task_dir, "ckpt": ckpt}
 
 
 def _kwargs(world, out: Path) -> dict:
     # batch 1: a prompt's logits do not depend on what it was batched with, whatever the BLAS
-    return {"model_args": {"pretrained": str(world["ckpt"]), "name": "tiny_ar", "device": "cpu"}, "tasks": TASKS,
-            "include_path": str(world["tasks"]), "output_path": str(out), "batch_size": 1, "seed": 0}
+    return {
+        "model_args": {"pretrained": str(world["ckpt"]), "name": "tiny_ar", "device": "cpu"},
+        "tasks": TASKS,
+        "include_path": str(world["tasks"]),
+        "output_path": str(out),
+        "batch_size": 1,
+        "seed": 0,
+    }
 
 
 def _samples(results: Path, task: str) -> list[dict]:
@@ -101,8 +118,9 @@ def test_two_ranks_match_one_process(world, tmp_path):
     tp2 = json.loads((tmp_path / "two" / "throughput.json").read_text())
     assert "world_size" not in tp1 and "ranks" not in tp1 and tp1["requests"] == 2 * N_TEST
     assert tp2["world_size"] == 2 and [r["requests"] for r in tp2["ranks"]] == [8, 6]
-    assert {k: tp2[k] for k in ("requests", "generated_tokens", "nfe")} == \
-           {k: tp1[k] for k in ("requests", "generated_tokens", "nfe")}
+    assert {k: tp2[k] for k in ("requests", "generated_tokens", "nfe")} == {
+        k: tp1[k] for k in ("requests", "generated_tokens", "nfe")
+    }
     assert tp2["seconds"] == pytest.approx(max(r["seconds"] for r in tp2["ranks"]))  # one generate_until call
     assert tp2["tokens_per_s"] == pytest.approx(tp2["generated_tokens"] / tp2["seconds"])
 
@@ -135,11 +153,21 @@ def test_rule_launcher_torchrun_for_two_gpus_in_process_otherwise(monkeypatch, t
 
     # the torchrun command's stand-in (conftest): rank 0 reports its results file
     fake_torchrun.on_launch = lambda args: Path(args["result_file"]).write_text("rank0/results.json")
-    assert lmeval.run_evaluation(kwargs, processes(2, "cuda"), log=lambda s: None, threads=8) == \
-           Path("rank0/results.json")
+    assert lmeval.run_evaluation(kwargs, processes(2, "cuda"), log=lambda s: None, threads=8) == Path(
+        "rank0/results.json"
+    )
     ((cmd, args, threads),) = fake_torchrun.launched
-    assert cmd[:-1] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                        "--nproc_per_node=2", "-m", "unie.dllm.lmeval", "--evaluate-json"]
+    assert cmd[:-1] == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "-m",
+        "unie.dllm.lmeval",
+        "--evaluate-json",
+    ]
     assert args["kwargs"] == kwargs and args["threads"] == 4 and threads == "4"
     assert len(in_process) == 2  # nothing ran in this process
     fake_torchrun.rc = 1

@@ -63,7 +63,7 @@ def test_ebm_scorer_keeps_rows_and_candidates_apart(tok):
     assert E.shape == (2, 3)
     for b in range(2):
         for k in range(3):
-            assert E[b, k] == pytest.approx(net(xt[b:b + 1], x0[b, k:k + 1]).item(), abs=1e-5)
+            assert E[b, k] == pytest.approx(net(xt[b : b + 1], x0[b, k : k + 1]).item(), abs=1e-5)
 
 
 def test_nce_options_for_the_energy_network():
@@ -111,7 +111,7 @@ def models_uniform(tok):
 
         def logp_x0(self, xt):
             logp = torch.full((*xt.shape, tok.vocab_size), -math.log(tok.eos_id + 1))
-            logp[..., tok.eos_id + 1:] = -math.inf
+            logp[..., tok.eos_id + 1 :] = -math.inf
             onehot = torch.full_like(logp, -math.inf).scatter_(-1, xt.clamp(max=tok.eos_id)[..., None], 0.0)
             return torch.where((xt == tok.mask_id)[..., None], logp, onehot)
 
@@ -145,10 +145,14 @@ def test_selection_guard_never_picks_a_checkpoint_that_worsens_the_guard(net_fac
     """The loop selects the lowest dev loss among checkpoints whose guard is not above the initial one."""
     net = net_factory(d_model=16)
     data = random_words(64, 12)
-    script = iter([{"loss": 1.0, "guard": 2.0},  # step 0 (initial)
-                   {"loss": 0.1, "guard": 2.5},  # lower loss, but p_theta got worse: inadmissible
-                   {"loss": 0.8, "guard": 1.9},  # admissible and better than the initial
-                   {"loss": 0.5, "guard": 2.01}])  # inadmissible again
+    script = iter(
+        [
+            {"loss": 1.0, "guard": 2.0},  # step 0 (initial)
+            {"loss": 0.1, "guard": 2.5},  # lower loss, but p_theta got worse: inadmissible
+            {"loss": 0.8, "guard": 1.9},  # admissible and better than the initial
+            {"loss": 0.5, "guard": 2.01},
+        ]
+    )  # inadmissible again
     states = []
 
     def eval_fn(ema):
@@ -158,8 +162,17 @@ def test_selection_guard_never_picks_a_checkpoint_that_worsens_the_guard(net_fac
     def loss(net, x0, g):
         return net(x0).float().pow(2).mean()
 
-    ema, history = train(net, loss, data, TrainConfig(steps=3, batch_size=4, lr=1e-3, warmup=0, ckpt_every=1),
-                         tmp_path, "guard", log=lambda s: None, progress=False, eval_fn=eval_fn)
+    ema, history = train(
+        net,
+        loss,
+        data,
+        TrainConfig(steps=3, batch_size=4, lr=1e-3, warmup=0, ckpt_every=1),
+        tmp_path,
+        "guard",
+        log=lambda s: None,
+        progress=False,
+        eval_fn=eval_fn,
+    )
     dev = [h for h in history if "dev" in h]
     assert [d["dev"]["admissible"] for d in dev] == [True, False, True, False]
     for k, v in ema.state_dict().items():  # the step-2 checkpoint (loss 0.8) was selected
@@ -180,15 +193,36 @@ def test_edlm_nce_trains_an_energy_network_with_p_theta_frozen(tmp_path, tok):
     tok.save(tokdir)
     arch = {"d_model": 16, "n_layers": 1, "n_heads": 2}
     quiet = dict(log=lambda s: None)
-    train_from_spec("mdlm", {"method": "mdlm", "arch": arch, "train": {"steps": 30, "batch_size": 16, "lr": 3e-3,
-                                                                          "warmup": 2}},
-                    paths["train"], tokdir, tmp_path / "m", tmp_path / "ck_m", L, **quiet)
+    train_from_spec(
+        "mdlm",
+        {"method": "mdlm", "arch": arch, "train": {"steps": 30, "batch_size": 16, "lr": 3e-3, "warmup": 2}},
+        paths["train"],
+        tokdir,
+        tmp_path / "m",
+        tmp_path / "ck_m",
+        L,
+        **quiet,
+    )
     before = load_model(tmp_path / "m")[0].state_dict()
-    spec = {"method": "nce", "options": {"train": "energy_net", "energy": "ebm", "ar_context": None, "dlm": "m"},
-            "arch": arch, "train": {"steps": 40, "batch_size": 32, "lr": 3e-3, "warmup": 2, "ckpt_every": 20,
-                                    "ema": 0.9}}
-    train_from_spec("ebm", spec, paths["train"], tokdir, tmp_path / "e", tmp_path / "ck_e", L, init_dir=tmp_path / "m",
-                    partner_dirs={"dlm": tmp_path / "m"}, dev_path=paths["valid"], **quiet)
+    spec = {
+        "method": "nce",
+        "options": {"train": "energy_net", "energy": "ebm", "ar_context": None, "dlm": "m"},
+        "arch": arch,
+        "train": {"steps": 40, "batch_size": 32, "lr": 3e-3, "warmup": 2, "ckpt_every": 20, "ema": 0.9},
+    }
+    train_from_spec(
+        "ebm",
+        spec,
+        paths["train"],
+        tokdir,
+        tmp_path / "e",
+        tmp_path / "ck_e",
+        L,
+        init_dir=tmp_path / "m",
+        partner_dirs={"dlm": tmp_path / "m"},
+        dev_path=paths["valid"],
+        **quiet,
+    )
     for k, v in load_model(tmp_path / "m")[0].state_dict().items():
         assert torch.equal(v, before[k]), k
     net, meta = load_model(tmp_path / "e")
@@ -205,7 +239,8 @@ def test_edlm_nce_trains_an_energy_network_with_p_theta_frozen(tmp_path, tok):
     x, stats = sample_energy(den, scorer, 8, L, 4, torch.Generator().manual_seed(0), energy="ebm", K=2, w=1.0)
     assert x.shape == (8, L) and stats["energy_calls"] > 0 and not (x == tk.mask_id).any()
     x0 = load_tokens(paths["valid"], 8).long()
-    nll = energy_corrected_nelbo(den, scorer, "ebm", None, x0, make_schedule("loglinear"), tk.mask_id,
-                                 torch.Generator().manual_seed(0))
+    nll = energy_corrected_nelbo(
+        den, scorer, "ebm", None, x0, make_schedule("loglinear"), tk.mask_id, torch.Generator().manual_seed(0)
+    )
     assert nll.shape == (8,) and torch.isfinite(nll).all()
     assert json.loads((tmp_path / "e" / "history.json").read_text())[0]["step"] == 0

@@ -22,13 +22,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
 
 from unie.data import hub as hf_data
 from unie.data.corpus import tokenize_corpus, write_text_parquet
 from unie.data.tokens import load_tokens
-from unie.data.detokenize import (DETOKENIZERS, lambada_detokenizer, lm1b_detokenizer, ptb_detokenizer,
-                             scientific_papers_detokenizer, wikitext_detokenizer)
+from unie.data.detokenize import (
+    DETOKENIZERS,
+    lambada_detokenizer,
+    lm1b_detokenizer,
+    ptb_detokenizer,
+    scientific_papers_detokenizer,
+    wikitext_detokenizer,
+)
 from unie.config.profile import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,8 +149,9 @@ def bpe_dir(tmp_path_factory) -> Path:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=[EOT],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=[EOT], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     bpe.train_from_iterator(SENTENCES * 3, trainer)
     tok = GPT2TokenizerFast(tokenizer_object=bpe, bos_token=EOT, eos_token=EOT, unk_token=EOT)
     out = tmp_path_factory.mktemp("bpe")
@@ -209,27 +215,47 @@ def test_fetch_tokenizer_missing_local_path(tmp_path):
 @pytest.fixture
 def fixtures(tmp_path) -> dict[str, Path]:
     """Small local datasets in the three local formats."""
-    wiki = [" = Robert Boulter = \n", "", " Robert Boulter is an English film , television actor . \n",
-            " He had a guest @-@ starring role in 2000 . \n", "   "]
+    wiki = [
+        " = Robert Boulter = \n",
+        "",
+        " Robert Boulter is an English film , television actor . \n",
+        " He had a guest @-@ starring role in 2000 . \n",
+        "   ",
+    ]
     pq.write_table(pa.table({"text": wiki, "label": list(range(len(wiki)))}), tmp_path / "wiki.parquet")
     with open(tmp_path / "ptb.jsonl", "w") as f:
-        for s in [" consumers may want to move their telephones a little closer to the tv set ",
-                  " the company 's shares rose $ N to $ N N ", " they do n't know the <unk> "]:
+        for s in [
+            " consumers may want to move their telephones a little closer to the tv set ",
+            " the company 's shares rose $ N to $ N N ",
+            " they do n't know the <unk> ",
+        ]:
             f.write(json.dumps({"sentence": s, "id": 0}) + "\n")
     (tmp_path / "lm1b.txt").write_text("It 's what they 're doing .\nIs it true ?\n\nsee http : / / x.org now\n")
     return {"wiki": tmp_path / "wiki.parquet", "ptb": tmp_path / "ptb.jsonl", "lm1b": tmp_path / "lm1b.txt"}
 
 
 def test_load_documents_local_formats(fixtures):
-    docs = hf_data.load_documents({"path": str(fixtures["wiki"]), "format": "parquet", "split": "validation",
-                                   "detokenizer": "wikitext"})
-    assert docs == [" = Robert Boulter =\n", " Robert Boulter is an English film, television actor.\n",
-                    " He had a guest-starring role in 2000.\n"]  # empty and blank rows dropped
-    docs = hf_data.load_documents({"path": str(fixtures["ptb"]), "format": "jsonl", "split": "validation",
-                                   "text_field": "sentence", "detokenizer": "ptb"})
+    docs = hf_data.load_documents(
+        {"path": str(fixtures["wiki"]), "format": "parquet", "split": "validation", "detokenizer": "wikitext"}
+    )
+    assert docs == [
+        " = Robert Boulter =\n",
+        " Robert Boulter is an English film, television actor.\n",
+        " He had a guest-starring role in 2000.\n",
+    ]  # empty and blank rows dropped
+    docs = hf_data.load_documents(
+        {
+            "path": str(fixtures["ptb"]),
+            "format": "jsonl",
+            "split": "validation",
+            "text_field": "sentence",
+            "detokenizer": "ptb",
+        }
+    )
     assert docs[1] == " the company's shares rose $1 to $1 1 " and docs[2] == " they don't know the ? "
-    docs = hf_data.load_documents({"path": str(fixtures["lm1b"]), "format": "text", "split": "test",
-                                   "detokenizer": "lm1b"})
+    docs = hf_data.load_documents(
+        {"path": str(fixtures["lm1b"]), "format": "text", "split": "test", "detokenizer": "lm1b"}
+    )
     assert docs == ["It's what they're doing.", "Is it true?", "see http://x.org now"]
 
 
@@ -241,8 +267,12 @@ def test_load_documents_slices_cap_and_dirs(fixtures, tmp_path):
     d.mkdir()
     for i in range(2):
         pq.write_table(pa.table({"text": [f"doc {i}a", f"doc {i}b"]}), d / f"part-{i}.parquet")
-    assert hf_data.load_documents({"path": str(d), "format": "parquet", "split": "test"}) == \
-        ["doc 0a", "doc 0b", "doc 1a", "doc 1b"]
+    assert hf_data.load_documents({"path": str(d), "format": "parquet", "split": "test"}) == [
+        "doc 0a",
+        "doc 0b",
+        "doc 1a",
+        "doc 1b",
+    ]
 
 
 def test_load_documents_missing_field_names_columns(fixtures):
@@ -284,9 +314,13 @@ def test_download_streams_documents_in_batches(tmp_path):
         write_text_batches(failing(), tmp_path / "raw" / "broken.parquet")
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["part.parquet"]  # nothing half-written
     # the rule's script, as Snakemake runs it
-    smk = SimpleNamespace(params=SimpleNamespace(data={"source": "hf", "hf": {"wiki": {"test": spec}}}, seed=0),
-                          wildcards=SimpleNamespace(domain="wiki", split="test"), threads=1,
-                          output=[str(tmp_path / "raw" / "wiki" / "test.parquet")], log=[str(tmp_path / "dl.log")])
+    smk = SimpleNamespace(
+        params=SimpleNamespace(data={"source": "hf", "hf": {"wiki": {"test": spec}}}, seed=0),
+        wildcards=SimpleNamespace(domain="wiki", split="test"),
+        threads=1,
+        output=[str(tmp_path / "raw" / "wiki" / "test.parquet")],
+        log=[str(tmp_path / "dl.log")],
+    )
     threads = torch.get_num_threads()
     try:
         runpy.run_path(str(REPO / "workflow" / "scripts" / "download.py"), init_globals={"snakemake": smk})
@@ -301,8 +335,13 @@ def test_documents_to_wrapped_chunks(fixtures, bpe_dir, tmp_path):
     tok = hf_data.fetch_tokenizer(str(bpe_dir), tmp_path / "tok")
     specs = {
         "wiki": {"path": str(fixtures["wiki"]), "format": "parquet", "split": "validation", "detokenizer": "wikitext"},
-        "ptb": {"path": str(fixtures["ptb"]), "format": "jsonl", "split": "validation", "text_field": "sentence",
-                "detokenizer": "ptb"},
+        "ptb": {
+            "path": str(fixtures["ptb"]),
+            "format": "jsonl",
+            "split": "validation",
+            "text_field": "sentence",
+            "detokenizer": "ptb",
+        },
         "lm1b": {"path": str(fixtures["lm1b"]), "format": "text", "split": "test", "detokenizer": "lm1b"},
     }
     L = 16
@@ -326,25 +365,68 @@ def test_documents_to_wrapped_chunks(fixtures, bpe_dir, tmp_path):
 
 
 def test_select_model_files():
-    gpt2_large = ["config.json", "generation_config.json", "merges.txt", "vocab.json", "tokenizer.json",
-                  "model.safetensors", "pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "rust_model.ot",
-                  "onnx/decoder_model.onnx", "onnx/config.json", "README.md", "64-8bits.tflite"]
-    assert hf_data.select_model_files(gpt2_large) == ["config.json", "generation_config.json", "merges.txt",
-                                                      "model.safetensors", "tokenizer.json", "vocab.json"]
-    llama3 = ["config.json", "generation_config.json", "model-00001-of-00004.safetensors",
-              "model-00002-of-00004.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
-              "original/params.json", "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json",
-              "tokenizer_config.json", "LICENSE", "USE_POLICY.md"]
+    gpt2_large = [
+        "config.json",
+        "generation_config.json",
+        "merges.txt",
+        "vocab.json",
+        "tokenizer.json",
+        "model.safetensors",
+        "pytorch_model.bin",
+        "tf_model.h5",
+        "flax_model.msgpack",
+        "rust_model.ot",
+        "onnx/decoder_model.onnx",
+        "onnx/config.json",
+        "README.md",
+        "64-8bits.tflite",
+    ]
+    assert hf_data.select_model_files(gpt2_large) == [
+        "config.json",
+        "generation_config.json",
+        "merges.txt",
+        "model.safetensors",
+        "tokenizer.json",
+        "vocab.json",
+    ]
+    llama3 = [
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00004.safetensors",
+        "model-00002-of-00004.safetensors",
+        "model.safetensors.index.json",
+        "original/consolidated.00.pth",
+        "original/params.json",
+        "original/tokenizer.model",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "LICENSE",
+        "USE_POLICY.md",
+    ]
     sel = hf_data.select_model_files(llama3)
     assert not any(f.startswith("original/") for f in sel) and "model.safetensors.index.json" in sel
-    assert hf_data.select_model_files(["config.json", "pytorch_model.bin", "training_args.bin"]) == \
-        ["config.json", "pytorch_model.bin"]
+    assert hf_data.select_model_files(["config.json", "pytorch_model.bin", "training_args.bin"]) == [
+        "config.json",
+        "pytorch_model.bin",
+    ]
     # a custom-code DLLM (LLaDA, Dream: auto_map) does not load without its configuration and modeling code
-    llada = ["config.json", "configuration_llada.py", "modeling_llada.py", "generation_config.json", "README.md",
-             "model-00001-of-00006.safetensors", "model.safetensors.index.json", "tokenizer.json",
-             "tokenizer_config.json", "special_tokens_map.json", ".gitattributes"]
-    assert {"configuration_llada.py", "modeling_llada.py", "model-00001-of-00006.safetensors"} <= \
-        set(hf_data.select_model_files(llada))
+    llada = [
+        "config.json",
+        "configuration_llada.py",
+        "modeling_llada.py",
+        "generation_config.json",
+        "README.md",
+        "model-00001-of-00006.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        ".gitattributes",
+    ]
+    assert {"configuration_llada.py", "modeling_llada.py", "model-00001-of-00006.safetensors"} <= set(
+        hf_data.select_model_files(llada)
+    )
     with pytest.raises(ValueError, match="no \\*.safetensors"):
         hf_data.select_model_files(["config.json"])
 
@@ -368,8 +450,10 @@ def test_fetch_model_uses_snapshot_download(tmp_path, monkeypatch):
     monkeypatch.setattr(hf_data, "hub_problem", lambda: None)  # the hub answers
     out = hf_data.fetch_model("openai-community/gpt2-large", tmp_path / "gpt2_large")
     assert out == tmp_path / "gpt2_large"
-    assert seen == {"repo_id": "openai-community/gpt2-large",
-                    "allow_patterns": ["config.json", "model.safetensors", "tokenizer.json"]}
+    assert seen == {
+        "repo_id": "openai-community/gpt2-large",
+        "allow_patterns": ["config.json", "model.safetensors", "tokenizer.json"],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -378,8 +462,17 @@ def tiny_gpt2_dir(bpe_dir, tmp_path_factory) -> Path:
 
     tok = AutoTokenizer.from_pretrained(bpe_dir, local_files_only=True)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(tok), n_positions=64,
-                                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1,
+            n_head=2,
+            n_embd=32,
+            vocab_size=len(tok),
+            n_positions=64,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
     out = tmp_path_factory.mktemp("tiny_gpt2")
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -453,11 +546,20 @@ def test_a_released_duos_pad_is_written_as_upstream_decodes_it(bpe_dir, tmp_path
             return torch.ones(len(texts), dtype=torch.float64), torch.ones(len(texts), dtype=torch.float64)
 
     monkeypatch.setattr(sample, "make_evaluator", lambda *a, **k: Recorder())
-    for meta, expected in (({"text_states": {str(ours.mask_id): sample.PAD_TEXT}}, want),
-                           ({}, [ours.decode(r) for r in rows])):
+    for meta, expected in (
+        ({"text_states": {str(ours.mask_id): sample.PAD_TEXT}}, want),
+        ({}, [ours.decode(r) for r in rows]),
+    ):
         write_tokens(torch.tensor(rows), tmp_path / "s.parquet", extra={"unie": json.dumps(meta)})
-        sample.evaluate_samples(tmp_path / "s.parquet", tmp_path / "tokenizer", {"ev": {"kind": "hf"}}, "first", {},
-                                domain="owt", log=lambda m: None)
+        sample.evaluate_samples(
+            tmp_path / "s.parquet",
+            tmp_path / "tokenizer",
+            {"ev": {"kind": "hf"}},
+            "first",
+            {},
+            domain="owt",
+            log=lambda m: None,
+        )
         assert seen["texts"][-1] == expected
     assert "[PAD]" not in "".join(seen["texts"][-1])
 
@@ -480,8 +582,13 @@ def test_paper_config_passes_schema_and_check_config():
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     check_config(cfg)
     toy = resolve_config()
-    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {"resources", "hf_models", "slurm_partitions", "max_runtime",
-                                                           "cluster"}  # same structure
+    assert set(toy) <= set(cfg) and set(cfg) - set(toy) == {
+        "resources",
+        "hf_models",
+        "slurm_partitions",
+        "max_runtime",
+        "cluster",
+    }  # same structure
     assert list(cfg["tables"]["table2_genppl"]) == [r for r in toy["tables"]["table2_genppl"]]  # same rows
     assert [r for r in toy["tables"]["table1_ppl"] if "exact" not in r] == list(cfg["tables"]["table1_ppl"])
     assert cfg["data"]["seq_len"] == 1024 and cfg["tokenizer"] == {"kind": "hf", "path": "gpt2"}
@@ -518,8 +625,19 @@ def _dry_run_with_profile(tmp_path: Path, *targets: str) -> str:
     (run_dir / "config").mkdir()
     shutil.copy(PAPER, run_dir / "config" / "paper.yaml")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-s", str(_snakefile(tmp_path)),
-           "-d", str(tmp_path / "work"), *targets]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        "slurm",
+        "-n",
+        "-s",
+        str(_snakefile(tmp_path)),
+        "-d",
+        str(tmp_path / "work"),
+        *targets,
+    ]
     r = subprocess.run(cmd, cwd=run_dir, capture_output=True, text=True, env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-5000:]
@@ -585,8 +703,16 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     local = _local_rules(_paper_config())  # what runs on the submit host
     # downloads run on the submit host (compute nodes are often offline): the datasets, models and task files, and
     # the lm-eval tasks' data (prefetch_lmeval, which every lm-eval job reads)
-    assert {"download", "download_task_file", "download_hf_model", "download_released", "released_missing",
-            "table3", "tokenizer", "prefetch_lmeval"} <= local
+    assert {
+        "download",
+        "download_task_file",
+        "download_hf_model",
+        "download_released",
+        "released_missing",
+        "table3",
+        "tokenizer",
+        "prefetch_lmeval",
+    } <= local
     local |= set(re.findall(r"^rule (\w+):", (REPO / "Snakefile").read_text(), re.M))  # targets: nothing to run
     submitted = [(n, b) for n, b in re.findall(r"^rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M) if n not in local]
     assert {"tokenize", "train", "dllm_eval"} <= {name for name, _ in submitted}
@@ -597,11 +723,17 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     assert _job_blocks(out, "table3") and not _job_blocks(out, "dllm_tasks")
     # LiveCodeBench v2 (two release files), MBPP (its test split), MMLU (test + dev, the shots) and HellaSwag
     # (validation) fetched on the submit host, then written as local lm-eval tasks (MMLU, HellaSwag generative)
-    files = sorted(re.search(r"task=(\w+), file=([\w./-]+)", b).groups() for b in _job_blocks(out, "download_task_file"))
-    assert files == [("hellaswag_gen", "data/validation-00000-of-00001.parquet"),
-                     ("livecodebench_v2", "test.jsonl"), ("livecodebench_v2", "test2.jsonl"),
-                     ("mbpp_local", "full/test-00000-of-00001.parquet"),
-                     ("mmlu_gen", "all/dev-00000-of-00001.parquet"), ("mmlu_gen", "all/test-00000-of-00001.parquet")]
+    files = sorted(
+        re.search(r"task=(\w+), file=([\w./-]+)", b).groups() for b in _job_blocks(out, "download_task_file")
+    )
+    assert files == [
+        ("hellaswag_gen", "data/validation-00000-of-00001.parquet"),
+        ("livecodebench_v2", "test.jsonl"),
+        ("livecodebench_v2", "test2.jsonl"),
+        ("mbpp_local", "full/test-00000-of-00001.parquet"),
+        ("mmlu_gen", "all/dev-00000-of-00001.parquet"),
+        ("mmlu_gen", "all/test-00000-of-00001.parquet"),
+    ]
     assert len(_job_blocks(out, "dllm_local_tasks")) == 1
     downloads = {re.search(r"domain=(\w+), split=(\w+)", b).groups() for b in _job_blocks(out, "download")}
     # OWT train, OWT valid (the NCE dev split) and the `test` split of all 8 domains
@@ -626,9 +758,14 @@ def test_dry_run_table2_with_slurm_profile(tmp_path):
 def test_slurm_partitions_renamed_and_runtimes_capped_in_one_line(tmp_path):
     """Site settings on the command line: partition names, a resource (its nested value arrives as a string from
     Snakemake's parser and is typed) and the runtime cap (the partitions' time limit), which every job obeys."""
-    out = _dry_run_with_profile(tmp_path, "all", "--config", "slurm_partitions={cpu: normal, gpu: a100}",
-                                "resources={train: {gpu: 1, mem_mb: 1000, runtime: 100}, "
-                                "dllm_eval: {gpu: 2, mem_mb: 96000, runtime: 600}}", "max_runtime=600")
+    out = _dry_run_with_profile(
+        tmp_path,
+        "all",
+        "--config",
+        "slurm_partitions={cpu: normal, gpu: a100}",
+        "resources={train: {gpu: 1, mem_mb: 1000, runtime: 100}, dllm_eval: {gpu: 2, mem_mb: 96000, runtime: 600}}",
+        "max_runtime=600",
+    )
     evals, downloads = _job_blocks(out, "dllm_eval"), _job_blocks(out, "download")
     assert evals and all("slurm_partition=a100" in b and "gpu=2" in b for b in evals)
     assert downloads and all("slurm_partition=normal" in b for b in downloads)
@@ -646,8 +783,11 @@ def test_a_row_that_would_be_cut_at_every_attempt_is_refused():
 
     cfg = _paper_config()
     cfg["max_runtime"] = 1440
-    with pytest.raises(ConfigError, match=r"resources.dllm_eval.runtime.*2880 min is more than max_runtime 1440.*"
-                                          r"starts over.*resources.dllm_eval.gpu"):
+    with pytest.raises(
+        ConfigError,
+        match=r"resources.dllm_eval.runtime.*2880 min is more than max_runtime 1440.*"
+        r"starts over.*resources.dllm_eval.gpu",
+    ):
         check_config(cfg)
     cfg["resources"]["dllm_eval"].update(gpu=2, runtime=1440)  # two GPUs: the documents split between them
     check_config(cfg)  # training, tokenize and the sweeps resume: their runtimes may exceed the cap
@@ -671,8 +811,14 @@ def _sbatch(block: str, threads: int) -> str:
         key, value = item.split("=", 1)
         res[key] = int(value) if value.isdigit() else value
     job = SimpleNamespace(resources=res, threads=threads)
-    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c", "account": "",
-              "partition": f"-p {res['slurm_partition']}", "workdir": None}
+    params = {
+        "run_uuid": "u",
+        "slurm_logfile": "log",
+        "comment_str": "c",
+        "account": "",
+        "partition": f"-p {res['slurm_partition']}",
+        "workdir": None,
+    }
     return get_submit_command(job, params) + set_gres_string(job)
 
 
@@ -681,8 +827,13 @@ def test_one_gpu_request_form_downloads_on_a_transfer_partition(tmp_path):
     above) or --gres=gpu:[model:]N where the site asks for GRES (config cluster.gpu_request), never both; with
     slurm_partitions.download the downloads are jobs on that partition instead of local rules."""
     cfg = _paper_config()
-    out = _dry_run_with_profile(tmp_path, "all", "--config", "cluster={gpu_request: gres, gpu_model: a100}",
-                                "slurm_partitions={cpu: cpu, gpu: gpu, download: transfer}")
+    out = _dry_run_with_profile(
+        tmp_path,
+        "all",
+        "--config",
+        "cluster={gpu_request: gres, gpu_model: a100}",
+        "slurm_partitions={cpu: cpu, gpu: gpu, download: transfer}",
+    )
     blocks = re.findall(r"^(localrule|rule) (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
     gpu_jobs = [(n, b) for kind, n, b in blocks if "slurm_partition=gpu" in b]
     assert {"train", "ppl", "sample", "dllm_eval", "dllm_sweep"} <= {n for n, _ in gpu_jobs}
@@ -693,16 +844,31 @@ def test_one_gpu_request_form_downloads_on_a_transfer_partition(tmp_path):
         assert " -p gpu" in line and "precision=bf16" in b
         assert ("--cpus-per-gpu=" in line) == ("cpus_per_gpu=" in b)  # the sweeps hold cores: --cpus-per-task
     cfg = {**cfg, "slurm_partitions": {"cpu": "cpu", "gpu": "gpu", "download": "transfer"}}
-    assert not _local_rules(cfg) & {"download", "tokenizer", "download_hf_model", "download_released",
-                                    "download_task_file", "prefetch_lmeval"}
-    downloads = {"download", "tokenizer", "download_hf_model", "download_released", "download_task_file",
-                 "prefetch_lmeval"}
+    assert not _local_rules(cfg) & {
+        "download",
+        "tokenizer",
+        "download_hf_model",
+        "download_released",
+        "download_task_file",
+        "prefetch_lmeval",
+    }
+    downloads = {
+        "download",
+        "tokenizer",
+        "download_hf_model",
+        "download_released",
+        "download_task_file",
+        "prefetch_lmeval",
+    }
     for kind, name, b in blocks:
         if name in downloads:
             assert kind == "rule" and "slurm_partition=transfer" in b, (kind, name)  # submitted, to transfer
             assert "--gres" not in _sbatch(b, 1) and "--gpus" not in _sbatch(b, 1)
-    assert sorted(re.search(r"model=(\w+)", b).group(1) for k, n, b in blocks if n == "train") == \
-        ["ar_masked", "edlm_nce", "uni_edlm_nce"]
+    assert sorted(re.search(r"model=(\w+)", b).group(1) for k, n, b in blocks if n == "train") == [
+        "ar_masked",
+        "edlm_nce",
+        "uni_edlm_nce",
+    ]
 
 
 def test_a_second_gpu_request_form_in_the_profile_is_refused(tmp_path):
@@ -712,9 +878,27 @@ def test_a_second_gpu_request_form_in_the_profile_is_refused(tmp_path):
     shutil.copytree(REPO / "slurm", run_dir / "slurm")
     (run_dir / "config").mkdir()
     shutil.copy(PAPER, run_dir / "config" / "paper.yaml")
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-s", str(REPO / "Snakefile"),
-                        "-d", str(tmp_path / "work"), "all", "--set-resources", "train:gres=gpu:1"], cwd=run_dir,
-                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            "slurm",
+            "-n",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path / "work"),
+            "all",
+            "--set-resources",
+            "train:gres=gpu:1",
+        ],
+        cwd=run_dir,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("unie: error:")]
     assert r.returncode != 0 and len(lines) == 1 and "set-resources train: gres" in lines[0], r.stderr[-2000:]
     assert "cluster.gpu_request" in lines[0]
@@ -754,9 +938,11 @@ def test_an_unreachable_hub_names_the_model_at_once(tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     assert "not reachable" in hf_data.hub_problem()
-    cases = [(lambda: hf_data.fetch_model("org/some-model", tmp_path / "m"), "model 'org/some-model'"),
-             (lambda: hf_data.fetch_tokenizer("org/some-tokenizer", tmp_path / "t"), "tokenizer 'org/some-tokenizer'"),
-             (lambda: hf_data.load_split({"path": "org/some-dataset", "split": "train"}), "dataset 'org/some-dataset'")]
+    cases = [
+        (lambda: hf_data.fetch_model("org/some-model", tmp_path / "m"), "model 'org/some-model'"),
+        (lambda: hf_data.fetch_tokenizer("org/some-tokenizer", tmp_path / "t"), "tokenizer 'org/some-tokenizer'"),
+        (lambda: hf_data.load_split({"path": "org/some-dataset", "split": "train"}), "dataset 'org/some-dataset'"),
+    ]
     for call, name in cases:
         t0 = time.time()
         with pytest.raises(hf_data.HubUnreachableError) as e:

@@ -15,17 +15,25 @@ from paper_tex import cell_values, parse_tex_table
 
 from unie.core.integrity import DamagedFileError, write_page_record
 from unie.pipeline.paper_vs_ours import paper_vs_ours
-from unie.report.paper import (compare, kendall_tau_b, orderings, ours_long, paper_columns, paper_row, render, sections,
-                               step_map)
+from unie.report.paper import (
+    compare,
+    kendall_tau_b,
+    orderings,
+    ours_long,
+    paper_columns,
+    paper_row,
+    render,
+    sections,
+    step_map,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 VALUES_PATH = REPO / "config" / "paper_values.yaml"
 VALUES = yaml.safe_load(VALUES_PATH.read_text())
-# The paper's LaTeX source is not part of the repository: $UNIE_PAPER_TEX names a copy; the development machines keep
-# one beside the clone (../shared/paper/uni-e.tex).  Without it the checks against the .tex are skipped.
-_TEX_PLACES = [Path(os.environ["UNIE_PAPER_TEX"])] if os.environ.get("UNIE_PAPER_TEX") else []
-_TEX_PLACES.append(REPO.parent / "shared" / "paper" / "uni-e.tex")
-TEX = next((p for p in _TEX_PLACES if p.is_file()), None)
+# The paper's LaTeX source is not part of the repository: $UNIE_PAPER_TEX names a copy (the arXiv source of
+# 2606.09159).  Without it the checks against the .tex are skipped.
+_TEX = Path(os.environ["UNIE_PAPER_TEX"]) if os.environ.get("UNIE_PAPER_TEX") else None
+TEX = _TEX if _TEX is not None and _TEX.is_file() else None
 needs_tex = pytest.mark.skipif(TEX is None, reason="the paper's .tex is not at hand (set UNIE_PAPER_TEX to a copy)")
 
 
@@ -105,12 +113,26 @@ def test_kendall_tau_b_matches_scipy():
     assert kendall_tau_b([1, 2, 3], [3, 2, 1]) == -1 and kendall_tau_b([1, 1], [2, 3]) is None
 
 
-SPEC = {"kind": "long", "lower_is_better": False, "columns": ["A", "B"], "title": "T", "label": "t", "decimals": 1,
-        "rows": {"base": {"ours": ["llada"], "values": [10.0, 50.0]},
-                 "base/+E": {"ours": ["llada_uni", "other"], "values": [12.0, 40.0]},
-                 "big": {"ours": ["missing_here", "ar_large"], "values": [30.0, 45.0]}}}
-OURS = pd.DataFrame({"row": ["llada", "llada", "llada_uni", "llada_uni", "ar_large", "ar_large"],
-                     "column": ["A", "B", "A", "B", "A", "B"], "value": [1.0, 5.0, 2.0, 5.0, 0.5, 4.0]})
+SPEC = {
+    "kind": "long",
+    "lower_is_better": False,
+    "columns": ["A", "B"],
+    "title": "T",
+    "label": "t",
+    "decimals": 1,
+    "rows": {
+        "base": {"ours": ["llada"], "values": [10.0, 50.0]},
+        "base/+E": {"ours": ["llada_uni", "other"], "values": [12.0, 40.0]},
+        "big": {"ours": ["missing_here", "ar_large"], "values": [30.0, 45.0]},
+    },
+}
+OURS = pd.DataFrame(
+    {
+        "row": ["llada", "llada", "llada_uni", "llada_uni", "ar_large", "ar_large"],
+        "column": ["A", "B", "A", "B", "A", "B"],
+        "value": [1.0, 5.0, 2.0, 5.0, 0.5, 4.0],
+    }
+)
 
 
 def test_orderings_best_rows_ties_and_tau():
@@ -134,8 +156,10 @@ def test_orderings_best_rows_ties_and_tau():
 def test_paper_profile_shows_differences_and_toy_profile_says_scales_differ():
     df = compare(SPEC, ours_long(SPEC, OURS))
     assert df.set_index(["row", "column"]).loc[("base", "A"), "diff"] == pytest.approx(1.0 - 10.0)
-    parts = [{"key": "t", "spec": SPEC, "df": df, "order": orderings(SPEC, df)},
-             {"key": "k", "spec": dict(SPEC, title="K"), "reason": "not produced"}]
+    parts = [
+        {"key": "t", "spec": SPEC, "df": df, "order": orderings(SPEC, df)},
+        {"key": "k", "spec": dict(SPEC, title="K"), "reason": "not produced"},
+    ]
     md_paper, tex_paper, _ = render(parts, "paper")
     md_toy, tex_toy, long = render(parts, "toy")
     assert "| base | 10.0 / 1.0 (-9.0) | 50.0 / 5.0 (-45.0) |" in md_paper
@@ -152,13 +176,26 @@ def test_genppl_steps_map_by_fraction_of_L_and_entropy_is_not_ranked():
     spec = VALUES["tables"]["table2_genppl"]
     assert step_map(spec["steps"], [4, 8, 16, 32]) == {4: 128, 8: 256, 16: 512, 32: 1024}
     assert step_map(spec["steps"], [2, 16]) == {2: 128, 16: 1024}  # smoke: L/8 and L
-    ours = pd.DataFrame({"row": ["MDLM", "MDLM", "AR", "MDLM"], "evaluator": ["exact", "ar", "exact", "exact"],
-                         "steps": [2, 16, 16, 8], "genppl": [90.0, 20.0, 13.0, 50.0],
-                         "entropy_bits": [4.1, 4.3, 4.4, 4.2]})
+    ours = pd.DataFrame(
+        {
+            "row": ["MDLM", "MDLM", "AR", "MDLM"],
+            "evaluator": ["exact", "ar", "exact", "exact"],
+            "steps": [2, 16, 16, 8],
+            "genppl": [90.0, 20.0, 13.0, 50.0],
+            "entropy_bits": [4.1, 4.3, 4.4, 4.2],
+        }
+    )
     got = ours_long(spec, ours, evaluators=["exact", "ar_long", "ar"], steps=[2, 8, 16])
-    assert got == {("MDLM", "Llama2 128"): 90.0, ("MDLM", "Entropy 128"): 4.1, ("MDLM", "GPT2 1024"): 20.0,
-                   ("MDLM", "Entropy 1024"): 4.3, ("AR", "Llama2 1024"): 13.0, ("AR", "Entropy 1024"): 4.4,
-                   ("MDLM", "Llama2 512"): 50.0, ("MDLM", "Entropy 512"): 4.2}
+    assert got == {
+        ("MDLM", "Llama2 128"): 90.0,
+        ("MDLM", "Entropy 128"): 4.1,
+        ("MDLM", "GPT2 1024"): 20.0,
+        ("MDLM", "Entropy 1024"): 4.3,
+        ("AR", "Llama2 1024"): 13.0,
+        ("AR", "Entropy 1024"): 4.4,
+        ("MDLM", "Llama2 512"): 50.0,
+        ("MDLM", "Entropy 512"): 4.2,
+    }
     assert len(paper_columns(spec)) == 16 and paper_row(spec, "Data")[-1] == 7.7
     df = compare(spec, {**got, ("SEDD", "Entropy 128"): 1.0, ("SEDD", "Llama2 128"): 1.0, ("Data", "Llama2 1024"): 5.0})
     order = orderings(spec, df)  # no Entropy column, and Llama2 1024 has one row once Data (reference) is left out
@@ -178,25 +215,49 @@ def test_missing_tables_are_listed_with_their_reason(tmp_path):
     paths = {ext: tmp_path / f"pvo.{ext}" for ext in ("md", "tex", "csv")}
     t1.to_csv(tmp_path / "t1.csv", index=False)
     write_page_record(tmp_path / "t1.csv", "table1")  # as rule table1's job leaves it
-    md = paper_vs_ours(VALUES_PATH, {"table1_ppl": tmp_path / "t1.csv"}, profile="toy", evaluators=[], steps=[],
-                       md_path=paths["md"], tex_path=paths["tex"], csv_path=paths["csv"], log=lambda _: None)
+    md = paper_vs_ours(
+        VALUES_PATH,
+        {"table1_ppl": tmp_path / "t1.csv"},
+        profile="toy",
+        evaluators=[],
+        steps=[],
+        md_path=paths["md"],
+        tex_path=paths["tex"],
+        csv_path=paths["csv"],
+        log=lambda _: None,
+    )
     assert paths["md"].read_text() == md and md.count("Not compared:") == 4
     long = pd.read_csv(paths["csv"])
     assert set(long.table) == {"table1_ppl"} and long.ours.notna().sum() == 2
     assert "| OWT | 2 | AR | AR | yes | +1.00 |" in md
     t1.assign(ppl=[12.0, 19.0, 1.0]).to_csv(tmp_path / "t1.csv", index=False)  # an edited table is not compared
     with pytest.raises(DamagedFileError, match=r"t1\.csv is damaged: .*rule table1 remakes it"):
-        paper_vs_ours(VALUES_PATH, {"table1_ppl": tmp_path / "t1.csv"}, profile="toy", evaluators=[], steps=[],
-                      md_path=paths["md"], tex_path=paths["tex"], csv_path=paths["csv"], log=lambda _: None)
+        paper_vs_ours(
+            VALUES_PATH,
+            {"table1_ppl": tmp_path / "t1.csv"},
+            profile="toy",
+            evaluators=[],
+            steps=[],
+            md_path=paths["md"],
+            tex_path=paths["tex"],
+            csv_path=paths["csv"],
+            log=lambda _: None,
+        )
     assert paths["md"].read_text() == md
 
 
 def test_rows_our_table_does_not_rank_are_out_of_best_and_tau():
     """Table 1's rows that are not a bound (Uni-EDLM: below the data's exact perplexity) and EDLM-CoAR (its estimator
     is the AR reference's) stay in the cells but out of the best and Kendall's τ_b, with a note saying which."""
-    t1 = pd.DataFrame({"row": ["MDLM", "SEDD", "EDLM-CoAR", "Uni-EDLM-NCE"], "domain": ["owt"] * 4,
-                       "ppl": [12.0, 13.0, 11.5, 4.1], "bound": [True, True, True, False],
-                       "reference_estimator": [False, False, True, False]})
+    t1 = pd.DataFrame(
+        {
+            "row": ["MDLM", "SEDD", "EDLM-CoAR", "Uni-EDLM-NCE"],
+            "domain": ["owt"] * 4,
+            "ppl": [12.0, 13.0, 11.5, 4.1],
+            "bound": [True, True, True, False],
+            "reference_estimator": [False, False, True, False],
+        }
+    )
     (part,) = [p for p in sections(VALUES, {"table1_ppl": t1}, evaluators=[], steps=[]) if p["key"] == "table1_ppl"]
     owt = part["order"].set_index("column").loc["OWT"]
     assert owt.best_ours == "MDLM" and owt.rows == 2  # MDLM and SEDD ranked; CoAR and Uni-EDLM left out

@@ -76,8 +76,9 @@ def _train(tok, method: str, precision: str | None, steps: int, data, tmp):
 
 @pytest.fixture(scope="module")
 def data():
-    return HMM("owt").sample(512, L, torch.Generator().manual_seed(0)), \
-        HMM("owt").sample(256, L, torch.Generator().manual_seed(1))
+    return HMM("owt").sample(512, L, torch.Generator().manual_seed(0)), HMM("owt").sample(
+        256, L, torch.Generator().manual_seed(1)
+    )
 
 
 def test_fp32_training_is_the_default_path(tok, data, no_autocast, tmp_path):
@@ -95,8 +96,11 @@ def job(tmp_path_factory, tok):
     tok.save(root / "tok")
     save_model(make_net(tok.vocab_size, max_len=8), root / "mdlm", "mdlm", tok.info())
     save_model(make_net(tok.vocab_size, max_len=8, causal=True, seed=1), root / "ar", "ar", tok.info())
-    inputs = {"tokenizer": str(root / "tok"), "dlm": [str(root / "mdlm" / "model.safetensors")],
-              "proxy": [str(root / "ar" / "model.safetensors")]}
+    inputs = {
+        "tokenizer": str(root / "tok"),
+        "dlm": [str(root / "mdlm" / "model.safetensors")],
+        "proxy": [str(root / "ar" / "model.safetensors")],
+    }
     spec = {"sampler": "energy", "models": {"dlm": "mdlm", "proxy": "ar"}, "options": {"energy": "uni", "K": 2}}
     return SampleJob.from_spec("uni", spec, inputs, seq_len=8, n_samples=4, batch_size=2, domain="owt", seed=3), root
 
@@ -112,14 +116,23 @@ def _records(job, tmp_path, precision: str) -> tuple[dict, dict, dict]:
     quiet = dict(log=lambda *a: None)
     samples = tmp_path / f"{precision}.parquet"
     meta = run_sampler(dataclasses.replace(job, precision=precision), 2, samples, **quiet)
-    genppl = evaluate_samples(samples, root / "tok", {"ar": {"kind": "model"}}, "all", {"ar": str(root / "ar")},
-                              domain="owt", precision=precision, **quiet)
+    genppl = evaluate_samples(
+        samples,
+        root / "tok",
+        {"ar": {"kind": "model"}},
+        "all",
+        {"ar": str(root / "ar")},
+        domain="owt",
+        precision=precision,
+        **quiet,
+    )
     from unie.data.tokenizer import load_tokenizer
     from unie.data.tokens import load_tokens, write_token_file
 
     tokens = tmp_path / "owt" / f"{precision}.parquet"  # the samples as a token file (rule tokenize's metadata)
-    write_token_file(tokens, [load_tokens(samples).numpy()], 8,
-                     {"tokenizer": load_tokenizer(root / "tok").info()["fingerprint"]})
+    write_token_file(
+        tokens, [load_tokens(samples).numpy()], 8, {"tokenizer": load_tokenizer(root / "tok").info()["fingerprint"]}
+    )
     ppl = model_ppl("m", root / "mdlm", root / "tok", {"owt": tokens}, precision=precision, **quiet)
     return meta, genppl, ppl
 
@@ -223,8 +236,19 @@ def test_bf16_sampler_makes_the_same_decisions_step_by_step(trained):
     dlm, proxy = m.wrap(net), am.wrap(ar)
     from unie.energy.sampler import sample_energy
 
-    x, stats = sample_energy(dlm, proxy, 64, L, 16, torch.Generator().manual_seed(3), batch_size=64, energy="uni",
-                             K=2, w=1.0, record_steps=True)
+    x, stats = sample_energy(
+        dlm,
+        proxy,
+        64,
+        L,
+        16,
+        torch.Generator().manual_seed(3),
+        batch_size=64,
+        energy="uni",
+        K=2,
+        w=1.0,
+        record_steps=True,
+    )
     tokens, argmin = step_decisions(dlm, proxy, x, stats["reveal_step"], 16, dlm.mask_id)
     print(f"same decisions under bf16: tokens {tokens:.4f}, argmin {argmin:.4f}")
     assert tokens >= SAME_DECISIONS["tokens"] and argmin >= SAME_DECISIONS["argmin"], (tokens, argmin)
@@ -261,8 +285,9 @@ def test_bfloat16_network_outputs_are_widened_before_log_softmax(tok):
     assert sedd_log_score(out, xt, torch.ones(2), tok.mask_id).dtype == torch.float32
     net = lambda tokens, sigma=None, inputs_embeds=None: out  # noqa: E731
     assert restricted_logits(net, torch.arange(5), torch.ones(2), tokens=xt).dtype == torch.float32
-    assert build_method("ar", tok.info()).wrap(make_net(tok.vocab_size, causal=True)).normalise(out).dtype \
-        == torch.float32
+    assert (
+        build_method("ar", tok.info()).wrap(make_net(tok.vocab_size, causal=True)).normalise(out).dtype == torch.float32
+    )
 
 
 def test_evaluators_and_decoders_under_bf16(tok, random_words):
@@ -305,8 +330,18 @@ def test_every_script_reads_the_precision_from_one_helper():
 
     scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
     readers = {f.stem for f in scripts.glob("*.py") if "job_precision(snakemake" in f.read_text()}
-    assert readers == {"train", "sample", "ppl", "ppl_energy", "timing", "dllm_train", "dllm_eval", "dllm_sweep",
-                       "dllm_map", "dllm_room"}
+    assert readers == {
+        "train",
+        "sample",
+        "ppl",
+        "ppl_energy",
+        "timing",
+        "dllm_train",
+        "dllm_eval",
+        "dllm_sweep",
+        "dllm_map",
+        "dllm_room",
+    }
     for f in scripts.glob("*.py"):
         assert "for_device" not in f.read_text() and '"precision"' not in f.read_text(), f.name
 
@@ -341,10 +376,23 @@ def test_dllm_rows_and_training_carry_the_precision(tmp_path):
     rows = [{"question": f"question : sort [ {i} {i + 1} ]", "answer": f"[ {i} {i + 1} ]"} for i in range(8)]
     (tasks / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     data = tmp_path / "data"
-    prepare_dllm_data({"t": tasks / "t.jsonl"}, {"t": tasks / "t.jsonl"}, ["the baker bakes the pie"] * 4, data,
-                      gen_length=16, bpe_vocab_size=40, n_pretrain_texts=4, log=lambda m: None)
-    spec = {"method": "llada", "tokenizer": "word", "data": "sft", "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-            "train": {"steps": 2, "batch_size": 4, "lr": 1e-3, "ckpt_every": 2, "log_every": 1}}
+    prepare_dllm_data(
+        {"t": tasks / "t.jsonl"},
+        {"t": tasks / "t.jsonl"},
+        ["the baker bakes the pie"] * 4,
+        data,
+        gen_length=16,
+        bpe_vocab_size=40,
+        n_pretrain_texts=4,
+        log=lambda m: None,
+    )
+    spec = {
+        "method": "llada",
+        "tokenizer": "word",
+        "data": "sft",
+        "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        "train": {"steps": 2, "batch_size": 4, "lr": 1e-3, "ckpt_every": 2, "log_every": 1},
+    }
     entered = []
     real = torch.autocast
 
@@ -383,8 +431,17 @@ def test_genppl_with_bf16_evaluator_weights_stays_within_its_standard_error(tok)
     hmm = HMM("owt")
     g = torch.Generator().manual_seed(0)
     x = hmm.sample(512, 32, g)
-    m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=tok.vocab_size, n_positions=64,
-                                   bos_token_id=tok.eos_id, eos_token_id=tok.eos_id))
+    m = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=2,
+            n_embd=64,
+            n_head=2,
+            vocab_size=tok.vocab_size,
+            n_positions=64,
+            bos_token_id=tok.eos_id,
+            eos_token_id=tok.eos_id,
+        )
+    )
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
     for _ in range(60):
         idx = torch.randint(0, len(x), (32,), generator=g)

@@ -34,9 +34,25 @@ def _jobs(out: str, rules) -> set:
 
 def _dry(tmp_path, target):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "-d",
-                        str(tmp_path / target), target, "--configfile", str(PAPER)], capture_output=True, text=True,
-                       cwd=tmp_path, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path / target),
+            target,
+            "--configfile",
+            str(PAPER),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r.stdout
 
@@ -50,17 +66,21 @@ def test_prefetch_fetches_exactly_what_all_downloads(tmp_path):
     assert p.tokenizer == "gpt2" and len(p.datasets) == 10 and sorted(p.models) == sorted(cfg["hf_models"])
     assert p.released == {"mdlm": "kuleshov-group/mdlm-owt", "bd3lm": "kuleshov-group/bd3lm-owt-block_size4"}
     assert len(p.task_files) == 6 and p.lmeval_tasks == ("minerva_math500", "gsm8k")
-    assert [(b["name"], b["path"]) for b in p.by_hand] == [("ar", "resources/released/ar.ckpt"),
-                                                           ("sedd", "resources/released/sedd.ckpt"),
-                                                           ("duo", "resources/released/duo.ckpt")]
+    assert [(b["name"], b["path"]) for b in p.by_hand] == [
+        ("ar", "resources/released/ar.ckpt"),
+        ("sedd", "resources/released/sedd.ckpt"),
+        ("duo", "resources/released/duo.ckpt"),
+    ]
     everything, pre = _dry(tmp_path, "all"), _dry(tmp_path, "prefetch")
     assert _jobs(pre, DOWNLOADS) == _jobs(everything, DOWNLOADS) and len(_jobs(pre, DOWNLOADS)) == 27
     planned = set(re.findall(r"^(?:local)?rule (\w+):", pre, re.M))
     assert planned == {*DOWNLOADS, "prefetch_lmeval", "prefetch"}  # nothing trained, imported or placed by hand
     smk = (REPO / "workflow" / "rules" / "prefetch.smk").read_text()  # on the submit host, as the downloads (or,
     # where the site names one, the lm-eval task data on its download partition, like every download)
-    local = {n: re.search(r"localrule: (\w+)", body).group(1)
-             for n, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", smk, re.S | re.M)}
+    local = {
+        n: re.search(r"localrule: (\w+)", body).group(1)
+        for n, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", smk, re.S | re.M)
+    }
     assert local == {"prefetch_lmeval": "DOWNLOADS_LOCAL", "prefetch": "True"}
 
 
@@ -89,16 +109,19 @@ def test_lmeval_task_data_is_fetched_then_checked_offline(tmp_path, monkeypatch)
     data.write_text("".join(json.dumps({"question": f"{i} + 1", "answer": str(i + 1)}) + "\n" for i in range(5)))
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    (tasks / "standin.yaml").write_text(TASK_YAML.format(
-        name="standin", path="json", kwargs=f"dataset_kwargs:\n  data_files:\n    test: \"{data}\"\n"))
+    (tasks / "standin.yaml").write_text(
+        TASK_YAML.format(name="standin", path="json", kwargs=f'dataset_kwargs:\n  data_files:\n    test: "{data}"\n')
+    )
     (tasks / "uncached.yaml").write_text(TASK_YAML.format(name="uncached", path="org/not-in-the-cache", kwargs=""))
-    rec = fetch_lmeval_tasks(["standin"], tmp_path / "lmeval.json", include_path=str(tasks), include_defaults=False,
-                             log=lambda m: None)
+    rec = fetch_lmeval_tasks(
+        ["standin"], tmp_path / "lmeval.json", include_path=str(tasks), include_defaults=False, log=lambda m: None
+    )
     assert rec == {"standin": {"dataset": "json", "name": None, "docs": 5}}
     written = json.loads((tmp_path / "lmeval.json").read_text())
     assert {k: v for k, v in written.items() if k != "content_sha256"} == rec  # a result file carries its hash
-    (checked,) = check_offline(Plan(lmeval_tasks=("standin",)), files={}, include_path=str(tasks),
-                               include_defaults=False)
+    (checked,) = check_offline(
+        Plan(lmeval_tasks=("standin",)), files={}, include_path=str(tasks), include_defaults=False
+    )
     assert checked["path"] == "standin" and "5 documents from HF_HOME" in checked["ok"]
     with pytest.raises(PrefetchError) as e:
         fetch_lmeval_tasks(["uncached"], tmp_path / "x.json", include_path=str(tasks), include_defaults=False)
@@ -131,16 +154,22 @@ def test_a_task_that_imports_a_missing_package_is_refused_by_prefetch(tmp_path, 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "utils.py").write_text(NEEDS_PACKAGE)
-    (tasks / "needs_package.yaml").write_text(TASK_YAML.format(
-        name="needs_package", path="json", kwargs=f"dataset_kwargs:\n  data_files:\n    test: \"{data}\"\n"
-                                                 "process_docs: !function utils.process_docs\n"))
+    (tasks / "needs_package.yaml").write_text(
+        TASK_YAML.format(
+            name="needs_package",
+            path="json",
+            kwargs=f'dataset_kwargs:\n  data_files:\n    test: "{data}"\nprocess_docs: !function utils.process_docs\n',
+        )
+    )
     with pytest.raises(PrefetchError) as e:
         fetch_lmeval_tasks(["needs_package"], tmp_path / "x.json", include_path=str(tasks), include_defaults=False)
     msg = str(e.value)
     assert "\n" not in msg and "lm-eval task 'needs_package'" in msg and not (tmp_path / "x.json").exists()
     assert "'unie_standin_package_not_installed', which is not installed" in msg and "pip install -e '.[paper]'" in msg
     assert "HF_HOME" not in msg  # not a cache problem
-    with pytest.raises(PrefetchError, match=r"does not load offline: .*'unie_standin_package_not_installed'.*\[paper\]"):
+    with pytest.raises(
+        PrefetchError, match=r"does not load offline: .*'unie_standin_package_not_installed'.*\[paper\]"
+    ):
         check_offline(Plan(lmeval_tasks=("needs_package",)), files={}, include_path=str(tasks), include_defaults=False)
 
 
@@ -153,15 +182,25 @@ def _math500_standin(tmp_path) -> Path:
     import lm_eval
 
     minerva = Path(lm_eval.__file__).parent / "tasks" / "minerva_math" / "minerva_math_algebra.yaml"
-    rows = [{"problem": f"What is ${i}+1$?", "solution": f"It is $\\boxed{{{i + 1}}}$.", "answer": str(i + 1),
-             "subject": "Algebra", "level": 1, "unique_id": f"test/algebra/{i}.json"} for i in range(4)]
+    rows = [
+        {
+            "problem": f"What is ${i}+1$?",
+            "solution": f"It is $\\boxed{{{i + 1}}}$.",
+            "answer": str(i + 1),
+            "subject": "Algebra",
+            "level": 1,
+            "unique_id": f"test/algebra/{i}.json",
+        }
+        for i in range(4)
+    ]
     data = tmp_path / "math500.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tasks = tmp_path / "math_tasks"
     tasks.mkdir()
     (tasks / "minerva_math500.yaml").write_text(
         f"include: {minerva}\ntask: minerva_math500\ndataset_path: json\ndataset_name: null\n"
-        f"dataset_kwargs:\n  data_files:\n    test: \"{data}\"\ntraining_split: null\ntest_split: test\n")
+        f'dataset_kwargs:\n  data_files:\n    test: "{data}"\ntraining_split: null\ntest_split: test\n'
+    )
     return tasks
 
 
@@ -172,19 +211,29 @@ def test_math500_loads_through_prefetch_with_the_paper_extra(tmp_path, monkeypat
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tasks = _math500_standin(tmp_path)
-    rec = fetch_lmeval_tasks(["minerva_math500"], tmp_path / "lmeval.json", include_path=str(tasks),
-                             include_defaults=False, log=lambda m: None)
+    rec = fetch_lmeval_tasks(
+        ["minerva_math500"],
+        tmp_path / "lmeval.json",
+        include_path=str(tasks),
+        include_defaults=False,
+        log=lambda m: None,
+    )
     assert rec == {"minerva_math500": {"dataset": "json", "name": None, "docs": 4}}
-    (checked,) = check_offline(Plan(lmeval_tasks=("minerva_math500",)), files={}, include_path=str(tasks),
-                               include_defaults=False)
+    (checked,) = check_offline(
+        Plan(lmeval_tasks=("minerva_math500",)), files={}, include_path=str(tasks), include_defaults=False
+    )
     assert "4 documents from HF_HOME" in checked["ok"]
     shadow = tmp_path / "shadow"  # a math_verify that fails to import, first on the path of the fresh processes
     shadow.mkdir()
-    (shadow / "math_verify.py").write_text("raise ModuleNotFoundError(\"No module named 'math_verify'\", "
-                                           "name='math_verify')\n")
+    (shadow / "math_verify.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'math_verify'\", name='math_verify')\n"
+    )
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")]))
-    with pytest.raises(PrefetchError, match=r"minerva_math500' imports the Python package 'math_verify', which is "
-                                            r"not installed here: install the paper extra"):
+    with pytest.raises(
+        PrefetchError,
+        match=r"minerva_math500' imports the Python package 'math_verify', which is "
+        r"not installed here: install the paper extra",
+    ):
         fetch_lmeval_tasks(["minerva_math500"], tmp_path / "y.json", include_path=str(tasks), include_defaults=False)
 
 
@@ -208,16 +257,26 @@ def tiny_gpt2(tmp_path_factory) -> Path:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 4, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
-    tok = GPT2TokenizerFast(tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                            unk_token="<|endoftext|>")
+    bpe.train_from_iterator(
+        ["the quick brown fox jumps over the lazy dog"] * 4,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    tok = GPT2TokenizerFast(
+        tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
     out = tmp_path_factory.mktemp("tiny_gpt2")
     tok.save_pretrained(out)
     eot = tok.convert_tokens_to_ids("<|endoftext|>")
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=len(tok), n_positions=64, bos_token_id=eot,
-                               eos_token_id=eot)).save_pretrained(out)
+    GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1, n_head=2, n_embd=16, vocab_size=len(tok), n_positions=64, bos_token_id=eot, eos_token_id=eot
+        )
+    ).save_pretrained(out)
     return out
 
 
@@ -238,8 +297,11 @@ def _standin_profile(tmp_path: Path, tiny_gpt2: Path) -> Path:
     cfg["dllm"]["sweeps"]["task"] = "mmlu_gen"  # a local task: lm-eval's built-in ones are tested above
     cfg["dllm"]["tasks"]["names"] = [n for n in cfg["dllm"]["tasks"]["names"] if n in cfg["dllm"]["tasks"]["local"]]
     hub = tmp_path / "hf" / "hub"
-    remote = {cfg["hf_models"][c["model"]]: c["style"] for c in cfg["dllm"]["checkpoints"].values()
-              if c.get("trust_remote_code")}  # LLaDA and Dream ship their modeling code
+    remote = {
+        cfg["hf_models"][c["model"]]: c["style"]
+        for c in cfg["dllm"]["checkpoints"].values()
+        if c.get("trust_remote_code")
+    }  # LLaDA and Dream ship their modeling code
     for repo in {*cfg["hf_models"].values(), "gpt2"} - set(remote):
         shutil.copytree(tiny_gpt2, _snapshot(hub, "model", repo), dirs_exist_ok=True)
     from standins import write_remote_dllm
@@ -274,28 +336,49 @@ def test_prefetch_target_on_standins_with_the_hub_unreachable(tmp_path, tiny_gpt
 
     for domain, split in plan(resolve_config([profile])).datasets:
         if (domain, split) != ("owt", "train"):  # fetched before (a job each, ~5 s); owt/train is fetched here
-            write_text_parquet(["a document fetched before"], work / run / "resources" / "raw" / domain / f"{split}.parquet")
+            write_text_parquet(
+                ["a document fetched before"], work / run / "resources" / "raw" / domain / f"{split}.parquet"
+            )
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "2",
-           "prefetch", "--configfile", str(profile)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(work),
+        "--cores",
+        "2",
+        "prefetch",
+        "--configfile",
+        str(profile),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     lines = [x for x in r.stderr.splitlines() if x.startswith("place by hand:")]
-    assert lines == ["place by hand: resources/released/ar.ckpt <- models.ar: ar.ckpt from MDLM's Google Drive "
-                     "(README 'Baselines') [present]",
-                     "place by hand: resources/released/sedd.ckpt <- models.sedd: louaaron/sedd-small (or MDLM's "
-                     "Google-Drive sedd.ckpt) [MISSING]",
-                     f"place by hand: resources/released/duo.ckpt <- models.duo: {_duo_identifier()} [MISSING]"]
+    assert lines == [
+        "place by hand: resources/released/ar.ckpt <- models.ar: ar.ckpt from MDLM's Google Drive "
+        "(README 'Baselines') [present]",
+        "place by hand: resources/released/sedd.ckpt <- models.sedd: louaaron/sedd-small (or MDLM's "
+        "Google-Drive sedd.ckpt) [MISSING]",
+        f"place by hand: resources/released/duo.ckpt <- models.duo: {_duo_identifier()} [MISSING]",
+    ]
     report = (work / run / "resources" / "prefetch" / "report.md").read_text()
     assert report.count("| datasets |") == 10 and report.count("| models |") == 8 and report.count("| released |") == 2
     assert report.count("| task_files |") == 6 and f"| tokenizer | `{run}/resources/tokenizer` |" in report
     # each hub model opened offline: its config, its tokenizer, its weight files; LLaDA's and Dream's modeling code
     # imported under this transformers, which is in the range it is known to run under
     assert len(re.findall(r"\| models \| `resources/hf/\w+` \| config, \d+-token tokenizer, weights \|", report)) == 6
-    for name, cls in (("llada_8b_instruct", "modeling_llada.LLaDAModelLM"), ("dream_7b_instruct",
-                                                                             "modeling_dream.DreamModel")):
-        assert re.search(rf"\| models \| `resources/hf/{name}` \| config, \d+-token tokenizer, weights, remote code "
-                         rf"\({re.escape(cls)}\) imports under transformers 4\.", report), report
+    for name, cls in (
+        ("llada_8b_instruct", "modeling_llada.LLaDAModelLM"),
+        ("dream_7b_instruct", "modeling_dream.DreamModel"),
+    ):
+        assert re.search(
+            rf"\| models \| `resources/hf/{name}` \| config, \d+-token tokenizer, weights, remote code "
+            rf"\({re.escape(cls)}\) imports under transformers 4\.",
+            report,
+        ), report
     assert not (work / run / "results").exists()  # nothing but downloads
     # a fetched file that does not load offline stops the target, naming it
     shutil.rmtree(work / "resources" / "hf" / "qwen25_05b")

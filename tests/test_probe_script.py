@@ -23,9 +23,30 @@ def test_probe_runs_and_its_task_variants_hold():
     from unie.data import tasks as T
 
     probe = _probe()
-    out = probe.main(["--tasks", "toy_math,toy_mbpp", "--steps", "2", "--n-train", "16", "--n-test", "4",
-                      "--list-lengths", "4", "--math", "aligned", "--estimator", "count", "--d-model", "16",
-                      "--layers", "1", "--buckets", "2"])
+    out = probe.main(
+        [
+            "--tasks",
+            "toy_math,toy_mbpp",
+            "--steps",
+            "2",
+            "--n-train",
+            "16",
+            "--n-test",
+            "4",
+            "--list-lengths",
+            "4",
+            "--math",
+            "aligned",
+            "--estimator",
+            "count",
+            "--d-model",
+            "16",
+            "--layers",
+            "1",
+            "--buckets",
+            "2",
+        ]
+    )
     assert set(out["accuracy"]) == {"toy_math", "toy_mbpp"} and len(out["digit_accuracy"]["toy_math"]) == 3
     rng = random.Random(0)
     assert probe.list_lengths("") == (T.LIST_LENGTH,) * 2 and probe.list_lengths("3-5") == (3, 5)

@@ -6,8 +6,15 @@ import pytest
 import yaml
 
 from unie.core.options import ConfigError
-from unie.config.profile import (GRID, PROFILE_ADDITIONS, PROFILE_CHOICES, PROFILE_KEYS, _matches, check_overlay,
-                                   resolve_config)
+from unie.config.profile import (
+    GRID,
+    PROFILE_ADDITIONS,
+    PROFILE_CHOICES,
+    PROFILE_KEYS,
+    _matches,
+    check_overlay,
+    resolve_config,
+)
 from unie.dllm.decoder import default_sampler as dllm_sampler
 from unie.config.settings import EvaluatorSettings, LmEvalSettings, WorkflowSettings
 
@@ -27,7 +34,9 @@ def _leaves(d, path=()):
 def test_profile_overrides_only_allowed_keys(name):
     overlay = yaml.safe_load((REPO / "config" / name).read_text())
     for path in _leaves({k: v for k, v in overlay.items() if k != "exclude"}):
-        assert _matches(path, PROFILE_KEYS) or _matches(path, PROFILE_CHOICES) or _matches(path, PROFILE_ADDITIONS), path
+        assert _matches(path, PROFILE_KEYS) or _matches(path, PROFILE_CHOICES) or _matches(path, PROFILE_ADDITIONS), (
+            path
+        )
     grid = yaml.safe_load(GRID.read_text())
     check_overlay(overlay, grid, name)
 
@@ -65,13 +74,16 @@ def test_exclude_drops_grid_entries():
     assert smoke["figures"]["fig3_tradeoff"]["Ks"] == [1, 2] and smoke["figures"]["fig3_tradeoff"]["ws"] == [0.2, 1.0]
 
 
-@pytest.mark.parametrize("overlay, key", [
-    ({"tables": {"table1_ppl": {"MDLM": "ar"}}}, "tables.table1_ppl.MDLM"),
-    ({"sampling": {"runs": {"foo": {"sampler": "ancestral"}}}}, "sampling.runs.foo.sampler"),
-    ({"figures": {"fig3_tradeoff": {"K": 3}}}, "figures.fig3_tradeoff.K"),
-    ({"dllm": {"energy": {"w": 0.5}}}, "dllm.energy.w"),
-    ({"likelihood": {"edlm_coar": {"energy": "uni"}}}, "likelihood.edlm_coar.energy"),
-])
+@pytest.mark.parametrize(
+    "overlay, key",
+    [
+        ({"tables": {"table1_ppl": {"MDLM": "ar"}}}, "tables.table1_ppl.MDLM"),
+        ({"sampling": {"runs": {"foo": {"sampler": "ancestral"}}}}, "sampling.runs.foo.sampler"),
+        ({"figures": {"fig3_tradeoff": {"K": 3}}}, "figures.fig3_tradeoff.K"),
+        ({"dllm": {"energy": {"w": 0.5}}}, "dllm.energy.w"),
+        ({"likelihood": {"edlm_coar": {"energy": "uni"}}}, "likelihood.edlm_coar.energy"),
+    ],
+)
 def test_profile_changing_the_grid_is_refused(tmp_path, overlay, key):
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump({**yaml.safe_load((REPO / "config" / "smoke.yaml").read_text()), **overlay}))
@@ -79,10 +91,13 @@ def test_profile_changing_the_grid_is_refused(tmp_path, overlay, key):
         resolve_config([f])
 
 
-@pytest.mark.parametrize("exclude, msg", [
-    ({"tables": {"table1_ppl": ["Nope"]}}, "'Nope' is not in the grid"),
-    ({"figures": {"fig3_tradeoff": {"Ks": [7]}}}, "7 is not in the grid's list"),
-])
+@pytest.mark.parametrize(
+    "exclude, msg",
+    [
+        ({"tables": {"table1_ppl": ["Nope"]}}, "'Nope' is not in the grid"),
+        ({"figures": {"fig3_tradeoff": {"Ks": [7]}}}, "7 is not in the grid's list"),
+    ],
+)
 def test_bad_exclude_names_the_entry(tmp_path, exclude, msg):
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump({**yaml.safe_load((REPO / "config" / "smoke.yaml").read_text()), "exclude": exclude}))
@@ -107,10 +122,15 @@ def test_settings_single_home_of_defaults():
     assert (ev.max_length, ev.dtype, ev.batch_size) == (1024, "bfloat16", 8)  # issue 45: bf16 evaluators
     assert WorkflowSettings.from_config(toy).sampling_job == "table"
     assert WorkflowSettings.from_config(paper).sampling_job == "step"
-    assert (WorkflowSettings.from_config(toy).dllm_eval_job, WorkflowSettings.from_config(paper).dllm_eval_job) == \
-        ("model", "row")
-    assert [dllm_sampler(o) for o in ({}, {"energy": "uni"}, {"sampler": "apd", "energy": "uni"})] == \
-        ["plain", "energy", "apd"]
+    assert (WorkflowSettings.from_config(toy).dllm_eval_job, WorkflowSettings.from_config(paper).dllm_eval_job) == (
+        "model",
+        "row",
+    )
+    assert [dllm_sampler(o) for o in ({}, {"energy": "uni"}, {"sampler": "apd", "energy": "uni"})] == [
+        "plain",
+        "energy",
+        "apd",
+    ]
 
 
 def test_check_config_cli_prints_resolved(capsys):
@@ -162,9 +182,17 @@ def test_profiles_map_model_names_to_checkpoints():
     rows = paper["rows"]
     assert list(rows)[:3] == ["ar_large2", "ar_large", "proxy"]  # the appendix table's order (Llama3.1-8B first)
     assert rows["ar_large"] == {"model": "qwen25_7b", "kind": "hf_ar", "label": "Qwen2.5-7B"}
-    assert rows["llada_apd"] == {"model": "llada_8b_instruct", "kind": "hf_dllm", "style": "llada",
-                                 "trust_remote_code": True, "mask_token": "<|mdm_mask|>", "proxy": "qwen25_05b",
-                                 "label": "+APD", "delta_to": "llada", "options": {"sampler": "apd"}}
+    assert rows["llada_apd"] == {
+        "model": "llada_8b_instruct",
+        "kind": "hf_dllm",
+        "style": "llada",
+        "trust_remote_code": True,
+        "mask_token": "<|mdm_mask|>",
+        "proxy": "qwen25_05b",
+        "label": "+APD",
+        "delta_to": "llada",
+        "options": {"sampler": "apd"},
+    }
     assert rows["llada_dawn"]["options"] == {"sampler": "dawn", "attn_layers": 4, "tau_sink": 0.01, "tau_edge": 0.07}
     assert rows["dream"]["label"] == "Dream" and "mask_token" not in rows["dream"]
     assert not any(r.get("selection_table") for r in rows.values())
@@ -176,9 +204,16 @@ def test_profiles_map_model_names_to_checkpoints():
     assert all(c["model"] == "llada_8b_instruct" for s in paper["sweeps"]["sets"].values() for c in s.values())
     smoke = resolve_config([REPO / "config" / "smoke.yaml"])["dllm"]
     assert smoke["rows"]["ar_large2"] == {"model": "proxy", "label": "AR proxy (appendix only)", "appendix_only": True}
-    assert smoke["map"]["proxies"]["paper"] == {"model": "proxy", "label": "paper's ratio"} and "weak" not in smoke["map"]["proxies"]
+    assert (
+        smoke["map"]["proxies"]["paper"] == {"model": "proxy", "label": "paper's ratio"}
+        and "weak" not in smoke["map"]["proxies"]
+    )
     toy = resolve_config()["dllm"]
-    assert toy["rows"]["llada"] == {"model": "llada", "label": "LLaDA-like", "options": {"confidence": "low_confidence"}}
+    assert toy["rows"]["llada"] == {
+        "model": "llada",
+        "label": "LLaDA-like",
+        "options": {"confidence": "low_confidence"},
+    }
     assert toy["map"]["backbones"]["dream"]["label"] == "Dream-like"
 
 
@@ -189,7 +224,9 @@ def test_checkpoint_loading_keys_are_the_decoders():
     from unie.dllm.rows import Checkpoint
 
     fields = [f.name for f in dataclasses.fields(Checkpoint)]
-    assert fields[:2] == ["model", "label"] and fields[2:] == [k for k in LOADING_KEYS if k != "proxy_trust_remote_code"]
+    assert fields[:2] == ["model", "label"] and fields[2:] == [
+        k for k in LOADING_KEYS if k != "proxy_trust_remote_code"
+    ]
 
 
 def test_a_proxy_that_trusts_remote_code_reaches_the_rows(tmp_path):
@@ -200,18 +237,38 @@ def test_a_proxy_that_trusts_remote_code_reaches_the_rows(tmp_path):
     assert rows["proxy"]["trust_remote_code"] is True and "proxy_trust_remote_code" not in rows["proxy"]
 
 
-@pytest.mark.parametrize("overlay, msg", [
-    ({"dllm": {"checkpoints": {"lada": {"model": "proxy"}}}}, r"'dllm.checkpoints.lada': 'lada' is not an entry of the grid"),
-    ({"dllm": {"checkpoints": {"llada": {"modle": "proxy"}}}}, r"dllm.checkpoints.llada'.*unknown key.*'modle'.*did you mean 'model'"),
-    ({"dllm": {"checkpoints": {"llada": {"trust_remote_code": "yes"}}}}, r"dllm.checkpoints.llada'.trust_remote_code"),
-    ({"dllm": {"rows": {"llada_dawn": {"options": {"sampler": "core"}}}}},
-     r"'dllm.rows.llada_dawn.options.sampler' is set by the experiment grid .* to 'dawn'"),
-    ({"dllm": {"rows": {"llada_dwan": {"options": {"tau_sink": 0.1}}}}}, r"'llada_dwan' is not an entry of the grid"),
-    ({"dllm": {"rows": {"llada_dawn": {"label": "x"}}}}, r"key 'dllm.rows.llada_dawn.label' is part of the experiment grid"),
-    ({"dllm": {"rows": {"llada_new": {"model": "llada", "label": "x"}}}}, r"part of the experiment grid"),
-    ({"dllm": {"sweeps": {"sets": {"fig4": {"llada": {"vary": {"K": [2]}}}}}}}, r"'K' is not an entry of the grid"),
-    ({"dllm": {"sweeps": {"sets": {"fig4": {"llada": {"options": {"K": 2}}}}}}}, r"part of the experiment grid"),
-])
+@pytest.mark.parametrize(
+    "overlay, msg",
+    [
+        (
+            {"dllm": {"checkpoints": {"lada": {"model": "proxy"}}}},
+            r"'dllm.checkpoints.lada': 'lada' is not an entry of the grid",
+        ),
+        (
+            {"dllm": {"checkpoints": {"llada": {"modle": "proxy"}}}},
+            r"dllm.checkpoints.llada'.*unknown key.*'modle'.*did you mean 'model'",
+        ),
+        (
+            {"dllm": {"checkpoints": {"llada": {"trust_remote_code": "yes"}}}},
+            r"dllm.checkpoints.llada'.trust_remote_code",
+        ),
+        (
+            {"dllm": {"rows": {"llada_dawn": {"options": {"sampler": "core"}}}}},
+            r"'dllm.rows.llada_dawn.options.sampler' is set by the experiment grid .* to 'dawn'",
+        ),
+        (
+            {"dllm": {"rows": {"llada_dwan": {"options": {"tau_sink": 0.1}}}}},
+            r"'llada_dwan' is not an entry of the grid",
+        ),
+        (
+            {"dllm": {"rows": {"llada_dawn": {"label": "x"}}}},
+            r"key 'dllm.rows.llada_dawn.label' is part of the experiment grid",
+        ),
+        ({"dllm": {"rows": {"llada_new": {"model": "llada", "label": "x"}}}}, r"part of the experiment grid"),
+        ({"dllm": {"sweeps": {"sets": {"fig4": {"llada": {"vary": {"K": [2]}}}}}}}, r"'K' is not an entry of the grid"),
+        ({"dllm": {"sweeps": {"sets": {"fig4": {"llada": {"options": {"K": 2}}}}}}}, r"part of the experiment grid"),
+    ],
+)
 def test_profile_checkpoints_and_additions_refused(tmp_path, overlay, msg):
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump(overlay))

@@ -54,8 +54,12 @@ def test_the_readme_notebook_command_starts_jupyterlab(tmp_path):
     assert (REPO / m.group(2)).exists()
     jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     assert jupyter, "the notebook extra installs the `jupyter` command"
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "run"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}  # nothing written to the user's home
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "run"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+    }  # nothing written to the user's home
     extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     cmd = [jupyter, *m.group(1).split()[1:], "--no-browser", "--ServerApp.port=0", *extra]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -53,8 +53,19 @@ def ar_steps(flow: Path, long: bool) -> None:
 
 def smk(*args, cwd, check=False, configfile=True, flow: Path | None = None):
     flow = flow or REPO
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(flow / "Snakefile"), "-d", str(cwd), "--cores", "1", *args,
-           *(["--configfile", str(flow / "config" / "smoke.yaml")] if configfile else [])]  # last: it takes several
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(flow / "Snakefile"),
+        "-d",
+        str(cwd),
+        "--cores",
+        "1",
+        *args,
+        *(["--configfile", str(flow / "config" / "smoke.yaml")] if configfile else []),
+    ]  # last: it takes several
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if check and r.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
@@ -106,9 +117,26 @@ def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path)
     ar_steps(flow, long=True)
     shutil.copytree(references["resources"], wd / RUN / "resources")  # the same data (and mtimes): only training here
     # 1. kill -9 snakemake mid-training: its job (the training process) keeps running, an orphan
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(flow / "Snakefile"), "-d", str(wd),
-                             "--cores", "1", TARGET, "--configfile", str(flow / "config" / "smoke.yaml")], cwd=wd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(flow / "Snakefile"),
+            "-d",
+            str(wd),
+            "--cores",
+            "1",
+            TARGET,
+            "--configfile",
+            str(flow / "config" / "smoke.yaml"),
+        ],
+        cwd=wd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 240
         while last_step(wd) < 40 and time.time() < deadline and proc.poll() is None:
@@ -137,7 +165,7 @@ def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path)
         os.kill(orphan, signal.SIGSTOP)
         text = log.read_text()
         assert text.index(f"in use by pid {orphan}") < text.index(moved)  # the refused job's lines, then the orphan's
-        assert "training ar (ar)" in text[text.index(moved):]  # its first line, written before the refused job
+        assert "training ar (ar)" in text[text.index(moved) :]  # its first line, written before the refused job
     finally:
         for pid in training_children(wd):
             os.kill(pid, signal.SIGKILL)

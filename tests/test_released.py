@@ -12,10 +12,19 @@ import pytest
 import torch
 
 from unie.core.gumbel import gumbel_argmax
-import torch.nn.functional as F
 
-from standins_released import (BOS, MASK, TOKENIZER, V, random_state, reference_logits, save_hf, save_lightning,
-                               save_sedd_hub, upstream_block_diff_mask)
+from standins_released import (
+    BOS,
+    MASK,
+    TOKENIZER,
+    V,
+    random_state,
+    reference_logits,
+    save_hf,
+    save_lightning,
+    save_sedd_hub,
+    upstream_block_diff_mask,
+)
 from unie.methods.mdlm import nelbo, q_xt
 from unie.methods.released_methods import load_released
 from unie.models.released import ReleasedCheckpointError, load_released_net
@@ -89,8 +98,9 @@ def test_mdlm_lightning_ckpt(tmp_path):
 # ---------------------------------------------------------------------- parameterisations (sampler-facing objects)
 def test_mdlm_subs_matches_upstream(tmp_path):
     state, cfg = random_state("mdlm", seed=8)
-    den = load_released("mdlm", save_hf(tmp_path / "m", "mdlm", state, cfg), tokenizer_info=TOKENIZER,
-                        trust_remote_code=True)
+    den = load_released(
+        "mdlm", save_hf(tmp_path / "m", "mdlm", state, cfg), tokenizer_info=TOKENIZER, trust_remote_code=True
+    )
     assert den.method_name == "mdlm" and den.mask_id == MASK
     _, xt = tokens()
     # upstream _subs_parameterization with its -1e6 "infinity"
@@ -125,8 +135,9 @@ def test_sedd_score_matches_upstream(tmp_path):
 
 def test_duo_denoiser_matches_upstream(tmp_path):
     state, cfg = random_state("duo", seed=10)
-    den = load_released("duo", save_hf(tmp_path / "d", "duo", state, cfg), tokenizer_info=TOKENIZER,
-                        trust_remote_code=True)
+    den = load_released(
+        "duo", save_hf(tmp_path / "d", "duo", state, cfg), tokenizer_info=TOKENIZER, trust_remote_code=True
+    )
     x, _ = tokens(masked=0.0)
     t = torch.tensor([0.1, 0.5, 0.95], dtype=torch.float64)
     sigma = -torch.log1p(-(1 - 1e-3) * t)  # Duo's log-linear: sigma = -log alpha_t
@@ -138,22 +149,23 @@ def test_bd3lm_two_stream_and_block_size(tmp_path):
     from unie.methods.bd3lm import noisy_stream_logits
 
     state, cfg = random_state("bd3lm", seed=11)
-    den = load_released("bd3lm", save_hf(tmp_path / "b", "bd3lm", state, cfg), tokenizer_info=TOKENIZER,
-                        trust_remote_code=True)
+    den = load_released(
+        "bd3lm", save_hf(tmp_path / "b", "bd3lm", state, cfg), tokenizer_info=TOKENIZER, trust_remote_code=True
+    )
     assert den.block_size == 4 and den.method.block_size == 4
     x0, xt = tokens(L=16)
     pos = torch.arange(16).repeat(2)
     up = reference_logits(state, cfg, torch.cat([xt, x0], 1), mask=upstream_block_diff_mask(16, 4), positions=pos)
     torch.testing.assert_close(noisy_stream_logits(den.net, xt, x0, 4), up[:, :16], atol=ATOL, rtol=0)
     with pytest.raises(ReleasedCheckpointError, match="block_size"):
-        load_released("bd3lm", tmp_path / "b", tokenizer_info=TOKENIZER, trust_remote_code=True,
-                      options={"block_size": 8})
+        load_released(
+            "bd3lm", tmp_path / "b", tokenizer_info=TOKENIZER, trust_remote_code=True, options={"block_size": 8}
+        )
 
 
 def test_ar_model_matches_upstream(tmp_path):
     ema, cfg = random_state("ar", seed=12)
-    ar = load_released("ar", save_lightning(tmp_path / "ar.ckpt", ema, ema=ema), tokenizer_info=TOKENIZER,
-                       n_heads=4)
+    ar = load_released("ar", save_lightning(tmp_path / "ar.ckpt", ema, ema=ema), tokenizer_info=TOKENIZER, n_heads=4)
     x, _ = tokens(masked=0.0)
     # upstream: AR.forward(x0[:, :-1]) with the mask logit at -1000 then log_softmax, x0[:, 0] = bos
     inp = torch.cat([torch.full_like(x[:, :1], BOS), x[:, :-1]], 1)
@@ -169,8 +181,7 @@ def test_released_ar_samples_with_its_dict_cache(tmp_path):
     """A released AR is a DiT (no preallocated cache): the sampler falls back to the DiT's dict KV cache and draws
     exactly the tokens of a cache-free teacher-forced loop (a GPU run failed here: 'DiT' has no static_cache)."""
     ema, _ = random_state("ar", seed=13)
-    ar = load_released("ar", save_lightning(tmp_path / "ar.ckpt", ema, ema=ema), tokenizer_info=TOKENIZER,
-                       n_heads=4)
+    ar = load_released("ar", save_lightning(tmp_path / "ar.ckpt", ema, ema=ema), tokenizer_info=TOKENIZER, n_heads=4)
     x = ar.sample(2, 6, generator=torch.Generator().manual_seed(0))
     assert x.shape == (2, 6) and ar.decode_path == "eager" and not (x == MASK).any()
     g = torch.Generator().manual_seed(0)  # the same draws, recomputing the whole prefix each step
@@ -185,8 +196,9 @@ def test_released_ar_samples_with_its_dict_cache(tmp_path):
 # ---------------------------------------------------------------------- NELBO through our estimator, by hand
 def test_mdlm_nelbo_by_hand(tmp_path):
     state, cfg = random_state("mdlm", seed=13)
-    den = load_released("mdlm", save_hf(tmp_path / "m", "mdlm", state, cfg), tokenizer_info=TOKENIZER,
-                        trust_remote_code=True)
+    den = load_released(
+        "mdlm", save_hf(tmp_path / "m", "mdlm", state, cfg), tokenizer_info=TOKENIZER, trust_remote_code=True
+    )
     x0, _ = tokens(masked=0.0)
     t = torch.tensor([0.2, 0.55, 0.9], dtype=torch.float64)
     eps = 1e-3
@@ -272,8 +284,9 @@ def test_ckpt_unpickling_runs_no_foreign_code(tmp_path):
 
 def test_dtype_argument(tmp_path):
     state, cfg = random_state("mdlm", seed=16)
-    net, _ = load_released_net("mdlm", save_hf(tmp_path / "m", "mdlm", state, cfg), trust_remote_code=True,
-                               dtype=torch.float64)
+    net, _ = load_released_net(
+        "mdlm", save_hf(tmp_path / "m", "mdlm", state, cfg), trust_remote_code=True, dtype=torch.float64
+    )
     assert net.vocab_embed.embedding.dtype == torch.float64
     _, xt = tokens()
     torch.testing.assert_close(net(xt), reference_logits(state, cfg, xt), atol=1e-4, rtol=0)
@@ -288,8 +301,9 @@ def test_pipeline_load_wrapped_reads_a_released_marker(tmp_path):
     state, cfg = random_state("mdlm", seed=17)
     folder = save_hf(tmp_path / "hf", "mdlm", state, cfg)
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "released.json").write_text(json.dumps(
-        {"kind": "mdlm", "path": str(folder), "trust_remote_code": True}))
+    (tmp_path / "model" / "released.json").write_text(
+        json.dumps({"kind": "mdlm", "path": str(folder), "trust_remote_code": True})
+    )
     den = load_wrapped(tmp_path / "model", SimpleNamespace(info=lambda: dict(TOKENIZER)))
     _, xt = tokens()
     assert den.method_name == "mdlm"

@@ -58,18 +58,30 @@ def toy(tmp_path_factory, tok):
     tok.save(root / "tokenizer")
     for seed in (0, 1):
         write_text_parquet(generate_corpus("owt", "train", 48, 8, seed=seed), root / f"raw{seed}.parquet")
-        tokenize_corpus(root / f"raw{seed}.parquet", tok, root / f"train{seed}.parquet", 8, insert_eos=False,
-                        chunk_specials=False)
+        tokenize_corpus(
+            root / f"raw{seed}.parquet", tok, root / f"train{seed}.parquet", 8, insert_eos=False, chunk_specials=False
+        )
     assert not torch.equal(load_tokens(root / "train0.parquet"), load_tokens(root / "train1.parquet"))
     for seed in (0, 1):  # two different initial models
-        train_from_spec("init", _spec("mdlm", seed=seed), root / "train0.parquet", root / "tokenizer",
-                        root / f"init{seed}", root / f"init{seed}_ckpt", seq_len=8, log=_quiet)
+        train_from_spec(
+            "init",
+            _spec("mdlm", seed=seed),
+            root / "train0.parquet",
+            root / "tokenizer",
+            root / f"init{seed}",
+            root / f"init{seed}_ckpt",
+            seq_len=8,
+            log=_quiet,
+        )
     return root
 
 
 def _spec(method="mdlm", **train):
-    return {"method": method, "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
-            "train": {"steps": 6, "batch_size": 8, "lr": 3e-3, "warmup": 1, "ckpt_every": 3, "log_every": 3, **train}}
+    return {
+        "method": method,
+        "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
+        "train": {"steps": 6, "batch_size": 8, "lr": 3e-3, "warmup": 1, "ckpt_every": 3, "log_every": 3, **train},
+    }
 
 
 # each case: (what changes, how the spec / data / init of the second run differ from the first)
@@ -109,8 +121,17 @@ def test_a_changed_run_trains_fresh_and_equals_a_fresh_clone(toy, tok, tmp_path,
             (init / f).write_bytes((toy / "init0" / f).read_bytes())
 
     def run(spec, out, ckpt, logs=None):
-        return train_from_spec("m", spec, work / "train.parquet", work / "tokenizer", out, ckpt, seq_len=8,
-                               init_dir=init if uses_init else None, log=_quiet if logs is None else logs.append)
+        return train_from_spec(
+            "m",
+            spec,
+            work / "train.parquet",
+            work / "tokenizer",
+            out,
+            ckpt,
+            seq_len=8,
+            init_dir=init if uses_init else None,
+            log=_quiet if logs is None else logs.append,
+        )
 
     first, _ = run(base_spec, work / "out", work / "ckpt")
     # the change: a new spec, or new bytes behind the same data / init paths
@@ -126,10 +147,19 @@ def test_a_changed_run_trains_fresh_and_equals_a_fresh_clone(toy, tok, tmp_path,
     assert not any(m.startswith("resumed") for m in logs), logs
     assert _same(again, fresh), f"{change}: the rerun is not the model a fresh checkout trains"
     assert not _same(again, first) if again.state_dict().keys() == first.state_dict().keys() else True
-    assert (work / "out" / "model.safetensors").read_bytes() == (tmp_path / "fresh_out" / "model.safetensors").read_bytes()
+    assert (work / "out" / "model.safetensors").read_bytes() == (
+        tmp_path / "fresh_out" / "model.safetensors"
+    ).read_bytes()
     # the log line names what changed
-    named = {"seed": "train.seed", "steps": "train.steps", "lr": "train.lr", "architecture": "model.d_model",
-             "method options": "options", "data": "data.sha256", "init_from": "init"}[change]
+    named = {
+        "seed": "train.seed",
+        "steps": "train.steps",
+        "lr": "train.lr",
+        "architecture": "model.d_model",
+        "method options": "options",
+        "data": "data.sha256",
+        "init_from": "init",
+    }[change]
     assert any(named in m for m in logs if "not resuming" in m), logs
 
 
@@ -145,20 +175,34 @@ CFG = TrainConfig(steps=8, batch_size=4, lr=1e-2, warmup=3, ckpt_every=3, log_ev
 
 def _train(net_factory, tok_info, data, ckpt, logs=None, stop_after=None, **kw):
     net = net_factory(max_len=8)
-    ema, history = train(net, MDLM(tok_info).loss, data, CFG, ckpt, {"spec": 1}, log=(logs.append if logs is not None
-                         else _quiet), stop_after=stop_after, progress=False, **kw)
+    ema, history = train(
+        net,
+        MDLM(tok_info).loss,
+        data,
+        CFG,
+        ckpt,
+        {"spec": 1},
+        log=(logs.append if logs is not None else _quiet),
+        stop_after=stop_after,
+        progress=False,
+        **kw,
+    )
     return ema, history
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
-def test_an_unreadable_last_pt_is_reported_in_one_line_and_training_starts_again(net_factory, tok_info,
-                                                                                 random_words, tmp_path, damage):
+def test_an_unreadable_last_pt_is_reported_in_one_line_and_training_starts_again(
+    net_factory, tok_info, random_words, tmp_path, damage
+):
     data = random_words(32, 8, seed=0)
     ref, ref_hist = _train(net_factory, tok_info, data, tmp_path / "ref")
     _train(net_factory, tok_info, data, tmp_path / "ckpt", stop_after=6)
     last = tmp_path / "ckpt" / "last.pt"
-    {"truncated": lambda: _truncate(last), "garbage": lambda: last.write_bytes(os.urandom(500)),
-     "empty": lambda: last.write_bytes(b"")}[damage]()
+    {
+        "truncated": lambda: _truncate(last),
+        "garbage": lambda: last.write_bytes(os.urandom(500)),
+        "empty": lambda: last.write_bytes(b""),
+    }[damage]()
     logs = []
     ema, hist = _train(net_factory, tok_info, data, tmp_path / "ckpt", logs)
     (line,) = [m for m in logs if "discarding" in m]
@@ -166,16 +210,19 @@ def test_an_unreadable_last_pt_is_reported_in_one_line_and_training_starts_again
     assert "set aside as last.pt.unreadable" in line and (tmp_path / "ckpt" / "last.pt.unreadable").exists()
     assert not any(m.startswith("resumed") for m in logs)
     assert _same(ema, ref)
-    assert [{k: v for k, v in h.items() if k != "elapsed_s"} for h in hist] == \
-        [{k: v for k, v in h.items() if k != "elapsed_s"} for h in ref_hist]
+    assert [{k: v for k, v in h.items() if k != "elapsed_s"} for h in hist] == [
+        {k: v for k, v in h.items() if k != "elapsed_s"} for h in ref_hist
+    ]
 
 
-def test_a_checkpoint_that_the_system_cannot_read_is_not_thrown_away(net_factory, tok_info, random_words, tmp_path,
-                                                                     monkeypatch):
+def test_a_checkpoint_that_the_system_cannot_read_is_not_thrown_away(
+    net_factory, tok_info, random_words, tmp_path, monkeypatch
+):
     """An I/O or memory error while loading says nothing about the file: it is raised, and last.pt stays."""
     data = random_words(32, 8, seed=0)
     _train(net_factory, tok_info, data, tmp_path / "ckpt", stop_after=3)
     for err in (PermissionError(13, "Permission denied"), torch.OutOfMemoryError("CUDA out of memory")):
+
         def fail(*a, _err=err, **kw):
             raise _err
 
@@ -186,8 +233,9 @@ def test_a_checkpoint_that_the_system_cannot_read_is_not_thrown_away(net_factory
         assert torch.load(tmp_path / "ckpt" / "last.pt", weights_only=True)["step"] == 3
 
 
-def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(net_factory, tok_info, random_words, tmp_path,
-                                                                monkeypatch):
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(
+    net_factory, tok_info, random_words, tmp_path, monkeypatch
+):
     """The second checkpoint write fails half-way on a full disk, as torch reports it (a RuntimeError from its zip
     writer, no errno): the error names last.pt and says the previous one is unchanged; it loads at step 3, no
     temporary file is left, and the rerun resumes to the uninterrupted model."""
@@ -201,15 +249,17 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(net_factory, tok
         calls.append(f)
         if len(calls) == 2:
             Path(f).write_bytes(b"PK\x03\x04 half a checkpoint")
-            monkeypatch.setattr(integrity.os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0,
-                                                                                       0, 255)))
+            monkeypatch.setattr(
+                integrity.os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0, 0, 255))
+            )
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
         return real_save(obj, f, *a, **kw)
 
     monkeypatch.setattr(torch, "save", full_disk)
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(OSError, match="no space left on device while writing .*last.pt .the previous version is "
-                                      "unchanged") as e:
+    with pytest.raises(
+        OSError, match="no space left on device while writing .*last.pt .the previous version is unchanged"
+    ) as e:
         _train(net_factory, tok_info, data, ckpt)
     assert e.value.errno == errno.ENOSPC and "\n" not in str(e.value)
     monkeypatch.setattr(torch, "save", real_save)
@@ -288,18 +338,24 @@ def test_weights_are_written_readable_by_the_group_with_their_hash(saved):
     assert sorted(p.name for p in saved.iterdir()) == ["config.json", "model.safetensors"]
 
 
-@pytest.mark.parametrize("damage,problem", [("flip", "content hash"), ("truncate", "truncated"),
-                                            ("append", "longer than written")])
+@pytest.mark.parametrize(
+    "damage,problem", [("flip", "content hash"), ("truncate", "truncated"), ("append", "longer than written")]
+)
 def test_damaged_weights_are_refused_with_one_line_naming_the_file(saved, damage, problem):
     w = saved / "model.safetensors"
-    {"flip": lambda: _flip(w), "truncate": lambda: _truncate(w, 0.9),
-     "append": lambda: w.write_bytes(w.read_bytes() + b"\0")}[damage]()
+    {
+        "flip": lambda: _flip(w),
+        "truncate": lambda: _truncate(w, 0.9),
+        "append": lambda: w.write_bytes(w.read_bytes() + b"\0"),
+    }[damage]()
     with pytest.raises(DamagedCheckpointError) as e:
         load_model(saved)
     msg = str(e.value)
     assert "\n" not in msg and str(w) in msg and problem in msg
-    assert msg.endswith(f"rerun the workflow: it sets the damaged file of {saved} aside before it plans the jobs and "
-                        "retrains the model in the same run")
+    assert msg.endswith(
+        f"rerun the workflow: it sets the damaged file of {saved} aside before it plans the jobs and "
+        "retrains the model in the same run"
+    )
     assert isinstance(e.value, CheckpointError) and isinstance(e.value, DamagedFileError)
 
 
@@ -341,12 +397,15 @@ def _edit_config(saved: Path, change, rehash: bool = False) -> None:
     os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-@pytest.mark.parametrize("edit, problem", [
-    ("n_heads", "its values differ from the content hash it recorded"),
-    ("n_heads, hash recomputed", "it describes another network than the one its weights were saved with"),
-    ("hash fields deleted", "it carries no content hash, although its weights were written with one for it"),
-    ("weights record deleted", "its values differ from the content hash it recorded"),
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        ("n_heads", "its values differ from the content hash it recorded"),
+        ("n_heads, hash recomputed", "it describes another network than the one its weights were saved with"),
+        ("hash fields deleted", "it carries no content hash, although its weights were written with one for it"),
+        ("weights record deleted", "its values differ from the content hash it recorded"),
+    ],
+)
 def test_a_model_is_its_weights_and_its_config(saved, edit, problem):
     """``n_heads`` 2 -> 1 keeps every tensor's shape: without the config's hash the model would load as another
     network.  Each edit of config.json (its mtime kept) is refused on load with one line naming it, and found by
@@ -354,10 +413,12 @@ def test_a_model_is_its_weights_and_its_config(saved, edit, problem):
     from unie.core.integrity import file_sha256
 
     before = file_sha256(saved / "model.safetensors")
-    change = {"n_heads": lambda m: m["model"].update(n_heads=1),
-              "n_heads, hash recomputed": lambda m: m["model"].update(n_heads=1),
-              "hash fields deleted": lambda m: m.pop("content_sha256"),
-              "weights record deleted": lambda m: m.pop("weights")}[edit]
+    change = {
+        "n_heads": lambda m: m["model"].update(n_heads=1),
+        "n_heads, hash recomputed": lambda m: m["model"].update(n_heads=1),
+        "hash fields deleted": lambda m: m.pop("content_sha256"),
+        "weights record deleted": lambda m: m.pop("weights"),
+    }[edit]
     _edit_config(saved, change, rehash=edit.endswith("recomputed"))
     with pytest.raises(DamagedCheckpointError) as e:
         load_model(saved)
@@ -396,7 +457,6 @@ def test_damaged_token_files_are_refused(toy, tmp_path):
     _truncate(p, 0.7)
     with pytest.raises(DamagedFileError, match="train0.parquet is damaged: pyarrow cannot read it"):
         load_tokens(p)
-
 
 
 def test_samples_parquet_pages_are_checksummed(tmp_path):
@@ -448,8 +508,10 @@ def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_
     (tokdir / "valid.parquet").write_bytes((toy / "train1.parquet").read_bytes())
     assert find_damaged(root) == []
     assert json.loads((root / ".snakemake/unie/verified.json").read_text()).keys() == {
-        "results/models/m/model.safetensors", "resources/tokenized/owt/train.parquet",
-        "resources/tokenized/owt/valid.parquet"}
+        "results/models/m/model.safetensors",
+        "resources/tokenized/owt/train.parquet",
+        "resources/tokenized/owt/valid.parquet",
+    }
     _flip(saved / "model.safetensors")
     _truncate(tokdir / "train.parquet", 0.9)
     _flip(tokdir / "valid.parquet", 100)  # a page's CRC fails
@@ -458,11 +520,15 @@ def test_damaged_outputs_are_set_aside_for_snakemake_to_rebuild(saved, toy, tmp_
     assert (saved / "model.safetensors").exists() and all("the run will set it aside" in m for m in logs)
     logs = []
     damaged = set_aside_damaged(root, log=logs.append)
-    assert {d.output for d in damaged} == {"results/models/m/model.safetensors",
-                                           "resources/tokenized/owt/train.parquet",
-                                           "resources/tokenized/owt/valid.parquet"}
+    assert {d.output for d in damaged} == {
+        "results/models/m/model.safetensors",
+        "resources/tokenized/owt/train.parquet",
+        "resources/tokenized/owt/valid.parquet",
+    }
     assert {d.problem.split(" (")[0] for d in damaged if d.path.endswith(".parquet")} == {
-        "its footer cannot be read", "pyarrow cannot read it"}
+        "its footer cannot be read",
+        "pyarrow cannot read it",
+    }
     assert not (saved / "model.safetensors").exists() and (saved / "model.safetensors.damaged").exists()
     assert (tokdir / "train.parquet.damaged").exists() and len(logs) == 3 and all("\n" not in m for m in logs)
     assert any("results/models/m/model.safetensors is damaged" in m and "this run rebuilds it" in m for m in logs)
@@ -503,10 +569,22 @@ def test_runtime_grows_with_attempts_up_to_the_cap():
 
 def test_cli_config_values_are_read_as_yaml():
     """``--config 'resources={train: {runtime: 30}}'`` arrives with string leaves (YAML's base loader)."""
-    config = {"seed": 1, "resources": {"train": {"runtime": "30", "gpu": "1", "mem_mb": 4000, "note": "on"}},
-              "slurm_partitions": {"cpu": "normal", "gpu": "a100"}, "flags": ["true", "x"], "untouched": "30"}
-    coerce_cli_config(config, {"resources": {"train": {"runtime": "30", "gpu": "1"}}, "slurm_partitions": {},
-                               "flags": ["true", "x"], "seed": 1})
+    config = {
+        "seed": 1,
+        "resources": {"train": {"runtime": "30", "gpu": "1", "mem_mb": 4000, "note": "on"}},
+        "slurm_partitions": {"cpu": "normal", "gpu": "a100"},
+        "flags": ["true", "x"],
+        "untouched": "30",
+    }
+    coerce_cli_config(
+        config,
+        {
+            "resources": {"train": {"runtime": "30", "gpu": "1"}},
+            "slurm_partitions": {},
+            "flags": ["true", "x"],
+            "seed": 1,
+        },
+    )
     assert config["resources"]["train"] == {"runtime": 30, "gpu": 1, "mem_mb": 4000, "note": "on"}  # file values stay
     assert config["slurm_partitions"] == {"cpu": "normal", "gpu": "a100"} and config["flags"] == [True, "x"]
     assert config["untouched"] == "30"  # not given as a nested value on the command line
@@ -517,8 +595,16 @@ def test_a_tokenizer_mismatch_between_tokens_and_tokenizer_is_refused(toy, tmp_p
 
     word_tokenizer(["other", "words"]).save(tmp_path / "tok")
     with pytest.raises(ConfigError, match="tokenizer mismatch"):
-        train_from_spec("m", _spec(), toy / "train0.parquet", tmp_path / "tok", tmp_path / "out", tmp_path / "ck",
-                        seq_len=8, log=_quiet)
+        train_from_spec(
+            "m",
+            _spec(),
+            toy / "train0.parquet",
+            tmp_path / "tok",
+            tmp_path / "out",
+            tmp_path / "ck",
+            seq_len=8,
+            log=_quiet,
+        )
     assert not (tmp_path / "out").exists() and not (tmp_path / "ck" / "last.pt").exists()
 
 
@@ -556,8 +642,11 @@ def test_dllm_training_tensors_are_checked_against_meta_json(tmp_path):
     assert torch.equal(x, y) and digest == meta["files"]["bpe_dllm_sft.pt"]["sha256"]
     assert find_damaged(tmp_path, cache_path=None) == []
     _flip(d / "bpe_dllm_sft.pt")
-    with pytest.raises(DamagedFileError, match=r"bpe_dllm_sft.pt is damaged: .*rerun the workflow: .*rule dllm_data "
-                                               r"rewrites every tensor"):
+    with pytest.raises(
+        DamagedFileError,
+        match=r"bpe_dllm_sft.pt is damaged: .*rerun the workflow: .*rule dllm_data "
+        r"rewrites every tensor",
+    ):
         load_dllm_tensor(d, "bpe_dllm_sft.pt", meta)
     (damaged,) = find_damaged(tmp_path, cache_path=None)
     assert damaged.path == "resources/dllm/bpe_dllm_sft.pt" and damaged.output == "resources/dllm/meta.json"
@@ -571,14 +660,32 @@ def test_dllm_sft_with_changed_data_trains_fresh(tmp_path):
     def data(answers, out):
         tasks = tmp_path / f"tasks_{answers}"
         tasks.mkdir(exist_ok=True)
-        rows = [{"question": f"question : sort [ {i} {i + 1} ]",
-                 "answer": f"[ {i} {i + 1} ]" if answers == "done" else f"[ {i + 1} {i} ]"} for i in range(8)]
+        rows = [
+            {
+                "question": f"question : sort [ {i} {i + 1} ]",
+                "answer": f"[ {i} {i + 1} ]" if answers == "done" else f"[ {i + 1} {i} ]",
+            }
+            for i in range(8)
+        ]
         (tasks / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-        prepare_dllm_data({"t": tasks / "t.jsonl"}, {"t": tasks / "t.jsonl"}, ["the baker bakes the pie"] * 4, out,
-                          gen_length=16, bpe_vocab_size=40, n_pretrain_texts=4, log=_quiet)
+        prepare_dllm_data(
+            {"t": tasks / "t.jsonl"},
+            {"t": tasks / "t.jsonl"},
+            ["the baker bakes the pie"] * 4,
+            out,
+            gen_length=16,
+            bpe_vocab_size=40,
+            n_pretrain_texts=4,
+            log=_quiet,
+        )
 
-    spec = {"method": "llada", "tokenizer": "word", "data": "sft", "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-            "train": {"steps": 4, "batch_size": 4, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
+    spec = {
+        "method": "llada",
+        "tokenizer": "word",
+        "data": "sft",
+        "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        "train": {"steps": 4, "batch_size": 4, "lr": 1e-3, "ckpt_every": 2, "log_every": 2},
+    }
     d = tmp_path / "data"
     data("done", d)
     train_dllm_model("m", spec, d, tmp_path / "out", tmp_path / "ckpt", log=_quiet)
@@ -640,16 +747,37 @@ def test_nce_with_a_changed_partner_or_dev_split_trains_fresh(tmp_path, tok, cha
     tok.save(tmp_path / "tok")
     for name, split, n, seed in (("train", "train", 64, 0), ("valid", "valid", 16, 0), ("valid1", "valid", 16, 1)):
         write_text_parquet(generate_corpus("owt", split, n, L, seed=seed), tmp_path / f"{name}.parquet")
-        tokenize_corpus(tmp_path / f"{name}.parquet", tok, tmp_path / f"{name}_tokens.parquet", L, insert_eos=False,
-                        chunk_specials=False)
+        tokenize_corpus(
+            tmp_path / f"{name}.parquet",
+            tok,
+            tmp_path / f"{name}_tokens.parquet",
+            L,
+            insert_eos=False,
+            chunk_specials=False,
+        )
     small = {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2}
     train = tmp_path / "train_tokens.parquet"
-    train_from_spec("mdlm", {"method": "mdlm", "arch": arch, "train": small}, train, tmp_path / "tok",
-                    tmp_path / "m", tmp_path / "ck_m", L, log=_quiet)
+    train_from_spec(
+        "mdlm",
+        {"method": "mdlm", "arch": arch, "train": small},
+        train,
+        tmp_path / "tok",
+        tmp_path / "m",
+        tmp_path / "ck_m",
+        L,
+        log=_quiet,
+    )
     for seed in (0, 1):
-        train_from_spec("p", {"method": "ar", "options": {"mask_inputs": True}, "arch": arch, "train": {**small, "seed": seed}},
-                        train, tmp_path / "tok", tmp_path / f"p{seed}", tmp_path / f"ck_p{seed}", L,
-                        log=_quiet)
+        train_from_spec(
+            "p",
+            {"method": "ar", "options": {"mask_inputs": True}, "arch": arch, "train": {**small, "seed": seed}},
+            train,
+            tmp_path / "tok",
+            tmp_path / f"p{seed}",
+            tmp_path / f"ck_p{seed}",
+            L,
+            log=_quiet,
+        )
     proxy, dev = tmp_path / "proxy", tmp_path / "dev.parquet"
 
     def place(proxy_seed, dev_name):
@@ -658,13 +786,27 @@ def test_nce_with_a_changed_partner_or_dev_split_trains_fresh(tmp_path, tok, cha
             (proxy / f).write_bytes((tmp_path / f"p{proxy_seed}" / f).read_bytes())
         dev.write_bytes((tmp_path / f"{dev_name}_tokens.parquet").read_bytes())
 
-    spec = {"method": "nce", "options": {"energy": "uni", "train": "dlm", "ar_context": "masked", "proxy": "p"},
-            "arch": arch, "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2}}
+    spec = {
+        "method": "nce",
+        "options": {"energy": "uni", "train": "dlm", "ar_context": "masked", "proxy": "p"},
+        "arch": arch,
+        "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "ckpt_every": 2, "log_every": 2},
+    }
 
     def run(out, ckpt, logs=None):
-        return train_from_spec("n", spec, train, tmp_path / "tok", out, ckpt, L,
-                               init_dir=tmp_path / "m", partner_dirs={"proxy": proxy}, dev_path=dev,
-                               log=_quiet if logs is None else logs.append)[0]
+        return train_from_spec(
+            "n",
+            spec,
+            train,
+            tmp_path / "tok",
+            out,
+            ckpt,
+            L,
+            init_dir=tmp_path / "m",
+            partner_dirs={"proxy": proxy},
+            dev_path=dev,
+            log=_quiet if logs is None else logs.append,
+        )[0]
 
     place(0, "valid")
     run(tmp_path / "out", tmp_path / "ck")
@@ -691,8 +833,12 @@ def _ppl_result() -> dict:
     import math
 
     nll = 4.312113517402162
-    return {"source": "mdlm", "domains": {"owt": {"nll_per_token": nll, "nll_se": 0.16, "ppl": math.exp(nll),
-                                                  "tokens": 1024, "sequences": 64}}}
+    return {
+        "source": "mdlm",
+        "domains": {
+            "owt": {"nll_per_token": nll, "nll_se": 0.16, "ppl": math.exp(nll), "tokens": 1024, "sequences": 64}
+        },
+    }
 
 
 def test_a_result_json_carries_its_content_hash_and_a_one_digit_edit_is_named(tmp_path):
@@ -708,21 +854,29 @@ def test_a_result_json_carries_its_content_hash_and_a_one_digit_edit_is_named(tm
     _edit_keep_mtime(p, '"nll_se": 0.16', '"nll_se": 0.18')  # a number no other one checks
     with pytest.raises(DamagedFileError) as e:
         read_json(p)
-    assert str(e.value) == (f"{p} is damaged: its values differ from the content hash it recorded when it was "
-                            "written (an edited or corrupted value); rerun the workflow: it sets the file aside "
-                            "before planning and rule ppl remakes it in the same run")
+    assert str(e.value) == (
+        f"{p} is damaged: its values differ from the content hash it recorded when it was "
+        "written (an edited or corrupted value); rerun the workflow: it sets the file aside "
+        "before planning and rule ppl remakes it in the same run"
+    )
     # without its hash fields (deleted: the values would otherwise be read unchecked) it is refused
     stripped = {k: v for k, v in raw.items() if k not in ("content_sha256", "made_by", "made_from", "records")}
     p.write_text(json.dumps(stripped))
-    with pytest.raises(DamagedFileError, match=r"mdlm\.json is damaged: it carries no content hash, although every "
-                                               r"result file of this workflow is written with one"):
+    with pytest.raises(
+        DamagedFileError,
+        match=r"mdlm\.json is damaged: it carries no content hash, although every "
+        r"result file of this workflow is written with one",
+    ):
         read_json(p)
     # a JSON another program writes (lm-eval's) is checked where its numbers allow it
     bad = _ppl_result()
     bad["domains"]["owt"]["ppl"] = 14.597986587527
     (tmp_path / "old.json").write_text(json.dumps(bad))
-    with pytest.raises(DamagedFileError, match=r"old\.json is damaged: its numbers disagree: domains\.owt ppl "
-                                               r"14\.597986587527 is not exp\(nll_per_token 4\.3121"):
+    with pytest.raises(
+        DamagedFileError,
+        match=r"old\.json is damaged: its numbers disagree: domains\.owt ppl "
+        r"14\.597986587527 is not exp\(nll_per_token 4\.3121",
+    ):
         read_json(tmp_path / "old.json", hashed=False)
 
 
@@ -730,8 +884,11 @@ def test_lm_eval_numbers_must_agree_with_their_count(tmp_path):
     from unie.eval.metrics import lmeval_numbers_problem
 
     def results(p, se, n=8, metric="exact_match"):
-        return {"results": {"toy_math": {f"{metric},none": p, f"{metric}_stderr,none": se}},
-                "n-samples": {"toy_math": {"original": n, "effective": n}}, "group_subtasks": {}}
+        return {
+            "results": {"toy_math": {f"{metric},none": p, f"{metric}_stderr,none": se}},
+            "n-samples": {"toy_math": {"original": n, "effective": n}},
+            "group_subtasks": {},
+        }
 
     import math
 
@@ -765,10 +922,15 @@ def test_the_scan_sets_aside_edited_results_and_their_records_and_names_what_rem
     write_json({"samples": str(samples), "genppl": {}}, genppl, records=[samples])
     lm = Path("results/dllm/rows/llada/llada/results_2026.json")
     lm.parent.mkdir(parents=True)
-    lm.write_text(json.dumps({"results": {"t": {"acc,none": 0.0, "acc_stderr,none": 0.0}},
-                              "n-samples": {"t": {"effective": 8}}}))
-    rules = {"results/ppl/mdlm.json": "ppl", "results/samples/mdlm/steps2.parquet": "sample_table2",
-             "results/genppl/mdlm/steps2.json": "sample_table2", "results/dllm/rows/llada": "dllm_eval_llada"}
+    lm.write_text(
+        json.dumps({"results": {"t": {"acc,none": 0.0, "acc_stderr,none": 0.0}}, "n-samples": {"t": {"effective": 8}}})
+    )
+    rules = {
+        "results/ppl/mdlm.json": "ppl",
+        "results/samples/mdlm/steps2.parquet": "sample_table2",
+        "results/genppl/mdlm/steps2.json": "sample_table2",
+        "results/dllm/rows/llada": "dllm_eval_llada",
+    }
     producer = rules.get
     assert plan_rebuilds(root, producer, log=_quiet) == []
     _edit_keep_mtime(ppl, "4.312113517402162", "4.312113517402163")
@@ -784,17 +946,20 @@ def test_the_scan_sets_aside_edited_results_and_their_records_and_names_what_rem
     assert plan_rebuilds(root, producer, log=logs.append) == planned
     assert not ppl.exists() and Path("results/ppl/mdlm.json.damaged").exists() and not samples.exists()
     assert not lm.exists() and genppl.exists()
-    assert sorted(logs) == sorted([
-        "unie: results/dllm/rows/llada/llada/results_2026.json is damaged: its numbers disagree: t acc,none = 0.5 "
-        "over 8 items has s.e. 0.0, not 0.1889822365046136; set aside as "
-        "results/dllm/rows/llada/llada/results_2026.json.damaged; this run remakes it with results/dllm/rows/llada "
-        "(rule dllm_eval_llada)",
-        "unie: results/ppl/mdlm.json is damaged: its values differ from the content hash it recorded when it was "
-        "written (an edited or corrupted value); set aside as results/ppl/mdlm.json.damaged; this run rebuilds it "
-        "(rule ppl)",
-        "unie: results/samples/mdlm/steps2.parquet is damaged: content hash differs from the one recorded when it "
-        "was written; set aside as results/samples/mdlm/steps2.parquet.damaged; this run rebuilds it "
-        "(rule sample_table2)"])
+    assert sorted(logs) == sorted(
+        [
+            "unie: results/dllm/rows/llada/llada/results_2026.json is damaged: its numbers disagree: t acc,none = 0.5 "
+            "over 8 items has s.e. 0.0, not 0.1889822365046136; set aside as "
+            "results/dllm/rows/llada/llada/results_2026.json.damaged; this run remakes it with results/dllm/rows/llada "
+            "(rule dllm_eval_llada)",
+            "unie: results/ppl/mdlm.json is damaged: its values differ from the content hash it recorded when it was "
+            "written (an edited or corrupted value); set aside as results/ppl/mdlm.json.damaged; this run rebuilds it "
+            "(rule ppl)",
+            "unie: results/samples/mdlm/steps2.parquet is damaged: content hash differs from the one recorded when it "
+            "was written; set aside as results/samples/mdlm/steps2.parquet.damaged; this run rebuilds it "
+            "(rule sample_table2)",
+        ]
+    )
     # a run stopped before it remade them: the next one remakes what was set aside and is still missing
     logs = []
     assert plan_rebuilds(root, producer, log=logs.append) == planned
@@ -812,8 +977,16 @@ def test_a_replaced_input_with_an_old_mtime_gets_the_current_one(tmp_path, toy, 
     tokens.parent.mkdir(parents=True)
     tokens.write_bytes((toy / "train0.parquet").read_bytes())
     tok.save(Path("resources/tokenizer"))
-    train_from_spec("m", _spec(steps=2), tokens, "resources/tokenizer", "results/models/m", "results/checkpoints/m",
-                    seq_len=8, log=_quiet)
+    train_from_spec(
+        "m",
+        _spec(steps=2),
+        tokens,
+        "resources/tokenizer",
+        "results/models/m",
+        "results/checkpoints/m",
+        seq_len=8,
+        log=_quiet,
+    )
     made = json.loads(Path("results/models/m/config.json").read_text())["extra"]["made_from"]
     assert list(made) == [str(tokens), "resources/tokenizer"] and find_stale(".") == []  # every file it read
     old = os.stat(tokens).st_mtime_ns - 10**12

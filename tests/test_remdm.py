@@ -97,13 +97,21 @@ def test_nucleus_filter():
 
 
 # ---------------------------------------------------------------------- the sampler
-@pytest.mark.parametrize("strategy,kw", [("cap", {"eta_cap": 0.0}), ("rescale", {"eta_rescale": 0.0}),
-                                         ("cap_rescale", {"eta_rescale": 0.0}), ("cap_rescale", {"eta_cap": 0.0})])
+@pytest.mark.parametrize(
+    "strategy,kw",
+    [
+        ("cap", {"eta_cap": 0.0}),
+        ("rescale", {"eta_rescale": 0.0}),
+        ("cap_rescale", {"eta_rescale": 0.0}),
+        ("cap_rescale", {"eta_cap": 0.0}),
+    ],
+)
 def test_eta_zero_is_mdlm_bit_for_bit(denoiser, strategy, kw):
     for steps in (5, 40):
         a, sa = sample_mdlm(denoiser, 10, 8, steps, torch.Generator().manual_seed(3), batch_size=4)
-        b, sb = sample_remdm(denoiser, 10, 8, steps, torch.Generator().manual_seed(3), strategy=strategy,
-                             batch_size=4, **kw)
+        b, sb = sample_remdm(
+            denoiser, 10, 8, steps, torch.Generator().manual_seed(3), strategy=strategy, batch_size=4, **kw
+        )
         assert torch.equal(a, b)
         assert sb["remasked"] == 0 and sb["nfe"] == sa["nfe"] and sb["rows_evaluated"] == sa["rows_evaluated"]
 
@@ -153,8 +161,9 @@ class Peaked:
 
 def test_nucleus_restricts_every_draw(tok):
     """Every token, including those drawn after remasking and in the final fill, comes from the nucleus."""
-    x, stats = sample_remdm(Peaked(tok), 16, 8, 24, torch.Generator().manual_seed(0), strategy="rescale",
-                            eta_rescale=1.0, nucleus=0.5)
+    x, stats = sample_remdm(
+        Peaked(tok), 16, 8, 24, torch.Generator().manual_seed(0), strategy="rescale", eta_rescale=1.0, nucleus=0.5
+    )
     assert stats["remasked"] > 0 and (x == 0).all()
     y, _ = sample_remdm(Peaked(tok), 16, 8, 24, torch.Generator().manual_seed(0))
     assert (y != 0).any()  # without the nucleus the tail is drawn

@@ -36,8 +36,10 @@ def modules(tmp_path, monkeypatch):
 @pytest.fixture
 def folders(tmp_path):
     tok = word_tokenizer(WORDS)
-    return {style: (tmp_path / style, write_remote_dllm(tmp_path / style, style, tok, seed=i), tok)
-            for i, style in enumerate(("llada", "dream"))}
+    return {
+        style: (tmp_path / style, write_remote_dllm(tmp_path / style, style, tok, seed=i), tok)
+        for i, style in enumerate(("llada", "dream"))
+    }
 
 
 @pytest.mark.parametrize("style", ["llada", "dream"])
@@ -60,8 +62,16 @@ def test_remote_code_loads_and_decodes_under_the_pinned_transformers(style, fold
     torch.testing.assert_close(m.logits(x).float(), want, atol=1e-5, rtol=0)
     samplers = ["plain", "core"] + (["dawn"] if style == "llada" else [])
     for sampler in samplers:
-        args = {"pretrained": str(path), "kind": "hf_dllm", "style": style, "trust_remote_code": True,
-                "gen_length": 4, "block_length": 4, "tokens_per_step": 2, "sampler": sampler}
+        args = {
+            "pretrained": str(path),
+            "kind": "hf_dllm",
+            "style": style,
+            "trust_remote_code": True,
+            "gen_length": 4,
+            "block_length": 4,
+            "tokens_per_step": 2,
+            "sampler": sampler,
+        }
         if sampler == "dawn":
             args["attn_layers"] = 1
         outs, stats = build_decoder(args).generate(PROMPTS, 4)

@@ -20,12 +20,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_seeds_command_is_the_outer_runs_with_the_seed_replaced():
-    cmd = replicate_command("py", "S", "/w", ["config/smoke.yaml"], {"seed": 5, "threads": 2,
-                                                                   "slurm_partitions": {"cpu": "n", "gpu": "a100"}},
-                            2, ["all"], 4, None)
+    cmd = replicate_command(
+        "py",
+        "S",
+        "/w",
+        ["config/smoke.yaml"],
+        {"seed": 5, "threads": 2, "slurm_partitions": {"cpu": "n", "gpu": "a100"}},
+        2,
+        ["all"],
+        4,
+        None,
+    )
     assert cmd[:7] == ["py", "-m", "snakemake", "-s", "S", "-d", "/w"]
     assert cmd[cmd.index("--cores") + 1] == "4" and "--profile" not in cmd
-    cfg = cmd[cmd.index("--config") + 1: cmd.index("--")]
+    cfg = cmd[cmd.index("--config") + 1 : cmd.index("--")]
     assert cfg == ["threads=2", "slurm_partitions={cpu: n, gpu: a100}", "seed=2"] and cmd[-1] == "all"
     slurm = replicate_command("py", "S", "/w", [], {}, 0, ["all", "table_app_map"], None, "slurm")
     assert slurm[-2:] == ["all", "table_app_map"]
@@ -38,9 +46,19 @@ def test_a_seeds_command_is_the_outer_runs_with_the_seed_replaced():
 
 
 def test_aggregate_of_a_table_by_hand():
-    frames = {s: pd.DataFrame({"row": ["MDLM", "AR"], "source": ["mdlm", "ar"], "domain": ["owt", "owt"],
-                               "ppl": [10.0 + s, 20.0 - s], "bound": [True, True], "best": [s == 0, s != 0]})
-              for s in (0, 1, 2)}
+    frames = {
+        s: pd.DataFrame(
+            {
+                "row": ["MDLM", "AR"],
+                "source": ["mdlm", "ar"],
+                "domain": ["owt", "owt"],
+                "ppl": [10.0 + s, 20.0 - s],
+                "bound": [True, True],
+                "best": [s == 0, s != 0],
+            }
+        )
+        for s in (0, 1, 2)
+    }
     a = aggregate("table1_ppl", frames)
     assert list(a.quantity) == ["ppl", "ppl"] and list(a.row) == ["MDLM", "AR"]  # booleans are not quantities
     mdlm = a[a.row == "MDLM"].iloc[0]
@@ -55,20 +73,35 @@ def test_aggregate_of_a_table_by_hand():
 def test_a_long_table_with_a_value_column_aggregates_and_shows_percent():
     """Table 3's CSV is long with a column named ``value`` (accuracy in %): each (row, task) cell aggregated, shown
     as it is (no rescaling), the room rows too."""
-    frames = {s: pd.DataFrame({"row": ["llada", "llada", "llada__ceiling"], "task": ["toy_math", "toy_gsm8k",
-                                                                                       "toy_math"],
-                               "column": ["MATH500", "GSM8K", "MATH500"], "value": [10.0 + s, 20.0, 12.0 + s],
-                               "delta": [None, None, 2.0], "delta_se": [None, None, 0.5]}) for s in (0, 1, 2)}
+    frames = {
+        s: pd.DataFrame(
+            {
+                "row": ["llada", "llada", "llada__ceiling"],
+                "task": ["toy_math", "toy_gsm8k", "toy_math"],
+                "column": ["MATH500", "GSM8K", "MATH500"],
+                "value": [10.0 + s, 20.0, 12.0 + s],
+                "delta": [None, None, 2.0],
+                "delta_se": [None, None, 0.5],
+            }
+        )
+        for s in (0, 1, 2)
+    }
     a = aggregate("table3_dllm", frames)
     cell_ = a[(a.row == "llada") & (a.task == "toy_math") & (a.quantity == "value")].iloc[0]
     assert (cell_.seed_0, cell_.seed_2, cell_["mean"]) == (10.0, 12.0, 11.0)
     shown = view("table3_dllm", a)
     assert "11.00 ± 1.00 [10.00, 12.00]" in shown and "llada__ceiling" in shown
     # a room row has no in_average of its own: it is averaged over the tasks Table 3 averages
-    t3 = pd.DataFrame({"row": ["llada", "llada", "llada_uni", "llada_uni", "llada__ceiling", "llada__ceiling"],
-                       "task": ["toy_math", "toy_mmlu"] * 3, "value": [1.0] * 6,
-                       "in_average": [True, False, True, False, None, None],
-                       "delta": [None, None, 2.0, 8.0, 4.0, 9.0], "delta_se": [None, None, 0.5, 0.5, 0.5, 0.5]})
+    t3 = pd.DataFrame(
+        {
+            "row": ["llada", "llada", "llada_uni", "llada_uni", "llada__ceiling", "llada__ceiling"],
+            "task": ["toy_math", "toy_mmlu"] * 3,
+            "value": [1.0] * 6,
+            "in_average": [True, False, True, False, None, None],
+            "delta": [None, None, 2.0, 8.0, 4.0, 9.0],
+            "delta_se": [None, None, 0.5, 0.5, 0.5, 0.5],
+        }
+    )
     avg = task_average_change(t3).set_index("row").delta
     assert avg.to_dict() == {"llada_uni": 2.0, "llada__ceiling": 4.0}
 
@@ -79,11 +112,23 @@ def test_verdicts_and_claims():
     assert verdict([2.5, 1.0, -2.2]) == "holds in 2 of 3 (+−)"
     assert verdict([0.5, -1.9, 1.0]) == "level in all 3"
     assert verdict([float("nan")] * 3) == "no value"
-    sel = {s: pd.DataFrame({"row": ["llada", "llada_uni"], "delta": [None, d], "delta_se": [None, 0.5]})
-           for s, d in ((0, 1.5), (1, 1.2), (2, 0.4))}
-    t2 = {s: pd.DataFrame({"row": ["MDLM", "X"], "run": ["mdlm", "x"], "steps": [8, 8], "evaluator": ["exact"] * 2,
-                           "nll_per_token": [3.0, 3.0 + d], "nll_se": [0.03, 0.04]})
-          for s, d in ((0, 0.2), (1, 0.25), (2, 0.3))}
+    sel = {
+        s: pd.DataFrame({"row": ["llada", "llada_uni"], "delta": [None, d], "delta_se": [None, 0.5]})
+        for s, d in ((0, 1.5), (1, 1.2), (2, 0.4))
+    }
+    t2 = {
+        s: pd.DataFrame(
+            {
+                "row": ["MDLM", "X"],
+                "run": ["mdlm", "x"],
+                "steps": [8, 8],
+                "evaluator": ["exact"] * 2,
+                "nll_per_token": [3.0, 3.0 + d],
+                "nll_se": [0.03, 0.04],
+            }
+        )
+        for s, d in ((0, 0.2), (1, 0.25), (2, 0.3))
+    }
     c = claims({"table_app_selection": sel, "table2_genppl": t2})
     uni = c[c.cell == "llada_uni"].iloc[0]
     assert uni.z_0 == pytest.approx(3.0) and uni.verdict == "holds in 2 of 3 (++)"
@@ -102,15 +147,46 @@ def test_a_change_is_shown_with_its_se_to_the_se_s_first_digit():
 def test_claims_against_edlm_ar_no_energy_and_k1():
     """Table 2 rows against EDLM-AR too; each Figure 2 curve against no energy in its own panel and steps; each
     Figure 3 point against k = 1 at its steps; the references themselves make no claim."""
-    t2 = {s: pd.DataFrame({"row": ["MDLM", "EDLM-AR", "Uni"], "run": ["mdlm", "edlm_ar", "uni"], "steps": [8] * 3,
-                           "evaluator": ["exact"] * 3, "nll_per_token": [3.0, 2.9, 3.0 + d], "nll_se": [0.03] * 3})
-          for s, d in ((0, 0.2), (1, 0.25), (2, 0.3))}
-    f2 = {s: pd.DataFrame({"context": ["tf", "tf", "exact", "exact"], "curve": ["No energy", "Ind-E"] * 2,
-                           "run": ["mdlm", "ind", "mdlm", "ind"], "steps": [4] * 4, "selection": ["", "argmin"] * 2,
-                           "nll": [3.0, 3.0 - d, 3.5, 3.5], "nll_se": [0.03, 0.04, 0.03, 0.04]})
-          for s, d in ((0, 0.2), (1, 0.05), (2, 0.3))}
-    f3 = {s: pd.DataFrame({"panel": ["k", "k", "w"], "curve": ["k=1", "k=2", "w=1"], "run": ["a", "b", "c"],
-                           "steps": [16] * 3, "nll": [3.0, 3.01, 3.2], "nll_se": [0.05] * 3}) for s in (0, 1, 2)}
+    t2 = {
+        s: pd.DataFrame(
+            {
+                "row": ["MDLM", "EDLM-AR", "Uni"],
+                "run": ["mdlm", "edlm_ar", "uni"],
+                "steps": [8] * 3,
+                "evaluator": ["exact"] * 3,
+                "nll_per_token": [3.0, 2.9, 3.0 + d],
+                "nll_se": [0.03] * 3,
+            }
+        )
+        for s, d in ((0, 0.2), (1, 0.25), (2, 0.3))
+    }
+    f2 = {
+        s: pd.DataFrame(
+            {
+                "context": ["tf", "tf", "exact", "exact"],
+                "curve": ["No energy", "Ind-E"] * 2,
+                "run": ["mdlm", "ind", "mdlm", "ind"],
+                "steps": [4] * 4,
+                "selection": ["", "argmin"] * 2,
+                "nll": [3.0, 3.0 - d, 3.5, 3.5],
+                "nll_se": [0.03, 0.04, 0.03, 0.04],
+            }
+        )
+        for s, d in ((0, 0.2), (1, 0.05), (2, 0.3))
+    }
+    f3 = {
+        s: pd.DataFrame(
+            {
+                "panel": ["k", "k", "w"],
+                "curve": ["k=1", "k=2", "w=1"],
+                "run": ["a", "b", "c"],
+                "steps": [16] * 3,
+                "nll": [3.0, 3.01, 3.2],
+                "nll_se": [0.05] * 3,
+            }
+        )
+        for s in (0, 1, 2)
+    }
     c = claims({"table2_genppl": t2, "fig2_ablation": f2, "fig3_tradeoff": f3})
     vs_edlm = c[(c.table == "table2_genppl") & c.change.str.contains("edlm_ar")].set_index("cell")
     assert list(vs_edlm.index) == ["MDLM / 8 / exact", "Uni / 8 / exact"]
@@ -133,16 +209,34 @@ def test_snakemake_replicates_builds_each_seeds_run_and_the_aggregate(tmp_path):
     and the aggregate page and CSVs."""
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
     overlay = tmp_path / "small.yaml"
-    overlay.write_text("exclude:\n  tables:\n    table2_genppl: [SEDD, Duo, Block Diffusion, DCD, ReMDM, EDLM-AR, "
-                       "EDLM-NCE, Uni-EDLM-AR, Uni-EDLM-NCE]\n")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
-           "replicates", "--configfile", str(REPO / "config" / "smoke.yaml"), str(overlay),
-           "--config", "replicates={seeds: [0, 1, 2], targets: [table2]}"]
+    overlay.write_text(
+        "exclude:\n  tables:\n    table2_genppl: [SEDD, Duo, Block Diffusion, DCD, ReMDM, EDLM-AR, "
+        "EDLM-NCE, Uni-EDLM-AR, Uni-EDLM-NCE]\n"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--cores",
+        "2",
+        "replicates",
+        "--configfile",
+        str(REPO / "config" / "smoke.yaml"),
+        str(overlay),
+        "--config",
+        "replicates={seeds: [0, 1, 2], targets: [table2]}",
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = next((tmp_path / "runs").glob("*+replicates"))
-    dirs = {m["seed"]: Path(m["run_dir"]).name
-            for m in (json.loads(p.read_text()) for p in (out / "runs").glob("seed-*.json"))}
+    dirs = {
+        m["seed"]: Path(m["run_dir"]).name
+        for m in (json.loads(p.read_text()) for p in (out / "runs").glob("seed-*.json"))
+    }
     assert sorted(dirs) == [0, 1, 2] and len(set(dirs.values())) == 3
     assert dirs[0] == out.name[: -len("+replicates")]  # the aggregate sits beside the seed-0 run
     for name in dirs.values():
@@ -153,8 +247,10 @@ def test_snakemake_replicates_builds_each_seeds_run_and_the_aggregate(tmp_path):
     assert {"seed_0", "seed_1", "seed_2", "mean", "sd", "min", "max"} <= set(agg.columns)
     genppl = agg[agg.quantity == "genppl"]
     assert (genppl.n_runs == 3).all() and (genppl.sd > 0).any()  # three trainings, not one run three times
-    w = {s: (tmp_path / "runs" / d / "results" / "models" / "mdlm" / "model.safetensors").read_bytes()
-         for s, d in dirs.items()}
+    w = {
+        s: (tmp_path / "runs" / d / "results" / "models" / "mdlm" / "model.safetensors").read_bytes()
+        for s, d in dirs.items()
+    }
     assert len(set(w.values())) == 3  # each seed trained its own MDLM
     manifest = json.loads((out / "runs" / "seed-1.json").read_text())
     assert manifest["run_dir"] == f"runs/{dirs[1]}" and "seed=1" in manifest["command"]

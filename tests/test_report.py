@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from unie.report import markdown
 from unie.report.html import latex_inline, tex_to_html
@@ -15,24 +14,40 @@ from unie.report.tables import table1
 
 
 def _ppl_record(source, ppl: dict, spec=None):
-    rec = {"source": source, "n_mc": 1,
-           "domains": {d: {"ppl": p, "nll_per_token": math.log(p), "nll_se": 0.01} for d, p in ppl.items()}}
+    rec = {
+        "source": source,
+        "n_mc": 1,
+        "domains": {d: {"ppl": p, "nll_per_token": math.log(p), "nll_se": 0.01} for d, p in ppl.items()},
+    }
     if spec:
         rec["spec"] = spec
     return rec
 
 
-ROWS = {"Data ($\\pi$, exact)": "exact", "AR": "ar", "MDLM": "mdlm", "DCD": None, "EDLM-CoAR": "edlm_coar",
-        "EDLM-NCE": "edlm_nce", "Uni-EDLM-AR": "uni_edlm_ar"}
+ROWS = {
+    "Data ($\\pi$, exact)": "exact",
+    "AR": "ar",
+    "MDLM": "mdlm",
+    "DCD": None,
+    "EDLM-CoAR": "edlm_coar",
+    "EDLM-NCE": "edlm_nce",
+    "Uni-EDLM-AR": "uni_edlm_ar",
+}
 RECORDS = [
     _ppl_record("exact", {"owt": 10.88, "lm1b": 9.64}),
     _ppl_record("ar", {"owt": 11.29, "lm1b": 11.60}),
     _ppl_record("mdlm", {"owt": 12.63, "lm1b": 13.21}),
-    _ppl_record("edlm_coar", {"owt": 11.43, "lm1b": 13.50},
-                {"energy": "ind", "dlm": "mdlm", "proxy": "ar", "ar_context": "teacher_forced_carry_over"}),
+    _ppl_record(
+        "edlm_coar",
+        {"owt": 11.43, "lm1b": 13.50},
+        {"energy": "ind", "dlm": "mdlm", "proxy": "ar", "ar_context": "teacher_forced_carry_over"},
+    ),
     _ppl_record("edlm_nce", {"owt": 11.57, "lm1b": 12.62}, {"energy": "ebm", "dlm": "mdlm", "ebm": "edlm_nce"}),
-    _ppl_record("uni_edlm_ar", {"owt": 4.11, "lm1b": 4.11},
-                {"energy": "uni", "dlm": "mdlm", "proxy": "ar_masked", "ar_context": "masked"}),
+    _ppl_record(
+        "uni_edlm_ar",
+        {"owt": 4.11, "lm1b": 4.11},
+        {"energy": "uni", "dlm": "mdlm", "proxy": "ar_masked", "ar_context": "masked"},
+    ),
 ]
 
 
@@ -86,7 +101,9 @@ def test_a_table_float_as_html_keeps_cells_groups_bold_and_caption():
     page = tex_to_html(tex)
     assert page.count("<table>") == 1 and page.count("<tbody>") == 4  # the row groups of the LaTeX table
     assert "<figcaption>Perplexity per domain" in page and "<sup>†</sup> Not an upper bound" in page
-    assert "<b>12.63<small>" in page and ">Uni-EDLM-AR<sup>†</sup></td>" in page and ">EDLM-CoAR<sup>§</sup></td>" in page
+    assert (
+        "<b>12.63<small>" in page and ">Uni-EDLM-AR<sup>†</sup></td>" in page and ">EDLM-CoAR<sup>§</sup></td>" in page
+    )
     assert "<th" in page and ">OWT</th>" in page and "\\" not in page.replace("\\\\", "")
 
 
@@ -96,11 +113,16 @@ def test_every_row_has_its_own_colour_in_every_figure():
 
     assert len(set(ROW_COLOURS.values())) == len(ROW_COLOURS)  # no colour is shared by two rows
     cfg = resolve_config()
-    labels = [*cfg["tables"]["table1_ppl"], *cfg["tables"]["table2_genppl"],
-              *cfg["figures"]["fig2_ablation"]["energies"], "No energy",
-              *cfg["figures"]["fig3_tradeoff"]["baselines"], cfg["figures"]["fig3_tradeoff"]["edlm"]["label"],
-              *[r["label"] for r in cfg["dllm"]["rows"].values()],
-              *[c["label"] for s in cfg["dllm"]["sweeps"]["sets"].values() for c in s.values()]]
+    labels = [
+        *cfg["tables"]["table1_ppl"],
+        *cfg["tables"]["table2_genppl"],
+        *cfg["figures"]["fig2_ablation"]["energies"],
+        "No energy",
+        *cfg["figures"]["fig3_tradeoff"]["baselines"],
+        cfg["figures"]["fig3_tradeoff"]["edlm"]["label"],
+        *[r["label"] for r in cfg["dllm"]["rows"].values()],
+        *[c["label"] for s in cfg["dllm"]["sweeps"]["sets"].values() for c in s.values()],
+    ]
     colours = row_colours(labels)
     for a in labels:  # the same label the same colour wherever it is drawn, two rows never the same
         assert colours[a] == row_colours([a])[a]

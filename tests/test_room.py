@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from unie.data.dllm_format import dllm_prompt_rows
-from unie.dllm.backbone import DecodeOptions, exit_early
+from unie.dllm.backbone import DecodeOptions
 from unie.dllm.bridge import ProxyBridge
 from unie.dllm.energy_decoding import DLLMEnergyOptions, energy_decode
 from unie.dllm.candidate_tree import Scorer, leaf_below, rule_leaf, subtree_leaves, window_tree
@@ -30,8 +30,10 @@ def _completion(ids, P, eos):
 def _forced_decode(b, p, x, opts, eopts, gens, choices, monkeypatch):
     """energy_decode with the selection replaced by a fixed choice sequence (one index per window iteration)."""
     it = iter(choices)
-    monkeypatch.setattr("unie.dllm.energy_decoding.select",
-                        lambda energy, how, t, g: torch.full((energy.shape[0],), next(it), dtype=torch.long))
+    monkeypatch.setattr(
+        "unie.dllm.energy_decoding.select",
+        lambda energy, how, t, g: torch.full((energy.shape[0],), next(it), dtype=torch.long),
+    )
     out, _ = energy_decode(b, ProxyBridge(p, b.tokenizer), x, opts, eopts, gens)
     monkeypatch.undo()
     return out
@@ -51,8 +53,9 @@ def test_the_tree_is_every_choice_sequence_of_the_decoder(word, temperature, mon
     for row, tree in enumerate(trees):
         brute = set()
         for choices in itertools.product(range(3), repeat=2):
-            out = _forced_decode(b, p, x[row:row + 1], OPTS, eopts, [torch.Generator().manual_seed(seeds[row])],
-                                 choices, monkeypatch)
+            out = _forced_decode(
+                b, p, x[row : row + 1], OPTS, eopts, [torch.Generator().manual_seed(seeds[row])], choices, monkeypatch
+            )
             brute.add(tuple(_completion(out[0], P, word.eos_id)))
         leaves = {tuple(_completion(leaf, P, word.eos_id)) for leaf in tree.leaves}
         assert leaves == brute, (row, temperature)
@@ -97,14 +100,16 @@ def test_energies_at_a_node_are_the_decoders(word):  # noqa: F811
         return out
 
     import unie.dllm.energy_decoding as ed
+
     orig = ed.selection_energy
     ed.selection_energy = spy
     try:
         energy_decode(b, bridge, x, OPTS, eopts, [torch.Generator().manual_seed(s) for s in (5, 6)])
     finally:
         ed.selection_energy = orig
-    trees = window_tree(b, x, OPTS, eopts, [torch.Generator().manual_seed(s) for s in (5, 6)],
-                        {"ind": Scorer("ind", bridge)})
+    trees = window_tree(
+        b, x, OPTS, eopts, [torch.Generator().manual_seed(s) for s in (5, 6)], {"ind": Scorer("ind", bridge)}
+    )
     for row in range(2):
         assert trees[row].nodes[0].energies["ind"] == pytest.approx(seen[0][row].double().tolist(), abs=1e-9)
 
@@ -114,8 +119,9 @@ def test_dedup_and_cap(word):  # noqa: F811
     x = dllm_prompt_rows(word, PROMPTS[:1], 30, 8)
     cold = window_tree(b, x, OPTS, DLLMEnergyOptions(K=3, w=1.0, temperature=1e-4), [torch.Generator().manual_seed(0)])
     assert len(cold[0].leaves) == 1 and cold[0].exhaustive  # three identical candidates at each node: one node
-    hot = window_tree(b, x, OPTS, DLLMEnergyOptions(K=3, w=1.0, temperature=50.0), [torch.Generator().manual_seed(0)],
-                      cap=2)
+    hot = window_tree(
+        b, x, OPTS, DLLMEnergyOptions(K=3, w=1.0, temperature=50.0), [torch.Generator().manual_seed(0)], cap=2
+    )
     assert not hot[0].exhaustive
     per_level = {}
     for n in hot[0].nodes[1:]:
@@ -125,9 +131,17 @@ def test_dedup_and_cap(word):  # noqa: F811
 
 def test_subtree_and_paths_on_a_hand_made_tree():
     from unie.dllm.candidate_tree import ItemTree, Node
-    t = ItemTree(nodes=[Node(0, children=[1, 2, 1], energies={"s": [0.5, 0.1, 0.3]}),
-                        Node(1, leaf=0), Node(1, children=[3, 4, 3], energies={"s": [2.0, 1.0, 1.0]}),
-                        Node(2, leaf=1), Node(2, leaf=2)], leaves=[torch.zeros(1)] * 3)
+
+    t = ItemTree(
+        nodes=[
+            Node(0, children=[1, 2, 1], energies={"s": [0.5, 0.1, 0.3]}),
+            Node(1, leaf=0),
+            Node(1, children=[3, 4, 3], energies={"s": [2.0, 1.0, 1.0]}),
+            Node(2, leaf=1),
+            Node(2, leaf=2),
+        ],
+        leaves=[torch.zeros(1)] * 3,
+    )
     assert rule_leaf(t, "s") == 2  # root picks j=1 (0.1) -> node 2, which picks the first least (j=1) -> node 4
     assert subtree_leaves(t, 0) == [0, 1, 2] and subtree_leaves(t, 2) == [1, 2]
     assert leaf_below(t, 0, lambda nd: 0) == 0
@@ -180,8 +194,14 @@ def test_share_auc_and_break_even():
     assert s["share"] == pytest.approx(0.5) and s["se"] > 0
     assert share_of_ceiling([0, 0], [0, 0], [0, 0])["share"] is None  # no room: no share
     # root with three candidates: 0 -> right leaf, 1 -> wrong leaf, 2 -> the same child as 0
-    t = ItemTree(nodes=[Node(0, children=[1, 2, 1], energies={"e": [0.1, 0.5, 0.2]}, dlm_logp=[-1.0, -0.5, -1.0]),
-                        Node(1, leaf=0), Node(1, leaf=1)], leaves=[torch.zeros(1)] * 2)
+    t = ItemTree(
+        nodes=[
+            Node(0, children=[1, 2, 1], energies={"e": [0.1, 0.5, 0.2]}, dlm_logp=[-1.0, -0.5, -1.0]),
+            Node(1, leaf=0),
+            Node(1, leaf=1),
+        ],
+        leaves=[torch.zeros(1)] * 2,
+    )
     right = pairwise_auc([t], [[1.0, 0.0]], lambda nd, j: -nd.energies["e"][j])
     wrong = pairwise_auc([t], [[1.0, 0.0]], lambda nd, j: nd.dlm_logp[j])
     assert right["auc"] == 1.0 and right["pairs"] == 2 and wrong["auc"] == 0.0  # pairs (0, 1) and (2, 1)
@@ -197,8 +217,14 @@ def test_the_backbones_judgement_is_its_log_prob_of_the_reveal(word):  # noqa: F
     b, p = backbone(word, shift=True), proxy(word)
     bridge = ProxyBridge(p, word)
     x = dllm_prompt_rows(word, PROMPTS, 30, 8)
-    trees = window_tree(b, x, OPTS, DLLMEnergyOptions(K=3, w=1.0, temperature=3.0),
-                        [torch.Generator().manual_seed(s) for s in (1, 2)], {"inv": Scorer("inv", bridge)})
+    trees = window_tree(
+        b,
+        x,
+        OPTS,
+        DLLMEnergyOptions(K=3, w=1.0, temperature=3.0),
+        [torch.Generator().manual_seed(s) for s in (1, 2)],
+        {"inv": Scorer("inv", bridge)},
+    )
     for t in trees:
         for nd in t.nodes:
             if nd.children:

@@ -32,8 +32,9 @@ def reference_forward(self, h, cos, sin, causal, attn_mask=None, cache=None, pro
         attn_mask = torch.ones(L, k.shape[2], dtype=torch.bool, device=h.device).tril(diagonal=past)
     if probs is not None:
         probs.append(T.attention_probs(q, k, attn_mask, is_causal))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                         dropout_p=self.dropout if self.training else 0.0)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
+    )
     return self.proj(out.transpose(1, 2).reshape(B, L, D))
 
 

@@ -20,8 +20,15 @@ from pathlib import Path
 import pytest
 
 from unie.config.sampling_jobs import MARKER, marker_path, sampling_jobs
-from unie.config.rundir import (EXECUTION_KEYS, SHARED_RESOURCES, differences, earlier_layout_notice, name_from,
-                                  run_directory, run_name)
+from unie.config.rundir import (
+    EXECUTION_KEYS,
+    SHARED_RESOURCES,
+    differences,
+    earlier_layout_notice,
+    name_from,
+    run_directory,
+    run_name,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "config" / "smoke.yaml"
@@ -34,14 +41,21 @@ def test_the_run_directory_is_named_by_the_profile_and_what_changes_results(tmp_
     assert run_name(None, {"seed": 1}) == "toy+seed-1"
     assert run_name([SMOKE], {"seed": 1, "device": "cuda"}) == "smoke+device-cuda+seed-1"  # in key order
     # how a run executes is not in the name: the same directory, the same files
-    for execution in ({"threads": 2}, {"sampling": {"job": "step"}}, {"dllm": {"eval_job": "row"}},
-                      {"slurm_partitions": {"cpu": "normal", "gpu": "a100"}}, {"max_runtime": 60}):
+    for execution in (
+        {"threads": 2},
+        {"sampling": {"job": "step"}},
+        {"dllm": {"eval_job": "row"}},
+        {"slurm_partitions": {"cpu": "normal", "gpu": "a100"}},
+        {"max_runtime": 60},
+    ):
         assert run_name(None, execution) == "toy", execution
     assert {"threads", "resources", "slurm_partitions", "max_runtime"} <= set(EXECUTION_KEYS)
     # a value that is no short plain word: the first 8 hex digits of its SHA-256 (the same value, the same name)
     name = run_name([SMOKE], {"sampling": {"steps": [2, 4]}})
     assert re.fullmatch(r"smoke\+sampling\.steps-[0-9a-f]{8}", name)
-    assert name == run_name([SMOKE], {"sampling": {"steps": [2, 4]}}) != run_name([SMOKE], {"sampling": {"steps": [2, 8]}})
+    assert (
+        name == run_name([SMOKE], {"sampling": {"steps": [2, 4]}}) != run_name([SMOKE], {"sampling": {"steps": [2, 8]}})
+    )
     # an extra config file is compared with the profile's own file as --config is
     overlay = tmp_path / "seed1.yaml"
     overlay.write_text("seed: 1\n")
@@ -63,8 +77,10 @@ def test_a_tree_from_before_run_directories_is_named_in_one_line(tmp_path):
     (tmp_path / "results" / "tables").mkdir(parents=True)
     (tmp_path / "resources" / "tokenized").mkdir(parents=True)
     line = earlier_layout_notice("runs/toy", tmp_path)
-    assert line == ("unie: results/, resources/tokenized/ are from before run directories and not read: this run "
-                    "builds runs/toy/ from the start (delete them when you no longer need them; docs/runs.md)")
+    assert line == (
+        "unie: results/, resources/tokenized/ are from before run directories and not read: this run "
+        "builds runs/toy/ from the start (delete them when you no longer need them; docs/runs.md)"
+    )
 
 
 # ---------------------------------------------------------------------- the jobs
@@ -97,8 +113,13 @@ def planned(out: str) -> list[dict]:
     for rule, block in re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?:\n\n|\n(?=\[)|\Z)", out, re.S | re.M):
         outputs = re.search(r"^\s+output: (.*)$", block, re.M)
         wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-        jobs.append({"rule": rule, "output": [f.strip() for f in outputs.group(1).split(",")] if outputs else [],
-                     "wildcards": wildcards.group(1) if wildcards else ""})
+        jobs.append(
+            {
+                "rule": rule,
+                "output": [f.strip() for f in outputs.group(1).split(",")] if outputs else [],
+                "wildcards": wildcards.group(1) if wildcards else "",
+            }
+        )
     return jobs
 
 
@@ -107,8 +128,12 @@ def test_the_default_run_a_seed_and_the_paper_profile_plan_disjoint_paths(tmp_pa
     """Dry runs from empty directories: every output of each plan is in its own run directory, but the shared
     downloads; the default profile's plan is the same whatever the grouping of its jobs (its directory too)."""
     plans = {}
-    for name, args in {"toy": (), "toy+seed-1": ("--config", "seed=1"), "smoke": ("--configfile", str(SMOKE)),
-                       "paper": ("--configfile", str(PAPER))}.items():
+    for name, args in {
+        "toy": (),
+        "toy+seed-1": ("--config", "seed=1"),
+        "smoke": ("--configfile", str(SMOKE)),
+        "paper": ("--configfile", str(PAPER)),
+    }.items():
         wd = tmp_path / name
         wd.mkdir()
         if name == "toy":  # a tree from before run directories: named, not read
@@ -127,7 +152,7 @@ def test_the_default_run_a_seed_and_the_paper_profile_plan_disjoint_paths(tmp_pa
         plans[name] = files - shared
     names = list(plans)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not plans[a] & plans[b], (a, b)
     # the paper profile's downloads are shared: a second run of it does not fetch them again
     assert "runs/paper/results/tables/table1_ppl.tex" in plans["paper"]

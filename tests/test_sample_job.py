@@ -13,8 +13,11 @@ from unie.models.checkpoint import save_model
 from unie.pipeline.sample import SampleJob, read_sample_meta, run_sampler, sample_and_score, sampling_seed
 from unie.pipeline.timing_runs import time_run
 
-SPEC = {"sampler": "energy", "models": {"dlm": "mdlm", "proxy": "ar"},
-        "options": {"energy": "ind", "K": 2, "w": 1.0, "ar_context": "teacher_forced"}}
+SPEC = {
+    "sampler": "energy",
+    "models": {"dlm": "mdlm", "proxy": "ar"},
+    "options": {"energy": "ind", "K": 2, "w": 1.0, "ar_context": "teacher_forced"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +26,11 @@ def job(tmp_path_factory, tok):
     tok.save(root / "tok")
     save_model(make_net(tok.vocab_size, max_len=8), root / "mdlm", "mdlm", tok.info())
     save_model(make_net(tok.vocab_size, max_len=8, causal=True, seed=1), root / "ar", "ar", tok.info())
-    inputs = {"tokenizer": str(root / "tok"), "dlm": [str(root / "mdlm" / "model.safetensors")],
-              "proxy": [str(root / "ar" / "model.safetensors")]}
+    inputs = {
+        "tokenizer": str(root / "tok"),
+        "dlm": [str(root / "mdlm" / "model.safetensors")],
+        "proxy": [str(root / "ar" / "model.safetensors")],
+    }
     return SampleJob.from_spec("edlm_ar", SPEC, inputs, seq_len=8, n_samples=5, batch_size=2, domain="owt", seed=3)
 
 
@@ -41,22 +47,45 @@ def test_one_job_per_run_equals_one_per_step_and_carries_the_identity(job, tmp_p
     steps = [2, 4]
     samples = [tmp_path / f"steps{s}.parquet" for s in steps]
     genppl = [tmp_path / f"steps{s}.json" for s in steps]
-    results = sample_and_score(job, steps, samples, genppl, evaluators={"exact": {"kind": "exact"}}, eos_rule="all",
-                               evaluator_paths={}, log=lambda *a: None)
+    results = sample_and_score(
+        job,
+        steps,
+        samples,
+        genppl,
+        evaluators={"exact": {"kind": "exact"}},
+        eos_rule="all",
+        evaluator_paths={},
+        log=lambda *a: None,
+    )
     alone = tmp_path / "alone.parquet"
     run_sampler(job, 4, alone, log=lambda *a: None)
     assert (load_tokens(alone) == load_tokens(samples[1])).all()
     meta = read_sample_meta(samples[0])
     assert list(meta)[:7] == ["run", "sampler", "steps", "seconds", "models", "options", "n_samples"]
-    assert (meta["run"], meta["sampler"], meta["steps"], meta["models"], meta["n_samples"]) == \
-        ("edlm_ar", "energy", 2, SPEC["models"], 5)
+    assert (meta["run"], meta["sampler"], meta["steps"], meta["models"], meta["n_samples"]) == (
+        "edlm_ar",
+        "energy",
+        2,
+        SPEC["models"],
+        5,
+    )
     assert json.loads(genppl[1].read_text())["sampling"]["steps"] == 4 and results[1]["n_samples"] == 5
 
 
 def test_time_run_record(job):
     r = time_run(job, [2], warmup=0, repeats=1, threads=1, log=lambda *a: None)
-    assert list(r)[:10] == ["run", "sampler", "models", "options", "seq_len", "threads", "device", "device_name",
-                           "torch", "points"]  # then the timing checks: checks, flags, trusted
+    assert list(r)[:10] == [
+        "run",
+        "sampler",
+        "models",
+        "options",
+        "seq_len",
+        "threads",
+        "device",
+        "device_name",
+        "torch",
+        "points",
+    ]  # then the timing checks: checks, flags, trusted
     assert list(r)[10:] == ["checks", "flags", "trusted"] and isinstance(r["points"][0]["trusted"], bool)
     assert (r["run"], r["models"], r["seq_len"], r["options"]["K"]) == ("edlm_ar", SPEC["models"], 8, 2)
     assert r["points"][0]["batch_size"] == 2 and r["points"][0]["steps"] == 2
@@ -76,4 +105,6 @@ def test_a_state_at_the_mask_id_is_recorded_for_decoding(job, tok, tmp_path):
         extra_states = (tok.mask_id,)
 
     meta = run_sampler(job, 2, tmp_path / "pad.parquet", log=lambda *a: None, models={**models, "pad": PadOwner()})
-    assert meta["text_states"] == {str(tok.mask_id): PAD_TEXT} == read_sample_meta(tmp_path / "pad.parquet")["text_states"]
+    assert (
+        meta["text_states"] == {str(tok.mask_id): PAD_TEXT} == read_sample_meta(tmp_path / "pad.parquet")["text_states"]
+    )

@@ -293,8 +293,9 @@ def test_propose_inverse_cdf_has_the_law_of_p_theta_at_masked_positions():
     logp = torch.log_softmax(logits, -1)
     xt = torch.tensor([[mask_id, 2, mask_id]])
     n = 40_000
-    x0 = propose(logp.expand(n, -1, -1), xt.expand(n, -1), K, mask_id, torch.Generator().manual_seed(1),
-                 draw="inverse_cdf")
+    x0 = propose(
+        logp.expand(n, -1, -1), xt.expand(n, -1), K, mask_id, torch.Generator().manual_seed(1), draw="inverse_cdf"
+    )
     assert x0.shape == (n, K, L) and (x0[:, :, 1] == 2).all() and (x0 != mask_id).all()
     for i in (0, 2):
         p = logp[0, i].double().exp()

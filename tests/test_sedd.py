@@ -60,8 +60,9 @@ def oracle_net(owt_hmm, tok, n_real):
 
 def cond_net(vocab_size: int, d_model: int = 16, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=1, n_heads=2, mlp_ratio=2, max_len=16,
-                      cond_dim=16)
+    cfg = ModelConfig(
+        vocab_size=vocab_size, d_model=d_model, n_layers=1, n_heads=2, mlp_ratio=2, max_len=16, cond_dim=16
+    )
     return Transformer(cfg)
 
 

@@ -44,8 +44,9 @@ def test_no_profile_file_pins_a_sub_seed():
 
 
 def test_an_explicit_sub_seed_is_kept():
-    cfg = resolve_config([REPO / "config" / "config.yaml"],
-                         {"seed": 1, "dllm": {"seed": 5}, "models": {"mdlm": {"train": {"seed": 9}}}})
+    cfg = resolve_config(
+        [REPO / "config" / "config.yaml"], {"seed": 1, "dllm": {"seed": 5}, "models": {"mdlm": {"train": {"seed": 9}}}}
+    )
     seeds = sub_seeds(cfg)
     assert seeds["dllm.seed"] == 5 and seeds["models.mdlm.train.seed"] == 9
     assert seeds["dllm.tasks.seed"] == 1 and seeds["models.ar.train.seed"] == 1
@@ -53,9 +54,12 @@ def test_an_explicit_sub_seed_is_kept():
 
 
 def test_fill_seeds_on_a_hand_made_config():
-    cfg = {"seed": 3, "models": {"a": {"train": {"steps": 1}}, "b": {"method": "x"}},
-           "dllm": {"tasks": {}, "models": {"c": {"train": {"seed": 4}}}},
-           "figures": {"case_studies": {"K": 2}}}
+    cfg = {
+        "seed": 3,
+        "models": {"a": {"train": {"steps": 1}}, "b": {"method": "x"}},
+        "dllm": {"tasks": {}, "models": {"c": {"train": {"seed": 4}}}},
+        "figures": {"case_studies": {"K": 2}},
+    }
     fill_seeds(cfg)
     assert cfg["models"]["a"]["train"]["seed"] == 3 and "train" not in cfg["models"]["b"]
     assert cfg["dllm"]["seed"] == 3 and cfg["dllm"]["tasks"]["seed"] == 3

@@ -6,7 +6,6 @@ Table 2 and Figures 2-3 show the rule each energy row or curve was drawn with (r
 from __future__ import annotations
 
 import copy
-import json
 
 import pandas as pd
 import pytest
@@ -82,19 +81,33 @@ def test_reuse_compares_resolved_options(grid):
     del cfg["sampling"]["runs"]["uni_edlm_ar"]["options"]["selection"]
     assert fig2_runs(cfg)["masked"]["Uni-E"] == "uni_edlm_ar" and fig3_runs(cfg)["w"][1.0] == "uni_edlm_ar"
     cfg["sampling"]["runs"]["uni_edlm_ar"]["options"]["selection"] = "resample"
-    assert fig2_runs(cfg)["masked"] == {**fig2_runs(grid)["masked"], "Uni-E": "fig2_uni_masked",
-                                        "Uni-E (resample)": "uni_edlm_ar"}
+    assert fig2_runs(cfg)["masked"] == {
+        **fig2_runs(grid)["masked"],
+        "Uni-E": "fig2_uni_masked",
+        "Uni-E (resample)": "uni_edlm_ar",
+    }
 
 
-@pytest.mark.parametrize("where, mutate", [
-    ("sampling.runs.edlm_ar.options", lambda c: c["sampling"]["runs"]["edlm_ar"]["options"].update(selection="best")),
-    ("figures.fig2_ablation.energies.Uni-E (resample).selection",
-     lambda c: c["figures"]["fig2_ablation"]["energies"].update({"Uni-E (resample)": {"energy": "uni",
-                                                                                      "selection": "best"}})),
-    ("figures.fig3_tradeoff.edlm.selection",
-     lambda c: c["figures"]["fig3_tradeoff"]["edlm"].update(selection="best")),
-    ("figures.fig3_tradeoff.selection", lambda c: c["figures"]["fig3_tradeoff"].update(selection="best")),
-])
+@pytest.mark.parametrize(
+    "where, mutate",
+    [
+        (
+            "sampling.runs.edlm_ar.options",
+            lambda c: c["sampling"]["runs"]["edlm_ar"]["options"].update(selection="best"),
+        ),
+        (
+            "figures.fig2_ablation.energies.Uni-E (resample).selection",
+            lambda c: c["figures"]["fig2_ablation"]["energies"].update(
+                {"Uni-E (resample)": {"energy": "uni", "selection": "best"}}
+            ),
+        ),
+        (
+            "figures.fig3_tradeoff.edlm.selection",
+            lambda c: c["figures"]["fig3_tradeoff"]["edlm"].update(selection="best"),
+        ),
+        ("figures.fig3_tradeoff.selection", lambda c: c["figures"]["fig3_tradeoff"].update(selection="best")),
+    ],
+)
 def test_an_unknown_selection_names_its_key_and_itself(grid, where, mutate):
     cfg = copy.deepcopy(grid)
     mutate(cfg)
@@ -105,11 +118,14 @@ def test_an_unknown_selection_names_its_key_and_itself(grid, where, mutate):
     assert where in msg and "'best'" in msg and "argmin" in msg and "resample" in msg, msg
 
 
-@pytest.mark.parametrize("entry, key", [
-    ({"energy": "nope"}, "figures.fig2_ablation.energies.X.energy"),
-    ("nope", "figures.fig2_ablation.energies.X"),
-    ({"energy": "uni", "rule": "argmin"}, "figures.fig2_ablation.energies.X.rule"),
-])
+@pytest.mark.parametrize(
+    "entry, key",
+    [
+        ({"energy": "nope"}, "figures.fig2_ablation.energies.X.energy"),
+        ("nope", "figures.fig2_ablation.energies.X"),
+        ({"energy": "uni", "rule": "argmin"}, "figures.fig2_ablation.energies.X.rule"),
+    ],
+)
 def test_a_bad_fig2_curve_names_its_key(grid, entry, key):
     cfg = copy.deepcopy(grid)
     cfg["figures"]["fig2_ablation"]["energies"]["X"] = entry
@@ -135,8 +151,11 @@ def test_schema_accepts_a_curve_with_a_rule_and_refuses_other_keys(grid):
 def _record(run, steps, options, nll=3.0, se=0.04):
     import math
 
-    return {"sampling": {"run": run, "steps": steps, "options": options, "seconds": 1.0, "nfe": steps},
-            "entropy_bits": 4.4, "genppl": {"exact": {"ppl": math.exp(nll), "nll_per_token": nll, "nll_se": se}}}
+    return {
+        "sampling": {"run": run, "steps": steps, "options": options, "seconds": 1.0, "nfe": steps},
+        "entropy_bits": 4.4,
+        "genppl": {"exact": {"ppl": math.exp(nll), "nll_per_token": nll, "nll_se": se}},
+    }
 
 
 RUNS = {"mdlm": {"sampler": "ancestral"}, "edlm_ar": {"sampler": "energy"}, "uni_edlm_ar": {"sampler": "energy"}}
@@ -147,8 +166,11 @@ EVS = {"exact": {"kind": "exact", "label": r"$\pi$"}}
 def _table2_records(tau=1.0):
     res = {"energy": "ind", "K": 2, "selection": "resample", "temperature": tau}
     arg = {"energy": "uni", "K": 2, "selection": "argmin", "temperature": 1.0}
-    return [r for s in (4, 8) for r in (_record("mdlm", s, {"eps": 1e-5}), _record("edlm_ar", s, res),
-                                        _record("uni_edlm_ar", s, arg))]
+    return [
+        r
+        for s in (4, 8)
+        for r in (_record("mdlm", s, {"eps": 1e-5}), _record("edlm_ar", s, res), _record("uni_edlm_ar", s, arg))
+    ]
 
 
 def test_table2_names_each_energy_rows_rule():
@@ -175,15 +197,22 @@ def test_table2_never_bolds_a_row_in_the_column_of_its_own_network():
 
     from unie.report.tables import table2
 
-    runs = {"mdlm": {"sampler": "ancestral", "models": {"dlm": "mdlm"}},
-            "dcd": {"sampler": "dcd", "models": {"dlm": "mdlm", "proxy": "ar"}}}
+    runs = {
+        "mdlm": {"sampler": "ancestral", "models": {"dlm": "mdlm"}},
+        "dcd": {"sampler": "dcd", "models": {"dlm": "mdlm", "proxy": "ar"}},
+    }
     rows = {"MDLM": "mdlm", "DCD": "dcd"}
     evs = {"exact": {"kind": "exact", "label": r"$\pi$"}, "ar": {"kind": "model", "model": "ar", "label": "AR"}}
 
     def rec(run, nll_exact, nll_ar):
-        return {"sampling": {"run": run, "steps": 4, "options": {}, "seconds": 1.0, "nfe": 4}, "entropy_bits": 4.4,
-                "genppl": {"exact": {"ppl": math.exp(nll_exact), "nll_per_token": nll_exact, "nll_se": 0.01},
-                           "ar": {"ppl": math.exp(nll_ar), "nll_per_token": nll_ar, "nll_se": 0.01}}}
+        return {
+            "sampling": {"run": run, "steps": 4, "options": {}, "seconds": 1.0, "nfe": 4},
+            "entropy_bits": 4.4,
+            "genppl": {
+                "exact": {"ppl": math.exp(nll_exact), "nll_per_token": nll_exact, "nll_se": 0.01},
+                "ar": {"ppl": math.exp(nll_ar), "nll_per_token": nll_ar, "nll_se": 0.01},
+            },
+        }
 
     tex, df = table2(rows, runs, evs, [rec("mdlm", 3.0, 2.5), rec("dcd", 2.9, 2.0)])  # DCD lower under both
     best = df.set_index(["row", "evaluator"]).best
@@ -211,8 +240,14 @@ def test_fig2_has_the_resample_series_in_every_panel():
     from unie.report.figures import fig2_ablation
     from unie.report.markdown import fig2_table
 
-    fig = {"evaluator": "exact", "baseline": "mdlm", "K": 2, "w": 1.0, "contexts": ["teacher_forced", "exact"],
-           "energies": {"Uni-E": "uni", "Uni-E (resample)": {"energy": "uni", "selection": "resample"}}}
+    fig = {
+        "evaluator": "exact",
+        "baseline": "mdlm",
+        "K": 2,
+        "w": 1.0,
+        "contexts": ["teacher_forced", "exact"],
+        "energies": {"Uni-E": "uni", "Uni-E (resample)": {"energy": "uni", "selection": "resample"}},
+    }
     fig["runs"] = {c: {"Uni-E": f"u_{c}", "Uni-E (resample)": f"r_{c}"} for c in fig["contexts"]}
     records = [_record("mdlm", s, {"eps": 1e-5}) for s in (4, 8)]
     for c in fig["contexts"]:
@@ -241,9 +276,15 @@ def test_fig3_tradeoff_labels_name_the_rule():
     assert with_selection("EDLM-AR", "resample") == "EDLM-AR (resample)"
     assert with_selection("EDLM-AR (resample)", "resample") == "EDLM-AR (resample)"
     assert with_selection("AR", None) == "AR"
-    claims = fig3_claims({"ar": {"genppl": 11.7, "seconds": 0.2},
-                          "wallclock": {"EDLM-AR": {"selection": "resample", "genppl": None, "best_genppl": 30.0},
-                                        "MDLM": {"genppl": None, "best_genppl": 25.0}}})
+    claims = fig3_claims(
+        {
+            "ar": {"genppl": 11.7, "seconds": 0.2},
+            "wallclock": {
+                "EDLM-AR": {"selection": "resample", "genppl": None, "best_genppl": 30.0},
+                "MDLM": {"genppl": None, "best_genppl": 25.0},
+            },
+        }
+    )
     assert "* EDLM-AR (resample): never" in claims and "* MDLM: never" in claims
 
 
@@ -263,9 +304,14 @@ def test_select_shapes_and_rules():
     freq = torch.stack([(draws == k).double().mean(0) for k in range(3)], -1)  # (B, K)
     assert torch.allclose(freq, torch.softmax(-E, -1), atol=0.03)  # j ~ softmax(-E / tau): low energy preferred
     hot = torch.stack([select(E, "resample", 1e6, g) for _ in range(3000)])
-    assert torch.allclose(torch.stack([(hot == k).double().mean(0) for k in range(3)], -1),
-                          torch.full((2, 3), 1 / 3, dtype=torch.float64), atol=0.04)
-    assert torch.equal(select(E, "resample", 1.0, torch.Generator().manual_seed(7)),
-                       select(E, "resample", 1.0, torch.Generator().manual_seed(7)))  # reproducible per generator
+    assert torch.allclose(
+        torch.stack([(hot == k).double().mean(0) for k in range(3)], -1),
+        torch.full((2, 3), 1 / 3, dtype=torch.float64),
+        atol=0.04,
+    )
+    assert torch.equal(
+        select(E, "resample", 1.0, torch.Generator().manual_seed(7)),
+        select(E, "resample", 1.0, torch.Generator().manual_seed(7)),
+    )  # reproducible per generator
     with pytest.raises(ValueError, match="unknown selection 'best'"):
         select(E, "best")

@@ -18,7 +18,6 @@ which the main test run leaves in pytest's cache for the same sources.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -43,13 +42,15 @@ pytestmark = pytest.mark.slurm
 # differ between two runs of the smoke config (checked on a pair of runs); rule timing's repeats and threads
 # (a timed job holds every core it is given: --cores locally, the job's CPUs under Slurm) and Figure 3's
 # wall-clock ratios are measurements too
-TIMING_KEYS = re.compile(r"^(seconds|seconds_all|ratio_to_ar|threads|elapsed_s|tokens_per_s|requests_per_s|date|"
-                         r"start_time|end_time|total_evaluation_time_seconds|"
-                         # the checks of a timing (unie.eval.timing): its spread, CPU/wall, seconds per call, the
-                         # flags they raise and the reruns they cause, and the timed passes of a sweep point
-                         r"seconds_min|seconds_max|seconds_per_call|seconds_per_call_lmeval|spread|cpu_seconds_all|"
-                         r"cpu_ratio|cpu_checked|flags|earlier_flags|trusted|timing_trusted|attempts|tokens_per_s_all|"
-                         r"tokens_per_s_lmeval)$")
+TIMING_KEYS = re.compile(
+    r"^(seconds|seconds_all|ratio_to_ar|threads|elapsed_s|tokens_per_s|requests_per_s|date|"
+    r"start_time|end_time|total_evaluation_time_seconds|"
+    # the checks of a timing (unie.eval.timing): its spread, CPU/wall, seconds per call, the
+    # flags they raise and the reruns they cause, and the timed passes of a sweep point
+    r"seconds_min|seconds_max|seconds_per_call|seconds_per_call_lmeval|spread|cpu_seconds_all|"
+    r"cpu_ratio|cpu_checked|flags|earlier_flags|trusted|timing_trusted|attempts|tokens_per_s_all|"
+    r"tokens_per_s_lmeval)$"
+)
 # lm-eval's timestamp in its file names
 STAMP = re.compile(r"_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d+")
 
@@ -112,8 +113,11 @@ PROVENANCE_KEYS = ("content_sha256", "records", "made_from", "files", "made_with
 
 def _strip_timing(obj, keep=()):
     if isinstance(obj, dict):
-        return {k: _strip_timing(v, keep) if k != "made_from" else _parents(v) for k, v in obj.items()
-                if not TIMING_KEYS.search(k) and k not in WHERE_KEYS and (k in keep or k not in PROVENANCE_KEYS)}
+        return {
+            k: _strip_timing(v, keep) if k != "made_from" else _parents(v)
+            for k, v in obj.items()
+            if not TIMING_KEYS.search(k) and k not in WHERE_KEYS and (k in keep or k not in PROVENANCE_KEYS)
+        }
     if isinstance(obj, list):
         return [_strip_timing(v, keep) for v in obj]
     return obj
@@ -142,8 +146,10 @@ def _same_results(a: Path, b: Path) -> list[str]:
     diffs = []
     files_a, files_b = _files(a), _files(b)
     if files_a.keys() != files_b.keys():
-        diffs.append(f"file sets differ: only local {sorted(map(str, files_a.keys() - files_b.keys()))[:10]}, "
-                     f"only slurm {sorted(map(str, files_b.keys() - files_a.keys()))[:10]}")
+        diffs.append(
+            f"file sets differ: only local {sorted(map(str, files_a.keys() - files_b.keys()))[:10]}, "
+            f"only slurm {sorted(map(str, files_b.keys() - files_a.keys()))[:10]}"
+        )
 
     def text(path: Path, root: Path) -> str:  # lm-eval records the task files' absolute paths
         return path.read_text().replace(str(root.parent), "<workdir>")
@@ -158,8 +164,9 @@ def _same_results(a: Path, b: Path) -> list[str]:
             keep = ("made_from",) if "models" in rel.parts else ()
             same = _strip_timing(json.loads(text(pa, a)), keep) == _strip_timing(json.loads(text(pb, b)), keep)
         elif rel.suffix == ".jsonl":
-            same = ([_strip_timing(json.loads(x)) for x in text(pa, a).splitlines()]
-                    == [_strip_timing(json.loads(x)) for x in text(pb, b).splitlines()])
+            same = [_strip_timing(json.loads(x)) for x in text(pa, a).splitlines()] == [
+                _strip_timing(json.loads(x)) for x in text(pb, b).splitlines()
+            ]
         elif rel.suffix == ".csv":
             da, db = pd.read_csv(pa), pd.read_csv(pb)
             keep = [c for c in da.columns if not TIMING_KEYS.search(str(c))]
@@ -172,7 +179,8 @@ def _same_results(a: Path, b: Path) -> list[str]:
             ca, cb = (torch.load(p, map_location="cpu", weights_only=True) for p in (pa, pb))
             same = ca["step"] == cb["step"] and all(
                 ca[k].keys() == cb[k].keys() and all(torch.equal(ca[k][n], cb[k][n]) for n in ca[k])
-                for k in ("model", "ema"))
+                for k in ("model", "ema")
+            )
         else:
             same = pa.read_bytes() == pb.read_bytes()
         if not same:
@@ -191,10 +199,19 @@ def test_smoke_through_slurm_profile_equals_local_run(slurm_cluster, smoke_prist
     # models still train on the CPU (`device: cpu` in the smoke config), so the results must not change
     (cluster / "gpu_training.yaml").write_text("resources: {train: {gpu: 1}, dllm_train: {gpu: 1}}\n")
     out = _snakemake(
-        "--profile", "slurm", "--configfile", "config/smoke.yaml", "gpu_training.yaml", "-d", str(cluster),
-        "--slurm-init-seconds-before-status-checks", "2",  # a CI-sized wait before the first status check
-        "--retries", "0",  # a failed job fails the test (the profile's retries would resubmit it)
-        cwd=cluster, timeout=2400,
+        "--profile",
+        "slurm",
+        "--configfile",
+        "config/smoke.yaml",
+        "gpu_training.yaml",
+        "-d",
+        str(cluster),
+        "--slurm-init-seconds-before-status-checks",
+        "2",  # a CI-sized wait before the first status check
+        "--retries",
+        "0",  # a failed job fails the test (the profile's retries would resubmit it)
+        cwd=cluster,
+        timeout=2400,
     )
     submissions = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", out)
     submitted = dict(submissions)
@@ -204,8 +221,9 @@ def test_smoke_through_slurm_profile_equals_local_run(slurm_cluster, smoke_prist
 
     # Slurm's own record (MinJobAge in .ci/slurm-up.sh keeps finished jobs visible): every job COMPLETED,
     # training jobs on the gpu partition with a GPU, every other job on the cpu partition
-    rec = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T|%P"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    rec = subprocess.run(
+        ["squeue", "--states=all", "-h", "-o", "%i|%T|%P"], capture_output=True, text=True, check=True
+    ).stdout.split()
     state = {i: (t, p) for i, t, p in (line.split("|") for line in rec)}
     logs = {p.stem: p for p in (cluster / "logs" / "slurm").rglob("*.log")}
     for job, slurm_id in submitted.items():

@@ -30,8 +30,19 @@ def test_readme_documents_exactly_the_targets():
 
 def test_every_target_resolves_to_the_rule_that_writes_it(tmp_path):
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores",
-           "2", *TARGETS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "-n",
+        "--cores",
+        "2",
+        *TARGETS,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     blocks = dict(re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", r.stdout, re.M))

@@ -14,14 +14,25 @@ from unie.report.timeline import critical_path, dependencies, lanes, summary
 
 
 def _job(i, rule, start, end, inputs=(), outputs=(), threads=1):
-    return {"id": i, "rule": rule, "start": start, "end": end, "threads": threads, "inputs": list(inputs),
-            "outputs": list(outputs)}
+    return {
+        "id": i,
+        "rule": rule,
+        "start": start,
+        "end": end,
+        "threads": threads,
+        "inputs": list(inputs),
+        "outputs": list(outputs),
+    }
 
 
 # a -> b -> d and a -> c -> d: a 0-10, b 10-40 (the long branch), c 10-15, d 40-45; e independent 0-5
-JOBS = [_job("a", "data", 0, 10, outputs=["x"]), _job("b", "train", 10, 40, ["x"], ["m1"]),
-        _job("c", "train", 10, 15, ["x"], ["m2"]), _job("d", "table", 40, 45, ["m1", "m2"], ["t"]),
-        _job("e", "tokenizer", 0, 5, outputs=["tok"])]
+JOBS = [
+    _job("a", "data", 0, 10, outputs=["x"]),
+    _job("b", "train", 10, 40, ["x"], ["m1"]),
+    _job("c", "train", 10, 15, ["x"], ["m2"]),
+    _job("d", "table", 40, 45, ["m1", "m2"], ["t"]),
+    _job("e", "tokenizer", 0, 5, outputs=["tok"]),
+]
 
 
 def test_critical_path_by_hand():
@@ -43,9 +54,13 @@ def test_idle_core_time_by_hand():
 def test_jobs_record_themselves_and_the_run_writes_its_timeline(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for j in JOBS:
-        sm = SimpleNamespace(rule=j["rule"], threads=1, input=j["inputs"],
-                             output=[f"runs/toy/results/{o}" for o in j["outputs"]] or ["runs/toy/results/none"],
-                             log=[f"runs/toy/logs/{j['id']}.log"])
+        sm = SimpleNamespace(
+            rule=j["rule"],
+            threads=1,
+            input=j["inputs"],
+            output=[f"runs/toy/results/{o}" for o in j["outputs"]] or ["runs/toy/results/none"],
+            log=[f"runs/toy/logs/{j['id']}.log"],
+        )
         sm.input = [f"runs/toy/results/{i}" for i in j["inputs"]]
         record_job(sm, 1000 + j["start"], 1000 + j["end"], ok=True)
     record_job(SimpleNamespace(rule="old", threads=1, input=[], output=["runs/toy/results/old"], log=[]), 10, 20, True)
@@ -76,11 +91,13 @@ def test_remaining_chains_by_hand():
 def test_expected_seconds_from_records_and_their_fallbacks():
     from unie.config.priorities import job_key, measured_seconds, own_seconds
 
-    recs = [{"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 0, "end": 300, "ok": True},
-            {"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 400, "end": 402, "ok": True},  # resumed
-            {"rule": "dllm_train", "wildcards": {"dmodel": "proxy"}, "start": 0, "end": 20, "ok": True},
-            {"rule": "table3", "wildcards": {}, "start": 0, "end": 1, "ok": True},
-            {"rule": "train", "start": 0, "end": 99, "ok": True}]  # from before records had wildcards: left out
+    recs = [
+        {"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 0, "end": 300, "ok": True},
+        {"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 400, "end": 402, "ok": True},  # resumed
+        {"rule": "dllm_train", "wildcards": {"dmodel": "proxy"}, "start": 0, "end": 20, "ok": True},
+        {"rule": "table3", "wildcards": {}, "start": 0, "end": 1, "ok": True},
+        {"rule": "train", "start": 0, "end": 99, "ok": True},
+    ]  # from before records had wildcards: left out
     seconds = measured_seconds(recs)
     assert seconds == {"dllm_train[dmodel=llada]": 300.0, "dllm_train[dmodel=proxy]": 20.0, "table3": 1.0}
     assert job_key("r", {"b": 2, "a": "x"}) == "r[a=x,b=2]"
@@ -105,19 +122,51 @@ def test_every_rule_gets_its_jobs_remaining_chain_over_the_dag():
     training's chain outranks a longer job with a short chain, a rule's own priority stays for a job the DAG lacks."""
     from unie.pipeline.run import chain_priorities
 
-    data, llada, dream = _Job("dllm_data"), _Job("dllm_train", {"dmodel": "llada"}), _Job("dllm_train", {"dmodel": "dream"})
-    ev, sweep, table, all_ = _Job("dllm_eval_llada"), _Job("dllm_sweep_eval", {"sweep": "fig4"}), _Job("table3"), \
-        _Job("all", norun=True)
+    data, llada, dream = (
+        _Job("dllm_data"),
+        _Job("dllm_train", {"dmodel": "llada"}),
+        _Job("dllm_train", {"dmodel": "dream"}),
+    )
+    ev, sweep, table, all_ = (
+        _Job("dllm_eval_llada"),
+        _Job("dllm_sweep_eval", {"sweep": "fig4"}),
+        _Job("table3"),
+        _Job("all", norun=True),
+    )
     mdlm = _Job("train", {"model": "mdlm"})
-    depending = {data: {llada: {"m"}, dream: {"m"}}, llada: {ev: {"w"}, sweep: {"w"}}, dream: {table: {"w2"}},
-                 ev: {table: {"r"}}, sweep: {}, table: {all_: {"t"}}, mdlm: {all_: {"t2"}}, all_: {}}
+    depending = {
+        data: {llada: {"m"}, dream: {"m"}},
+        llada: {ev: {"w"}, sweep: {"w"}},
+        dream: {table: {"w2"}},
+        ev: {table: {"r"}},
+        sweep: {},
+        table: {all_: {"t"}},
+        mdlm: {all_: {"t2"}},
+        all_: {},
+    }
     dag = SimpleNamespace(needrun_jobs=lambda: list(depending), depending=depending)
-    rules = {n: SimpleNamespace(name=n, priority=p) for n, p in
-             (("dllm_data", 0), ("dllm_train", 20), ("dllm_eval_llada", 0), ("dllm_sweep_eval", 0), ("table3", 0),
-              ("all", 0), ("train", 20), ("other", 7))}
+    rules = {
+        n: SimpleNamespace(name=n, priority=p)
+        for n, p in (
+            ("dllm_data", 0),
+            ("dllm_train", 20),
+            ("dllm_eval_llada", 0),
+            ("dllm_sweep_eval", 0),
+            ("table3", 0),
+            ("all", 0),
+            ("train", 20),
+            ("other", 7),
+        )
+    }
     workflow = SimpleNamespace(rules=list(rules.values()), dag=dag)
-    seconds = {"dllm_data": 10, "dllm_train[dmodel=llada]": 300, "dllm_train[dmodel=dream]": 100,
-               "dllm_eval_llada": 200, "table3": 1, "train[model=mdlm]": 400}  # dllm_sweep_eval: the median, 150
+    seconds = {
+        "dllm_data": 10,
+        "dllm_train[dmodel=llada]": 300,
+        "dllm_train[dmodel=dream]": 100,
+        "dllm_eval_llada": 200,
+        "table3": 1,
+        "train[model=mdlm]": 400,
+    }  # dllm_sweep_eval: the median, 150
     assert chain_priorities(workflow, seconds)
 
     def prio(rule, **wc):
@@ -139,9 +188,17 @@ def test_the_reference_table_is_written_from_a_runs_records(tmp_path):
 
     jobs = tmp_path / "runs" / "toy+seed-1" / "benchmarks" / "jobs.jsonl"
     jobs.parent.mkdir(parents=True)
-    jobs.write_text("\n".join(json.dumps(r) for r in (
-        {"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 0, "end": 374.04, "ok": True},
-        {"rule": "table3", "wildcards": {}, "start": 0, "end": 1, "ok": False}, "not json")) + "\n")
+    jobs.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in (
+                {"rule": "dllm_train", "wildcards": {"dmodel": "llada"}, "start": 0, "end": 374.04, "ok": True},
+                {"rule": "table3", "wildcards": {}, "start": 0, "end": 1, "ok": False},
+                "not json",
+            )
+        )
+        + "\n"
+    )
     out = tmp_path / "toy.tsv"
     assert main([str(jobs), "--out", str(out)]) == 0
     assert read_table(out) == {"dllm_train[dmodel=llada]": 374.0}

@@ -16,6 +16,7 @@ from unie.eval.timing import TimingChecks, check_calls, summarise, time_generati
 
 def fake_clocks(monkeypatch, wall: list[float], cpu: list[float]):
     """Each timed stretch ``i`` lasts ``wall[i]`` s of wall clock and ``cpu[i]`` s of process CPU."""
+
     def ticks(durations):
         t, out = 0.0, []
         for d in durations:
@@ -60,16 +61,28 @@ def test_a_flagged_timing_is_measured_again_and_the_best_attempt_kept(monkeypatc
     # first attempt starved (CPU 0.1 per s), the rerun fed: the rerun is kept, the first attempt's flags recorded
     fake_clocks(monkeypatch, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [0.1, 0.1, 0.1, 1.0, 1.0, 1.0])
     calls = []
-    p = time_generation(lambda *a, **k: calls.append(1) or entry(*a, **k), {}, None, 8, 4, batch_size=2, warmup=1,
-                        repeats=3, threads=1, reruns=2)
+    p = time_generation(
+        lambda *a, **k: calls.append(1) or entry(*a, **k),
+        {},
+        None,
+        8,
+        4,
+        batch_size=2,
+        warmup=1,
+        repeats=3,
+        threads=1,
+        reruns=2,
+    )
     assert p["trusted"] and p["attempts"] == 2 and p["earlier_flags"] == [["cpu_starved"]]
     assert len(calls) == 1 + 6  # one warm-up, two attempts of three repeats, no third attempt
 
 
 def test_seconds_per_call_off_the_runs_median_is_flagged():
     # a busy run (docs/timing.md): MDLM 2.30 / 4.60 / 6.74 / 0.48 s at 4 / 8 / 16 / 32 steps
-    points = [{"steps": s, "seconds_per_call": sec / s, "flags": [], "trusted": True}
-              for s, sec in ((4, 2.30), (8, 4.60), (16, 6.74), (32, 0.48))]
+    points = [
+        {"steps": s, "seconds_per_call": sec / s, "flags": [], "trusted": True}
+        for s, sec in ((4, 2.30), (8, 4.60), (16, 6.74), (32, 0.48))
+    ]
     assert check_calls(points) == [3]
     assert points[3]["flags"] == ["seconds_per_call"] and not points[3]["trusted"]
     assert all(p["trusted"] for p in points[:3])
@@ -84,8 +97,9 @@ def test_time_passes_takes_the_median_rate(monkeypatch):
     def generate(prompts, max_new):
         return prompts, {"nfe": 2, "generated_tokens": 4 * len(prompts)}
 
-    p = time_passes(generate, [(["a", "b"], 4), (["c"], 4)], repeats=3, warmup=1, threads=1,
-                    checks=TimingChecks(max_spread=10))
+    p = time_passes(
+        generate, [(["a", "b"], 4), (["c"], 4)], repeats=3, warmup=1, threads=1, checks=TimingChecks(max_spread=10)
+    )
     assert p["tokens_per_s_all"] == [12.0, 6.0, 24.0] and p["tokens_per_s"] == 12.0
     assert p["seconds"] == 1.0 and p["nfe_all"] == [4, 4, 4] and p["requests"] == 3 and p["trusted"]
 

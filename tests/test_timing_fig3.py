@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
 from unie.core.options import ConfigError
 from unie.eval.timing import time_generation
@@ -34,7 +33,6 @@ def test_time_generation_excludes_warmup_and_takes_the_median(monkeypatch):
 
 
 def _config():
-    from pathlib import Path
 
     return resolve_config()
 
@@ -48,21 +46,33 @@ def test_fig3_runs_reuse_table2_and_generate_the_rest():
     assert runs["tradeoff"]["EDLM-AR"] == "fig3_ind_k2_w20_resample" and runs["tradeoff"]["AR"] == "ar"
     expand_config(cfg)
     gen = cfg["sampling"]["runs"]["fig3_ind_k2_w20_resample"]
-    assert gen["options"] == {"energy": "ind", "K": 2, "w": 0.2, "ar_context": "teacher_forced",
-                              "selection": "resample"}
-    assert cfg["sampling"]["runs"]["fig3_uni_k2_w20"]["options"] == {"energy": "uni", "K": 2, "w": 0.2,
-                                                                      "ar_context": "masked"}  # argmin: as it was
+    assert gen["options"] == {
+        "energy": "ind",
+        "K": 2,
+        "w": 0.2,
+        "ar_context": "teacher_forced",
+        "selection": "resample",
+    }
+    assert cfg["sampling"]["runs"]["fig3_uni_k2_w20"]["options"] == {
+        "energy": "uni",
+        "K": 2,
+        "w": 0.2,
+        "ar_context": "masked",
+    }  # argmin: as it was
     assert gen["models"] == {"dlm": "mdlm", "proxy": "ar"} and gen["n_samples"] == 128
     assert cfg["sampling"]["runs"]["fig3_uni_k1_w20"]["options"]["K"] == 1
     assert "n_samples" not in cfg["sampling"]["runs"]["uni_edlm_ar"]
 
 
-@pytest.mark.parametrize("mutate, key", [
-    (lambda f: f.update(K=5), "figures.fig3_tradeoff"),
-    (lambda f: f["baselines"].update(AR="nope"), "figures.fig3_tradeoff.baselines.AR"),
-    (lambda f: f["edlm"].update(energy="nope"), "figures.fig3_tradeoff.edlm.energy"),
-    (lambda f: f.update(evaluator="nope"), "figures.fig3_tradeoff.evaluator"),
-])
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda f: f.update(K=5), "figures.fig3_tradeoff"),
+        (lambda f: f["baselines"].update(AR="nope"), "figures.fig3_tradeoff.baselines.AR"),
+        (lambda f: f["edlm"].update(energy="nope"), "figures.fig3_tradeoff.edlm.energy"),
+        (lambda f: f.update(evaluator="nope"), "figures.fig3_tradeoff.evaluator"),
+    ],
+)
 def test_fig3_bad_config_names_the_key(mutate, key):
     cfg = copy.deepcopy(_config())
     mutate(cfg["figures"]["fig3_tradeoff"])
@@ -81,9 +91,22 @@ def test_flagged_timings_are_marked_in_the_figures():
     new = {**old, "run": "mdlm", "points": [{"steps": 4, "seconds": 1.0, "batch_size": 2, "trusted": False}]}
     assert _timing_frame([old, new]).trusted.tolist() == [True, False]  # a record without checks counts as trusted
     pt = {"curve": "llada", "label": "LLaDA-like", "key": "m", "accuracy": 30.0, "stderr": 3.0, "nfe": 8}
-    sweep = {"task": "toy_math", "batch_size": 64, "points": [
-        {**pt, "point": "a", "value": 1, "tokens_per_s": 100.0, "trusted": True, "flags": [], "timing": {}},
-        {**pt, "point": "b", "value": 2, "tokens_per_s": 200.0, "trusted": False, "flags": ["spread"], "timing": {}}]}
+    sweep = {
+        "task": "toy_math",
+        "batch_size": 64,
+        "points": [
+            {**pt, "point": "a", "value": 1, "tokens_per_s": 100.0, "trusted": True, "flags": [], "timing": {}},
+            {
+                **pt,
+                "point": "b",
+                "value": 2,
+                "tokens_per_s": 200.0,
+                "trusted": False,
+                "flags": ["spread"],
+                "timing": {},
+            },
+        ],
+    }
     figure, df = fig4_tradeoff(sweep)
     texts = [t.get_text() for t in figure.axes[0].texts]
     assert FLAGGED_NOTE in texts and df.trusted.tolist() == [True, False]

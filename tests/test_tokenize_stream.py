@@ -31,7 +31,7 @@ def _reference(docs_ids, seq_len, eos, bos, insert_eos, chunk_specials) -> list[
     """MDLM's wrap in plain Python, the definition the array code must match."""
     stream = [i for ids in docs_ids for i in list(ids) + ([eos] if insert_eos else [])]
     body = seq_len - 2 if chunk_specials else seq_len
-    pieces = [stream[k:k + body] for k in range(0, len(stream) // body * body, body)]
+    pieces = [stream[k : k + body] for k in range(0, len(stream) // body * body, body)]
     return [[bos] + p + [eos] for p in pieces] if chunk_specials else pieces
 
 
@@ -50,7 +50,7 @@ def test_wrap_batches_is_wrap_chunks_of_the_whole_corpus(insert_eos, chunk_speci
     whole = wrap_chunks(docs, L, eos, bos, insert_eos, chunk_specials)
     assert whole.tolist() == _reference(docs, L, eos, bos, insert_eos, chunk_specials) and len(whole) > 5
     for bs in (1, 2, 5, 37, 100):
-        batches = [docs[i:i + bs] for i in range(0, len(docs), bs)]
+        batches = [docs[i : i + bs] for i in range(0, len(docs), bs)]
         streamed = np.concatenate(list(wrap_batches(batches, L, eos, bos, insert_eos, chunk_specials)))
         assert streamed.dtype == whole.dtype and np.array_equal(streamed, whole), bs
 
@@ -66,21 +66,32 @@ def test_tokenize_corpus_streams_the_same_chunks(tok, tmp_path, insert_eos, chun
     files = set()
     for bs in (1, 4, 41, 1024):
         out = tmp_path / f"tok{bs}.parquet"
-        n = tokenize_corpus(tmp_path / "raw.parquet", tok, out, L, insert_eos, chunk_specials, batch_size=bs,
-                            row_group_rows=5)
+        n = tokenize_corpus(
+            tmp_path / "raw.parquet", tok, out, L, insert_eos, chunk_specials, batch_size=bs, row_group_rows=5
+        )
         assert n == len(want) > 10
         col = pq.read_table(out).column("input_ids")
         assert col.type == pa.list_(pa.int32(), L)
         assert np.array_equal(col.combine_chunks().flatten().to_numpy().reshape(-1, L), want), bs
         md = pq.ParquetFile(out).metadata
-        assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [5] * (n // 5) + ([n % 5] if n % 5 else [])
+        assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [5] * (n // 5) + (
+            [n % 5] if n % 5 else []
+        )
         x = load_tokens(out)
         assert x.dtype == torch.int32 and x.shape == (n, L) and torch.equal(x.long(), torch.from_numpy(want))
         assert read_token_meta(out)["content_sha256"] == content_sha256(want)
         files.add(out.read_bytes())
     assert len(files) == 1  # byte for byte the same file
-    n = tokenize_corpus(tmp_path / "raw.parquet", tok, tmp_path / "cut.parquet", L, insert_eos, chunk_specials,
-                        max_chunks=7, batch_size=3)
+    n = tokenize_corpus(
+        tmp_path / "raw.parquet",
+        tok,
+        tmp_path / "cut.parquet",
+        L,
+        insert_eos,
+        chunk_specials,
+        max_chunks=7,
+        batch_size=3,
+    )
     assert n == 7 and torch.equal(load_tokens(tmp_path / "cut.parquet").long(), torch.from_numpy(want[:7]))
     assert read_token_meta(tmp_path / "cut.parquet")["wrap"]["max_chunks"] == 7
     assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name) == []
@@ -115,25 +126,55 @@ def test_tokenize_resumes_after_its_last_part_and_writes_one_pass_file(tok, tmp_
     parts = tmp_path / "parts"
     out = tmp_path / "resumed.parquet"
     with pytest.raises(TimeoutError):
-        tokenize_corpus(raw, Stopping(5), out, L, insert_eos, chunk_specials, batch_size=4, row_group_rows=5,
-                        resume_dir=parts, part_rows=3)
+        tokenize_corpus(
+            raw,
+            Stopping(5),
+            out,
+            L,
+            insert_eos,
+            chunk_specials,
+            batch_size=4,
+            row_group_rows=5,
+            resume_dir=parts,
+            part_rows=3,
+        )
     state = json.loads((parts / "state.json").read_text())
     assert not out.exists() and state["parts"] and not state["done"] and 0 < state["documents"] <= 16
     done_before = state["documents"]
     calls.clear()
-    m = tokenize_corpus(raw, Stopping(0), out, L, insert_eos, chunk_specials, batch_size=4, row_group_rows=5,
-                        resume_dir=parts, part_rows=3)
+    m = tokenize_corpus(
+        raw,
+        Stopping(0),
+        out,
+        L,
+        insert_eos,
+        chunk_specials,
+        batch_size=4,
+        row_group_rows=5,
+        resume_dir=parts,
+        part_rows=3,
+    )
     assert m == n and sum(calls) == len(texts) - done_before  # only the documents after the last part
     assert out.read_bytes() == one.read_bytes() and not parts.exists()
     # parts of another raw file are not reused
     calls.clear()
     with pytest.raises(TimeoutError):
-        tokenize_corpus(raw, Stopping(5), out, L, insert_eos, chunk_specials, batch_size=4, resume_dir=parts,
-                        part_rows=3)
+        tokenize_corpus(
+            raw, Stopping(5), out, L, insert_eos, chunk_specials, batch_size=4, resume_dir=parts, part_rows=3
+        )
     write_text_parquet(texts[::-1], tmp_path / "other.parquet")
     calls.clear()
-    tokenize_corpus(tmp_path / "other.parquet", Stopping(0), tmp_path / "other_tokens.parquet", L, insert_eos,
-                    chunk_specials, batch_size=4, resume_dir=parts, part_rows=3)
+    tokenize_corpus(
+        tmp_path / "other.parquet",
+        Stopping(0),
+        tmp_path / "other_tokens.parquet",
+        L,
+        insert_eos,
+        chunk_specials,
+        batch_size=4,
+        resume_dir=parts,
+        part_rows=3,
+    )
     assert sum(calls) == len(texts) and not parts.exists()
 
 
@@ -144,11 +185,20 @@ def test_tokenize_corpus_errors_leave_no_output(tok, tmp_path):
         tokenize_corpus(tmp_path / "short.parquet", tok, tmp_path / "short_tokens.parquet", 64, batch_size=1)
     write_text_parquet([" ".join(words[:10])] * 50 + [" ".join(words[-1:] * 8)], tmp_path / "late.parquet")
     # the same ids, a vocabulary that ends before the last word: a mismatch found after chunks were written
-    small = SimpleNamespace(eos_id=tok.eos_id, bos_id=tok.bos_id, vocab_size=len(words) - 1,
-                            encode_batch=tok.encode_batch, info=tok.info)
+    small = SimpleNamespace(
+        eos_id=tok.eos_id, bos_id=tok.bos_id, vocab_size=len(words) - 1, encode_batch=tok.encode_batch, info=tok.info
+    )
     with pytest.raises(ValueError, match=f"token id {len(words) - 1} >= vocab_size {len(words) - 1}"):
-        tokenize_corpus(tmp_path / "late.parquet", small, tmp_path / "late_tokens.parquet", 8, False, False,
-                        batch_size=4, row_group_rows=2)
+        tokenize_corpus(
+            tmp_path / "late.parquet",
+            small,
+            tmp_path / "late_tokens.parquet",
+            8,
+            False,
+            False,
+            batch_size=4,
+            row_group_rows=2,
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["late.parquet", "short.parquet"]
 
 
@@ -277,7 +327,7 @@ def _write_corpus(path, eos_id: int) -> tuple[int, np.ndarray]:
             counts = rng.integers(20, 400, 4096)
             ids = rng.integers(0, len(words), counts.sum()).astype(np.uint8)
             ends = np.cumsum(counts)
-            writer.write_table(pa.table({"text": [" ".join(vocab[ids[e - c:e]]) for c, e in zip(counts, ends)]}))
+            writer.write_table(pa.table({"text": [" ".join(vocab[ids[e - c : e]]) for c, e in zip(counts, ends)]}))
             size += int(nbytes[ids].sum() + (counts - 1).sum())
             streams.append(np.insert(ids, ends, eos_id))  # word i has id i (word_tokenizer)
     return size, np.concatenate(streams)
@@ -304,18 +354,27 @@ def test_tokenize_200mb_in_bounded_memory(tok, tmp_path):
     out = tmp_path / "train.parquet"
     write_text_parquet([" ".join(word_list()[:50])] * 64, tmp_path / "warm.parquet")
     body = SEQ_LEN - 2  # insert_eos and chunk_specials: the paper's OpenWebText setting
-    r = _run(TOKENIZE, tmp_path / "tokenizer", tmp_path / "warm.parquet", tmp_path / "raw.parquet", out, SEQ_LEN,
-             len(stream) // body // 10)
+    r = _run(
+        TOKENIZE,
+        tmp_path / "tokenizer",
+        tmp_path / "warm.parquet",
+        tmp_path / "raw.parquet",
+        out,
+        SEQ_LEN,
+        len(stream) // body // 10,
+    )
     grew = (r["peak_kb"] - r["baseline_kb"]) * 1024  # bytes over the baseline
     late = (r["peak_kb"] - r["tenth_kb"]) * 1024  # bytes added by the last 90% of the corpus
     tokens = r["chunks"] * SEQ_LEN * 4  # the tokens' bytes as int32 (the view's size)
-    report = (f"corpus {raw_bytes / 1e6:.0f} MB of text ({len(stream) / 1e6:.1f}M tokens, generated in "
-              f"{generated:.0f} s) -> {r['chunks']} chunks ({tokens / 1e6:.0f} MB as int32, a "
-              f"{out.stat().st_size / 1e6:.0f} MB Parquet file) in {r['seconds']:.0f} s; "
-              f"RSS {r['imports_kb'] / 1024:.0f} MB after imports, baseline {r['baseline_kb'] / 1024:.0f} MB after "
-              f"a warm-up, peak {r['tenth_kb'] / 1024:.0f} MB after a tenth of the corpus and "
-              f"{r['peak_kb'] / 1024:.0f} MB after all of it: +{grew / 1e6:.0f} MB = {100 * grew / raw_bytes:.1f}% "
-              f"of the corpus, +{late / 1e6:.0f} MB over the last 90%")
+    report = (
+        f"corpus {raw_bytes / 1e6:.0f} MB of text ({len(stream) / 1e6:.1f}M tokens, generated in "
+        f"{generated:.0f} s) -> {r['chunks']} chunks ({tokens / 1e6:.0f} MB as int32, a "
+        f"{out.stat().st_size / 1e6:.0f} MB Parquet file) in {r['seconds']:.0f} s; "
+        f"RSS {r['imports_kb'] / 1024:.0f} MB after imports, baseline {r['baseline_kb'] / 1024:.0f} MB after "
+        f"a warm-up, peak {r['tenth_kb'] / 1024:.0f} MB after a tenth of the corpus and "
+        f"{r['peak_kb'] / 1024:.0f} MB after all of it: +{grew / 1e6:.0f} MB = {100 * grew / raw_bytes:.1f}% "
+        f"of the corpus, +{late / 1e6:.0f} MB over the last 90%"
+    )
     print(report)
     assert raw_bytes >= RAW_BYTES
     assert r["chunks"] == len(stream) // body, report
@@ -325,25 +384,36 @@ def test_tokenize_200mb_in_bounded_memory(tok, tmp_path):
     t0 = time.perf_counter()
     # glibc returns freed blocks above 64 KB to the system at once (no adaptive threshold): the peaks of the two
     # trainings compared below then differ by what they hold, not by what the allocator kept from earlier phases
-    m = _run(LOAD, out, tmp_path / "warm_tokens.parquet", tmp_path / "cache", tmp_path / "work", SEQ_LEN,
-             tok.vocab_size, tmp_path / "batch.npz", env={"MALLOC_MMAP_THRESHOLD_": "65536"})
+    m = _run(
+        LOAD,
+        out,
+        tmp_path / "warm_tokens.parquet",
+        tmp_path / "cache",
+        tmp_path / "work",
+        SEQ_LEN,
+        tok.vocab_size,
+        tmp_path / "batch.npz",
+        env={"MALLOC_MMAP_THRESHOLD_": "65536"},
+    )
     seconds = time.perf_counter() - t0
     idx, batch = np.load(tmp_path / "batch.npz")["idx"], np.load(tmp_path / "batch.npz")["batch"]
-    want = np.stack([np.concatenate([[tok.bos_id], stream[i * body:(i + 1) * body], [tok.eos_id]]) for i in idx])
+    want = np.stack([np.concatenate([[tok.bos_id], stream[i * body : (i + 1) * body], [tok.eos_id]]) for i in idx])
     assert m["dtype"] == "torch.int64" and m["rows"] == r["chunks"] and np.array_equal(batch, want)
     assert m["max"] == tok.bos_id  # <bos> is the largest id in these chunks
     (view,) = (tmp_path / "cache").glob("train.*.arrow")
     assert view.stat().st_size >= tokens
     mb = lambda key, at, since="before": (m[at][key] - m[since][key]) / 1024
     peak = lambda at, since: (m[at]["VmHWM"] - m[since]["VmRSS"]) / 1024  # the phase's peak over its start
-    loading = (f"training on it ({seconds:.0f} s in all): building the view ({view.stat().st_size / 1e6:.0f} MB) "
-               f"peak RSS +{peak('after_open', 'before'):.0f} MB, then RSS +{mb('VmRSS', 'after_open'):.1f} MB "
-               f"(+{mb('RssAnon', 'after_open'):.1f} MB anonymous); a batch of 64: "
-               f"+{mb('RssAnon', 'after_batch'):.1f} MB anonymous, +{mb('VmRSS', 'after_batch'):.1f} MB in all; "
-               f"3 training steps (the view's values hashed): peak RSS +{peak('after_train', 'before_train'):.0f} MB "
-               f"(on the 25-row file: +{peak('after_small', 'before_small'):.0f} MB), "
-               f"+{mb('RssAnon', 'after_train', 'before_train'):.1f} MB anonymous and "
-               f"+{mb('RssFile', 'after_train', 'before_train'):.1f} MB file-backed after")
+    loading = (
+        f"training on it ({seconds:.0f} s in all): building the view ({view.stat().st_size / 1e6:.0f} MB) "
+        f"peak RSS +{peak('after_open', 'before'):.0f} MB, then RSS +{mb('VmRSS', 'after_open'):.1f} MB "
+        f"(+{mb('RssAnon', 'after_open'):.1f} MB anonymous); a batch of 64: "
+        f"+{mb('RssAnon', 'after_batch'):.1f} MB anonymous, +{mb('VmRSS', 'after_batch'):.1f} MB in all; "
+        f"3 training steps (the view's values hashed): peak RSS +{peak('after_train', 'before_train'):.0f} MB "
+        f"(on the 25-row file: +{peak('after_small', 'before_small'):.0f} MB), "
+        f"+{mb('RssAnon', 'after_train', 'before_train'):.1f} MB anonymous and "
+        f"+{mb('RssFile', 'after_train', 'before_train'):.1f} MB file-backed after"
+    )
     print(loading)
     assert peak("after_open", "before") * 1e6 < 0.25 * tokens, loading
     assert mb("RssAnon", "after_batch") < 16 and mb("VmRSS", "after_batch") * 1e6 < 0.25 * tokens, loading

@@ -18,8 +18,7 @@ import unie.data.tokens as tokens
 from unie.core.options import ModelConfig, TrainConfig
 from unie.core.train import train
 from unie.data.corpus import tokenize_corpus, wrap_chunks, write_text_parquet
-from unie.data.tokens import (META_KEY, TokenRows, load_tokens, read_token_meta, token_file_info, token_view,
-                              view_path)
+from unie.data.tokens import META_KEY, TokenRows, load_tokens, read_token_meta, token_file_info, token_view, view_path
 from unie.data.toy_world import generate_corpus
 from unie.methods.mdlm import MDLM
 from unie.models.transformer import Transformer
@@ -33,8 +32,16 @@ def files(tmp_path_factory, tok):
     root = tmp_path_factory.mktemp("tokens")
     texts = generate_corpus("owt", "train", 300, L, seed=0)
     write_text_parquet(texts, root / "raw.parquet")
-    n = tokenize_corpus(root / "raw.parquet", tok, root / "train.parquet", L, insert_eos=False, chunk_specials=False,
-                        source={"dataset": "owt", "split": "train"}, row_group_rows=64)
+    n = tokenize_corpus(
+        root / "raw.parquet",
+        tok,
+        root / "train.parquet",
+        L,
+        insert_eos=False,
+        chunk_specials=False,
+        source={"dataset": "owt", "split": "train"},
+        row_group_rows=64,
+    )
     want = wrap_chunks(tok.encode_batch(texts), L, tok.eos_id, tok.bos_id, False, False)
     assert n == len(want) == 300
     return root, want
@@ -45,20 +52,34 @@ def test_metadata_round_trip(files, tok):
     path = root / "train.parquet"
     meta = read_token_meta(path)
     assert meta == {
-        "format": "unie-tokens/2", "column": "input_ids", "dtype": "int32", "rows": 300, "seq_len": L,
-        "row_group_rows": 64, "max_id": int(want.max()), "tokenizer": tok.info()["fingerprint"],
+        "format": "unie-tokens/2",
+        "column": "input_ids",
+        "dtype": "int32",
+        "rows": 300,
+        "seq_len": L,
+        "row_group_rows": 64,
+        "max_id": int(want.max()),
+        "tokenizer": tok.info()["fingerprint"],
         "vocab_size": tok.vocab_size,
         "wrap": {"rule": "mdlm", "insert_eos": False, "chunk_specials": False, "max_chunks": None},
-        "source": {"path": str(root / "raw.parquet"),
-                   "sha256": hashlib.sha256((root / "raw.parquet").read_bytes()).hexdigest(),
-                   "dataset": "owt", "split": "train"},
-        "content_sha256": hashlib.sha256(want.astype("<i4").tobytes()).hexdigest()}
+        "source": {
+            "path": str(root / "raw.parquet"),
+            "sha256": hashlib.sha256((root / "raw.parquet").read_bytes()).hexdigest(),
+            "dataset": "owt",
+            "split": "train",
+        },
+        "content_sha256": hashlib.sha256(want.astype("<i4").tobytes()).hexdigest(),
+    }
     # the same JSON in the file's key-value metadata and in the Arrow schema pyarrow reads back
     assert json.loads(pq.read_metadata(path).metadata[META_KEY.encode()]) == meta
     assert json.loads(pq.read_table(path).schema.metadata[META_KEY.encode()]) == meta
     assert pq.ParquetFile(path).num_row_groups == 5  # 64 rows each, the last one 44
-    assert token_file_info(path) == {"sha256": meta["content_sha256"], "shape": [300, L], "max_id": meta["max_id"],
-                                     "tokenizer": tok.info()["fingerprint"]}
+    assert token_file_info(path) == {
+        "sha256": meta["content_sha256"],
+        "shape": [300, L],
+        "max_id": meta["max_id"],
+        "tokenizer": tok.info()["fingerprint"],
+    }
 
 
 def test_pandas_pyarrow_and_datasets_open_it(files, tmp_path):

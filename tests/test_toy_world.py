@@ -103,8 +103,7 @@ def test_posterior_with_explicit_non_stationary_start():
     g = torch.Generator().manual_seed(7)
     T = torch.rand(3, 3, generator=g, dtype=torch.float64) + 0.05
     E = torch.rand(3, 3, generator=g, dtype=torch.float64) + 0.05
-    hmm = HMM.from_matrices(T / T.sum(1, keepdim=True), E / E.sum(1, keepdim=True),
-                            pi0=torch.tensor([0.7, 0.2, 0.1]))
+    hmm = HMM.from_matrices(T / T.sum(1, keepdim=True), E / E.sum(1, keepdim=True), pi0=torch.tensor([0.7, 0.2, 0.1]))
     joint = brute_joint(hmm, 3)
     xs = list(itertools.product(range(3), repeat=3))
     x = torch.tensor(xs)

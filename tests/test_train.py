@@ -28,8 +28,9 @@ def _quiet(_msg):
 def _run(net_factory, tok_info, data, ckpt_dir, signature="sig", stop_after=None, cfg=CFG, logs=None):
     net = net_factory(max_len=8)
     log = _quiet if logs is None else logs.append
-    ema, history = train(net, MDLM(tok_info).loss, data, cfg, ckpt_dir, signature, log=log,
-                         stop_after=stop_after, progress=False)
+    ema, history = train(
+        net, MDLM(tok_info).loss, data, cfg, ckpt_dir, signature, log=log, stop_after=stop_after, progress=False
+    )
     return net, ema, history
 
 
@@ -210,15 +211,26 @@ def toy_files(tmp_path_factory, tok):
 
 
 def _spec(method):
-    return {"method": method, "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
-            "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "warmup": 1, "ckpt_every": 2, "log_every": 2}}
+    return {
+        "method": method,
+        "arch": {"d_model": 16, "n_layers": 1, "n_heads": 2, "mlp_ratio": 2},
+        "train": {"steps": 4, "batch_size": 8, "lr": 1e-3, "warmup": 1, "ckpt_every": 2, "log_every": 2},
+    }
 
 
 @pytest.mark.parametrize("method", ["mdlm", "ar"])
 def test_train_from_spec_end_to_end(toy_files, tok, tmp_path, method):
     out = tmp_path / "out"
-    ema, history = train_from_spec(method, _spec(method), toy_files / "train.parquet", toy_files / "tokenizer", out,
-                                   tmp_path / "ckpt", seq_len=8, log=_quiet)
+    ema, history = train_from_spec(
+        method,
+        _spec(method),
+        toy_files / "train.parquet",
+        toy_files / "tokenizer",
+        out,
+        tmp_path / "ckpt",
+        seq_len=8,
+        log=_quiet,
+    )
     assert [r["step"] for r in history] == [2, 4]
     net, meta = load_model(out, tokenizer_info=tok.info(), expect_method=method)
     _assert_same_weights(net, ema)
@@ -297,8 +309,16 @@ def test_train_from_spec_nan_loss_writes_no_model(toy_files, tmp_path, monkeypat
     monkeypatch.setattr(MDLM, "loss", lambda self, net, x0, g: net(x0).sum() * float("nan"))
     out = tmp_path / "out"
     with pytest.raises(NonFiniteLossError):
-        train_from_spec("m", _spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer", out,
-                        tmp_path / "ckpt", seq_len=8, log=_quiet)
+        train_from_spec(
+            "m",
+            _spec("mdlm"),
+            toy_files / "train.parquet",
+            toy_files / "tokenizer",
+            out,
+            tmp_path / "ckpt",
+            seq_len=8,
+            log=_quiet,
+        )
     assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
 
 
@@ -306,8 +326,16 @@ def test_train_from_spec_rejects_wrong_seq_len(toy_files, tmp_path):
     from unie.core.options import ConfigError
 
     with pytest.raises(ConfigError, match="seq_len"):
-        train_from_spec("m", _spec("mdlm"), toy_files / "train.parquet", toy_files / "tokenizer", tmp_path / "o",
-                        tmp_path / "c", seq_len=16, log=_quiet)
+        train_from_spec(
+            "m",
+            _spec("mdlm"),
+            toy_files / "train.parquet",
+            toy_files / "tokenizer",
+            tmp_path / "o",
+            tmp_path / "c",
+            seq_len=16,
+            log=_quiet,
+        )
 
 
 def test_length_buckets_draw_each_batch_from_one_bucket_and_collate_it(net_factory, tok_info, tmp_path):
@@ -330,15 +358,35 @@ def test_length_buckets_draw_each_batch_from_one_bucket_and_collate_it(net_facto
 
     cfg = dataclasses.replace(CFG, length_buckets=2, steps=12)
     shapes = []
-    train(net_factory(max_len=8), loss, data, cfg, tmp_path / "a", "s", log=_quiet, progress=False,
-          row_lengths=lengths, collate=lambda x: shapes.append(tuple(collate(x).shape)) or collate(x))
+    train(
+        net_factory(max_len=8),
+        loss,
+        data,
+        cfg,
+        tmp_path / "a",
+        "s",
+        log=_quiet,
+        progress=False,
+        row_lengths=lengths,
+        collate=lambda x: shapes.append(tuple(collate(x).shape)) or collate(x),
+    )
     assert len(seen) == 12 and shapes == [(4, 6)] * 12
     assert all(set(rows) <= short or not set(rows) & short for rows in seen)  # one bucket per batch
     assert any(set(rows) <= short for rows in seen) and any(not set(rows) & short for rows in seen)
     first = list(seen)
     seen.clear()
-    train(net_factory(max_len=8), loss, data, cfg, tmp_path / "b", "s", log=_quiet, progress=False,
-          row_lengths=lengths, collate=collate)
+    train(
+        net_factory(max_len=8),
+        loss,
+        data,
+        cfg,
+        tmp_path / "b",
+        "s",
+        log=_quiet,
+        progress=False,
+        row_lengths=lengths,
+        collate=collate,
+    )
     assert seen == first  # the batches are a function of (seed, step)
     with pytest.raises(ValueError, match="row_lengths"):
         train(net_factory(max_len=8), loss, data, cfg, tmp_path / "c", "s", log=_quiet, progress=False)

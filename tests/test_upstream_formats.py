@@ -18,9 +18,20 @@ import torch.nn.functional as F
 from standins_released import BOS, MASK, TOKENIZER, V, upstream_block_diff_mask
 from unie.methods.released_methods import load_released
 from unie.models.released import ReleasedCheckpointError
-from upstream_formats import (Backbone, bd3_eval_nelbo, duo_nll_per_token, duo_posterior, edlm_ar_energy,
-                              lightning_checkpoint, mdlm_ar_nll, mdlm_ar_sampler, save_hf_folder, save_sedd_hub,
-                              sedd_analytic_probs, train_steps)
+from upstream_formats import (
+    Backbone,
+    bd3_eval_nelbo,
+    duo_nll_per_token,
+    duo_posterior,
+    edlm_ar_energy,
+    lightning_checkpoint,
+    mdlm_ar_nll,
+    mdlm_ar_sampler,
+    save_hf_folder,
+    save_sedd_hub,
+    sedd_analytic_probs,
+    train_steps,
+)
 
 ATOL = 2e-5
 
@@ -59,9 +70,23 @@ def masked(x0, rate=0.4, seed=1):
 def test_mdlm_lightning_checkpoint_as_upstream_writes_it(tmp_path, tokenizer):
     net, opt, ema, ema_net = trained(1)
     ckpt = lightning_checkpoint(tmp_path / "mdlm.ckpt", net, ema, opt, tokenizer)
-    assert {"epoch", "global_step", "pytorch-lightning_version", "state_dict", "loops", "callbacks",
-            "optimizer_states", "lr_schedulers", "hparams_name", "hyper_parameters", "ema", "sampler"} == set(ckpt)
-    assert ckpt["ema"]["num_updates"] == 3 and len(ckpt["optimizer_states"][0]["state"]) == len(ckpt["ema"]["shadow_params"])
+    assert {
+        "epoch",
+        "global_step",
+        "pytorch-lightning_version",
+        "state_dict",
+        "loops",
+        "callbacks",
+        "optimizer_states",
+        "lr_schedulers",
+        "hparams_name",
+        "hyper_parameters",
+        "ema",
+        "sampler",
+    } == set(ckpt)
+    assert ckpt["ema"]["num_updates"] == 3 and len(ckpt["optimizer_states"][0]["state"]) == len(
+        ckpt["ema"]["shadow_params"]
+    )
     den = load_released("mdlm", tmp_path / "mdlm.ckpt", tokenizer_info=TOKENIZER, n_heads=4)
     xt = masked(chunks())
     torch.testing.assert_close(den.net(xt), ema_net(xt), atol=ATOL, rtol=0)
@@ -216,10 +241,22 @@ def test_mdlm_hf_folder_as_save_pretrained_writes_it(tmp_path):
 @pytest.mark.parametrize("legacy", [False, True])
 def test_sedd_hub_folder_as_the_mixin_writes_it(tmp_path, legacy):
     net, _, _, _ = trained(5, time_conditioning=True)
-    config = {"tokens": V - 1, "graph": {"type": "absorb", "file": "data", "report_all": False},
-              "noise": {"type": "loglinear", "sigma_min": 1e-4, "sigma_max": 20},
-              "model": {"name": "small", "type": "ddit", "hidden_size": 32, "cond_dim": 16, "length": 1024,
-                        "n_blocks": 2, "n_heads": 4, "scale_by_sigma": True, "dropout": 0.1}}
+    config = {
+        "tokens": V - 1,
+        "graph": {"type": "absorb", "file": "data", "report_all": False},
+        "noise": {"type": "loglinear", "sigma_min": 1e-4, "sigma_max": 20},
+        "model": {
+            "name": "small",
+            "type": "ddit",
+            "hidden_size": 32,
+            "cond_dim": 16,
+            "length": 1024,
+            "n_blocks": 2,
+            "n_heads": 4,
+            "scale_by_sigma": True,
+            "dropout": 0.1,
+        },
+    }
     save_sedd_hub(tmp_path / "sedd-small", net, config, legacy=legacy)
     assert (tmp_path / "sedd-small" / ("pytorch_model.bin" if legacy else "model.safetensors")).is_file()
     assert json.loads((tmp_path / "sedd-small" / "config.json").read_text())["tokens"] == V - 1
@@ -269,11 +306,14 @@ def test_duo_at_upstreams_vocabulary(tmp_path, tokenizer):
         torch.testing.assert_close(d.logp_x0(xt, t), up_logp, atol=ATOL, rtol=0)
     x0 = torch.randint(0, V - 1, (3, 16), generator=g)
     ours = udlm_nelbo_per_token(up_logp.double(), xt, x0, alpha, torch.full_like(t, -(1 - 1e-3)))
-    up = duo_nll_per_token(up_logp.double(), xt, x0, alpha[:, None], torch.full((3, 1), -(1 - 1e-3), dtype=torch.float64), V)
+    up = duo_nll_per_token(
+        up_logp.double(), xt, x0, alpha[:, None], torch.full((3, 1), -(1 - 1e-3), dtype=torch.float64), V
+    )
     torch.testing.assert_close(ours, up, atol=1e-8, rtol=1e-8)
     x_theta = up_logp.double().exp()
-    torch.testing.assert_close(ours_posterior(x_theta, xt, 0.4, 0.7), duo_posterior(x_theta, xt, 0.7, 0.4, V),
-                               atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(
+        ours_posterior(x_theta, xt, 0.4, 0.7), duo_posterior(x_theta, xt, 0.7, 0.4, V), atol=1e-12, rtol=1e-10
+    )
     draws = den.sub_to_tok[uniform_tokens((20000,), den.V, torch.Generator().manual_seed(1))]
     assert (draws == MASK).sum() > 0.5 * 20000 / V  # upstream's noise draws [PAD] as often as any token
     narrow = Backbone(V - 1, time_conditioning=True, seed=8)  # a 50-wide Duo: no release is
@@ -345,8 +385,12 @@ def test_sedd_raw_mask_column_never_reaches_a_draw():
     probs = sedd_analytic_probs(up_log, xt, sigma, MASK)
     probs[..., MASK] = 0
     m = xt == MASK
-    torch.testing.assert_close(_without_mask(sedd_log_score(out, xt, sigma, MASK)[m], MASK).softmax(-1),
-                               probs[m] / probs[m].sum(-1, keepdim=True), atol=1e-7, rtol=0)
+    torch.testing.assert_close(
+        _without_mask(sedd_log_score(out, xt, sigma, MASK)[m], MASK).softmax(-1),
+        probs[m] / probs[m].sum(-1, keepdim=True),
+        atol=1e-7,
+        rtol=0,
+    )
 
 
 def test_duo_at_gpt2_width_loads_with_the_paper_tokenizer(tmp_path, tokenizer):
@@ -367,7 +411,11 @@ def test_duo_at_gpt2_width_loads_with_the_paper_tokenizer(tmp_path, tokenizer):
     # a tokenizer that keeps Duo's [PAD] and appends a mask after it (50,259 ids): refused, and the message says the
     # network has [PAD] (it does) and which tokenizer reads it
     with pytest.raises(ReleasedCheckpointError) as e:
-        load_released("duo", tmp_path / "duo.ckpt", n_heads=2,
-                      tokenizer_info={"vocab_size": 50259, "mask_id": 50258, "bos_id": 50256, "eos_id": 50256})
+        load_released(
+            "duo",
+            tmp_path / "duo.ckpt",
+            n_heads=2,
+            tokenizer_info={"vocab_size": 50259, "mask_id": 50258, "bos_id": 50256, "eos_id": 50256},
+        )
     msg = str(e.value)
     assert "outputs are GPT-2 + [PAD]" in msg and "50,259" in msg and "lacks [PAD]" not in msg and "\n" not in msg

@@ -100,14 +100,16 @@ def test_smoke_outputs(smoke_run):
     assert set(fig.context) == {"teacher_forced", "masked", "exact"}
     assert set(fig.curve) == {"No energy", "Inv-E", "Ind-E", "Uni-E", "Uni-E (resample)"}  # Uni-E by both rules
     part = pd.read_csv(tables / "partition_check.csv")
-    assert (part.derived_xs.round(4) == 3.0 ** part.revealed).all() and (part.fixed_xs_max.round(6) == 1).all()
+    assert (part.derived_xs.round(4) == 3.0**part.revealed).all() and (part.fixed_xs_max.round(6) == 1).all()
     nce = json.loads((smoke_run / OUT / "results" / "models" / "uni_edlm_nce" / "config.json").read_text())
     assert nce["extra"]["dev"]["dev_split"].endswith("valid.parquet") and cfg["ppl"]["split"] == "test"
     sel = nce["extra"]["dev"]["selected"]["dev"]  # Uni-EDLM-NCE: p_theta's dev NELBO may not get worse
     assert sel["admissible"] and sel["guard"] <= nce["extra"]["dev"]["initial"]["dev"]["guard"]
     ebm = json.loads((smoke_run / OUT / "results" / "models" / "edlm_nce" / "config.json").read_text())
     assert ebm["backbone"] == "energy_net" and ebm["method"] == "nce"  # EDLM-NCE: a separate E_phi(x0, xt)
-    assert json.loads((smoke_run / OUT / "results" / "ppl" / "edlm_nce.json").read_text())["estimator"].startswith("EDLM")
+    assert json.loads((smoke_run / OUT / "results" / "ppl" / "edlm_nce.json").read_text())["estimator"].startswith(
+        "EDLM"
+    )
     energy_meta = json.loads((smoke_run / OUT / "results" / "genppl" / "uni_edlm_ar" / "steps2.json").read_text())
     assert energy_meta["sampling"]["options"]["ar_context"] == "masked"
 
@@ -229,13 +231,22 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
     models = smoke_run / OUT / "results" / "models"
     run = "uni_edlm_ar"
     spec = cfg["sampling"]["runs"][run]
-    inputs = {"tokenizer": str(smoke_run / OUT / "resources" / "tokenizer"),
-              **{role: str(models / m / "model.safetensors") for role, m in spec["models"].items()}}
+    inputs = {
+        "tokenizer": str(smoke_run / OUT / "resources" / "tokenizer"),
+        **{role: str(models / m / "model.safetensors") for role, m in spec["models"].items()},
+    }
     steps = cfg["sampling"]["steps"][-1]
     out = tmp_path / "alone.parquet"
-    job = SampleJob.from_spec(run, spec, inputs, seq_len=cfg["data"]["seq_len"], n_samples=cfg["sampling"]["n_samples"],
-                              batch_size=cfg["sampling"]["batch_size"], domain=cfg["data"]["train_domain"],
-                              seed=cfg["seed"])
+    job = SampleJob.from_spec(
+        run,
+        spec,
+        inputs,
+        seq_len=cfg["data"]["seq_len"],
+        n_samples=cfg["sampling"]["n_samples"],
+        batch_size=cfg["sampling"]["batch_size"],
+        domain=cfg["data"]["train_domain"],
+        seed=cfg["seed"],
+    )
     run_sampler(job, steps, out, log=lambda *a: None)
     together = load_tokens(smoke_run / OUT / "results" / "samples" / run / f"steps{steps}.parquet")
     assert (load_tokens(out) == together).all()
@@ -257,9 +268,14 @@ def test_rerun_is_noop_and_targeted(smoke_run):
     assert planned_jobs(r.stdout + r.stderr) == {"sample_run": 1, "table2": 1}
     # and really rerunning rewrites only that run's files, with the same tokens as the table's job wrote
     same_run = {p: load_tokens(p) for p in target.parent.glob("*.parquet") if p != target}
-    before = {p: p.stat().st_mtime_ns for p in (smoke_run / OUT / "results" / "samples").rglob("*.parquet")
-              if p.parent != target.parent}
-    smk(f"{OUT}/results/tables/table2_genppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
+    before = {
+        p: p.stat().st_mtime_ns
+        for p in (smoke_run / OUT / "results" / "samples").rglob("*.parquet")
+        if p.parent != target.parent
+    }
+    smk(
+        f"{OUT}/results/tables/table2_genppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True
+    )
     assert target.exists()
     assert before and all(p.stat().st_mtime_ns == t for p, t in before.items())
     assert same_run and all((load_tokens(p) == x).all() for p, x in same_run.items())
@@ -278,8 +294,9 @@ def test_notebook_reads_results(smoke_run):
     os.environ["UNIE_RUN"] = str(smoke_run / OUT)
     os.environ["MPLBACKEND"] = "Agg"
     try:
-        NotebookClient(nb, timeout=120, kernel_name="python3",
-                       resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+        NotebookClient(
+            nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}
+        ).execute()
     finally:
         os.environ.pop("UNIE_RUN")
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
@@ -321,8 +338,12 @@ def test_a_run_ends_naming_what_to_read(tmp_path):
     from unie.config.targets import run_summary
 
     assert "no table or figure yet" in run_summary(tmp_path, "runs/toy")
-    for f in ("results/report/paper.html", "results/tables/paper_vs_ours.md", "results/tables/table1_ppl.tex",
-              "results/figures/fig2_ablation.png"):
+    for f in (
+        "results/report/paper.html",
+        "results/tables/paper_vs_ours.md",
+        "results/tables/table1_ppl.tex",
+        "results/figures/fig2_ablation.png",
+    ):
         (tmp_path / "runs/toy" / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "runs/toy" / f).write_text("x")
     text = run_summary(tmp_path, "runs/toy")
@@ -348,16 +369,33 @@ def _bad_config(tmp_path, mutate) -> subprocess.CompletedProcess:
         (lambda c: c["models"]["mdlm"]["train"].update(steps="many"), "many"),
         (lambda c: c.update(sampling_typo=1), "sampling_typo"),
         # a profile is an overlay of config/experiments.yaml: a change to the grid is refused, naming the key
-        (lambda c: c.update(sampling={"runs": {"mdlm": {"models": {"dlm": "mdlmm"}}}}), "sampling.runs.mdlm.models.dlm"),
+        (
+            lambda c: c.update(sampling={"runs": {"mdlm": {"models": {"dlm": "mdlmm"}}}}),
+            "sampling.runs.mdlm.models.dlm",
+        ),
         (lambda c: c["models"]["mdlm"].update(method="mdlmx"), "models.mdlm.method"),
-        (lambda c: c["genppl"].update(evaluators={"exact": {"kind": "exact", "label": "pi"},
-                                                  "ar": {"kind": "model", "model": "nope", "label": "AR"}}),
-         "genppl.evaluators.ar.model"),
+        (
+            lambda c: c["genppl"].update(
+                evaluators={
+                    "exact": {"kind": "exact", "label": "pi"},
+                    "ar": {"kind": "model", "model": "nope", "label": "AR"},
+                }
+            ),
+            "genppl.evaluators.ar.model",
+        ),
         (lambda c: c["data"]["domains"].append("klingon"), "klingon"),
         (lambda c: c.update(tables={"table2_genppl": {"Foo": "foo"}}), "tables.table2_genppl.Foo"),
     ],
-    ids=["unknown-key", "wrong-type", "unknown-top-level", "unknown-model", "unknown-method", "unknown-evaluator",
-         "unknown-domain", "unknown-run"],
+    ids=[
+        "unknown-key",
+        "wrong-type",
+        "unknown-top-level",
+        "unknown-model",
+        "unknown-method",
+        "unknown-evaluator",
+        "unknown-domain",
+        "unknown-run",
+    ],
 )
 def test_bad_config_fails_before_any_job(tmp_path, mutate, expected):
     r = _bad_config(tmp_path, mutate)
@@ -376,8 +414,9 @@ def test_table3_cells_are_lm_eval_values(smoke_run):
     room = table[table.row.str.contains("__")]  # each backbone's window ceiling and floor (rule dllm_room_{backbone})
     df = table[~table.row.isin(room.row)]
     rows = sorted(df.row.unique())
-    assert rows == sorted(["proxy", "llada", "llada_dawn", "llada_core", "llada_uni", "dream", "dream_apd",
-                           "dream_ind"])
+    assert rows == sorted(
+        ["proxy", "llada", "llada_dawn", "llada_core", "llada_uni", "dream", "dream_apd", "dream_ind"]
+    )
     assert sorted(room.row.unique()) == ["dream__ceiling", "dream__floor", "llada__ceiling", "llada__floor"]
     for _, cell in room.iterrows():  # a room cell is its backbone's lm-eval value plus the tree's change
         base = df[(df.row == cell.delta_to) & (df.task == cell.task)].value.item()
@@ -459,12 +498,22 @@ def test_a_rows_recorded_command_reruns_it(smoke_run, tmp_path, hf_offline):
     metrics = {t: PRIMARY_METRIC[t] for t in resolve_config([SMOKE])["dllm"]["tasks"]["names"]}
 
     def rerun(out, *extra):
-        r = subprocess.run([sys.executable, *argv[1:], *extra, "--limit", "3", "--output_path", str(out)],
-                           cwd=smoke_run, capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, *argv[1:], *extra, "--limit", "3", "--output_path", str(out)],
+            cwd=smoke_run,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr[-4000:]
         (found,) = out.rglob("results_*.json")
-        samples = {t: {json.loads(line)["doc_id"]: json.loads(line) for line in
-                       next(out.rglob(f"samples_{t}_*.jsonl")).read_text().splitlines()} for t in metrics}
+        samples = {
+            t: {
+                json.loads(line)["doc_id"]: json.loads(line)
+                for line in next(out.rglob(f"samples_{t}_*.jsonl")).read_text().splitlines()
+            }
+            for t in metrics
+        }
         return json.loads(found.read_text()), samples
 
     def row_samples(task):
@@ -522,7 +571,9 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
     for sweep, key in (("app_k", "K"), ("app_w", "w")):
         t = pd.read_csv(smoke_run / OUT / "results" / "tables" / f"table_{sweep}.csv")
         assert list(t.option.unique()) == [key] and list(t.column.unique()) == ["Accuracy"]
-        pts = json.loads((smoke_run / OUT / "results" / "dllm" / "sweeps" / sweep / "points.json").read_text())["points"]
+        pts = json.loads((smoke_run / OUT / "results" / "dllm" / "sweeps" / sweep / "points.json").read_text())[
+            "points"
+        ]
         assert t.value.tolist() == [p["accuracy"] for p in pts]
         assert t.row.tolist() == [f"{key.lower()}={p['value']}" for p in pts]  # the paper's row names
         assert f"${key}$" in (smoke_run / OUT / "results" / "tables" / f"table_{sweep}.tex").read_text()
@@ -545,8 +596,9 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     assert [p["rule"] for p in pts["points"]] == ["backbone"] + ["apd"] * len(m["proxies"])
     assert pts["limit"] == m["limit"]
     for p in pts["points"]:
-        res = json.loads((smoke_run / OUT / "results" / "dllm" / "map" / backbone / p["name"] / "results.json")
-                         .read_text())
+        res = json.loads(
+            (smoke_run / OUT / "results" / "dllm" / "map" / backbone / p["name"] / "results.json").read_text()
+        )
         assert sorted(res["results"]) == sorted(m["tasks"])
         assert all(res["n-samples"][t]["effective"] == m["limit"] for t in m["tasks"])
         assert p["avg"] == pytest.approx(sum(p["accuracy"].values()) / len(m["tasks"]))
@@ -558,9 +610,12 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
         assert tree["items"] == m["limit"] * len(m["tasks"]) and 0 < tree["exhaustive"] <= 1
         assert tree["ceiling"]["avg"]["delta"] >= 0 >= tree["floor"]["avg"]["delta"]
         assert sorted((c["rule"], c["proxy"]) for c in tree["cells"]) == sorted(
-            (r, p) for r in m["rules"] for p in proxies)
+            (r, p) for r in m["rules"] for p in proxies
+        )
         for c in tree["cells"]:  # no rule beats the best leaf or loses more than the worst
-            assert tree["floor"]["avg"]["delta"] - 1e-9 <= c["effect"]["delta"] <= tree["ceiling"]["avg"]["delta"] + 1e-9
+            assert (
+                tree["floor"]["avg"]["delta"] - 1e-9 <= c["effect"]["delta"] <= tree["ceiling"]["avg"]["delta"] + 1e-9
+            )
     table = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_map.csv")
     assert {"apd", *m["rules"]} <= set(table.rule)
     assert (smoke_run / OUT / "results" / "tables" / "table_app_map.tex").stat().st_size > 0

@@ -77,8 +77,9 @@ class _Block(nn.Module):
         self.attn_out = nn.Linear(dim, dim, bias=False)
         self.dropout1 = nn.Dropout(0.0)
         self.norm2 = _LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim, bias=True), nn.GELU(approximate="tanh"),
-                                 nn.Linear(4 * dim, dim, bias=True))
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 4 * dim, bias=True), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim, bias=True)
+        )
         self.dropout2 = nn.Dropout(0.0)
         if adaln:
             self.adaLN_modulation = nn.Linear(cond_dim, 6 * dim, bias=True)
@@ -97,11 +98,11 @@ class Backbone(nn.Module):
     """Upstream's ``DIT`` (``adaln``) or MDLM's causal ``DDIT`` (``ar``): the module tree, randomly initialised
     (every tensor non-trivial, as after training); ``forward`` = the upstream equations."""
 
-    def __init__(self, vocab, dim=32, n_blocks=2, n_heads=4, cond_dim=16, ar=False, time_conditioning=False,
-                 seed=0):
+    def __init__(self, vocab, dim=32, n_blocks=2, n_heads=4, cond_dim=16, ar=False, time_conditioning=False, seed=0):
         super().__init__()
-        self.spec = SimpleNamespace(n_heads=n_heads, n_layers=n_blocks, adaln=not ar, causal=ar,
-                                    time_conditioning=time_conditioning and not ar)
+        self.spec = SimpleNamespace(
+            n_heads=n_heads, n_layers=n_blocks, adaln=not ar, causal=ar, time_conditioning=time_conditioning and not ar
+        )
         self.vocab_embed = _Embedding(dim, vocab)
         if not ar:
             self.sigma_map = _Timestep(cond_dim)
@@ -111,8 +112,11 @@ class Backbone(nn.Module):
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, p in self.named_parameters():
-                base = 1.0 if name.endswith("norm1.weight") or name.endswith("norm2.weight") or "norm_final" in name \
+                base = (
+                    1.0
+                    if name.endswith("norm1.weight") or name.endswith("norm2.weight") or "norm_final" in name
                     else 0.0
+                )
                 p.copy_(base + torch.randn(p.shape, generator=g) / math.sqrt(max(p.shape[-1], 1)))
 
     def forward(self, x, sigma=None, mask=None, positions=None):
@@ -182,8 +186,9 @@ class DictConfig:
 DictConfig.__module__ = "omegaconf.dictconfig"
 
 
-def lightning_checkpoint(path, module, ema: EMA, opt, tokenizer, extra_state: dict | None = None,
-                         hparams_extra: dict | None = None) -> dict:
+def lightning_checkpoint(
+    path, module, ema: EMA, opt, tokenizer, extra_state: dict | None = None, hparams_extra: dict | None = None
+) -> dict:
     """``torch.save`` of the dict Lightning 2.2 writes for a LightningModule whose ``backbone`` is ``module``
     (``state_dict``: ``backbone.*`` plus ``extra_state``, e.g. BD3-LM's ``sampling_eps_min``/``_max`` buffers),
     then upstream's ``on_save_checkpoint`` additions.  Returns the dict."""
@@ -197,18 +202,31 @@ def lightning_checkpoint(path, module, ema: EMA, opt, tokenizer, extra_state: di
         "global_step": 3,
         "pytorch-lightning_version": "2.2.1",
         "state_dict": state,
-        "loops": {"fit_loop": {"state_dict": {}, "epoch_loop.state_dict": {"_batches_that_stepped": 3},
-                               "epoch_loop.batch_progress": {**progress, "is_last_batch": False},
-                               "epoch_loop.automatic_optimization.optim_progress": {
-                                   "optimizer": {"step": progress, "zero_grad": progress}},
-                               "epoch_progress": {"total": {"completed": 0}, "current": {"completed": 0}}}},
-        "callbacks": {"ModelCheckpoint{'monitor': 'val/nll', 'mode': 'min', 'every_n_train_steps': None}":
-                      {"best_model_score": torch.tensor(4.2), "best_model_path": "checkpoints/best.ckpt"}},
+        "loops": {
+            "fit_loop": {
+                "state_dict": {},
+                "epoch_loop.state_dict": {"_batches_that_stepped": 3},
+                "epoch_loop.batch_progress": {**progress, "is_last_batch": False},
+                "epoch_loop.automatic_optimization.optim_progress": {
+                    "optimizer": {"step": progress, "zero_grad": progress}
+                },
+                "epoch_progress": {"total": {"completed": 0}, "current": {"completed": 0}},
+            }
+        },
+        "callbacks": {
+            "ModelCheckpoint{'monitor': 'val/nll', 'mode': 'min', 'every_n_train_steps': None}": {
+                "best_model_score": torch.tensor(4.2),
+                "best_model_path": "checkpoints/best.ckpt",
+            }
+        },
         "optimizer_states": [opt.state_dict()],
         "lr_schedulers": [{"last_epoch": 3, "_step_count": 4, "base_lrs": [3e-2]}],
         "hparams_name": "kwargs",
-        "hyper_parameters": {"config": DictConfig({"model": {"hidden_size": 32}}), "tokenizer": tokenizer,
-                             **(hparams_extra or {})},
+        "hyper_parameters": {
+            "config": DictConfig({"model": {"hidden_size": 32}}),
+            "tokenizer": tokenizer,
+            **(hparams_extra or {}),
+        },
     }
     ckpt["ema"] = ema.state_dict()  # on_save_checkpoint
     ckpt["sampler"] = {"random_state": None}
@@ -217,8 +235,15 @@ def lightning_checkpoint(path, module, ema: EMA, opt, tokenizer, extra_state: di
 
 
 # ---------------------------------------------------------------------- Hugging Face folders
-def save_hf_folder(folder, kind: str, module: Backbone, ema: EMA | None = None, block_size=None,
-                   eps=(0.35, 0.8), time_conditioning=False):
+def save_hf_folder(
+    folder,
+    kind: str,
+    module: Backbone,
+    ema: EMA | None = None,
+    block_size=None,
+    eps=(0.35, 0.8),
+    time_conditioning=False,
+):
     """The HF folder of an MDLM-style model (``push_to_hf.py``: the EMA copied into the model's parameters, then
     ``push_to_hub`` = ``save_pretrained``), by transformers' own saving code; returns the model's state dict."""
     import transformers
@@ -226,10 +251,26 @@ def save_hf_folder(folder, kind: str, module: Backbone, ema: EMA | None = None, 
     class Config(transformers.PretrainedConfig):  # BD3LMConfig's keys (MDLM's HF config is its ancestor)
         model_type = kind
 
-        def __init__(self, block_size=1, vocab_size=50258, model_length=1024, cross_attn=True, adaln=True,
-                     attn_backend="sdpa", causal=False, hidden_dim=768, cond_dim=128, n_blocks=12, n_heads=12,
-                     dropout=0.1, time_conditioning=False, var_min=True, sampling_eps_min=1e-3,
-                     sampling_eps_max=0.999, **kwargs):
+        def __init__(
+            self,
+            block_size=1,
+            vocab_size=50258,
+            model_length=1024,
+            cross_attn=True,
+            adaln=True,
+            attn_backend="sdpa",
+            causal=False,
+            hidden_dim=768,
+            cond_dim=128,
+            n_blocks=12,
+            n_heads=12,
+            dropout=0.1,
+            time_conditioning=False,
+            var_min=True,
+            sampling_eps_min=1e-3,
+            sampling_eps_max=0.999,
+            **kwargs,
+        ):
             super().__init__(**kwargs)
             self.block_size, self.vocab_size, self.model_length = block_size, vocab_size, model_length
             self.cross_attn, self.adaln, self.attn_backend, self.causal = cross_attn, adaln, attn_backend, causal
@@ -252,15 +293,28 @@ def save_hf_folder(folder, kind: str, module: Backbone, ema: EMA | None = None, 
             pass
 
     spec = module.spec
-    cfg = Config(block_size=block_size or 1, vocab_size=module.vocab_embed.embedding.shape[0], model_length=1024,
-                 hidden_dim=module.vocab_embed.embedding.shape[1], cond_dim=module.sigma_map.mlp[0].out_features,
-                 n_blocks=spec.n_layers, n_heads=spec.n_heads, dropout=0.1, time_conditioning=time_conditioning,
-                 var_min=kind == "bd3lm", sampling_eps_min=eps[0], sampling_eps_max=eps[1], return_dict=False)
+    cfg = Config(
+        block_size=block_size or 1,
+        vocab_size=module.vocab_embed.embedding.shape[0],
+        model_length=1024,
+        hidden_dim=module.vocab_embed.embedding.shape[1],
+        cond_dim=module.sigma_map.mlp[0].out_features,
+        n_blocks=spec.n_layers,
+        n_heads=spec.n_heads,
+        dropout=0.1,
+        time_conditioning=time_conditioning,
+        var_min=kind == "bd3lm",
+        sampling_eps_min=eps[0],
+        sampling_eps_max=eps[1],
+        return_dict=False,
+    )
     model = Model(cfg)  # a copy of the module: the caller's keeps its raw weights
     if ema is not None:
         ema.copy_to(model.parameters())
-    model.config.auto_map = {"AutoConfig": f"kuleshov-group/{kind}--configuration_{kind}.{kind.upper()}Config",
-                             "AutoModelForMaskedLM": f"kuleshov-group/{kind}--modeling_{kind}.{kind.upper()}"}
+    model.config.auto_map = {
+        "AutoConfig": f"kuleshov-group/{kind}--configuration_{kind}.{kind.upper()}Config",
+        "AutoModelForMaskedLM": f"kuleshov-group/{kind}--modeling_{kind}.{kind.upper()}",
+    }
     model.save_pretrained(folder)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -306,8 +360,10 @@ def duo_nll_per_token(log_x_theta, xt, x0, alpha_t, dalpha_t, vocab_size):
     const = (1 - alpha_t) / (vocab_size * alpha_t + 1 - alpha_t)
     term2_coefs = x_eq_xt * const + x_neq_xt
     term2_offset = ((vocab_size - 1) * const * x_eq_xt - (1 / const) * x_neq_xt) * const.log()
-    term2_theta = - term2_coefs * (x_bar_theta.log().sum(-1) - vocab_size * xbar_theta_xt.log())
-    term2_theta = term2_theta - vocab_size * alpha_t / (1 - alpha_t) * (xbar_theta_x.log() - xbar_theta_xt.log()) * x_neq_xt
+    term2_theta = -term2_coefs * (x_bar_theta.log().sum(-1) - vocab_size * xbar_theta_xt.log())
+    term2_theta = (
+        term2_theta - vocab_size * alpha_t / (1 - alpha_t) * (xbar_theta_x.log() - xbar_theta_xt.log()) * x_neq_xt
+    )
     return coeff * (term1 - (term2_theta + term2_offset))
 
 
@@ -316,9 +372,12 @@ def duo_posterior(x0, xt, alpha_s, alpha_t, vocab_size):
     alpha_ts = alpha_t / alpha_s
     d_alpha = alpha_s - alpha_t
     xt_one_hot = F.one_hot(xt, vocab_size).to(torch.float64)
-    return ((alpha_t * vocab_size * x0 * xt_one_hot + (alpha_ts - alpha_t) * xt_one_hot + d_alpha * x0
-             + (1 - alpha_ts) * (1 - alpha_s) / vocab_size)
-            / (alpha_t * vocab_size * torch.gather(x0, -1, xt[..., None]) + (1 - alpha_t)))
+    return (
+        alpha_t * vocab_size * x0 * xt_one_hot
+        + (alpha_ts - alpha_t) * xt_one_hot
+        + d_alpha * x0
+        + (1 - alpha_ts) * (1 - alpha_s) / vocab_size
+    ) / (alpha_t * vocab_size * torch.gather(x0, -1, xt[..., None]) + (1 - alpha_t))
 
 
 def bd3_eval_nelbo(model_output, x0, xt, t, ignore_bos: bool):
@@ -359,7 +418,9 @@ def sedd_analytic_probs(log_score, x, dsigma, mask_index):
     stag[..., mask_index] += extra_const
     V = score.shape[-1]
     edge = torch.exp(-dsigma)[:, None, None] * F.one_hot(x, num_classes=V).double()
-    edge += torch.where(x == mask_index, 1 - torch.exp(-dsigma)[:, None], torch.zeros((), dtype=torch.float64))[..., None]
+    edge += torch.where(x == mask_index, 1 - torch.exp(-dsigma)[:, None], torch.zeros((), dtype=torch.float64))[
+        ..., None
+    ]
     probs = (stag * edge).clamp(min=0)
     return probs / probs.sum(-1, keepdim=True)
 
@@ -371,7 +432,7 @@ def mdlm_ar_sampler(forward, bsz: int, length: int, bos: int, noise):
     x = torch.zeros((bsz, length), dtype=torch.long)
     x[:, 0] = bos
     for i in range(length - 1):
-        next_logits = forward(x[:, :i + 1])[:, -1]
+        next_logits = forward(x[:, : i + 1])[:, -1]
         x[:, i + 1] = (next_logits + noise[:, i]).argmax(-1)
     return x
 

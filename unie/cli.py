@@ -32,10 +32,18 @@ def _registries() -> dict:
 
     return {
         "methods": {n: {"options": defaults(c.Options)} for n, c in sorted(METHODS.items())},
-        "samplers": {n: {"options": defaults(e.options_cls), "roles": {r: list(k) for r, k in e.roles.items()},
-                         "fixed_steps": e.fixed_steps} for n, e in sorted(SAMPLERS.items())},
-        "dllm_samplers": {n: {"options": defaults(e.options_cls), "needs_proxy": e.needs_proxy}
-                          for n, e in sorted(DLLM_SAMPLERS.items())},
+        "samplers": {
+            n: {
+                "options": defaults(e.options_cls),
+                "roles": {r: list(k) for r, k in e.roles.items()},
+                "fixed_steps": e.fixed_steps,
+            }
+            for n, e in sorted(SAMPLERS.items())
+        },
+        "dllm_samplers": {
+            n: {"options": defaults(e.options_cls), "needs_proxy": e.needs_proxy}
+            for n, e in sorted(DLLM_SAMPLERS.items())
+        },
         "dllm_decoding": defaults(DecodeOptions),  # the options every DLLM sampler reads besides its own
         "energies": sorted(ENERGIES),
         "evaluators": sorted(EVALUATORS),
@@ -49,8 +57,11 @@ def cmd_list(args) -> int:
         return 0
     decoding = ", ".join(f"{k}={v!r}" for k, v in reg["dllm_decoding"].items())
     for kind in ("methods", "samplers", "dllm_samplers"):
-        print(f"DLLM samplers (each also reads the decoding options {decoding}):" if kind == "dllm_samplers"
-              else f"{kind}:")
+        print(
+            f"DLLM samplers (each also reads the decoding options {decoding}):"
+            if kind == "dllm_samplers"
+            else f"{kind}:"
+        )
         for name, rec in reg[kind].items():
             opts = ", ".join(f"{k}={v!r}" for k, v in rec["options"].items()) or "no options"
             roles = f"  roles {rec['roles']}" if "roles" in rec else ""
@@ -95,9 +106,11 @@ def cmd_check_config(args) -> int:
         return 1
     from .config.rundir import run_directory
 
-    summary = (f"{name}{' --config ' + ' '.join(args.overrides) if args.overrides else ''}: ok "
-               f"({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs; "
-               f"its run directory: {run_directory(files or None, overrides or None)}/)")
+    summary = (
+        f"{name}{' --config ' + ' '.join(args.overrides) if args.overrides else ''}: ok "
+        f"({len(config['models'])} models, {len(config['sampling']['runs'])} sampling runs; "
+        f"its run directory: {run_directory(files or None, overrides or None)}/)"
+    )
     print(("# " if args.resolved else "") + summary, file=sys.stderr if args.resolved else sys.stdout)
     return 0
 
@@ -116,14 +129,18 @@ def _check_role(entry, role: str, path: str) -> None:
     from .models.checkpoint import CheckpointError, read_meta
 
     if role not in entry.roles:
-        raise ConfigError(f"--model {role}={path}: sampler {entry.name!r} has no model role {role!r}; its roles: "
-                          + ", ".join(f"{r} ({'/'.join(k)})" for r, k in entry.roles.items()))
+        raise ConfigError(
+            f"--model {role}={path}: sampler {entry.name!r} has no model role {role!r}; its roles: "
+            + ", ".join(f"{r} ({'/'.join(k)})" for r, k in entry.roles.items())
+        )
     meta = read_meta(path)
     cls = METHODS[meta["method"]]
     kind = cls.kind(from_dict(cls.Options, meta.get("extra", {}).get("options", {}), f"checkpoint {path} options"))
     if kind not in entry.roles[role]:
-        raise CheckpointError(f"--model {role}={path}: this checkpoint is of kind {kind!r} (trained as {meta['method']!r}), but "
-                              f"sampler {entry.name!r}'s role {role!r} takes {'/'.join(entry.roles[role])} models")
+        raise CheckpointError(
+            f"--model {role}={path}: this checkpoint is of kind {kind!r} (trained as {meta['method']!r}), but "
+            f"sampler {entry.name!r}'s role {role!r} takes {'/'.join(entry.roles[role])} models"
+        )
 
 
 def cmd_sample(args) -> int:
@@ -148,8 +165,16 @@ def cmd_sample(args) -> int:
     models = {role: load_wrapped(path, tok, args.device) for role, path in roles.items()}
     models.update(oracle_models(options, tok, args.domain))
     torch.set_num_threads(args.threads)
-    x, stats = entry(models, args.n, args.length, args.steps, torch.Generator(device=args.device).manual_seed(args.seed),
-                     options, batch_size=args.n, device=args.device)
+    x, stats = entry(
+        models,
+        args.n,
+        args.length,
+        args.steps,
+        torch.Generator(device=args.device).manual_seed(args.seed),
+        options,
+        batch_size=args.n,
+        device=args.device,
+    )
     for row in x.tolist():
         print(tok.decode(row))
     print(json.dumps({"sampler": args.sampler, "options": dataclasses.asdict(options), **stats}), file=sys.stderr)
@@ -157,29 +182,54 @@ def cmd_sample(args) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="unie", description="Uni-E for masked diffusion language models: the command line.",
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Regenerate the paper's tables and figures with `snakemake --cores 2` (README).")
+    p = argparse.ArgumentParser(
+        prog="unie",
+        description="Uni-E for masked diffusion language models: the command line.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Regenerate the paper's tables and figures with `snakemake --cores 2` (README).",
+    )
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("list", help="registered methods, samplers (options, roles), DLLM samplers (options), energies, "
-                                    "evaluators")
+    s = sub.add_parser(
+        "list", help="registered methods, samplers (options, roles), DLLM samplers (options), energies, evaluators"
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_list)
-    s = sub.add_parser("check-config", allow_abbrev=False, help="validate a workflow profile without running anything (--resolved: print it)")
-    s.add_argument("config", nargs="*", help="profile file(s) over config/experiments.yaml (default config/config.yaml)")
+    s = sub.add_parser(
+        "check-config",
+        allow_abbrev=False,
+        help="validate a workflow profile without running anything (--resolved: print it)",
+    )
+    s.add_argument(
+        "config", nargs="*", help="profile file(s) over config/experiments.yaml (default config/config.yaml)"
+    )
     s.add_argument("--configfile", action="append", help="the same as a positional file (as snakemake spells it)")
-    s.add_argument("--config", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="overrides as snakemake's --config reads them (the value as YAML: seed=1, 'dllm={seed: 2}')")
+    s.add_argument(
+        "--config",
+        dest="overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides as snakemake's --config reads them (the value as YAML: seed=1, 'dllm={seed: 2}')",
+    )
     s.add_argument("--resolved", action="store_true", help="print the effective configuration as YAML")
     s.add_argument("-v", "--verbose", action="store_true", help="on a schema violation, the schema's full report too")
     s.set_defaults(fn=cmd_check_config)
-    s = sub.add_parser("sample", help="sample from trained checkpoints (runs/<run>/results/models/<name>) and print "
-                                      "the text")
+    s = sub.add_parser(
+        "sample", help="sample from trained checkpoints (runs/<run>/results/models/<name>) and print the text"
+    )
     s.add_argument("--sampler", required=True, help="a registered sampler (unie list)")
-    s.add_argument("--model", action="append", default=[], metavar="ROLE=DIR",
-                   help="a checkpoint directory per model role, e.g. dlm=runs/toy/results/models/mdlm")
-    s.add_argument("--tokenizer", default=None,
-                   help="the tokenizer directory (default: the first --model's run's, runs/<run>/resources/tokenizer)")
+    s.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="ROLE=DIR",
+        help="a checkpoint directory per model role, e.g. dlm=runs/toy/results/models/mdlm",
+    )
+    s.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the tokenizer directory (default: the first --model's run's, runs/<run>/resources/tokenizer)",
+    )
     s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a sampler option")
     s.add_argument("-n", type=int, default=4)
     s.add_argument("--length", type=int, default=32)

@@ -25,8 +25,18 @@ from ..methods.released_methods import GPT2_MASKED
 from ..models.dit import DIT_ARCH_KEYS
 from ..models.released import SOURCES
 from ..models.standins import FORMATS
-from .expand import (check_fig2, dit_root, fill_registries, has_likelihood, is_dit_model, likelihood_sources,
-                     method_options, model_kind, released_models, source_format)
+from .expand import (
+    check_fig2,
+    dit_root,
+    fill_registries,
+    has_likelihood,
+    is_dit_model,
+    likelihood_sources,
+    method_options,
+    model_kind,
+    released_models,
+    source_format,
+)
 from .settings import LmEvalSettings
 
 
@@ -52,8 +62,9 @@ def check_arch_train(spec: dict, where: str) -> None:
             key_error(f"{where}.arch", f"missing {key!r} (a model trained from scratch states its size)")
     for fixed in ("vocab_size", "max_len", "causal"):  # set by the workflow from the tokenizer, data and method
         if fixed in arch:
-            key_error(f"{where}.arch.{fixed}",
-                      "is set by the workflow (tokenizer, data.seq_len, method), not the config")
+            key_error(
+                f"{where}.arch.{fixed}", "is set by the workflow (tokenizer, data.seq_len, method), not the config"
+            )
     d, h = arch.get("d_model", 0), arch.get("n_heads", 1)
     if isinstance(d, int) and isinstance(h, int) and h > 0 and (d % h or (d // h) % 2):
         key_error(f"{where}.arch", f"d_model={d} must be divisible by n_heads={h} into an even head size")
@@ -61,8 +72,17 @@ def check_arch_train(spec: dict, where: str) -> None:
 
 
 # -- released checkpoints as models (`source:`), docs/released-checkpoints.md
-SOURCE_KEYS = ("kind", "path", "hf_id", "standin", "trust_remote_code", "use_ema", "n_heads", "block_size",
-               "tokenizer_info")
+SOURCE_KEYS = (
+    "kind",
+    "path",
+    "hf_id",
+    "standin",
+    "trust_remote_code",
+    "use_ema",
+    "n_heads",
+    "block_size",
+    "tokenizer_info",
+)
 
 
 CUSTOM_CODE_KINDS = ("mdlm", "bd3lm", "duo")  # their HF folders name custom code (auto_map)
@@ -87,35 +107,54 @@ def check_sources(config: dict) -> None:
             key_error(f"models.{name}.method", f"a released {kind} checkpoint is a {SOURCES[kind].method!r} model")
         given = [k for k in ("path", "hf_id", "standin") if source.get(k)]
         if len(given) != 1:
-            key_error(where, f"give exactly one of path (a local HF folder or .ckpt), hf_id (downloaded) or standin "
-                             f"(a tiny stand-in the workflow writes), got {given or 'none'}")
+            key_error(
+                where,
+                f"give exactly one of path (a local HF folder or .ckpt), hf_id (downloaded) or standin "
+                f"(a tiny stand-in the workflow writes), got {given or 'none'}",
+            )
         fmt = source_format(source)
         if source.get("standin"):
             std = FORMATS[kind]
             if source["standin"] not in std:
-                key_error(f"{where}.standin",
-                          f"a {kind} stand-in is written as {' or '.join(std)}, not {source['standin']!r}")
+                key_error(
+                    f"{where}.standin", f"a {kind} stand-in is written as {' or '.join(std)}, not {source['standin']!r}"
+                )
         elif fmt not in SOURCES[kind].formats:
-            key_error(where, f"{kind} is published as {' or '.join(SOURCES[kind].formats)} only "
-                             f"({SOURCES[kind].identifier}), not as {'an HF folder' if fmt == 'hf' else 'a .ckpt'}")
+            key_error(
+                where,
+                f"{kind} is published as {' or '.join(SOURCES[kind].formats)} only "
+                f"({SOURCES[kind].identifier}), not as {'an HF folder' if fmt == 'hf' else 'a .ckpt'}",
+            )
         if kind in CUSTOM_CODE_KINDS and fmt == "hf" and source.get("trust_remote_code") is not True:
-            key_error(f"{where}.trust_remote_code", f"the released {kind} HF folder names custom code (auto_map); set "
-                      "trust_remote_code: true to load it (our own DiT reads its weights, its code is never run)")
+            key_error(
+                f"{where}.trust_remote_code",
+                f"the released {kind} HF folder names custom code (auto_map); set "
+                "trust_remote_code: true to load it (our own DiT reads its weights, its code is never run)",
+            )
         for key in ("train", "arch", "init_from"):
             if spec.get(key) is not None:
-                key_error(f"models.{name}.{key}", "a model with a `source` is the released checkpoint: it is imported, "
-                                                  "not trained (drop the key, or drop `source` to train it)")
+                key_error(
+                    f"models.{name}.{key}",
+                    "a model with a `source` is the released checkpoint: it is imported, "
+                    "not trained (drop the key, or drop `source` to train it)",
+                )
         info = source.get("tokenizer_info")
         if info is not None:
             bad = sorted(set(info) - {"vocab_size", "mask_id", "bos_id", "eos_id"})
             if bad:
-                key_error(f"{where}.tokenizer_info.{bad[0]}",
-                          "unknown key; allowed: vocab_size, mask_id, bos_id, eos_id")
-        elif not source.get("standin") and (config["tokenizer"].get("kind") != "hf"
-                                            or config["tokenizer"].get("path") not in ("gpt2", "openai-community/gpt2")):
-            key_error(where, f"a released {kind} checkpoint reads GPT-2 + the appended mask ({GPT2_MASKED}): set "
-                             "tokenizer: {kind: hf, path: gpt2}, or state the checkpoint's layout in "
-                             "source.tokenizer_info")
+                key_error(
+                    f"{where}.tokenizer_info.{bad[0]}", "unknown key; allowed: vocab_size, mask_id, bos_id, eos_id"
+                )
+        elif not source.get("standin") and (
+            config["tokenizer"].get("kind") != "hf"
+            or config["tokenizer"].get("path") not in ("gpt2", "openai-community/gpt2")
+        ):
+            key_error(
+                where,
+                f"a released {kind} checkpoint reads GPT-2 + the appended mask ({GPT2_MASKED}): set "
+                "tokenizer: {kind: hf, path: gpt2}, or state the checkpoint's layout in "
+                "source.tokenizer_info",
+            )
 
 
 # Rules whose job starts over from nothing when a retry runs it again: a Table 3 row's lm-eval run (training resumes
@@ -130,11 +169,13 @@ def check_runtimes(config: dict) -> None:
     for rule in RESTARTING_RULES:
         minutes = ((config.get("resources") or {}).get(rule) or {}).get("runtime")
         if cap and minutes and minutes > cap:
-            key_error(f"resources.{rule}.runtime",
-                      f"{minutes} min is more than max_runtime {cap}: this job starts over when a retry runs it "
-                      f"again, so every attempt would be killed at {cap} min; run it on more GPUs (resources.{rule}."
-                      f"gpu: N, lm-eval's documents split between them) with a runtime that fits, or raise "
-                      f"max_runtime to the partition's limit")
+            key_error(
+                f"resources.{rule}.runtime",
+                f"{minutes} min is more than max_runtime {cap}: this job starts over when a retry runs it "
+                f"again, so every attempt would be killed at {cap} min; run it on more GPUs (resources.{rule}."
+                f"gpu: N, lm-eval's documents split between them) with a runtime that fits, or raise "
+                f"max_runtime to the partition's limit",
+            )
 
 
 def check_config(config: dict) -> None:
@@ -170,15 +211,23 @@ def check_config(config: dict) -> None:
             key_error(f"models.{name}.method", METHODS.unknown_message(spec["method"]))
         method_options(config, name)
         if (spec.get("options") or {}).get("chunk_bos") and not data.get("chunk_specials", True):
-            key_error(f"models.{name}.options.chunk_bos", "reads chunks that begin with their own BOS: it needs "
-                                                          "data.chunk_specials: true")
+            key_error(
+                f"models.{name}.options.chunk_bos",
+                "reads chunks that begin with their own BOS: it needs data.chunk_specials: true",
+            )
         if spec.get("init_from") is not None and spec["init_from"] not in models:
             key_error(f"models.{name}.init_from", f"unknown model {spec['init_from']!r}")
         init = models.get(spec.get("init_from")) or {}
-        if spec["method"] == "ar" == init.get("method") and (init.get("options") or {}).get("chunk_bos") and \
-                not (spec.get("options") or {}).get("chunk_bos"):
-            key_error(f"models.{name}.options.chunk_bos", f"initialised from {spec['init_from']!r}, which reads chunks "
-                                                          "that begin with their own BOS: set chunk_bos: true")
+        if (
+            spec["method"] == "ar" == init.get("method")
+            and (init.get("options") or {}).get("chunk_bos")
+            and not (spec.get("options") or {}).get("chunk_bos")
+        ):
+            key_error(
+                f"models.{name}.options.chunk_bos",
+                f"initialised from {spec['init_from']!r}, which reads chunks "
+                "that begin with their own BOS: set chunk_bos: true",
+            )
     check_sources(config)
     for name, spec in models.items():
         if spec.get("source"):
@@ -186,26 +235,30 @@ def check_config(config: dict) -> None:
         if "train" not in spec:
             key_error(f"models.{name}", "a trained model needs `train` (or a `source`: a released checkpoint)")
         if is_dit_model(config, name):  # fine-tuned from a released checkpoint: its architecture
-
             extra = sorted(set(spec.get("arch") or {}) - set(DIT_ARCH_KEYS))
             if extra:
-                key_error(f"models.{name}.arch",
-                          f"{extra} cannot be set: the model is fine-tuned from the released checkpoint of "
-                          f"{dit_root(config, name)!r}, whose architecture it keeps (only {list(DIT_ARCH_KEYS)})")
+                key_error(
+                    f"models.{name}.arch",
+                    f"{extra} cannot be set: the model is fine-tuned from the released checkpoint of "
+                    f"{dit_root(config, name)!r}, whose architecture it keeps (only {list(DIT_ARCH_KEYS)})",
+                )
 
             _options(TrainConfig, spec["train"], f"models.{name}.train")
             continue
         if "arch" not in spec:
-            key_error(f"models.{name}",
-                      "a model trained from scratch needs `arch` (or a `source`: a released checkpoint)")
+            key_error(
+                f"models.{name}", "a model trained from scratch needs `arch` (or a `source`: a released checkpoint)"
+            )
         check_arch_train(spec, f"models.{name}")
     kinds = {name: model_kind(config, name) for name in models}
     for name, spec in models.items():
         cls = METHODS[spec["method"]]
         for role, (partner, accepted) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items():
             if partner not in models or kinds[partner] not in accepted:
-                key_error(f"models.{name}.options.{role}",
-                          f"{partner!r} is not a defined model of kind {' or '.join(accepted)}")
+                key_error(
+                    f"models.{name}.options.{role}",
+                    f"{partner!r} is not a defined model of kind {' or '.join(accepted)}",
+                )
 
     # -- sampling runs: registered sampler, its options, its model roles and their kinds
     runs = config["sampling"]["runs"]
@@ -224,22 +277,30 @@ def check_config(config: dict) -> None:
         named = spec.get("models", {})
         for role, model in named.items():
             if role not in entry.roles:
-                key_error(f"sampling.runs.{name}.models.{role}",
-                          f"sampler {entry.name!r} takes the roles {', '.join(entry.roles) or 'none'}")
+                key_error(
+                    f"sampling.runs.{name}.models.{role}",
+                    f"sampler {entry.name!r} takes the roles {', '.join(entry.roles) or 'none'}",
+                )
             if model not in models:
-                key_error(f"sampling.runs.{name}.models.{role}",
-                          f"unknown model {model!r}; defined: {', '.join(models)}")
+                key_error(
+                    f"sampling.runs.{name}.models.{role}", f"unknown model {model!r}; defined: {', '.join(models)}"
+                )
             if kinds[model] not in entry.roles[role]:
-                key_error(f"sampling.runs.{name}.models.{role}",
-                          f"{model!r} (method {models[model]['method']!r}, a {kinds[model]} model) cannot be the "
-                          f"{entry.name} sampler's {role}; it takes {' or '.join(entry.roles[role])}")
+                key_error(
+                    f"sampling.runs.{name}.models.{role}",
+                    f"{model!r} (method {models[model]['method']!r}, a {kinds[model]} model) cannot be the "
+                    f"{entry.name} sampler's {role}; it takes {' or '.join(entry.roles[role])}",
+                )
         for role in entry.required_roles(opts):
             if role not in named:
                 key_error(f"sampling.runs.{name}.models", f"the {entry.name} sampler needs a {role!r} model")
         if entry.fixed_steps and spec.get("steps") not in (None, [L]):
             key_error(f"sampling.runs.{name}.steps", f"the {entry.name} sampler always takes L={L} steps")
-    if toy and any(r["sampler"] == "data" for r in runs.values()) and \
-            config["sampling"]["n_samples"] > data["splits"][config["ppl"]["split"]]:
+    if (
+        toy
+        and any(r["sampler"] == "data" for r in runs.values())
+        and config["sampling"]["n_samples"] > data["splits"][config["ppl"]["split"]]
+    ):
         key_error("sampling.n_samples", "the data run needs at least n_samples sequences in the test split")
 
     # -- Gen-PPL evaluators
@@ -268,14 +329,20 @@ def check_config(config: dict) -> None:
         ctx = spec.get("ar_context")
         if ENERGIES[spec["energy"]].scorer == "ebm":
             if spec.get("ebm") not in models or kinds[spec["ebm"]] != "ebm":
-                key_error(f"likelihood.{name}.ebm", f"{spec.get('ebm')!r} is not a defined energy network "
-                          "(a model trained with nce, train: energy_net)")
+                key_error(
+                    f"likelihood.{name}.ebm",
+                    f"{spec.get('ebm')!r} is not a defined energy network "
+                    "(a model trained with nce, train: energy_net)",
+                )
             if ctx is not None or spec.get("proxy") is not None:
                 key_error(f"likelihood.{name}", "energy 'ebm' takes no proxy and no ar_context")
             continue
         if ctx == "teacher_forced":
-            key_error(f"likelihood.{name}.ar_context", "a likelihood needs log p_AR(xt), which teacher forcing cannot "
-                      "compute; 'teacher_forced_carry_over' is EDLM's CoAR estimator (its plug-in)")
+            key_error(
+                f"likelihood.{name}.ar_context",
+                "a likelihood needs log p_AR(xt), which teacher forcing cannot "
+                "compute; 'teacher_forced_carry_over' is EDLM's CoAR estimator (its plug-in)",
+            )
         if ctx not in AR_CONTEXTS:
             key_error(f"likelihood.{name}.ar_context", f"unknown ar_context {ctx!r}; known: {', '.join(AR_CONTEXTS)}")
         if ctx == "exact":
@@ -292,8 +359,11 @@ def check_config(config: dict) -> None:
         if src == "exact" and not toy:
             key_error(f"tables.table1_ppl.{label}", "'exact' needs the toy world")
         if src not in sources:
-            why = (f"method {models[src]['method']!r} has no likelihood; add a `likelihood:` entry for it"
-                   if src in models else f"unknown source {src!r}")
+            why = (
+                f"method {models[src]['method']!r} has no likelihood; add a `likelihood:` entry for it"
+                if src in models
+                else f"unknown source {src!r}"
+            )
             key_error(f"tables.table1_ppl.{label}", f"{why}; usable: {', '.join(sources)}")
     check_dllm(config)
     for label, run in config["tables"]["table2_genppl"].items():
@@ -324,11 +394,14 @@ def check_dllm(config: dict) -> None:
         if not toy_tasks:
             for key in ("metrics", "columns"):
                 if t not in d["tasks"].get(key, {}):
-                    key_error(f"dllm.tasks.{key}",
-                              f"built-in task {t!r} needs an entry (its lm-eval result key / column)")
+                    key_error(
+                        f"dllm.tasks.{key}", f"built-in task {t!r} needs an entry (its lm-eval result key / column)"
+                    )
     for i, t in enumerate(d["tasks"].get("average") or []):
         if t not in d["tasks"]["names"]:
-            key_error(f"dllm.tasks.average[{i}]", f"{t!r} is not one of dllm.tasks.names ({', '.join(d['tasks']['names'])})")
+            key_error(
+                f"dllm.tasks.average[{i}]", f"{t!r} is not one of dllm.tasks.names ({', '.join(d['tasks']['names'])})"
+            )
     local = d["tasks"].get("local", {})
     if local and toy_tasks:
         key_error("dllm.tasks.local", "local paper tasks belong to the built-in source (dllm.tasks.source: builtin)")
@@ -339,8 +412,9 @@ def check_dllm(config: dict) -> None:
     unsafe = [t for t, spec in local.items() if LOCAL_KINDS.get(spec.get("kind"), {}).get("unsafe_code", True)]
     unsafe += [t for t in d["tasks"]["names"] if not toy_tasks and t in BUILTIN_UNSAFE]
     if unsafe and not lm_eval.allow_code_execution:
-        key_error("dllm.tasks.allow_code_execution",
-                  f"{unsafe} execute model-written code; set it to true to grant that")
+        key_error(
+            "dllm.tasks.allow_code_execution", f"{unsafe} execute model-written code; set it to true to grant that"
+        )
     for t, spec in local.items():
         options = LOCAL_KINDS.get(spec.get("kind"), {}).get("options", ())
         foreign = sorted(set(spec) - set(LOCAL_SPEC_KEYS) - set(options))
@@ -349,8 +423,11 @@ def check_dllm(config: dict) -> None:
     gen = d.get("decoding", {}).get("gen_length")
     for t, spec in local.items():
         if gen is not None and spec.get("max_gen_toks", 0) > gen:
-            key_error(f"dllm.tasks.local.{t}.max_gen_toks", f"{spec['max_gen_toks']} > dllm.decoding.gen_length {gen}: "
-                                                        "the decoders write at most gen_length tokens")
+            key_error(
+                f"dllm.tasks.local.{t}.max_gen_toks",
+                f"{spec['max_gen_toks']} > dllm.decoding.gen_length {gen}: "
+                "the decoders write at most gen_length tokens",
+            )
     models = d.get("models", {})
     for name, spec in models.items():
         where = f"dllm.models.{name}"
@@ -391,14 +468,20 @@ def check_dllm(config: dict) -> None:
         s_fields = set(entry.option_names())
         unknown = sorted(set(opts) - dec_fields - s_fields - {"seed", "mc_num", "sampler"})
         if unknown:
-            key_error(f"{where}.options", f"unknown option(s) {unknown} for DLLM sampler {sampler!r}; decoding: "
-                                          f"{sorted(dec_fields)}, {sampler}: {sorted(s_fields)}")
+            key_error(
+                f"{where}.options",
+                f"unknown option(s) {unknown} for DLLM sampler {sampler!r}; decoding: "
+                f"{sorted(dec_fields)}, {sampler}: {sorted(s_fields)}",
+            )
         try:
             check_proxy(sampler, bool(row.get("proxy")))
         except ConfigError as e:
             key_error(f"{where}.proxy", f"{e} (row key `proxy`)")
-        _options(DecodeOptions, {**dataclasses.asdict(base), **{k: v for k, v in opts.items() if k in dec_fields}},
-                 f"{where}.options")
+        _options(
+            DecodeOptions,
+            {**dataclasses.asdict(base), **{k: v for k, v in opts.items() if k in dec_fields}},
+            f"{where}.options",
+        )
         shared = energy if sampler == "energy" else {}
         _options(entry.options_cls, {**shared, **{k: v for k, v in opts.items() if k in s_fields}}, f"{where}.options")
         if sampler == "energy" and {**shared, **opts}.get("ar_context") == "masked":
@@ -406,10 +489,12 @@ def check_dllm(config: dict) -> None:
             # tokenizer (a Hugging Face pair is checked when the decoder is built: the energy sampler's preflight)
             tokenizers = [models.get(row.get(role), {}).get("tokenizer") for role in ("model", "proxy")]
             if None not in tokenizers and tokenizers[0] != tokenizers[1]:
-                key_error(f"{where}.options.ar_context" if "ar_context" in opts else "dllm.energy.ar_context",
-                          f"'masked' (for {where}) reads the DLLM's ids and masks as they are, so the proxy must share "
-                          f"its tokenizer: model {row['model']!r} uses {tokenizers[0]!r}, proxy {row['proxy']!r} "
-                          f"{tokenizers[1]!r}; use teacher_forced (read through the tokenizer bridge)")
+                key_error(
+                    f"{where}.options.ar_context" if "ar_context" in opts else "dllm.energy.ar_context",
+                    f"'masked' (for {where}) reads the DLLM's ids and masks as they are, so the proxy must share "
+                    f"its tokenizer: model {row['model']!r} uses {tokenizers[0]!r}, proxy {row['proxy']!r} "
+                    f"{tokenizers[1]!r}; use teacher_forced (read through the tokenizer bridge)",
+                )
         if kind != "unie" and row["model"] not in hf:
             key_error(f"{where}.kind", f"a Hugging Face row needs its model in hf_models, got {row['model']!r}")
 
@@ -418,15 +503,19 @@ def check_dllm(config: dict) -> None:
         if row.get("delta_to") and row["delta_to"] not in d["rows"]:
             key_error(f"dllm.rows.{name}.delta_to", f"unknown row {row['delta_to']!r}")
         if row.get("delta_to") and not row.get("appendix_only") and d["rows"][row["delta_to"]].get("appendix_only"):
-            key_error(f"dllm.rows.{name}.delta_to", f"row {row['delta_to']!r} is appendix_only, so Table 3 (which this "
-                      "row is in) has no backbone to take its delta to")
+            key_error(
+                f"dllm.rows.{name}.delta_to",
+                f"row {row['delta_to']!r} is appendix_only, so Table 3 (which this "
+                "row is in) has no backbone to take its delta to",
+            )
         if row.get("selection_table"):
             backbone = d["rows"].get(row.get("delta_to"), {})
             if not row.get("delta_to") or backbone.get("appendix_only") or backbone.get("selection_table"):
                 key_error(f"dllm.rows.{name}.delta_to", "a selection_table row needs delta_to: a Table 3 backbone")
             if row_sampler(row) != "energy":
-                key_error(f"dllm.rows.{name}.options",
-                          "a selection_table row is an Algorithm 3 row (give it an energy)")
+                key_error(
+                    f"dllm.rows.{name}.options", "a selection_table row is an Algorithm 3 row (give it an energy)"
+                )
     check_sweeps(d, check_row)
     check_map(d, check_row, toy_tasks)
 
@@ -442,8 +531,11 @@ def check_map(d: dict, check_row, toy_tasks: bool) -> None:
     if not m:
         return
     if not toy_tasks:
-        key_error("dllm.map", "the proxy-strength map needs the toy tasks (its oracle knows their answers); drop it "
-                              "with exclude: {dllm: {map: true}}")
+        key_error(
+            "dllm.map",
+            "the proxy-strength map needs the toy tasks (its oracle knows their answers); drop it "
+            "with exclude: {dllm: {map: true}}",
+        )
     for i, t in enumerate(m["tasks"]):
         if t not in d["tasks"]["names"]:
             key_error(f"dllm.map.tasks[{i}]", f"{t!r} is not in dllm.tasks.names")
@@ -453,8 +545,9 @@ def check_map(d: dict, check_row, toy_tasks: bool) -> None:
             key_error(f"dllm.map.backbones.{b}.model", f"{spec['model']!r} is not a DLLM of dllm.models")
     for p, spec in m["proxies"].items():
         if spec["model"] != MAP_ORACLE and models.get(spec["model"], {}).get("method") != "ar":
-            key_error(f"dllm.map.proxies.{p}.model", f"{spec['model']!r} is neither an AR of dllm.models nor "
-                                                     f"{MAP_ORACLE!r}")
+            key_error(
+                f"dllm.map.proxies.{p}.model", f"{spec['model']!r} is neither an AR of dllm.models nor {MAP_ORACLE!r}"
+            )
     for b in m["backbones"]:
         for point in map_points(d, b):
             check_row(f"dllm.map ({point['name']})", point["row"], oracle=MAP_ORACLE)
@@ -472,7 +565,8 @@ def check_sweeps(d: dict, check_row) -> None:
         for curve, spec in curves.items():
             vary = spec.get("vary", {})
             if len(vary) != 1 or not all(isinstance(v, list) and v for v in vary.values()):
-                key_error(f"dllm.sweeps.sets.{sweep}.{curve}.vary",
-                          "needs exactly one option with a non-empty list of values")
+                key_error(
+                    f"dllm.sweeps.sets.{sweep}.{curve}.vary", "needs exactly one option with a non-empty list of values"
+                )
         for point in sweep_points(d, sweep):
             check_row(f"dllm.sweeps.sets.{sweep}.{point['curve']} ({point['key']}={point['value']})", point["row"])

@@ -65,9 +65,17 @@ def _selection_option(selection: str) -> dict:
 
 def _fig2_spec(fig: dict, curve: dict, context: str) -> dict:
     models = {"dlm": fig["dlm"]} if context == "exact" else {"dlm": fig["dlm"], "proxy": fig["proxy"]}
-    return {"sampler": "energy", "models": models,
-            "options": {"energy": curve["energy"], "K": fig["K"], "w": fig["w"], "ar_context": context,
-                        **_selection_option(curve["selection"])}}
+    return {
+        "sampler": "energy",
+        "models": models,
+        "options": {
+            "energy": curve["energy"],
+            "K": fig["K"],
+            "w": fig["w"],
+            "ar_context": context,
+            **_selection_option(curve["selection"]),
+        },
+    }
 
 
 def _resolved(spec: dict):
@@ -103,17 +111,30 @@ def fig2_runs(config: dict) -> dict:
     for context in fig["contexts"]:
         for label, curve in fig2_curves(fig).items():
             spec = _fig2_spec(fig, curve, context)
-            out.setdefault(context, {})[label] = _same_run(own, spec) or \
-                f"fig2_{curve['energy']}_{context}{_run_suffix(curve['selection'])}"
+            out.setdefault(context, {})[label] = (
+                _same_run(own, spec) or f"fig2_{curve['energy']}_{context}{_run_suffix(curve['selection'])}"
+            )
     return out
 
 
 def _fig3_spec(fig: dict, K: int, w: float, energy: dict | None = None) -> dict:
-    e = energy or {"energy": fig["energy"], "ar_context": fig["ar_context"], "proxy": fig["proxy"],
-                   "selection": fig.get("selection", DEFAULT_SELECTION)}
-    return {"sampler": "energy", "models": {"dlm": fig["dlm"], "proxy": e["proxy"]},
-            "options": {"energy": e["energy"], "K": K, "w": w, "ar_context": e["ar_context"],
-                        **_selection_option(e.get("selection", DEFAULT_SELECTION))}}
+    e = energy or {
+        "energy": fig["energy"],
+        "ar_context": fig["ar_context"],
+        "proxy": fig["proxy"],
+        "selection": fig.get("selection", DEFAULT_SELECTION),
+    }
+    return {
+        "sampler": "energy",
+        "models": {"dlm": fig["dlm"], "proxy": e["proxy"]},
+        "options": {
+            "energy": e["energy"],
+            "K": K,
+            "w": w,
+            "ar_context": e["ar_context"],
+            **_selection_option(e.get("selection", DEFAULT_SELECTION)),
+        },
+    }
 
 
 def fig3_runs(config: dict) -> dict:
@@ -132,13 +153,17 @@ def fig3_runs(config: dict) -> dict:
     def name(K, w, energy=None):
         spec = _fig3_spec(fig, K, w, energy)
         o = spec["options"]
-        return _same_run(own, spec) or \
-            f"fig3_{o['energy']}_k{K}_w{round(100 * w)}{_run_suffix(o.get('selection', DEFAULT_SELECTION))}"
+        return (
+            _same_run(own, spec)
+            or f"fig3_{o['energy']}_k{K}_w{round(100 * w)}{_run_suffix(o.get('selection', DEFAULT_SELECTION))}"
+        )
 
     K, w = fig["K"], fig["w"]
-    return {"k": {k: name(k, w) for k in fig["Ks"]}, "w": {v: name(K, v) for v in fig["ws"]},
-            "tradeoff": {**fig["baselines"], fig["edlm"]["label"]: name(K, w, fig["edlm"]),
-                         fig["label"]: name(K, w)}}
+    return {
+        "k": {k: name(k, w) for k in fig["Ks"]},
+        "w": {v: name(K, v) for v in fig["ws"]},
+        "tradeoff": {**fig["baselines"], fig["edlm"]["label"]: name(K, w, fig["edlm"]), fig["label"]: name(K, w)},
+    }
 
 
 def figure_runs(config: dict) -> dict:
@@ -209,8 +234,9 @@ def check_fig2(config: dict) -> None:
                 key_error(f"{key}.selection", f"unknown selection {e['selection']!r}; known: {', '.join(SELECTIONS)}")
             e = e.get("energy")
         if e not in ENERGIES:
-            key_error(f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}",
-                      ENERGIES.unknown_message(e))
+            key_error(
+                f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}", ENERGIES.unknown_message(e)
+            )
 
 
 def expand_config(config: dict) -> None:
@@ -221,8 +247,10 @@ def expand_config(config: dict) -> None:
     check_fig3(config)
     for name, spec in figure_runs(config).items():
         if name in config["sampling"]["runs"] and config["sampling"]["runs"][name] != spec:
-            key_error(f"sampling.runs.{name}", "this name is reserved for a run generated from figures.fig2_ablation "
-                      "or figures.fig3_tradeoff")
+            key_error(
+                f"sampling.runs.{name}",
+                "this name is reserved for a run generated from figures.fig2_ablation or figures.fig3_tradeoff",
+            )
         config["sampling"]["runs"][name] = spec
 
 
@@ -286,7 +314,10 @@ def model_kind(config: dict, name: str) -> str:
 def partner_models(config: dict, name: str) -> dict[str, str]:
     """The frozen models model ``name`` trains against (NCE's proxy or DLM): role -> model name."""
     cls = METHODS[config["models"][name]["method"]]
-    return {role: partner for role, (partner, _) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items()}
+    return {
+        role: partner
+        for role, (partner, _) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items()
+    }
 
 
 def selects_on_dev(config: dict, name: str) -> bool:

@@ -124,17 +124,21 @@ def read_table(path) -> dict[str, float]:
 
 def format_table(seconds: dict[str, float], source: str) -> str:
     """The reference table of ``seconds`` (:func:`measured_seconds`), jobs by name, with the command that wrote it."""
-    head = [f"# Expected seconds of each job (unie.config.priorities): measured in {source},",
-            "# written by python -m unie.config.priorities; rewrite it from a new measured run of the profile.",
-            "# job\tseconds"]
+    head = [
+        f"# Expected seconds of each job (unie.config.priorities): measured in {source},",
+        "# written by python -m unie.config.priorities; rewrite it from a new measured run of the profile.",
+        "# job\tseconds",
+    ]
     return "\n".join(head + [f"{k}\t{seconds[k]:.1f}" for k in sorted(seconds)]) + "\n"
 
 
 def main(argv=None) -> int:
     """``python -m unie.config.priorities runs/toy/benchmarks/jobs.jsonl [--profile toy]``: the reference table of
     the profile whose run wrote the records (the run directory's name up to its first ``+``)."""
-    ap = argparse.ArgumentParser(prog="python -m unie.config.priorities",
-                                 description="write a profile's reference table of job seconds from a measured run")
+    ap = argparse.ArgumentParser(
+        prog="python -m unie.config.priorities",
+        description="write a profile's reference table of job seconds from a measured run",
+    )
     ap.add_argument("jobs", help="a run's benchmarks/jobs.jsonl")
     ap.add_argument("--profile", help="the profile (default: the run directory's name up to its first '+')")
     ap.add_argument("--out", help=f"where to write (default: {TABLE_DIR.relative_to(REPO)}/<profile>.tsv)")
@@ -155,8 +159,20 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["KEEP", "TABLE_DIR", "format_table", "job_key", "main", "measured_seconds", "own_seconds",
-           "parse_records", "read_table", "remaining_chains", "rule_of", "table_path"]
+__all__ = [
+    "KEEP",
+    "TABLE_DIR",
+    "format_table",
+    "job_key",
+    "main",
+    "measured_seconds",
+    "own_seconds",
+    "parse_records",
+    "read_table",
+    "remaining_chains",
+    "rule_of",
+    "table_path",
+]
 
 
 if __name__ == "__main__":

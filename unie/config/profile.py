@@ -44,37 +44,75 @@ DEFAULT_PROFILE = REPO / "config" / "config.yaml"
 # Settings of a profile: dotted paths, `*` stands for one key.  A path covers everything below it.
 PROFILE_KEYS: tuple[str, ...] = (
     # where and how it runs
-    "profile", "seed", "device", "precision", "threads", "resources", "slurm_partitions", "max_runtime", "cluster",
+    "profile",
+    "seed",
+    "device",
+    "precision",
+    "threads",
+    "resources",
+    "slurm_partitions",
+    "max_runtime",
+    "cluster",
     # data, tokenizer and models (sizes, training schedules, recipes: models are built per profile)
-    "data", "tokenizer", "hf_models", "models",
+    "data",
+    "tokenizer",
+    "hf_models",
+    "models",
     # sizes and step counts of the evaluations
-    "ppl", "sampling.n_samples", "sampling.batch_size", "sampling.steps", "sampling.job",
+    "ppl",
+    "sampling.n_samples",
+    "sampling.batch_size",
+    "sampling.steps",
+    "sampling.job",
     "genppl.eos_rule",  # how Gen PPL scores <eos>: a property of the data (stationary toy windows vs documents)
     "figures.*.evaluator",  # the oracle a profile has (exact pi on the toy world, an HF LM on real data)
-    "figures.*.n_samples", "figures.fig3_tradeoff.timing",
-    "bench.batch_size", "bench.steps", "bench.paper_scale", "bench.repeats", "bench.train_batch", "bench.train_steps",
+    "figures.*.n_samples",
+    "figures.fig3_tradeoff.timing",
+    "bench.batch_size",
+    "bench.steps",
+    "bench.paper_scale",
+    "bench.repeats",
+    "bench.train_batch",
+    "bench.train_steps",
     # the DLLM half: sizes, tokenizers, trained models, lm-eval settings
-    "dllm.seed", "dllm.pretrain_texts", "dllm.bpe_vocab_size", "dllm.decoding", "dllm.sft_length", "dllm.batch_size", "dllm.eval_job",
-    "dllm.include_default_tasks", "dllm.limit", "dllm.models", "dllm.timing",
-    "dllm.tasks.n_train", "dllm.tasks.n_test", "dllm.tasks.seed", "dllm.tasks.source",
-    "dllm.tasks.allow_code_execution", "dllm.tasks.local", "dllm.tasks.metrics", "dllm.tasks.columns",
+    "dllm.seed",
+    "dllm.pretrain_texts",
+    "dllm.bpe_vocab_size",
+    "dllm.decoding",
+    "dllm.sft_length",
+    "dllm.batch_size",
+    "dllm.eval_job",
+    "dllm.include_default_tasks",
+    "dllm.limit",
+    "dllm.models",
+    "dllm.timing",
+    "dllm.tasks.n_train",
+    "dllm.tasks.n_test",
+    "dllm.tasks.seed",
+    "dllm.tasks.source",
+    "dllm.tasks.allow_code_execution",
+    "dllm.tasks.local",
+    "dllm.tasks.metrics",
+    "dllm.tasks.columns",
     # which checkpoint (model, loading keys, label) each DLLM model name of the rows, sweeps and map stands for
     "dllm.checkpoints.*",
     # the sweeps' benchmark and the values of a curve's varied option (they fit the profile's decoding geometry)
-    "dllm.sweeps.task", "dllm.sweeps.sets.*.*.vary.*",
-    "dllm.map.limit", "dllm.map.cap",  # test items per task of the map, and the size its trees are cut at
+    "dllm.sweeps.task",
+    "dllm.sweeps.sets.*.*.vary.*",
+    "dllm.map.limit",
+    "dllm.map.cap",  # test items per task of the map, and the size its trees are cut at
 )
 
 # Grid mappings a profile may add keys to (a key the grid sets is refused, not changed), and why.
 PROFILE_ADDITIONS: dict[str, str] = {
     "dllm.rows.*.options": "a row's options that only the profile's checkpoint takes (e.g. DAWN's attention "
-                           "thresholds for LLaDA-8B-Instruct in the paper profile)",
+    "thresholds for LLaDA-8B-Instruct in the paper profile)",
 }
 
 # Grid parts a profile may replace as a whole (the grid's value is dropped, not merged), and why.
 PROFILE_CHOICES: dict[str, str] = {
     "genppl.evaluators": "the Gen PPL oracles depend on the world: exact pi and trained ARs on the toy world, "
-                         "Hugging Face LMs on real data",
+    "Hugging Face LMs on real data",
     "dllm.tasks.names": "the benchmarks depend on the world: toy tasks or lm-eval's built-in ones",
 }
 
@@ -125,8 +163,10 @@ def _check_wildcards(path: tuple, pattern: str, grid: dict, where: str) -> None:
         key = path[i]
         if part == "*" and not (isinstance(node, dict) and key in node):
             known = ", ".join(map(str, node)) if isinstance(node, dict) else "none"
-            raise ConfigError(f"{where}: config key '{_dotted(path[:i + 1])}': {key!r} is not an entry of the grid "
-                              f"({GRID.name}; known: {known})")
+            raise ConfigError(
+                f"{where}: config key '{_dotted(path[: i + 1])}': {key!r} is not an entry of the grid "
+                f"({GRID.name}; known: {known})"
+            )
         node = node.get(key) if isinstance(node, dict) else None
 
 
@@ -136,8 +176,10 @@ def _check_addition(path: tuple, value, grid_node, where: str) -> None:
         raise ConfigError(f"{where}: config key '{_dotted(path)}': expected a mapping of the keys to add")
     for key in value:
         if isinstance(grid_node, dict) and key in grid_node:
-            raise ConfigError(f"{where}: config key '{_dotted((*path, key))}' is set by the experiment grid "
-                              f"({GRID.name}) to {grid_node[key]!r}; a profile adds keys here, it changes none")
+            raise ConfigError(
+                f"{where}: config key '{_dotted((*path, key))}' is set by the experiment grid "
+                f"({GRID.name}) to {grid_node[key]!r}; a profile adds keys here, it changes none"
+            )
 
 
 def _dotted(path) -> str:
@@ -176,7 +218,8 @@ def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
                 f"{where}: config key '{_dotted(p)}' is part of the experiment grid ({GRID.name}), which a profile "
                 f"does not change; a profile sets sizes, steps, resources, device, data and checkpoints "
                 f"(unie.config.profile.PROFILE_KEYS), adds to {', '.join(PROFILE_ADDITIONS)}, replaces "
-                f"{', '.join(PROFILE_CHOICES)} as a whole, or drops grid entries with `exclude:`")
+                f"{', '.join(PROFILE_CHOICES)} as a whole, or drops grid entries with `exclude:`"
+            )
 
     walk({k: v for k, v in overlay.items() if k != "exclude"}, (), grid, schema)
 
@@ -245,8 +288,9 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
         where = display_path(f)
         check_overlay(overlay, config, where)
         exclude = overlay.get("exclude")
-        config = merge(config, {k: v for k, v in overlay.items() if k != "exclude"}, tuple(PROFILE_CHOICES),
-                       mixed=mixed)
+        config = merge(
+            config, {k: v for k, v in overlay.items() if k != "exclude"}, tuple(PROFILE_CHOICES), mixed=mixed
+        )
         if exclude:
             apply_exclude(config, exclude, where)
     if cli_overrides:
@@ -257,8 +301,6 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
         resolve_checkpoints(config["dllm"])
     fill_seeds(config)  # the top-level seed reaches every stream whose sub-seed no file sets (unie.config.seeds)
     return order_by_schema(config, load_yaml(SCHEMA), only=mixed)
-
-
 
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -282,12 +324,25 @@ def order_by_schema(config, schema: dict, only: set | None = None, path: tuple =
     keys = list(config)
     if only is None or path in only:
         keys = [k for k in props if k in config] + [k for k in config if k not in props]
-    return {k: order_by_schema(config[k], props[k] if k in props else extra if isinstance(extra, dict) else {},
-                               only, (*path, k), root) for k in keys}
+    return {
+        k: order_by_schema(
+            config[k], props[k] if k in props else extra if isinstance(extra, dict) else {}, only, (*path, k), root
+        )
+        for k in keys
+    }
 
 
-__all__ = ["GRID", "PROFILE_ADDITIONS", "PROFILE_CHOICES", "PROFILE_KEYS", "apply_exclude", "check_overlay", "merge", "order_by_schema",
-           "resolve_config"]
+__all__ = [
+    "GRID",
+    "PROFILE_ADDITIONS",
+    "PROFILE_CHOICES",
+    "PROFILE_KEYS",
+    "apply_exclude",
+    "check_overlay",
+    "merge",
+    "order_by_schema",
+    "resolve_config",
+]
 
 
 # ---------------------------------------------------------------------- command line and cluster settings
@@ -299,6 +354,7 @@ def coerce_cli_config(config: dict, cli: dict) -> None:
     Each string leaf that came from the command line (``cli``, the parsed ``--config``) becomes what YAML makes of
     it when that is a number, a boolean or null (``'30'`` -> 30, ``'true'`` -> True), else stays a string
     (``'a100'``); values from the config files are left as they are."""
+
     def coerce(value):
         try:
             parsed = yaml.safe_load(value)

@@ -55,8 +55,17 @@ def given_profile(argv: list[str], environ=os.environ) -> str | None:
     return environ.get("SNAKEMAKE_PROFILE") or None
 
 
-def replicate_command(python: str, snakefile: str, workdir: str, config_files: list[str], cli_overrides: dict,
-                      seed: int, targets: list[str], cores: int | None, profile: str | None) -> list[str]:
+def replicate_command(
+    python: str,
+    snakefile: str,
+    workdir: str,
+    config_files: list[str],
+    cli_overrides: dict,
+    seed: int,
+    targets: list[str],
+    cores: int | None,
+    profile: str | None,
+) -> list[str]:
     """The command of one seed's run: the same Snakefile, working directory, config files and ``--config``
     overrides as the outer run, ``seed`` replaced, building ``targets``.  ``cores``: a local run's ``--cores``
     (``None`` under a cluster executor); ``profile``: the outer run's Snakemake profile, passed on (its executor,

@@ -41,16 +41,34 @@ RUNS = "runs"  # every run's directory is below this one (relative to the workin
 SHARED_RESOURCES = ("resources/hf", "resources/released", "resources/paper_tasks")
 
 # settings that change how a run executes, not what it computes (dotted paths; a path covers what is below it)
-EXECUTION_KEYS = ("threads", "resources", "slurm_partitions", "max_runtime", "cluster", "sampling.job",
-                  "dllm.eval_job", "replicates")
+EXECUTION_KEYS = (
+    "threads",
+    "resources",
+    "slurm_partitions",
+    "max_runtime",
+    "cluster",
+    "sampling.job",
+    "dllm.eval_job",
+    "replicates",
+)
 
 MAX_PARTS = 3
 MAX_NAME = 80
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,23}$")
 
 # what a run wrote at the top level before run directories; logs/slurm is the Slurm executor's own
-EARLIER = ("results", "logs", "benchmarks", "resources/tokenizer", "resources/tokenized", "resources/raw",
-           "resources/cache", "resources/dllm", "resources/standins", "resources/prefetch")
+EARLIER = (
+    "results",
+    "logs",
+    "benchmarks",
+    "resources/tokenizer",
+    "resources/tokenized",
+    "resources/raw",
+    "resources/cache",
+    "resources/dllm",
+    "resources/standins",
+    "resources/prefetch",
+)
 
 
 def profile_files_by_name(config_dir=None) -> dict[str, Path]:
@@ -78,7 +96,7 @@ def _leaves(node, path=()):
 
 
 def _execution(path: tuple) -> bool:
-    return any(path[:len(k.split("."))] == tuple(k.split(".")) for k in EXECUTION_KEYS)
+    return any(path[: len(k.split("."))] == tuple(k.split(".")) for k in EXECUTION_KEYS)
 
 
 def _digest(value) -> str:
@@ -185,9 +203,22 @@ def earlier_layout_notice(run_dir: str, root=".") -> str | None:
     if not old:
         return None
     listed = ", ".join(f"{p}/" for p in old)
-    return (f"unie: {listed} {'is' if len(old) == 1 else 'are'} from before run directories and not read: this run "
-            f"builds {run_dir}/ from the start (delete them when you no longer need them; docs/runs.md)")
+    return (
+        f"unie: {listed} {'is' if len(old) == 1 else 'are'} from before run directories and not read: this run "
+        f"builds {run_dir}/ from the start (delete them when you no longer need them; docs/runs.md)"
+    )
 
 
-__all__ = ["EARLIER", "EXECUTION_KEYS", "RUNS", "SHARED_RESOURCES", "differences", "earlier_layout",
-           "earlier_layout_notice", "name_from", "profile_files_by_name", "run_directory", "run_name"]
+__all__ = [
+    "EARLIER",
+    "EXECUTION_KEYS",
+    "RUNS",
+    "SHARED_RESOURCES",
+    "differences",
+    "earlier_layout",
+    "earlier_layout_notice",
+    "name_from",
+    "profile_files_by_name",
+    "run_directory",
+    "run_name",
+]

@@ -76,9 +76,12 @@ def sampling_jobs(mode: str, runs: dict, standard_steps: list, run_dir: str, exi
         if len(fresh) >= 2:  # one fresh run alone: its own job is the same process count
             tables[table] = fresh
     together = {r for fresh in tables.values() for r in fresh}
-    return SamplingJobs(tables=tables, per_run=[r for r in on_standard if r not in together],
-                        per_step=[r for r in runs if r not in on_standard and r not in together],
-                        table_runs=table_runs)
+    return SamplingJobs(
+        tables=tables,
+        per_run=[r for r in on_standard if r not in together],
+        per_step=[r for r in runs if r not in on_standard and r not in together],
+        table_runs=table_runs,
+    )
 
 
 __all__ = ["GROUPS", "MARKER", "SamplingJobs", "marker_path", "sampling_jobs", "table_of"]

@@ -47,7 +47,7 @@ def _fill(node, parts: tuple[str, ...], seed: int) -> None:
     if not rest:
         node.setdefault(head, seed)
         return
-    for key in (list(node) if head == "*" else [head]):
+    for key in list(node) if head == "*" else [head]:
         _fill(node.get(key), rest, seed)
 
 
@@ -70,7 +70,7 @@ def sub_seeds(config: dict) -> dict[str, int]:
         if not isinstance(node, dict):
             return
         head, rest = parts[0], parts[1:]
-        for key in (list(node) if head == "*" else [head]):
+        for key in list(node) if head == "*" else [head]:
             if key not in node:
                 continue
             if not rest:

@@ -49,8 +49,9 @@ class LmEvalSettings:
         """From the ``dllm`` section alone (what the DLLM rules receive as a parameter)."""
         tasks = d.get("tasks", {})
         picked = {k: d[k] for k in ("batch_size", "seed", "include_default_tasks", "limit") if k in d}
-        picked.update({f"task_{k}" if k == "source" else k: tasks[k]
-                       for k in ("source", "allow_code_execution") if k in tasks})
+        picked.update(
+            {f"task_{k}" if k == "source" else k: tasks[k] for k in ("source", "allow_code_execution") if k in tasks}
+        )
         return from_dict(cls, picked, "config key 'dllm'")
 
 
@@ -68,7 +69,10 @@ class WorkflowSettings:
 
     @classmethod
     def from_config(cls, config: dict) -> "WorkflowSettings":
-        picked = {"sampling_job": config["sampling"].get("job"), "dllm_eval_job": config.get("dllm", {}).get("eval_job")}
+        picked = {
+            "sampling_job": config["sampling"].get("job"),
+            "dllm_eval_job": config.get("dllm", {}).get("eval_job"),
+        }
         picked.update({k: config["data"].get(k) for k in ("insert_eos", "chunk_specials")})
         picked.update({k: config.get(k) for k in ("precision", "device")})
         return from_dict(cls, {k: v for k, v in picked.items() if v is not None}, "config")
@@ -86,8 +90,14 @@ class WorkflowSettings:
 
 # the rules that read the network (the downloads): local rules on the submit host, or jobs on the site's download
 # partition (slurm_partitions.download); every other cluster job reads only what they fetched
-DOWNLOAD_RULES = ("download", "tokenizer", "download_hf_model", "download_released", "download_task_file",
-                  "prefetch_lmeval")
+DOWNLOAD_RULES = (
+    "download",
+    "tokenizer",
+    "download_hf_model",
+    "download_released",
+    "download_task_file",
+    "prefetch_lmeval",
+)
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,18 @@ def schema_error(config: dict, schema: dict, sources: ConfigSources) -> ConfigEr
         msg = unknown_key_message(sources.of(key_path), key_path, list(props))
     else:
         text = error.message
-        if error.validator in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "minItems", "uniqueItems",
-                               "oneOf", "anyOf", "const"):
+        if error.validator in (
+            "type",
+            "enum",
+            "minimum",
+            "maximum",
+            "exclusiveMinimum",
+            "minItems",
+            "uniqueItems",
+            "oneOf",
+            "anyOf",
+            "const",
+        ):
             text = text.replace(repr(error.instance), _short(error.instance), 1)
         key = dotted(path) if path else "(top level)"
         msg = f"{sources.of(path)}: config key '{key}': {' '.join(text.split())}"
@@ -122,8 +132,7 @@ def with_source(e: ConfigError, config: dict, sources: ConfigSources) -> ConfigE
     return ConfigError(f"{sources.of(path)}: {msg}")
 
 
-def workflow_config(profile_files=None, cli_overrides: dict | None = None, grid=None, schema=SCHEMA,
-                    show=None) -> dict:
+def workflow_config(profile_files=None, cli_overrides: dict | None = None, grid=None, schema=SCHEMA, show=None) -> dict:
     """The configuration a run uses: resolved (grid <- profile file(s), ``config/config.yaml`` when none <-
     ``cli_overrides``), checked against the schema with its defaults filled in, the figures' sampling runs added,
     cross-checked.  ``show(config)`` sees it as resolved, before the schema (``unie check-config --resolved``).
@@ -149,8 +158,11 @@ def error_text(e: BaseException, verbose: bool = False) -> str:
     cause = e.__cause__
     if verbose and cause is not None:
         return f"{cause}\n\nunie: config error: {line}"
-    hint = " (--verbose: the schema's full report)" if cause is not None and type(cause).__name__ == \
-        "ValidationError" else ""
+    hint = (
+        " (--verbose: the schema's full report)"
+        if cause is not None and type(cause).__name__ == "ValidationError"
+        else ""
+    )
     return f"unie: config error: {line}{hint}"
 
 

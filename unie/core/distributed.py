@@ -123,5 +123,12 @@ def _buckets(params: list, limit: int):
         yield bucket
 
 
-__all__ = ["all_reduce_gradients", "all_reduce_sum", "barrier", "broadcast_object", "broadcast_state", "init_from_env",
-           "world"]
+__all__ = [
+    "all_reduce_gradients",
+    "all_reduce_sum",
+    "barrier",
+    "broadcast_object",
+    "broadcast_state",
+    "init_from_env",
+    "world",
+]

@@ -35,7 +35,7 @@ def gumbel_argmax_rows(logp: torch.Tensor, generator) -> torch.Tensor:
     if isinstance(generator, (list, tuple)):
         if len(generator) != logp.shape[0]:
             raise ValueError(f"{len(generator)} generators for {logp.shape[0]} rows")
-        return torch.cat([gumbel_argmax(logp[b:b + 1], g) for b, g in enumerate(generator)])
+        return torch.cat([gumbel_argmax(logp[b : b + 1], g) for b, g in enumerate(generator)])
     return gumbel_argmax(logp, generator)
 
 
@@ -79,7 +79,7 @@ def categorical_inverse_cdf(logp: torch.Tensor, n: int, generator: torch.Generat
     dev = generator.device if generator is not None else logp.device
     if M == 0:
         return torch.zeros(0, n, dtype=torch.long, device=logp.device)
-    q = logp.float().exp().div_(2.0 ** -52, rounding_mode="trunc")  # floor(p·2^52), exact in float32 (p <= 1)
+    q = logp.float().exp().div_(2.0**-52, rounding_mode="trunc")  # floor(p·2^52), exact in float32 (p <= 1)
     cdf = torch.cumsum(q, dim=-1, dtype=torch.float64)  # integers < 2^53: exact in any order
     del q
     total = cdf[:, -1:]

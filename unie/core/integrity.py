@@ -96,8 +96,12 @@ def _compare(p: Path, size: int, digest: Callable[[], str], record: dict, fix: s
         raise DamagedFileError(p, f"{what} ({size} bytes, {int(want_bytes)} when written)", fix)
     got = digest()
     if record.get("sha256") and got != record["sha256"]:
-        raise DamagedFileError(p, f"its content hash {got[:12]}... differs from the {record['sha256'][:12]}... "
-                                  "recorded when it was written (changed or corrupted bytes)", fix)
+        raise DamagedFileError(
+            p,
+            f"its content hash {got[:12]}... differs from the {record['sha256'][:12]}... "
+            "recorded when it was written (changed or corrupted bytes)",
+            fix,
+        )
     return got
 
 
@@ -156,8 +160,9 @@ def atomic_write(path, write: Callable[[Path], None], durable: bool = True) -> P
         tmp.unlink(missing_ok=True)
         if isinstance(e, Exception) and _disk_full(e, path.parent):
             kept = "the previous version is unchanged" if path.exists() else "nothing was written"
-            raise OSError(errno.ENOSPC, f"no space left on device while writing {path} ({kept}); free space and "
-                                        "rerun") from e
+            raise OSError(
+                errno.ENOSPC, f"no space left on device while writing {path} ({kept}); free space and rerun"
+            ) from e
         raise
     return path
 
@@ -213,15 +218,19 @@ def fix_by_rerun(made_by: str | None = None) -> str:
     return f"rerun the workflow: it sets the file aside before planning and {job} in the same run"
 
 
-def write_json(obj, path, indent: int | None = 2, *, made_by: str | None = None, made_from: dict | None = None,
-               records=None, **kw) -> Path:
+def write_json(
+    obj, path, indent: int | None = 2, *, made_by: str | None = None, made_from: dict | None = None, records=None, **kw
+) -> Path:
     """``obj`` as JSON at ``path``, atomically (never a half-written result file).  A JSON object gets its content
     hash (:data:`HASH_KEY`, :func:`json_digest`) and, when given, ``made_by`` (a rule), ``made_from`` (input
     identities) and ``records`` (files it vouches for: a list of paths, recorded with :func:`file_record`; they
     must be written before it)."""
     if isinstance(obj, dict):
-        extra = {MADE_BY: made_by, MADE_FROM: made_from,
-                 RECORDS: {str(p): file_record(p) for p in records} if records else None}
+        extra = {
+            MADE_BY: made_by,
+            MADE_FROM: made_from,
+            RECORDS: {str(p): file_record(p) for p in records} if records else None,
+        }
         body = {**obj, **{k: v for k, v in extra.items() if v}}
         body = json.loads(json.dumps(body, **kw))  # as a reader will see it (tuples as lists, keys as strings)
         obj = {**body, HASH_KEY: json_digest(body)}
@@ -257,8 +266,10 @@ def check_numbers(obj) -> str | None:
     return _ppl_mismatch(obj)
 
 
-NO_HASH = ("it carries no content hash, although every result file of this workflow is written with one (its "
-           "hash fields were removed, or another program wrote it)")
+NO_HASH = (
+    "it carries no content hash, although every result file of this workflow is written with one (its "
+    "hash fields were removed, or another program wrote it)"
+)
 
 
 def check_json(obj, path, hashed: bool = True):
@@ -269,15 +280,21 @@ def check_json(obj, path, hashed: bool = True):
     :class:`DamagedFileError` naming ``path``."""
     if not isinstance(obj, dict):
         if hashed:
-            raise DamagedFileError(path, "not a JSON object (every result file of this workflow is one, carrying its "
-                                         "content hash)", fix_by_rerun())
+            raise DamagedFileError(
+                path,
+                "not a JSON object (every result file of this workflow is one, carrying its content hash)",
+                fix_by_rerun(),
+            )
         return obj
     fix = fix_by_rerun(obj.get(MADE_BY) if isinstance(obj.get(MADE_BY), str) else None)
     if hashed and HASH_KEY not in obj:
         raise DamagedFileError(path, NO_HASH, fix)
     if HASH_KEY in obj and json_digest(obj) != obj[HASH_KEY]:
-        raise DamagedFileError(path, "its values differ from the content hash it recorded when it was written "
-                                     "(an edited or corrupted value)", fix)
+        raise DamagedFileError(
+            path,
+            "its values differ from the content hash it recorded when it was written (an edited or corrupted value)",
+            fix,
+        )
     problem = check_numbers(obj)
     if problem:
         raise DamagedFileError(path, f"its numbers disagree: {problem}", fix)
@@ -290,8 +307,9 @@ def parse_json(path, what: str = "result file"):
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FileNotFoundError(f"missing {what}: {p} does not exist (rerun the workflow: it remakes a missing "
-                                "result)") from None
+        raise FileNotFoundError(
+            f"missing {what}: {p} does not exist (rerun the workflow: it remakes a missing result)"
+        ) from None
     except UnicodeDecodeError:
         raise DamagedFileError(p, "not valid UTF-8 text", fix_by_rerun()) from None
     try:
@@ -342,8 +360,9 @@ def is_record(path) -> bool:
 def write_page_record(path, made_by: str | None = None, made_from: dict | None = None) -> Path:
     """Record the size and SHA-256 of the table or figure ``path`` (written just before) in its record
     (:func:`record_path`), with the rule that made it and the identities of what it was made from."""
-    return write_json({"file": Path(path).name}, record_path(path), made_by=made_by, made_from=made_from,
-                      records=[path])
+    return write_json(
+        {"file": Path(path).name}, record_path(path), made_by=made_by, made_from=made_from, records=[path]
+    )
 
 
 def _page_record(path) -> tuple[dict, str | None]:
@@ -352,8 +371,12 @@ def _page_record(path) -> tuple[dict, str | None]:
     if not holder.exists():
         if not p.exists():
             raise FileNotFoundError(f"missing table or figure: {p} does not exist (rerun the workflow: it remakes it)")
-        raise DamagedFileError(p, f"it has no record of its content hash ({holder} is missing; every table and "
-                                  "figure of this workflow is written with one)", fix_by_rerun())
+        raise DamagedFileError(
+            p,
+            f"it has no record of its content hash ({holder} is missing; every table and "
+            "figure of this workflow is written with one)",
+            fix_by_rerun(),
+        )
     obj = parse_json(holder, "record")
     check_json(obj, holder)
     fix = fix_by_rerun(obj.get(MADE_BY) if isinstance(obj.get(MADE_BY), str) else None)

@@ -184,8 +184,10 @@ class TrainConfig:
     def __post_init__(self):
         _at_least(self, steps=1, batch_size=1, warmup=0, ckpt_every=1, log_every=1)
         if not (self.lr > 0 and self.grad_clip > 0 and self.weight_decay >= 0 and 0 <= self.ema <= 1):
-            raise ValueError(f"TrainConfig: lr={self.lr} and grad_clip={self.grad_clip} must be > 0, weight_decay="
-                             f"{self.weight_decay} >= 0 and ema={self.ema} in [0, 1]")
+            raise ValueError(
+                f"TrainConfig: lr={self.lr} and grad_clip={self.grad_clip} must be > 0, weight_decay="
+                f"{self.weight_decay} >= 0 and ema={self.ema} in [0, 1]"
+            )
         if len(self.betas) != 2:
             raise ValueError(f"TrainConfig: betas={list(self.betas)} must be two numbers")
         if self.length_buckets < 1:
@@ -193,8 +195,10 @@ class TrainConfig:
         if self.shards is not None and self.shards < 1:
             raise ValueError(f"shards must be >= 1, got {self.shards}")
         if self.shards is not None and self.batch_size % self.shards:
-            raise ValueError(f"batch_size={self.batch_size} is not divisible by shards={self.shards} "
-                             "(the global batch is cut into shards equal micro-batches)")
+            raise ValueError(
+                f"batch_size={self.batch_size} is not divisible by shards={self.shards} "
+                "(the global batch is cut into shards equal micro-batches)"
+            )
 
 
 __all__ = [

@@ -24,8 +24,17 @@ from .errors import OPERATOR_ERRORS, InputError
 def torchrun_command(nproc: int, args_file, entry: tuple[str, ...]) -> list[str]:
     """The command that starts ``nproc`` ranks of ``python -m *entry ARGS_FILE`` on this node (``--standalone``: a
     free port)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc_per_node={nproc}", "-m", *entry, str(args_file)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        *entry,
+        str(args_file),
+    ]
 
 
 class RankError(InputError, RuntimeError):
@@ -44,8 +53,9 @@ def reporting_rank_errors(args_file):
         raise
 
 
-def run_ranks(nproc: int, entry: tuple[str, ...], payload: dict, tmp, log: Callable[[str], None], threads: int,
-              what: str) -> None:
+def run_ranks(
+    nproc: int, entry: tuple[str, ...], payload: dict, tmp, log: Callable[[str], None], threads: int, what: str
+) -> None:
     """Start ``nproc`` ranks of ``python -m *entry ARGS.json`` under torchrun and wait for them.
 
     ``ARGS.json`` (in the directory ``tmp``) holds ``payload`` plus ``threads``: each rank's torch threads,

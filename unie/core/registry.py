@@ -89,8 +89,18 @@ class SamplerEntry:
     def required_roles(self, options) -> tuple[str, ...]:
         return tuple(self.needs(options)) if self.needs else tuple(self.roles)
 
-    def __call__(self, models: dict, n: int, L: int, steps: int, generator, options=None, batch_size: int = 256,
-                 device="cpu", **kwargs):
+    def __call__(
+        self,
+        models: dict,
+        n: int,
+        L: int,
+        steps: int,
+        generator,
+        options=None,
+        batch_size: int = 256,
+        device="cpu",
+        **kwargs,
+    ):
         opts = self.options(options, **kwargs)
         missing = [r for r in self.required_roles(opts) if r not in models]
         if missing:

@@ -47,8 +47,7 @@ from typing import Callable
 import torch
 
 from .options import TrainConfig, make_options
-from .distributed import (all_reduce_gradients, all_reduce_sum, barrier, broadcast_object, broadcast_state,
-                          world)
+from .distributed import all_reduce_gradients, all_reduce_sum, barrier, broadcast_object, broadcast_state, world
 from .errors import InputError
 from .integrity import atomic_write
 from .precision import autocast, check_precision, widen
@@ -88,11 +87,15 @@ def shard_plan(cfg: TrainConfig, rank: int, world_size: int) -> tuple[int, range
     the world size."""
     shards = world_size if cfg.shards is None else cfg.shards
     if cfg.batch_size % shards:
-        raise ValueError(f"batch_size={cfg.batch_size} is not divisible by shards={shards}"
-                         + (f" (shards unset: the world size {world_size})" if cfg.shards is None else ""))
+        raise ValueError(
+            f"batch_size={cfg.batch_size} is not divisible by shards={shards}"
+            + (f" (shards unset: the world size {world_size})" if cfg.shards is None else "")
+        )
     if shards % world_size:
-        raise ValueError(f"shards={shards} is not a multiple of the world size {world_size}: every rank must "
-                         "compute the same number of micro-batches (set shards to a multiple, or change nproc)")
+        raise ValueError(
+            f"shards={shards} is not a multiple of the world size {world_size}: every rank must "
+            "compute the same number of micro-batches (set shards to a multiple, or change nproc)"
+        )
     return shards, range(rank, shards, world_size)
 
 
@@ -142,8 +145,11 @@ def spec_changes(old: dict | None, new: dict | None, limit: int = 6) -> str:
         return out
 
     a, b = leaves(old), leaves(new)
-    diff = [f"{k}: {_short(a.get(k, '(none)'))} -> {_short(b.get(k, '(none)'))}" for k in sorted(set(a) | set(b))
-            if a.get(k, "(none)") != b.get(k, "(none)")]
+    diff = [
+        f"{k}: {_short(a.get(k, '(none)'))} -> {_short(b.get(k, '(none)'))}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, "(none)") != b.get(k, "(none)")
+    ]
     more = f" (+{len(diff) - limit} more)" if len(diff) > limit else ""
     return "; ".join(diff[:limit]) + more
 
@@ -180,13 +186,17 @@ def load_resume_state(last: Path, signature: str, spec: dict | None, log) -> dic
         why = (str(e).splitlines() or [type(e).__name__])[0]
         aside = last.with_name(last.name + ".unreadable")
         os.replace(last, aside)
-        log(f"discarding {last}: it cannot be read ({type(e).__name__}: {why}); set aside as {aside.name}, "
-            "training starts again from step 0")
+        log(
+            f"discarding {last}: it cannot be read ({type(e).__name__}: {why}); set aside as {aside.name}, "
+            "training starts again from step 0"
+        )
         return None
     if state.get("signature") != signature:
         old = json.loads(state["spec"]) if "spec" in state else None
-        log(f"not resuming {last} (step {int(state['step'])}): it was written for another run specification "
-            f"({spec_changes(old, spec)}); training starts from step 0")
+        log(
+            f"not resuming {last} (step {int(state['step'])}): it was written for another run specification "
+            f"({spec_changes(old, spec)}); training starts from step 0"
+        )
         return None
     return state
 
@@ -220,9 +230,11 @@ def checkpoint_lock(ckpt_dir: Path, enabled: bool = True):
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise CheckpointBusyError(f"{ckpt_dir} is in use by {holder}: a training job is still writing there "
-                                      "(e.g. one left running after snakemake was killed); wait for it to end or "
-                                      "kill it, then rerun") from None
+            raise CheckpointBusyError(
+                f"{ckpt_dir} is in use by {holder}: a training job is still writing there "
+                "(e.g. one left running after snakemake was killed); wait for it to end or "
+                "kill it, then rerun"
+            ) from None
         except OSError as e:  # ENOLCK: a network filesystem without locks
             import warnings
 
@@ -433,8 +445,10 @@ def restore(st: TrainState, state: dict | None, last: Path, shards: int, log) ->
         st.best = (float(state["best_loss"]), state["best_state"])
     log(f"resumed from {last} at step {st.step}")
     if int(state.get("shards", 1)) != shards:
-        log(f"note: {last} was trained with {int(state.get('shards', 1))} shard(s), this run uses {shards} "
-            "(set train.shards to keep the trajectory independent of the number of processes)")
+        log(
+            f"note: {last} was trained with {int(state.get('shards', 1))} shard(s), this run uses {shards} "
+            "(set train.shards to keep the trajectory independent of the number of processes)"
+        )
 
 
 def select_best(st: TrainState, log) -> tuple[torch.nn.Module, list[dict]]:
@@ -476,8 +490,17 @@ def draw_batch(cfg: TrainConfig, step: int, n_rows: int, buckets) -> torch.Tenso
     return rows[torch.randint(0, len(rows), (cfg.batch_size,), generator=gb)]
 
 
-def train_step(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfig, shards: int, my_shards,
-               collate, precision: str = "fp32") -> torch.Tensor:
+def train_step(
+    st: TrainState,
+    loss_fn,
+    data,
+    idx: torch.Tensor,
+    cfg: TrainConfig,
+    shards: int,
+    my_shards,
+    collate,
+    precision: str = "fp32",
+) -> torch.Tensor:
     """One optimisation step on the global batch ``data[idx]``: the learning rate of ``st.step``, the gradients of
     this rank's micro-batches summed over ranks, clipping, AdamW, the EMA; ``st.step`` advances and the step's
     mean loss joins ``st.running``.  Returns the gradient norm before clipping."""
@@ -494,8 +517,17 @@ def train_step(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfi
     return gnorm
 
 
-def micro_batch_losses(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: TrainConfig, shards: int, my_shards,
-                       collate, precision: str = "fp32") -> list[float]:
+def micro_batch_losses(
+    st: TrainState,
+    loss_fn,
+    data,
+    idx: torch.Tensor,
+    cfg: TrainConfig,
+    shards: int,
+    my_shards,
+    collate,
+    precision: str = "fp32",
+) -> list[float]:
     """Forward and backward of this rank's micro-batches of the global batch ``idx`` (micro-batch ``s``: rows
     ``s * micro:(s + 1) * micro``, loss stream ``1 + s``, dropout seed :func:`_dropout_seed`); returns the loss of
     every micro-batch (all ranks'), each finite, else :class:`NonFiniteLossError` before anything is written.
@@ -507,7 +539,7 @@ def micro_batch_losses(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: Tr
     shard_loss = torch.zeros(shards, dtype=torch.float64, device=device)  # this rank's entries, then all
     for s in my_shards:
         torch.manual_seed(_dropout_seed(cfg.seed, st.step, s))  # dropout, if any
-        part = idx[s * micro:(s + 1) * micro]
+        part = idx[s * micro : (s + 1) * micro]
         x0 = data[part] if collate is None else collate(data[part])
         x0 = x0.to(device)
         gl = _step_generator(cfg.seed, st.step, 1 + s, device)
@@ -522,8 +554,9 @@ def micro_batch_losses(st: TrainState, loss_fn, data, idx: torch.Tensor, cfg: Tr
     bad = [s for s, v in enumerate(losses) if not math.isfinite(v)]
     if bad:
         where = "" if shards == 1 else f" (micro-batch {bad[0]} of {shards})"
-        raise NonFiniteLossError(f"non-finite loss ({losses[bad[0]]}) at step {st.step}{where}; stopping before "
-                                 "writing outputs")
+        raise NonFiniteLossError(
+            f"non-finite loss ({losses[bad[0]]}) at step {st.step}{where}; stopping before writing outputs"
+        )
     return losses
 
 
@@ -540,8 +573,13 @@ def update_ema(ema: torch.nn.Module, net: torch.nn.Module, step: int, decay: flo
 
 def log_progress(st: TrainState, gnorm: torch.Tensor, cfg: TrainConfig, t0: float, log) -> None:
     """The log record of the steps since the last one (their mean loss), appended to the history."""
-    rec = {"step": st.step, "loss": sum(st.running) / len(st.running), "grad_norm": float(gnorm),
-           "lr": lr_at(st.step - 1, cfg), "elapsed_s": round(time.time() - t0, 2)}
+    rec = {
+        "step": st.step,
+        "loss": sum(st.running) / len(st.running),
+        "grad_norm": float(gnorm),
+        "lr": lr_at(st.step - 1, cfg),
+        "elapsed_s": round(time.time() - t0, 2),
+    }
     st.history.append(rec)
     st.running = []
     log(json.dumps(rec))
@@ -553,9 +591,16 @@ def save_checkpoint(last: Path, st: TrainState, signature: str, spec: dict | Non
     running losses, the shard count and the best dev checkpoint."""
     if world()[0] != 0:
         return
-    state = {"model": st.net.state_dict(), "ema": st.ema.state_dict(), "opt": st.opt.state_dict(), "step": st.step,
-             "signature": signature, "history": json.dumps(st.history), "running": json.dumps(st.running),
-             "shards": shards}
+    state = {
+        "model": st.net.state_dict(),
+        "ema": st.ema.state_dict(),
+        "opt": st.opt.state_dict(),
+        "step": st.step,
+        "signature": signature,
+        "history": json.dumps(st.history),
+        "running": json.dumps(st.running),
+        "shards": shards,
+    }
     if spec is not None:
         state["spec"] = json.dumps(spec, sort_keys=True)
     if st.best is not None:

@@ -88,7 +88,7 @@ def _cut(stream: np.ndarray, body: int, eos_id: int, bos_id: int, chunk_specials
     chunks = stream[: n * body].reshape(n, body)
     if chunk_specials:
         chunks = np.concatenate([np.full((n, 1), bos_id), chunks, np.full((n, 1), eos_id)], axis=1)
-    return chunks, stream[n * body:]
+    return chunks, stream[n * body :]
 
 
 def _body(seq_len: int, chunk_specials: bool) -> int:
@@ -98,16 +98,18 @@ def _body(seq_len: int, chunk_specials: bool) -> int:
     return body
 
 
-def wrap_chunks(docs_ids, seq_len: int, eos_id: int, bos_id: int, insert_eos: bool = True,
-                chunk_specials: bool = True) -> np.ndarray:
+def wrap_chunks(
+    docs_ids, seq_len: int, eos_id: int, bos_id: int, insert_eos: bool = True, chunk_specials: bool = True
+) -> np.ndarray:
     """MDLM's wrapping: concatenate documents (+ eos) and cut into ``(N, seq_len)`` chunks; remainder dropped."""
     body = _body(seq_len, chunk_specials)
     stream = _concat_docs(np.zeros(0, dtype=np.int64), docs_ids, eos_id, insert_eos)
     return _cut(stream, body, eos_id, bos_id, chunk_specials)[0]
 
 
-def wrap_steps(batches, seq_len: int, eos_id: int, bos_id: int, insert_eos: bool = True,
-               chunk_specials: bool = True, tail=None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def wrap_steps(
+    batches, seq_len: int, eos_id: int, bos_id: int, insert_eos: bool = True, chunk_specials: bool = True, tail=None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """:func:`wrap_batches` that also yields, after each batch, the unfinished tail it carries into the next
     (``(chunks, tail)``), and starts from a given ``tail`` (a stream resumed after its last saved batch)."""
     body = _body(seq_len, chunk_specials)
@@ -118,8 +120,9 @@ def wrap_steps(batches, seq_len: int, eos_id: int, bos_id: int, insert_eos: bool
         yield chunks, tail
 
 
-def wrap_batches(batches, seq_len: int, eos_id: int, bos_id: int, insert_eos: bool = True,
-                 chunk_specials: bool = True) -> Iterator[np.ndarray]:
+def wrap_batches(
+    batches, seq_len: int, eos_id: int, bos_id: int, insert_eos: bool = True, chunk_specials: bool = True
+) -> Iterator[np.ndarray]:
     """:func:`wrap_chunks` over a stream of document batches (each a list of id lists): yields the chunks
     each batch completes, carrying the unfinished tail (< one chunk) into the next batch, so the yielded
     chunks, concatenated, are exactly ``wrap_chunks`` of all the documents while memory holds one batch."""
@@ -127,10 +130,21 @@ def wrap_batches(batches, seq_len: int, eos_id: int, bos_id: int, insert_eos: bo
         yield chunks
 
 
-def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: bool = True,
-                    chunk_specials: bool = True, max_chunks: int | None = None, batch_size: int = 256,
-                    source: dict | None = None, row_group_rows: int | None = None, resume_dir=None,
-                    part_rows: int = 1 << 14, log=None) -> int:
+def tokenize_corpus(
+    raw_path,
+    tokenizer,
+    out_path,
+    seq_len: int,
+    insert_eos: bool = True,
+    chunk_specials: bool = True,
+    max_chunks: int | None = None,
+    batch_size: int = 256,
+    source: dict | None = None,
+    row_group_rows: int | None = None,
+    resume_dir=None,
+    part_rows: int = 1 << 14,
+    log=None,
+) -> int:
     """Encode ``raw_path`` (Parquet ``text``) into fixed-length chunks at ``out_path``, a Parquet token file
     (:mod:`unie.data.tokens`: one ``input_ids`` row of ``seq_len`` int32 per chunk), streaming: ``batch_size``
     documents are read, encoded with the tokenizer's batch encoder and wrapped at a time (:func:`wrap_batches`), and
@@ -149,8 +163,9 @@ def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: boo
     node failure) resumes after its last part instead of at the first document; the token file is the same as one
     pass's, byte for byte (tested), and the folder is removed once it is written."""
     if resume_dir is not None:
-        return TokenizeParts(resume_dir, raw_path, tokenizer, seq_len, insert_eos, chunk_specials, max_chunks,
-                             batch_size, part_rows, log).finish(out_path, source, row_group_rows)
+        return TokenizeParts(
+            resume_dir, raw_path, tokenizer, seq_len, insert_eos, chunk_specials, max_chunks, batch_size, part_rows, log
+        ).finish(out_path, source, row_group_rows)
     encoded = (tokenizer.encode_batch(texts) for texts in read_text_batches(raw_path, batch_size))
 
     def chunks():
@@ -171,13 +186,22 @@ def tokenize_corpus(raw_path, tokenizer, out_path, seq_len: int, insert_eos: boo
     return write_token_file(out_path, chunks(), seq_len, meta, row_group_rows)["rows"]
 
 
-def token_meta(raw_path, tokenizer, insert_eos: bool, chunk_specials: bool, max_chunks: int | None,
-               source: dict | None, raw_sha256: str | None = None) -> dict:
+def token_meta(
+    raw_path,
+    tokenizer,
+    insert_eos: bool,
+    chunk_specials: bool,
+    max_chunks: int | None,
+    source: dict | None,
+    raw_sha256: str | None = None,
+) -> dict:
     """What made a token file (:func:`tokenize_corpus`): the tokenizer, the wrapping, the raw file and its hash."""
-    return {"tokenizer": tokenizer.info().get("fingerprint"), "vocab_size": tokenizer.vocab_size,
-            "wrap": {"rule": "mdlm", "insert_eos": insert_eos, "chunk_specials": chunk_specials,
-                     "max_chunks": max_chunks},
-            "source": {"path": str(raw_path), "sha256": raw_sha256 or file_sha256(raw_path), **(source or {})}}
+    return {
+        "tokenizer": tokenizer.info().get("fingerprint"),
+        "vocab_size": tokenizer.vocab_size,
+        "wrap": {"rule": "mdlm", "insert_eos": insert_eos, "chunk_specials": chunk_specials, "max_chunks": max_chunks},
+        "source": {"path": str(raw_path), "sha256": raw_sha256 or file_sha256(raw_path), **(source or {})},
+    }
 
 
 class TokenizeParts:
@@ -188,8 +212,19 @@ class TokenizeParts:
     last part; with anything else it starts over.  The chunks are those of one pass (:func:`wrap_steps` resumed
     from the saved tail), so the token file is too."""
 
-    def __init__(self, resume_dir, raw_path, tokenizer, seq_len: int, insert_eos: bool, chunk_specials: bool,
-                 max_chunks: int | None, batch_size: int, part_rows: int, log=None):
+    def __init__(
+        self,
+        resume_dir,
+        raw_path,
+        tokenizer,
+        seq_len: int,
+        insert_eos: bool,
+        chunk_specials: bool,
+        max_chunks: int | None,
+        batch_size: int,
+        part_rows: int,
+        log=None,
+    ):
         import json
         from pathlib import Path
 
@@ -197,15 +232,24 @@ class TokenizeParts:
         self.seq_len, self.insert_eos, self.chunk_specials = seq_len, insert_eos, chunk_specials
         self.max_chunks, self.batch_size, self.part_rows = max_chunks, batch_size, max(1, part_rows)
         self.log = log or (lambda m: None)
-        self.key = {"raw_sha256": file_sha256(raw_path), "tokenizer": tokenizer.info().get("fingerprint"),
-                    "vocab_size": tokenizer.vocab_size, "seq_len": seq_len, "insert_eos": insert_eos,
-                    "chunk_specials": chunk_specials, "batch_size": batch_size, "max_chunks": max_chunks}
+        self.key = {
+            "raw_sha256": file_sha256(raw_path),
+            "tokenizer": tokenizer.info().get("fingerprint"),
+            "vocab_size": tokenizer.vocab_size,
+            "seq_len": seq_len,
+            "insert_eos": insert_eos,
+            "chunk_specials": chunk_specials,
+            "batch_size": batch_size,
+            "max_chunks": max_chunks,
+        }
         state_file = self.dir / "state.json"
         state = json.loads(state_file.read_text()) if state_file.exists() else None
         if state is not None and state.get("key") == self.key and all((self.dir / f).exists() for f in state["parts"]):
             self.state = state
-            self.log(f"tokenize: resuming after {len(state['parts'])} parts ({state['rows']} chunks, "
-                     f"{state['documents']} documents) in {self.dir}")
+            self.log(
+                f"tokenize: resuming after {len(state['parts'])} parts ({state['rows']} chunks, "
+                f"{state['documents']} documents) in {self.dir}"
+            )
         else:
             if self.dir.exists():
                 import shutil
@@ -245,8 +289,9 @@ class TokenizeParts:
         encoded = (self.tok.encode_batch(texts) for texts in batches)
         pending, held, documents, tail = [], 0, read, np.asarray(st["tail"], dtype=np.int64)
         counted = _CountingBatches(encoded)
-        for c, tail in wrap_steps(counted, self.seq_len, self.tok.eos_id, self.tok.bos_id, self.insert_eos,
-                                  self.chunk_specials, tail=tail):
+        for c, tail in wrap_steps(
+            counted, self.seq_len, self.tok.eos_id, self.tok.bos_id, self.insert_eos, self.chunk_specials, tail=tail
+        ):
             documents = read + counted.documents
             if len(c) and c.max() >= self.tok.vocab_size:
                 raise ValueError(f"{self.raw}: token id {c.max()} >= vocab_size {self.tok.vocab_size}")
@@ -278,8 +323,9 @@ class TokenizeParts:
                 if self.max_chunks is not None and n >= self.max_chunks:
                     break
 
-        meta = token_meta(self.raw, self.tok, self.insert_eos, self.chunk_specials, self.max_chunks, source,
-                          self.key["raw_sha256"])
+        meta = token_meta(
+            self.raw, self.tok, self.insert_eos, self.chunk_specials, self.max_chunks, source, self.key["raw_sha256"]
+        )
         rows = write_token_file(out_path, chunks(), self.seq_len, meta, row_group_rows)["rows"]
         import shutil
 

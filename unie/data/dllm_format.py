@@ -110,4 +110,4 @@ def trim_padding(x: torch.Tensor, pad_id: int) -> torch.Tensor:
     cols = _content(x, pad_id).any(0).nonzero().flatten()
     if len(cols) == 0:
         return x
-    return x[..., int(cols[0]):int(cols[-1]) + 1]
+    return x[..., int(cols[0]) : int(cols[-1]) + 1]

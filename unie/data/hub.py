@@ -47,8 +47,8 @@ class HubUnreachableError(InputError, ConnectionError):
             f"cannot download {kind} {name!r}: the Hugging Face Hub {problem}, and {name!r} is not in the local "
             f"cache (HF_HOME={home}); pre-fetch it on a machine with network access into that cache "
             f"(HF_HOME={home} {fetch}), then rerun; with HF_HUB_OFFLINE=1 runs read the cache without trying the "
-            "network")
-
+            "network"
+        )
 
 
 def hub_problem(timeout: float = 5.0) -> str | None:
@@ -65,7 +65,9 @@ def hub_problem(timeout: float = 5.0) -> str | None:
         get_session().head(constants.ENDPOINT, timeout=timeout)  # any HTTP answer: the hub is there
         return None
     except Exception as e:  # the session's connect/timeout errors (httpx or requests, by version)
-        return f"({constants.ENDPOINT}) is not reachable from this host ({' '.join(str(e).split()) or type(e).__name__})"
+        return (
+            f"({constants.ENDPOINT}) is not reachable from this host ({' '.join(str(e).split()) or type(e).__name__})"
+        )
 
 
 # spec["format"] -> the `datasets` packaged builder that reads it
@@ -150,8 +152,10 @@ def iter_documents(spec: dict, batch_size: int = 1000) -> Iterator[list[str]]:
     field = spec.get("text_field") or "text"
     ds = load_split(spec)
     if field not in ds.column_names:
-        raise KeyError(f"dataset {spec['path']} ({spec['split']}): no text field {field!r}; "
-                       f"available columns: {', '.join(ds.column_names)}")
+        raise KeyError(
+            f"dataset {spec['path']} ({spec['split']}): no text field {field!r}; "
+            f"available columns: {', '.join(ds.column_names)}"
+        )
     for batch in ds.select_columns([field]).iter(batch_size=batch_size):
         texts = [t if isinstance(t, str) else "" for t in batch[field]]
         if detok is not None:
@@ -266,8 +270,7 @@ def fetch_dataset_file(repo_id: str, filename: str, out_path, revision: str | No
             got = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision, local_dir=tmp)
         else:
             try:
-                got = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision,
-                                      local_files_only=True)
+                got = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision, local_files_only=True)
             except Exception:
                 raise HubUnreachableError("dataset file", f"{repo_id}/{filename}", problem) from None
         shutil.copyfile(got, Path(tmp) / "file")

@@ -45,8 +45,15 @@ from .toy_world import SCENE_WORDS, SCENES, SHARED_WORDS, word_list
 TASKS = ("toy_math", "toy_gsm8k", "toy_mbpp", "toy_lcb", "toy_livebench", "toy_mmlu", "toy_hellaswag")
 # the answers' format: a rule's parameter (rule dllm_tasks), so a run made with another format writes its tasks again
 FORMAT = "computation-first"
-PAPER_COLUMNS = {"toy_math": "MATH500", "toy_gsm8k": "GSM8K", "toy_mbpp": "MBPP", "toy_lcb": "LCB V2",
-                 "toy_livebench": "LiveBench", "toy_mmlu": "MMLU", "toy_hellaswag": "HellaSwag"}
+PAPER_COLUMNS = {
+    "toy_math": "MATH500",
+    "toy_gsm8k": "GSM8K",
+    "toy_mbpp": "MBPP",
+    "toy_lcb": "LCB V2",
+    "toy_livebench": "LiveBench",
+    "toy_mmlu": "MMLU",
+    "toy_hellaswag": "HellaSwag",
+}
 LIST_TASKS = ("toy_mbpp", "toy_lcb")
 LETTERS = ("A", "B", "C", "D")
 DIGITS = tuple(str(d) for d in range(10))
@@ -57,9 +64,38 @@ LIST_LENGTH = 4  # digits per list
 MAX_ADDEND = 2  # b in a ± b (toy_math) and in the word problems (toy_gsm8k)
 MAX_A = 9999  # a in 10..MAX_A (toy_math): enough distinct questions for the 5,000-question train split
 TASK_WORDS = (
-    "question", "answer", "problem", ":", "=", "+", "-", "[", "]", "then", "apply", "to", "gives", "takes",
-    "how", "many", "does", "have", "which", "thing", "goes", "with", "what", "comes", "next", "plus", "minus",
-    "from", "so", *LETTERS, *DIGITS, *LIST_OPS,
+    "question",
+    "answer",
+    "problem",
+    ":",
+    "=",
+    "+",
+    "-",
+    "[",
+    "]",
+    "then",
+    "apply",
+    "to",
+    "gives",
+    "takes",
+    "how",
+    "many",
+    "does",
+    "have",
+    "which",
+    "thing",
+    "goes",
+    "with",
+    "what",
+    "comes",
+    "next",
+    "plus",
+    "minus",
+    "from",
+    "so",
+    *LETTERS,
+    *DIGITS,
+    *LIST_OPS,
 )
 
 
@@ -95,10 +131,10 @@ def parse_list(text: str) -> list[int] | None:
     words = text.split()
     if "[" not in words:
         return None
-    rest = words[len(words) - words[::-1].index("["):]
+    rest = words[len(words) - words[::-1].index("[") :]
     if "]" not in rest:
         return None
-    body = rest[:rest.index("]")]
+    body = rest[: rest.index("]")]
     return [int(w) for w in body] if all(w in DIGITS for w in body) else None
 
 
@@ -137,8 +173,12 @@ def _math(rng, header="question", a_max=MAX_A, b_max=MAX_ADDEND):
     # worked, computation first: the value (the step's result, its digits with their carries), then the equation it
     # solves (5-11 words), so Algorithm 3's window (the answer's first block) decides the result's digits, not a copy
     # of the question (docs/decisions.md: the room each format gives, measured before any rule ran on it)
-    return {"question": q, "answer": f"{digits(val)} = {digits(a)} {op} {digits(b)}", "final": digits(val),
-            "value": val}
+    return {
+        "question": q,
+        "answer": f"{digits(val)} = {digits(a)} {op} {digits(b)}",
+        "final": digits(val),
+        "value": val,
+    }
 
 
 def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
@@ -153,8 +193,12 @@ def _gsm8k(rng, header="question", b_max=MAX_ADDEND):
         val, op, event = a - b, "-", f"the {giver} takes {digits(b)} {obj} from the {subj} ."
     q = f"{header} : the {subj} has {digits(a)} {obj} . {event} how many {obj} does the {subj} have ? answer :"
     # worked, computation first: the count the story gives (its digits), then the equation from the story (7 words)
-    return {"question": q, "answer": f"{digits(val)} = {digits(a)} {op} {digits(b)}", "final": digits(val),
-            "value": val}
+    return {
+        "question": q,
+        "answer": f"{digits(val)} = {digits(a)} {op} {digits(b)}",
+        "final": digits(val),
+        "value": val,
+    }
 
 
 def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(LIST_LENGTH, LIST_LENGTH)):
@@ -169,8 +213,12 @@ def _list(rng, n_ops: int, template="question : {ops} {xs} answer :", lengths=(L
     for op in ops:
         state = apply_ops([op], state)
         steps.append(f"{op} {_fmt_list(state)}")
-    return {"question": q, "answer": " ".join(steps), "final": _fmt_list(state),
-            "program": " ".join(ops) + " | " + " ".join(map(str, xs))}
+    return {
+        "question": q,
+        "answer": " ".join(steps),
+        "final": _fmt_list(state),
+        "program": " ".join(ops) + " | " + " ".join(map(str, xs)),
+    }
 
 
 def _choices(rng, right: str, wrong: list[str]):
@@ -186,8 +234,11 @@ def _mmlu(rng):
     right = _object(rng, scene)
     options, gold = _choices(rng, right, [_object(rng, s) for s in others])
     subject = _subject(rng, scene)
-    q = (f"question : which thing goes with the {subject} ? "
-         + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
+    q = (
+        f"question : which thing goes with the {subject} ? "
+        + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options))
+        + " answer :"
+    )
     # worked, decision first: the matching option named, then the subject it goes with, then its letter (8 words)
     return {"question": q, "answer": f"the {right} goes with the {subject} so {gold}", "final": gold, "gold": gold}
 
@@ -200,11 +251,18 @@ def _hellaswag(rng):
     sentences = [_sentence(rng, s, subj) for s, subj in zip([scene] + others, subjects)]
     options, gold = _choices(rng, sentences[0], sentences[1:])
     context, subject = _sentence_and_subject(rng, scene)
-    q = (f"question : {context} what comes next ? "
-         + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options)) + " answer :")
+    q = (
+        f"question : {context} what comes next ? "
+        + " ".join(f"{L} {o}" for L, o in zip(LETTERS, options))
+        + " answer :"
+    )
     # worked, decision first: the continuation's subject, then the scene's it matches, then its letter (8 words)
-    return {"question": q, "answer": f"the {subjects[0]} goes with the {subject} so {gold}", "final": gold,
-            "gold": gold}
+    return {
+        "question": q,
+        "answer": f"the {subjects[0]} goes with the {subject} so {gold}",
+        "final": gold,
+        "gold": gold,
+    }
 
 
 def _livebench(rng):
@@ -305,7 +363,7 @@ def final_words(words: list[str], *markers: str) -> list[str]:
     """The words after the last of any of ``markers`` (the final answer of a worked answer), or all of them
     without one."""
     at = max((i for i, w in enumerate(words) if w in markers), default=-1)
-    return words[at + 1:]
+    return words[at + 1 :]
 
 
 def result_words(words: list[str]) -> list[str]:

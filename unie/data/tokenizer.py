@@ -46,8 +46,9 @@ class Tokenizer:
             self.vocab_size = len(hf)
         else:
             self.specials = dict(specials)
-            self.mask_id, self.eos_id, self.bos_id = (rust.token_to_id(self.specials[k]) for k in
-                                                      ("mask_token", "eos_token", "bos_token"))
+            self.mask_id, self.eos_id, self.bos_id = (
+                rust.token_to_id(self.specials[k]) for k in ("mask_token", "eos_token", "bos_token")
+            )
             self.vocab_size = rust.get_vocab_size()
 
     @property
@@ -56,8 +57,9 @@ class Tokenizer:
         if self._hf is None:
             from transformers import PreTrainedTokenizerFast
 
-            self._hf = PreTrainedTokenizerFast(tokenizer_object=self._rust, clean_up_tokenization_spaces=False,
-                                               **self.specials)
+            self._hf = PreTrainedTokenizerFast(
+                tokenizer_object=self._rust, clean_up_tokenization_spaces=False, **self.specials
+            )
         return self._hf
 
     def encode(self, text: str) -> list[int]:
@@ -94,7 +96,7 @@ class Tokenizer:
         if getattr(self, "_surfaces", None) is None:
             anchor = next(i for i in range(self.vocab_size) if i not in (self.eos_id, self.bos_id, self.mask_id))
             base = self.decode([anchor])
-            self._surfaces = [self.decode([anchor, i])[len(base):] for i in range(self.vocab_size)]
+            self._surfaces = [self.decode([anchor, i])[len(base) :] for i in range(self.vocab_size)]
         return self._surfaces
 
     def decode(self, ids, as_text: dict[int, str] | None = None) -> str:
@@ -128,8 +130,14 @@ class Tokenizer:
     def info(self) -> dict:
         vocab = self._rust.get_vocab() if self._rust is not None else self.hf.get_vocab()
         fp = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:16]
-        return dict(kind=self.kind, vocab_size=self.vocab_size, mask_id=self.mask_id, bos_id=self.bos_id,
-                    eos_id=self.eos_id, fingerprint=fp)
+        return dict(
+            kind=self.kind,
+            vocab_size=self.vocab_size,
+            mask_id=self.mask_id,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+            fingerprint=fp,
+        )
 
     def save(self, out_dir) -> None:
         """``save_pretrained`` (``tokenizer.json`` + configs) and the kind and special tokens (``unie_tokenizer.json``)."""
@@ -207,7 +215,9 @@ def load_tokenizer(path) -> Tokenizer:
     if meta["kind"] in ("word", "bpe"):
         from tokenizers import Tokenizer as RustTokenizer
 
-        tok = Tokenizer(meta["kind"], rust=RustTokenizer.from_file(str(p / "tokenizer.json")), specials=meta["specials"])
+        tok = Tokenizer(
+            meta["kind"], rust=RustTokenizer.from_file(str(p / "tokenizer.json")), specials=meta["specials"]
+        )
         tok.path = str(p)
         return tok
     return hf_tokenizer(p)

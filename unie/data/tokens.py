@@ -85,14 +85,15 @@ def _row_groups(chunks: Iterable[np.ndarray], rows: int) -> Iterator[np.ndarray]
             rest = block[full:]
             pending, held = ([rest.copy()] if len(rest) else []), len(rest)  # a copy: the block is freed
             for i in range(0, full, rows):
-                yield block[i:i + rows]
+                yield block[i : i + rows]
             del block
     if held:
         yield np.concatenate(pending)
 
 
-def write_token_file(path, chunks: Iterable[np.ndarray], seq_len: int, meta: dict,
-                     row_group_rows: int | None = None) -> dict:
+def write_token_file(
+    path, chunks: Iterable[np.ndarray], seq_len: int, meta: dict, row_group_rows: int | None = None
+) -> dict:
     """Stream ``chunks`` (int arrays ``(n_i, seq_len)``) into the Parquet token file ``path`` (module doc), a row
     group at a time, and finish its metadata: ``meta`` plus ``format``, ``column``, ``dtype``, ``rows``, ``seq_len``,
     ``row_group_rows``, ``max_id`` and ``content_sha256``.  Returns the metadata.  Written atomically: if ``chunks``
@@ -104,8 +105,15 @@ def write_token_file(path, chunks: Iterable[np.ndarray], seq_len: int, meta: dic
     def write(tmp):
         h, n, top = hashlib.sha256(), 0, -1
         # 64 KB pages: the writer buffers a page before compressing it (1 MB pages cost tokenisation ~10 MB more)
-        with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False, write_statistics=False,
-                              data_page_size=1 << 16, write_page_checksum=True) as writer:
+        with pq.ParquetWriter(
+            tmp,
+            schema,
+            compression="zstd",
+            use_dictionary=False,
+            write_statistics=False,
+            data_page_size=1 << 16,
+            write_page_checksum=True,
+        ) as writer:
             for group in _row_groups(chunks, rows_per_group):
                 group = np.ascontiguousarray(group, TOKEN_DTYPE)
                 if group.ndim != 2 or group.shape[1] != seq_len:
@@ -116,8 +124,19 @@ def write_token_file(path, chunks: Iterable[np.ndarray], seq_len: int, meta: dic
                 top = max(top, int(group.max()))
             if n == 0:
                 raise ValueError(f"{path}: no token rows to write")
-            out.update({"format": FORMAT, "column": COLUMN, "dtype": "int32", "rows": n, "seq_len": seq_len,
-                        "row_group_rows": rows_per_group, "max_id": top, **meta, "content_sha256": h.hexdigest()})
+            out.update(
+                {
+                    "format": FORMAT,
+                    "column": COLUMN,
+                    "dtype": "int32",
+                    "rows": n,
+                    "seq_len": seq_len,
+                    "row_group_rows": rows_per_group,
+                    "max_id": top,
+                    **meta,
+                    "content_sha256": h.hexdigest(),
+                }
+            )
             text = json.dumps(out, sort_keys=True)
             # the metadata is known once every row is written; pyarrow serialised the Arrow schema (base64 of its
             # IPC form, under ARROW:schema) when the writer opened, so the final one replaces it there too
@@ -172,16 +191,20 @@ def token_place(path) -> tuple[str, str]:
     return p.parent.name, p.stem
 
 
-def check_token_file(path, dataset: str | None = None, split: str | None = None, tokenizer: str | None = None,
-                     meta: dict | None = None) -> dict:
+def check_token_file(
+    path, dataset: str | None = None, split: str | None = None, tokenizer: str | None = None, meta: dict | None = None
+) -> dict:
     """The metadata of token file ``path`` once it is known to be the file a rule expects: written by rule
     tokenize (its ``unie.tokens`` metadata) for ``dataset`` and ``split`` (its ``source``) with the tokenizer of
     fingerprint ``tokenizer`` (each checked when given).  Anything else is a one-line :class:`TokenFileError`.
     ``meta``: the metadata, when already read."""
     meta = read_token_meta(path) if meta is None else meta
     if meta is None:
-        raise TokenFileError(path, f"it has no {META_KEY} metadata: not a token file written by rule tokenize (a "
-                                   "Parquet file of other tokens copied over it?)")
+        raise TokenFileError(
+            path,
+            f"it has no {META_KEY} metadata: not a token file written by rule tokenize (a "
+            "Parquet file of other tokens copied over it?)",
+        )
     source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
     holds = {"dataset": source.get("dataset"), "split": source.get("split"), "tokenizer": meta.get("tokenizer")}
     expected = {"dataset": dataset, "split": split, "tokenizer": tokenizer}
@@ -189,13 +212,15 @@ def check_token_file(path, dataset: str | None = None, split: str | None = None,
     if wrong:
         said = ", ".join(f"{k} {holds[k]!r}" for k in wrong)
         wanted = ", ".join(f"{k} {expected[k]!r}" for k in wrong)
-        raise TokenFileError(path, f"its metadata says it holds {said}, where {wanted} is expected (another token "
-                                   "file copied over it?)")
+        raise TokenFileError(
+            path, f"its metadata says it holds {said}, where {wanted} is expected (another token file copied over it?)"
+        )
     return meta
 
 
-def load_expected_tokens(path, tokenizer: str | None, dataset: str | None = None,
-                         limit: int | None = None) -> torch.Tensor:
+def load_expected_tokens(
+    path, tokenizer: str | None, dataset: str | None = None, limit: int | None = None
+) -> torch.Tensor:
     """:func:`load_tokens` of a rule's token input, once :func:`check_token_file` found it to be what the rule
     expects: the dataset (``dataset``, else the one its place names: :func:`token_place`), the split its place names
     and the tokenizer of fingerprint ``tokenizer``."""
@@ -245,11 +270,19 @@ def token_file_info(path) -> dict:
     (tokenizer None)."""
     meta = read_token_meta(path)
     if meta is not None:
-        return {"sha256": meta["content_sha256"], "shape": [meta["rows"], meta["seq_len"]], "max_id": meta["max_id"],
-                "tokenizer": meta.get("tokenizer")}
+        return {
+            "sha256": meta["content_sha256"],
+            "shape": [meta["rows"], meta["seq_len"]],
+            "max_id": meta["max_id"],
+            "tokenizer": meta.get("tokenizer"),
+        }
     x = load_tokens(path)
-    return {"sha256": content_sha256(x.numpy()), "shape": list(x.shape), "max_id": int(x.max()) if x.numel() else -1,
-            "tokenizer": None}
+    return {
+        "sha256": content_sha256(x.numpy()),
+        "shape": list(x.shape),
+        "max_id": int(x.max()) if x.numel() else -1,
+        "tokenizer": None,
+    }
 
 
 def load_tokens(path, limit: int | None = None) -> torch.Tensor:
@@ -268,9 +301,9 @@ def load_tokens(path, limit: int | None = None) -> torch.Tensor:
             n = total if limit is None else min(limit, total)
             x = np.empty((n, L), dtype=TOKEN_DTYPE)
             at = 0
-            for batch in (f.iter_batches(batch_size=min(max(n, 1), 1 << 16), columns=[COLUMN]) if n else ()):
+            for batch in f.iter_batches(batch_size=min(max(n, 1), 1 << 16), columns=[COLUMN]) if n else ():
                 part = _values(batch.column(0), L)[: n - at]
-                x[at:at + len(part)] = part
+                x[at : at + len(part)] = part
                 at += len(part)
                 if at >= n:
                     break
@@ -282,8 +315,9 @@ def load_tokens(path, limit: int | None = None) -> torch.Tensor:
         raise DamagedFileError(path, f"{at} rows, its footer says {n}")
     if meta is not None and n == total:
         if n != meta["rows"] or L != meta["seq_len"]:
-            raise DamagedFileError(path, f"shape ({n}, {L}) differs from the ({meta['rows']}, {meta['seq_len']}) "
-                                         "written")
+            raise DamagedFileError(
+                path, f"shape ({n}, {L}) differs from the ({meta['rows']}, {meta['seq_len']}) written"
+            )
         if content_sha256(x) != meta["content_sha256"]:
             raise DamagedFileError(path, "its content hash differs from the one in its metadata (changed tokens)")
     return torch.from_numpy(x)
@@ -312,7 +346,7 @@ def _sha256_range(path: Path, offset: int, length: int) -> str:
     with open(path, "rb") as f:
         f.seek(offset)
         while length > 0:
-            got = f.readinto(block[:min(len(block), length)])
+            got = f.readinto(block[: min(len(block), length)])
             if not got:
                 break
             h.update(block[:got])
@@ -364,8 +398,9 @@ def _write_view(path: Path, view: Path, meta: dict) -> None:
     schema = token_schema(L).with_metadata({META_KEY: json.dumps(meta, sort_keys=True)})
 
     def template(tmp):
-        zeros = mmap.mmap(-1, n * L * TOKEN_DTYPE.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-                          prot=mmap.PROT_READ)
+        zeros = mmap.mmap(
+            -1, n * L * TOKEN_DTYPE.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ
+        )
         values = pa.Array.from_buffers(pa.int32(), n * L, [None, pa.py_buffer(zeros)])
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             writer.write_batch(pa.record_batch([pa.FixedSizeListArray.from_arrays(values, L)], schema=schema))

@@ -142,8 +142,12 @@ def shared_vocabulary(proxy) -> bool:
     d, p = proxy.dtok, proxy.ptok
     if d is p:
         return True
-    return (d.vocab_size == p.vocab_size and d.bos_id == p.bos_id and d.eos_id == p.eos_id
-            and list(d.tokens) == list(p.tokens))
+    return (
+        d.vocab_size == p.vocab_size
+        and d.bos_id == p.bos_id
+        and d.eos_id == p.eos_id
+        and list(d.tokens) == list(p.tokens)
+    )
 
 
 def row_generators(x: torch.Tensor, generator: torch.Generator | None) -> list[torch.Generator]:
@@ -156,9 +160,9 @@ def row_generators(x: torch.Tensor, generator: torch.Generator | None) -> list[t
             raise ValueError(f"{len(generator)} generators for {x.shape[0]} rows")
         return list(generator)
     if generator is not None:
-        base = int(torch.randint(0, 2 ** 62, (1,), generator=generator, device=generator.device))
+        base = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
     else:
-        base = int(torch.randint(0, 2 ** 62, (1,)))
+        base = int(torch.randint(0, 2**62, (1,)))
     seen: dict[bytes, int] = {}
     out = []
     for row in x.detach().cpu().to(torch.int64):
@@ -249,8 +253,15 @@ def word_ends(rows: torch.Tensor, p: torch.Tensor, tables: tuple[torch.Tensor, t
     return torch.where(end.any(-1), end.long().argmax(-1) + 1, torch.full_like(p, T))
 
 
-def bridged_logp_ar(proxy, state: torch.Tensor, fill: torch.Tensor, curr: torch.Tensor, valid: torch.Tensor,
-                    cand: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+def bridged_logp_ar(
+    proxy,
+    state: torch.Tensor,
+    fill: torch.Tensor,
+    curr: torch.Tensor,
+    valid: torch.Tensor,
+    cand: torch.Tensor,
+    tables: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[torch.Tensor, dict]:
     """Different vocabularies: ``logp_ar`` ``(B, m, K)`` float64 of the candidates ``cand`` ``(B, m, K)`` through
     the tokenizer bridge (``-inf`` where ``valid`` ``(B, m, K)`` is False).
 
@@ -280,8 +291,15 @@ def bridged_logp_ar(proxy, state: torch.Tensor, fill: torch.Tensor, curr: torch.
 
 # ---------------------------------------------------------------------- the decoder
 @torch.no_grad()
-def apd_decode(backbone, proxy, x: torch.Tensor, decoding: DecodeOptions, options: APDOptions, generator=None,
-               trace: list | None = None) -> tuple[torch.Tensor, dict]:
+def apd_decode(
+    backbone,
+    proxy,
+    x: torch.Tensor,
+    decoding: DecodeOptions,
+    options: APDOptions,
+    generator=None,
+    trace: list | None = None,
+) -> tuple[torch.Tensor, dict]:
     """APD on prompts ``x`` ``(B, T)`` (DLLM layout, ``decoding.gen_length`` trailing masks).
 
     ``proxy``: the AR proxy as a :class:`~unie.dllm.bridge.ProxyBridge` (duck-typed: ``model``, ``dtok``, ``ptok``,
@@ -365,17 +383,34 @@ def apd_decode(backbone, proxy, x: torch.Tensor, decoding: DecodeOptions, option
         row_iterations += Ba
         committed += int(n.sum())
         if trace is not None:
-            trace.append({"rows": rows, "xt": x_before, "curr": curr, "width": width, "noise": g,
-                          "logp_dlm": logp_dlm, "logp_ar": logp_ar, "support": support, "draft": draft, "y": y,
-                          "accepted": n})
-    stats = {"nfe": nfe, "proxy_forwards": proxy_calls + proxy.forwards - proxy_before,
-             "accepted": committed / max(row_iterations, 1), "tokens_per_step": decoding.gen_length / max(nfe, 1)}
+            trace.append(
+                {
+                    "rows": rows,
+                    "xt": x_before,
+                    "curr": curr,
+                    "width": width,
+                    "noise": g,
+                    "logp_dlm": logp_dlm,
+                    "logp_ar": logp_ar,
+                    "support": support,
+                    "draft": draft,
+                    "y": y,
+                    "accepted": n,
+                }
+            )
+    stats = {
+        "nfe": nfe,
+        "proxy_forwards": proxy_calls + proxy.forwards - proxy_before,
+        "accepted": committed / max(row_iterations, 1),
+        "tokens_per_step": decoding.gen_length / max(nfe, 1),
+    }
     return x, stats
 
 
 @register_dllm_sampler("apd", APDOptions, needs_proxy=True)
-def apd_sampler(backbone, x: torch.Tensor, decoding: DecodeOptions, options: APDOptions, proxy=None,
-                generator=None) -> tuple[torch.Tensor, dict]:
+def apd_sampler(
+    backbone, x: torch.Tensor, decoding: DecodeOptions, options: APDOptions, proxy=None, generator=None
+) -> tuple[torch.Tensor, dict]:
     """Registered form of :func:`apd_decode` (the +APD rows of Table 3); ``proxy`` is the tokenizer bridge."""
     if proxy is None:
         raise ValueError("DLLM sampler 'apd' needs a proxy (the AR verifier)")

@@ -182,8 +182,10 @@ class DecodeOptions:
         if self.horizon is not None and (isinstance(self.horizon, bool) or self.horizon < 0):
             raise ValueError(f"horizon must be None or >= 0, got {self.horizon!r}")
         if self.gen_length % self.block_length or self.block_length % self.tokens_per_step:
-            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length}) "
-                             f"and block_length of tokens_per_step ({self.tokens_per_step})")
+            raise ValueError(
+                f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length}) "
+                f"and block_length of tokens_per_step ({self.tokens_per_step})"
+            )
 
     @property
     def iterations(self) -> int:
@@ -261,7 +263,7 @@ class Horizon:
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self._pad(self.backbone.logits(x[:, :self.cut(x)]), x.shape[1])
+        return self._pad(self.backbone.logits(x[:, : self.cut(x)]), x.shape[1])
 
     @torch.no_grad()
     def logits_and_attention(self, x: torch.Tensor, n_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,7 +287,9 @@ def block_bounds(prompt_len: int, options: DecodeOptions, n: int) -> tuple[int, 
     return start, start + options.block_length
 
 
-def commit_top(x: torch.Tensor, tokens: torch.Tensor, conf: torch.Tensor, allowed: torch.Tensor, m: int) -> torch.Tensor:
+def commit_top(
+    x: torch.Tensor, tokens: torch.Tensor, conf: torch.Tensor, allowed: torch.Tensor, m: int
+) -> torch.Tensor:
     """Commit ``tokens`` at the ``m`` ``allowed`` positions of highest ``conf`` (ties: lowest index), per row.
 
     ``x``, ``tokens``, ``conf``, ``allowed``: ``(..., L)``; returns the new state (out of place)."""
@@ -329,8 +333,9 @@ class PlainOptions:
 
 
 @register_dllm_sampler("plain", PlainOptions)
-def plain(backbone, x: torch.Tensor, decoding: DecodeOptions, options: PlainOptions, proxy=None,
-          generator=None) -> tuple[torch.Tensor, dict]:
+def plain(
+    backbone, x: torch.Tensor, decoding: DecodeOptions, options: PlainOptions, proxy=None, generator=None
+) -> tuple[torch.Tensor, dict]:
     """Registered form of :func:`decode` (the rows LLaDA-like and Dream-like of Table 3)."""
     return decode(backbone, x, decoding)
 
@@ -351,8 +356,9 @@ def model_device(model) -> torch.device:
 
 
 @torch.no_grad()
-def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int = MC_NUM, batch_size: int = 32,
-                     generator=None) -> float:
+def mc_loglikelihood(
+    backbone, prefix: list[int], target: list[int], mc_num: int = MC_NUM, batch_size: int = 32, generator=None
+) -> float:
     """LLaDA's Monte-Carlo ELBO of ``log p(target | prefix)`` (``eval_llada.py::get_loglikelihood``, ``cfg=0``).
 
     ``b = batch_size`` copies per pass: ``k ~ U{1..T}``, masked counts ``n_j = round(linspace(k, k + (b-1) T/b))``
@@ -363,8 +369,10 @@ def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int
     ``mc_num`` must be a multiple of ``batch_size`` (``mc_num / batch_size`` passes, as LLaDA's ``eval_llada.py``
     asserts): anything else is a ValueError, never fewer copies than asked."""
     if mc_num < 1 or batch_size < 1 or mc_num % batch_size:
-        raise ValueError(f"mc_num={mc_num} is not a positive multiple of batch_size={batch_size}: the estimate would "
-                         f"not use mc_num copies")
+        raise ValueError(
+            f"mc_num={mc_num} is not a positive multiple of batch_size={batch_size}: the estimate would "
+            f"not use mc_num copies"
+        )
     T = len(target)
     if T == 0:
         return 0.0
@@ -382,7 +390,7 @@ def mc_loglikelihood(backbone, prefix: list[int], target: list[int], mc_num: int
         masked_t = perm < n[:, None]
         x = seq.expand(batch_size, -1).clone()
         masked = torch.zeros_like(x, dtype=torch.bool)
-        masked[:, len(prefix):] = masked_t.to(dev)
+        masked[:, len(prefix) :] = masked_t.to(dev)
         x[masked] = backbone.mask_id
         logp = normalise(backbone.logits(x), blocked)
         ce = -logp.gather(-1, seq.expand(batch_size, -1)[..., None]).squeeze(-1)

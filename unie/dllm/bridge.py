@@ -64,8 +64,10 @@ class ProxyBridge:
         self._surf = dllm_tokenizer.surfaces()
         # the two tokenizers' identities (their fingerprints: an object id can be reused once a tokenizer is gone):
         # bridges that read the same DLLM tokenizer through the same proxy tokenizer share their plans
-        self._key = tuple(t.info()["fingerprint"] if callable(getattr(t, "info", None)) else id(t)
-                          for t in (dllm_tokenizer, self.ptok))
+        self._key = tuple(
+            t.info()["fingerprint"] if callable(getattr(t, "info", None)) else id(t)
+            for t in (dllm_tokenizer, self.ptok)
+        )
 
     # -- checks ---------------------------------------------------------------------------------
     def check(self, texts: list[str]) -> None:
@@ -78,8 +80,10 @@ class ProxyBridge:
             except ValueError as e:
                 raise BridgeError(f"the proxy's tokenizer cannot encode the DLLM's text {back[:80]!r}: {e}") from None
             if self.ptok.decode(ids).strip() != back.strip():
-                raise BridgeError(f"the proxy's tokenizer does not round-trip the DLLM's text {back[:80]!r} "
-                                  f"(got {self.ptok.decode(ids)[:80]!r}): the two tokenizers cannot be bridged")
+                raise BridgeError(
+                    f"the proxy's tokenizer does not round-trip the DLLM's text {back[:80]!r} "
+                    f"(got {self.ptok.decode(ids)[:80]!r}): the two tokenizers cannot be bridged"
+                )
 
     # -- the map ----------------------------------------------------------------------------------
     def _row_text(self, ids: list[int]):
@@ -174,10 +178,12 @@ class ProxyBridge:
         proxy as they are."""
         if not self.shares_tokenizer:
             p, d = self.ptok.info(), self.dtok.info()
-            raise BridgeError(f"ar_context 'masked' needs a proxy that shares the DLLM's tokenizer (it reads the "
-                              f"DLLM's ids and masks as they are): the proxy's is {p['kind']} with {p['vocab_size']} "
-                              f"tokens ({p['fingerprint']}), the DLLM's {d['kind']} with {d['vocab_size']} "
-                              f"({d['fingerprint']}); use ar_context teacher_forced through the bridge")
+            raise BridgeError(
+                f"ar_context 'masked' needs a proxy that shares the DLLM's tokenizer (it reads the "
+                f"DLLM's ids and masks as they are): the proxy's is {p['kind']} with {p['vocab_size']} "
+                f"tokens ({p['fingerprint']}), the DLLM's {d['kind']} with {d['vocab_size']} "
+                f"({d['fingerprint']}); use ar_context teacher_forced through the bridge"
+            )
 
     def masked_logp(self, ctx: torch.Tensor, tokens: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
         """``log p_AR(tokens[n, m, i] | ctx[n, :i])`` ``(N, M, L)`` float64 for DLLM rows ``ctx`` ``(N, L)`` (masks
@@ -215,9 +221,11 @@ class ProxyBridge:
         reading) by :meth:`masked_logp`, only for a proxy that shares the DLLM's tokenizer."""
         if tokens.shape[1] != 1 or not torch.equal(tokens[:, 0].cpu(), ctx.cpu()):
             if not self.shares_tokenizer:
-                raise BridgeError("the tokenizer bridge supports only teacher-forced readings of the proxy "
-                                  "(ar_context teacher_forced or teacher_forced_carry_over): a proxy cannot read "
-                                  "another tokenizer's masked state")
+                raise BridgeError(
+                    "the tokenizer bridge supports only teacher-forced readings of the proxy "
+                    "(ar_context teacher_forced or teacher_forced_carry_over): a proxy cannot read "
+                    "another tokenizer's masked state"
+                )
             return self.masked_logp(ctx, tokens, score_until).to(ctx.device)
         return self.position_logp(ctx, score_until)[:, None].to(ctx.device)
 

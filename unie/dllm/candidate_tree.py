@@ -96,9 +96,16 @@ def _batches(n: int, size: int):
 
 
 @torch.no_grad()
-def window_tree(backbone, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions, generators: list,
-                scorers: dict[str, Scorer] | None = None, cap: int = DEFAULT_CAP, batch_size: int = 256
-                ) -> list[ItemTree]:
+def window_tree(
+    backbone,
+    x: torch.Tensor,
+    decode: DecodeOptions,
+    options: DLLMEnergyOptions,
+    generators: list,
+    scorers: dict[str, Scorer] | None = None,
+    cap: int = DEFAULT_CAP,
+    batch_size: int = 256,
+) -> list[ItemTree]:
     """The candidate tree of each prompt row of ``x`` ``(B, T)`` (module doc) under Algorithm 3's candidate draw
     (``options``: ``K``, ``w``, ``temperature``, ``greedy_first``), each row drawing from its own generator
     (``generators[b]``, as the decoder passes them; not consumed: the tree draws from copies).  ``scorers``: name ->
@@ -156,8 +163,21 @@ def window_tree(backbone, x: torch.Tensor, decode: DecodeOptions, options: DLLME
                     continue
                 until = memo.setdefault(id(s.proxy), _Memo(s.proxy.until(end)))
                 idx = torch.tensor(rows_s, device=xb.device)
-                e = selection_energy(s.selection, s.energy, xt_b[idx], x0_b[idx], xs_b[idx], logp_dlm[idx], until,
-                                     s.ar_context, mask_id).double().cpu()
+                e = (
+                    selection_energy(
+                        s.selection,
+                        s.energy,
+                        xt_b[idx],
+                        x0_b[idx],
+                        xs_b[idx],
+                        logp_dlm[idx],
+                        until,
+                        s.ar_context,
+                        mask_id,
+                    )
+                    .double()
+                    .cpu()
+                )
                 for k, r in enumerate(rows_s):
                     nodes[r].energies[name] = e[k].tolist()
             for r, (b, node, _, g) in enumerate(part):
@@ -200,9 +220,16 @@ def _branch(trees, nxt, n: int, cap: int):
             for name in on:
                 e = nd.energies[name]
                 picks.add(min(range(len(e)), key=lambda j: (e[j], j)))
-            wanted.append({j: {name for name in on if min(range(len(nd.energies[name])),
-                                                          key=lambda j2: (nd.energies[name][j2], j2)) == j}
-                           for j in picks})
+            wanted.append(
+                {
+                    j: {
+                        name
+                        for name in on
+                        if min(range(len(nd.energies[name])), key=lambda j2: (nd.energies[name][j2], j2)) == j
+                    }
+                    for j in picks
+                }
+            )
         index: dict[bytes, int] = {}
         keys = [[xs[j].cpu().numpy().tobytes() for j in range(xs.shape[0])] for _, _, xs, _, _ in entries]
         order = [(e, j, True) for e, w in enumerate(wanted) for j in sorted(w)]
@@ -246,9 +273,11 @@ def leaf_below(tree: ItemTree, node: int, choose) -> int | None:
 def rule_leaf(tree: ItemTree, scorer: str) -> int | None:
     """The leaf an argmin rule by ``scorer`` reaches: at each node the first candidate of least energy (torch's
     ``argmin``), as :func:`~unie.energy.energies.select` picks."""
+
     def choose(nd):
         e = nd.energies[scorer]
         return min(range(len(e)), key=lambda j: (e[j], j))
+
     return leaf_below(tree, 0, choose)
 
 
@@ -279,8 +308,15 @@ class ItemLeaves:
     texts: list[str]
 
 
-def decoder_trees(decoder, prompts: list[str], max_new_tokens: int, keys: list[str], options: DLLMEnergyOptions,
-                  scorers: dict[str, Scorer] | None = None, cap: int = DEFAULT_CAP) -> list[ItemLeaves]:
+def decoder_trees(
+    decoder,
+    prompts: list[str],
+    max_new_tokens: int,
+    keys: list[str],
+    options: DLLMEnergyOptions,
+    scorers: dict[str, Scorer] | None = None,
+    cap: int = DEFAULT_CAP,
+) -> list[ItemLeaves]:
     """The candidate tree of each prompt as ``decoder`` (a :class:`~unie.dllm.decoder.DLLMDecoder`) would decode it
     with Algorithm 3's draw ``options``: the same layout and length groups, the same per-request generators (seeded
     from the decoder's seed, the prompt and its key: the adapter's ``[gen_kwargs, repeat]``), the same precision, the
@@ -300,10 +336,19 @@ def decoder_trees(decoder, prompts: list[str], max_new_tokens: int, keys: list[s
         x = dllm_prompt_rows(decoder.tok, [prompts[i] for i in idx], P, G).to(device)
         gens = [request_generator(decoder.seed, "generate", prompts[i], keys[i]) for i in idx]
         with autocast(model_device(decoder.backbone), decoder.precision):
-            trees = window_tree(with_horizon(decoder.backbone, decoder.decode_options), x, decoder.decode_options,
-                                options, gens, scorers, cap)
+            trees = window_tree(
+                with_horizon(decoder.backbone, decoder.decode_options),
+                x,
+                decoder.decode_options,
+                options,
+                gens,
+                scorers,
+                cap,
+            )
         for i, tree in zip(idx, trees):
-            texts = [completion_text(decoder.tok, leaf[P:P + min(G, max_new_tokens)].tolist()) for leaf in tree.leaves]
+            texts = [
+                completion_text(decoder.tok, leaf[P : P + min(G, max_new_tokens)].tolist()) for leaf in tree.leaves
+            ]
             out[i] = ItemLeaves(tree, texts)
     return out
 

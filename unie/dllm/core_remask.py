@@ -69,7 +69,6 @@ class CoReOptions:
 def probe_state(x: torch.Tensor, cand: torch.Tensor, radius: int, prompt_len: int, mask_id: int) -> torch.Tensor:
     """``x`` ``(B, T)`` with every ``cand`` ``(B, T)`` position and its neighbours within ``radius`` masked
     (positions ``>= prompt_len`` only)."""
-    T = x.shape[1]
     hit = cand.clone()
     for d in range(1, radius + 1):
         hit[:, d:] |= cand[:, :-d]
@@ -85,8 +84,9 @@ def lowest(score: torch.Tensor, allowed: torch.Tensor, k: int) -> torch.Tensor:
 
 @register_dllm_sampler("core", CoReOptions)
 @torch.no_grad()
-def core_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: CoReOptions, proxy=None,
-                generator=None) -> tuple[torch.Tensor, dict]:
+def core_decode(
+    backbone, x: torch.Tensor, decoding: DecodeOptions, options: CoReOptions, proxy=None, generator=None
+) -> tuple[torch.Tensor, dict]:
     """CoRe decoding of prompts ``x`` ``(B, T)`` (DLLM layout, ``decoding.gen_length`` trailing masks).
 
     Returns the decoded ``(B, T)`` and ``{"nfe": forwards (probes included), "probes", "remasked": tokens

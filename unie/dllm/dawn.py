@@ -92,7 +92,9 @@ class DAWNOptions:
             raise ValueError(f"DAWN option attn_layers must be an integer >= 1, got {a!r}")
 
 
-def current_block(x: torch.Tensor, mask_id: int, prompt_len: int, block_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def current_block(
+    x: torch.Tensor, mask_id: int, prompt_len: int, block_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row, ``[start, end)`` ``(B,)`` of the first block of the generation region that still holds a mask
     (a finished row gets the empty block ``[T, T)``)."""
     B, T = x.shape
@@ -141,8 +143,9 @@ def attention_preflight(backbone, options: DAWNOptions, proxy=None) -> None:
     """Before any generation: the backbone must give ``options.attn_layers`` layers of attention probabilities
     (one forward over one row of two masks; a ``TypeError``/``ValueError`` naming the problem otherwise)."""
     if not hasattr(backbone, "logits_and_attention"):
-        raise TypeError(f"DAWN needs attention probabilities: {type(backbone).__name__} has no "
-                        "logits_and_attention(x, n_layers)")
+        raise TypeError(
+            f"DAWN needs attention probabilities: {type(backbone).__name__} has no logits_and_attention(x, n_layers)"
+        )
     x = torch.full((1, 2), backbone.mask_id, dtype=torch.long)
     _, A = backbone.logits_and_attention(x, options.attn_layers)
     if tuple(A.shape) != (1, 2, 2):
@@ -151,8 +154,9 @@ def attention_preflight(backbone, options: DAWNOptions, proxy=None) -> None:
 
 @register_dllm_sampler("dawn", DAWNOptions, preflight=attention_preflight)
 @torch.no_grad()
-def dawn_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DAWNOptions, proxy=None,
-                generator=None) -> tuple[torch.Tensor, dict]:
+def dawn_decode(
+    backbone, x: torch.Tensor, decoding: DecodeOptions, options: DAWNOptions, proxy=None, generator=None
+) -> tuple[torch.Tensor, dict]:
     """DAWN decoding of prompts ``x`` ``(B, T)`` (DLLM layout, ``decoding.gen_length`` trailing masks).
 
     ``backbone`` needs ``logits_and_attention(x, n_layers)`` (:class:`~unie.dllm.backbone.DLLM`).  Each row walks
@@ -161,8 +165,9 @@ def dawn_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DAW
     finished early count as idle in the mean) plus the tokens committed by each rule, summed over rows
     (``committed_conf``, ``committed_anchor``, ``committed_conflict``, ``committed_fallback``)."""
     if not hasattr(backbone, "logits_and_attention"):
-        raise TypeError(f"DAWN needs attention probabilities: {type(backbone).__name__} has no "
-                        "logits_and_attention(x, n_layers)")
+        raise TypeError(
+            f"DAWN needs attention probabilities: {type(backbone).__name__} has no logits_and_attention(x, n_layers)"
+        )
     x = x.clone()
     T = x.shape[1]
     mask_id = backbone.mask_id

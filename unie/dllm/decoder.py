@@ -32,7 +32,13 @@ from ..data.dllm_format import dllm_prompt_rows
 from ..data.tokenizer import load_tokenizer
 from ..models.checkpoint import CheckpointError, load_model, read_meta
 from .backbone import (  # noqa: F401
-    DEFAULT_MAX_GEN_TOKS, MC_NUM, DecodeOptions, greedy_matches, mc_loglikelihood, model_device, with_horizon,
+    DEFAULT_MAX_GEN_TOKS,
+    MC_NUM,
+    DecodeOptions,
+    greedy_matches,
+    mc_loglikelihood,
+    model_device,
+    with_horizon,
 )
 from .bridge import ProxyBridge
 from .energy_decoding import WINDOW_COUNTERS
@@ -44,8 +50,10 @@ LOADING_KEYS = ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust
 
 # loading keys a kind never reads (an error, not silently ignored): style, mask_token and attn_implementation are
 # read for a kind=hf_dllm checkpoint, trust_remote_code for both Hugging Face kinds
-NOT_READ_BY_KIND = {"unie": {"style", "mask_token", "attn_implementation", "trust_remote_code"},
-                    "hf_ar": {"style", "mask_token", "attn_implementation"}}
+NOT_READ_BY_KIND = {
+    "unie": {"style", "mask_token", "attn_implementation", "trust_remote_code"},
+    "hf_ar": {"style", "mask_token", "attn_implementation"},
+}
 KINDS = ("unie", "hf_dllm", "hf_ar")
 
 
@@ -95,8 +103,10 @@ def check_mc_num(mc_num) -> int:
     n = int(mc_num)
     if n < 1 or (n > MC_BATCH and n % MC_BATCH):
         near = f" (e.g. {n - n % MC_BATCH} or {n - n % MC_BATCH + MC_BATCH})" if n > MC_BATCH else ""
-        raise ConfigError(f"model_args mc_num={mc_num}: the Monte-Carlo ELBO draws its copies {MC_BATCH} per pass, "
-                          f"so mc_num must be 1..{MC_BATCH} or a multiple of {MC_BATCH}{near}")
+        raise ConfigError(
+            f"model_args mc_num={mc_num}: the Monte-Carlo ELBO draws its copies {MC_BATCH} per pass, "
+            f"so mc_num must be 1..{MC_BATCH} or a multiple of {MC_BATCH}{near}"
+        )
     return n
 
 
@@ -198,23 +208,35 @@ class ModelArgs:
         entry = DLLM_SAMPLERS[sampler]
         foreign = sorted((set(args) & sampler_option_keys()) - set(entry.option_names()))
         if foreign:
-            raise ConfigError(f"model_args {foreign} are not options of DLLM sampler {sampler!r} "
-                              f"(its options: {sorted(entry.option_names())})")
+            raise ConfigError(
+                f"model_args {foreign} are not options of DLLM sampler {sampler!r} "
+                f"(its options: {sorted(entry.option_names())})"
+            )
         if "pretrained" not in args:
             raise ConfigError("model_args needs pretrained=<model directory>")
         ignored = unread_keys(args)
         if ignored:
-            raise ConfigError(f"model_args {ignored} do not apply to kind={args.get('kind', 'unie')!r}: nothing "
-                              "would read them")
+            raise ConfigError(
+                f"model_args {ignored} do not apply to kind={args.get('kind', 'unie')!r}: nothing would read them"
+            )
         own = {f.name for f in dataclasses.fields(cls)} - {"options", "decoding", "sampler"}
         given = {k: args[k] for k in own if k in args}
-        for key, convert in (("seed", int), ("mc_num", int), ("name", str), ("trust_remote_code", bool),
-                             ("proxy_trust_remote_code", bool)):
+        for key, convert in (
+            ("seed", int),
+            ("mc_num", int),
+            ("name", str),
+            ("trust_remote_code", bool),
+            ("proxy_trust_remote_code", bool),
+        ):
             if key in given:
                 given[key] = convert(given[key])
         dec = {f.name for f in dataclasses.fields(DecodeOptions)}
-        return cls(sampler=sampler, options={k: args[k] for k in entry.option_names() if k in args},
-                   decoding={k: args[k] for k in dec if k in args}, **given)
+        return cls(
+            sampler=sampler,
+            options={k: args[k] for k in entry.option_names() if k in args},
+            decoding={k: args[k] for k in dec if k in args},
+            **given,
+        )
 
 
 # ---------------------------------------------------------------------- the decoders
@@ -225,8 +247,10 @@ def load_trained(model_dir, device: str = "cpu"):
     tok = load_tokenizer(Path(model_dir) / "tokenizer")
     net, meta = load_model(model_dir, device, tokenizer_info=tok.info())
     cls = METHODS[meta["method"]]
-    method = cls(tok.info(), from_dict(cls.Options, meta.get("extra", {}).get("options", {}) or {},
-                                       f"checkpoint {model_dir} options"))
+    method = cls(
+        tok.info(),
+        from_dict(cls.Options, meta.get("extra", {}).get("options", {}) or {}, f"checkpoint {model_dir} options"),
+    )
     wrapped = method.wrap(net)
     wrapped.tokenizer = tok
     layout = meta.get("extra", {}).get("layout")
@@ -277,10 +301,12 @@ def check_positions(model, name: str, prompt_positions: int, gen_length: int) ->
     the model covers (a Hugging Face model's ``max_position_embeddings``: beyond it, a raw indexing error mid-run)."""
     limit = getattr(model, "max_positions", None)
     if limit is not None and prompt_positions + gen_length > limit:
-        raise ConfigError(f"{name}: the longest prompt ({prompt_positions} positions) + gen_length {gen_length} = "
-                         f"{prompt_positions + gen_length} exceeds the {limit} positions the model covers "
-                         f"(max_position_embeddings of {getattr(model, 'path', name)}); lower gen_length in "
-                         "model_args (dllm.decoding) or shorten the prompts")
+        raise ConfigError(
+            f"{name}: the longest prompt ({prompt_positions} positions) + gen_length {gen_length} = "
+            f"{prompt_positions + gen_length} exceeds the {limit} positions the model covers "
+            f"(max_position_embeddings of {getattr(model, 'path', name)}); lower gen_length in "
+            "model_args (dllm.decoding) or shorten the prompts"
+        )
 
 
 def encode_pair(tok, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -296,7 +322,7 @@ def encode_pair(tok, context: str, continuation: str) -> tuple[list[int], list[i
     if n_spaces:
         context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
     whole, ctx = tok.encode(context + continuation), tok.encode(context)
-    return ctx, whole[len(ctx):]
+    return ctx, whole[len(ctx) :]
 
 
 class DLLMDecoder:
@@ -320,10 +346,21 @@ class DLLMDecoder:
     block a matrix product differently for another number of rows); ``tests/test_lmeval_determinism.py`` measures
     that it does not change a greedy decode or a log-likelihood on the CPU at batch sizes 1, 8 and 64."""
 
-    def __init__(self, backbone, tokenizer, prompt_len: int | None, decode_options: DecodeOptions,
-                 options=None, proxy: ProxyBridge | None = None,
-                 seed: int = 0, mc_num: int = MC_NUM, name: str = "dllm", pad_to_batch: bool = False,
-                 sampler: str | None = None, precision: str = "fp32"):
+    def __init__(
+        self,
+        backbone,
+        tokenizer,
+        prompt_len: int | None,
+        decode_options: DecodeOptions,
+        options=None,
+        proxy: ProxyBridge | None = None,
+        seed: int = 0,
+        mc_num: int = MC_NUM,
+        name: str = "dllm",
+        pad_to_batch: bool = False,
+        sampler: str | None = None,
+        precision: str = "fp32",
+    ):
         """``prompt_len``: the prompt positions the model was trained with (longer prompts are refused); prompts
         are left-padded to it, or only to their own length when ``pad_to_batch`` (a model trained on
         length-bucketed batches, which never saw more padding than its bucket needed) or when it is None.
@@ -362,14 +399,16 @@ class DLLMDecoder:
         model's position limit for prompt + ``gen_length``), text the proxy cannot read."""
         lengths = [len(ids) + 1 for ids in self.tok.encode_batch(prompts)]
         if self.prompt_len is not None and max(lengths) > self.prompt_len:
-            raise ValueError(f"a prompt needs {max(lengths)} positions; the model was trained with prompt_len "
-                             f"{self.prompt_len}")
+            raise ValueError(
+                f"a prompt needs {max(lengths)} positions; the model was trained with prompt_len {self.prompt_len}"
+            )
         check_positions(self.backbone, self.name, max(self._positions(n - 1) for n in lengths), self.gen_length)
         if self.proxy is not None:
             self.proxy.check(prompts)
 
-    def generate(self, prompts: list[str], max_new_tokens: int, keys: list[str] | None = None
-                 ) -> tuple[list[str], dict]:
+    def generate(
+        self, prompts: list[str], max_new_tokens: int, keys: list[str] | None = None
+    ) -> tuple[list[str], dict]:
         """Completions of ``prompts`` (``max_new_tokens`` of the ``gen_length`` decoded positions kept) and the
         counters ``nfe`` (network passes, summed over the length groups), ``generated_tokens`` (tokens produced:
         per row up to and including its first ``<eos>``), ``row_tokens`` (that count per row),
@@ -391,14 +430,20 @@ class DLLMDecoder:
             x = dllm_prompt_rows(self.tok, [prompts[i] for i in idx], P, G).to(device)
             gens = [request_generator(self.seed, "generate", prompts[i], keys[i]) for i in idx]
             with autocast(model_device(self.backbone), self.precision):
-                out, stats = self.sampler.fn(with_horizon(self.backbone, self.decode_options), x,
-                                             self.decode_options, self.options, proxy=self.proxy, generator=gens)
+                out, stats = self.sampler.fn(
+                    with_horizon(self.backbone, self.decode_options),
+                    x,
+                    self.decode_options,
+                    self.options,
+                    proxy=self.proxy,
+                    generator=gens,
+                )
             counters["nfe"] += int(stats["nfe"])
             counters["proxy_forwards"] += int(stats.get("proxy_forwards", 0))
             for k in WINDOW_COUNTERS:  # Algorithm 3's: what the energy had to act on (unie.dllm.energy_decoding)
                 if k in stats:
                     counters[k] = counters.get(k, 0) + int(stats[k])
-            for i, g in zip(idx, out[:, P:P + min(G, max_new_tokens)].tolist()):
+            for i, g in zip(idx, out[:, P : P + min(G, max_new_tokens)].tolist()):
                 texts[i] = completion_text(self.tok, g)
                 row_tokens[i] = produced_tokens(g, self.tok.eos_id)
         return texts, {**counters, "generated_tokens": sum(row_tokens), "row_tokens": row_tokens}
@@ -420,8 +465,14 @@ class DLLMDecoder:
             prefix = [self.tok.bos_id] + ctx
             gen = request_generator(self.seed, "loglikelihood", c, t)
             with autocast(device, self.precision):
-                ll = mc_loglikelihood(self.backbone, prefix, target, mc_num=self.mc_num,
-                                      batch_size=min(self.mc_num, MC_BATCH), generator=gen)
+                ll = mc_loglikelihood(
+                    self.backbone,
+                    prefix,
+                    target,
+                    mc_num=self.mc_num,
+                    batch_size=min(self.mc_num, MC_BATCH),
+                    generator=gen,
+                )
                 greedy = greedy_matches(self.backbone, prefix, target, self.decode_options.confidence)
             out.append((ll, greedy))
         return out
@@ -433,21 +484,38 @@ class DLLMDecoder:
             ctx, target = encode_pair(self.tok, c, t)
             gen = request_generator(self.seed, "loglikelihood", c, t)
             with autocast(device, self.precision):
-                out.append(mc_loglikelihood(self.backbone, [self.tok.bos_id] + ctx, target, mc_num=self.mc_num,
-                                            batch_size=min(self.mc_num, MC_BATCH), generator=gen))
+                out.append(
+                    mc_loglikelihood(
+                        self.backbone,
+                        [self.tok.bos_id] + ctx,
+                        target,
+                        mc_num=self.mc_num,
+                        batch_size=min(self.mc_num, MC_BATCH),
+                        generator=gen,
+                    )
+                )
         return out
 
     def info(self) -> dict:
         """What made this decoder's answers (the results' ``config``, :meth:`unie.dllm.lmeval.UnieLM.get_model_info`)."""
-        return {"decoder": self.name, "type": "dllm", "sampler": self.sampler_name,
-                "options": dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else
-                repr(self.options),
-                "decoding": dataclasses.asdict(self.decode_options), "prompt_len": self.prompt_len,
-                "pad_to_batch": self.pad_to_batch, "seed": self.seed, "mc_num": self.mc_num,
-                "precision": self.precision, "device": str(model_device(self.backbone)),
-                "checkpoint": str(getattr(self.backbone, "path", None) or getattr(self.tok, "path", None) or ""),
-                "proxy": str(getattr(getattr(self.proxy, "model", None), "path", None) or "") or None,
-                **getattr(self, "provenance", {})}
+        return {
+            "decoder": self.name,
+            "type": "dllm",
+            "sampler": self.sampler_name,
+            "options": dataclasses.asdict(self.options)
+            if dataclasses.is_dataclass(self.options)
+            else repr(self.options),
+            "decoding": dataclasses.asdict(self.decode_options),
+            "prompt_len": self.prompt_len,
+            "pad_to_batch": self.pad_to_batch,
+            "seed": self.seed,
+            "mc_num": self.mc_num,
+            "precision": self.precision,
+            "device": str(model_device(self.backbone)),
+            "checkpoint": str(getattr(self.backbone, "path", None) or getattr(self.tok, "path", None) or ""),
+            "proxy": str(getattr(getattr(self.proxy, "model", None), "path", None) or "") or None,
+            **getattr(self, "provenance", {}),
+        }
 
 
 class ARDecoder:
@@ -474,8 +542,11 @@ class ARDecoder:
             gen = self.model.greedy_continue(ids, G).tolist()
         rows = [produced_tokens(g, self.tok.eos_id) for g in gen]
         # forwards: one per token until every row has written <eos> (greedy_continue stops there)
-        return [completion_text(self.tok, g) for g in gen], {"nfe": max(rows, default=0), "generated_tokens": sum(rows),
-                                                             "row_tokens": rows}
+        return [completion_text(self.tok, g) for g in gen], {
+            "nfe": max(rows, default=0),
+            "generated_tokens": sum(rows),
+            "row_tokens": rows,
+        }
 
     def count_tokens(self, text: str) -> int:
         return len(self.tok.encode(text))
@@ -492,18 +563,24 @@ class ARDecoder:
                 logits = self.model.logits(x)
             logp = widen(logits).log_softmax(-1)[0, :-1]
             lp = logp.gather(-1, x[0, 1:, None].to(logp.device)).squeeze(-1)
-            greedy = bool((logp[len(ctx):].argmax(-1).cpu() == x[0, 1 + len(ctx):]).all())
-            out.append((float(lp[len(ctx):].double().sum()), greedy))
+            greedy = bool((logp[len(ctx) :].argmax(-1).cpu() == x[0, 1 + len(ctx) :]).all())
+            out.append((float(lp[len(ctx) :].double().sum()), greedy))
         return out
 
     def loglikelihood(self, contexts: list[str], continuations: list[str]) -> list[float]:
         return [ll for ll, _ in self.loglikelihood_greedy(contexts, continuations)]
 
     def info(self) -> dict:
-        return {"decoder": self.name, "type": "ar", "sampler": "greedy", "gen_length": self.gen_length,
-                "precision": self.precision, "device": str(self.device),
-                "checkpoint": str(getattr(self.model, "path", None) or getattr(self.tok, "path", None) or ""),
-                **getattr(self, "provenance", {})}
+        return {
+            "decoder": self.name,
+            "type": "ar",
+            "sampler": "greedy",
+            "gen_length": self.gen_length,
+            "precision": self.precision,
+            "device": str(self.device),
+            "checkpoint": str(getattr(self.model, "path", None) or getattr(self.tok, "path", None) or ""),
+            **getattr(self, "provenance", {}),
+        }
 
 
 # ---------------------------------------------------------------------- model_args -> decoder
@@ -512,18 +589,31 @@ def load_backbone(a: ModelArgs):
     if a.kind == "unie":
         model, tok, layout = load_trained(a.pretrained, a.device)
         prompt_len = layout["prompt_len"] if a.prompt_len is None else a.prompt_len
-        return model, tok, prompt_len, bool(layout.get("pad_to_batch", False)), layout["gen_length"], \
-            layout["kind"] == "ar"
+        return (
+            model,
+            tok,
+            prompt_len,
+            bool(layout.get("pad_to_batch", False)),
+            layout["gen_length"],
+            layout["kind"] == "ar",
+        )
     if a.kind in ("hf_dllm", "hf_ar"):
         from ..models.hf import load_hf_causal, load_hf_dllm
 
         if a.kind == "hf_ar":
-            model = load_hf_causal(a.pretrained, trust_remote_code=a.trust_remote_code, device=a.device,
-                                   dtype=hf_dtype(a.precision))
+            model = load_hf_causal(
+                a.pretrained, trust_remote_code=a.trust_remote_code, device=a.device, dtype=hf_dtype(a.precision)
+            )
         else:
-            model = load_hf_dllm(a.pretrained, style=a.style, trust_remote_code=a.trust_remote_code,
-                                 mask_token=a.mask_token, device=a.device, attn_implementation=a.attn_implementation,
-                                 dtype=hf_dtype(a.precision))
+            model = load_hf_dllm(
+                a.pretrained,
+                style=a.style,
+                trust_remote_code=a.trust_remote_code,
+                mask_token=a.mask_token,
+                device=a.device,
+                attn_implementation=a.attn_implementation,
+                dtype=hf_dtype(a.precision),
+            )
         return model, model.tokenizer, a.prompt_len, False, HF_GEN_LENGTH, a.kind == "hf_ar"
     raise ConfigError(f"unknown decoder kind {a.kind!r}; known: {', '.join(KINDS)}")
 
@@ -542,8 +632,9 @@ def load_proxy(a: ModelArgs, tokenizer) -> ProxyBridge:
     else:
         from ..models.hf import load_hf_causal
 
-        model = load_hf_causal(a.proxy, trust_remote_code=a.proxy_trust_remote_code, device=a.device,
-                               dtype=hf_dtype(a.precision))
+        model = load_hf_causal(
+            a.proxy, trust_remote_code=a.proxy_trust_remote_code, device=a.device, dtype=hf_dtype(a.precision)
+        )
     if not hasattr(model, "logits") or not hasattr(model, "bos_id"):
         raise ConfigError(f"proxy {a.proxy} is not an autoregressive model")
     return ProxyBridge(model, tokenizer)
@@ -561,9 +652,14 @@ def build_decoder(args: Mapping | ModelArgs):
     decoder.model_args = {k: v for k, v in dataclasses.asdict(a).items()}  # what made it (the results' config)
     # what its answers came from, in its info() (the results' config.unie_decoder): the model and the proxy as
     # given, the SHA-256 of their weight files
-    decoder.provenance = {"checkpoint": str(a.pretrained), "proxy": None if a.proxy is None else str(a.proxy),
-                          "weights": {"model": weights_record(a.pretrained),
-                                      **({"proxy": weights_record(a.proxy)} if a.proxy is not None else {})}}
+    decoder.provenance = {
+        "checkpoint": str(a.pretrained),
+        "proxy": None if a.proxy is None else str(a.proxy),
+        "weights": {
+            "model": weights_record(a.pretrained),
+            **({"proxy": weights_record(a.proxy)} if a.proxy is not None else {}),
+        },
+    }
     return decoder
 
 
@@ -575,8 +671,9 @@ def _build(a: ModelArgs, model, tok, prompt_len, pad_to_batch, gen_length, is_ar
     entry = DLLM_SAMPLERS[a.sampler]
     d_opts = from_dict(DecodeOptions, {**a.decoding, "gen_length": gen_length}, "decoding options")
     s_opts = from_dict(entry.options_cls, a.options, f"DLLM sampler {a.sampler!r} options")
-    common = dict(seed=a.seed, mc_num=a.mc_num, name=a.name, pad_to_batch=pad_to_batch, sampler=a.sampler,
-                  precision=a.precision)
+    common = dict(
+        seed=a.seed, mc_num=a.mc_num, name=a.name, pad_to_batch=pad_to_batch, sampler=a.sampler, precision=a.precision
+    )
     proxy = None if a.proxy is None else load_proxy(a, tok)  # a.proxy is given iff the sampler reads one (ModelArgs)
     if entry.preflight is not None:
         try:

@@ -59,8 +59,15 @@ from .backbone import DecodeOptions, block_bounds, commit_top, confidence, exit_
 # proxy that shares the DLLM's tokenizer: proxy_preflight)
 DLLM_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over", "masked")
 # the stats of what the energy acted on (how often it could choose) and where (how much of the answer, how much padding)
-WINDOW_COUNTERS = ("window_rows", "disagree_rows", "steered_rows", "window_reveals", "window_padding",
-                   "answer_tokens", "window_answer")
+WINDOW_COUNTERS = (
+    "window_rows",
+    "disagree_rows",
+    "steered_rows",
+    "window_reveals",
+    "window_padding",
+    "answer_tokens",
+    "window_answer",
+)
 
 
 @dataclass(frozen=True)
@@ -86,16 +93,20 @@ class DLLMEnergyOptions:
         if self.energy not in ENERGIES or ENERGIES[self.energy].scorer != "proxy":
             raise ValueError(f"Algorithm 3 needs a proxy energy (ind, inv, uni), got {self.energy!r}")
         if self.ar_context not in DLLM_CONTEXTS:
-            raise ValueError(f"ar_context {self.ar_context!r} cannot be read from a DLLM's candidates; use one of "
-                             f"{', '.join(DLLM_CONTEXTS)} (masked: a proxy that shares the DLLM's tokenizer)")
+            raise ValueError(
+                f"ar_context {self.ar_context!r} cannot be read from a DLLM's candidates; use one of "
+                f"{', '.join(DLLM_CONTEXTS)} (masked: a proxy that shares the DLLM's tokenizer)"
+            )
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; known: {', '.join(SELECTIONS)}")
         if not isinstance(self.greedy_first, bool):
             raise ValueError(f"greedy_first must be true or false, got {self.greedy_first!r}")
         if self.K < 1 or not 0.0 <= self.w <= 1.0 or self.temperature <= 0 or self.selection_temperature <= 0:
-            raise ValueError(f"need K >= 1, 0 <= w <= 1, temperature > 0, selection_temperature > 0; got K={self.K}, "
-                             f"w={self.w}, temperature={self.temperature}, "
-                             f"selection_temperature={self.selection_temperature}")
+            raise ValueError(
+                f"need K >= 1, 0 <= w <= 1, temperature > 0, selection_temperature > 0; got K={self.K}, "
+                f"w={self.w}, temperature={self.temperature}, "
+                f"selection_temperature={self.selection_temperature}"
+            )
 
 
 def proxy_preflight(backbone, options: DLLMEnergyOptions, proxy=None) -> None:
@@ -124,11 +135,16 @@ def window_counts(x: torch.Tensor, decided: torch.Tensor, prompt_len: int, eos_i
         length = torch.full((gen.shape[0],), G, device=x.device)
     else:
         is_eos = gen == eos_id
-        length = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full_like(is_eos[:, 0], G,
-                                                                                          dtype=torch.long))
+        length = torch.where(
+            is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full_like(is_eos[:, 0], G, dtype=torch.long)
+        )
     in_answer = torch.arange(G, device=x.device)[None] < length[:, None]
-    return {"window_reveals": int(dec.sum()), "window_padding": int((dec & ~in_answer).sum()),
-            "answer_tokens": int(length.sum()), "window_answer": int((dec & in_answer).sum())}
+    return {
+        "window_reveals": int(dec.sum()),
+        "window_padding": int((dec & ~in_answer).sum()),
+        "answer_tokens": int(length.sum()),
+        "window_answer": int((dec & in_answer).sum()),
+    }
 
 
 @dataclass
@@ -146,8 +162,16 @@ class WindowStep:
     xs_b: torch.Tensor
 
 
-def window_step(x: torch.Tensor, logp_dlm: torch.Tensor, start: int, end: int, decode: DecodeOptions,
-                options: "DLLMEnergyOptions", mask_id: int, generator) -> WindowStep:
+def window_step(
+    x: torch.Tensor,
+    logp_dlm: torch.Tensor,
+    start: int,
+    end: int,
+    decode: DecodeOptions,
+    options: "DLLMEnergyOptions",
+    mask_id: int,
+    generator,
+) -> WindowStep:
     """Steps (a)-(b) of a window iteration and the energies' inputs (module doc) for states ``x`` ``(B, T)`` and the
     backbone's ``logp_dlm`` ``(B, T, V)`` on them; ``generator``: one, or one per row.  Shared by
     :func:`energy_decode` and the candidate tree (:mod:`unie.dllm.candidate_tree`), so a tree's nodes are the
@@ -161,21 +185,30 @@ def window_step(x: torch.Tensor, logp_dlm: torch.Tensor, start: int, end: int, d
     # current block's positions only (elsewhere a candidate carries xt's tokens or, after the block, x0_hat's)
     block_logits = logp_dlm[:, start:end] / options.temperature  # once for the draws
     first = [x0_hat] if options.greedy_first else []
-    draws = first + [x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(block_logits, generator).to(x.device))
-                     for _ in range(K - len(first))]
+    draws = first + [
+        x0_hat.index_copy(1, pos[start:end], gumbel_argmax_rows(block_logits, generator).to(x.device))
+        for _ in range(K - len(first))
+    ]
     x0 = torch.where(masked[:, None], torch.stack(draws, dim=1), x[:, None])
     # (b) xs^j: top-m masked positions of the block by each candidate's confidence
     conf = confidence(logp_dlm, x0, decode.confidence)
     xs = commit_top(x[:, None].expand(-1, K, -1), x0, conf, allowed[:, None].expand(-1, K, -1), m)
     # (c)'s inputs: later positions hold x0^0's tokens for every candidate
     later = masked & (pos >= end)
-    return WindowStep(x0_hat, x0, xs, torch.where(later, x0_hat, x), torch.where(later[:, None], x0_hat[:, None], x0),
-                      torch.where(later[:, None], x0_hat[:, None], xs))
+    return WindowStep(
+        x0_hat,
+        x0,
+        xs,
+        torch.where(later, x0_hat, x),
+        torch.where(later[:, None], x0_hat[:, None], x0),
+        torch.where(later[:, None], x0_hat[:, None], xs),
+    )
 
 
 @torch.no_grad()
-def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions,
-                  generator=None) -> tuple[torch.Tensor, dict]:
+def energy_decode(
+    backbone, proxy, x: torch.Tensor, decode: DecodeOptions, options: DLLMEnergyOptions, generator=None
+) -> tuple[torch.Tensor, dict]:
     """Algorithm 3 on prompts ``x`` ``(B, T)`` (DLLM layout, ``gen_length`` trailing masks); ``generator``: one
     ``torch.Generator`` or a list of one per row (:func:`~unie.core.gumbel.gumbel_argmax_rows`).
 
@@ -185,7 +218,7 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
     proxy_preflight(backbone, options, proxy)
     x = x.clone()
     B, T = x.shape
-    K, m, mask_id = options.K, decode.tokens_per_step, backbone.mask_id
+    m, mask_id = decode.tokens_per_step, backbone.mask_id
     prompt_len = T - decode.gen_length
     N = decode.iterations
     blocked = (mask_id, *getattr(backbone, "blocked", ()))
@@ -208,8 +241,17 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
             step = window_step(x, logp_dlm, start, end, decode, options, mask_id, generator)
             xs, xt_b, x0_b, xs_b = step.xs, step.xt_b, step.x0_b, step.xs_b
             # (c) energies over the current block
-            E = selection_energy(options.selection, options.energy, xt_b, x0_b, xs_b, logp_dlm, proxy.until(end),
-                                 options.ar_context, mask_id)
+            E = selection_energy(
+                options.selection,
+                options.energy,
+                xt_b,
+                x0_b,
+                xs_b,
+                logp_dlm,
+                proxy.until(end),
+                options.ar_context,
+                mask_id,
+            )
             # (d) j* by the selection rule (argmin_j E^j in the paper); xt <- xs^{j*}
             j_star = select(E, options.selection, options.selection_temperature, generator)
             decided |= xs[rows, j_star] != x
@@ -228,7 +270,8 @@ def energy_decode(backbone, proxy, x: torch.Tensor, decode: DecodeOptions, optio
 
 
 @register_dllm_sampler("energy", DLLMEnergyOptions, needs_proxy=True, preflight=proxy_preflight)
-def energy_sampler(backbone, x: torch.Tensor, decoding: DecodeOptions, options: DLLMEnergyOptions, proxy=None,
-                   generator=None) -> tuple[torch.Tensor, dict]:
+def energy_sampler(
+    backbone, x: torch.Tensor, decoding: DecodeOptions, options: DLLMEnergyOptions, proxy=None, generator=None
+) -> tuple[torch.Tensor, dict]:
     """Registered form of :func:`energy_decode` (the +Ind/+Inv/+Uni-Energy rows of Table 3)."""
     return energy_decode(backbone, proxy, x, decoding, options, generator)

@@ -37,7 +37,9 @@ class FastDLLMOptions:
             raise ValueError(f"Fast-dLLM threshold must be > 0, got {self.threshold!r}")
 
 
-def current_block(x: torch.Tensor, mask_id: int, prompt_len: int, block_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def current_block(
+    x: torch.Tensor, mask_id: int, prompt_len: int, block_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row, ``[start, end)`` ``(B,)`` of the first block of the generation region that still holds a mask
     (rows without a mask get an empty block at ``T``)."""
     B, T = x.shape
@@ -49,8 +51,9 @@ def current_block(x: torch.Tensor, mask_id: int, prompt_len: int, block_length: 
 
 @register_dllm_sampler("fast_dllm", FastDLLMOptions)
 @torch.no_grad()
-def fast_dllm_decode(backbone, x: torch.Tensor, decoding: DecodeOptions, options: FastDLLMOptions, proxy=None,
-                     generator=None) -> tuple[torch.Tensor, dict]:
+def fast_dllm_decode(
+    backbone, x: torch.Tensor, decoding: DecodeOptions, options: FastDLLMOptions, proxy=None, generator=None
+) -> tuple[torch.Tensor, dict]:
     """Threshold decoding of prompts ``x`` ``(B, T)`` (DLLM layout, ``decoding.gen_length`` trailing masks).
 
     Returns the decoded ``(B, T)`` and ``{"nfe": forwards, "tokens_per_step": generated tokens / (B · nfe)}``

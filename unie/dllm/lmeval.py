@@ -114,8 +114,9 @@ def clear_lmeval_outputs(output_path) -> list[Path]:
     ``samples_*.jsonl``, our ``throughput.json``), so that a rerun leaves exactly one result set; returns the
     removed paths."""
     output_path = Path(output_path)
-    old = [f for pattern in LMEVAL_OUTPUTS for f in output_path.rglob(pattern)] + \
-        [f for f in [output_path / "throughput.json"] if f.exists()]
+    old = [f for pattern in LMEVAL_OUTPUTS for f in output_path.rglob(pattern)] + [
+        f for f in [output_path / "throughput.json"] if f.exists()
+    ]
     for f in old:
         f.unlink()
     return old
@@ -151,8 +152,11 @@ def resolve_device(device) -> str:
 
     device = "cpu" if device in (None, "") else str(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
-        log.warning("device %r requested but CUDA is not available (no GPU, or torch built without CUDA): using "
-                    "cpu; pass --device cpu to silence this", device)
+        log.warning(
+            "device %r requested but CUDA is not available (no GPU, or torch built without CUDA): using "
+            "cpu; pass --device cpu to silence this",
+            device,
+        )
         return "cpu"
     return device
 
@@ -194,19 +198,31 @@ class UnieLM(LM):
     a ready ``decoder`` keeps its own device).  ``throughput_path``: where the generation throughput JSON goes
     (None: nowhere; rank 0 writes it)."""
 
-    def __init__(self, decoder=None, batch_size=DEFAULT_BATCH_SIZE, throughput_path=None, device="cpu",
-                 max_batch_size=None, **model_args):
+    def __init__(
+        self,
+        decoder=None,
+        batch_size=DEFAULT_BATCH_SIZE,
+        throughput_path=None,
+        device="cpu",
+        max_batch_size=None,
+        **model_args,
+    ):
         super().__init__()
         if isinstance(batch_size, str) and batch_size.startswith("auto"):
             batch_size = DEFAULT_BATCH_SIZE if max_batch_size is None else max_batch_size
         self.batch_size = _positive_int("batch_size", batch_size)  # checked before any model is loaded
         if decoder is not None and model_args:
-            raise ValueError(f"model arguments {sorted(model_args)} given together with a ready decoder "
-                             f"{getattr(decoder, 'name', decoder)!r}; pass one or the other")
+            raise ValueError(
+                f"model arguments {sorted(model_args)} given together with a ready decoder "
+                f"{getattr(decoder, 'name', decoder)!r}; pass one or the other"
+            )
         resolved = resolve_device(device)
         if resolved != str(device) and model_args.get("precision", "fp32") != "fp32":  # CUDA asked for, CPU used
-            log.warning("precision %s was asked for %s; the cpu runs fp32 (unie.core.precision.for_device)",
-                        model_args["precision"], device)
+            log.warning(
+                "precision %s was asked for %s; the cpu runs fp32 (unie.core.precision.for_device)",
+                model_args["precision"],
+                device,
+            )
             model_args = {**model_args, "precision": "fp32"}
         # what a command line must pass to build this decoder again (:func:`lmeval_command`): the model arguments
         # as given (fp32 after a CUDA fallback) and the device before torchrun's cuda:LOCAL_RANK
@@ -325,14 +341,19 @@ class UnieLM(LM):
             _stop_strings(gen_kwargs)  # malformed ``until``: before any work
             max_new = _positive_int("max_gen_toks", gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
             if gen_length is not None and max_new > gen_length:
-                self._warn_once(f"max_gen_toks={max_new}", f"max_gen_toks={max_new} exceeds the decoder's gen_length "
-                                f"{gen_length}: completions are at most {gen_length} tokens (raise gen_length in "
-                                "model_args to honour it)")
+                self._warn_once(
+                    f"max_gen_toks={max_new}",
+                    f"max_gen_toks={max_new} exceeds the decoder's gen_length "
+                    f"{gen_length}: completions are at most {gen_length} tokens (raise gen_length in "
+                    "model_args to honour it)",
+                )
             ignored = {k: v for k, v in gen_kwargs.items() if k not in GEN_KWARGS_READ}
             if _is_sampling(gen_kwargs) or set(ignored) - {"do_sample", "temperature"}:
-                self._warn_once(json.dumps(ignored, sort_keys=True, default=str),
-                                f"gen_kwargs {ignored} are not applied by {self.decoder.name!r}: its sampler and "
-                                "options decide how it decodes (set them in model_args)")
+                self._warn_once(
+                    json.dumps(ignored, sort_keys=True, default=str),
+                    f"gen_kwargs {ignored} are not applied by {self.decoder.name!r}: its sampler and "
+                    "options decide how it decodes (set them in model_args)",
+                )
         batch_key = getattr(self.decoder, "batch_key", None)
         takes_keys = "keys" in inspect.signature(self.decoder.generate).parameters
         repeat, seen = {}, {}  # lm-eval's ``repeats`` are copies of one Instance: their index seeds distinct noise
@@ -342,8 +363,11 @@ class UnieLM(LM):
                 seen[id(req)] = repeat[i] + 1
         out: list[str | None] = [None] * len(requests)
         seconds_before = self.stats["seconds"]
-        bar = tqdm(total=len(requests) - len(pad), desc=f"generate_until ({self.decoder.name})",
-                   disable=disable_tqdm or self.rank != 0)
+        bar = tqdm(
+            total=len(requests) - len(pad),
+            desc=f"generate_until ({self.decoder.name})",
+            disable=disable_tqdm or self.rank != 0,
+        )
         for gk_key, idx in groups.items():
             gen_kwargs = requests[idx[0]].args[1]
             until = _stop_strings(gen_kwargs)
@@ -351,8 +375,12 @@ class UnieLM(LM):
             by_key: dict = {}
             for i in idx:  # input order kept inside a key
                 by_key.setdefault(batch_key(requests[i].args[0]) if batch_key else 0, []).append(i)
-            batches = [same[s:s + self.batch_size] for k in sorted(by_key) for same in [by_key[k]]
-                       for s in range(0, len(same), self.batch_size)]
+            batches = [
+                same[s : s + self.batch_size]
+                for k in sorted(by_key)
+                for same in [by_key[k]]
+                for s in range(0, len(same), self.batch_size)
+            ]
             for batch in batches:
                 prompts = [requests[i].args[0] for i in batch]
                 extra = {"keys": [json.dumps([gk_key, repeat[i]]) for i in batch]} if takes_keys else {}
@@ -363,12 +391,14 @@ class UnieLM(LM):
                 texts, counters = self.decoder.generate(prompts, max_new, **extra)
                 self.stats["seconds"] += time.perf_counter() - t0
                 if len(texts) != len(prompts):
-                    raise ValueError(f"decoder {self.decoder.name!r} returned {len(texts)} completions for "
-                                     f"{len(prompts)} prompts")
+                    raise ValueError(
+                        f"decoder {self.decoder.name!r} returned {len(texts)} completions for {len(prompts)} prompts"
+                    )
                 missing = {"nfe", "generated_tokens"} - set(counters)
                 if missing:
-                    raise KeyError(f"decoder {self.decoder.name!r} returned counters {sorted(counters)} "
-                                   f"without {sorted(missing)}")
+                    raise KeyError(
+                        f"decoder {self.decoder.name!r} returned counters {sorted(counters)} without {sorted(missing)}"
+                    )
                 self.stats["requests"] += len(prompts)
                 self.stats["nfe"] += int(counters["nfe"])
                 for k in WINDOW_COUNTERS:  # Algorithm 3's window counters, when the sampler reports them
@@ -404,8 +434,11 @@ class UnieLM(LM):
         and each rank's own counters under ``ranks``; ``batch_size`` is per rank.  On another rank: its own."""
         s, extra = self.stats, {}
         if self.world_size > 1 and self.rank == 0:
-            s = {k: sum(r.get(k, 0) for r in self._rank_stats)
-                 for k in ("requests", "generated_tokens", "nfe", *WINDOW_COUNTERS) if k in self.stats}
+            s = {
+                k: sum(r.get(k, 0) for r in self._rank_stats)
+                for k in ("requests", "generated_tokens", "nfe", *WINDOW_COUNTERS)
+                if k in self.stats
+            }
             s["seconds"] = self._world_seconds
             extra = {"world_size": self.world_size, "ranks": self._rank_stats}
         secs = s["seconds"]
@@ -435,19 +468,29 @@ class UnieLM(LM):
         todo = [i for i in range(len(requests)) if i not in pad]
         both = getattr(self.decoder, "loglikelihood_greedy", None)
         if both is None and todo:
-            self._warn_once("is_greedy", f"decoder {self.decoder.name!r} does not compute is_greedy: it is False "
-                            "for every request (a loglikelihood task's acc reads it)")
+            self._warn_once(
+                "is_greedy",
+                f"decoder {self.decoder.name!r} does not compute is_greedy: it is False "
+                "for every request (a loglikelihood task's acc reads it)",
+            )
         out: list[tuple[float, bool] | None] = [None] * len(requests)
-        for start in tqdm(range(0, len(todo), self.batch_size), desc=f"loglikelihood ({self.decoder.name})",
-                          disable=disable_tqdm or self.rank != 0):
-            idx = todo[start:start + self.batch_size]
+        for start in tqdm(
+            range(0, len(todo), self.batch_size),
+            desc=f"loglikelihood ({self.decoder.name})",
+            disable=disable_tqdm or self.rank != 0,
+        ):
+            idx = todo[start : start + self.batch_size]
             batch = [requests[i].args for i in idx]
             ctxs, conts = [c for c, _ in batch], [x for _, x in batch]
-            res = both(ctxs, conts) if both is not None else \
-                [(ll, False) for ll in self.decoder.loglikelihood(ctxs, conts)]
+            res = (
+                both(ctxs, conts)
+                if both is not None
+                else [(ll, False) for ll in self.decoder.loglikelihood(ctxs, conts)]
+            )
             if len(res) != len(batch):
-                raise ValueError(f"decoder {self.decoder.name!r} returned {len(res)} log-likelihoods for "
-                                 f"{len(batch)} requests")
+                raise ValueError(
+                    f"decoder {self.decoder.name!r} returned {len(res)} log-likelihoods for {len(batch)} requests"
+                )
             for i, args, (ll, greedy) in zip(idx, batch, res):
                 out[i] = (float(ll), bool(greedy))
                 self.cache_hook.add_partial("loglikelihood", args, out[i])
@@ -458,7 +501,8 @@ class UnieLM(LM):
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
         raise NotImplementedError(
             "unie_dllm/unie_ar do not implement loglikelihood_rolling (perplexity tasks such as wikitext); "
-            "use tasks with output_type generate_until or multiple_choice")
+            "use tasks with output_type generate_until or multiple_choice"
+        )
 
 
 _ENV_INFO: dict = {}
@@ -484,8 +528,10 @@ def check_output_types(tasks: dict) -> None:
     for name, task in tasks.items():
         kind = task.get_config("output_type") or getattr(task, "OUTPUT_TYPE", None)
         if kind not in SUPPORTED_OUTPUT_TYPES:
-            raise ValueError(f"task {name!r} has output_type {kind!r}, which unie_dllm/unie_ar do not answer "
-                             f"(supported: {', '.join(SUPPORTED_OUTPUT_TYPES)}); remove it from the task list")
+            raise ValueError(
+                f"task {name!r} has output_type {kind!r}, which unie_dllm/unie_ar do not answer "
+                f"(supported: {', '.join(SUPPORTED_OUTPUT_TYPES)}); remove it from the task list"
+            )
 
 
 def _checking_evaluate(real):
@@ -548,6 +594,7 @@ def format_model_args(args: dict) -> str:
     """``args`` as lm-eval's ``--model_args``: ``key=value,...`` when lm-eval's command line parses that back to
     the same keys, values and types (``lm_eval._cli.utils.key_val_to_dict``, lm-eval 0.4.13), else JSON (which the
     command line reads first): a string that would read as a number, a value with a comma, ..."""
+
     def text(v):
         return v if isinstance(v, str) else repr(v) if isinstance(v, (list, tuple, dict)) else str(v)
 
@@ -558,16 +605,29 @@ def format_model_args(args: dict) -> str:
         back = key_val_to_dict(kv)
     except (ImportError, ValueError):
         back = None
-    if back is not None and list(back) == list(args) and \
-            all(type(back[k]) is type(v) and back[k] == v for k, v in args.items()):
+    if (
+        back is not None
+        and list(back) == list(args)
+        and all(type(back[k]) is type(v) and back[k] == v for k, v in args.items())
+    ):
         return kv
     return json.dumps(args, separators=(",", ":"))
 
 
-def lmeval_command(model_args: dict, tasks: list[str], include_path=None, output_path=None,
-                   batch_size: int = DEFAULT_BATCH_SIZE, limit=None, seed: int | None = 0,
-                   allow_code_execution: bool = False, device: str = "cpu", model: str = "unie_dllm",
-                   nproc: int = 1, cwd=None) -> str:
+def lmeval_command(
+    model_args: dict,
+    tasks: list[str],
+    include_path=None,
+    output_path=None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    limit=None,
+    seed: int | None = 0,
+    allow_code_execution: bool = False,
+    device: str = "cpu",
+    model: str = "unie_dllm",
+    nproc: int = 1,
+    cwd=None,
+) -> str:
     """The shell command that runs lm-eval's own command line (``python -m unie.dllm.lmeval``, which registers the
     models) as :func:`evaluate` ran: the same model arguments (``seed`` among them: it seeds the decoder's noise),
     tasks, task folder, device, batch size, lm-eval seeds (``--seed S``: all four), ``--limit``, code execution
@@ -579,13 +639,23 @@ def lmeval_command(model_args: dict, tasks: list[str], include_path=None, output
 
     if "device" in model_args:
         raise ValueError("device is a command-line flag (--device), not a model argument, in a recorded command")
-    args = {k: relative_path(v, cwd) if isinstance(v, str) and os.path.isabs(v) else v
-            for k, v in model_args.items()}
+    args = {k: relative_path(v, cwd) if isinstance(v, str) and os.path.isabs(v) else v for k, v in model_args.items()}
     env = ["HF_ALLOW_CODE_EVAL=1"] if allow_code_execution else []
-    launch = ["python", "-m", "unie.dllm.lmeval"] if nproc <= 1 else \
-        ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "unie.dllm.lmeval"]
-    argv = [*env, *launch, "--model", model, "--model_args", format_model_args(args),
-            "--tasks", ",".join(str(t) for t in tasks)]
+    launch = (
+        ["python", "-m", "unie.dllm.lmeval"]
+        if nproc <= 1
+        else ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "unie.dllm.lmeval"]
+    )
+    argv = [
+        *env,
+        *launch,
+        "--model",
+        model,
+        "--model_args",
+        format_model_args(args),
+        "--tasks",
+        ",".join(str(t) for t in tasks),
+    ]
     if include_path is not None:
         argv += ["--include_path", relative_path(include_path, cwd)]
     argv += ["--device", str(device), "--batch_size", str(batch_size)]
@@ -600,9 +670,18 @@ def lmeval_command(model_args: dict, tasks: list[str], include_path=None, output
     return shlex.join(argv)
 
 
-def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batch_size: int,
-             include_defaults: bool = False, limit=None, seed: int = 0, allow_code_execution: bool = False,
-             log=print) -> Path | None:
+def evaluate(
+    model_args: dict,
+    tasks: list[str],
+    include_path,
+    output_path,
+    batch_size: int,
+    include_defaults: bool = False,
+    limit=None,
+    seed: int = 0,
+    allow_code_execution: bool = False,
+    log=print,
+) -> Path | None:
     """Run lm-eval once over ``tasks`` for the decoder ``model_args`` describes; lm-eval's own
     ``EvaluationTracker`` writes ``results_<time>.json`` and the per-task ``samples_*.jsonl`` (as
     ``--output_path ... --log_samples`` does) under ``output_path/<model name>/``; the generation
@@ -642,10 +721,19 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     from .decoder import ARDecoder
 
     # this run as one command line (lm-eval's own), recorded in the results JSON's config.unie_command
-    command = lmeval_command(lm.given_model_args, tasks, include_path, output_path, batch_size=lm.batch_size,
-                             limit=limit, seed=seed, allow_code_execution=allow_code_execution,
-                             device=lm.given_device, nproc=lm.world_size,
-                             model="unie_ar" if isinstance(lm.decoder, ARDecoder) else "unie_dllm")
+    command = lmeval_command(
+        lm.given_model_args,
+        tasks,
+        include_path,
+        output_path,
+        batch_size=lm.batch_size,
+        limit=limit,
+        seed=seed,
+        allow_code_execution=allow_code_execution,
+        device=lm.given_device,
+        nproc=lm.world_size,
+        model="unie_ar" if isinstance(lm.decoder, ARDecoder) else "unie_dllm",
+    )
     if lm.rank == 0:  # one result set per run: an earlier run's timestamped files would sit beside the new ones
         stale = clear_lmeval_outputs(output_path)
         if stale:
@@ -656,15 +744,28 @@ def evaluate(model_args: dict, tasks: list[str], include_path, output_path, batc
     try:
         # batch_size and device are only recorded (config.batch_size, config.device) for a ready model: the
         # adapter's batch and the device its decoder runs on (cpu after a CUDA fallback), not what was asked for
-        res = lm_eval.simple_evaluate(model=lm, tasks=loaded, task_manager=tm, log_samples=True, limit=limit,
-                                      batch_size=lm.batch_size, device=str(lm.device),
-                                      random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-                                      fewshot_random_seed=seed, evaluation_tracker=tracker, bootstrap_iters=1000,
-                                      confirm_run_unsafe_code=allow_code_execution)  # mean: analytic s.e.
+        res = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=loaded,
+            task_manager=tm,
+            log_samples=True,
+            limit=limit,
+            batch_size=lm.batch_size,
+            device=str(lm.device),
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+            evaluation_tracker=tracker,
+            bootstrap_iters=1000,
+            confirm_run_unsafe_code=allow_code_execution,
+        )  # mean: analytic s.e.
     except ValueError as e:
         if "unsafe" in str(e) and not allow_code_execution:
-            raise PermissionError(f"{e} -- these tasks execute model-written code; grant it with "
-                                  "dllm.tasks.allow_code_execution: true in the config") from e
+            raise PermissionError(
+                f"{e} -- these tasks execute model-written code; grant it with "
+                "dllm.tasks.allow_code_execution: true in the config"
+            ) from e
         raise
     if lm.rank != 0:
         return None
@@ -698,12 +799,21 @@ def run_evaluation(kwargs: dict, nproc: int = 1, log=print, threads: int = 1) ->
     if nproc <= 1:
         return evaluate(**kwargs, log=log)
     if kwargs.get("limit") is not None and kwargs["limit"] < nproc:
-        raise ValueError(f"limit={kwargs['limit']} documents per task is fewer than the {nproc} ranks: a rank without "
-                         "requests would leave lm-eval's collectives unmatched; lower the GPU count or raise the limit")
+        raise ValueError(
+            f"limit={kwargs['limit']} documents per task is fewer than the {nproc} ranks: a rank without "
+            "requests would leave lm-eval's collectives unmatched; lower the GPU count or raise the limit"
+        )
     with tempfile.TemporaryDirectory(prefix="unie-lmeval-") as tmp:
         result_file = Path(tmp, "result")
-        run_ranks(nproc, ("unie.dllm.lmeval", RANK_FLAG), {"kwargs": kwargs, "result_file": str(result_file)}, tmp, log,
-                  threads, "lm-eval data-parallel")
+        run_ranks(
+            nproc,
+            ("unie.dllm.lmeval", RANK_FLAG),
+            {"kwargs": kwargs, "result_file": str(result_file)},
+            tmp,
+            log,
+            threads,
+            "lm-eval data-parallel",
+        )
         found = Path(result_file.read_text())
     log(f"lm-eval results: {found}")
     return found

@@ -53,8 +53,9 @@ class OracleLM:
         # prompt length n -> the prompt's first n - 1 ids -> (its last id, reference ids + <eos>): keyed without the
         # last token, which a DLLM's first answer piece can glue onto (BPE ":" + "2" reads as one unknown word)
         self._refs: dict[int, dict[tuple, tuple[int, list[int]]]] = {}
-        for p, ids, ans in zip(prompts, tokenizer.encode_batch(prompts),
-                               tokenizer.encode_batch([references[p] for p in prompts])):
+        for p, ids, ans in zip(
+            prompts, tokenizer.encode_batch(prompts), tokenizer.encode_batch([references[p] for p in prompts])
+        ):
             if not ids:
                 raise ValueError("an oracle reference needs a non-empty prompt")
             self._refs.setdefault(len(ids), {})[tuple(ids[:-1])] = (ids[-1], ans + [self.eos_id])
@@ -76,7 +77,7 @@ class OracleLM:
         onto it, so that token stands for answer position 0).  A ``KeyError`` naming the text when there is none."""
         body = ids[1:]
         for n in self._lengths:
-            hit = self._refs[n].get(tuple(body[:n - 1]))
+            hit = self._refs[n].get(tuple(body[: n - 1]))
             if hit is not None:
                 last, ref = hit
                 return (n if len(body) >= n and body[n - 1] == last else n - 1), ref
@@ -209,8 +210,9 @@ class TextOracleLM:
         self.uniform = -math.log(self.vocab_size)
         prompts = list(references)
         self._items: dict[str, tuple[int, list[int]]] = {}  # prompt text -> (s, R)
-        for p, ids, whole in zip(prompts, tokenizer.encode_batch(prompts),
-                                 tokenizer.encode_batch([p + references[p] for p in prompts])):
+        for p, ids, whole in zip(
+            prompts, tokenizer.encode_batch(prompts), tokenizer.encode_batch([p + references[p] for p in prompts])
+        ):
             if not ids:
                 raise ValueError("an oracle reference needs a non-empty prompt")
             c = next((k for k, (a, b) in enumerate(zip(ids, whole)) if a != b), min(len(ids), len(whole)))
@@ -236,8 +238,10 @@ class TextOracleLM:
         """``log p(y_k | <bos>, y_<k)`` of the row's own tokens ``y_k = ids[k + 1]``, ``k = 0 .. len(ids) - 2``."""
         s, R = self.reference(ids)
         body = ids[1:]
-        return [self.uniform if k < s or k >= len(R) else (self.right if y == R[k] else self.wrong)
-                for k, y in enumerate(body)]
+        return [
+            self.uniform if k < s or k >= len(R) else (self.right if y == R[k] else self.wrong)
+            for k, y in enumerate(body)
+        ]
 
     @torch.no_grad()
     def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:

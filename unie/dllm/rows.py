@@ -40,8 +40,9 @@ def resolve_checkpoints(dllm: dict) -> None:
     without a ``label`` gets its model's.  A row is then written as ``model``, the loading keys, ``proxy``, ``label``
     and its other keys in the grid's order (a profile's rows read as when each profile wrote its own)."""
     names = dllm.pop("checkpoints", None) or {}
-    checkpoints = {name: from_dict(Checkpoint, spec, f"config key 'dllm.checkpoints.{name}'")
-                   for name, spec in names.items()}
+    checkpoints = {
+        name: from_dict(Checkpoint, spec, f"config key 'dllm.checkpoints.{name}'") for name, spec in names.items()
+    }
 
     def resolve(where: str, spec: dict, loading: bool = True) -> dict:
         model = checkpoints.get(spec["model"], Checkpoint())
@@ -53,12 +54,16 @@ def resolve_checkpoints(dllm: dict) -> None:
                 out["proxy_trust_remote_code"] = True
         clash = sorted((set(out) & set(spec)) - {"model", "proxy"})
         if clash:
-            raise ConfigError(f"config key '{where}.{clash[0]}': a loading key of model {spec['model']!r}'s checkpoint "
-                              f"(dllm.checkpoints.{spec['model']}), not of a row")
+            raise ConfigError(
+                f"config key '{where}.{clash[0]}': a loading key of model {spec['model']!r}'s checkpoint "
+                f"(dllm.checkpoints.{spec['model']}), not of a row"
+            )
         label = spec.get("label", model.label)
         if label is None:
-            raise ConfigError(f"config key '{where}.label': no label, and model {spec['model']!r} has none "
-                              f"(dllm.checkpoints.{spec['model']}.label)")
+            raise ConfigError(
+                f"config key '{where}.label': no label, and model {spec['model']!r} has none "
+                f"(dllm.checkpoints.{spec['model']}.label)"
+            )
         out["label"] = label
         out.update({k: v for k, v in spec.items() if k not in out})
         return out
@@ -72,7 +77,7 @@ def resolve_checkpoints(dllm: dict) -> None:
     for b, spec in list(m.get("backbones", {}).items()):
         m["backbones"][b] = resolve(f"dllm.map.backbones.{b}", spec, loading=False)  # trained models only (check_map)
     for p, spec in m.get("proxies", {}).items():
-        spec["model"] = (checkpoints.get(spec["model"], Checkpoint()).model or spec["model"])
+        spec["model"] = checkpoints.get(spec["model"], Checkpoint()).model or spec["model"]
 
 
 def row_sampler(row: dict) -> str:
@@ -103,8 +108,11 @@ def selection_rows(dllm: dict) -> dict[str, dict]:
 
     def key(name):
         o = {**shared, **rows[name].get("options", {})}
-        return (o["selection"] == "proxy_rerank", ("ind", "inv", "uni").index(o["energy"]),
-                SELECTIONS.index(o["selection"]))
+        return (
+            o["selection"] == "proxy_rerank",
+            ("ind", "inv", "uni").index(o["energy"]),
+            SELECTIONS.index(o["selection"]),
+        )
 
     out = {}
     for base in dict.fromkeys(r["delta_to"] for r in rows.values() if r.get("selection_table")):
@@ -148,6 +156,7 @@ def row_model_args(name: str, row: dict, dllm: dict, inputs: dict, device: str, 
     Algorithm 3 row (:func:`row_sampler`), then the row's own ``options`` (``sampler`` and its options).
     ``precision`` (the job's, :func:`unie.pipeline.rule.job_precision`) is added when it is not ``fp32`` (the
     model_args of an fp32 row are those of before the option)."""
+
     def directory(path):
         p = Path(path)
         return str(p.parent if p.suffix else p)
@@ -178,8 +187,16 @@ def sweep_points(dllm: dict, sweep: str) -> list[dict]:
         ((key, values),) = spec["vary"].items()
         for value in values:
             row = {**base, "options": {**base.get("options", {}), key: value}}
-            out.append({"name": f"{curve}__{key}_{value}", "curve": curve, "label": spec.get("label", curve),
-                        "key": key, "value": value, "row": row})
+            out.append(
+                {
+                    "name": f"{curve}__{key}_{value}",
+                    "curve": curve,
+                    "label": spec.get("label", curve),
+                    "key": key,
+                    "value": value,
+                    "row": row,
+                }
+            )
     return out
 
 
@@ -191,8 +208,11 @@ def reads_proxy(options: dict) -> bool:
     ``resample`` reads no proxy; every other energy, ``proxy_rerank`` and APD do (a test checks both)."""
     if default_sampler(options) != "energy":
         return True
-    return not (options.get("energy") == "inv" and options.get("selection", "argmin") != "proxy_rerank"
-                and options.get("ar_context", "teacher_forced") == "teacher_forced")
+    return not (
+        options.get("energy") == "inv"
+        and options.get("selection", "argmin") != "proxy_rerank"
+        and options.get("ar_context", "teacher_forced") == "teacher_forced"
+    )
 
 
 def draw_label(draw: dict) -> str:
@@ -212,16 +232,38 @@ def map_points(dllm: dict, backbone: str) -> list[dict]:
     b = m["backbones"][backbone]
     base_opts = dict(b.get("options", {}))
     none = {"draw": None, "temperature": None, "greedy_first": None}
-    out = [{"name": f"{backbone}__backbone", "backbone": backbone, "rule": "backbone", "label": b.get("label", backbone),
-            "proxy": None, **none, "row": {"model": b["model"], "options": base_opts}}]
+    out = [
+        {
+            "name": f"{backbone}__backbone",
+            "backbone": backbone,
+            "rule": "backbone",
+            "label": b.get("label", backbone),
+            "proxy": None,
+            **none,
+            "row": {"model": b["model"], "options": base_opts},
+        }
+    ]
     apd = m.get("apd")
     if apd:
         for p in m["proxies"]:
-            out.append({"name": f"{backbone}__apd__{p}", "backbone": backbone, "rule": "apd",
-                        "label": apd.get("label", "APD"), "proxy": p, **none,
-                        "row": {"model": b["model"], "proxy": m["proxies"][p]["model"],
-                                "options": {**{k: v for k, v in base_opts.items() if k != "confidence"},
-                                            **apd.get("options", {"sampler": "apd"})}}})
+            out.append(
+                {
+                    "name": f"{backbone}__apd__{p}",
+                    "backbone": backbone,
+                    "rule": "apd",
+                    "label": apd.get("label", "APD"),
+                    "proxy": p,
+                    **none,
+                    "row": {
+                        "model": b["model"],
+                        "proxy": m["proxies"][p]["model"],
+                        "options": {
+                            **{k: v for k, v in base_opts.items() if k != "confidence"},
+                            **apd.get("options", {"sampler": "apd"}),
+                        },
+                    },
+                }
+            )
     return out
 
 
@@ -229,6 +271,18 @@ def map_proxy_points(dllm: dict) -> list[dict]:
     """The map's proxies decoded on their own (their accuracy on the map's items: the x axis of the map), one point
     per proxy that is a model of ``dllm.models`` (an oracle checkpoint is no decoder)."""
     m = dllm["map"]
-    return [{"name": f"proxy__{p}", "backbone": None, "rule": "proxy_alone", "label": spec.get("label", p),
-             "proxy": p, "draw": None, "temperature": None, "greedy_first": None, "row": {"model": spec["model"]}}
-            for p, spec in m["proxies"].items() if spec["model"] in dllm.get("models", {})]
+    return [
+        {
+            "name": f"proxy__{p}",
+            "backbone": None,
+            "rule": "proxy_alone",
+            "label": spec.get("label", p),
+            "proxy": p,
+            "draw": None,
+            "temperature": None,
+            "greedy_first": None,
+            "row": {"model": spec["model"]},
+        }
+        for p, spec in m["proxies"].items()
+        if spec["model"] in dllm.get("models", {})
+    ]

@@ -29,8 +29,9 @@ from ..methods.mdlm import q_xt, transition
 from .energies import ENERGIES, ARTerms, log_partition, logp_dlm_x0
 
 
-def energy_corrected_nelbo(dlm, scorer, energy_name: str, ar_context: str | None, x0: torch.Tensor, schedule,
-                           mask_id: int, generator) -> torch.Tensor:
+def energy_corrected_nelbo(
+    dlm, scorer, energy_name: str, ar_context: str | None, x0: torch.Tensor, schedule, mask_id: int, generator
+) -> torch.Tensor:
     """One Monte-Carlo sample per sequence ``(B,)`` of the estimator above (module doc).
 
     ``scorer``: the AR proxy (``ind``, ``uni``) or the energy network's scorer (``ebm``)."""

@@ -139,6 +139,7 @@ class ARTerms:
         def f():
             x0 = _flat(self.x0)
             return self.proxy.token_logp(x0, x0[:, None]).view(self.B, self.K, self.L).to(self.x0.device)
+
         return self._memo_get("tf", f)
 
     def _from_xt(self):  # log p_AR(x0_i | xt_<i) for every candidate (B, K, L): one pass on xt
@@ -148,6 +149,7 @@ class ARTerms:
         def f():
             out = self.proxy.token_logp(_flat(self.xs), _flat(self.x0)[:, None])
             return out.view(self.B, self.K, self.L).to(self.x0.device)
+
         return self._memo_get("xs", f)
 
     def log_marginal(self, which: str) -> torch.Tensor:
@@ -155,6 +157,7 @@ class ARTerms:
 
         ``teacher_forced``: ``x0`` is scored whole by teacher forcing; the marginals of ``xs`` and ``xt`` are
         not computable and are taken as 0 (they cancel, or are constant per row: module doc)."""
+
         def f():
             if self.ctx == "teacher_forced":
                 if which == "x0":
@@ -167,6 +170,7 @@ class ARTerms:
                 x = _flat(self.xs)
                 return self.proxy.log_joint(x, x != self.mask_id).view(self.B, self.K)
             return self.proxy.log_joint(self.xt, self.xt != self.mask_id)[:, None].expand(self.B, self.K)
+
         return self._memo_get("joint_" + which, lambda: f().to(self.x0.device))
 
     # -- the three conditionals (B, K) ----------------------------------------------------------
@@ -221,7 +225,8 @@ def inv_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
 def uni_energy(xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) -> torch.Tensor:
     """Uni-E (Eq. uni_ebm): ``[log p_theta(xs|xt) - log p_AR(xs|xt)] + [log p_theta(x0|xt) - log p_AR(x0|xs)]``."""
     return (logp_dlm_xs(logp_dlm, xt, xs, mask_id) - ar.xs_given_xt()) + (
-        logp_dlm_x0(logp_dlm, xt, x0, mask_id) - ar.x0_given_xs())
+        logp_dlm_x0(logp_dlm, xt, x0, mask_id) - ar.x0_given_xs()
+    )
 
 
 @register_energy("ebm", scorer="ebm")
@@ -236,8 +241,10 @@ def log_partition(name: str, xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) ->
 
     Needs the proxy's marginals, so not for ``teacher_forced`` (module doc)."""
     if ar.ctx == "teacher_forced":
-        raise ValueError("log F needs log p_AR(xs) and log p_AR(xt), which teacher forcing cannot compute; use "
-                         "ar_context 'teacher_forced_carry_over' (EDLM's CoAR estimator), 'masked' or 'exact'")
+        raise ValueError(
+            "log F needs log p_AR(xs) and log p_AR(xt), which teacher forcing cannot compute; use "
+            "ar_context 'teacher_forced_carry_over' (EDLM's CoAR estimator), 'masked' or 'exact'"
+        )
     if name == "uni":
         return ar.xs_given_xt() - logp_dlm_xs(logp_dlm, xt, xs, mask_id)
     if name == "ind":
@@ -245,15 +252,18 @@ def log_partition(name: str, xt, x0, xs, logp_dlm, ar: ARTerms, mask_id: int) ->
     raise ValueError(f"no closed-form partition for energy {name!r}")
 
 
-def energy(name: str, xt, x0, xs, logp_dlm, scorer, ar_context: str | None, mask_id: int,
-           check: bool = True) -> torch.Tensor:
+def energy(
+    name: str, xt, x0, xs, logp_dlm, scorer, ar_context: str | None, mask_id: int, check: bool = True
+) -> torch.Tensor:
     """Energies ``(B, K)`` of candidates ``x0`` / states ``xs`` ``(B, K, L)`` given ``xt`` ``(B, L)``.
 
     ``scorer``: the AR proxy (read with ``ar_context``) for ``ind``/``inv``/``uni``; the energy network's
     scorer for ``ebm``."""
     if x0.dim() != 3 or xs.shape != x0.shape or xt.shape != (x0.shape[0], x0.shape[2]):
-        raise ValueError(f"shapes: xt {tuple(xt.shape)}, x0 {tuple(x0.shape)}, xs {tuple(xs.shape)}; "
-                         "expected (B, L), (B, K, L), (B, K, L)")
+        raise ValueError(
+            f"shapes: xt {tuple(xt.shape)}, x0 {tuple(x0.shape)}, xs {tuple(xs.shape)}; "
+            "expected (B, L), (B, K, L), (B, K, L)"
+        )
     if check:
         _check_consistent(xt, x0, xs, mask_id)
     fn = ENERGIES[name]
@@ -273,8 +283,9 @@ def rerank_energy(xt, x0, xs, scorer, mask_id: int) -> torch.Tensor:
     return -ARTerms(scorer, "teacher_forced_carry_over", xt, x0, xs, mask_id).xs_given_xt()
 
 
-def selection_energy(selection: str, name: str, xt, x0, xs, logp_dlm, scorer, ar_context: str | None, mask_id: int,
-                     check: bool = True) -> torch.Tensor:
+def selection_energy(
+    selection: str, name: str, xt, x0, xs, logp_dlm, scorer, ar_context: str | None, mask_id: int, check: bool = True
+) -> torch.Tensor:
     """The ``(B, K)`` values that ``selection`` chooses by: the energy ``name`` (:func:`energy`) for ``argmin`` and
     ``resample``, :func:`rerank_energy` for ``proxy_rerank`` (which reads only the proxy)."""
     if selection not in SELECTIONS:

@@ -65,17 +65,22 @@ class NCEOptions:
             raise ConfigError(f"nce train must be one of {', '.join(TRAINS)}, got {self.train!r}")
         if self.train == "energy_net":
             if self.energy != "ebm" or self.ar_context is not None or self.proxy is not None:
-                raise ConfigError("nce with train: energy_net learns E_phi(x0, xt) itself: set energy: ebm, "
-                                  "ar_context: null and no proxy")
+                raise ConfigError(
+                    "nce with train: energy_net learns E_phi(x0, xt) itself: set energy: ebm, "
+                    "ar_context: null and no proxy"
+                )
             if not self.dlm:
                 raise ConfigError("nce with train: energy_net needs the frozen diffusion model's name (option dlm)")
             return
         if self.energy not in ENERGIES or ENERGIES[self.energy].scorer != "proxy":
-            raise ConfigError(f"nce train: {self.train} fine-tunes a model inside a proxy energy (ind, inv, uni), "
-                              f"got {self.energy!r}")
+            raise ConfigError(
+                f"nce train: {self.train} fine-tunes a model inside a proxy energy (ind, inv, uni), got {self.energy!r}"
+            )
         if self.ar_context not in AR_CONTEXTS or self.ar_context == "exact":
-            raise ConfigError(f"NCE needs a learned proxy: ar_context teacher_forced, teacher_forced_carry_over or "
-                              f"masked, got {self.ar_context!r}")
+            raise ConfigError(
+                f"NCE needs a learned proxy: ar_context teacher_forced, teacher_forced_carry_over or "
+                f"masked, got {self.ar_context!r}"
+            )
         if self.train == "dlm" and not self.proxy:
             raise ConfigError("nce with train: dlm needs the frozen proxy's model name (option proxy)")
         if self.train == "ar" and not self.dlm:
@@ -149,14 +154,16 @@ class NCE:
 
     def prepare(self, net, models: dict, device="cpu", log=print):
         """Attach the frozen partner (``models['proxy']`` or ``models['dlm']``, already wrapped)."""
-        (role, (name, _)), = self.partners(self.options).items()
+        ((role, (name, _)),) = self.partners(self.options).items()
         if role not in models:
             raise ValueError(f"nce (train: {self.train}) needs the frozen {role} model {name!r}")
         self.partner = models[role]
         for p in self.partner.net.parameters():
             p.requires_grad_(False)
         self.partner.net.eval()
-        log(f"NCE: training the {self.train}, frozen {role} = {name}, energy {self.energy}, ar_context {self.ar_context}")
+        log(
+            f"NCE: training the {self.train}, frozen {role} = {name}, energy {self.energy}, ar_context {self.ar_context}"
+        )
 
     # -- Algorithm 1 ------------------------------------------------------------------------------
     def _energies(self, net, x0: torch.Tensor, generator) -> torch.Tensor:
@@ -191,15 +198,24 @@ class NCE:
         """On held-out sequences: the NCE ``loss`` (model selection), mean ``E_pos``, ``E_neg``, their
         ``separation`` ``E_neg - E_pos``, the ``accuracy`` ``P(E_pos < E_neg)``; for ``train: dlm`` also the
         ``guard``: ``p_theta``'s NELBO per token with fixed masks and times (module doc)."""
-        E = torch.cat([self._energies(net, x0[i:i + batch_size], generator) for i in range(0, len(x0), batch_size)])
+        E = torch.cat([self._energies(net, x0[i : i + batch_size], generator) for i in range(0, len(x0), batch_size)])
         pos, neg = E[:, 0].double(), E[:, 1].double()
-        out = {"loss": (F.softplus(pos) + F.softplus(-neg)).mean().item(), "energy_pos": pos.mean().item(),
-               "energy_neg": neg.mean().item(), "separation": (neg - pos).mean().item(),
-               "accuracy": (pos < neg).double().mean().item(), "n": len(x0)}
+        out = {
+            "loss": (F.softplus(pos) + F.softplus(-neg)).mean().item(),
+            "energy_pos": pos.mean().item(),
+            "energy_neg": neg.mean().item(),
+            "separation": (neg - pos).mean().item(),
+            "accuracy": (pos < neg).double().mean().item(),
+            "n": len(x0),
+        }
         if self.train == "dlm":
             g = torch.Generator(device=x0.device).manual_seed(20240511)  # the same draws at every evaluation
             den = MDLMDenoiser(net, self.mask_id, self.blocked)
-            total = sum(nelbo(den, xb, antithetic_t(len(xb), g, self.t_eps, x0.device), self.schedule, self.mask_id, g)
-                        .sum().item() for xb in x0.split(batch_size))
+            total = sum(
+                nelbo(den, xb, antithetic_t(len(xb), g, self.t_eps, x0.device), self.schedule, self.mask_id, g)
+                .sum()
+                .item()
+                for xb in x0.split(batch_size)
+            )
             out["guard"] = total / x0.numel()
         return out

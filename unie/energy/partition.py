@@ -69,7 +69,16 @@ def check_partition(ar_context: str = "teacher_forced", L: int = 4, V: int = 3, 
             for i, k in enumerate(keys):
                 groups.setdefault(k, []).append(i)
             fixed = [w[idx].sum().item() for idx in groups.values()]
-            rows.append({"ar_context": ar_context, "revealed": len(D), "D": "".join(map(str, D)) or "-",
-                         "fixed_xs_min": min(fixed), "fixed_xs_max": max(fixed), "derived_xs": derived,
-                         "log_derived_xs": math.log(derived), "V_pow_D": V ** len(D)})
+            rows.append(
+                {
+                    "ar_context": ar_context,
+                    "revealed": len(D),
+                    "D": "".join(map(str, D)) or "-",
+                    "fixed_xs_min": min(fixed),
+                    "fixed_xs_max": max(fixed),
+                    "derived_xs": derived,
+                    "log_derived_xs": math.log(derived),
+                    "V_pow_D": V ** len(D),
+                }
+            )
     return rows

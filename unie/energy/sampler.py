@@ -34,8 +34,7 @@ from .energies import selection_energy
 DRAWS = ("auto", "gumbel", "inverse_cdf")
 
 
-def propose(logp: torch.Tensor, xt: torch.Tensor, K: int, mask_id: int, generator, draw: str = "auto"
-            ) -> torch.Tensor:
+def propose(logp: torch.Tensor, xt: torch.Tensor, K: int, mask_id: int, generator, draw: str = "auto") -> torch.Tensor:
     """``K`` candidates ``x0^j ~ p_theta(x0 | xt)`` ``(B, K, L)``; unmasked positions carry ``xt``'s tokens.
 
     ``draw``: ``gumbel``: float64 Gumbel-max over every ``(j, i, v)`` (the reference: ``K·L·V`` variates);
@@ -104,9 +103,22 @@ class EnergyOptions:
 
 
 @torch.no_grad()
-def sample_energy(denoiser, scorer, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-                  schedule: Schedule | None = None, batch_size: int = 256, device="cpu", record_steps: bool = False,
-                  draw: str = "auto", **kwargs) -> tuple[torch.Tensor, dict]:
+def sample_energy(
+    denoiser,
+    scorer,
+    n: int,
+    L: int,
+    steps: int,
+    generator: torch.Generator,
+    options=None,
+    *,
+    schedule: Schedule | None = None,
+    batch_size: int = 256,
+    device="cpu",
+    record_steps: bool = False,
+    draw: str = "auto",
+    **kwargs,
+) -> tuple[torch.Tensor, dict]:
     """Algorithm 2 for ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
 
     ``denoiser``: a :class:`~unie.core.protocols.Denoiser`; ``scorer``: the AR proxy
@@ -149,8 +161,9 @@ def sample_energy(denoiser, scorer, n: int, L: int, steps: int, generator: torch
             rows = reveal.any(-1)  # the choice only matters where the step reveals something
             if rows.any():
                 sub = (x, x0, xs, logp) if rows.all() else (x[rows], x0[rows], xs[rows], logp[rows])  # no copy
-                E = selection_energy(selection, energy, *sub, scorer, ar_context, mask_id,
-                                     check=False)  # l.5: E^j for every (x0^j, xs^j), one batched call
+                E = selection_energy(
+                    selection, energy, *sub, scorer, ar_context, mask_id, check=False
+                )  # l.5: E^j for every (x0^j, xs^j), one batched call
                 j[rows] = select(E, selection, temperature, generator)  # l.6: j* = argmin_j E^j
                 stats["energy_rows"] += int(rows.sum())
                 stats["energy_calls"] += 1
@@ -177,15 +190,20 @@ def needs(options: EnergyOptions) -> tuple[str, ...]:
     return ("dlm",) if options.ar_context == "exact" else ("dlm", "proxy")
 
 
-@register_sampler("energy", EnergyOptions, roles={"dlm": ("absorbing",), "proxy": ("ar",), "ebm": ("ebm",)},
-                  needs=needs)
-def energy_sampler(models: dict, n: int, L: int, steps: int, generator, options: EnergyOptions, batch_size: int,
-                   device):
+@register_sampler(
+    "energy", EnergyOptions, roles={"dlm": ("absorbing",), "proxy": ("ar",), "ebm": ("ebm",)}, needs=needs
+)
+def energy_sampler(
+    models: dict, n: int, L: int, steps: int, generator, options: EnergyOptions, batch_size: int, device
+):
     """Registry entry: ``models['dlm']`` (denoiser) and the scorer: ``models['proxy']`` (an AR, or the toy
     world's exact model for ``ar_context: exact``) or ``models['ebm']`` (``energy: ebm``)."""
     role = options.scorer_role
     if role not in models:
-        raise ValueError(f"the energy sampler with energy {options.energy!r} needs models[{role!r}]"
-                         + (" (for ar_context 'exact': the toy world's OracleAR)" if role == "proxy" else ""))
-    return sample_energy(models["dlm"], models[role], n, L, steps, generator, options, batch_size=batch_size,
-                         device=device)
+        raise ValueError(
+            f"the energy sampler with energy {options.energy!r} needs models[{role!r}]"
+            + (" (for ar_context 'exact': the toy world's OracleAR)" if role == "proxy" else "")
+        )
+    return sample_energy(
+        models["dlm"], models[role], n, L, steps, generator, options, batch_size=batch_size, device=device
+    )

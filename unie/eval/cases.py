@@ -64,6 +64,7 @@ def select_cases(mdlm: list[dict], uni: list[dict], dep_threshold: float, inv_th
     when its largest invariance gap is above ``inv_threshold``; Uni-E *avoided* it when its sample of the same
     seed stays within the threshold.  Among the seeds where MDLM erred and Uni-E avoided the error, the worst
     MDLM error is shown; if Uni-E avoided none, the worst MDLM error overall (``avoided`` False says so)."""
+
     def worst_dep(r):
         return min(r["dep"].values()) if r["dep"] else 0.0
 
@@ -71,14 +72,24 @@ def select_cases(mdlm: list[dict], uni: list[dict], dep_threshold: float, inv_th
         return float(r["inv"].max())
 
     out = {}
-    for kind, score, bad in (("dependency", worst_dep, lambda v: v < -dep_threshold),
-                             ("invariance", worst_inv, lambda v: v > inv_threshold)):
+    for kind, score, bad in (
+        ("dependency", worst_dep, lambda v: v < -dep_threshold),
+        ("invariance", worst_inv, lambda v: v > inv_threshold),
+    ):
         sign = 1 if kind == "dependency" else -1  # most negative dependency gap, largest invariance gap
         errors = [i for i, r in enumerate(mdlm) if bad(score(r))]
         avoided = [i for i in errors if not bad(score(uni[i]))]
         pool = avoided or errors or list(range(len(mdlm)))
         i = min(pool, key=lambda j: sign * score(mdlm[j]))
-        out[kind] = {"index": i, "mdlm_gap": score(mdlm[i]), "uni_gap": score(uni[i]), "mdlm_error": bad(score(mdlm[i])),
-                     "avoided": bad(score(mdlm[i])) and not bad(score(uni[i])), "n_errors": len(errors),
-                     "n_avoided": len(avoided), "n_uni_errors": sum(bad(score(r)) for r in uni), "n": len(mdlm)}
+        out[kind] = {
+            "index": i,
+            "mdlm_gap": score(mdlm[i]),
+            "uni_gap": score(uni[i]),
+            "mdlm_error": bad(score(mdlm[i])),
+            "avoided": bad(score(mdlm[i])) and not bad(score(uni[i])),
+            "n_errors": len(errors),
+            "n_avoided": len(avoided),
+            "n_uni_errors": sum(bad(score(r)) for r in uni),
+            "n": len(mdlm),
+        }
     return out

@@ -103,8 +103,9 @@ def _limits():  # runs in the child between fork and exec: no imports here
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_BYTES, OUTPUT_BYTES))
 
 
-def run_program(program: str, stdin: str, timeout: float = TIMEOUT_S, result_file: bool = False,
-                prelude: str = PRELUDE) -> tuple[bool, str, str]:
+def run_program(
+    program: str, stdin: str, timeout: float = TIMEOUT_S, result_file: bool = False, prelude: str = PRELUDE
+) -> tuple[bool, str, str]:
     """``(exited 0 within timeout, stdout, content of ./result.json)`` of ``python -I solution.py`` fed ``stdin``
     in an empty temporary directory (``prelude`` prepended; stdout to a size-limited file, decoded leniently)."""
     with tempfile.TemporaryDirectory() as d:
@@ -114,10 +115,17 @@ def run_program(program: str, stdin: str, timeout: float = TIMEOUT_S, result_fil
         out_path = os.path.join(d, "stdout.txt")
         with open(out_path, "wb") as out:
             try:
-                r = subprocess.run([sys.executable, "-I", path], input=stdin.encode(), cwd=d, stdout=out,
-                                   stderr=subprocess.DEVNULL, timeout=timeout, start_new_session=True,
-                                   env={"PATH": os.environ.get("PATH", "")},
-                                   preexec_fn=_limits if resource is not None else None)
+                r = subprocess.run(
+                    [sys.executable, "-I", path],
+                    input=stdin.encode(),
+                    cwd=d,
+                    stdout=out,
+                    stderr=subprocess.DEVNULL,
+                    timeout=timeout,
+                    start_new_session=True,
+                    env={"PATH": os.environ.get("PATH", "")},
+                    preexec_fn=_limits if resource is not None else None,
+                )
                 ok = r.returncode == 0
             except subprocess.TimeoutExpired:
                 ok = False  # subprocess.run kills the child; its session keeps no stray grandchildren running
@@ -169,8 +177,9 @@ def passes_test(program: str, test: dict, func_name: str | None, timeout: float 
     if kind == "functional":
         if not func_name:
             raise ValueError("a functional test needs the problem's metadata func_name")
-        ok, _, result = run_program(program + FUNCTIONAL_HARNESS.format(func_name=func_name), test["input"], timeout,
-                                    result_file=True)
+        ok, _, result = run_program(
+            program + FUNCTIONAL_HARNESS.format(func_name=func_name), test["input"], timeout, result_file=True
+        )
         if not ok:
             return False
         try:
@@ -186,8 +195,10 @@ def passes_test(program: str, test: dict, func_name: str | None, timeout: float 
 def _require_grant() -> None:
     """Refuse to run model-written code unless lm-eval's gate ``HF_ALLOW_CODE_EVAL=1`` is set."""
     if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
-        raise CodeExecutionRefused("executing model-written code needs HF_ALLOW_CODE_EVAL=1 (set by unie's lm-eval "
-                                   "runner only when dllm.tasks.allow_code_execution is true)")
+        raise CodeExecutionRefused(
+            "executing model-written code needs HF_ALLOW_CODE_EVAL=1 (set by unie's lm-eval "
+            "runner only when dllm.tasks.allow_code_execution is true)"
+        )
 
 
 def pass_at_1(doc: dict, completion: str, timeout: float = TIMEOUT_S) -> float:

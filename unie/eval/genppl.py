@@ -57,8 +57,13 @@ class ExactEvaluator:
             if (x >= self.hmm.V).any():
                 raise ValueError("a sample contains <bos>/<mask>: it is not a finished sequence")
             for s in range(0, len(x), batch_size):
-                nll.append((idx[s:s + batch_size], -self.hmm.log_marginal(x[s:s + batch_size])))
-                ntok.append((idx[s:s + batch_size], torch.full((len(x[s:s + batch_size]),), x.shape[1], dtype=torch.float64)))
+                nll.append((idx[s : s + batch_size], -self.hmm.log_marginal(x[s : s + batch_size])))
+                ntok.append(
+                    (
+                        idx[s : s + batch_size],
+                        torch.full((len(x[s : s + batch_size]),), x.shape[1], dtype=torch.float64),
+                    )
+                )
         return _reorder(nll, len(texts)), _reorder(ntok, len(texts))
 
 
@@ -75,11 +80,17 @@ class ModelEvaluator:
         for group, idx in _by_length(self.tok.encode_batch(texts)):
             x = torch.tensor(group)
             for s in range(0, len(x), batch_size):
-                xb = x[s:s + batch_size]
-                lp = self.model.logp_next(xb).gather(-1, xb[..., None].to(self.model.net.device)).squeeze(-1).double().cpu()
+                xb = x[s : s + batch_size]
+                lp = (
+                    self.model.logp_next(xb)
+                    .gather(-1, xb[..., None].to(self.model.net.device))
+                    .squeeze(-1)
+                    .double()
+                    .cpu()
+                )
                 w = eos_weights(xb, self.tok.eos_id, self.eos_rule)
-                nll.append((idx[s:s + batch_size], -(lp * w).sum(-1)))
-                ntok.append((idx[s:s + batch_size], w.sum(-1)))
+                nll.append((idx[s : s + batch_size], -(lp * w).sum(-1)))
+                ntok.append((idx[s : s + batch_size], w.sum(-1)))
         return _reorder(nll, len(texts)), _reorder(ntok, len(texts))
 
 
@@ -99,19 +110,21 @@ class HFEvaluator:
 
     @torch.no_grad()
     def score(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        seqs = [[self.start] + ids[: self.max_length - 1]
-                for ids in self.tok(list(texts), add_special_tokens=False)["input_ids"]]
+        seqs = [
+            [self.start] + ids[: self.max_length - 1]
+            for ids in self.tok(list(texts), add_special_tokens=False)["input_ids"]
+        ]
         nll = torch.zeros(len(texts), dtype=torch.float64)
         ntok = torch.zeros(len(texts), dtype=torch.float64)
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch
         for s in range(0, len(order), self.batch_size):
-            idx = order[s:s + self.batch_size]
+            idx = order[s : s + self.batch_size]
             width = max(len(seqs[i]) for i in idx)
             x = torch.zeros(len(idx), width, dtype=torch.long)
             real = torch.zeros(len(idx), width, dtype=torch.bool)
             for r, i in enumerate(idx):
-                x[r, :len(seqs[i])] = torch.tensor(seqs[i])
-                real[r, :len(seqs[i])] = True
+                x[r, : len(seqs[i])] = torch.tensor(seqs[i])
+                real[r, : len(seqs[i])] = True
             logits = self.model(x.to(self.device), attention_mask=real.long().to(self.device)).logits.float()
             lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, x[:, 1:, None].to(self.device)).squeeze(-1)
             w = eos_weights(x[:, 1:], self.tok.eos_token_id, self.eos_rule) * real[:, 1:].double()

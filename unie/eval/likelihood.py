@@ -16,8 +16,16 @@ import torch
 from ..core.precision import autocast
 
 
-def mc_nll(x: torch.Tensor, nll_fn, n_mc: int, batch_size: int, seed: int, domain: str, device: str = "cpu",
-           precision: str = "fp32"):
+def mc_nll(
+    x: torch.Tensor,
+    nll_fn,
+    n_mc: int,
+    batch_size: int,
+    seed: int,
+    domain: str,
+    device: str = "cpu",
+    precision: str = "fp32",
+):
     """Per-sequence NLL ``(N,)`` averaged over ``n_mc`` Monte-Carlo passes of ``nll_fn(x_batch, generator) -> (b,)``.
 
     Pass ``mc`` of ``domain`` draws from its own seeded generator (so every estimator sees the same seeds)
@@ -26,9 +34,11 @@ def mc_nll(x: torch.Tensor, nll_fn, n_mc: int, batch_size: int, seed: int, domai
     nll = torch.zeros(len(x), dtype=torch.float64)
     for mc in range(n_mc):
         g = torch.Generator(device=device).manual_seed(zlib.crc32(f"{seed}/{domain}/{mc}".encode()))
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(zlib.crc32(f"{seed}/{domain}/{mc}/order".encode())))
+        order = torch.randperm(
+            len(x), generator=torch.Generator().manual_seed(zlib.crc32(f"{seed}/{domain}/{mc}/order".encode()))
+        )
         for s in range(0, len(x), batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s : s + batch_size]
             with autocast(device, precision):
                 part = nll_fn(x[idx].to(device), g)
             nll[idx] += part.double().cpu()

@@ -25,8 +25,7 @@ def ppl_with_se(nll: torch.Tensor, tokens: torch.Tensor) -> dict:
     # ratio estimator variance: Var(sum nll - r * sum tok) / (sum tok)^2
     resid = nll - per_tok * tokens
     se = math.sqrt(resid.var(unbiased=True).item() * n) / total_tok if n > 1 else float("nan")
-    return {"nll_per_token": per_tok, "nll_se": se, "ppl": math.exp(per_tok), "tokens": int(total_tok),
-            "sequences": n}
+    return {"nll_per_token": per_tok, "nll_se": se, "ppl": math.exp(per_tok), "tokens": int(total_tok), "sequences": n}
 
 
 def unigram_entropy_bits(x: torch.Tensor) -> torch.Tensor:
@@ -102,9 +101,18 @@ def paired_effect(row: dict, base: dict, tasks: list[str], average: list[str] | 
     n_avg = sum(v["n"] for v in used.values())
     changed_avg = sum(v["changed_items"] for v in used.values())
     se = math.sqrt(sum(v["se"] ** 2 for v in used.values())) / T
-    return {"tasks": per_task,
-            "avg": {"delta": sum(v["delta"] for v in used.values()) / T, "se": se, "detectable": 2 * se,
-                    "changed": changed_avg / n_avg, "changed_items": changed_avg, "items": n_avg, "tasks": T}}
+    return {
+        "tasks": per_task,
+        "avg": {
+            "delta": sum(v["delta"] for v in used.values()) / T,
+            "se": se,
+            "detectable": 2 * se,
+            "changed": changed_avg / n_avg,
+            "changed_items": changed_avg,
+            "items": n_avg,
+            "tasks": T,
+        },
+    }
 
 
 def window_shares(counters: dict) -> dict | None:
@@ -118,8 +126,13 @@ def window_shares(counters: dict) -> dict | None:
     n = counters.get("window_rows")
     if not n:
         return None
-    out = {"window_rows": int(n), "disagree": counters["disagree_rows"] / n, "steered": counters["steered_rows"] / n,
-           "disagree_rows": int(counters["disagree_rows"]), "steered_rows": int(counters["steered_rows"])}
+    out = {
+        "window_rows": int(n),
+        "disagree": counters["disagree_rows"] / n,
+        "steered": counters["steered_rows"] / n,
+        "disagree_rows": int(counters["disagree_rows"]),
+        "steered_rows": int(counters["steered_rows"]),
+    }
     reveals, answers = counters.get("window_reveals"), counters.get("answer_tokens")
     out["padding"] = counters["window_padding"] / reveals if reveals else None
     out["answer"] = counters["window_answer"] / answers if answers else None

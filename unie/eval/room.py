@@ -51,9 +51,11 @@ def room_effects(leaves: dict, base: dict, tasks: list[str], average: list[str] 
     worst = {t: {i: (min(s), "floor") for i, s in v.items()} for t, v in leaves.items()}
     decides = {t: sum(max(s) != min(s) for s in v.values()) / len(v) for t, v in leaves.items() if v}
     pooled = [s for t, v in leaves.items() if average is None or t in average for s in v.values()]
-    return {"ceiling": paired_effect(best, base, tasks, average), "floor": paired_effect(worst, base, tasks, average),
-            "decides": {"tasks": decides,
-                        "avg": sum(max(s) != min(s) for s in pooled) / len(pooled) if pooled else None}}
+    return {
+        "ceiling": paired_effect(best, base, tasks, average),
+        "floor": paired_effect(worst, base, tasks, average),
+        "decides": {"tasks": decides, "avg": sum(max(s) != min(s) for s in pooled) / len(pooled) if pooled else None},
+    }
 
 
 def _bootstrap(items: list, stat, reps: int = 400, seed: int = 0) -> float:
@@ -125,8 +127,12 @@ def pairwise_auc(trees: list, scores: list[list[float]], score_of, judged=lambda
     per_item = [_item_pairs(t, s, score_of, judged) for t, s in zip(trees, scores)]
     per_item = [p for p in per_item if p]
     auc = _auc_of(per_item)
-    return {"auc": auc, "se": _bootstrap(per_item, _auc_of) if auc is not None else None,
-            "pairs": sum(len(p) for p in per_item), "items": len(per_item)}
+    return {
+        "auc": auc,
+        "se": _bootstrap(per_item, _auc_of) if auc is not None else None,
+        "pairs": sum(len(p) for p in per_item),
+        "items": len(per_item),
+    }
 
 
 def break_even(points: list[tuple[float, float]]) -> float | None:
@@ -147,6 +153,7 @@ def break_even_bootstrap(per_item: list[dict], chain: list[str], reps: int = 200
     bootstrap s.e. over items.  ``per_item``: per item, scorer -> ``(d, pairs)``: the rule's score minus the
     backbone's on that item, and the item's candidate pairs (:func:`_item_pairs` of that scorer).  Returns
     ``{"auc": the break-even AUC or None, "se", "points": [(scorer, auc, change in points)]}``."""
+
     def points(sample):
         out = []
         for name in chain:
@@ -165,6 +172,7 @@ def break_even_bootstrap(per_item: list[dict], chain: list[str], reps: int = 200
 def room_reading(delta, delta_se, ceiling, ceiling_se) -> str:
     """What a rule's change says given its room: ``gain`` / ``loss`` beyond 2 paired s.e.; else ``no room`` when the
     ceiling itself is within 2 s.e. of the backbone, ``room not taken`` when it is not; ``level`` without a room."""
+
     def missing(v):
         return v is None or (isinstance(v, float) and math.isnan(v))
 
@@ -177,4 +185,12 @@ def room_reading(delta, delta_se, ceiling, ceiling_se) -> str:
     return "no room" if not ceiling_se or ceiling < 2 * ceiling_se else "room not taken"
 
 
-__all__ = ["break_even", "break_even_bootstrap", "room_reading", "leaf_scores", "pairwise_auc", "room_effects", "share_of_ceiling"]
+__all__ = [
+    "break_even",
+    "break_even_bootstrap",
+    "room_reading",
+    "leaf_scores",
+    "pairwise_auc",
+    "room_effects",
+    "share_of_ceiling",
+]

@@ -47,12 +47,17 @@ class TimingChecks:
 
     def __post_init__(self):
         if self.max_spread <= 0 or self.min_cpu_ratio < 0 or self.max_call_deviation <= 0 or self.reruns < 0:
-            raise ValueError(f"bad timing checks {self}: need max_spread > 0, min_cpu_ratio >= 0, "
-                             f"max_call_deviation > 0, reruns >= 0")
+            raise ValueError(
+                f"bad timing checks {self}: need max_spread > 0, min_cpu_ratio >= 0, "
+                f"max_call_deviation > 0, reruns >= 0"
+            )
 
 
-FLAG_TEXT = {"spread": "repeats disagree", "cpu_starved": "process starved of CPU",
-             "seconds_per_call": "seconds per model call inconsistent with the same sampler elsewhere"}
+FLAG_TEXT = {
+    "spread": "repeats disagree",
+    "cpu_starved": "process starved of CPU",
+    "seconds_per_call": "seconds per model call inconsistent with the same sampler elsewhere",
+}
 
 
 def _sync(device) -> None:
@@ -64,8 +69,15 @@ def is_cuda(device) -> bool:
     return str(device).startswith("cuda")
 
 
-def summarise(seconds: list[float], cpu_seconds: list[float], *, threads: int, device, nfe=None,
-              checks: TimingChecks | None = None) -> dict:
+def summarise(
+    seconds: list[float],
+    cpu_seconds: list[float],
+    *,
+    threads: int,
+    device,
+    nfe=None,
+    checks: TimingChecks | None = None,
+) -> dict:
     """The spread, CPU use and per-call cost of ``seconds`` (wall, one per repeat) and ``cpu_seconds`` (process
     CPU time over the same stretches), with the flags of ``checks`` (all but ``seconds_per_call``, which needs
     the other points of the run: :func:`check_calls`)."""
@@ -80,9 +92,18 @@ def summarise(seconds: list[float], cpu_seconds: list[float], *, threads: int, d
         flags.append("spread")
     if cpu_checked and ratio is not None and ratio < checks.min_cpu_ratio * threads:
         flags.append("cpu_starved")
-    return {"seconds_min": min(seconds), "seconds_max": max(seconds), "spread": spread,
-            "cpu_seconds_all": cpu_seconds, "cpu_ratio": ratio, "cpu_checked": cpu_checked, "threads": threads,
-            "seconds_per_call": med / nfe if nfe else None, "flags": flags, "trusted": not flags}
+    return {
+        "seconds_min": min(seconds),
+        "seconds_max": max(seconds),
+        "spread": spread,
+        "cpu_seconds_all": cpu_seconds,
+        "cpu_ratio": ratio,
+        "cpu_checked": cpu_checked,
+        "threads": threads,
+        "seconds_per_call": med / nfe if nfe else None,
+        "flags": flags,
+        "trusted": not flags,
+    }
 
 
 def timed(fn, repeats: int, device="cpu") -> tuple[list[float], list[float], list]:
@@ -105,9 +126,22 @@ def fewest_flags(attempts: list[dict]) -> dict:
     return min(attempts, key=lambda a: len(a["flags"]))
 
 
-def time_generation(entry, models: dict, options, L: int, steps: int, *, batch_size: int, warmup: int = 1,
-                    repeats: int = 3, seed: int = 0, device="cpu", threads: int | None = None,
-                    checks: TimingChecks | None = None, reruns: int = 0) -> dict:
+def time_generation(
+    entry,
+    models: dict,
+    options,
+    L: int,
+    steps: int,
+    *,
+    batch_size: int,
+    warmup: int = 1,
+    repeats: int = 3,
+    seed: int = 0,
+    device="cpu",
+    threads: int | None = None,
+    checks: TimingChecks | None = None,
+    reruns: int = 0,
+) -> dict:
     """Seconds to generate one batch ``(batch_size, L)`` with registered sampler ``entry`` at ``steps`` steps.
 
     Returns ``{"steps", "batch_size", "warmup", "repeats", "seconds" (median), "seconds_all", "nfe"}`` plus the
@@ -115,8 +149,9 @@ def time_generation(entry, models: dict, options, L: int, steps: int, *, batch_s
     measured again (the same seeds, no second warm-up) up to ``reruns`` times; the attempt with the fewest flags
     is kept, the others' flags are under ``earlier_flags``."""
     if repeats < 1 or warmup < 0 or reruns < 0:
-        raise ValueError(f"need repeats >= 1, warmup >= 0 and reruns >= 0, got repeats={repeats}, "
-                         f"warmup={warmup}, reruns={reruns}")
+        raise ValueError(
+            f"need repeats >= 1, warmup >= 0 and reruns >= 0, got repeats={repeats}, warmup={warmup}, reruns={reruns}"
+        )
     threads = threads or torch.get_num_threads()
 
     def once(i: int):
@@ -129,9 +164,18 @@ def time_generation(entry, models: dict, options, L: int, steps: int, *, batch_s
     for _ in range(1 + reruns):
         seconds, cpu, outs = timed(lambda r: once(warmup + r), repeats, device)
         nfe = outs[-1][1].get("nfe")
-        attempts.append({"steps": steps, "batch_size": batch_size, "warmup": warmup, "repeats": repeats,
-                         "seconds": statistics.median(seconds), "seconds_all": seconds, "nfe": nfe,
-                         **summarise(seconds, cpu, threads=threads, device=device, nfe=nfe, checks=checks)})
+        attempts.append(
+            {
+                "steps": steps,
+                "batch_size": batch_size,
+                "warmup": warmup,
+                "repeats": repeats,
+                "seconds": statistics.median(seconds),
+                "seconds_all": seconds,
+                "nfe": nfe,
+                **summarise(seconds, cpu, threads=threads, device=device, nfe=nfe, checks=checks),
+            }
+        )
         if attempts[-1]["trusted"]:
             break
     best = fewest_flags(attempts)
@@ -159,19 +203,29 @@ def check_calls(points: list[dict], checks: TimingChecks | None = None) -> list[
 def describe(point: dict) -> str:
     """One line on a flagged timing: its flags and the numbers behind them."""
     ratio = point.get("cpu_ratio")
-    return (f"timing flagged ({', '.join(FLAG_TEXT.get(f, f) for f in point['flags'])}): spread "
-            f"{point.get('spread', 0):.2f}, CPU/wall {'n/a' if ratio is None else f'{ratio:.2f}'} on "
-            f"{point.get('threads')} threads, {point.get('seconds_per_call') or float('nan'):.4g} s per call; "
-            f"the machine was probably busy")
+    return (
+        f"timing flagged ({', '.join(FLAG_TEXT.get(f, f) for f in point['flags'])}): spread "
+        f"{point.get('spread', 0):.2f}, CPU/wall {'n/a' if ratio is None else f'{ratio:.2f}'} on "
+        f"{point.get('threads')} threads, {point.get('seconds_per_call') or float('nan'):.4g} s per call; "
+        f"the machine was probably busy"
+    )
 
 
 def checks_record(checks: TimingChecks) -> dict:
     return dataclasses.asdict(checks)
 
 
-def time_passes(generate, batches: list[tuple[list[str], int]], *, repeats: int = 3, warmup: int = 1,
-                threads: int | None = None, device="cpu", checks: TimingChecks | None = None,
-                reruns: int = 0) -> dict:
+def time_passes(
+    generate,
+    batches: list[tuple[list[str], int]],
+    *,
+    repeats: int = 3,
+    warmup: int = 1,
+    threads: int | None = None,
+    device="cpu",
+    checks: TimingChecks | None = None,
+    reruns: int = 0,
+) -> dict:
     """The throughput of ``generate(prompts, max_new_tokens) -> (texts, {"nfe", "generated_tokens"})`` (a
     :class:`~unie.core.protocols.TextDecoder`'s ``generate``) over ``batches`` (``(prompts, max_new_tokens)``
     each): the first ``warmup`` batches generated untimed, then ``repeats`` timed passes over every batch.
@@ -181,8 +235,10 @@ def time_passes(generate, batches: list[tuple[list[str], int]], *, repeats: int 
     of :func:`summarise`; a flagged measurement is repeated up to ``reruns`` times, as in
     :func:`time_generation`."""
     if repeats < 1 or warmup < 0 or reruns < 0 or not batches:
-        raise ValueError(f"need batches, repeats >= 1, warmup >= 0 and reruns >= 0, got {len(batches)} batches, "
-                         f"repeats={repeats}, warmup={warmup}, reruns={reruns}")
+        raise ValueError(
+            f"need batches, repeats >= 1, warmup >= 0 and reruns >= 0, got {len(batches)} batches, "
+            f"repeats={repeats}, warmup={warmup}, reruns={reruns}"
+        )
     threads = threads or torch.get_num_threads()
     for prompts, max_new in batches[:warmup]:
         generate(prompts, max_new)
@@ -200,12 +256,21 @@ def time_passes(generate, batches: list[tuple[list[str], int]], *, repeats: int 
         seconds, cpu, outs = timed(one_pass, repeats, device)
         rates = [tok / s if s > 0 else None for s, (_, tok) in zip(seconds, outs)]
         nfe = statistics.median(n for n, _ in outs)
-        attempts.append({"tokens_per_s": statistics.median(r for r in rates if r is not None) if any(rates) else None,
-                         "seconds": statistics.median(seconds), "seconds_all": seconds, "tokens_per_s_all": rates,
-                         "nfe_all": [n for n, _ in outs], "generated_tokens": outs[0][1],
-                         "requests": sum(len(p) for p, _ in batches), "batches": len(batches), "warmup": warmup,
-                         "repeats": repeats,
-                         **summarise(seconds, cpu, threads=threads, device=device, nfe=nfe, checks=checks)})
+        attempts.append(
+            {
+                "tokens_per_s": statistics.median(r for r in rates if r is not None) if any(rates) else None,
+                "seconds": statistics.median(seconds),
+                "seconds_all": seconds,
+                "tokens_per_s_all": rates,
+                "nfe_all": [n for n, _ in outs],
+                "generated_tokens": outs[0][1],
+                "requests": sum(len(p) for p, _ in batches),
+                "batches": len(batches),
+                "warmup": warmup,
+                "repeats": repeats,
+                **summarise(seconds, cpu, threads=threads, device=device, nfe=nfe, checks=checks),
+            }
+        )
         if attempts[-1]["trusted"]:
             break
     best = fewest_flags(attempts)

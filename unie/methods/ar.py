@@ -44,8 +44,15 @@ from ..data.tokenizer import blocked_ids
 class ARModel:
     """A trained causal network with the proxy/evaluator interface (``logp_next``, ``log_prob``, ``sample``)."""
 
-    def __init__(self, net, bos_id: int, mask_id: int | None = None, blocked=None, eos_id: int | None = None,
-                 chunk_bos: bool = False):
+    def __init__(
+        self,
+        net,
+        bos_id: int,
+        mask_id: int | None = None,
+        blocked=None,
+        eos_id: int | None = None,
+        chunk_bos: bool = False,
+    ):
         """``blocked``: ids never predicted (default: the mask and ``bos_id``, for a tokenizer whose BOS is an
         input-only token; pass :func:`~unie.data.tokenizer.blocked_ids` of the tokenizer).  ``chunk_bos``: every
         sequence's position 0 is its own BOS, context only (module doc; :class:`AROptions`)."""
@@ -116,7 +123,7 @@ class ARModel:
             pos = pos + 1
             if self.eos_id is not None and bool(ended.all()):
                 break  # the positions after are <eos> already (fill)
-        return torch.stack([x[b, lengths[b]: lengths[b] + gen_len] for b in range(len(prompts))]).cpu()
+        return torch.stack([x[b, lengths[b] : lengths[b] + gen_len] for b in range(len(prompts))]).cpu()
 
     @torch.no_grad()
     def logp_next(self, ctx: torch.Tensor) -> torch.Tensor:
@@ -146,8 +153,7 @@ class ARModel:
         return self.token_logp(x, x[:, None])[:, 0].double().sum(-1)
 
     @torch.no_grad()
-    def sample(self, n: int, L: int, generator=None, batch_size: int = 256, graphs: bool | None = None
-               ) -> torch.Tensor:
+    def sample(self, n: int, L: int, generator=None, batch_size: int = 256, graphs: bool | None = None) -> torch.Tensor:
         """Ancestral sampling with a preallocated KV cache (one new token per forward), float64 Gumbel-max.
         ``(n, L)``.
 
@@ -178,7 +184,7 @@ class ARModel:
             for i in range(L - first):
                 logp = self.normalise(step(i, x))
                 toks[:, first + i] = gumbel_argmax(logp, generator).to(dev)
-                x = toks[:, first + i: first + i + 1]
+                x = toks[:, first + i : first + i + 1]
             out.append(toks.cpu())
         return torch.cat(out)
 
@@ -224,6 +230,7 @@ class ARModel:
             tok.copy_(x)
             graph.replay()
             return logits
+
         return step
 
 
@@ -274,8 +281,10 @@ class AR:
         if not self.chunk_bos:
             return torch.cat([torch.full_like(x0[:, :1], self.bos_id), x0[:, :-1]], dim=1), x0
         if not bool((x0[:, 0] == self.bos_id).all()):
-            raise ValueError(f"AR option chunk_bos: every sequence must begin with its BOS ({self.bos_id}); "
-                             f"{int((x0[:, 0] != self.bos_id).sum())} of {len(x0)} do not (data.chunk_specials?)")
+            raise ValueError(
+                f"AR option chunk_bos: every sequence must begin with its BOS ({self.bos_id}); "
+                f"{int((x0[:, 0] != self.bos_id).sum())} of {len(x0)} do not (data.chunk_specials?)"
+            )
         return x0[:, :-1], x0[:, 1:]
 
     def masked_context(self, x0: torch.Tensor, generator, maskable: torch.Tensor | None = None) -> torch.Tensor:
@@ -333,8 +342,7 @@ class ARSamplerOptions:
 
 
 @register_sampler("ar", ARSamplerOptions, roles={"ar": ("ar",)}, fixed_steps=True)
-def ar_sampler(models: dict, n: int, L: int, steps: int, generator, options: ARSamplerOptions, batch_size: int,
-               device):
+def ar_sampler(models: dict, n: int, L: int, steps: int, generator, options: ARSamplerOptions, batch_size: int, device):
     """Left-to-right sampling with a KV cache; always ``L`` steps (``steps`` must equal ``L``); a model with
     ``chunk_bos`` writes its BOS and draws ``L - 1`` tokens (``L - 1`` forwards per batch)."""
     if steps != L:

@@ -98,8 +98,9 @@ from .mdlm import CachedDenoiser, block_logits, fill_remaining, mdlm_step, q_xt,
 
 
 # ---------------------------------------------------------------------- attention pattern (training's mask)
-def bd3_attention(q_pos: torch.Tensor, q_noisy: torch.Tensor, k_pos: torch.Tensor, k_noisy: torch.Tensor,
-                  block_size: int) -> torch.Tensor:
+def bd3_attention(
+    q_pos: torch.Tensor, q_noisy: torch.Tensor, k_pos: torch.Tensor, k_noisy: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """BD3-LM's attention rule for queries/keys given by position ``(Lq,)``/``(Lk,)`` and stream (noisy?).
 
     With ``blk = pos // block_size``, query ``q`` may attend to key ``k`` (True) iff
@@ -150,8 +151,15 @@ def block_times(n_seq: int, n_blocks: int, generator, t_eps: float, device=None,
     return lo + (hi - lo) * u
 
 
-def block_nelbo(logp_fn, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_id: int,
-                generator=None, keep_first: bool = False) -> torch.Tensor:
+def block_nelbo(
+    logp_fn,
+    x0: torch.Tensor,
+    t: torch.Tensor,
+    schedule: Schedule,
+    mask_id: int,
+    generator=None,
+    keep_first: bool = False,
+) -> torch.Tensor:
     """Single-sample block NELBO per sequence ``(B,)`` in nats (see the module docstring).
 
     Args:
@@ -224,8 +232,14 @@ class BD3Denoiser:
         return self.net.new_cache()
 
     @torch.no_grad()
-    def evaluate(self, cache: list, commit: torch.Tensor | None, xb: torch.Tensor, rows: torch.Tensor | None = None,
-                 joint: bool = False) -> torch.Tensor:
+    def evaluate(
+        self,
+        cache: list,
+        commit: torch.Tensor | None,
+        xb: torch.Tensor,
+        rows: torch.Tensor | None = None,
+        joint: bool = False,
+    ) -> torch.Tensor:
         """SUBS log-probabilities ``(b, n, V)`` of the noisy tokens ``xb`` ``(b, n)`` that follow the cached prefix
         and the clean tokens ``commit`` ``(B, c)``, in ONE network pass.
 
@@ -254,7 +268,7 @@ class BD3Denoiser:
         logits = self.net(inp, attn_mask=mask, positions=q_pos, cache=work)[:, c:]
         if rows is None:  # keep the clean keys/values only (drop the noisy block's)
             for d in cache:
-                d["k"], d["v"] = d["k"][:, :, :P + c], d["v"][:, :, :P + c]
+                d["k"], d["v"] = d["k"][:, :, : P + c], d["v"][:, :, : P + c]
         return subs_logp(logits, xb, self.mask_id, self.blocked)
 
 
@@ -340,8 +354,9 @@ class BD3LM:
 
     def wrap(self, net) -> BD3Denoiser:
         """The trained network as the block sampler's denoiser."""
-        return BD3Denoiser(net, self.mask_id, self.block_size, self.blocked,
-                           first_token=self.bos_id if self.ignore_bos else None)
+        return BD3Denoiser(
+            net, self.mask_id, self.block_size, self.blocked, first_token=self.bos_id if self.ignore_bos else None
+        )
 
 
 # -------------------------------------------------------------------------------------- sampler
@@ -378,9 +393,19 @@ class BD3SamplerOptions:
 
 
 @torch.no_grad()
-def sample_bd3(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-               schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
-               **kwargs) -> tuple[torch.Tensor, dict]:
+def sample_bd3(
+    denoiser,
+    n: int,
+    L: int,
+    steps: int,
+    generator: torch.Generator,
+    options=None,
+    *,
+    schedule: Schedule | None = None,
+    batch_size: int = 256,
+    device="cpu",
+    **kwargs,
+) -> tuple[torch.Tensor, dict]:
     """Block-by-block sampling of ``n`` sequences of length ``L`` in ``steps`` total denoising steps.
 
     ``denoiser`` is a :class:`BD3Denoiser`; options: :class:`BD3SamplerOptions`.  Returns
@@ -422,7 +447,8 @@ def sample_bd3(denoiser, n: int, L: int, steps: int, generator: torch.Generator,
 
 
 @register_sampler("bd3lm", BD3SamplerOptions, roles={"dlm": ("bd3lm",)})
-def bd3lm_sampler(models: dict, n: int, L: int, steps: int, generator, options: BD3SamplerOptions, batch_size: int,
-                  device):
+def bd3lm_sampler(
+    models: dict, n: int, L: int, steps: int, generator, options: BD3SamplerOptions, batch_size: int, device
+):
     """Registry entry: ``models['dlm']`` is a :class:`BD3Denoiser` (block size from its checkpoint)."""
     return sample_bd3(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

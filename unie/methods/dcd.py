@@ -80,9 +80,20 @@ class DCDOptions:
 
 
 @torch.no_grad()
-def sample_dcd(dlm, proxy, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-               schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
-               **kwargs) -> tuple[torch.Tensor, dict]:
+def sample_dcd(
+    dlm,
+    proxy,
+    n: int,
+    L: int,
+    steps: int,
+    generator: torch.Generator,
+    options=None,
+    *,
+    schedule: Schedule | None = None,
+    batch_size: int = 256,
+    device="cpu",
+    **kwargs,
+) -> tuple[torch.Tensor, dict]:
     """DCD_autoregressive with ``steps`` DM steps. ``dlm``: an :class:`~unie.methods.mdlm.MDLMDenoiser` (its ``.net`` is
     the bidirectional transformer); ``proxy``: an :class:`~unie.methods.ar.ARModel` (KV cache).
 
@@ -126,5 +137,6 @@ def sample_dcd(dlm, proxy, n: int, L: int, steps: int, generator: torch.Generato
 @register_sampler("dcd", DCDOptions, roles={"dlm": ("absorbing",), "proxy": ("ar",)})
 def dcd_sampler(models: dict, n: int, L: int, steps: int, generator, options: DCDOptions, batch_size: int, device):
     """Registry entry: ``models['dlm']`` an MDLM denoiser, ``models['proxy']`` the AR copula."""
-    return sample_dcd(models["dlm"], models["proxy"], n, L, steps, generator, options, batch_size=batch_size,
-                      device=device)
+    return sample_dcd(
+        models["dlm"], models["proxy"], n, L, steps, generator, options, batch_size=batch_size, device=device
+    )

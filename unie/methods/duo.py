@@ -163,8 +163,9 @@ def udlm_q_xt(x0: torch.Tensor, alpha: torch.Tensor, V: int, generator) -> torch
     return torch.where(u < (1.0 - alpha.double().to(x0.device))[:, None], noise, x0)
 
 
-def udlm_nelbo_per_token(log_x_theta: torch.Tensor, xt: torch.Tensor, x0: torch.Tensor, alpha: torch.Tensor,
-                         dalpha: torch.Tensor) -> torch.Tensor:
+def udlm_nelbo_per_token(
+    log_x_theta: torch.Tensor, xt: torch.Tensor, x0: torch.Tensor, alpha: torch.Tensor, dalpha: torch.Tensor
+) -> torch.Tensor:
     """Continuous-time UDLM NELBO integrand per token ``(B, L)`` float64 (the formula in the module doc).
 
     Args:
@@ -208,10 +209,10 @@ def duality_integrals(gammas: torch.Tensor, V: int, n_z: int = 8001, chunk: int 
     f = torch.exp((V - 1) * torch.special.log_ndtr(z)) * wts  # Phi(z)^{V-1} times the trapezoid weights
     P, dP = torch.empty_like(g), torch.empty_like(g)
     for s in range(0, len(g), chunk):
-        d = z[None, :] - mu[s:s + chunk, None]
+        d = z[None, :] - mu[s : s + chunk, None]
         phi = torch.exp(-0.5 * d * d) / math.sqrt(2 * math.pi)
-        P[s:s + chunk] = phi @ f
-        dP[s:s + chunk] = -(mu[s:s + chunk] / 2) * ((d * phi) @ f)
+        P[s : s + chunk] = phi @ f
+        dP[s : s + chunk] = -(mu[s : s + chunk] / 2) * ((d * phi) @ f)
     return P, dP
 
 
@@ -298,8 +299,9 @@ class DuoDenoiser:
     ``xt`` are sub-vocabulary ids ``(B, L)``; ``t`` a float or ``(B,)`` times (conditioning on
     ``sigma = -log alpha_t``).  ``sub_to_tok``/``tok_to_sub`` map to and from tokenizer ids."""
 
-    def __init__(self, net, sub_to_tok: torch.Tensor, tok_to_sub: torch.Tensor, schedule: Schedule,
-                 pad_id: int | None = None):
+    def __init__(
+        self, net, sub_to_tok: torch.Tensor, tok_to_sub: torch.Tensor, schedule: Schedule, pad_id: int | None = None
+    ):
         self.net = net
         self.sub_to_tok, self.tok_to_sub = sub_to_tok, tok_to_sub
         self.V = len(sub_to_tok)
@@ -342,8 +344,10 @@ class DuoOptions:
 
     def __post_init__(self):
         if self.curriculum_steps < 0 or self.tau <= 0 or self.n_gamma < 2:
-            raise ConfigError(f"Duo: need curriculum_steps >= 0, tau > 0, n_gamma >= 2 "
-                              f"(got {self.curriculum_steps}, {self.tau}, {self.n_gamma})")
+            raise ConfigError(
+                f"Duo: need curriculum_steps >= 0, tau > 0, n_gamma >= 2 "
+                f"(got {self.curriculum_steps}, {self.tau}, {self.n_gamma})"
+            )
 
 
 @METHODS.register("duo")
@@ -395,8 +399,9 @@ class Duo:
         alpha = self.schedule.alpha(t.double())
         xt = udlm_q_xt(x0_sub, alpha, self.V, generator)
         sigma = -torch.log(alpha)
-        logits = restricted_logits(net, self.sub_to_tok, sigma.to(x0_sub.device),
-                                   tokens=self.sub_to_tok.to(x0_sub.device)[xt])
+        logits = restricted_logits(
+            net, self.sub_to_tok, sigma.to(x0_sub.device), tokens=self.sub_to_tok.to(x0_sub.device)[xt]
+        )
         return udlm_nelbo_per_token(F.log_softmax(logits, -1), xt, x0_sub, alpha, self.schedule.dalpha(t.double()))
 
     # -- curriculum (Gaussian relaxation)
@@ -466,8 +471,18 @@ class DuoSamplerOptions:
 
 
 @torch.no_grad()
-def sample_duo(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-               batch_size: int = 256, device="cpu", **kwargs) -> tuple[torch.Tensor, dict]:
+def sample_duo(
+    denoiser,
+    n: int,
+    L: int,
+    steps: int,
+    generator: torch.Generator,
+    options=None,
+    *,
+    batch_size: int = 256,
+    device="cpu",
+    **kwargs,
+) -> tuple[torch.Tensor, dict]:
     """Sample ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L) tokenizer ids, stats)``.
 
     Options: :class:`DuoSamplerOptions`.  ``stats["nfe"]``: network evaluations summed over batches
@@ -495,7 +510,8 @@ def sample_duo(denoiser, n: int, L: int, steps: int, generator: torch.Generator,
 
 
 @register_sampler("duo", DuoSamplerOptions, roles={"dlm": ("duo",)})
-def duo_sampler(models: dict, n: int, L: int, steps: int, generator, options: DuoSamplerOptions, batch_size: int,
-                device):
+def duo_sampler(
+    models: dict, n: int, L: int, steps: int, generator, options: DuoSamplerOptions, batch_size: int, device
+):
     """Registry entry: ``models['dlm']`` is a Duo denoiser (``Duo.wrap``)."""
     return sample_duo(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

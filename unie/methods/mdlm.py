@@ -88,13 +88,17 @@ def masked_nll(logp_x0: torch.Tensor, x0: torch.Tensor, xt: torch.Tensor, mask_i
     return -(torch.where(masked, lp, torch.zeros_like(lp))).sum(-1)
 
 
-def nelbo(denoiser, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_id: int, generator=None) -> torch.Tensor:
+def nelbo(
+    denoiser, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_id: int, generator=None
+) -> torch.Tensor:
     """Single-sample continuous-time NELBO per sequence ``(B,)`` in nats (how tight it is: module doc).
 
     ``denoiser`` is anything with ``logp_x0`` (a trained MDLM or the toy world's oracle)."""
     xt = q_xt(x0, schedule.mask_prob(t.double()), mask_id, generator)
     logp = denoiser.logp_x0(xt)
-    return schedule.weight(t.double()).to(logp.device) * masked_nll(logp.double(), x0.to(logp.device), xt.to(logp.device), mask_id)
+    return schedule.weight(t.double()).to(logp.device) * masked_nll(
+        logp.double(), x0.to(logp.device), xt.to(logp.device), mask_id
+    )
 
 
 @dataclass(frozen=True)
@@ -231,8 +235,19 @@ class AncestralOptions:
 
 
 @torch.no_grad()
-def sample_mdlm(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-                schedule: Schedule | None = None, batch_size: int = 256, device="cpu", **kwargs) -> tuple[torch.Tensor, dict]:
+def sample_mdlm(
+    denoiser,
+    n: int,
+    L: int,
+    steps: int,
+    generator: torch.Generator,
+    options=None,
+    *,
+    schedule: Schedule | None = None,
+    batch_size: int = 256,
+    device="cpu",
+    **kwargs,
+) -> tuple[torch.Tensor, dict]:
     """Ancestral MDLM sampling of ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
 
     ``denoiser``: a :class:`~unie.core.protocols.Denoiser`; options: :class:`AncestralOptions` (or keywords)."""
@@ -256,7 +271,8 @@ def sample_mdlm(denoiser, n: int, L: int, steps: int, generator: torch.Generator
 
 
 @register_sampler("ancestral", AncestralOptions, roles={"dlm": ("absorbing",)})
-def ancestral_sampler(models: dict, n: int, L: int, steps: int, generator, options: AncestralOptions, batch_size: int,
-                      device):
+def ancestral_sampler(
+    models: dict, n: int, L: int, steps: int, generator, options: AncestralOptions, batch_size: int, device
+):
     """Registry entry: ``models['dlm']`` is the denoiser."""
     return sample_mdlm(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

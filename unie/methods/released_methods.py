@@ -43,27 +43,44 @@ def check_vocab(kind: str, net_vocab: int, info: dict, where) -> None:
     mask must be its last id, the column of upstream's ``[PAD]``."""
     if kind == "duo":
         ok = info["mask_id"] == info["vocab_size"] - 1 and net_vocab == info["vocab_size"]
-        need = (f"vocab_size {net_vocab} (its outputs: upstream's tokenizer, GPT-2 + [PAD]) with the mask as its last "
-                f"id, where upstream has [PAD]")
+        need = (
+            f"vocab_size {net_vocab} (its outputs: upstream's tokenizer, GPT-2 + [PAD]) with the mask as its last "
+            f"id, where upstream has [PAD]"
+        )
         if net_vocab == info["vocab_size"] - 1 == GPT2_MASKED["vocab_size"]:
             # a tokenizer that keeps [PAD] as a token and appends a mask after it: the network is fine
-            need += (f"; the network's {net_vocab:,} outputs are GPT-2 + [PAD], as every released Duo's, and this "
-                     f"tokenizer has one id more ({info['vocab_size']:,}: a mask appended after [PAD]); read it with "
-                     f"the paper profile's tokenizer, GPT-2 + the mask ({net_vocab:,}), whose mask id plays [PAD]")
+            need += (
+                f"; the network's {net_vocab:,} outputs are GPT-2 + [PAD], as every released Duo's, and this "
+                f"tokenizer has one id more ({info['vocab_size']:,}: a mask appended after [PAD]); read it with "
+                f"the paper profile's tokenizer, GPT-2 + the mask ({net_vocab:,}), whose mask id plays [PAD]"
+            )
         elif net_vocab == info["vocab_size"] - 1:
-            need += (f"; the tokenizer has one id more than the network's {net_vocab} outputs: either it appends a "
-                     f"mask after [PAD] (use one whose last id, the mask, is upstream's [PAD]) or the network lacks "
-                     f"[PAD] (no released Duo does)")
+            need += (
+                f"; the tokenizer has one id more than the network's {net_vocab} outputs: either it appends a "
+                f"mask after [PAD] (use one whose last id, the mask, is upstream's [PAD]) or the network lacks "
+                f"[PAD] (no released Duo does)"
+            )
     else:
         ok = net_vocab == info["vocab_size"] and info["mask_id"] < net_vocab
         need = f"vocab_size {net_vocab} with the mask inside it"
     if not ok:
-        raise ReleasedCheckpointError(f"{where}: tokenizer mismatch: the checkpoint needs {need}, the tokenizer has "
-                                      f"vocab_size {info['vocab_size']}, mask {info['mask_id']}")
+        raise ReleasedCheckpointError(
+            f"{where}: tokenizer mismatch: the checkpoint needs {need}, the tokenizer has "
+            f"vocab_size {info['vocab_size']}, mask {info['mask_id']}"
+        )
 
 
-def load_released(kind: str, path, *, tokenizer_info: dict | None = None, trust_remote_code: bool = False,
-                  device="cpu", dtype=torch.float32, options: dict | None = None, **net_kwargs):
+def load_released(
+    kind: str,
+    path,
+    *,
+    tokenizer_info: dict | None = None,
+    trust_remote_code: bool = False,
+    device="cpu",
+    dtype=torch.float32,
+    options: dict | None = None,
+    **net_kwargs,
+):
     """An upstream checkpoint as its method's sampler-facing object (``MDLMDenoiser``, ``SEDDScore``,
     ``DuoDenoiser``, ``BD3Denoiser``, ``ARModel``), with ``method_name``, ``released`` (the loader's meta)
     and ``method`` (the method object: its ``nll``/``loss`` take ``wrapped.net``) attached.
@@ -72,19 +89,24 @@ def load_released(kind: str, path, *, tokenizer_info: dict | None = None, trust_
     ``block_size`` comes from the checkpoint); ``net_kwargs`` go to :func:`load_released_net` (``use_ema``,
     ``n_heads``, ``block_size``)."""
     info = {**GPT2_MASKED, **(tokenizer_info or {})}
-    net, meta = load_released_net(kind, path, trust_remote_code=trust_remote_code, device=device, dtype=dtype,
-                                  **net_kwargs)
+    net, meta = load_released_net(
+        kind, path, trust_remote_code=trust_remote_code, device=device, dtype=dtype, **net_kwargs
+    )
     check_vocab(kind, net.cfg.vocab_size, info, path)
     opts = dict(options or {})
     if kind == "duo":  # upstream's vocabulary: [PAD] (our mask id) is a state (DUO_PAD_ID)
         if not opts.get("pad_state", True):
-            raise ReleasedCheckpointError(f"{path}: options pad_state=false, but a released Duo's states are its "
-                                          f"{net.cfg.vocab_size} outputs, [PAD] included (upstream's vocabulary)")
+            raise ReleasedCheckpointError(
+                f"{path}: options pad_state=false, but a released Duo's states are its "
+                f"{net.cfg.vocab_size} outputs, [PAD] included (upstream's vocabulary)"
+            )
         opts["pad_state"] = True
     if kind == "bd3lm":
         if opts.get("block_size", net.cfg.block_size) != net.cfg.block_size:
-            raise ReleasedCheckpointError(f"{path}: options block_size={opts['block_size']} but the checkpoint was "
-                                          f"trained with block_size={net.cfg.block_size}")
+            raise ReleasedCheckpointError(
+                f"{path}: options block_size={opts['block_size']} but the checkpoint was "
+                f"trained with block_size={net.cfg.block_size}"
+            )
         opts["block_size"] = net.cfg.block_size
     cls = METHODS[SOURCES[kind].method]
     method = cls(info, opts)

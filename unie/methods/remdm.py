@@ -69,8 +69,9 @@ def sigma_max(alpha_t: float, alpha_s: float) -> float:
     return 1.0 if alpha_t <= 0.0 else min(1.0, (1.0 - alpha_s) / alpha_t)
 
 
-def remask_sigma(strategy: str, alpha_t: float, alpha_s: float, eta_cap: float = 0.05,
-                 eta_rescale: float = 0.5) -> float:
+def remask_sigma(
+    strategy: str, alpha_t: float, alpha_s: float, eta_cap: float = 0.05, eta_rescale: float = 0.5
+) -> float:
     """``sigma_t`` of a ReMDM schedule (option ``strategy``); always in ``[0, sigma_max(alpha_t, alpha_s)]``."""
     smax = sigma_max(alpha_t, alpha_s)
     if strategy == "cap":
@@ -115,8 +116,16 @@ def nucleus_filter(logp: torch.Tensor, p: float) -> torch.Tensor:
     return logp.masked_fill(drop, -math.inf)
 
 
-def remdm_step(xt: torch.Tensor, logp: torch.Tensor, alpha_t: float, alpha_s: float, sigma_t: float, mask_id: int,
-               generator, nucleus: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def remdm_step(
+    xt: torch.Tensor,
+    logp: torch.Tensor,
+    alpha_t: float,
+    alpha_s: float,
+    sigma_t: float,
+    mask_id: int,
+    generator,
+    nucleus: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One ReMDM step (module doc). ``xt`` ``(B, L)``, ``logp`` ``(B, L, V)`` -> ``(xs (B, L), remasked (B, L) bool)``.
 
     Draw order as :func:`~unie.methods.mdlm.mdlm_step` (one uniform per position, then Gumbel at the
@@ -133,9 +142,19 @@ def remdm_step(xt: torch.Tensor, logp: torch.Tensor, alpha_t: float, alpha_s: fl
 
 
 @torch.no_grad()
-def sample_remdm(denoiser, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-                 schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
-                 **kwargs) -> tuple[torch.Tensor, dict]:
+def sample_remdm(
+    denoiser,
+    n: int,
+    L: int,
+    steps: int,
+    generator: torch.Generator,
+    options=None,
+    *,
+    schedule: Schedule | None = None,
+    batch_size: int = 256,
+    device="cpu",
+    **kwargs,
+) -> tuple[torch.Tensor, dict]:
     """ReMDM sampling of ``n`` sequences of length ``L`` in ``steps`` steps. Returns ``(x (n, L), stats)``.
 
     Options: :class:`ReMDMOptions` (or keywords).  ``stats``: ``nfe`` (network calls), ``rows_evaluated``,
@@ -164,7 +183,6 @@ def sample_remdm(denoiser, n: int, L: int, steps: int, generator: torch.Generato
 
 
 @register_sampler("remdm", ReMDMOptions, roles={"dlm": ("absorbing",)})
-def remdm_sampler(models: dict, n: int, L: int, steps: int, generator, options: ReMDMOptions, batch_size: int,
-                  device):
+def remdm_sampler(models: dict, n: int, L: int, steps: int, generator, options: ReMDMOptions, batch_size: int, device):
     """Registry entry: ``models['dlm']`` is a trained MDLM denoiser (``MDLM.wrap``)."""
     return sample_remdm(models["dlm"], n, L, steps, generator, options, batch_size=batch_size, device=device)

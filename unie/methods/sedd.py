@@ -99,8 +99,9 @@ def sedd_log_score(out: torch.Tensor, xt: torch.Tensor, sigma: torch.Tensor, mas
     return ls.scatter(-1, xt[..., None].to(out.device), 0.0)
 
 
-def score_entropy(log_score: torch.Tensor, xt: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor,
-                  mask_id: int) -> torch.Tensor:
+def score_entropy(
+    log_score: torch.Tensor, xt: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor, mask_id: int
+) -> torch.Tensor:
     """Diffusion score entropy per position ``(B, L)`` for the absorbing graph (module doc); 0 where ``xt`` is unmasked.
 
     ``DSE_i = r * (sum_{y != m} e^{z_y} - 1 - z_{x0_i})`` with ``z = log s - log r``, ``r = 1/(e^sigma - 1)``,
@@ -142,8 +143,9 @@ class SEDDScore:
         return sedd_log_score(self.net(xt, sigma=sigma.float()), xt, sigma, self.mask_id, self.blocked)
 
 
-def sedd_nelbo(score_model, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_id: int,
-               generator=None) -> torch.Tensor:
+def sedd_nelbo(
+    score_model, x0: torch.Tensor, t: torch.Tensor, schedule: Schedule, mask_id: int, generator=None
+) -> torch.Tensor:
     """Single-sample SEDD NELBO per sequence ``(B,)`` in nats: ``dsigma/dt * sum_i DSE_i`` (float64).
 
     ``score_model`` is anything with ``log_score(xt, sigma)`` (a trained SEDD, or an oracle)."""
@@ -248,9 +250,19 @@ class SEDDSamplerOptions:
 
 
 @torch.no_grad()
-def sample_sedd(score_model, n: int, L: int, steps: int, generator: torch.Generator, options=None, *,
-                schedule: Schedule | None = None, batch_size: int = 256, device="cpu",
-                **kwargs) -> tuple[torch.Tensor, dict]:
+def sample_sedd(
+    score_model,
+    n: int,
+    L: int,
+    steps: int,
+    generator: torch.Generator,
+    options=None,
+    *,
+    schedule: Schedule | None = None,
+    batch_size: int = 256,
+    device="cpu",
+    **kwargs,
+) -> tuple[torch.Tensor, dict]:
     """Analytic SEDD sampling of ``n`` sequences of length ``L`` in ``steps`` steps (+ the final denoise).
 
     ``score_model`` has ``mask_id`` and ``log_score(xt, sigma) -> (B, L, V)``.  Returns ``(x (n, L), stats)``;
@@ -278,9 +290,19 @@ def sample_sedd(score_model, n: int, L: int, steps: int, generator: torch.Genera
 
 
 @register_sampler("sedd", SEDDSamplerOptions, roles={"dlm": ("sedd",)})
-def sedd_sampler(models: dict, n: int, L: int, steps: int, generator, options: SEDDSamplerOptions, batch_size: int,
-                 device):
+def sedd_sampler(
+    models: dict, n: int, L: int, steps: int, generator, options: SEDDSamplerOptions, batch_size: int, device
+):
     """Registry entry: ``models['dlm']`` is the score model (``SEDD.wrap``); its schedule is used if it has one."""
     score_model = models["dlm"]
-    return sample_sedd(score_model, n, L, steps, generator, options, schedule=getattr(score_model, "schedule", None),
-                       batch_size=batch_size, device=device)
+    return sample_sedd(
+        score_model,
+        n,
+        L,
+        steps,
+        generator,
+        options,
+        schedule=getattr(score_model, "schedule", None),
+        batch_size=batch_size,
+        device=device,
+    )

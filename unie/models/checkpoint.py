@@ -28,8 +28,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.errors import InputError
-from ..core.integrity import (HASH_KEY, DamagedFileError, atomic_write, atomic_write_text, file_record, json_digest,
-                              verify_file)
+from ..core.integrity import (
+    HASH_KEY,
+    DamagedFileError,
+    atomic_write,
+    atomic_write_text,
+    file_record,
+    json_digest,
+    verify_file,
+)
 from ..core.options import ModelConfig, from_dict
 from ..core.registry import BACKBONES
 
@@ -43,8 +50,10 @@ class DamagedCheckpointError(CheckpointError, DamagedFileError):
 
 
 def _fix(ckpt_dir) -> str:
-    return (f"rerun the workflow: it sets the damaged file of {ckpt_dir} aside before it plans the jobs and "
-            "retrains the model in the same run")
+    return (
+        f"rerun the workflow: it sets the damaged file of {ckpt_dir} aside before it plans the jobs and "
+        "retrains the model in the same run"
+    )
 
 
 NETWORK_KEY = "unie.network_sha256"  # the safetensors header's record of the network its config.json describes
@@ -59,8 +68,9 @@ def network_digest(meta: dict) -> str:
     return json_digest({**{k: meta.get(k) for k in NETWORK_FIELDS}, "options": extra.get("options")})
 
 
-def save_model(net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict, extra: dict | None = None,
-               files=()) -> None:
+def save_model(
+    net: torch.nn.Module, out_dir, method: str, tokenizer_info: dict, extra: dict | None = None, files=()
+) -> None:
     """Write ``out_dir/model.safetensors`` and ``out_dir/config.json`` (atomically, config last, with its content
     hash); ``files``: names of other files of ``out_dir``, written before, whose size and SHA-256 the config
     records (``files``)."""
@@ -114,11 +124,14 @@ def config_problem(meta: dict, weights) -> str | None:
     marked = weights_header(weights).get(NETWORK_KEY) if Path(weights).exists() else None
     if HASH_KEY in meta:
         if json_digest(meta) != meta[HASH_KEY]:
-            return ("its values differ from the content hash it recorded when it was written (an edited or corrupted "
-                    "value)")
+            return (
+                "its values differ from the content hash it recorded when it was written (an edited or corrupted value)"
+            )
     elif marked is not None:
-        return ("it carries no content hash, although its weights were written with one for it (its hash fields "
-                "were removed)")
+        return (
+            "it carries no content hash, although its weights were written with one for it (its hash fields "
+            "were removed)"
+        )
     if marked is not None and "model" in meta and marked != network_digest(meta):
         return "it describes another network than the one its weights were saved with (an edited architecture)"
     return None
@@ -134,15 +147,22 @@ def read_meta(ckpt_dir) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DamagedCheckpointError(p, f"not valid JSON ({e})", _fix(ckpt_dir)) from None
     if isinstance(meta, dict) and ("model_type" in meta or "architectures" in meta) and "method" not in meta:
-        raise CheckpointError(f"{p.parent} is a Hugging Face model folder (model_type "
-                              f"{meta.get('model_type')!r}), not a unie checkpoint: load it with transformers' "
-                              "from_pretrained (unie.models.hf.load_hf_dllm / load_hf_causal for Uni-E decoding)")
+        raise CheckpointError(
+            f"{p.parent} is a Hugging Face model folder (model_type "
+            f"{meta.get('model_type')!r}), not a unie checkpoint: load it with transformers' "
+            "from_pretrained (unie.models.hf.load_hf_dllm / load_hf_causal for Uni-E decoding)"
+        )
     if not isinstance(meta, dict) or "model" not in meta or "method" not in meta:
-        raise CheckpointError(f"{p} is not a unie checkpoint's config.json (no 'model'/'method'): a unie model "
-                              "folder (results/models/NAME) holds the config.json and model.safetensors that "
-                              "training wrote")
-    wfile = meta.get("weights", {}).get("file", "model.safetensors") if isinstance(meta.get("weights"), dict) \
+        raise CheckpointError(
+            f"{p} is not a unie checkpoint's config.json (no 'model'/'method'): a unie model "
+            "folder (results/models/NAME) holds the config.json and model.safetensors that "
+            "training wrote"
+        )
+    wfile = (
+        meta.get("weights", {}).get("file", "model.safetensors")
+        if isinstance(meta.get("weights"), dict)
         else "model.safetensors"
+    )
     problem = config_problem(meta, Path(ckpt_dir) / wfile)
     if problem:
         raise DamagedCheckpointError(p, problem, _fix(ckpt_dir))
@@ -209,8 +229,9 @@ def load_model(ckpt_dir, device="cpu", tokenizer_info: dict | None = None, expec
     state = load_state(ckpt_dir, meta)
     missing, unexpected = net.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{Path(ckpt_dir) / 'model.safetensors'}: missing keys {missing}, unexpected keys "
-                              f"{unexpected}")
+        raise CheckpointError(
+            f"{Path(ckpt_dir) / 'model.safetensors'}: missing keys {missing}, unexpected keys {unexpected}"
+        )
     return net.to(device).eval(), meta
 
 
@@ -226,8 +247,10 @@ def load(path, device="cpu") -> torch.nn.Module:
     path = Path(path)
     if not path.is_dir():
         what = "is a file" if path.exists() else "does not exist"
-        raise CheckpointError(f"{path} {what}: a unie model is a folder holding config.json and model.safetensors "
-                              "(e.g. results/models/mdlm)")
+        raise CheckpointError(
+            f"{path} {what}: a unie model is a folder holding config.json and model.safetensors "
+            "(e.g. results/models/mdlm)"
+        )
     net, meta = load_model(path, device=device)
     net.checkpoint_meta = meta
     return net

@@ -154,8 +154,9 @@ class DiTBlock(nn.Module):
         self.attn_qkv = nn.Linear(d, 3 * d, bias=False)
         self.attn_out = nn.Linear(d, d, bias=False)
         self.norm2 = LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, cfg.mlp_ratio * d), nn.GELU(approximate="tanh"),
-                                 nn.Linear(cfg.mlp_ratio * d, d))
+        self.mlp = nn.Sequential(
+            nn.Linear(d, cfg.mlp_ratio * d), nn.GELU(approximate="tanh"), nn.Linear(cfg.mlp_ratio * d, d)
+        )
         self.dropout = cfg.dropout
         if cfg.adaln:
             self.adaLN_modulation = nn.Linear(cfg.cond_dim, 6 * d)
@@ -167,8 +168,9 @@ class DiTBlock(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         k, v = cached_keys(cache, k, v)  # the dict KV cache of unie.models.transformer
         attn_mask, is_causal = causal_mask(causal, attn_mask, L, k.shape[2], x.device)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                             dropout_p=0.0, scale=1.0 / math.sqrt(D // H))
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=0.0, scale=1.0 / math.sqrt(D // H)
+        )
         return self.attn_out(out.transpose(1, 2).reshape(B, L, D))
 
     def forward(self, h, cos, sin, c, causal, attn_mask=None, cache=None):
@@ -234,10 +236,16 @@ class DiT(nn.Module):
         uses; :class:`unie.models.energy_net.EnergyNet` reads it)."""
         return self.vocab_embed
 
-    def hidden(self, x: torch.Tensor | None = None, sigma: torch.Tensor | None = None,
-               attn_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-               inputs_embeds: torch.Tensor | None = None, cache: list | None = None,
-               causal: bool | None = None) -> torch.Tensor:
+    def hidden(
+        self,
+        x: torch.Tensor | None = None,
+        sigma: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        cache: list | None = None,
+        causal: bool | None = None,
+    ) -> torch.Tensor:
         """The final hidden states ``(B, L, d)``: blocks, ``norm_final`` and its adaLN modulation, before
         ``output_layer.linear`` (the features EDLM's energy network pools)."""
         h = self.vocab_embed(x) if inputs_embeds is None else inputs_embeds.to(self.vocab_embed.embedding.dtype)
@@ -260,10 +268,17 @@ class DiT(nn.Module):
             h = blk(h, cos, sin, c, causal, attn_mask, None if cache is None else cache[i])
         return self.output_layer.features(h, c)
 
-    def forward(self, x: torch.Tensor | None = None, sigma: torch.Tensor | None = None,
-                attn_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None, cache: list | None = None, causal: bool | None = None,
-                return_attn: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor | None = None,
+        sigma: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        cache: list | None = None,
+        causal: bool | None = None,
+        return_attn: int = 0,
+    ) -> torch.Tensor:
         """Raw logits ``(B, L, V)`` float32 (no parameterisation: the method wrappers apply it).
 
         ``sigma`` ``(B,)``: required iff ``cfg.time_conditioning``; otherwise ignored and replaced by zeros
@@ -271,8 +286,15 @@ class DiT(nn.Module):
         ``positions`` rotary positions ``(L,)`` (default ``0..L-1`` after the cache); ``cache`` per-layer dicts."""
         if return_attn:
             raise NotImplementedError("the released DiT does not return attention probabilities")
-        h = self.hidden(x, sigma=sigma, attn_mask=attn_mask, positions=positions, inputs_embeds=inputs_embeds,
-                        cache=cache, causal=causal)
+        h = self.hidden(
+            x,
+            sigma=sigma,
+            attn_mask=attn_mask,
+            positions=positions,
+            inputs_embeds=inputs_embeds,
+            cache=cache,
+            causal=causal,
+        )
         return self.output_layer.linear(h).float()
 
 

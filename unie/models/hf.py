@@ -48,11 +48,21 @@ from ..core.errors import InputError
 from ..data.tokenizer import HF_MASK, Tokenizer
 
 STYLES = ("llada", "dream")
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 # files that hold a checkpoint's weights (a single file or a sharded index)
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 _DOWNLOAD_HINT = "run the paper profile's download rule for this model first (nothing is downloaded here)"
 
 
@@ -91,8 +101,18 @@ class HFDiffusionLM(_HFWrapped):
     the model's output width ``V`` (LLaDA pads 126,464 > its tokenizer's length; ids at or above the
     tokenizer's length are never real tokens)."""
 
-    def __init__(self, model, tokenizer: Tokenizer, *, mask_id: int, eos_id: int, shift: bool, vocab_size: int,
-                 style: str | None = None, path: str | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer: Tokenizer,
+        *,
+        mask_id: int,
+        eos_id: int,
+        shift: bool,
+        vocab_size: int,
+        style: str | None = None,
+        path: str | None = None,
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.mask_id, self.eos_id = int(mask_id), int(eos_id)
         self.shift, self.vocab_size, self.style, self.path = bool(shift), int(vocab_size), style, path
@@ -139,7 +159,11 @@ class HFDiffusionLM(_HFWrapped):
                     kk = k if k.size(1) == q.size(1) else k.repeat_interleave(q.size(1) // k.size(1), dim=1)
                     s = q.float() @ kk.float().transpose(-2, -1) / math.sqrt(q.size(-1))
                     if attn_mask is not None:
-                        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
+                        s = (
+                            s.masked_fill(~attn_mask, -math.inf)
+                            if attn_mask.dtype == torch.bool
+                            else s + attn_mask.float()
+                        )
                     if bound.arguments.get("is_causal", False):
                         s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), -math.inf)
                     probs.append(s.softmax(-1).mean(1))  # (B, L, L), heads averaged
@@ -160,16 +184,20 @@ class HFDiffusionLM(_HFWrapped):
                     else:
                         m._scaled_dot_product_attention = had
             if len(probs) != n_layers:
-                raise TypeError(f"DAWN: {self.path} ran {len(probs)} of its last {n_layers} attention layers' "
-                                "_scaled_dot_product_attention in one forward pass")
+                raise TypeError(
+                    f"DAWN: {self.path} ran {len(probs)} of its last {n_layers} attention layers' "
+                    "_scaled_dot_product_attention in one forward pass"
+                )
             A = torch.stack(probs).mean(0)
         else:
             out = self.model(x.to(self.device), output_attentions=True)
             att = getattr(out, "attentions", None)
             if not att or any(a is None for a in att[-n_layers:]):
-                raise TypeError(f"DAWN needs attention probabilities, and {self.path} returned none with "
-                                "output_attentions=True: load it with attn_implementation='eager' "
-                                "(model_args attn_implementation=eager)")
+                raise TypeError(
+                    f"DAWN needs attention probabilities, and {self.path} returned none with "
+                    "output_attentions=True: load it with attn_implementation='eager' "
+                    "(model_args attn_implementation=eager)"
+                )
             if n_layers > len(att):
                 raise ValueError(f"DAWN attn_layers={n_layers} but {self.path} has {len(att)} attention layers")
             raw, A = out.logits, torch.stack([a.float() for a in att[-n_layers:]]).mean(dim=(0, 2))
@@ -178,16 +206,19 @@ class HFDiffusionLM(_HFWrapped):
         return raw.float().to(x.device), A.float().to(x.device)
 
     def __repr__(self) -> str:
-        return (f"HFDiffusionLM(style={self.style!r}, path={self.path!r}, V={self.vocab_size}, "
-                f"mask={self.mask_id}, eos={self.eos_id}, shift={self.shift})")
+        return (
+            f"HFDiffusionLM(style={self.style!r}, path={self.path!r}, V={self.vocab_size}, "
+            f"mask={self.mask_id}, eos={self.eos_id}, shift={self.shift})"
+        )
 
 
 class HFCausalLM(_HFWrapped):
     """A Hugging Face causal LM as :class:`unie.core.protocols.CausalLM`: ``logits(x)[:, i]`` scores token
     ``i + 1`` given ``x[:, :i+1]`` (no re-alignment).  ``vocab_size`` is the model's output width."""
 
-    def __init__(self, model, tokenizer: Tokenizer, *, bos_id: int, eos_id: int, vocab_size: int,
-                 path: str | None = None):
+    def __init__(
+        self, model, tokenizer: Tokenizer, *, bos_id: int, eos_id: int, vocab_size: int, path: str | None = None
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.bos_id, self.eos_id, self.vocab_size, self.path = int(bos_id), int(eos_id), int(vocab_size), path
 
@@ -264,7 +295,8 @@ def check_trust(config: dict, path, trust_remote_code: bool) -> bool:
     if needs and not trust_remote_code:
         raise PermissionError(
             f"model at {path} needs trust_remote_code (its config.json has auto_map) but config/paper.yaml does "
-            f"not grant it for this model; set trust_remote_code: true for it")
+            f"not grant it for this model; set trust_remote_code: true for it"
+        )
     return needs
 
 
@@ -305,7 +337,8 @@ def check_remote_code_transformers(path, version: str | None = None) -> None:
         raise RemoteCodeVersionError(
             f"{path}: its remote code (config.json auto_map) is known to run under transformers {spec}, this is "
             f"transformers {version} (transformers 5 fails inside from_pretrained on LLaDA's code written for 4.x: "
-            f"docs/paper-profile.md); install the paper extra: pip install -e '.[paper]'")
+            f"docs/paper-profile.md); install the paper extra: pip install -e '.[paper]'"
+        )
 
 
 def check_weights(path) -> None:
@@ -313,8 +346,7 @@ def check_weights(path) -> None:
     p = Path(path)
     if any((p / f).is_file() for f in WEIGHT_FILES) or any(p.glob("*.safetensors")):
         return
-    raise FileNotFoundError(f"model directory {p} has no weights (none of {', '.join(WEIGHT_FILES)}); "
-                            f"{_DOWNLOAD_HINT}")
+    raise FileNotFoundError(f"model directory {p} has no weights (none of {', '.join(WEIGHT_FILES)}); {_DOWNLOAD_HINT}")
 
 
 def model_vocab_size(model) -> int:
@@ -339,7 +371,8 @@ def check_vocab(model, tokenizer, path, n_tokens: int | None = None) -> int:
         raise ValueError(
             f"tokenizer mismatch for model at {path}: the tokenizer has {n_tokens} tokens but the model's "
             f"vocabulary (config.vocab_size) has only {v}; ids >= {v} cannot be embedded (a tokenizer from "
-            f"another model, or a mask token appended past the model's vocabulary)")
+            f"another model, or a mask token appended past the model's vocabulary)"
+        )
     return v
 
 
@@ -359,8 +392,9 @@ def _raw_tokenizer(path, trust_remote_code: bool = False):
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=trust_remote_code)
 
 
-def _load_model(path, config: dict, remote: bool, dtype, device, prefer_auto_model: bool,
-                attn_implementation: str | None = None):
+def _load_model(
+    path, config: dict, remote: bool, dtype, device, prefer_auto_model: bool, attn_implementation: str | None = None
+):
     """Load the weights: ``AutoModel`` + remote code when ``auto_map`` names ``AutoModel`` (and a DLLM is
     wanted), the ``auto_map``'s ``AutoModelForCausalLM`` otherwise, and ``AutoModelForCausalLM`` for a
     transformers-native checkpoint (no ``auto_map``).  ``attn_implementation`` (e.g. ``eager``, which returns
@@ -368,12 +402,14 @@ def _load_model(path, config: dict, remote: bool, dtype, device, prefer_auto_mod
     from transformers import AutoModel, AutoModelForCausalLM
 
     auto_map = config.get("auto_map") or {}
-    use_auto_model = remote and "AutoModel" in auto_map and (prefer_auto_model or
-                                                             "AutoModelForCausalLM" not in auto_map)
+    use_auto_model = (
+        remote and "AutoModel" in auto_map and (prefer_auto_model or "AutoModelForCausalLM" not in auto_map)
+    )
     cls = AutoModel if use_auto_model else AutoModelForCausalLM
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=remote, dtype=_dtype(dtype),
-                                **extra)
+    model = cls.from_pretrained(
+        str(path), local_files_only=True, trust_remote_code=remote, dtype=_dtype(dtype), **extra
+    )
     return model.to(device).eval()
 
 
@@ -387,8 +423,16 @@ def _config_mask_ids(path, config: dict) -> set[int]:
 
 
 # ------------------------------------------------------------------------------------------------ loaders
-def load_hf_dllm(path, *, style: str, trust_remote_code: bool, mask_token: str | None = None,
-                 dtype="float32", device="cpu", attn_implementation: str | None = None) -> HFDiffusionLM:
+def load_hf_dllm(
+    path,
+    *,
+    style: str,
+    trust_remote_code: bool,
+    mask_token: str | None = None,
+    dtype="float32",
+    device="cpu",
+    attn_implementation: str | None = None,
+) -> HFDiffusionLM:
     """A local LLaDA- or Dream-style checkpoint as an aligned :class:`HFDiffusionLM`.
 
     Order: ``config.json`` and the ``trust_remote_code`` grant (no weights touched), the weight files,
@@ -413,20 +457,33 @@ def load_hf_dllm(path, *, style: str, trust_remote_code: bool, mask_token: str |
         if hf.mask_token != mask_token:
             hf.mask_token = mask_token  # names an existing token: the vocabulary does not grow
     elif hf.mask_token_id is None:
-        raise ValueError(f"the tokenizer at {path} has no mask token and no mask_token was given: a diffusion LM "
-                         f"cannot be decoded without its mask (LLaDA: mask_token '<|mdm_mask|>')")
+        raise ValueError(
+            f"the tokenizer at {path} has no mask token and no mask_token was given: a diffusion LM "
+            f"cannot be decoded without its mask (LLaDA: mask_token '<|mdm_mask|>')"
+        )
     tok = Tokenizer("hf", hf=hf)
     tok.path = str(path)
     declared = _config_mask_ids(path, config)
     if declared and declared != {tok.mask_id}:
-        raise ValueError(f"mask id {tok.mask_id} ({hf.mask_token!r}) disagrees with mask_token_id "
-                         f"{sorted(declared)} in the config of the model at {path}")
+        raise ValueError(
+            f"mask id {tok.mask_id} ({hf.mask_token!r}) disagrees with mask_token_id "
+            f"{sorted(declared)} in the config of the model at {path}"
+        )
 
-    model = _load_model(path, config, remote, dtype, device, prefer_auto_model=True,
-                        attn_implementation=attn_implementation)
+    model = _load_model(
+        path, config, remote, dtype, device, prefer_auto_model=True, attn_implementation=attn_implementation
+    )
     v = check_vocab(model, tok, path)
-    return HFDiffusionLM(model, tok, mask_id=tok.mask_id, eos_id=tok.eos_id, shift=(style == "dream"),
-                         vocab_size=v, style=style, path=str(path))
+    return HFDiffusionLM(
+        model,
+        tok,
+        mask_id=tok.mask_id,
+        eos_id=tok.eos_id,
+        shift=(style == "dream"),
+        vocab_size=v,
+        style=style,
+        path=str(path),
+    )
 
 
 def load_hf_causal(path, *, trust_remote_code: bool, dtype="float32", device="cpu") -> HFCausalLM:

@@ -68,8 +68,14 @@ class Source:
 SOURCES = {
     "mdlm": Source("mdlm", "mdlm", "kuleshov-group/mdlm-owt", ("hf", "ckpt"), False),
     "bd3lm": Source("bd3lm", "bd3lm", "kuleshov-group/bd3lm-owt-block_size4", ("hf", "ckpt"), False),
-    "duo": Source("duo", "duo", "s-sahoo/duo on Hugging Face (the distilled model: s-sahoo/duo-distilled), or the raw "
-                  "Lightning .ckpt from the Duo README's Google Drive", ("hf", "ckpt"), True),
+    "duo": Source(
+        "duo",
+        "duo",
+        "s-sahoo/duo on Hugging Face (the distilled model: s-sahoo/duo-distilled), or the raw "
+        "Lightning .ckpt from the Duo README's Google Drive",
+        ("hf", "ckpt"),
+        True,
+    ),
     "sedd": Source("sedd", "sedd", "louaaron/sedd-small (or MDLM's Google-Drive sedd.ckpt)", ("hf", "ckpt"), True),
     "ar": Source("ar", "ar", "ar.ckpt from MDLM's Google Drive (README 'Baselines')", ("ckpt",), False, causal=True),
 }
@@ -152,8 +158,11 @@ def read_hf_config(folder, trust_remote_code: bool) -> dict:
     if not isinstance(cfg, dict):
         _fail(p, "not a JSON object")
     if cfg.get("auto_map") and not trust_remote_code:
-        _fail(p, f"names custom code (auto_map {sorted(cfg['auto_map'])}); pass trust_remote_code=True to load it "
-                 "(our own DiT reads the weights; their code is never run)")
+        _fail(
+            p,
+            f"names custom code (auto_map {sorted(cfg['auto_map'])}); pass trust_remote_code=True to load it "
+            "(our own DiT reads the weights; their code is never run)",
+        )
     return cfg
 
 
@@ -183,21 +192,38 @@ def hf_dit_config(cfg: dict, source: Source, where) -> DiTConfig:
             m = cfg["model"]
             if cfg.get("graph", {}).get("type") != "absorb":
                 _fail(where, f"SEDD graph {cfg.get('graph')!r} is not the absorbing graph this loader supports")
-            return DiTConfig(vocab_size=int(cfg["tokens"]) + 1, d_model=int(m["hidden_size"]),
-                             n_layers=int(m["n_blocks"]), n_heads=int(m["n_heads"]), cond_dim=int(m["cond_dim"]),
-                             dropout=float(m.get("dropout", 0.1)), adaln=True, time_conditioning=True,
-                             max_len=int(m.get("length", 1024)))
+            return DiTConfig(
+                vocab_size=int(cfg["tokens"]) + 1,
+                d_model=int(m["hidden_size"]),
+                n_layers=int(m["n_blocks"]),
+                n_heads=int(m["n_heads"]),
+                cond_dim=int(m["cond_dim"]),
+                dropout=float(m.get("dropout", 0.1)),
+                adaln=True,
+                time_conditioning=True,
+                max_len=int(m.get("length", 1024)),
+            )
         adaln = bool(cfg.get("adaln", True))
         tc = bool(cfg.get("time_conditioning", source.time_conditioning))
         if tc != source.time_conditioning:
-            _fail(where, f"time_conditioning={tc}, but a released {source.kind} is "
-                         f"{'' if source.time_conditioning else 'not '}time-conditioned")
-        return DiTConfig(vocab_size=int(cfg["vocab_size"]), d_model=int(cfg["hidden_dim"]),
-                         n_layers=int(cfg["n_blocks"]), n_heads=int(cfg["n_heads"]), cond_dim=int(cfg["cond_dim"]),
-                         dropout=float(cfg.get("dropout", 0.1)), adaln=adaln, time_conditioning=tc,
-                         causal=bool(cfg.get("causal", False)),
-                         block_size=int(cfg["block_size"]) if "block_size" in cfg else None,
-                         max_len=int(cfg.get("model_length", 1024)))
+            _fail(
+                where,
+                f"time_conditioning={tc}, but a released {source.kind} is "
+                f"{'' if source.time_conditioning else 'not '}time-conditioned",
+            )
+        return DiTConfig(
+            vocab_size=int(cfg["vocab_size"]),
+            d_model=int(cfg["hidden_dim"]),
+            n_layers=int(cfg["n_blocks"]),
+            n_heads=int(cfg["n_heads"]),
+            cond_dim=int(cfg["cond_dim"]),
+            dropout=float(cfg.get("dropout", 0.1)),
+            adaln=adaln,
+            time_conditioning=tc,
+            causal=bool(cfg.get("causal", False)),
+            block_size=int(cfg["block_size"]) if "block_size" in cfg else None,
+            max_len=int(cfg.get("model_length", 1024)),
+        )
     except KeyError as e:
         _fail(where, f"config.json lacks the key {e.args[0]!r} of the upstream format")
     except (TypeError, ValueError) as e:
@@ -206,7 +232,7 @@ def hf_dit_config(cfg: dict, source: Source, where) -> DiTConfig:
 
 def _strip_prefix(state: dict, prefix: str) -> dict:
     """Upstream HF models keep the DiT under ``backbone.``; other top-level keys (BD3-LM's buffers) stay."""
-    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
+    return {(k[len(prefix) :] if k.startswith(prefix) else k): v for k, v in state.items()}
 
 
 def ckpt_dit_config(backbone: dict, source: Source, where, n_heads: int | None, block_size: int | None) -> DiTConfig:
@@ -224,21 +250,35 @@ def ckpt_dit_config(backbone: dict, source: Source, where, n_heads: int | None, 
     causal = source.causal
     if causal and adaln:
         _fail(where, "an AR checkpoint must not have sigma_map/adaLN (is this a diffusion checkpoint?)")
-    return DiTConfig(vocab_size=int(V), d_model=int(d), n_layers=len(layers), n_heads=heads, cond_dim=cond,
-                     adaln=adaln, time_conditioning=source.time_conditioning and adaln, causal=causal,
-                     block_size=block_size)
+    return DiTConfig(
+        vocab_size=int(V),
+        d_model=int(d),
+        n_layers=len(layers),
+        n_heads=heads,
+        cond_dim=cond,
+        adaln=adaln,
+        time_conditioning=source.time_conditioning and adaln,
+        causal=causal,
+        block_size=block_size,
+    )
 
 
 def _load_strict(net: DiT, state: dict, where) -> None:
     own = net.state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     if missing or unexpected:
-        _fail(where, f"key set differs from the upstream architecture: missing {missing[:6]}"
-                     f"{'...' if len(missing) > 6 else ''}, unexpected {unexpected[:6]}{'...' if len(unexpected) > 6 else ''}")
+        _fail(
+            where,
+            f"key set differs from the upstream architecture: missing {missing[:6]}"
+            f"{'...' if len(missing) > 6 else ''}, unexpected {unexpected[:6]}{'...' if len(unexpected) > 6 else ''}",
+        )
     bad = [k for k in own if own[k].shape != state[k].shape]
     if bad:
-        _fail(where, f"shape mismatch at {bad[0]}: {tuple(state[bad[0]].shape)} stored, {tuple(own[bad[0]].shape)} "
-                     f"expected ({len(bad)} tensors differ)")
+        _fail(
+            where,
+            f"shape mismatch at {bad[0]}: {tuple(state[bad[0]].shape)} stored, {tuple(own[bad[0]].shape)} "
+            f"expected ({len(bad)} tensors differ)",
+        )
     net.load_state_dict(state, strict=True)
 
 
@@ -251,13 +291,25 @@ def apply_ema(net: DiT, backbone_keys: list[str], shadow: list, where) -> None:
     with torch.no_grad():
         for name, value in zip(names, shadow):
             if tuple(value.shape) != tuple(params[name].shape):
-                _fail(where, f"ema shadow parameter for {name} has shape {tuple(value.shape)}, "
-                             f"expected {tuple(params[name].shape)}")
+                _fail(
+                    where,
+                    f"ema shadow parameter for {name} has shape {tuple(value.shape)}, "
+                    f"expected {tuple(params[name].shape)}",
+                )
             params[name].copy_(value)
 
 
-def load_released_net(kind: str, path, *, trust_remote_code: bool = False, device="cpu", dtype=torch.float32,
-                      use_ema: bool = True, n_heads: int | None = None, block_size: int | None = None):
+def load_released_net(
+    kind: str,
+    path,
+    *,
+    trust_remote_code: bool = False,
+    device="cpu",
+    dtype=torch.float32,
+    use_ema: bool = True,
+    n_heads: int | None = None,
+    block_size: int | None = None,
+):
     """The upstream network at ``path`` (an HF folder or a Lightning ``.ckpt``) as our :class:`DiT`, in eval
     mode.  Returns ``(net, meta)``; ``meta`` holds the source, the format, the architecture and (BD3-LM) the
     stored ``block_size`` and clipped-schedule buffers."""
@@ -280,14 +332,17 @@ def load_released_net(kind: str, path, *, trust_remote_code: bool = False, devic
             _fail(path, f"{kind} is published as an HF folder, not a Lightning .ckpt")
         ckpt = read_lightning_ckpt(path)
         sd = ckpt["state_dict"]
-        state = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
+        state = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
         extra = {k: state.pop(k) for k in BD3LM_BUFFERS if k in state}
         cfg = ckpt_dit_config(state, source, path, n_heads, block_size)
         meta.update(format="ckpt", ignored_keys=sorted(k for k in sd if not k.startswith("backbone.")))
         ema = ckpt.get("ema") if use_ema else None
         if use_ema and not (isinstance(ema, dict) and isinstance(ema.get("shadow_params"), (list, tuple))):
-            _fail(path, "no EMA weights (ckpt['ema']['shadow_params']); upstream evaluates with them "
-                        "(pass use_ema=False to use the raw weights)")
+            _fail(
+                path,
+                "no EMA weights (ckpt['ema']['shadow_params']); upstream evaluates with them "
+                "(pass use_ema=False to use the raw weights)",
+            )
     else:
         _fail(path, "missing: give the HF checkpoint folder or the Lightning .ckpt file")
     if kind == "bd3lm":

@@ -44,12 +44,18 @@ ARCH = {  # kind -> the DiT flags of the upstream network
     "ar": dict(adaln=False, time_conditioning=False, causal=True),
 }
 # kind -> the formats a stand-in may be written in (those the authors publish it in)
-FORMATS = {"mdlm": ("hf", "ckpt"), "bd3lm": ("hf",), "duo": ("hf", "ckpt"), "sedd": ("sedd_hub", "ckpt"),
-           "ar": ("ckpt",)}
+FORMATS = {
+    "mdlm": ("hf", "ckpt"),
+    "bd3lm": ("hf",),
+    "duo": ("hf", "ckpt"),
+    "sedd": ("sedd_hub", "ckpt"),
+    "ar": ("ckpt",),
+}
 
 
-def random_state(kind: str, seed: int, vocab: int, scale: float = 1.0, arch: dict | None = None,
-                 block_size: int | None = None) -> tuple[dict, DiTConfig]:
+def random_state(
+    kind: str, seed: int, vocab: int, scale: float = 1.0, arch: dict | None = None, block_size: int | None = None
+) -> tuple[dict, DiTConfig]:
     """Random weights with the upstream key names for a tokenizer of ``vocab`` ids whose last is the mask (Duo's
     network is as wide: upstream's GPT-2 + ``[PAD]``, ``[PAD]`` where the mask is; ``unie.methods.released_methods.DUO_PAD_ID``)."""
     flags = dict(ARCH[kind])
@@ -72,17 +78,37 @@ def save_hf(folder, kind: str, state: dict, cfg: DiTConfig, auto_map: bool = Tru
     """An MDLM/BD3-LM/Duo HF folder: ``config.json`` + ``model.safetensors`` (keys under ``backbone.``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    conf = {"model_type": kind, "architectures": [kind.upper()], "vocab_size": cfg.vocab_size,
-            "model_length": cfg.max_len, "hidden_dim": cfg.d_model, "cond_dim": cfg.cond_dim,
-            "n_blocks": cfg.n_layers, "n_heads": cfg.n_heads, "dropout": 0.1,
-            "time_conditioning": cfg.time_conditioning, "return_dict": False, "torch_dtype": "float32"}
+    conf = {
+        "model_type": kind,
+        "architectures": [kind.upper()],
+        "vocab_size": cfg.vocab_size,
+        "model_length": cfg.max_len,
+        "hidden_dim": cfg.d_model,
+        "cond_dim": cfg.cond_dim,
+        "n_blocks": cfg.n_layers,
+        "n_heads": cfg.n_heads,
+        "dropout": 0.1,
+        "time_conditioning": cfg.time_conditioning,
+        "return_dict": False,
+        "torch_dtype": "float32",
+    }
     if auto_map:
-        conf["auto_map"] = {"AutoConfig": f"configuration_{kind}.{kind.upper()}Config",
-                            "AutoModelForMaskedLM": f"modeling_{kind}.{kind.upper()}"}
+        conf["auto_map"] = {
+            "AutoConfig": f"configuration_{kind}.{kind.upper()}Config",
+            "AutoModelForMaskedLM": f"modeling_{kind}.{kind.upper()}",
+        }
     tensors = {f"backbone.{k}": v.contiguous() for k, v in state.items()}
     if kind == "bd3lm":
-        conf.update(block_size=cfg.block_size, cross_attn=True, adaln=True, attn_backend="sdpa", causal=False,
-                    var_min=True, sampling_eps_min=eps[0], sampling_eps_max=eps[1])
+        conf.update(
+            block_size=cfg.block_size,
+            cross_attn=True,
+            adaln=True,
+            attn_backend="sdpa",
+            causal=False,
+            var_min=True,
+            sampling_eps_min=eps[0],
+            sampling_eps_max=eps[1],
+        )
         tensors["sampling_eps_min"] = torch.tensor(eps[0])
         tensors["sampling_eps_max"] = torch.tensor(eps[1])
     (folder / "config.json").write_text(json.dumps(conf, indent=2))
@@ -94,11 +120,22 @@ def save_sedd_hub(folder, state: dict, cfg: DiTConfig) -> Path:
     """SEDD's ``PyTorchModelHubMixin`` folder: hydra config + ``pytorch_model.bin``, unprefixed keys."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    conf = {"tokens": cfg.vocab_size - 1, "graph": {"type": "absorb", "file": "data", "report_all": False},
-            "noise": {"type": "loglinear", "sigma_min": 1e-4, "sigma_max": 20},
-            "model": {"name": "small", "type": "ddit", "hidden_size": cfg.d_model, "cond_dim": cfg.cond_dim,
-                      "length": cfg.max_len, "n_blocks": cfg.n_layers, "n_heads": cfg.n_heads,
-                      "scale_by_sigma": True, "dropout": 0.1}}
+    conf = {
+        "tokens": cfg.vocab_size - 1,
+        "graph": {"type": "absorb", "file": "data", "report_all": False},
+        "noise": {"type": "loglinear", "sigma_min": 1e-4, "sigma_max": 20},
+        "model": {
+            "name": "small",
+            "type": "ddit",
+            "hidden_size": cfg.d_model,
+            "cond_dim": cfg.cond_dim,
+            "length": cfg.max_len,
+            "n_blocks": cfg.n_layers,
+            "n_heads": cfg.n_heads,
+            "scale_by_sigma": True,
+            "dropout": 0.1,
+        },
+    }
     (folder / "config.json").write_text(json.dumps(conf))
     torch.save({k: v.contiguous() for k, v in state.items()}, folder / "pytorch_model.bin")
     return folder
@@ -116,12 +153,20 @@ def save_lightning(path, raw: dict, ema: dict | None) -> Path:
     ``ema``'s parameters in ``backbone.parameters()`` order (buffers excluded)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    ckpt = {"epoch": 3, "global_step": 1000, "pytorch-lightning_version": "2.2.1",
-            "state_dict": {f"backbone.{k}": v for k, v in raw.items()},
-            "loops": {"fit_loop": {}}, "hyper_parameters": {"config": HydraConfigStandIn({"model": "small"})}}
+    ckpt = {
+        "epoch": 3,
+        "global_step": 1000,
+        "pytorch-lightning_version": "2.2.1",
+        "state_dict": {f"backbone.{k}": v for k, v in raw.items()},
+        "loops": {"fit_loop": {}},
+        "hyper_parameters": {"config": HydraConfigStandIn({"model": "small"})},
+    }
     if ema is not None:
-        ckpt["ema"] = {"decay": 0.9999, "num_updates": 1000,
-                       "shadow_params": [v for k, v in ema.items() if not k.endswith("inv_freq")]}
+        ckpt["ema"] = {
+            "decay": 0.9999,
+            "num_updates": 1000,
+            "shadow_params": [v for k, v in ema.items() if not k.endswith("inv_freq")],
+        }
     torch.save(ckpt, path)
     return path
 
@@ -132,8 +177,15 @@ def standin_path(folder, kind: str, fmt: str) -> Path:
     return Path(folder) / f"{kind}.ckpt" if fmt == "ckpt" else Path(folder)
 
 
-def write_standin(folder, kind: str, fmt: str, tokenizer_info: dict, seed: int = 0, arch: dict | None = None,
-                  block_size: int | None = None) -> Path:
+def write_standin(
+    folder,
+    kind: str,
+    fmt: str,
+    tokenizer_info: dict,
+    seed: int = 0,
+    arch: dict | None = None,
+    block_size: int | None = None,
+) -> Path:
     """A tiny random ``kind`` checkpoint in format ``fmt`` (``hf``, ``sedd_hub`` or ``ckpt``; :data:`FORMATS`)
     for the tokenizer ``tokenizer_info`` (its mask must be its last id, as in GPT-2 + the appended mask),
     written under ``folder``; returns the path to give the loader (:func:`standin_path`)."""
@@ -143,8 +195,10 @@ def write_standin(folder, kind: str, fmt: str, tokenizer_info: dict, seed: int =
         raise ValueError(f"a {kind} stand-in is written as {' or '.join(FORMATS[kind])} (as published), not {fmt!r}")
     V = int(tokenizer_info["vocab_size"])
     if tokenizer_info["mask_id"] != V - 1:
-        raise ValueError(f"the released models append the mask as the last id; the tokenizer has mask "
-                         f"{tokenizer_info['mask_id']} of {V}")
+        raise ValueError(
+            f"the released models append the mask as the last id; the tokenizer has mask "
+            f"{tokenizer_info['mask_id']} of {V}"
+        )
     state, cfg = random_state(kind, seed, V, arch=arch, block_size=block_size)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -164,8 +218,15 @@ def tiny_llama(vocab: int, seed: int = 0, max_positions: int = 64):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=max_positions)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 

@@ -89,8 +89,8 @@ class KVCache:
         n, L = self.n, k.shape[2]
         if n + L > self.max_len:
             raise ValueError(f"KV cache full: {n} + {L} positions > max_len {self.max_len}")
-        self.k[i, :, :, n: n + L] = k
-        self.v[i, :, :, n: n + L] = v
+        self.k[i, :, :, n : n + L] = k
+        self.v[i, :, :, n : n + L] = v
         return self.k[i, :, :, : n + L], self.v[i, :, :, : n + L], None
 
 
@@ -204,7 +204,9 @@ class Transformer(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.cond = None
         if cfg.cond_dim:
-            self.cond = nn.Sequential(nn.Linear(cfg.cond_dim, cfg.cond_dim), nn.SiLU(), nn.Linear(cfg.cond_dim, cfg.cond_dim))
+            self.cond = nn.Sequential(
+                nn.Linear(cfg.cond_dim, cfg.cond_dim), nn.SiLU(), nn.Linear(cfg.cond_dim, cfg.cond_dim)
+            )
         self.apply(self._init)
 
     @staticmethod

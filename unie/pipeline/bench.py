@@ -65,8 +65,9 @@ def _median_time(fn, repeats: int, warmup: int, device) -> float:
 
 
 @torch.no_grad()
-def pass_costs(dlm, proxy, x0: torch.Tensor, mask_id: int, repeats: int, device, warmup: int = 2
-               ) -> tuple[float, float]:
+def pass_costs(
+    dlm, proxy, x0: torch.Tensor, mask_id: int, repeats: int, device, warmup: int = 2
+) -> tuple[float, float]:
     """``(C_DLM, C_AR)``: seconds of one denoiser pass over ``x0``'s ``B`` rows half masked, and of one proxy
     pass (``token_logp`` against one context per row) over the same ``B`` rows (medians of ``repeats``)."""
     g = torch.Generator().manual_seed(0)
@@ -100,8 +101,9 @@ def train_throughput(model_dir, tokenizer, rows: torch.Tensor, steps: int, devic
     return steps * x0.numel() / (time.perf_counter() - t0)
 
 
-def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: int, steps: int, rounds: int,
-                         device, seed: int = 0) -> dict:
+def data_path_throughput(
+    model_dir, tokenizer, train_path, token_cache, batch: int, steps: int, rounds: int, device, seed: int = 0
+) -> dict:
     """Training steps/s of the checkpoint's method on the token file ``train_path`` read two ways:
 
     * ``parquet``: :meth:`TokenRows.open` (the zero-copy Arrow view in ``token_cache``, built if missing), as
@@ -132,8 +134,12 @@ def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: i
         net, saved = load_model(model_dir, device=device, tokenizer_info=tokenizer.info())
         method = build_method(saved["method"], tokenizer.info(), saved.get("extra", {}).get("options", {}))
         net.train()
-        models[name] = (net, method, torch.optim.AdamW(net.parameters(), lr=1e-4),
-                        torch.Generator(device=device).manual_seed(seed))
+        models[name] = (
+            net,
+            method,
+            torch.optim.AdamW(net.parameters(), lr=1e-4),
+            torch.Generator(device=device).manual_seed(seed),
+        )
 
     def step(name, k) -> float:
         net, method, opt, g = models[name]
@@ -163,11 +169,21 @@ def data_path_throughput(model_dir, tokenizer, train_path, token_cache, batch: i
     same = all(torch.equal(sources["parquet"][idx], sources["npy"][idx]) for idx in draws)
     read_us = {name: statistics.median(_read_pass(src, draws) for _ in range(5)) for name, src in sources.items()}
     med = statistics.median
-    return {"steps_per_s": {name: len(v) / sum(v) for name, v in seconds.items()},
-            "ratio": med(pairs), "rounds": rounds, "steps": steps,
-            "batch_size": batch, "identical_batches": same, "read_us_per_batch": read_us, "open_s": open_s,
-            "view_built": built, "parquet_bytes": Path(train_path).stat().st_size, "view_bytes": view.stat().st_size,
-            "rows": n, "per_round": per}
+    return {
+        "steps_per_s": {name: len(v) / sum(v) for name, v in seconds.items()},
+        "ratio": med(pairs),
+        "rounds": rounds,
+        "steps": steps,
+        "batch_size": batch,
+        "identical_batches": same,
+        "read_us_per_batch": read_us,
+        "open_s": open_s,
+        "view_built": built,
+        "parquet_bytes": Path(train_path).stat().st_size,
+        "view_bytes": view.stat().st_size,
+        "rows": n,
+        "per_round": per,
+    }
 
 
 def _read_pass(rows, draws) -> float:
@@ -178,8 +194,18 @@ def _read_pass(rows, draws) -> float:
     return (time.perf_counter() - t) / len(draws) * 1e6
 
 
-def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, threads: int, evaluator: str,
-              device: str = "cpu", log=print, token_cache=None) -> dict:
+def run_bench(
+    cfg: dict,
+    inputs: dict,
+    genppl: list[dict],
+    *,
+    seq_len: int,
+    threads: int,
+    evaluator: str,
+    device: str = "cpu",
+    log=print,
+    token_cache=None,
+) -> dict:
     """The whole benchmark (module doc).  ``cfg``: config ``bench``; ``inputs``: ``tokenizer``, ``train`` (a Parquet
     token file) and ``dlm``/``proxy``/``ar`` checkpoint directories; ``genppl``: Figure 3's trade-off records (Uni-E
     and AR); ``token_cache``: where the token file's Arrow view is kept (:func:`unie.data.tokens.token_view`)."""
@@ -205,41 +231,69 @@ def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, thre
     rounds = []  # each round: C_DLM, C_AR and one generation of each run, back to back
     for r in range(cfg["repeats"]):
         c = pass_costs(dlm, proxy, rows, dlm.mask_id, 5, device, warmup=0)
-        t = {name: time_generation(energy, models, o, L, S, **{**kw, "warmup": 0, "repeats": 1, "seed": 1 + r})
-             ["seconds"] for name, o in runs.items()}
+        t = {
+            name: time_generation(energy, models, o, L, S, **{**kw, "warmup": 0, "repeats": 1, "seed": 1 + r})[
+                "seconds"
+            ]
+            for name, o in runs.items()
+        }
         rounds.append({"C_DLM_s": c[0], "C_AR_s": c[1], **{f"seconds_{k}": v for k, v in t.items()}})
     med = statistics.median
     c_dlm, c_ar = med([x["C_DLM_s"] for x in rounds]), med([x["C_AR_s"] for x in rounds])
-    log(f"C_DLM {c_dlm * 1e3:.2f} ms, C_AR {c_ar * 1e3:.2f} ms per {B} rows (medians of {len(rounds)} rounds); "
-        f"P = {P}")
-    _, stats = energy(models, B, L, S, torch.Generator(device=device).manual_seed(0), opts(K, 1.0), batch_size=B,
-                      device=device)
+    log(f"C_DLM {c_dlm * 1e3:.2f} ms, C_AR {c_ar * 1e3:.2f} ms per {B} rows (medians of {len(rounds)} rounds); P = {P}")
+    _, stats = energy(
+        models, B, L, S, torch.Generator(device=device).manual_seed(0), opts(K, 1.0), batch_size=B, device=device
+    )
     f = stats["energy_rows"] / max(1, B * stats["window_steps"])  # share of rows scored per window step
-    _, stats_w = energy(models, B, L, S, torch.Generator(device=device).manual_seed(0), opts(K, w), batch_size=B,
-                        device=device)
+    _, stats_w = energy(
+        models, B, L, S, torch.Generator(device=device).manual_seed(0), opts(K, w), batch_size=B, device=device
+    )
     frac = stats_w["window_steps"] / S  # the steps with t in (1 - w, 1]: w up to the grid's rounding
     ratios = [P * x["C_AR_s"] / x["C_DLM_s"] for x in rounds]  # P·C_AR/C_DLM of each round
     full = [x["seconds_full"] / x["seconds_plain"] for x in rounds]
     part = [x["seconds_part"] / x["seconds_plain"] for x in rounds]
     seconds = {name: med([x[f"seconds_{name}"] for x in rounds]) for name in runs}  # median seconds per batch
     out = {
-        "device": str(device), "device_name": torch.cuda.get_device_name(device) if str(device).startswith("cuda")
-        else cpu_name(), "threads": threads, "torch": torch.__version__, "batch_size": B, "seq_len": L, "K": K,
-        "w": w, "energy": cfg["energy"], "ar_context": cfg["ar_context"], "steps": S, "P": P,
-        "C_DLM_s": c_dlm, "C_AR_s": c_ar, "rounds": rounds,
-        "window_step": {"measured": med(full), "limit": med([1 + q for q in ratios]),
-                        "rows_scored": f, "limit_rows_scored": med([1 + f * q for q in ratios]),
-                        "measured_to_limit": med([m / (1 + q) for m, q in zip(full, ratios)]),
-                        "seconds_plain": seconds["plain"], "seconds_energy": seconds["full"]},
-        "whole_run": {"measured": med(part), "limit": med([1 + w * q for q in ratios]),
-                      "window_fraction": frac, "limit_window_fraction": med([1 + frac * f * q for q in ratios]),
-                      "seconds_plain": seconds["plain"], "seconds_energy": seconds["part"]},
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else cpu_name(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "batch_size": B,
+        "seq_len": L,
+        "K": K,
+        "w": w,
+        "energy": cfg["energy"],
+        "ar_context": cfg["ar_context"],
+        "steps": S,
+        "P": P,
+        "C_DLM_s": c_dlm,
+        "C_AR_s": c_ar,
+        "rounds": rounds,
+        "window_step": {
+            "measured": med(full),
+            "limit": med([1 + q for q in ratios]),
+            "rows_scored": f,
+            "limit_rows_scored": med([1 + f * q for q in ratios]),
+            "measured_to_limit": med([m / (1 + q) for m, q in zip(full, ratios)]),
+            "seconds_plain": seconds["plain"],
+            "seconds_energy": seconds["full"],
+        },
+        "whole_run": {
+            "measured": med(part),
+            "limit": med([1 + w * q for q in ratios]),
+            "window_fraction": frac,
+            "limit_window_fraction": med([1 + frac * f * q for q in ratios]),
+            "seconds_plain": seconds["plain"],
+            "seconds_energy": seconds["part"],
+        },
     }
     ws = out["window_step"]
     ws["within_1.1"] = ws["measured_to_limit"] <= 1.1
-    log(f"window step {ws['measured']:.3f} (limit {ws['limit']:.3f}; with {f:.2f} of rows scored "
+    log(
+        f"window step {ws['measured']:.3f} (limit {ws['limit']:.3f}; with {f:.2f} of rows scored "
         f"{ws['limit_rows_scored']:.3f}); whole run at w={w}: {out['whole_run']['measured']:.3f} "
-        f"(limit {out['whole_run']['limit']:.3f})")
+        f"(limit {out['whole_run']['limit']:.3f})"
+    )
     # Uni-E vs the AR at equal Gen PPL (the paper's 10.5 s / 13.5 s = 0.78)
     ppl = {(r["sampling"]["run"], int(r["sampling"]["steps"])): r["genppl"][evaluator]["ppl"] for r in genppl}
     ar_ppl = ppl[(cfg["ar_run"], L)]
@@ -249,23 +303,34 @@ def run_bench(cfg: dict, inputs: dict, genppl: list[dict], *, seq_len: int, thre
         t = time_generation(energy, models, opts(K, w), L, s, **kw)["seconds"]
         uni.append({"steps": s, "seconds": t, "genppl": ppl[(cfg["uni_run"], s)]})
     hit = [u for u in uni if u["genppl"] <= ar_ppl]
-    out["equal_quality"] = {"evaluator": evaluator, "ar_genppl": ar_ppl, "ar_seconds": ar_t, "uni": uni,
-                            "steps": hit[0]["steps"] if hit else None,
-                            "ratio_to_ar": hit[0]["seconds"] / ar_t if hit else None,
-                            "paper_ratio": 10.5 / 13.5}
-    log(f"AR {ar_t:.3f} s at Gen PPL {ar_ppl:.2f}; Uni-E " + ", ".join(
-        f"{u['steps']} steps {u['seconds']:.3f} s Gen PPL {u['genppl']:.2f}" for u in uni))
-    tps = train_throughput(inputs["dlm"], tok, load_tokens(inputs["train"], cfg["train_batch"]).long(),
-                           cfg["train_steps"], device)
+    out["equal_quality"] = {
+        "evaluator": evaluator,
+        "ar_genppl": ar_ppl,
+        "ar_seconds": ar_t,
+        "uni": uni,
+        "steps": hit[0]["steps"] if hit else None,
+        "ratio_to_ar": hit[0]["seconds"] / ar_t if hit else None,
+        "paper_ratio": 10.5 / 13.5,
+    }
+    log(
+        f"AR {ar_t:.3f} s at Gen PPL {ar_ppl:.2f}; Uni-E "
+        + ", ".join(f"{u['steps']} steps {u['seconds']:.3f} s Gen PPL {u['genppl']:.2f}" for u in uni)
+    )
+    tps = train_throughput(
+        inputs["dlm"], tok, load_tokens(inputs["train"], cfg["train_batch"]).long(), cfg["train_steps"], device
+    )
     out["train_tokens_per_s"] = tps
     log(f"training throughput of {inputs['dlm']}: {tps:.0f} tokens/s")
-    d = data_path_throughput(inputs["dlm"], tok, inputs["train"], token_cache, cfg["train_batch"], cfg["train_steps"],
-                             cfg["repeats"], device)
+    d = data_path_throughput(
+        inputs["dlm"], tok, inputs["train"], token_cache, cfg["train_batch"], cfg["train_steps"], cfg["repeats"], device
+    )
     out["token_file"] = d
-    log(f"training from the Parquet token file's view {d['steps_per_s']['parquet']:.2f} steps/s, from the "
+    log(
+        f"training from the Parquet token file's view {d['steps_per_s']['parquet']:.2f} steps/s, from the "
         f"memory-mapped .npy {d['steps_per_s']['npy']:.2f} steps/s (ratio {d['ratio']:.3f}, median over "
         f"{d['rounds'] * d['steps']} pairs of steps; identical batches: {d['identical_batches']}); first open {d['open_s']:.2f} s "
-        f"({'built the view' if d['view_built'] else 'view cached'})")
+        f"({'built the view' if d['view_built'] else 'view cached'})"
+    )
     return out
 
 
@@ -300,10 +365,13 @@ def bench_markdown(r: dict) -> str:
         "|---|---|---|",
         *[f"| {u['steps']} | {u['seconds']:.3f} | {u['genppl']:.2f} |" for u in eq["uni"]],
         "",
-        (f"Uni-E first reaches the AR's Gen PPL at {eq['steps']} steps: wall-clock ratio "
-         f"{eq['ratio_to_ar']:.2f} (the paper: {eq['paper_ratio']:.2f})." if eq["steps"] is not None else
-         f"Uni-E never reaches the AR's Gen PPL at these step counts: no equal-quality ratio (the paper: "
-         f"{eq['paper_ratio']:.2f})."),
+        (
+            f"Uni-E first reaches the AR's Gen PPL at {eq['steps']} steps: wall-clock ratio "
+            f"{eq['ratio_to_ar']:.2f} (the paper: {eq['paper_ratio']:.2f})."
+            if eq["steps"] is not None
+            else f"Uni-E never reaches the AR's Gen PPL at these step counts: no equal-quality ratio (the paper: "
+            f"{eq['paper_ratio']:.2f})."
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -397,8 +465,9 @@ def _peak_gb(device):
     return torch.cuda.max_memory_allocated() / 1e9 if str(device).startswith("cuda") else None
 
 
-def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=PRECISIONS, *, log=print,
-                      on_precision=None) -> dict:
+def paper_scale_bench(
+    device="cuda", size: PaperScale | None = None, precisions=PRECISIONS, *, log=print, on_precision=None
+) -> dict:
     """Every number of the paper-scale table (``docs/gpu-runs.md``) for each of ``precisions`` (``fp32``,
     ``tf32``, ``bf16``), one process, random weights of ``size`` (:class:`PaperScale`; nothing is downloaded).
     ``on_precision(result)`` is called after each precision (write partial results).  Returns the record
@@ -419,8 +488,9 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
     torch.manual_seed(0)
 
     def net(causal):
-        cfg = ModelConfig(vocab_size=V, d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, max_len=L,
-                          causal=causal)
+        cfg = ModelConfig(
+            vocab_size=V, d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, max_len=L, causal=causal
+        )
         return Transformer(cfg).to(dev).eval()
 
     dlm_net, ar_net = net(False), net(True)
@@ -430,9 +500,15 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
     rows = torch.randint(0, V - 2, (B, L), generator=torch.Generator().manual_seed(0))
     eopts = {"energy": s.energy, "ar_context": s.ar_context}
     win_steps = s.window_steps or min(s.steps)
-    result = {"device": str(dev), "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
-              "torch": torch.__version__, "size": dataclasses.asdict(s), "P": P, "window_steps": win_steps,
-              "precisions": {}}
+    result = {
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
+        "torch": torch.__version__,
+        "size": dataclasses.asdict(s),
+        "P": P,
+        "window_steps": win_steps,
+        "precisions": {},
+    }
 
     def gen(seed):
         return torch.Generator(device=dev).manual_seed(seed)
@@ -441,8 +517,9 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
         return sample_mdlm(dlm, B, L, steps, gen(seed), batch_size=B, device=dev)
 
     def energy_run(steps, seed, k, w, draw="auto"):
-        return sample_energy(dlm, ar, B, L, steps, gen(seed), {**eopts, "K": k, "w": w}, batch_size=B, device=dev,
-                             draw=draw)
+        return sample_energy(
+            dlm, ar, B, L, steps, gen(seed), {**eopts, "K": k, "w": w}, batch_size=B, device=dev, draw=draw
+        )
 
     def med_time(fn):
         out = [_timed(fn, dev) for _ in range(s.repeats)]
@@ -461,32 +538,57 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
             t_full, (_, st) = med_time(lambda: energy_run(win_steps, 1, K, 1.0))
             limit = 1 + P * c_ar / c_dlm
             f = st["energy_rows"] / max(1, B * st["window_steps"])
-            ws = {"steps": win_steps, "seconds_plain": t_plain, "seconds_energy": t_full, "measured": t_full / t_plain,
-                  "limit": limit, "rows_scored": f, "draw": "inverse_cdf" if dev.type == "cuda" else "gumbel"}
+            ws = {
+                "steps": win_steps,
+                "seconds_plain": t_plain,
+                "seconds_energy": t_full,
+                "measured": t_full / t_plain,
+                "limit": limit,
+                "rows_scored": f,
+                "draw": "inverse_cdf" if dev.type == "cuda" else "gumbel",
+            }
             ws["measured_to_limit"] = ws["measured"] / limit
             if prec in s.compare_gumbel and dev.type == "cuda":
                 t_g, _ = med_time(lambda: energy_run(win_steps, 1, K, 1.0, draw="gumbel"))
-                ws.update(seconds_energy_gumbel=t_g, measured_gumbel=t_g / t_plain,
-                          measured_to_limit_gumbel=t_g / t_plain / limit)
+                ws.update(
+                    seconds_energy_gumbel=t_g,
+                    measured_gumbel=t_g / t_plain,
+                    measured_to_limit_gumbel=t_g / t_plain / limit,
+                )
             r["window_step"] = ws
-            log(f"[{prec}] window step {ws['measured']:.3f} / limit {limit:.3f} = {ws['measured_to_limit']:.3f}"
-                + (f" (float64 Gumbel candidates: {ws['measured_to_limit_gumbel']:.3f})" if "measured_gumbel" in ws
-                   else ""))
+            log(
+                f"[{prec}] window step {ws['measured']:.3f} / limit {limit:.3f} = {ws['measured_to_limit']:.3f}"
+                + (
+                    f" (float64 Gumbel candidates: {ws['measured_to_limit_gumbel']:.3f})"
+                    if "measured_gumbel" in ws
+                    else ""
+                )
+            )
             # the AR baseline: KV cache, L tokens (CUDA graphs on a GPU), per-token latency
             t_ar, _ = med_time(lambda: ar.sample(B, L, gen(2)))
-            r["ar"] = {"seconds": t_ar, "ms_per_token": t_ar / L * 1e3, "decode_path": ar.decode_path,
-                       "capture_seconds": ar.capture_seconds}
+            r["ar"] = {
+                "seconds": t_ar,
+                "ms_per_token": t_ar / L * 1e3,
+                "decode_path": ar.decode_path,
+                "capture_seconds": ar.capture_seconds,
+            }
             if prec == "bf16":  # what a user runs in bf16: the weights cast once (no autocast)
                 ar16 = ARModel(copy.deepcopy(ar_net).to(torch.bfloat16), bos_id, mask_id, eos_id=bos_id)
                 with torch.autocast(dev.type, enabled=False):
                     ar16.sample(B, 8, gen(0))
                     t16, _ = med_time(lambda: ar16.sample(B, L, gen(2)))
-                r["ar_bf16_weights"] = {"seconds": t16, "ms_per_token": t16 / L * 1e3, "decode_path": ar16.decode_path,
-                                        "capture_seconds": ar16.capture_seconds}
+                r["ar_bf16_weights"] = {
+                    "seconds": t16,
+                    "ms_per_token": t16 / L * 1e3,
+                    "decode_path": ar16.decode_path,
+                    "capture_seconds": ar16.capture_seconds,
+                }
                 del ar16
-            log(f"[{prec}] AR {t_ar:.2f} s for {L} tokens ({r['ar']['ms_per_token']:.2f} ms/token, "
-                f"{r['ar']['decode_path']})" + (f"; bf16 weights {r['ar_bf16_weights']['seconds']:.2f} s"
-                                                 if "ar_bf16_weights" in r else ""))
+            log(
+                f"[{prec}] AR {t_ar:.2f} s for {L} tokens ({r['ar']['ms_per_token']:.2f} ms/token, "
+                f"{r['ar']['decode_path']})"
+                + (f"; bf16 weights {r['ar_bf16_weights']['seconds']:.2f} s" if "ar_bf16_weights" in r else "")
+            )
         # training throughput: MDLM loss (under the precision) + backward + AdamW, on a copy of the denoiser
         train_net = copy.deepcopy(dlm_net).train()
         method, opt = MDLM(info), torch.optim.AdamW(train_net.parameters(), lr=1e-4)
@@ -502,7 +604,7 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
         train_step()
         t_train, _ = _timed(lambda: [train_step() for _ in range(s.train_steps)], dev)
         r["train_tokens_per_s"] = s.train_steps * B * L / t_train
-        del train_net, opt
+        train_net = opt = None  # free them before the sampling runs
         log(f"[{prec}] MDLM training {r['train_tokens_per_s']:.0f} tokens/s")
         r["runs"] = []
         with precision_mode(prec, dev):
@@ -512,12 +614,20 @@ def paper_scale_bench(device="cuda", size: PaperScale | None = None, precisions=
                 t_m, _ = (t_plain, None) if S == win_steps else med_time(lambda: mdlm_run(S, 4))
                 t_u, (_, st) = med_time(lambda: energy_run(S, 4, K, s.w))
                 frac = st["window_steps"] / S
-                run = {"steps": S, "seconds_mdlm": t_m, "seconds_uni": t_u, "ratio": t_u / t_m,
-                       "limit": 1 + s.w * P * c_ar / c_dlm, "limit_window_fraction": 1 + frac * P * c_ar / c_dlm}
+                run = {
+                    "steps": S,
+                    "seconds_mdlm": t_m,
+                    "seconds_uni": t_u,
+                    "ratio": t_u / t_m,
+                    "limit": 1 + s.w * P * c_ar / c_dlm,
+                    "limit_window_fraction": 1 + frac * P * c_ar / c_dlm,
+                }
                 run["ratio_to_limit"] = run["ratio"] / run["limit_window_fraction"]
                 r["runs"].append(run)
-                log(f"[{prec}] {S} steps: MDLM {t_m:.2f} s, Uni-E {t_u:.2f} s (ratio {run['ratio']:.3f}, limit "
-                    f"{run['limit_window_fraction']:.3f})")
+                log(
+                    f"[{prec}] {S} steps: MDLM {t_m:.2f} s, Uni-E {t_u:.2f} s (ratio {run['ratio']:.3f}, limit "
+                    f"{run['limit_window_fraction']:.3f})"
+                )
         r["peak_gpu_gb"] = _peak_gb(dev)
         result["precisions"][prec] = r
         if on_precision is not None:
@@ -546,39 +656,78 @@ def paper_scale_markdown(res: dict) -> str:
         return next(x for x in r["runs"] if x["steps"] == S)
 
     steps = s["steps"]
-    lines = [f"# Paper-scale bench ({res['device_name']}, torch {res['torch']})", "",
-             f"Random weights: d {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, L {s['seq_len']}, "
-             f"V {s['vocab_size']}, batch {s['batch_size']}; Uni-E {s['energy']} energy, ar_context "
-             f"{s['ar_context']}, K = {s['K']}, w = {s['w']}, P = {res['P']}; repeats {s['repeats']}.", "",
-             head, sep,
-             row(f"C_DLM (denoiser pass, {s['batch_size']} × {s['seq_len']})",
-                 lambda r: f"{r['C_DLM_s'] * 1e3:.1f} ms"),
-             row("C_AR (proxy pass)", lambda r: f"{r['C_AR_s'] * 1e3:.1f} ms"),
-             row("MDLM training (loss + backward + AdamW)", lambda r: f"{r['train_tokens_per_s'] / 1e3:.1f}k tok/s"),
-             row("MDLM, " + " / ".join(map(str, steps)) + " steps",
-                 lambda r: " / ".join(f"{run_of(r, S)['seconds_mdlm']:.2f}" if any(x['steps'] == S for x in r['runs'])
-                                      else "–" for S in steps) + " s"),
-             row(f"Uni-E (K = {s['K']}, w = {s['w']}), " + " / ".join(map(str, steps)) + " steps",
-                 lambda r: " / ".join(f"{run_of(r, S)['seconds_uni']:.2f}" if any(x['steps'] == S for x in r['runs'])
-                                      else "–" for S in steps) + " s"),
-             row(f"Algorithm 2 window step (w = 1, {res['window_steps']} steps) / its limit 1 + P·C_AR/C_DLM",
-                 lambda r: f"{r['window_step']['measured']:.2f} / {r['window_step']['limit']:.2f}"),
-             row("same with the float64 Gumbel-max candidates (the old draw)",
-                 lambda r: f"{r['window_step']['measured_gumbel']:.2f} / {r['window_step']['limit']:.2f}"),
-             row(f"AR, KV cache, {s['seq_len']} tokens",
-                 lambda r: f"{r['ar']['seconds']:.2f} s ({r['ar']['decode_path']}; capture "
-                 f"{r['ar']['capture_seconds']:.2f} s)"),
-             row(f"AR, bf16 weights (no autocast), {s['seq_len']} tokens",
-                 lambda r: f"{r['ar_bf16_weights']['seconds']:.2f} s"),
-             row("peak GPU memory (this precision)", lambda r: f"{r['peak_gpu_gb']:.1f} GB"),
-             "", "Ratios to their limits (AR per-token latency alongside):", "",
-             head, sep,
-             row("window step / its limit", lambda r: f"{r['window_step']['measured_to_limit']:.3f} "
-                 f"(AR {r['ar']['ms_per_token']:.2f} ms/token)"),
-             *[row(f"Uni-E / MDLM at {S} steps / its limit 1 + (window steps)·P·C_AR/C_DLM",
-                   lambda r, S=S: f"{run_of(r, S)['ratio']:.3f} / {run_of(r, S)['limit_window_fraction']:.3f} = "
-                   f"{run_of(r, S)['ratio_to_limit']:.3f} (AR {r['ar']['ms_per_token']:.2f} ms/token)") for S in steps],
-             ""]
+    lines = [
+        f"# Paper-scale bench ({res['device_name']}, torch {res['torch']})",
+        "",
+        f"Random weights: d {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, L {s['seq_len']}, "
+        f"V {s['vocab_size']}, batch {s['batch_size']}; Uni-E {s['energy']} energy, ar_context "
+        f"{s['ar_context']}, K = {s['K']}, w = {s['w']}, P = {res['P']}; repeats {s['repeats']}.",
+        "",
+        head,
+        sep,
+        row(f"C_DLM (denoiser pass, {s['batch_size']} × {s['seq_len']})", lambda r: f"{r['C_DLM_s'] * 1e3:.1f} ms"),
+        row("C_AR (proxy pass)", lambda r: f"{r['C_AR_s'] * 1e3:.1f} ms"),
+        row("MDLM training (loss + backward + AdamW)", lambda r: f"{r['train_tokens_per_s'] / 1e3:.1f}k tok/s"),
+        row(
+            "MDLM, " + " / ".join(map(str, steps)) + " steps",
+            lambda r: (
+                " / ".join(
+                    f"{run_of(r, S)['seconds_mdlm']:.2f}" if any(x["steps"] == S for x in r["runs"]) else "–"
+                    for S in steps
+                )
+                + " s"
+            ),
+        ),
+        row(
+            f"Uni-E (K = {s['K']}, w = {s['w']}), " + " / ".join(map(str, steps)) + " steps",
+            lambda r: (
+                " / ".join(
+                    f"{run_of(r, S)['seconds_uni']:.2f}" if any(x["steps"] == S for x in r["runs"]) else "–"
+                    for S in steps
+                )
+                + " s"
+            ),
+        ),
+        row(
+            f"Algorithm 2 window step (w = 1, {res['window_steps']} steps) / its limit 1 + P·C_AR/C_DLM",
+            lambda r: f"{r['window_step']['measured']:.2f} / {r['window_step']['limit']:.2f}",
+        ),
+        row(
+            "same with the float64 Gumbel-max candidates (the old draw)",
+            lambda r: f"{r['window_step']['measured_gumbel']:.2f} / {r['window_step']['limit']:.2f}",
+        ),
+        row(
+            f"AR, KV cache, {s['seq_len']} tokens",
+            lambda r: (
+                f"{r['ar']['seconds']:.2f} s ({r['ar']['decode_path']}; capture {r['ar']['capture_seconds']:.2f} s)"
+            ),
+        ),
+        row(
+            f"AR, bf16 weights (no autocast), {s['seq_len']} tokens",
+            lambda r: f"{r['ar_bf16_weights']['seconds']:.2f} s",
+        ),
+        row("peak GPU memory (this precision)", lambda r: f"{r['peak_gpu_gb']:.1f} GB"),
+        "",
+        "Ratios to their limits (AR per-token latency alongside):",
+        "",
+        head,
+        sep,
+        row(
+            "window step / its limit",
+            lambda r: f"{r['window_step']['measured_to_limit']:.3f} (AR {r['ar']['ms_per_token']:.2f} ms/token)",
+        ),
+        *[
+            row(
+                f"Uni-E / MDLM at {S} steps / its limit 1 + (window steps)·P·C_AR/C_DLM",
+                lambda r, S=S: (
+                    f"{run_of(r, S)['ratio']:.3f} / {run_of(r, S)['limit_window_fraction']:.3f} = "
+                    f"{run_of(r, S)['ratio_to_limit']:.3f} (AR {r['ar']['ms_per_token']:.2f} ms/token)"
+                ),
+            )
+            for S in steps
+        ],
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -601,8 +750,9 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     tiny = dict(vocab_size=100, d_model=32, n_layers=2, n_heads=4, seq_len=64, batch_size=2, train_steps=2)
     skip = tuple((p, int(n)) for p, n in (x.split(":") for x in a.skip))
-    size = PaperScale(**(tiny if a.tiny else {}), steps=tuple(a.steps), window_steps=a.window_steps,
-                      repeats=a.repeats, skip=skip)
+    size = PaperScale(
+        **(tiny if a.tiny else {}), steps=tuple(a.steps), window_steps=a.window_steps, repeats=a.repeats, skip=skip
+    )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -71,8 +71,14 @@ class Settings:
     hub_ids: dict
 
 
-def paper_settings(config: dict, device: str, precision: str, decoding: dict | None = None,
-                   energy: dict | None = None, loading: dict | None = None) -> Settings:
+def paper_settings(
+    config: dict,
+    device: str,
+    precision: str,
+    decoding: dict | None = None,
+    energy: dict | None = None,
+    loading: dict | None = None,
+) -> Settings:
     """:class:`Settings` from a resolved configuration (:func:`unie.config.profile.resolve_config` of
     ``config/paper.yaml``).  ``decoding``, ``energy``, ``loading``: overrides of the decoding options, of Algorithm 3's
     options (both energy decodes) and of the loading keys (the ``--tiny`` stand-ins', another cell's ``w``)."""
@@ -107,8 +113,14 @@ def paper_settings(config: dict, device: str, precision: str, decoding: dict | N
         from ..config.profile import GRID, load_yaml
 
         eps = load_yaml(GRID)["dllm"]["map"]["oracle_eps"]
-    return Settings(args=args, metric=metrics[TASK], oracle_eps=float(eps), seed=lm.seed,
-                    model_names=names, hub_ids={k: hub.get(v, v) for k, v in names.items()})
+    return Settings(
+        args=args,
+        metric=metrics[TASK],
+        oracle_eps=float(eps),
+        seed=lm.seed,
+        model_names=names,
+        hub_ids={k: hub.get(v, v) for k, v in names.items()},
+    )
 
 
 def resolve_model(given: str | None, name: str, hub_id: str, shared: Path, allow_download: bool) -> Path:
@@ -126,9 +138,11 @@ def resolve_model(given: str | None, name: str, hub_id: str, shared: Path, allow
 
         return Path(snapshot_download(repo, local_files_only=not allow_download))
     except Exception as e:  # not in the cache (offline), or the hub refused
-        raise CalibrationError(f"model {repo!r} is not in the local Hugging Face cache nor at {shared / name} "
-                               f"({type(e).__name__}); give its folder, or run with --allow-download where the hub "
-                               "can be reached") from None
+        raise CalibrationError(
+            f"model {repo!r} is not in the local Hugging Face cache nor at {shared / name} "
+            f"({type(e).__name__}); give its folder, or run with --allow-download where the hub "
+            "can be reached"
+        ) from None
 
 
 def resolve_data(given: str | None, allow_download: bool) -> dict:
@@ -139,12 +153,17 @@ def resolve_data(given: str | None, allow_download: bool) -> dict:
         try:
             from huggingface_hub import snapshot_download
 
-            folder = Path(snapshot_download(GSM8K_HUB, repo_type="dataset", allow_patterns=["main/*"],
-                                            local_files_only=not allow_download))
+            folder = Path(
+                snapshot_download(
+                    GSM8K_HUB, repo_type="dataset", allow_patterns=["main/*"], local_files_only=not allow_download
+                )
+            )
         except Exception as e:
-            raise CalibrationError(f"GSM8K ({GSM8K_HUB}, main) is not in the local Hugging Face cache "
-                                   f"({type(e).__name__}); give --data (its test parquet or a folder holding "
-                                   "main/test-*.parquet), or --allow-download") from None
+            raise CalibrationError(
+                f"GSM8K ({GSM8K_HUB}, main) is not in the local Hugging Face cache "
+                f"({type(e).__name__}); give --data (its test parquet or a folder holding "
+                "main/test-*.parquet), or --allow-download"
+            ) from None
     else:
         folder = Path(given)
         if folder.is_file():
@@ -176,8 +195,13 @@ def gsm8k_task(files: dict, num_fewshot: int, seed: int):
         raise CalibrationError(f"{num_fewshot}-shot prompts need GSM8K's train split beside the test file")
     kind = "parquet" if Path(files["test"]).suffix == ".parquet" else "json"
     splits = {"test": str(files["test"]), **({"train": str(files["train"])} if num_fewshot else {})}
-    cfg.update(task="gsm8k_calibration", dataset_path=kind, dataset_name=None, dataset_kwargs={"data_files": splits},
-               num_fewshot=num_fewshot)
+    cfg.update(
+        task="gsm8k_calibration",
+        dataset_path=kind,
+        dataset_name=None,
+        dataset_kwargs={"data_files": splits},
+        num_fewshot=num_fewshot,
+    )
     cfg.pop("tag", None)
     if not num_fewshot:
         cfg.update(training_split=None, fewshot_split=None)
@@ -191,14 +215,20 @@ def chat_renderer(tokenizer):
     applies it), less a leading ``<bos>`` string: the DLLM layout puts ``<bos>`` in front of every prompt itself."""
     hf = tokenizer.hf
     if not getattr(hf, "chat_template", None):
-        raise CalibrationError(f"the backbone's tokenizer ({getattr(tokenizer, 'path', '?')}) has no chat template; "
-                               "run with --no-chat-template")
+        raise CalibrationError(
+            f"the backbone's tokenizer ({getattr(tokenizer, 'path', '?')}) has no chat template; "
+            "run with --no-chat-template"
+        )
     bos = hf.bos_token or ""
 
     def render(chat_history, add_generation_prompt: bool = True) -> str:
-        text = hf.apply_chat_template(chat_history, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                      continue_final_message=not add_generation_prompt)
-        return text[len(bos):] if bos and text.startswith(bos) else text
+        text = hf.apply_chat_template(
+            chat_history,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+        )
+        return text[len(bos) :] if bos and text.startswith(bos) else text
 
     return render
 
@@ -209,17 +239,22 @@ def gsm8k_requests(task, limit: int, chat=None) -> list[dict]:
     per-row key the unie lm-eval adapter seeds the decoder's noise with: the ``gen_kwargs`` and repeat 0)."""
     from ..dllm.backbone import DEFAULT_MAX_GEN_TOKS
 
-    task.build_all_requests(limit=limit, rank=0, world_size=1, apply_chat_template=chat is not None,
-                            chat_template=chat)
+    task.build_all_requests(limit=limit, rank=0, world_size=1, apply_chat_template=chat is not None, chat_template=chat)
     out = []
     for inst in task.instances:
         context, gen_kwargs = inst.args
         until = gen_kwargs.get("until") or []
         gk = json.dumps(gen_kwargs, sort_keys=True, default=str)
-        out.append({"doc_id": int(inst.doc_id), "doc": inst.doc, "prompt": context,
-                    "until": [until] if isinstance(until, str) else list(until),
-                    "max_new": int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)),
-                    "key": json.dumps([gk, 0])})
+        out.append(
+            {
+                "doc_id": int(inst.doc_id),
+                "doc": inst.doc,
+                "prompt": context,
+                "until": [until] if isinstance(until, str) else list(until),
+                "max_new": int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)),
+                "key": json.dumps([gk, 0]),
+            }
+        )
     return sorted(out, key=lambda r: r["doc_id"])
 
 
@@ -251,12 +286,19 @@ def weights_identity(folder: Path, hashed: bool) -> dict:
 
     if hashed:
         return weights_record(folder)
-    return {"path": str(folder), "sizes": {f.name: f.stat().st_size for f in sorted(Path(folder).iterdir())
-                                           if f.is_file() and f.suffix in WEIGHT_SUFFIXES}}
+    return {
+        "path": str(folder),
+        "sizes": {
+            f.name: f.stat().st_size
+            for f in sorted(Path(folder).iterdir())
+            if f.is_file() and f.suffix in WEIGHT_SUFFIXES
+        },
+    }
 
 
-def build_decoders(settings: Settings, backbone_dir: Path, proxy_dir: Path, references: dict,
-                   hash_weights: bool = False) -> Decoders:
+def build_decoders(
+    settings: Settings, backbone_dir: Path, proxy_dir: Path, references: dict, hash_weights: bool = False
+) -> Decoders:
     """Load the backbone once and the proxy once (``settings``' loading keys, precision and device) and build the
     three decoders of the module doc: the backbone's own, Algorithm 3 with the proxy, Algorithm 3 with the
     :class:`~unie.dllm.oracle.TextOracleLM` over the proxy's tokenizer (``references``: prompt -> reference
@@ -279,21 +321,37 @@ def build_decoders(settings: Settings, backbone_dir: Path, proxy_dir: Path, refe
     if is_ar:
         raise CalibrationError(f"{backbone_dir} is not a diffusion LM")
     p = parsed["energy"]
-    ar = load_hf_causal(proxy_dir, trust_remote_code=p.proxy_trust_remote_code, device=p.device,
-                        dtype=hf_dtype(p.precision))
+    ar = load_hf_causal(
+        proxy_dir, trust_remote_code=p.proxy_trust_remote_code, device=p.device, dtype=hf_dtype(p.precision)
+    )
     oracle = TextOracleLM(references, ar.tokenizer, settings.oracle_eps)
     bridges = {"energy": ProxyBridge(ar, tok, on_model=True), "oracle": ProxyBridge(oracle, tok, on_model=True)}
     decoders = {}
     for decode, a in parsed.items():
         gen = int(a.decoding.get("gen_length", default_gen))
         opts = from_dict(DecodeOptions, {**a.decoding, "gen_length": gen}, "decoding options")
-        decoders[decode] = DLLMDecoder(model, tok, prompt_len, opts, a.options, bridges.get(decode), seed=a.seed,
-                                       name=decode, pad_to_batch=pad_to_batch, sampler=a.sampler,
-                                       precision=a.precision)
-    info = {"backbone": str(backbone_dir), "proxy": str(proxy_dir),
-            "weights": {"backbone": weights_identity(backbone_dir, hash_weights),
-                        "proxy": weights_identity(proxy_dir, hash_weights)},
-            "decoders": {k: d.info() for k, d in decoders.items()}}
+        decoders[decode] = DLLMDecoder(
+            model,
+            tok,
+            prompt_len,
+            opts,
+            a.options,
+            bridges.get(decode),
+            seed=a.seed,
+            name=decode,
+            pad_to_batch=pad_to_batch,
+            sampler=a.sampler,
+            precision=a.precision,
+        )
+    info = {
+        "backbone": str(backbone_dir),
+        "proxy": str(proxy_dir),
+        "weights": {
+            "backbone": weights_identity(backbone_dir, hash_weights),
+            "proxy": weights_identity(proxy_dir, hash_weights),
+        },
+        "decoders": {k: d.info() for k, d in decoders.items()},
+    }
     return Decoders(decoders, bridges, info)
 
 
@@ -305,8 +363,12 @@ def decode_item(dec: Decoders, req: dict, score) -> dict:
     for decode in DECODES:
         t0 = time.perf_counter()
         (text,), counters = dec.decoders[decode].generate([req["prompt"]], req["max_new"], keys=[req["key"]])
-        rec = {"text": text, "seconds": time.perf_counter() - t0, "nfe": int(counters["nfe"]),
-               "generated_tokens": int(counters["generated_tokens"])}
+        rec = {
+            "text": text,
+            "seconds": time.perf_counter() - t0,
+            "nfe": int(counters["nfe"]),
+            "generated_tokens": int(counters["generated_tokens"]),
+        }
         if decode != "backbone":
             rec.update({k: int(counters[k]) for k in ("window_rows", "disagree_rows", "steered_rows")})
             rec["proxy_forwards"] = int(counters.get("proxy_forwards", 0))
@@ -346,8 +408,12 @@ SCORERS = {"energy": "energy", "oracle": "oracle"}  # tree scorer name per energ
 # beside them in the tree: the proxy's own score (proxy_rerank, the released code's rule), whose AUC is the map's
 # judgement axis (unie.report.tables.map_table)
 RERANK = "rerank"
-AUC_LABELS = {"dlm": "the backbone's own log p(xs|xt)", "rerank": "the proxy's own score (proxy rerank: the map's "
-              "judgement axis)", "energy": "Uni-E with the proxy", "oracle": "Ind-E with the oracle"}
+AUC_LABELS = {
+    "dlm": "the backbone's own log p(xs|xt)",
+    "rerank": "the proxy's own score (proxy rerank: the map's judgement axis)",
+    "energy": "Uni-E with the proxy",
+    "oracle": "Ind-E with the oracle",
+}
 
 
 def tree_item(dec: Decoders, req: dict, score, cap: int) -> tuple[dict, object]:
@@ -364,8 +430,13 @@ def tree_item(dec: Decoders, req: dict, score, cap: int) -> tuple[dict, object]:
     t0 = time.perf_counter()
     (item,) = decoder_trees(energy, [req["prompt"]], req["max_new"], [req["key"]], energy.options, scorers, cap)
     scores = [float(s) for s in score(req["doc"], item.texts, req["until"])]
-    rec = {"seconds": time.perf_counter() - t0, "leaves": len(item.texts), "nodes": len(item.tree.nodes),
-           "exhaustive": bool(item.tree.exhaustive), "scores": scores}
+    rec = {
+        "seconds": time.perf_counter() - t0,
+        "leaves": len(item.texts),
+        "nodes": len(item.tree.nodes),
+        "exhaustive": bool(item.tree.exhaustive),
+        "scores": scores,
+    }
     for decode, name in SCORERS.items():
         leaf = rule_leaf(item.tree, name)
         rec[f"{decode}_leaf"] = leaf
@@ -388,8 +459,11 @@ def summarise(items: list[dict], trees: dict | None = None) -> dict:
     from ..eval.metrics import paired_mean_se, ratio_mean_se, window_shares
 
     done = [it for it in items if all(d in it for d in DECODES)]
-    out: dict = {"items": len(done), "failed_items": sum("error" in it for it in items),
-                 "failed_trees": sum("tree_error" in it for it in items)}
+    out: dict = {
+        "items": len(done),
+        "failed_items": sum("error" in it for it in items),
+        "failed_trees": sum("tree_error" in it for it in items),
+    }
     if not done:
         return out
     base = [it["backbone"]["score"] for it in done]
@@ -402,13 +476,19 @@ def summarise(items: list[dict], trees: dict | None = None) -> dict:
     for decode in ("energy", "oracle"):
         d = [it[decode]["score"] - b for it, b in zip(done, base)]
         mean, se = paired_mean_se(d)
-        out["change"][decode] = {"delta": 100 * mean, "se": None if math.isnan(se) else 100 * se, "n": len(d),
-                                 "changed_items": sum(it[decode]["changed"] for it in done),
-                                 "gained_items": sum(x > 0 for x in d), "lost_items": sum(x < 0 for x in d)}
+        out["change"][decode] = {
+            "delta": 100 * mean,
+            "se": None if math.isnan(se) else 100 * se,
+            "n": len(d),
+            "changed_items": sum(it[decode]["changed"] for it in done),
+            "gained_items": sum(x > 0 for x in d),
+            "lost_items": sum(x < 0 for x in d),
+        }
         rows = [it[decode]["window_rows"] for it in done]
-        shares = window_shares({k: sum(it[decode][k] for it in done)
-                                for k in ("window_rows", "disagree_rows", "steered_rows")} |
-                               {"window_padding": 0, "window_answer": 0})
+        shares = window_shares(
+            {k: sum(it[decode][k] for it in done) for k in ("window_rows", "disagree_rows", "steered_rows")}
+            | {"window_padding": 0, "window_answer": 0}
+        )
         if shares is None:
             out["window"][decode] = None
             continue
@@ -432,9 +512,12 @@ def tree_summary(items: list[dict], trees: dict) -> dict:
     from ..eval.room import pairwise_auc
 
     base = [it["backbone"]["score"] for it in items]
-    out = {"items": len(items), "exhaustive": sum(it["tree"]["exhaustive"] for it in items) / len(items),
-           "leaves_mean": sum(it["tree"]["leaves"] for it in items) / len(items),
-           "decides": sum(max(it["tree"]["scores"]) != min(it["tree"]["scores"]) for it in items) / len(items)}
+    out = {
+        "items": len(items),
+        "exhaustive": sum(it["tree"]["exhaustive"] for it in items) / len(items),
+        "leaves_mean": sum(it["tree"]["leaves"] for it in items) / len(items),
+        "decides": sum(max(it["tree"]["scores"]) != min(it["tree"]["scores"]) for it in items) / len(items),
+    }
     for name, pick in (("ceiling", max), ("floor", min)):
         mean, se = paired_mean_se([pick(it["tree"]["scores"]) - b for it, b in zip(items, base)])
         out[name] = {"delta": 100 * mean, "se": None if math.isnan(se) else 100 * se}
@@ -443,9 +526,11 @@ def tree_summary(items: list[dict], trees: dict) -> dict:
     out["paths"] = {}
     for decode in ("energy", "oracle"):
         same_text = sum(it["tree"][f"{decode}_text"] == it[decode]["text"] for it in items)
-        same_counters = sum(it["tree"][f"{decode}_counters"] ==
-                            {k: it[decode][k] for k in ("window_rows", "disagree_rows", "steered_rows")}
-                            for it in items)
+        same_counters = sum(
+            it["tree"][f"{decode}_counters"]
+            == {k: it[decode][k] for k in ("window_rows", "disagree_rows", "steered_rows")}
+            for it in items
+        )
         out["paths"][decode] = {"items": len(items), "same_text": same_text, "same_counters": same_counters}
     held = [(trees[it["doc_id"]], it["tree"]["scores"]) for it in items if it["doc_id"] in trees]
     if held:
@@ -473,31 +558,46 @@ def calibration_markdown(record: dict) -> str:
     """The record as Markdown (``calibration.md``)."""
     s = record.get("summary", {})
     head = record.get("settings", {})
-    lines = [f"# Calibration point: {head.get('backbone_label', 'LLaDA')} + {head.get('proxy_label', 'proxy')} on "
-             f"GSM8K ({record.get('status', 'running')})", "",
-             f"device {record.get('device')}, torch {record.get('torch')}, {s.get('items', 0)} of "
-             f"{record.get('requested_items')} items decoded, {_fmt(record.get('elapsed_s'), 0)} s "
-             f"(models loaded in {_fmt(record.get('load_s'), 0)} s)", ""]
+    lines = [
+        f"# Calibration point: {head.get('backbone_label', 'LLaDA')} + {head.get('proxy_label', 'proxy')} on "
+        f"GSM8K ({record.get('status', 'running')})",
+        "",
+        f"device {record.get('device')}, torch {record.get('torch')}, {s.get('items', 0)} of "
+        f"{record.get('requested_items')} items decoded, {_fmt(record.get('elapsed_s'), 0)} s "
+        f"(models loaded in {_fmt(record.get('load_s'), 0)} s)",
+        "",
+    ]
     if head:
-        lines += [f"decoding {head.get('decoding')}; Algorithm 3 {head.get('energy_options')}; oracle "
-                  f"{head.get('oracle_options')}, eps {head.get('oracle_eps')}; prompt: {head.get('prompt')}; "
-                  f"metric {head.get('metric')}", ""]
+        lines += [
+            f"decoding {head.get('decoding')}; Algorithm 3 {head.get('energy_options')}; oracle "
+            f"{head.get('oracle_options')}, eps {head.get('oracle_eps')}; prompt: {head.get('prompt')}; "
+            f"metric {head.get('metric')}",
+            "",
+        ]
     if record.get("stopped"):
         lines += [f"**Stopped early** in phase {record['stopped']['phase']}: {record['stopped']['reason']}", ""]
     failed = [it for it in record.get("items", []) if "error" in it or "tree_error" in it]
     if failed:
-        lines += [f"**{len(failed)} items failed** (left out of the numbers): "
-                  + "; ".join(f"doc {it['doc_id']}: {(it.get('error') or it['tree_error'])['message'][:120]}"
-                              for it in failed[:5]), ""]
+        lines += [
+            f"**{len(failed)} items failed** (left out of the numbers): "
+            + "; ".join(
+                f"doc {it['doc_id']}: {(it.get('error') or it['tree_error'])['message'][:120]}" for it in failed[:5]
+            ),
+            "",
+        ]
     if s.get("accuracy"):
         acc, ch = s["accuracy"], s["change"]
-        lines += ["| decode | accuracy (points) | change vs backbone (paired s.e.) | items changed / gained / lost |",
-                  "|---|---|---|---|",
-                  f"| backbone (own decoder) | {_pm(acc['backbone'], 'mean')} | | |"]
+        lines += [
+            "| decode | accuracy (points) | change vs backbone (paired s.e.) | items changed / gained / lost |",
+            "|---|---|---|---|",
+            f"| backbone (own decoder) | {_pm(acc['backbone'], 'mean')} | | |",
+        ]
         for decode, label in (("energy", "Uni-E argmin, the proxy"), ("oracle", "Ind-E argmin, the oracle")):
             c = ch[decode]
-            lines.append(f"| {label} | {_pm(acc[decode], 'mean')} | {_pm(c)} | {c['changed_items']} / "
-                         f"{c['gained_items']} / {c['lost_items']} |")
+            lines.append(
+                f"| {label} | {_pm(acc[decode], 'mean')} | {_pm(c)} | {c['changed_items']} / "
+                f"{c['gained_items']} / {c['lost_items']} |"
+            )
         lines += ["", "| window (row-iterations) | Uni-E, the proxy | Ind-E, the oracle |", "|---|---|---|"]
         ws = s["window"]
 
@@ -511,27 +611,40 @@ def calibration_markdown(record: dict) -> str:
                 return "–" if w[key] is None else f"{_fmt(100 * w[key], 1)} %"
             return str(w[key])
 
-        for key, label in (("window_rows", "window iterations"), ("disagree", "candidates disagree"),
-                           ("steered", "choice differs from candidate 0"),
-                           ("steered_given_disagree", "... of the disagreeing ones"),
-                           ("items_disagree", "items with a disagreement"), ("items_steered", "items steered")):
+        for key, label in (
+            ("window_rows", "window iterations"),
+            ("disagree", "candidates disagree"),
+            ("steered", "choice differs from candidate 0"),
+            ("steered_given_disagree", "... of the disagreeing ones"),
+            ("items_disagree", "items with a disagreement"),
+            ("items_steered", "items steered"),
+        ):
             lines.append(f"| {label} | {cell('energy', key)} | {cell('oracle', key)} |")
     t = s.get("tree")
     if t:
-        lines += ["", f"Candidate tree (cap {record.get('cap')} nodes per level beyond the rules' paths), "
-                  f"{t['items']} items, {_fmt(100 * t['exhaustive'], 0)} % exhaustive, {_fmt(t['leaves_mean'], 1)} "
-                  "leaves per item:", "",
-                  "| quantity | value |", "|---|---|",
-                  f"| explored ceiling vs backbone (points) | {_pm(t['ceiling'])} |",
-                  f"| explored floor vs backbone (points) | {_pm(t['floor'])} |",
-                  f"| items the window decides | {_fmt(100 * t['decides'], 1)} % |"]
+        lines += [
+            "",
+            f"Candidate tree (cap {record.get('cap')} nodes per level beyond the rules' paths), "
+            f"{t['items']} items, {_fmt(100 * t['exhaustive'], 0)} % exhaustive, {_fmt(t['leaves_mean'], 1)} "
+            "leaves per item:",
+            "",
+            "| quantity | value |",
+            "|---|---|",
+            f"| explored ceiling vs backbone (points) | {_pm(t['ceiling'])} |",
+            f"| explored floor vs backbone (points) | {_pm(t['floor'])} |",
+            f"| items the window decides | {_fmt(100 * t['decides'], 1)} % |",
+        ]
         for decode, p in t["paths"].items():
-            lines.append(f"| {decode} rule: tree path = its decode (text / counters) | {p['same_text']} / "
-                         f"{p['same_counters']} of {p['items']} |")
+            lines.append(
+                f"| {decode} rule: tree path = its decode (text / counters) | {p['same_text']} / "
+                f"{p['same_counters']} of {p['items']} |"
+            )
         lines.append(f"| proxy rerank (its path in the tree) vs backbone (points) | {_pm(t['rerank_change'])} |")
         for name, a in t.get("auc", {}).items():
-            lines.append(f"| pairwise AUC of {AUC_LABELS.get(name, name)} | {_fmt(a['auc'], 3)} ± {_fmt(a['se'], 3)} "
-                         f"({a['pairs']} pairs, {a['items']} items) |")
+            lines.append(
+                f"| pairwise AUC of {AUC_LABELS.get(name, name)} | {_fmt(a['auc'], 3)} ± {_fmt(a['se'], 3)} "
+                f"({a['pairs']} pairs, {a['items']} items) |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -540,8 +653,17 @@ def failure(e: BaseException) -> dict:
     return {"message": f"{type(e).__name__}: {e}"[:500], "traceback": traceback.format_exc()[-2000:]}
 
 
-def run_calibration(reqs: list[dict], dec: Decoders, score, out_dir: Path, record: dict, deadline: float,
-                    cap: int | None, log=print, clock=time.perf_counter) -> dict:
+def run_calibration(
+    reqs: list[dict],
+    dec: Decoders,
+    score,
+    out_dir: Path,
+    record: dict,
+    deadline: float,
+    cap: int | None,
+    log=print,
+    clock=time.perf_counter,
+) -> dict:
     """The two phases over the requests ``reqs`` (module doc): ``decode`` (the three decodes of every item), then,
     with ``cap`` (None: no tree), ``tree``.  ``record`` (its settings, device, times) gets ``items``, ``summary``,
     ``phase``, ``status`` and, when ``deadline`` (a ``clock()`` time) would be passed by the next item at the pace
@@ -557,9 +679,11 @@ def run_calibration(reqs: list[dict], dec: Decoders, score, out_dir: Path, recor
     def out_of_time(phase: str, done: int, pace: float) -> bool:
         if clock() + pace <= deadline:
             return False
-        record["stopped"] = {"phase": phase, "items_done": done,
-                             "reason": f"the time limit would pass during the next item ({done} done, "
-                                       f"{pace:.1f} s per item)"}
+        record["stopped"] = {
+            "phase": phase,
+            "items_done": done,
+            "reason": f"the time limit would pass during the next item ({done} done, {pace:.1f} s per item)",
+        }
         log(f"calibration: stopped in phase {phase} after {done} items (time limit)")
         return True
 
@@ -569,8 +693,12 @@ def run_calibration(reqs: list[dict], dec: Decoders, score, out_dir: Path, recor
         if out_of_time("decode", i, pace):
             break
         t0 = clock()
-        it = {"doc_id": req["doc_id"], "target": str(req["doc"].get("answer", "")).split("####")[-1].strip(),
-              "prompt": req["prompt"], "prompt_tokens": len(dec.decoders["backbone"].tok.encode(req["prompt"]))}
+        it = {
+            "doc_id": req["doc_id"],
+            "target": str(req["doc"].get("answer", "")).split("####")[-1].strip(),
+            "prompt": req["prompt"],
+            "prompt_tokens": len(dec.decoders["backbone"].tok.encode(req["prompt"])),
+        }
         try:
             it.update(decode_item(dec, req, score))
         except Exception as e:  # one item's failure is recorded and the run goes on (a GPU's minutes are few)
@@ -581,10 +709,12 @@ def run_calibration(reqs: list[dict], dec: Decoders, score, out_dir: Path, recor
         save()
         if "error" in it:
             continue
-        log(f"calibration: item {i + 1}/{len(reqs)} (doc {req['doc_id']}) in {pace:.1f} s: scores "
+        log(
+            f"calibration: item {i + 1}/{len(reqs)} (doc {req['doc_id']}) in {pace:.1f} s: scores "
             + ", ".join(f"{d} {it[d]['score']:g}" for d in DECODES)
             + f"; window {it['energy']['disagree_rows']}/{it['energy']['window_rows']} disagree, "
-              f"{it['energy']['steered_rows']} steered")
+            f"{it['energy']['steered_rows']} steered"
+        )
     if cap is not None and "stopped" not in record:
         record["phase"] = "tree"
         save()
@@ -605,9 +735,11 @@ def run_calibration(reqs: list[dict], dec: Decoders, score, out_dir: Path, recor
                 continue
             pace = clock() - t0
             save()
-            log(f"calibration: tree {i + 1}/{len(items)} in {pace:.1f} s: {it['tree']['leaves']} leaves, best "
+            log(
+                f"calibration: tree {i + 1}/{len(items)} in {pace:.1f} s: {it['tree']['leaves']} leaves, best "
                 f"{max(it['tree']['scores']):g}, worst {min(it['tree']['scores']):g}, backbone "
-                f"{it['backbone']['score']:g}")
+                f"{it['backbone']['score']:g}"
+            )
     record["phase"] = "done"
     record["status"] = "stopped early" if "stopped" in record else "complete"
     save()
@@ -620,6 +752,22 @@ def write_record(record: dict, out_dir: Path) -> None:
     atomic_write_text(out_dir / "calibration.md", calibration_markdown(record))
 
 
-__all__ = ["CalibrationError", "Decoders", "Settings", "build_decoders", "calibration_markdown", "decode_item",
-           "gsm8k_requests", "gsm8k_task", "paper_settings", "path_counters", "reference_completion",
-           "resolve_data", "resolve_model", "run_calibration", "summarise", "tree_item", "write_record"]
+__all__ = [
+    "CalibrationError",
+    "Decoders",
+    "Settings",
+    "build_decoders",
+    "calibration_markdown",
+    "decode_item",
+    "gsm8k_requests",
+    "gsm8k_task",
+    "paper_settings",
+    "path_counters",
+    "reference_completion",
+    "resolve_data",
+    "resolve_model",
+    "run_calibration",
+    "summarise",
+    "tree_item",
+    "write_record",
+]

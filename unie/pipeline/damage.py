@@ -80,8 +80,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.integrity import (HASH_KEY, MADE_FROM, NO_HASH, PAGE_SUFFIXES, RECORDS, DamagedFileError, check_json,
-                              covered_by_record, file_sha256, is_record, json_digest, record_path)
+from ..core.integrity import (
+    HASH_KEY,
+    MADE_FROM,
+    NO_HASH,
+    PAGE_SUFFIXES,
+    RECORDS,
+    DamagedFileError,
+    check_json,
+    covered_by_record,
+    file_sha256,
+    is_record,
+    json_digest,
+    record_path,
+)
 from ..data.tokens import TokenFileError, check_token_file, read_token_meta, token_content_sha256, token_place
 from ..models.checkpoint import config_problem
 
@@ -191,8 +203,11 @@ def identity(path, cache: dict | None = None) -> str | None:
     p = Path(path)
     try:
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file()
-                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            files = sorted(
+                f
+                for f in p.rglob("*")
+                if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            )
             h = hashlib.sha256()
             for f in files:
                 h.update(f"{f.relative_to(p).as_posix()}\0{identity(f, cache)}\n".encode())
@@ -280,8 +295,13 @@ def _model_checks(root: Path, base: Path, found: list, legacy: list):
         cfg, weights = d / "config.json", d / "model.safetensors"
         if not cfg.exists():
             if weights.exists():
-                found.append(Damaged(rel(weights), "its config.json (the architecture, the size and hash of these "
-                                                   "weights) is missing", rel(weights)))
+                found.append(
+                    Damaged(
+                        rel(weights),
+                        "its config.json (the architecture, the size and hash of these weights) is missing",
+                        rel(weights),
+                    )
+                )
             continue
         meta, problem = _load_json(cfg)
         if problem is not None:
@@ -376,9 +396,14 @@ def _record_checks(root: Path, found: list, run: str = ".", legacy: list | None 
     for folder in PAGE_DIRS:  # a table or figure without its record
         for f in sorted((base / folder).glob("*")) if (base / folder).is_dir() else []:
             if f.is_file() and f.suffix in PAGE_SUFFIXES and not record_path(f).exists():
-                found.append(Damaged(rel(f), f"it has no record of its content hash ({rel(record_path(f))} is "
-                                             "missing; every table and figure of this workflow is written with one)",
-                                     rel(f)))
+                found.append(
+                    Damaged(
+                        rel(f),
+                        f"it has no record of its content hash ({rel(record_path(f))} is "
+                        "missing; every table and figure of this workflow is written with one)",
+                        rel(f),
+                    )
+                )
 
 
 def _stamp(st, record: dict) -> list:
@@ -436,8 +461,9 @@ def _reported(root: Path, run: str) -> set[str]:
     return {line for line in lines if _mine(line, run)}
 
 
-def find_damaged(root=".", cache_path: Path | None = CACHE, hash_limit: int = HASH_LIMIT, run: str = ".",
-                 legacy: list | None = None) -> list[Damaged]:
+def find_damaged(
+    root=".", cache_path: Path | None = CACHE, hash_limit: int = HASH_LIMIT, run: str = ".", legacy: list | None = None
+) -> list[Damaged]:
     """The recorded files of the run in ``run`` (relative to ``root``) whose bytes differ from their record (or
     whose record is unreadable), the result JSONs whose values changed or that lost their hash, the tables and
     figures without their record, and the files a job reported damaged.  ``legacy`` collects the model folders
@@ -517,8 +543,11 @@ def find_stale(root=".", run: str = ".", cache_path: Path | None = CACHE) -> lis
     identity (:func:`identity`) than the one they recorded when they were made (a file replaced, whatever its
     modification time).  ``cache_path``: where the identities hashed from bytes are kept (by size and times)."""
     root = Path(root)
-    cache_file = root / (_cache_path(run, "identities") if cache_path is CACHE else cache_path) \
-        if cache_path is not None else None
+    cache_file = (
+        root / (_cache_path(run, "identities") if cache_path is CACHE else cache_path)
+        if cache_path is not None
+        else None
+    )
     cache = _load_cache(cache_file)
     known, out = {}, []
     for output, made_from in _made_from(root, run):
@@ -581,8 +610,11 @@ def another_run_active(root=".", run: str = ".") -> bool:
             lines = f.read_text().splitlines()
         except OSError:
             return True  # unreadable: assume it is ours
-        if any(os.path.normpath(os.path.relpath(line, root) if os.path.isabs(line) else line).startswith(top)
-               for line in lines if line.strip()):
+        if any(
+            os.path.normpath(os.path.relpath(line, root) if os.path.isabs(line) else line).startswith(top)
+            for line in lines
+            if line.strip()
+        ):
             return True
     return False
 
@@ -628,9 +660,11 @@ def _set_aside(root: Path, d: Damaged, how: str | None) -> str:
         os.utime(f.with_name(f.name + ".damaged"))  # when it was set aside (find_orphans: remade since?)
     except OSError as e:
         folder = os.path.dirname(d.path) or "."
-        raise SetAsideError(f"{d.path} is damaged: {d.problem}; it cannot be set aside as {d.path}.damaged "
-                            f"({e.strerror}: its folder {folder} is read-only or immutable): make it writable "
-                            "(chmod u+w, chattr -i) and rerun, and the run remakes it") from None
+        raise SetAsideError(
+            f"{d.path} is damaged: {d.problem}; it cannot be set aside as {d.path}.damaged "
+            f"({e.strerror}: its folder {folder} is read-only or immutable): make it writable "
+            "(chmod u+w, chattr -i) and rerun, and the run remakes it"
+        ) from None
     if how is None:
         return f"set aside as {d.path}.damaged; no rule of this workflow makes it"
     return f"set aside as {d.path}.damaged; this run {'rebuilds' if how.startswith('it (') else 'remakes'} {how}"
@@ -638,8 +672,10 @@ def _set_aside(root: Path, d: Damaged, how: str | None) -> str:
 
 def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[list[Damaged], list[str]]:
     if another_run_active(root, run):
-        log("unie: the checks for damaged, replaced and deleted files were skipped: another snakemake run holds this "
-            "directory's lock (.snakemake/locks); rerun when it has ended (or `snakemake --unlock` if none runs)")
+        log(
+            "unie: the checks for damaged, replaced and deleted files were skipped: another snakemake run holds this "
+            "directory's lock (.snakemake/locks); rerun when it has ended (or `snakemake --unlock` if none runs)"
+        )
         return [], []
     will = "the run will remake" if dry_run else "this run remakes"
     orphans = find_orphans(root, run)
@@ -659,9 +695,11 @@ def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[lis
             log(f"unie: {d.path} is {d.problem}; {f'{will} {how}' if by else 'no rule of this workflow makes it'}")
             continue
         if dry_run:
-            fix = (f"the run will set it aside as {d.path}.damaged and {'rebuild' if by[0] == d.path else 'remake'} "
-                   f"{how}" if by else f"the run will set it aside as {d.path}.damaged; no rule of this workflow "
-                   "makes it")
+            fix = (
+                f"the run will set it aside as {d.path}.damaged and {'rebuild' if by[0] == d.path else 'remake'} {how}"
+                if by
+                else f"the run will set it aside as {d.path}.damaged; no rule of this workflow makes it"
+            )
         else:
             fix = _set_aside(root, d, how)
         log(f"unie: {DamagedFileError(d.path, d.problem, fix)}")
@@ -672,8 +710,10 @@ def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[lis
         if by and not {source, by[0]} & named and os.path.dirname(source) not in folders:  # (a model's other file)
             remake.append(by[0])
             made = ", ".join(outs[:3]) + (f" and {len(outs) - 3} more" if len(outs) > 3 else "")
-            log(f"unie: {source} is missing (deleted?), and {made} {'was' if len(outs) == 1 else 'were'} made from "
-                f"it: {will} {'it' if by[0] == source else by[0]} ({by[1]}) and what is made from it")
+            log(
+                f"unie: {source} is missing (deleted?), and {made} {'was' if len(outs) == 1 else 'were'} made from "
+                f"it: {will} {'it' if by[0] == source else by[0]} ({by[1]}) and what is made from it"
+            )
     by_source = {}
     for s in stale:
         if s.source not in named:  # a damaged input (a token file copied over another): set aside and remade above
@@ -687,31 +727,38 @@ def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[lis
             os.utime(src)  # its content changed: now Snakemake sees it newer than what was made from it
         except OSError as e:
             for s in outs:
-                if (by := _remade_by(s.output, producer)):
+                if by := _remade_by(s.output, producer):
                     remake.append(by[0])
-            log(f"unie: {made} {'was' if len(outs) == 1 else 'were'} made from {source}, which was replaced since "
+            log(
+                f"unie: {made} {'was' if len(outs) == 1 else 'were'} made from {source}, which was replaced since "
                 f"(its modification time cannot be set: {e.strerror}); "
-                f"{will} {'it' if len(outs) == 1 else 'them'}")
+                f"{will} {'it' if len(outs) == 1 else 'them'}"
+            )
             continue
-        log(f"unie: {source} was replaced (content {outs[0].was[:12]}... -> {outs[0].now[:12]}..., its modification "
+        log(
+            f"unie: {source} was replaced (content {outs[0].was[:12]}... -> {outs[0].now[:12]}..., its modification "
             f"time kept) after {made} {'was' if len(outs) == 1 else 'were'} made from it: its modification time is "
-            f"set to now, so {will} what was made from it")
+            f"set to now, so {will} what was made from it"
+        )
     for o in orphans:
         by = _remade_by(o, producer, root, run)
         if not by:
             continue
         made_again = root / by[0]
-        if by[0] != o and made_again.exists() and \
-                made_again.stat().st_mtime_ns > _set_aside_at(root / f"{o}.damaged"):
+        if by[0] != o and made_again.exists() and made_again.stat().st_mtime_ns > _set_aside_at(root / f"{o}.damaged"):
             continue  # written beside a file that was made again since it was set aside
         remake.append(by[0])
-        log(f"unie: {o} was set aside as {o}.damaged and not made again since; {will} "
-            f"{'it' if by[0] == o else f'it with {by[0]}'} ({by[1]})")
+        log(
+            f"unie: {o} was set aside as {o}.damaged and not made again since; {will} "
+            f"{'it' if by[0] == o else f'it with {by[0]}'} ({by[1]})"
+        )
     if legacy:
-        log(f"unie: {len(legacy)} model folder{'s' if len(legacy) > 1 else ''} ({', '.join(legacy[:2])}"
+        log(
+            f"unie: {len(legacy)} model folder{'s' if len(legacy) > 1 else ''} ({', '.join(legacy[:2])}"
             f"{', ...' if len(legacy) > 2 else ''}) predate config hashes (their weights record no network): their "
             "weights are checked, their config.json is taken as it is; delete a model's folder to have it retrained "
-            "with both checked")
+            "with both checked"
+        )
     if not dry_run:
         _forget_reported(root, run)
     return damaged, sorted(set(remake))
@@ -732,8 +779,9 @@ def _forget_reported(root: Path, run: str) -> None:
         pass  # a read-only .snakemake/: the next run reads the same lines again
 
 
-def plan_rebuilds(root=".", producer: Callable[[str], str | None] | None = None, log=print,
-                  dry_run: bool = False, run: str = ".") -> list[str]:
+def plan_rebuilds(
+    root=".", producer: Callable[[str], str | None] | None = None, log=print, dry_run: bool = False, run: str = "."
+) -> list[str]:
     """Before the jobs are planned: set every damaged file aside (:func:`find_damaged`; renamed ``NAME.damaged``)
     and return what the run must remake, with one line each on ``log``: the outputs whose jobs rewrite the damaged
     files, and the files set aside earlier and not made again (:func:`find_orphans`).  An input replaced by another

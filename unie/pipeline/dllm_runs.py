@@ -22,8 +22,16 @@ import torch
 
 from ..config.settings import LmEvalSettings
 from ..core.distributed import world
-from ..core.integrity import (MADE_FROM, DamagedFileError, atomic_save_torch, atomic_write_text, file_record,
-                              file_sha256, read_json, verify_file)
+from ..core.integrity import (
+    MADE_FROM,
+    DamagedFileError,
+    atomic_save_torch,
+    atomic_write_text,
+    file_record,
+    file_sha256,
+    read_json,
+    verify_file,
+)
 from ..core.options import ConfigError, TrainConfig, from_dict
 from ..core.precision import check_precision, precision_record
 from ..core.train import run_spec, train
@@ -44,8 +52,17 @@ def read_jsonl(path) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- data
-def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], out_dir, gen_length: int | dict,
-                      bpe_vocab_size: int, n_pretrain_texts: int, seed: int = 0, log=print) -> dict:
+def prepare_dllm_data(
+    task_files: dict,
+    test_files: dict,
+    toy_texts: list[str],
+    out_dir,
+    gen_length: int | dict,
+    bpe_vocab_size: int,
+    n_pretrain_texts: int,
+    seed: int = 0,
+    log=print,
+) -> dict:
     """Tokenizers and training tensors of the DLLM half.
 
     ``task_files``: task -> train JSONL (the fine-tuning mix); ``test_files``: task -> test JSONL (only to size
@@ -56,8 +73,9 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train_docs = [d for t in sorted(task_files) for d in read_jsonl(task_files[t])]
-    all_prompts = [d["question"] for d in train_docs] + [d["question"] for t in sorted(test_files)
-                                                          for d in read_jsonl(test_files[t])]
+    all_prompts = [d["question"] for d in train_docs] + [
+        d["question"] for t in sorted(test_files) for d in read_jsonl(test_files[t])
+    ]
     prompts, answers = [d["question"] for d in train_docs], [d["answer"] for d in train_docs]
     toy = toy_texts[:n_pretrain_texts]
     toks = {
@@ -66,8 +84,14 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
         "bpe": bpe_tokenizer(toy + [p + " " + a for p, a in zip(prompts, answers)], bpe_vocab_size),
     }
     lengths = {name: int(gen_length[name] if isinstance(gen_length, dict) else gen_length) for name in toks}
-    meta = {"gen_length": lengths, "prompt_len": {}, "n_sft": len(train_docs), "tasks": sorted(task_files),
-            "n_pretrain_texts": len(toy), "files": {}}  # files: size and SHA-256 of each tensor file (checked on load)
+    meta = {
+        "gen_length": lengths,
+        "prompt_len": {},
+        "n_sft": len(train_docs),
+        "tasks": sorted(task_files),
+        "n_pretrain_texts": len(toy),
+        "files": {},
+    }  # files: size and SHA-256 of each tensor file (checked on load)
     g = torch.Generator().manual_seed(seed)
     for name, tok in toks.items():
         tok.save(out / "tokenizers" / name)
@@ -78,13 +102,19 @@ def prepare_dllm_data(task_files: dict, test_files: dict, toy_texts: list[str], 
         ar = ar_sft_rows(tok, prompts, answers, T)
         pre = pack_text(tok, toy, T)
         pre3 = torch.stack([pre, torch.ones_like(pre)], dim=1)
-        tensors = {"dllm_sft": dllm, "ar_sft": ar, "pretrain": pre,  # pretraining rows fit either layout
-                   "ar_mix": torch.cat([ar, pre3])[torch.randperm(len(ar) + len(pre3), generator=g)]}
+        tensors = {
+            "dllm_sft": dllm,
+            "ar_sft": ar,
+            "pretrain": pre,  # pretraining rows fit either layout
+            "ar_mix": torch.cat([ar, pre3])[torch.randperm(len(ar) + len(pre3), generator=g)],
+        }
         for key, x in tensors.items():
             atomic_save_torch(out / f"{name}_{key}.pt", x)
             meta["files"][f"{name}_{key}.pt"] = file_record(out / f"{name}_{key}.pt")
-        log(f"{name} tokenizer: {tok.vocab_size} tokens, prompt_len {P}, T {T}; sft {tuple(dllm.shape)}, "
-            f"pretrain {tuple(pre.shape)}")
+        log(
+            f"{name} tokenizer: {tok.vocab_size} tokens, prompt_len {P}, T {T}; sft {tuple(dllm.shape)}, "
+            f"pretrain {tuple(pre.shape)}"
+        )
     write_json(meta, out / "meta.json", indent=1)  # last: it vouches for the files above
     return meta
 
@@ -100,8 +130,9 @@ def load_dllm_tensor(data_dir, filename: str, meta: dict) -> tuple[torch.Tensor,
     try:
         return torch.load(path, weights_only=True), digest
     except Exception as e:
-        raise DamagedFileError(path, f"torch cannot read it ({(str(e).splitlines() or [type(e).__name__])[0]})",
-                               fix) from None
+        raise DamagedFileError(
+            path, f"torch cannot read it ({(str(e).splitlines() or [type(e).__name__])[0]})", fix
+        ) from None
 
 
 # ---------------------------------------------------------------------- training
@@ -116,8 +147,10 @@ def transfer_weights(net, init, new_tok, old_tok, log=print) -> None:
 
     def keys(tok):  # specials by name, every other token by the text it adds (" anchor" in both vocabularies)
         specials = {tok.eos_id, tok.bos_id, tok.mask_id}
-        return [t if i in specials or t.startswith("<") and t.endswith(">") else s
-                for i, (t, s) in enumerate(zip(tok.tokens, tok.surfaces()))]
+        return [
+            t if i in specials or t.startswith("<") and t.endswith(">") else s
+            for i, (t, s) in enumerate(zip(tok.tokens, tok.surfaces()))
+        ]
 
     new_index = {}
     for i, k in enumerate(keys(new_tok)):
@@ -134,16 +167,29 @@ def transfer_weights(net, init, new_tok, old_tok, log=print) -> None:
                 ni, oi = torch.tensor([a for a, _ in shared]), torch.tensor([b for _, b in shared])
                 own[k][ni] = v[oi]
             else:
-                raise CheckpointError(f"init weights {k!r} have shape {tuple(v.shape)}, the new network "
-                                      f"{tuple(own[k].shape)}")
+                raise CheckpointError(
+                    f"init weights {k!r} have shape {tuple(v.shape)}, the new network {tuple(own[k].shape)}"
+                )
             copied.append(k)
     net.load_state_dict(own)
-    log(f"initialised from another checkpoint: {len(copied)} tensors; {len(shared)} of {len(new_tok.tokens)} "
-        f"token rows shared by string")
+    log(
+        f"initialised from another checkpoint: {len(copied)} tensors; {len(shared)} of {len(new_tok.tokens)} "
+        f"token rows shared by string"
+    )
 
 
-def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device: str = "cpu",
-                     init_dir=None, init_tokenizer_dir=None, log=print, precision: str = "fp32"):
+def train_dllm_model(
+    name: str,
+    spec: dict,
+    data_dir,
+    out_dir,
+    ckpt_dir,
+    device: str = "cpu",
+    init_dir=None,
+    init_tokenizer_dir=None,
+    log=print,
+    precision: str = "fp32",
+):
     """Train one model of ``config['dllm']['models']`` on ``data_dir/{tokenizer}_{layout}_{data}.pt`` (``{tokenizer}_pretrain.pt``).
 
     ``precision`` (:mod:`unie.core.precision`): the training passes' precision, as for the models of the DLM half
@@ -174,24 +220,55 @@ def train_dllm_model(name: str, spec: dict, data_dir, out_dir, ckpt_dir, device:
         if init_meta["tokenizer"]["fingerprint"] != init_tok_fp:
             raise CheckpointError(f"{init_dir} was not trained with the tokenizer at {init_tokenizer_dir}")
         transfer_weights(net, init, tok, old_tok, log)
-    sig = run_spec(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"],
-                          "options": spec.get("options", {}), "data": {"sha256": data_sha, "shape": list(data.shape)},
-                          "tokenizer": tok.info()["fingerprint"], "init": init_fingerprint(init_dir),
-                          "init_tokenizer": init_tok_fp, **precision_record(check_precision(precision))})
-    log(f"training {name} ({spec['method']}, {tok_name} tokenizer, {data_kind} data {tuple(data.shape)}): "
-        f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters")
+    sig = run_spec(
+        tcfg,
+        {
+            "model": dataclasses.asdict(cfg),
+            "method": spec["method"],
+            "options": spec.get("options", {}),
+            "data": {"sha256": data_sha, "shape": list(data.shape)},
+            "tokenizer": tok.info()["fingerprint"],
+            "init": init_fingerprint(init_dir),
+            "init_tokenizer": init_tok_fp,
+            **precision_record(check_precision(precision)),
+        },
+    )
+    log(
+        f"training {name} ({spec['method']}, {tok_name} tokenizer, {data_kind} data {tuple(data.shape)}): "
+        f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters"
+    )
     bucketed = {}
     if tcfg.length_buckets > 1:  # batches of similar length, all-padding columns dropped (see TrainConfig)
-        bucketed = {"row_lengths": content_lengths(data, tok.eos_id),
-                    "collate": functools.partial(trim_padding, pad_id=tok.eos_id)}
+        bucketed = {
+            "row_lengths": content_lengths(data, tok.eos_id),
+            "collate": functools.partial(trim_padding, pad_id=tok.eos_id),
+        }
     ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig, log=log, precision=precision, **bucketed)
-    extra = {"options": spec.get("options", {}), "train": spec["train"], "data": str(path), **precision_record(precision),
-             "layout": {"kind": layout, "tokenizer": tok_name, "prompt_len": meta["prompt_len"][tok_name],
-                        "gen_length": meta["gen_length"][tok_name], "pad_to_batch": tcfg.length_buckets > 1},
-             "final": next((h for h in reversed(history) if "loss" in h), {}),
-             MADE_FROM: identities([data_dir / "meta.json", data_dir / "tokenizers" / tok_name,
-                                    *((Path(init_dir, "model.safetensors"), Path(init_dir, "config.json"),
-                                       init_tokenizer_dir) if init_dir else ())])}
+    extra = {
+        "options": spec.get("options", {}),
+        "train": spec["train"],
+        "data": str(path),
+        **precision_record(precision),
+        "layout": {
+            "kind": layout,
+            "tokenizer": tok_name,
+            "prompt_len": meta["prompt_len"][tok_name],
+            "gen_length": meta["gen_length"][tok_name],
+            "pad_to_batch": tcfg.length_buckets > 1,
+        },
+        "final": next((h for h in reversed(history) if "loss" in h), {}),
+        MADE_FROM: identities(
+            [
+                data_dir / "meta.json",
+                data_dir / "tokenizers" / tok_name,
+                *(
+                    (Path(init_dir, "model.safetensors"), Path(init_dir, "config.json"), init_tokenizer_dir)
+                    if init_dir
+                    else ()
+                ),
+            ]
+        ),
+    }
     if world()[0] == 0:
         tokenizer = Path(out_dir) / "tokenizer"
         shutil.copytree(data_dir / "tokenizers" / tok_name, tokenizer, dirs_exist_ok=True)
@@ -236,13 +313,18 @@ def sweep_batches(samples_path, batch_size: int, batches: int | None, batch_key=
         by_key: dict = {}
         for p in prompts:  # document order kept inside a key, keys in sorted order (as unie.dllm.lmeval does)
             by_key.setdefault(batch_key(p) if batch_key else 0, []).append(p)
-        out += [(same[i:i + batch_size], max_new) for k in sorted(by_key) for same in [by_key[k]]
-                for i in range(0, len(same), batch_size)]
+        out += [
+            (same[i : i + batch_size], max_new)
+            for k in sorted(by_key)
+            for same in [by_key[k]]
+            for i in range(0, len(same), batch_size)
+        ]
     return out if batches is None else out[:batches]
 
 
-def time_sweep_point(args: dict, samples_path, batch_size: int, timing: SweepTiming, lmeval_tp: dict,
-                     log=print) -> dict:
+def time_sweep_point(
+    args: dict, samples_path, batch_size: int, timing: SweepTiming, lmeval_tp: dict, log=print
+) -> dict:
     """The throughput of one sweep point, measured again beside its lm-eval run (whose adapter times a single
     pass): the decoder of ``args`` rebuilt (loading untimed), :func:`~unie.eval.timing.time_passes` over the
     prompts of ``samples_path`` (:func:`sweep_batches`).  Besides the checks of one timing, its seconds per
@@ -253,10 +335,15 @@ def time_sweep_point(args: dict, samples_path, batch_size: int, timing: SweepTim
 
     decoder = build_decoder(args)
     checks = timing.checks
-    out = time_passes(decoder.generate, sweep_batches(samples_path, batch_size, timing.batches,
-                                                      getattr(decoder, "batch_key", None)),
-                      repeats=timing.repeats, warmup=timing.warmup, device=args.get("device", "cpu"), checks=checks,
-                      reruns=checks.reruns)
+    out = time_passes(
+        decoder.generate,
+        sweep_batches(samples_path, batch_size, timing.batches, getattr(decoder, "batch_key", None)),
+        repeats=timing.repeats,
+        warmup=timing.warmup,
+        device=args.get("device", "cpu"),
+        checks=checks,
+        reruns=checks.reruns,
+    )
     ref = lmeval_tp["seconds"] / lmeval_tp["nfe"] if lmeval_tp.get("nfe") and lmeval_tp.get("seconds") else None
     out["seconds_per_call_lmeval"] = ref
     if ref and out["seconds_per_call"] and abs(out["seconds_per_call"] / ref - 1) > checks.max_call_deviation:
@@ -289,8 +376,9 @@ def resume_stamp(inputs: dict) -> str:
     return h.hexdigest()
 
 
-def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print,
-              precision: str = "fp32") -> list[dict]:
+def run_sweep(
+    sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print, precision: str = "fp32"
+) -> list[dict]:
     """Rule dllm_sweep: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the task
     ``dllm.sweeps.task``, all in this process (lm-eval and the models are imported once; every point's
     throughput is timed by the adapter over its single pass: warm-up batch excluded, model loading excluded,
@@ -321,12 +409,31 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
     records = []
     for point in sweep_points(dllm, sweep):
         point_dir = out_dir / point["name"]
-        args = row_model_args(point["name"], point["row"], dllm, {role: inputs[f"{point['curve']}_{role}"]
-                              for role in ("model", "proxy") if f"{point['curve']}_{role}" in inputs}, device,
-                              precision)
-        made_with = json.dumps({"model_args": args, "task": task, "metric": metric, "lm_eval": dataclasses.asdict(lm),
-                                "batch_size": dllm["batch_size"], "timing": dataclasses.asdict(timing),
-                                "stamp": stamp}, sort_keys=True, default=str)
+        args = row_model_args(
+            point["name"],
+            point["row"],
+            dllm,
+            {
+                role: inputs[f"{point['curve']}_{role}"]
+                for role in ("model", "proxy")
+                if f"{point['curve']}_{role}" in inputs
+            },
+            device,
+            precision,
+        )
+        made_with = json.dumps(
+            {
+                "model_args": args,
+                "task": task,
+                "metric": metric,
+                "lm_eval": dataclasses.asdict(lm),
+                "batch_size": dllm["batch_size"],
+                "timing": dataclasses.asdict(timing),
+                "stamp": stamp,
+            },
+            sort_keys=True,
+            default=str,
+        )
         kept = _kept_point(point_dir / "point.json", made_with)
         if kept is not None:
             records.append(kept)
@@ -335,33 +442,71 @@ def run_sweep(sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evalua
         if point_dir.exists():
             shutil.rmtree(point_dir)  # an unfinished or stale point: from nothing
         log(f"{sweep} {point['name']}: model_args {args}")
-        found = evaluate(args, [task], include, point_dir, lm.batch_size, include_defaults=lm.include_default_tasks,
-                         limit=lm.limit, seed=lm.seed, allow_code_execution=lm.allow_code_execution, log=log)
+        found = evaluate(
+            args,
+            [task],
+            include,
+            point_dir,
+            lm.batch_size,
+            include_defaults=lm.include_default_tasks,
+            limit=lm.limit,
+            seed=lm.seed,
+            allow_code_execution=lm.allow_code_execution,
+            log=log,
+        )
         shutil.copyfile(found, point_dir / "results.json")
         res = json.loads((point_dir / "results.json").read_text())["results"][task]
         tp = json.loads((point_dir / "throughput.json").read_text())
         name, filt = metric.split(",", 1)
         samples = next(point_dir.rglob(f"samples_{task}_*.jsonl"))
         timed = time_sweep_point(args, samples, dllm["batch_size"], timing, tp, log=log)
-        records.append({"sweep": sweep, "point": point["name"], "curve": point["curve"], "label": point["label"],
-                        "key": point["key"], "value": point["value"], "task": task, "metric": metric,
-                        "accuracy": 100 * res[metric], "stderr": 100 * res[f"{name}_stderr,{filt}"],
-                        "n": len(read_jsonl(samples)),
-                        "tokens_per_s": timed["tokens_per_s"], "nfe": tp["nfe"], "seconds": tp["seconds"],
-                        "requests": tp["requests"], "generated_tokens": tp["generated_tokens"],
-                        "model_args": {k: v for k, v in args.items() if k != "device"},
-                        "tokens_per_s_lmeval": tp["tokens_per_s"], "flags": timed["flags"],
-                        "trusted": timed["trusted"], "timing": timed})
-        log(f"  accuracy {records[-1]['accuracy']:.1f} ± {records[-1]['stderr']:.1f}, "
+        records.append(
+            {
+                "sweep": sweep,
+                "point": point["name"],
+                "curve": point["curve"],
+                "label": point["label"],
+                "key": point["key"],
+                "value": point["value"],
+                "task": task,
+                "metric": metric,
+                "accuracy": 100 * res[metric],
+                "stderr": 100 * res[f"{name}_stderr,{filt}"],
+                "n": len(read_jsonl(samples)),
+                "tokens_per_s": timed["tokens_per_s"],
+                "nfe": tp["nfe"],
+                "seconds": tp["seconds"],
+                "requests": tp["requests"],
+                "generated_tokens": tp["generated_tokens"],
+                "model_args": {k: v for k, v in args.items() if k != "device"},
+                "tokens_per_s_lmeval": tp["tokens_per_s"],
+                "flags": timed["flags"],
+                "trusted": timed["trusted"],
+                "timing": timed,
+            }
+        )
+        log(
+            f"  accuracy {records[-1]['accuracy']:.1f} ± {records[-1]['stderr']:.1f}, "
             f"{records[-1]['tokens_per_s']:.0f} tokens/s (median of {timing.repeats} passes; spread "
-            f"{timed['spread']:.2f}; lm-eval's pass {tp['tokens_per_s'] or 0:.0f}), NFE {tp['nfe']}")
+            f"{timed['spread']:.2f}; lm-eval's pass {tp['tokens_per_s'] or 0:.0f}), NFE {tp['nfe']}"
+        )
         if not timed["trusted"]:
             log(f"WARNING: {sweep} {point['name']}: {describe(timed)}")
         atomic_write_text(point_dir / "point.json", json.dumps({"made_with": made_with, "record": records[-1]}))
-    write_json({"sweep": sweep, "task": task, "metric": metric, "batch_size": dllm["batch_size"],
-                "points": records, "timing": dataclasses.asdict(timing),
-                "trusted": all(r["trusted"] for r in records)}, out_dir / "points.json", indent=1,
-               records=point_files(out_dir, [r["point"] for r in records]))  # it vouches for the points' files
+    write_json(
+        {
+            "sweep": sweep,
+            "task": task,
+            "metric": metric,
+            "batch_size": dllm["batch_size"],
+            "points": records,
+            "timing": dataclasses.asdict(timing),
+            "trusted": all(r["trusted"] for r in records),
+        },
+        out_dir / "points.json",
+        indent=1,
+        records=point_files(out_dir, [r["point"] for r in records]),
+    )  # it vouches for the points' files
     return records
 
 

@@ -86,10 +86,17 @@ def record_job(snakemake, start: float, end: float, ok: bool) -> None:
         if run is None:
             return
         rule, wildcards = job_name(snakemake)
-        rec = {"rule": rule, "start": start, "end": end, "ok": ok,
-               "threads": int(getattr(snakemake, "threads", 1) or 1), "pid": os.getpid(),
-               "wildcards": wildcards,
-               "inputs": job_files(getattr(snakemake, "input", None)), "outputs": outputs}
+        rec = {
+            "rule": rule,
+            "start": start,
+            "end": end,
+            "ok": ok,
+            "threads": int(getattr(snakemake, "threads", 1) or 1),
+            "pid": os.getpid(),
+            "wildcards": wildcards,
+            "inputs": job_files(getattr(snakemake, "input", None)),
+            "outputs": outputs,
+        }
         path = Path(run) / JOBS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -128,4 +135,13 @@ def expected_seconds(run_dir, profile: str | None) -> tuple[dict[str, float], st
     return {**table, **own}, " over ".join(sources) or "nothing measured"
 
 
-__all__ = ["JOBS_FILE", "job_files", "job_name", "process_started", "expected_seconds", "read_jobs", "record_job", "run_dir_of"]
+__all__ = [
+    "JOBS_FILE",
+    "job_files",
+    "job_name",
+    "process_started",
+    "expected_seconds",
+    "read_jobs",
+    "record_job",
+    "run_dir_of",
+]

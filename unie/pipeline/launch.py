@@ -64,8 +64,7 @@ def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], N
         return trainer(name)(**kwargs, log=log)
     trainer(name)  # an unknown name fails here, not in N processes
     with tempfile.TemporaryDirectory(prefix="unie-launch-") as tmp:
-        run_ranks(nproc, ENTRY, {"trainer": name, "kwargs": kwargs}, tmp, log, threads,
-                  "data-parallel training")
+        run_ranks(nproc, ENTRY, {"trainer": name, "kwargs": kwargs}, tmp, log, threads, "data-parallel training")
     return None
 
 
@@ -89,8 +88,10 @@ def main(argv: list[str] | None = None) -> None:
         logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
         log = logging.getLogger("unie").info
     else:
+
         def log(_msg):
             pass
+
     with reporting_rank_errors(argv[0]):
         trainer(args["trainer"])(**kwargs, log=log)
     barrier()  # rank 0 has written the outputs before any rank leaves

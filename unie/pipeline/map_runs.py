@@ -44,11 +44,16 @@ def map_scorers(m: dict, bridges: dict, energy: dict):
     out = {}
     for rule, spec in m["rules"].items():
         o = {**energy, **spec.get("options", {})}
-        scorer = dict(energy=o.get("energy", "uni"), ar_context=o.get("ar_context", "teacher_forced"),
-                      selection=o.get("selection", "argmin"))
+        scorer = dict(
+            energy=o.get("energy", "uni"),
+            ar_context=o.get("ar_context", "teacher_forced"),
+            selection=o.get("selection", "argmin"),
+        )
         if scorer["selection"] not in ("argmin", "proxy_rerank"):
-            raise ValueError(f"dllm.map.rules.{rule}: selection {scorer['selection']!r} draws its choice (resample): "
-                             "it has no path in the candidate tree; the map reads argmin and proxy_rerank rules")
+            raise ValueError(
+                f"dllm.map.rules.{rule}: selection {scorer['selection']!r} draws its choice (resample): "
+                "it has no path in the candidate tree; the map reads argmin and proxy_rerank rules"
+            )
         if not reads_proxy(o):
             out[f"{rule}__any"] = Scorer(proxy=bridges[m["continuum"]["proxy"]], **scorer)
             continue
@@ -63,18 +68,34 @@ def _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evalua
 
     point_dir = out_dir / point["name"]
     row = point["row"]
-    args = row_model_args(point["name"], row, dllm, {role: models[row[role]] for role in ("model", "proxy")
-                                                     if row.get(role)}, device, precision)
+    args = row_model_args(
+        point["name"],
+        row,
+        dllm,
+        {role: models[row[role]] for role in ("model", "proxy") if row.get(role)},
+        device,
+        precision,
+    )
     log(f"map {point['name']}: model_args {args}")
-    found = evaluate(args, names, tasks_dir, point_dir, lm.batch_size, include_defaults=False, limit=limit,
-                     seed=lm.seed, allow_code_execution=False, log=log)
+    found = evaluate(
+        args,
+        names,
+        tasks_dir,
+        point_dir,
+        lm.batch_size,
+        include_defaults=False,
+        limit=limit,
+        seed=lm.seed,
+        allow_code_execution=False,
+        log=log,
+    )
     shutil.copyfile(found, point_dir / "results.json")
-    return point_dir, args, window_shares(read_json(point_dir / "throughput.json", "throughput record",
-                                                                   hashed=False))
+    return point_dir, args, window_shares(read_json(point_dir / "throughput.json", "throughput record", hashed=False))
 
 
-def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print,
-            precision: str = "fp32") -> dict:
+def run_map(
+    job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print, precision: str = "fp32"
+) -> dict:
     """One job of the map (module doc): ``job`` a backbone of ``dllm.map.backbones`` or ``proxies`` (the proxies
     decoded alone).  ``models``: model name -> its directory (an oracle checkpoint for ``oracle``).  Writes
     ``{point}/`` lm-eval folders and ``points.json`` under ``out_dir``; returns the ``points.json`` record."""
@@ -90,14 +111,19 @@ def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str,
     points = map_proxy_points(dllm) if job == "proxies" else map_points(dllm, job)
     base_items, base_dir = None, None
     for point in points:
-        point_dir, args, window = _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm,
-                                                limit, log, precision)
+        point_dir, args, window = _lmeval_point(
+            point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, limit, log, precision
+        )
         res = json.loads((point_dir / "results.json").read_text())["results"]
         acc = {t: 100 * res[t][metrics[t]] for t in names}
         items = item_records(point_dir, names, metrics)
         rec = {k: v for k, v in point.items() if k != "row"} | {
-            "model_args": {k: v for k, v in args.items() if k != "device"}, "accuracy": acc,
-            "avg": sum(acc.values()) / len(acc), "n": {t: len(items.get(t, {})) for t in names}, "window": window}
+            "model_args": {k: v for k, v in args.items() if k != "device"},
+            "accuracy": acc,
+            "avg": sum(acc.values()) / len(acc),
+            "n": {t: len(items.get(t, {})) for t in names},
+            "window": window,
+        }
         if point["rule"] == "backbone":
             base_items, base_dir, base_args = items, point_dir, args
         elif base_items is not None:
@@ -105,15 +131,28 @@ def run_map(job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str,
             rec["effect"], rec["effect_tasks"] = effect["avg"], effect["tasks"]
         records.append(rec)
         e = rec.get("effect")
-        log(f"  average {rec['avg']:.1f} %" + (f", against the backbone {e['delta']:+.1f} ± {e['se']:.1f}" if e else ""))
+        log(
+            f"  average {rec['avg']:.1f} %" + (f", against the backbone {e['delta']:+.1f} ± {e['se']:.1f}" if e else "")
+        )
     if job != "proxies":
         trees = map_trees(job, dllm, models, names, metrics, tasks_dir, base_dir, base_args, base_items, log)
-    out = {"job": job, "tasks": names, "limit": limit, "batch_size": lm.batch_size, "seed": lm.seed,
-           "oracle_eps": m.get("oracle_eps", 0.05), "draws": [dict(d) for d in m["draws"]],
-           "windows": list(m.get("windows", [dllm["energy"]["w"]])), "continuum": dict(m.get("continuum") or {}),
-           "proxies": {p: dict(s) for p, s in m["proxies"].items()}, "points": records, "trees": trees}
-    write_json(out, out_dir / "points.json", indent=1,
-               records=point_files(out_dir, [p["name"] for p in points]))  # it vouches for the points' files
+    out = {
+        "job": job,
+        "tasks": names,
+        "limit": limit,
+        "batch_size": lm.batch_size,
+        "seed": lm.seed,
+        "oracle_eps": m.get("oracle_eps", 0.05),
+        "draws": [dict(d) for d in m["draws"]],
+        "windows": list(m.get("windows", [dllm["energy"]["w"]])),
+        "continuum": dict(m.get("continuum") or {}),
+        "proxies": {p: dict(s) for p, s in m["proxies"].items()},
+        "points": records,
+        "trees": trees,
+    }
+    write_json(
+        out, out_dir / "points.json", indent=1, records=point_files(out_dir, [p["name"] for p in points])
+    )  # it vouches for the points' files
     return out
 
 
@@ -125,8 +164,9 @@ def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
 
     lms = {}
     for p, spec in m["proxies"].items():  # remembered: the continuum's mixtures read them again on the same rows
-        lms[p] = RememberedLM(OracleLM.load(models[ORACLE]) if spec["model"] == ORACLE
-                              else load_trained(models[spec["model"]], device)[0])
+        lms[p] = RememberedLM(
+            OracleLM.load(models[ORACLE]) if spec["model"] == ORACLE else load_trained(models[spec["model"]], device)[0]
+        )
     cont = m.get("continuum") or {}
     oracle = next(lms[p] for p, s in m["proxies"].items() if s["model"] == ORACLE) if cont else None
     for lam in cont.get("lambdas", []):
@@ -134,8 +174,18 @@ def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
     return {p: ProxyBridge(lm, tok) for p, lm in lms.items()}
 
 
-def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics: dict, tasks_dir, base_dir,
-              base_args: dict, base_items: dict, log=print) -> list[dict]:
+def map_trees(
+    backbone: str,
+    dllm: dict,
+    models: dict,
+    names: list[str],
+    metrics: dict,
+    tasks_dir,
+    base_dir,
+    base_args: dict,
+    base_items: dict,
+    log=print,
+) -> list[dict]:
     """Per (draw, window): the room of the backbone's window on the map's items and every scorer's result and
     judgement (module doc)."""
     from ..dllm.decoder import build_decoder
@@ -143,8 +193,14 @@ def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics
     from ..dllm.candidate_tree import rule_leaf
     from ..eval.metrics import paired_effect
     from ..dllm.lmeval import truncate_at
-    from ..eval.room import (_item_pairs, break_even_bootstrap, pairwise_auc, room_effects, room_reading,
-                             share_of_ceiling)
+    from ..eval.room import (
+        _item_pairs,
+        break_even_bootstrap,
+        pairwise_auc,
+        room_effects,
+        room_reading,
+        share_of_ceiling,
+    )
     from .room_runs import _lm_tasks, scored_trees
 
     m = dllm["map"]
@@ -158,59 +214,95 @@ def map_trees(backbone: str, dllm: dict, models: dict, names: list[str], metrics
     out = []
     for draw in m["draws"]:
         for w in m.get("windows", [energy.get("w", 0.2)]):
-            options = DLLMEnergyOptions(energy="uni", K=energy.get("K", 3), w=w, temperature=draw["temperature"],
-                                        greedy_first=bool(draw.get("greedy_first", False)))
+            options = DLLMEnergyOptions(
+                energy="uni",
+                K=energy.get("K", 3),
+                w=w,
+                temperature=draw["temperature"],
+                greedy_first=bool(draw.get("greedy_first", False)),
+            )
             leaves, trees, paths = {t: {} for t in names}, [], {s: {} for s in scorers}
             keys_in_order = []
-            for task, k, item, s, until in scored_trees(decoder, requests, task_objs, metrics, options, scorers,
-                                                        m.get("cap", 243), lm.batch_size):
+            for task, k, item, s, until in scored_trees(
+                decoder, requests, task_objs, metrics, options, scorers, m.get("cap", 243), lm.batch_size
+            ):
                 leaves[task][k] = s
                 trees.append((task, k, item.tree, s))
                 for name in scorers:  # a path's text as item_records writes a response
                     leaf = rule_leaf(item.tree, name)
                     paths[name].setdefault(task, {})[k] = (
-                        (float("nan"), "") if leaf is None else
-                        (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)])))
+                        (float("nan"), "")
+                        if leaf is None
+                        else (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)]))
+                    )
                 keys_in_order.append((task, k))
             room = room_effects(leaves, base_items, names)
             tree_list = [t for _, _, t, _ in trees]
             score_list = [s for _, _, _, s in trees]
-            rec = {"draw": dict(draw), "w": w, "items": sum(len(v) for v in leaves.values()),
-                   "exhaustive": sum(t.exhaustive for t in tree_list) / max(1, len(tree_list)), **room,
-                   "auc": {"dlm": pairwise_auc(tree_list, score_list, lambda nd, j: nd.dlm_logp[j])}, "cells": []}
+            rec = {
+                "draw": dict(draw),
+                "w": w,
+                "items": sum(len(v) for v in leaves.values()),
+                "exhaustive": sum(t.exhaustive for t in tree_list) / max(1, len(tree_list)),
+                **room,
+                "auc": {"dlm": pairwise_auc(tree_list, score_list, lambda nd, j: nd.dlm_logp[j])},
+                "cells": [],
+            }
             base = [base_items[t][k][0] for t, k in keys_in_order]
             ceiling = [max(leaves[t][k]) for t, k in keys_in_order]
             per_item = []
             for name in scorers:
                 rule, proxy = name.split("__", 1)
                 effect = paired_effect(paths[name], base_items, names)["avg"]
-                auc = pairwise_auc(tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j],
-                                   lambda nd, n=name: n in nd.energies)
+                auc = pairwise_auc(
+                    tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j], lambda nd, n=name: n in nd.energies
+                )
                 rows = [paths[name][t][k][0] for t, k in keys_in_order]
                 share = share_of_ceiling(rows, ceiling, base)
-                rec["cells"].append({"rule": rule, "proxy": proxy, "effect": effect, "auc": auc, "share": share,
-                                     "reading": room_reading(effect["delta"], effect["se"],
-                                                             room["ceiling"]["avg"]["delta"],
-                                                             room["ceiling"]["avg"]["se"])})
+                rec["cells"].append(
+                    {
+                        "rule": rule,
+                        "proxy": proxy,
+                        "effect": effect,
+                        "auc": auc,
+                        "share": share,
+                        "reading": room_reading(
+                            effect["delta"], effect["se"], room["ceiling"]["avg"]["delta"], room["ceiling"]["avg"]["se"]
+                        ),
+                    }
+                )
             # break-even judgement along the continuum, per rule, with a bootstrap over items
             cont = m.get("continuum") or {}
             if cont:
-                chain = [cont["proxy"], *[continuum_name(x) for x in cont.get("lambdas", [])],
-                         next(p for p, s in m["proxies"].items() if s["model"] == ORACLE)]
+                chain = [
+                    cont["proxy"],
+                    *[continuum_name(x) for x in cont.get("lambdas", [])],
+                    next(p for p, s in m["proxies"].items() if s["model"] == ORACLE),
+                ]
                 rec["break_even"] = {}
                 for rule in m["rules"]:
                     names_chain = [f"{rule}__{p}" for p in chain if f"{rule}__{p}" in scorers]
                     if len(names_chain) < 2:
                         continue
-                    per_item = [{n: ((paths[n][t][k][0] - base_items[t][k][0]),
-                                     _item_pairs(tr, s, lambda nd, j, n=n: -nd.energies[n][j],
-                                                 lambda nd, n=n: n in nd.energies))
-                                 for n in names_chain} for (t, k, tr, s) in trees]
+                    per_item = [
+                        {
+                            n: (
+                                (paths[n][t][k][0] - base_items[t][k][0]),
+                                _item_pairs(
+                                    tr, s, lambda nd, j, n=n: -nd.energies[n][j], lambda nd, n=n: n in nd.energies
+                                ),
+                            )
+                            for n in names_chain
+                        }
+                        for (t, k, tr, s) in trees
+                    ]
                     rec["break_even"][rule] = break_even_bootstrap(per_item, names_chain)
-            log(f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "
+            log(
+                f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "
                 f"{room['ceiling']['avg']['se']:.1f}, floor {room['floor']['avg']['delta']:+.1f}, decides "
                 f"{100 * room['decides']['avg']:.0f} % of {rec['items']} items, exhaustive "
-                f"{100 * rec['exhaustive']:.0f} %")
+                f"{100 * rec['exhaustive']:.0f} %"
+            )
             out.append(rec)
     return out
 

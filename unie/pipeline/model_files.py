@@ -39,8 +39,9 @@ def model_config(arch: dict, vocab_size: int, seq_len: int, method) -> ModelConf
         arch.setdefault("cond_dim", 64)
         if arch["cond_dim"] <= 0:
             raise ConfigError("a time-conditioned method needs arch.cond_dim > 0")
-    return from_dict(ModelConfig, {**arch, "vocab_size": vocab_size, "max_len": seq_len,
-                                   "causal": bool(method.causal)}, "arch")
+    return from_dict(
+        ModelConfig, {**arch, "vocab_size": vocab_size, "max_len": seq_len, "causal": bool(method.causal)}, "arch"
+    )
 
 
 def fresh_network(method, cfg, seed: int):
@@ -67,17 +68,19 @@ def warm_start(net, init, init_meta: dict, cfg: ModelConfig, method, where: str,
             net.load_state_dict(init.state_dict())
         log(f"initialised from {where}")
         return
-    if {k: v for k, v in saved.items() if k != "cond_dim"} != {k: v for k, v in dataclasses.asdict(cfg).items()
-                                                             if k != "cond_dim"}:
-        raise CheckpointError(f"init_from {where}: architecture {saved} differs from {dataclasses.asdict(cfg)} "
-                              "(only the time conditioning, cond_dim, may differ)")
+    if {k: v for k, v in saved.items() if k != "cond_dim"} != {
+        k: v for k, v in dataclasses.asdict(cfg).items() if k != "cond_dim"
+    }:
+        raise CheckpointError(
+            f"init_from {where}: architecture {saved} differs from {dataclasses.asdict(cfg)} "
+            "(only the time conditioning, cond_dim, may differ)"
+        )
     own, theirs = net.state_dict(), init.state_dict()
     copied = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
     net.load_state_dict(copied, strict=False)
     fresh = sorted(set(own) - set(copied))
     dropped = sorted(set(theirs) - set(copied))
-    log(f"warm start from {where}: {len(copied)} tensors copied; kept as initialised: {fresh}; "
-        f"not used: {dropped}")
+    log(f"warm start from {where}: {len(copied)} tensors copied; kept as initialised: {fresh}; not used: {dropped}")
 
 
 def is_dit(model_dir) -> bool:
@@ -91,11 +94,15 @@ def released_arch(init_dir, arch: dict | None, method, where: str) -> DiTConfig:
     cfg = model_config_of(read_meta(init_dir))
     extra = sorted(set(arch or {}) - set(DIT_ARCH_KEYS))
     if extra:
-        raise ConfigError(f"{where}.arch: {extra} cannot be set for a model fine-tuned from a released checkpoint "
-                          f"(its architecture is {init_dir}'s); only {list(DIT_ARCH_KEYS)}")
+        raise ConfigError(
+            f"{where}.arch: {extra} cannot be set for a model fine-tuned from a released checkpoint "
+            f"(its architecture is {init_dir}'s); only {list(DIT_ARCH_KEYS)}"
+        )
     if bool(method.causal) != cfg.causal:
-        raise ConfigError(f"{where}: init_from {init_dir} is {'causal' if cfg.causal else 'bidirectional'}, but the "
-                          f"method is {'causal' if method.causal else 'bidirectional'}")
+        raise ConfigError(
+            f"{where}: init_from {init_dir} is {'causal' if cfg.causal else 'bidirectional'}, but the "
+            f"method is {'causal' if method.causal else 'bidirectional'}"
+        )
     return DiTConfig(**{**dataclasses.asdict(cfg), **(arch or {})})
 
 
@@ -131,8 +138,17 @@ class TrainFromSpecOptions:
         check_precision(self.precision)
 
 
-def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, ckpt_dir, seq_len: int,
-                    options: TrainFromSpecOptions | None = None, **kwargs):
+def train_from_spec(
+    name: str,
+    spec: dict,
+    train_path,
+    tokenizer_dir,
+    out_dir,
+    ckpt_dir,
+    seq_len: int,
+    options: TrainFromSpecOptions | None = None,
+    **kwargs,
+):
     """Train model ``name`` of ``config['models']``; writes ``out_dir/{model.safetensors,config.json}``.
 
     ``options``: :class:`TrainFromSpecOptions`, or its fields as keywords.  ``partner_dirs`` (role -> checkpoint
@@ -147,25 +163,39 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
     Under ``torch.distributed`` every rank calls this (data-parallel :func:`~unie.core.train.train`, ``device``
     is the rank's own); only rank 0 writes ``out_dir``."""
     o = make_options(TrainFromSpecOptions, options, "train_from_spec options", **kwargs)
-    device, init_dir, partner_dirs, dev_path, precision, log = \
-        o.device, o.init_dir, o.partner_dirs or {}, o.dev_path, o.precision, o.log
+    device, init_dir, partner_dirs, dev_path, precision, log = (
+        o.device,
+        o.init_dir,
+        o.partner_dirs or {},
+        o.dev_path,
+        o.precision,
+        o.log,
+    )
     tok = load_tokenizer(tokenizer_dir)
     options = spec.get("options", {})
     method = build_method(spec["method"], tok.info(), options, f"models.{name}.options")
-    cfg = (released_arch(init_dir, spec.get("arch"), method, f"models.{name}") if init_dir and is_dit(init_dir)
-           else model_config(spec["arch"], tok.vocab_size, seq_len, method))
+    cfg = (
+        released_arch(init_dir, spec.get("arch"), method, f"models.{name}")
+        if init_dir and is_dit(init_dir)
+        else model_config(spec["arch"], tok.vocab_size, seq_len, method)
+    )
     tcfg = from_dict(TrainConfig, spec["train"], f"models.{name}.train")
     net = fresh_network(method, cfg, tcfg.seed).to(device)
     if init_dir:
         init, meta = load_model(init_dir, device, tokenizer_info=tok.info())
         warm_start(net, init, meta, cfg, method, str(init_dir), log)
-    for tokens in (train_path, dev_path):  # written by rule tokenize for the place the rule names (its tokenizer: below)
+    for tokens in (
+        train_path,
+        dev_path,
+    ):  # written by rule tokenize for the place the rule names (its tokenizer: below)
         if tokens is not None:
             check_token_file(tokens, *token_place(tokens))
     data_id = token_file_info(train_path)  # its metadata: content hash, shape, largest id, tokenizer
     if data_id["tokenizer"] not in (None, tok.info()["fingerprint"]):
-        raise ConfigError(f"{train_path} was tokenised with tokenizer {data_id['tokenizer']}, but {tokenizer_dir} is "
-                          f"{tok.info()['fingerprint']} (tokenizer mismatch: rerun the tokenize rule)")
+        raise ConfigError(
+            f"{train_path} was tokenised with tokenizer {data_id['tokenizer']}, but {tokenizer_dir} is "
+            f"{tok.info()['fingerprint']} (tokenizer mismatch: rerun the tokenize rule)"
+        )
     if data_id["shape"][1] != seq_len:
         raise ConfigError(f"{train_path}: sequences have length {data_id['shape'][1]}, config says seq_len={seq_len}")
     if data_id["max_id"] >= tok.vocab_size:
@@ -180,33 +210,67 @@ def train_from_spec(name: str, spec: dict, train_path, tokenizer_dir, out_dir, c
             raise ConfigError(f"method {spec['method']!r} selects its checkpoint on a dev split: give dev_path")
         dev = load_tokens(dev_path, o.n_dev).long().to(device)
         eval_fn = lambda ema: method.dev_metrics(ema, dev, torch.Generator(device=device).manual_seed(tcfg.seed + 4242))
-    sig = run_spec(tcfg, {"model": dataclasses.asdict(cfg), "method": spec["method"], "options": options,
-                          "data": data_id, "tokenizer": tok.info()["fingerprint"],
-                          "init": init_fingerprint(init_dir),
-                          "partners": {role: init_fingerprint(d) for role, d in sorted(partner_dirs.items())},
-                          "dev": None if eval_fn is None else {**token_file_info(dev_path), "n_dev": o.n_dev},
-                          **precision_record(precision)})
+    sig = run_spec(
+        tcfg,
+        {
+            "model": dataclasses.asdict(cfg),
+            "method": spec["method"],
+            "options": options,
+            "data": data_id,
+            "tokenizer": tok.info()["fingerprint"],
+            "init": init_fingerprint(init_dir),
+            "partners": {role: init_fingerprint(d) for role, d in sorted(partner_dirs.items())},
+            "dev": None if eval_fn is None else {**token_file_info(dev_path), "n_dev": o.n_dev},
+            **precision_record(precision),
+        },
+    )
     n_params = sum(p.numel() for p in net.parameters())
-    log(f"training {name} ({spec['method']}): {n_params/1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
+    log(f"training {name} ({spec['method']}): {n_params / 1e6:.2f}M parameters, {len(data)} sequences of {seq_len}")
     params = method.parameters(net) if hasattr(method, "parameters") else None
-    ema, history = train(net, method.loss, data, tcfg, ckpt_dir, sig,
-                         TrainOptions(log=log, stop_after=o.stop_after, params=params, eval_fn=eval_fn,
-                                      precision=precision))
+    ema, history = train(
+        net,
+        method.loss,
+        data,
+        tcfg,
+        ckpt_dir,
+        sig,
+        TrainOptions(log=log, stop_after=o.stop_after, params=params, eval_fn=eval_fn, precision=precision),
+    )
     if o.stop_after is not None and o.stop_after < tcfg.steps:
         return ema, history
     dev = [h for h in history if "dev" in h]
-    extra = {"options": options, "train": spec["train"], **precision_record(precision),
-             "final": next((h for h in reversed(history) if "loss" in h), {}),
-             # what it was trained from, by content: a later run retrains it when one of these is replaced
-             MADE_FROM: identities([train_path, tokenizer_dir, dev_path if eval_fn is not None else None,
-                                    *(Path(d, f) for d in [init_dir, *partner_dirs.values()] if d
-                                      for f in ("model.safetensors", "config.json"))])}
+    extra = {
+        "options": options,
+        "train": spec["train"],
+        **precision_record(precision),
+        "final": next((h for h in reversed(history) if "loss" in h), {}),
+        # what it was trained from, by content: a later run retrains it when one of these is replaced
+        MADE_FROM: identities(
+            [
+                train_path,
+                tokenizer_dir,
+                dev_path if eval_fn is not None else None,
+                *(
+                    Path(d, f)
+                    for d in [init_dir, *partner_dirs.values()]
+                    if d
+                    for f in ("model.safetensors", "config.json")
+                ),
+            ]
+        ),
+    }
     if dev:
         best = min((h for h in dev if h["dev"]["admissible"]), key=lambda h: h["dev"]["loss"])
-        extra["dev"] = {"initial": dev[0], "selected": best, "dev_split": str(dev_path),
-                        "rule": "lowest dev NCE loss among admissible checkpoints (guard not above the initial)"}
-        log(f"dev energy separation: initial {dev[0]['dev']['separation']:.3f} -> selected (step {best['step']}) "
-            f"{best['dev']['separation']:.3f}; accuracy {dev[0]['dev']['accuracy']:.3f} -> {best['dev']['accuracy']:.3f}")
+        extra["dev"] = {
+            "initial": dev[0],
+            "selected": best,
+            "dev_split": str(dev_path),
+            "rule": "lowest dev NCE loss among admissible checkpoints (guard not above the initial)",
+        }
+        log(
+            f"dev energy separation: initial {dev[0]['dev']['separation']:.3f} -> selected (step {best['step']}) "
+            f"{best['dev']['separation']:.3f}; accuracy {dev[0]['dev']['accuracy']:.3f} -> {best['dev']['accuracy']:.3f}"
+        )
     if world()[0] == 0:
         atomic_write_text(Path(out_dir, "history.json"), json.dumps(history, indent=1))
         save_model(ema, out_dir, spec["method"], tok.info(), extra=extra, files=["history.json"])
@@ -219,8 +283,9 @@ def _source_files(path: Path) -> list[Path]:
     return [p for p in (path / "config.json", path / "model.safetensors", path / "pytorch_model.bin") if p.is_file()]
 
 
-def import_released(name: str, source: dict, method_name: str, options: dict | None, tokenizer_dir, out_dir,
-                    source_path, log=print) -> None:
+def import_released(
+    name: str, source: dict, method_name: str, options: dict | None, tokenizer_dir, out_dir, source_path, log=print
+) -> None:
     """Model ``name``'s ``source`` (a released checkpoint: HF folder or Lightning ``.ckpt`` at ``source_path``)
     read by :func:`unie.methods.released_methods.load_released` and written to ``out_dir`` as our own checkpoint
     (``config.json`` with ``arch: dit`` and the ``weights`` record, ``model.safetensors``), so that loading,
@@ -237,18 +302,27 @@ def import_released(name: str, source: dict, method_name: str, options: dict | N
     info = tok.info()
     kind = source["kind"]
     if SOURCES[kind].method != method_name:
-        raise ConfigError(f"models.{name}: a released {kind} checkpoint is a {SOURCES[kind].method!r} model, "
-                          f"not {method_name!r}")
+        raise ConfigError(
+            f"models.{name}: a released {kind} checkpoint is a {SOURCES[kind].method!r} model, not {method_name!r}"
+        )
     expected = dict(info) if source.get("standin") else {**GPT2_MASKED, **(source.get("tokenizer_info") or {})}
     bad = [k for k in ("vocab_size", "mask_id", "bos_id", "eos_id") if expected[k] != info[k]]
     if bad:
         raise ReleasedCheckpointError(
             f"{source_path}: tokenizer mismatch for models.{name}: the checkpoint was trained with "
             f"{ {k: expected[k] for k in bad} }, {tokenizer_dir} has { {k: info[k] for k in bad} } (use the tokenizer "
-            "the checkpoint was trained with: GPT-2 + the appended mask, tokenizer: {kind: hf, path: gpt2})")
+            "the checkpoint was trained with: GPT-2 + the appended mask, tokenizer: {kind: hf, path: gpt2})"
+        )
     net_kwargs = {k: source[k] for k in ("use_ema", "n_heads", "block_size") if source.get(k) is not None}
-    wrapped = load_released(kind, source_path, tokenizer_info=info, trust_remote_code=bool(source.get("trust_remote_code")),
-                            device="cpu", options=options, **net_kwargs)
+    wrapped = load_released(
+        kind,
+        source_path,
+        tokenizer_info=info,
+        trust_remote_code=bool(source.get("trust_remote_code")),
+        device="cpu",
+        options=options,
+        **net_kwargs,
+    )
     opts = dict(options or {})
     if kind == "bd3lm":
         opts["block_size"] = wrapped.net.cfg.block_size
@@ -260,8 +334,10 @@ def import_released(name: str, source: dict, method_name: str, options: dict | N
         meta["standin"] = True
     save_model(wrapped.net, out_dir, method_name, info, extra={"options": opts, "released": meta})
     n = sum(p.numel() for p in wrapped.net.parameters())
-    log(f"imported {name}: released {kind} ({meta['identifier']}) from {source_path} ({meta['format']}"
-        f"{', EMA weights' if meta.get('ema') else ''}), {n / 1e6:.2f}M parameters, arch {meta['arch']} -> {out_dir}")
+    log(
+        f"imported {name}: released {kind} ({meta['identifier']}) from {source_path} ({meta['format']}"
+        f"{', EMA weights' if meta.get('ema') else ''}), {n / 1e6:.2f}M parameters, arch {meta['arch']} -> {out_dir}"
+    )
 
 
 def load_wrapped(model_dir, tokenizer, device: str = "cpu"):
@@ -276,8 +352,9 @@ def load_wrapped(model_dir, tokenizer, device: str = "cpu"):
         spec = json.loads(marker.read_text())
         return load_released(spec.pop("kind"), spec.pop("path"), tokenizer_info=tokenizer.info(), device=device, **spec)
     net, meta = load_model(model_dir, device=device, tokenizer_info=tokenizer.info())
-    method = build_method(meta["method"], tokenizer.info(), meta.get("extra", {}).get("options", {}),
-                          f"checkpoint {model_dir} options")
+    method = build_method(
+        meta["method"], tokenizer.info(), meta.get("extra", {}).get("options", {}), f"checkpoint {model_dir} options"
+    )
     wrapped = method.wrap(net)
     wrapped.method_name = meta["method"]
     return wrapped
@@ -305,8 +382,10 @@ def run_tokenizer(model_dir) -> Path:
     run = model_dir.resolve().parents[2] if len(model_dir.resolve().parents) > 2 else model_dir
     tokenizer = run / "resources" / "tokenizer"
     if not tokenizer.is_dir():
-        raise FileNotFoundError(f"{tokenizer}: no tokenizer beside {model_dir} (the run's resources/tokenizer); "
-                                "pass tokenizer=<directory> (unie sample: --tokenizer DIR)")
+        raise FileNotFoundError(
+            f"{tokenizer}: no tokenizer beside {model_dir} (the run's resources/tokenizer); "
+            "pass tokenizer=<directory> (unie sample: --tokenizer DIR)"
+        )
     return tokenizer
 
 
@@ -321,12 +400,15 @@ def load_for_sampling(model_dir, tokenizer=None, device: str = "cpu") -> Samplin
     if tokenizer is None:
         tokenizer = run_tokenizer(model_dir)
     if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir} does not exist: a unie model is a folder holding config.json and "
-                              "model.safetensors (e.g. runs/toy/results/models/mdlm)")
+        raise CheckpointError(
+            f"{model_dir} does not exist: a unie model is a folder holding config.json and "
+            "model.safetensors (e.g. runs/toy/results/models/mdlm)"
+        )
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
     wrapped = load_wrapped(model_dir, tok, device)
     mask_id = getattr(wrapped, "mask_id", None)
     if mask_id is None:
         mask_id = tok.info().get("mask_id")
-    return SamplingModel(wrapped, tok, mask_id, getattr(wrapped, "method_name", read_meta(model_dir)["method"]),
-                         model_dir)
+    return SamplingModel(
+        wrapped, tok, mask_id, getattr(wrapped, "method_name", read_meta(model_dir)["method"]), model_dir
+    )

@@ -19,8 +19,18 @@ def read_table_csv(path) -> pd.DataFrame:
     return pd.read_csv(io.StringIO(read_page_text(path)))
 
 
-def paper_vs_ours(values, table_csvs: dict, *, profile: str, evaluators: list[str], steps: list[int],
-                  md_path, tex_path, csv_path, log=print) -> str:
+def paper_vs_ours(
+    values,
+    table_csvs: dict,
+    *,
+    profile: str,
+    evaluators: list[str],
+    steps: list[int],
+    md_path,
+    tex_path,
+    csv_path,
+    log=print,
+) -> str:
     """``values``: the paper's values (``config/paper_values.yaml``, read, or its path); ``table_csvs``: table key
     (``table1_ppl`` ...) -> our CSV, each checked against its record before it is read (:func:`read_table_csv`); a
     table of the YAML without one is listed with the reason (the k and w tables until the workflow makes them)."""

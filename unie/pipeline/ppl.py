@@ -27,15 +27,31 @@ from ..models.checkpoint import load_model
 from .model_files import build_method, load_wrapped
 
 
-def model_ppl(source: str, model_dir, tokenizer_dir, data_paths: dict, n_mc: int = 1, batch_size: int = 256,
-              max_sequences: int | None = None, seed: int = 0, device: str = "cpu", log=print,
-              precision: str = "fp32") -> dict:
+def model_ppl(
+    source: str,
+    model_dir,
+    tokenizer_dir,
+    data_paths: dict,
+    n_mc: int = 1,
+    batch_size: int = 256,
+    max_sequences: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    log=print,
+    precision: str = "fp32",
+) -> dict:
     tok = load_tokenizer(tokenizer_dir)
     net, meta = load_model(model_dir, device=device, tokenizer_info=tok.info())
     method = build_method(meta["method"], tok.info(), meta.get("extra", {}).get("options", {}))
     passes = n_mc if getattr(method, "stochastic_nll", True) else 1
-    out = {"source": source, "model": str(model_dir), "method": meta["method"], "n_mc": passes,
-           **precision_record(precision), "domains": {}}
+    out = {
+        "source": source,
+        "model": str(model_dir),
+        "method": meta["method"],
+        "n_mc": passes,
+        **precision_record(precision),
+        "domains": {},
+    }
     for domain, path in data_paths.items():
         x = load_expected_tokens(path, tok.info()["fingerprint"], domain, max_sequences).long()
         nll = mc_nll(x, lambda xb, g: method.nll(net, xb, g), passes, batch_size, seed, domain, device, precision)
@@ -43,8 +59,10 @@ def model_ppl(source: str, model_dir, tokenizer_dir, data_paths: dict, n_mc: int
         # ignore_bos: as their authors count them)
         scored = method.scored_tokens(x.shape[1]) if hasattr(method, "scored_tokens") else x.shape[1]
         out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), scored))
-        log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f} (nll/token {out['domains'][domain]['nll_per_token']:.4f} "
-            f"± {out['domains'][domain]['nll_se']:.4f})")
+        log(
+            f"{domain}: ppl {out['domains'][domain]['ppl']:.3f} (nll/token {out['domains'][domain]['nll_per_token']:.4f} "
+            f"± {out['domains'][domain]['nll_se']:.4f})"
+        )
     return out
 
 
@@ -64,9 +82,20 @@ def exact_ppl(data_paths: dict, tokenizer_dir, max_sequences: int | None = None,
     return out
 
 
-def energy_ppl(source: str, spec: dict, model_dirs: dict, tokenizer_dir, data_paths: dict, n_mc: int = 1,
-               batch_size: int = 256, max_sequences: int | None = None, seed: int = 0, device: str = "cpu",
-               log=print, precision: str = "fp32") -> dict:
+def energy_ppl(
+    source: str,
+    spec: dict,
+    model_dirs: dict,
+    tokenizer_dir,
+    data_paths: dict,
+    n_mc: int = 1,
+    batch_size: int = 256,
+    max_sequences: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    log=print,
+    precision: str = "fp32",
+) -> dict:
     """Table 1 perplexity of an energy-corrected model (``spec``: energy, dlm, and proxy + ar_context or ebm) on
     each domain."""
     tok = load_tokenizer(tokenizer_dir)
@@ -86,15 +115,30 @@ def energy_ppl(source: str, spec: dict, model_dirs: dict, tokenizer_dir, data_pa
         scorer_for = lambda domain: proxy
         estimator = "paper (energy-corrected conditional, closed-form log F)"
     schedule = make_schedule("loglinear")
-    out = {"source": source, "spec": spec, "n_mc": n_mc, "estimator": estimator, **precision_record(precision),
-           "domains": {}}
+    out = {
+        "source": source,
+        "spec": spec,
+        "n_mc": n_mc,
+        "estimator": estimator,
+        **precision_record(precision),
+        "domains": {},
+    }
     with torch.no_grad():
         for domain, path in data_paths.items():
             x = load_expected_tokens(path, tok.info()["fingerprint"], domain, max_sequences).long()
             scorer = scorer_for(domain)
-            nll = mc_nll(x, lambda xb, g: energy_corrected_nelbo(dlm, scorer, spec["energy"], ar_context, xb,
-                                                                 schedule, tok.mask_id, g),
-                         n_mc, batch_size, seed, domain, device, precision)
+            nll = mc_nll(
+                x,
+                lambda xb, g: energy_corrected_nelbo(
+                    dlm, scorer, spec["energy"], ar_context, xb, schedule, tok.mask_id, g
+                ),
+                n_mc,
+                batch_size,
+                seed,
+                domain,
+                device,
+                precision,
+            )
             out["domains"][domain] = ppl_with_se(nll, torch.full((len(x),), x.shape[1]))
             log(f"{domain}: ppl {out['domains'][domain]['ppl']:.3f}")
     return out

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from ..core.errors import InputError
 from ..data.hub import OFFLINE_ENV
+
 REPORT = "resources/prefetch/report.md"  # in the run's directory
 LMEVAL_RECORD = "resources/prefetch/lmeval_tasks.json"  # in the run's directory
 
@@ -121,14 +122,21 @@ def plan(config: dict) -> Plan:
     return Plan(
         tokenizer=tok["path"] if tok.get("kind") == "hf" and _is_hub_name(str(tok.get("path", ""))) else None,
         datasets=tuple((d, s) for d, splits in (data.get("hf") or {}).items() for s in splits)
-        if data.get("source") == "hf" else (),
+        if data.get("source") == "hf"
+        else (),
         models={n: config["hf_models"][n] for n in hf_models_read(config)},
         released={n: s["hf_id"] for n, s in sources.items() if s.get("hf_id")},
-        task_files=tuple((t, f) for t, spec in ((config.get("dllm") or {}).get("tasks", {}).get("local") or {}).items()
-                         for f in spec["files"]),
+        task_files=tuple(
+            (t, f)
+            for t, spec in ((config.get("dllm") or {}).get("tasks", {}).get("local") or {}).items()
+            for f in spec["files"]
+        ),
         lmeval_tasks=tuple(lmeval_tasks_read(config)),
-        by_hand=tuple({"name": n, "kind": s["kind"], "path": str(s["path"]), "identifier": SOURCES[s["kind"]].identifier}
-                      for n, s in sources.items() if s.get("path")),
+        by_hand=tuple(
+            {"name": n, "kind": s["kind"], "path": str(s["path"]), "identifier": SOURCES[s["kind"]].identifier}
+            for n, s in sources.items()
+            if s.get("path")
+        ),
     )
 
 
@@ -170,21 +178,29 @@ def load_lmeval_tasks(tasks, include_path=None, include_defaults: bool = True) -
     ``include_path``/``include_defaults``: where the task definitions are (lm-eval's ``TaskManager``)."""
     from lm_eval.tasks import TaskManager
 
-    tm = TaskManager(include_path=None if include_path is None else str(include_path),
-                     include_defaults=include_defaults)
+    tm = TaskManager(
+        include_path=None if include_path is None else str(include_path), include_defaults=include_defaults
+    )
     out = {}
     for spec in tasks:
         try:
             loaded = tm.load(spec)
             for name, task in loaded["tasks"].items():
-                out[name] = {"dataset": task.get_config("dataset_path"), "name": task.get_config("dataset_name"),
-                             "docs": len(task.eval_docs)}
+                out[name] = {
+                    "dataset": task.get_config("dataset_path"),
+                    "name": task.get_config("dataset_name"),
+                    "docs": len(task.eval_docs),
+                }
         except Exception as e:  # noqa: BLE001 - one line per task, the cause kept
             package = missing_package(e)
             if package is not None:
-                raise PrefetchError(f"lm-eval task {spec!r} imports the Python package {package!r}, which is not "
-                                    f"installed here: {TASK_PACKAGES_HINT}") from None
-            raise PrefetchError(f"lm-eval task {spec!r}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
+                raise PrefetchError(
+                    f"lm-eval task {spec!r} imports the Python package {package!r}, which is not "
+                    f"installed here: {TASK_PACKAGES_HINT}"
+                ) from None
+            raise PrefetchError(
+                f"lm-eval task {spec!r}: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+            ) from None
     return out
 
 
@@ -197,11 +213,18 @@ def _subprocess(command: str, args: dict, offline: bool, timeout: float = 3600) 
         a, o = Path(tmp, "args.json"), Path(tmp, "out.json")
         a.write_text(json.dumps(args))
         env = {**os.environ, **(OFFLINE_ENV if offline else {})}
-        r = subprocess.run([sys.executable, "-m", "unie.pipeline.prefetch", command, str(a), str(o)], env=env,
-                           capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [sys.executable, "-m", "unie.pipeline.prefetch", command, str(a), str(o)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if not o.exists():
-            raise PrefetchError(f"python -m unie.pipeline.prefetch {command} failed (status {r.returncode}): "
-                                f"{' '.join((r.stderr or r.stdout).split()[-60:])}")
+            raise PrefetchError(
+                f"python -m unie.pipeline.prefetch {command} failed (status {r.returncode}): "
+                f"{' '.join((r.stderr or r.stdout).split()[-60:])}"
+            )
         return json.loads(o.read_text())
 
 
@@ -214,13 +237,18 @@ def fetch_lmeval_tasks(tasks, out_path, include_path=None, log=print, include_de
     from ..data.hub import hub_problem
 
     problem = hub_problem() if tasks else None
-    res = _subprocess("lmeval", {"tasks": list(tasks), "include_path": include_path,
-                                 "include_defaults": include_defaults}, offline=problem is not None)
+    res = _subprocess(
+        "lmeval",
+        {"tasks": list(tasks), "include_path": include_path, "include_defaults": include_defaults},
+        offline=problem is not None,
+    )
     if res["errors"]:
         hint = ""
         if problem is not None and not all(TASK_PACKAGES_HINT in e for e in res["errors"]):  # HF_HOME as it saw it
-            hint = (f"; the Hugging Face Hub {problem} and the dataset is not in the cache (HF_HOME={res['hf_home']}):"
-                    f" run `snakemake prefetch` where the hub answers, with the same HF_HOME")
+            hint = (
+                f"; the Hugging Face Hub {problem} and the dataset is not in the cache (HF_HOME={res['hf_home']}):"
+                f" run `snakemake prefetch` where the hub answers, with the same HF_HOME"
+            )
         raise PrefetchError("; ".join(res["errors"]) + hint)
     for task, rec in res["tasks"].items():
         log(f"lm-eval task {task}: {rec['dataset']}{'/' + rec['name'] if rec['name'] else ''}, {rec['docs']} documents")
@@ -266,8 +294,10 @@ def _check_item(kind: str, path: str) -> str:
         classes = sorted({ref for k, ref in auto_map.items() if k.startswith("AutoModel") and isinstance(ref, str)})
         for ref in classes:
             get_class_from_dynamic_module(ref, str(p), local_files_only=True)
-        return (f"config, {len(tok)}-token tokenizer, weights, remote code ({', '.join(classes)}) imports under "
-                f"transformers {transformers.__version__}")
+        return (
+            f"config, {len(tok)}-token tokenizer, weights, remote code ({', '.join(classes)}) imports under "
+            f"transformers {transformers.__version__}"
+        )
     if kind == "released":
         from ..models.released import read_hf_config
 
@@ -296,9 +326,14 @@ def _run_checks(files: dict, lmeval_tasks, include_path, include_defaults: bool 
     if lmeval_tasks:
         try:
             for task, rec in load_lmeval_tasks(lmeval_tasks, include_path, include_defaults).items():
-                results.append({"kind": "lmeval_tasks", "path": task,
-                                "ok": f"{rec['dataset']}{'/' + rec['name'] if rec['name'] else ''}: {rec['docs']} "
-                                      "documents from HF_HOME"})
+                results.append(
+                    {
+                        "kind": "lmeval_tasks",
+                        "path": task,
+                        "ok": f"{rec['dataset']}{'/' + rec['name'] if rec['name'] else ''}: {rec['docs']} "
+                        "documents from HF_HOME",
+                    }
+                )
         except PrefetchError as e:
             errors.append(str(e))
     return {"results": results, "errors": errors}
@@ -308,8 +343,16 @@ def check_offline(p: Plan, files: dict | None = None, include_path=None, include
     """Every file of ``p`` (or ``files``: kind -> paths, as :meth:`Plan.files`) and every lm-eval task of ``p``
     opened in a fresh process with :data:`OFFLINE_ENV` (module doc); returns one record per item; a
     :class:`PrefetchError` naming each one that does not load."""
-    res = _subprocess("check", {"files": p.files() if files is None else files, "lmeval_tasks": list(p.lmeval_tasks),
-                                "include_path": include_path, "include_defaults": include_defaults}, offline=True)
+    res = _subprocess(
+        "check",
+        {
+            "files": p.files() if files is None else files,
+            "lmeval_tasks": list(p.lmeval_tasks),
+            "include_path": include_path,
+            "include_defaults": include_defaults,
+        },
+        offline=True,
+    )
     if res["errors"]:
         raise PrefetchError("does not load offline: " + "; ".join(res["errors"]))
     return [{**r, "hf_home": res["hf_home"]} for r in res["results"]]
@@ -317,8 +360,15 @@ def check_offline(p: Plan, files: dict | None = None, include_path=None, include
 
 def report(p: Plan, checked: list[dict], root=".", hf_home: str | None = None) -> str:
     """The Markdown report of rule ``prefetch`` (``hf_home``: the cache the offline check read)."""
-    lines = ["# Prefetch", "", f"Everything `all` downloads, fetched and then opened offline ({', '.join(OFFLINE_ENV)}"
-             f" set), HF_HOME={hf_home}.", "", "| kind | what | offline check |", "|---|---|---|"]
+    lines = [
+        "# Prefetch",
+        "",
+        f"Everything `all` downloads, fetched and then opened offline ({', '.join(OFFLINE_ENV)}"
+        f" set), HF_HOME={hf_home}.",
+        "",
+        "| kind | what | offline check |",
+        "|---|---|---|",
+    ]
     lines += [f"| {c['kind']} | `{c['path']}` | {c['ok']} |" for c in checked]
     lines += ["", "## Placed by hand (published on Google Drive only)", ""]
     lines += [f"* {line}" for line in by_hand_lines(p, root)] or ["* none"]
@@ -333,13 +383,16 @@ def main(argv=None) -> None:
     args = json.loads(Path(argv[1]).read_text())
     if argv[0] == "lmeval":
         try:
-            out = {"tasks": load_lmeval_tasks(args["tasks"], args.get("include_path"),
-                                              args.get("include_defaults", True)), "errors": []}
+            out = {
+                "tasks": load_lmeval_tasks(args["tasks"], args.get("include_path"), args.get("include_defaults", True)),
+                "errors": [],
+            }
         except PrefetchError as e:
             out = {"tasks": {}, "errors": [str(e)]}
     else:
-        out = _run_checks(args["files"], args["lmeval_tasks"], args.get("include_path"),
-                          args.get("include_defaults", True))
+        out = _run_checks(
+            args["files"], args["lmeval_tasks"], args.get("include_path"), args.get("include_defaults", True)
+        )
     from huggingface_hub import constants
 
     out["hf_home"] = constants.HF_HOME
@@ -348,4 +401,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-

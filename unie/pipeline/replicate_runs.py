@@ -50,11 +50,13 @@ def run_replicates(commands: dict[int, list[str]], side_by_side: bool, log_path,
     found: dict[int, str] = {}
     failed = []
     with open(log_path, "a", buffering=1) as log_file:
+
         def start(seed, cmd):
             log_file.write(f"[seed {seed}] $ {shown(cmd)}\n")
             print(f"unie: replicates: seed {seed}: {shown(cmd)}", file=sys.__stderr__, flush=True)
-            proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    bufsize=1)
+            proc = subprocess.Popen(
+                cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            )
             t = threading.Thread(target=_pump, args=(proc, seed, log_file, found), daemon=True)
             t.start()
             return proc, t
@@ -76,8 +78,10 @@ def run_replicates(commands: dict[int, list[str]], side_by_side: bool, log_path,
             t.join()
     if failed:
         seed, cmd = failed[0]
-        raise ReplicateError(f"the run of seed {seed} failed (its error is above, behind [seed {seed}]); rerun "
-                             f"it alone to see it: {shown(cmd)}")
+        raise ReplicateError(
+            f"the run of seed {seed} failed (its error is above, behind [seed {seed}]); rerun "
+            f"it alone to see it: {shown(cmd)}"
+        )
     missing = [s for s in commands if s not in found]
     if missing:
         raise ReplicateError(f"the run of seed {missing[0]} did not name its run directory")
@@ -97,8 +101,11 @@ def write_manifest(seed: int, run_dir: str, command: list[str], path) -> None:
     if not files:
         raise ReplicateError(f"{run_dir}: the run of seed {seed} wrote no table or figure CSV")
     records = {str(f): file_record(f) for f in files}
-    write_json({"seed": seed, "run_dir": run_dir, "command": shown(command),
-                "tables": {f.stem: str(f) for f in files}}, path, records=records)
+    write_json(
+        {"seed": seed, "run_dir": run_dir, "command": shown(command), "tables": {f.stem: str(f) for f in files}},
+        path,
+        records=records,
+    )
 
 
 def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
@@ -144,8 +151,10 @@ def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
         write_figure(fig4_spread(frames["fig4_dllm_tradeoff"]), None, out / "fig4_spread.pdf", out / "fig4_spread.png")
         notes += ["Figure 4 over the trainings: `fig4_spread.png`.", ""]
     _write_text(agg.page(runs, aggregates, claim_table, notes), out / "replicates.md")
-    log(f"replicates: {len(frames)} tables over seeds {', '.join(map(str, runs))}; {len(claim_table)} claims "
-        f"checked; {out / 'replicates.md'}")
+    log(
+        f"replicates: {len(frames)} tables over seeds {', '.join(map(str, runs))}; {len(claim_table)} claims "
+        f"checked; {out / 'replicates.md'}"
+    )
     return counts
 
 

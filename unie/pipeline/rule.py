@@ -74,8 +74,10 @@ class _Log:
         old, self.f = self.f, new
         old.flush()
         old.seek(0)
-        new.write(f"--- pid {os.getpid()}: this log was replaced by another run's job; its earlier lines, then its "
-                  "next ones ---\n" + old.read())
+        new.write(
+            f"--- pid {os.getpid()}: this log was replaced by another run's job; its earlier lines, then its "
+            "next ones ---\n" + old.read()
+        )
         old.close()
 
     def write(self, text):
@@ -135,8 +137,13 @@ class Heartbeat:
         while not self._done.wait(self.every):
             minutes = (time.time() - self.started) / 60
             last = self.last_line()
-            print(f"unie: {self.name} running {minutes:.0f} min" + (f"; {last}" if last else "")
-                  + (f" (log: {self.logpath})" if self.logpath else ""), file=sys.__stderr__, flush=True)
+            print(
+                f"unie: {self.name} running {minutes:.0f} min"
+                + (f"; {last}" if last else "")
+                + (f" (log: {self.logpath})" if self.logpath else ""),
+                file=sys.__stderr__,
+                flush=True,
+            )
 
     def start(self):
         self._thread.start()

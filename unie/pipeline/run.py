@@ -54,8 +54,11 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
     def execute_after_checks(*args, **kwargs):
         plugin = kwargs.get("executor_plugin", args[0] if args else None)  # what the run executes with
         common = getattr(plugin, "common_settings", None)
-        dry_run = bool(getattr(plugin, "name", None) == "dryrun" or getattr(common, "dryrun_exec", False)
-                       or getattr(workflow.output_settings, "dryrun", False))
+        dry_run = bool(
+            getattr(plugin, "name", None) == "dryrun"
+            or getattr(common, "dryrun_exec", False)
+            or getattr(workflow.output_settings, "dryrun", False)
+        )
         if getattr(plugin, "name", None) != "touch":
             try:
                 remake = plan_rebuilds(".", producer_of(workflow), log=log, dry_run=dry_run, run=run_dir)
@@ -75,8 +78,10 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
         for line in said:
             log(line)
         if remake:
-            log(f"unie: no report is made from damaged, deleted or replaced files ({len(remake)} to remake): run "
-                "snakemake first (it remakes them), then --report")
+            log(
+                f"unie: no report is made from damaged, deleted or replaced files ({len(remake)} to remake): run "
+                "snakemake first (it remakes them), then --report"
+            )
             raise SystemExit(1)
         return create_report(*args, **kwargs)
 
@@ -154,6 +159,8 @@ class StopReport:
         if failed:
             log(f"unie: stopped by SIGTERM: {done} jobs finished, {failed} failed (see above), {left} not started")
             return
-        log(f"unie: stopped by SIGTERM: the running jobs finished ({done} in this run), none failed; {left} not "
-            "started: rerun the same command to continue")
+        log(
+            f"unie: stopped by SIGTERM: the running jobs finished ({done} in this run), none failed; {left} not "
+            "started: rerun the same command to continue"
+        )
         raise SystemExit(1)

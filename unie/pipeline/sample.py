@@ -84,8 +84,14 @@ class SampleJob:
     def from_spec(cls, run: str, spec: dict, inputs: dict, **fields) -> "SampleJob":
         """The job of run ``run`` whose config entry is ``spec`` (``sampler``, optional ``models`` and
         ``options``); ``fields``: the other fields by name."""
-        return cls(run=run, sampler=spec["sampler"], models=spec.get("models", {}), options=spec.get("options", {}),
-                   inputs=inputs, **fields)
+        return cls(
+            run=run,
+            sampler=spec["sampler"],
+            models=spec.get("models", {}),
+            options=spec.get("options", {}),
+            inputs=inputs,
+            **fields,
+        )
 
     @property
     def entry(self):
@@ -121,8 +127,9 @@ def load_models(job: SampleJob, tok) -> dict:
         models[role] = load_wrapped(str(Path(path).parent), tok, job.device)
     models.update(oracle_models(opts, tok, job.domain))
     if job.sampler == "data":
-        models["data"] = load_expected_tokens(job.inputs["data"], tok.info()["fingerprint"],
-                                              limit=job.n_samples).long()  # the first n rows
+        models["data"] = load_expected_tokens(
+            job.inputs["data"], tok.info()["fingerprint"], limit=job.n_samples
+        ).long()  # the first n rows
     return models
 
 
@@ -137,20 +144,32 @@ def run_sampler(job: SampleJob, steps: int, out_path, *, log=print, models: dict
     g = torch.Generator(device=job.device).manual_seed(job.seed_at(steps))
     t0 = time.perf_counter()
     with autocast(job.device, job.precision):
-        x, stats = entry(models, job.n_samples, job.seq_len, steps, g, opts, batch_size=job.batch_size,
-                         device=job.device)
+        x, stats = entry(
+            models, job.n_samples, job.seq_len, steps, g, opts, batch_size=job.batch_size, device=job.device
+        )
     seconds = time.perf_counter() - t0
     x = x.cpu()
     states = {i for m in models.values() for i in getattr(m, "extra_states", ())}  # a released Duo's [PAD]
     for bad in blocked_ids(tok.info()):
         if bad not in states and (x == bad).any():
-            raise RuntimeError(f"run {job.run}: {(x == bad).sum().item()} tokens with id {bad} (mask/bos) in the "
-                               "samples")
+            raise RuntimeError(
+                f"run {job.run}: {(x == bad).sum().item()} tokens with id {bad} (mask/bos) in the samples"
+            )
     if x.shape != (job.n_samples, job.seq_len):
-        raise RuntimeError(f"run {job.run}: samples have shape {tuple(x.shape)}, expected "
-                           f"{(job.n_samples, job.seq_len)}")
-    meta = {"run": job.run, "sampler": job.sampler, "steps": steps, "seconds": seconds, "models": job.models,
-            "options": dataclasses.asdict(opts), "n_samples": job.n_samples, **precision_record(job.precision), **stats}
+        raise RuntimeError(
+            f"run {job.run}: samples have shape {tuple(x.shape)}, expected {(job.n_samples, job.seq_len)}"
+        )
+    meta = {
+        "run": job.run,
+        "sampler": job.sampler,
+        "steps": steps,
+        "seconds": seconds,
+        "models": job.models,
+        "options": dataclasses.asdict(opts),
+        "n_samples": job.n_samples,
+        **precision_record(job.precision),
+        **stats,
+    }
     if states:  # ids that are states of the sampler's process, written as text the way upstream decodes them
         meta["text_states"] = {str(i): PAD_TEXT for i in sorted(states)}
     write_tokens(x, out_path, extra={"unie": json.dumps(meta)})
@@ -164,8 +183,14 @@ def read_sample_meta(path) -> dict:
     return json.loads(raw) if raw else {}
 
 
-def load_hf_evaluator(path, eos_rule: str = "first", max_length: int = 1024, dtype: str = "float32",
-                      device: str = "cpu", batch_size: int = 8):
+def load_hf_evaluator(
+    path,
+    eos_rule: str = "first",
+    max_length: int = 1024,
+    dtype: str = "float32",
+    device: str = "cpu",
+    batch_size: int = 8,
+):
     """An :class:`~unie.eval.genppl.HFEvaluator` from a local snapshot (the workflow never downloads it here)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -195,9 +220,19 @@ def make_evaluator(ev: dict, path, tokenizer, eos_rule: str, domain: str, device
     raise KeyError(EVALUATORS.unknown_message(kind))
 
 
-def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: str, evaluator_paths: dict, *,
-                     domain: str, device: str = "cpu", log=print, cache: dict | None = None,
-                     precision: str = "fp32") -> dict:
+def evaluate_samples(
+    samples_path,
+    tokenizer_dir,
+    evaluators: dict,
+    eos_rule: str,
+    evaluator_paths: dict,
+    *,
+    domain: str,
+    device: str = "cpu",
+    log=print,
+    cache: dict | None = None,
+    precision: str = "fp32",
+) -> dict:
     """Gen PPL of the samples under each evaluator (decode -> re-encode with the evaluator's tokenizer).
 
     ``precision``: the evaluators' forward passes run under :func:`~unie.core.precision.autocast` (their weights
@@ -210,9 +245,16 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
     # a released Duo's [PAD] (a state at our mask id) is written "[PAD]", as upstream's batch_decode writes it
     as_text = {int(i): t for i, t in read_sample_meta(samples_path).get("text_states", {}).items()}
     texts = [tok.decode(row, as_text) for row in x.tolist()]
-    result = {"samples": str(samples_path), "n_samples": len(texts), "entropy_bits": mean_entropy_bits(x),
-              "entropy_se_bits": entropy_se_bits(x), "sampling": read_sample_meta(samples_path),
-              "eos_rule": eos_rule, **precision_record(precision), "genppl": {}}
+    result = {
+        "samples": str(samples_path),
+        "n_samples": len(texts),
+        "entropy_bits": mean_entropy_bits(x),
+        "entropy_se_bits": entropy_se_bits(x),
+        "sampling": read_sample_meta(samples_path),
+        "eos_rule": eos_rule,
+        **precision_record(precision),
+        "genppl": {},
+    }
     for name, ev in evaluators.items():
         t0 = time.perf_counter()
         if cache is not None and name in cache:
@@ -230,8 +272,17 @@ def evaluate_samples(samples_path, tokenizer_dir, evaluators: dict, eos_rule: st
     return result
 
 
-def sample_and_score(job: SampleJob, steps: list[int], sample_paths: list, genppl_paths: list, *,
-                     evaluators: dict, eos_rule: str, evaluator_paths: dict, log=print) -> list[dict]:
+def sample_and_score(
+    job: SampleJob,
+    steps: list[int],
+    sample_paths: list,
+    genppl_paths: list,
+    *,
+    evaluators: dict,
+    eos_rule: str,
+    evaluator_paths: dict,
+    log=print,
+) -> list[dict]:
     """Rule ``sample``/``sample_run``: for each step count (in order) draw the samples (:func:`run_sampler`) and score
     them (:func:`evaluate_samples`), loading the run's models and the evaluators once for all step counts.  The
     samples of step count ``s`` depend only on ``(seed, run, s)`` (:func:`sampling_seed`), so one job per step count
@@ -239,15 +290,26 @@ def sample_and_score(job: SampleJob, steps: list[int], sample_paths: list, genpp
     from .rule import write_json
 
     if not len(steps) == len(sample_paths) == len(genppl_paths):
-        raise ValueError(f"run {job.run}: {len(steps)} step counts but {len(sample_paths)} sample and "
-                         f"{len(genppl_paths)} Gen PPL paths")
+        raise ValueError(
+            f"run {job.run}: {len(steps)} step counts but {len(sample_paths)} sample and "
+            f"{len(genppl_paths)} Gen PPL paths"
+        )
     models = load_models(job, load_tokenizer(job.inputs["tokenizer"]))
     cache, results = {}, []
     for s, samples_path, genppl_path in zip(steps, sample_paths, genppl_paths):
         run_sampler(job, int(s), samples_path, log=log, models=models)
-        result = evaluate_samples(samples_path, job.inputs["tokenizer"], evaluators, eos_rule, evaluator_paths,
-                                  domain=job.domain, device=job.device, log=log, cache=cache,
-                                  precision=job.precision)
+        result = evaluate_samples(
+            samples_path,
+            job.inputs["tokenizer"],
+            evaluators,
+            eos_rule,
+            evaluator_paths,
+            domain=job.domain,
+            device=job.device,
+            log=log,
+            cache=cache,
+            precision=job.precision,
+        )
         write_json(result, genppl_path, records=[samples_path])  # it vouches for the samples it scored
         results.append(result)
     return results

@@ -47,8 +47,17 @@ def table1(rows: dict, domains: list[str], ppl_paths, tex_path, csv_path) -> str
     return tex
 
 
-def table2(rows: dict, runs: dict, evaluators: dict, genppl_paths, tex_path, csv_path, train_domain: str,
-           seq_len: int, log=print) -> str:
+def table2(
+    rows: dict,
+    runs: dict,
+    evaluators: dict,
+    genppl_paths,
+    tex_path,
+    csv_path,
+    train_domain: str,
+    seq_len: int,
+    log=print,
+) -> str:
     """Table 2; with an ``exact`` evaluator, pi's entropy rate (once per table) gives the excess-NLL column."""
     from ..report.tables import table2 as build
 
@@ -108,8 +117,9 @@ def table3(rows: dict, tasks: dict, result_paths, tex_path, csv_path, effect_pat
     if missing:
         raise FileNotFoundError(f"Table 3 rows without an lm-eval result: {missing}")
     names, metrics, columns = task_metrics(tasks)
-    tex, df = build(rows, names, results, metrics, columns, read_effects(effect_paths), read_rooms(room_paths),
-                    averaged(tasks))
+    tex, df = build(
+        rows, names, results, metrics, columns, read_effects(effect_paths), read_rooms(room_paths), averaged(tasks)
+    )
     write_table(tex, df, tex_path, csv_path)
     return tex
 
@@ -141,7 +151,7 @@ def sample_records(row_dir, tasks: list[str], metrics: dict) -> dict:
     if not found:
         return {}
     check_recorded(found[-1])
-    stamp = found[-1].stem[len("results_"):]
+    stamp = found[-1].stem[len("results_") :]
     groups = json.loads(found[-1].read_text()).get("group_subtasks", {})
 
     def leaves(task):
@@ -170,9 +180,13 @@ def item_records(row_dir, tasks: list[str], metrics: dict) -> dict:
     """``task -> {(subtask, doc_id): (score, completion)}`` (:func:`sample_records`; the completion is the filtered
     response as text).  A task whose samples are missing is left out (its delta then has no paired standard
     error)."""
-    return {task: {key: (float(rec[metrics[task].split(",", 1)[0]]), json.dumps(rec.get("filtered_resps")))
-                   for key, rec in records.items()}
-            for task, records in sample_records(row_dir, tasks, metrics).items()}
+    return {
+        task: {
+            key: (float(rec[metrics[task].split(",", 1)[0]]), json.dumps(rec.get("filtered_resps")))
+            for key, rec in records.items()
+        }
+        for task, records in sample_records(row_dir, tasks, metrics).items()
+    }
 
 
 def task_metrics(tasks: dict) -> tuple[list[str], dict, dict]:
@@ -204,11 +218,23 @@ def dllm_effect(row: str, base: str | None, tasks: dict, row_dir, base_dir, out_
     names, metrics, _ = task_metrics(tasks)
     decoder = read_json(Path(row_dir, "results.json"), hashed=False)["config"].get("unie_decoder") or {}
     options = decoder.get("options") if isinstance(decoder.get("options"), dict) else {}
-    effect = (paired_effect(item_records(row_dir, names, metrics), item_records(base_dir, names, metrics), names,
-                            averaged(tasks)) if base else {"tasks": {}, "avg": None})
-    record = {"row": row, "backbone": base, "sampler": decoder.get("sampler"), "energy": options.get("energy"),
-              "selection": options.get("selection"), "options": options, **effect,
-              "window": window_shares(read_json(Path(row_dir, "throughput.json"), hashed=False))}
+    effect = (
+        paired_effect(
+            item_records(row_dir, names, metrics), item_records(base_dir, names, metrics), names, averaged(tasks)
+        )
+        if base
+        else {"tasks": {}, "avg": None}
+    )
+    record = {
+        "row": row,
+        "backbone": base,
+        "sampler": decoder.get("sampler"),
+        "energy": options.get("energy"),
+        "selection": options.get("selection"),
+        "options": options,
+        **effect,
+        "window": window_shares(read_json(Path(row_dir, "throughput.json"), hashed=False)),
+    }
     write_json(record, out_path, records=row_files(row_dir))  # it vouches for the row's lm-eval files
     return record
 
@@ -216,8 +242,12 @@ def dllm_effect(row: str, base: str | None, tasks: dict, row_dir, base_dir, out_
 def row_files(row_dir) -> list[str]:
     """A Table 3 row's lm-eval files (``results.json``, ``throughput.json``, lm-eval's ``results_*.json`` and
     ``samples_*.jsonl``), whose sizes and hashes its ``effect.json`` records."""
-    found = [Path(row_dir, "results.json"), Path(row_dir, "throughput.json"),
-             *sorted(Path(row_dir).rglob("results_*.json")), *sorted(Path(row_dir).rglob("samples_*.jsonl"))]
+    found = [
+        Path(row_dir, "results.json"),
+        Path(row_dir, "throughput.json"),
+        *sorted(Path(row_dir).rglob("results_*.json")),
+        *sorted(Path(row_dir).rglob("samples_*.jsonl")),
+    ]
     return [str(p) for p in found if p.exists()]
 
 
@@ -272,8 +302,10 @@ def fig4(sweep_dir, pdf_path, png_path, csv_path) -> str:
     sweep = read_json(Path(sweep_dir, "points.json"))
     figure, df = fig4_tradeoff(sweep)
     write_figure(figure, df, pdf_path, png_path, csv_path)
-    return "\n".join(f"{r.curve} {r.key}={r.value}: {r.accuracy:.1f} ± {r.stderr:.1f} %, {r.tokens_per_s:.0f} tok/s"
-                     for r in df.itertuples())
+    return "\n".join(
+        f"{r.curve} {r.key}={r.value}: {r.accuracy:.1f} ± {r.stderr:.1f} %, {r.tokens_per_s:.0f} tok/s"
+        for r in df.itertuples()
+    )
 
 
 def sweep_table(sweep_dir, caption: str, tex_path, csv_path) -> str:
@@ -344,15 +376,22 @@ def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
         figures_only = all(Path(f).suffix == ".png" for f in item["files"])
         intro = "" if figures_only and len(item["files"]) == 1 else about
         sections.append((re.sub(r"\W+", "-", item["target"]), item["heading"], intro + "".join(body)))
-    sections.append(("timeline", "Where the run's time went",
-                     '<p>Written when the run ends (the Snakefile\'s <code>onsuccess</code>), from its jobs\' own '
-                     'records: one lane per concurrently running job, the critical path in red, the idle core-time '
-                     'in the title (<code>benchmarks/timeline.tsv</code>, <code>timeline.json</code>).</p>'
-                     '<img src="../../benchmarks/timeline.png" alt="the run\'s jobs on a timeline (written when the '
-                     'run ends)" style="max-width:100%">'))
-    intro = (f"<p>{note} Every table and figure this run made, in the paper's order; each caption says what the "
-             "numbers are. The LaTeX, CSV, PDF and PNG files are under the run's <code>results/</code>; "
-             "its <code>results/tables/paper_vs_ours.md</code> puts the paper's numbers beside these.</p>")
+    sections.append(
+        (
+            "timeline",
+            "Where the run's time went",
+            "<p>Written when the run ends (the Snakefile's <code>onsuccess</code>), from its jobs' own "
+            "records: one lane per concurrently running job, the critical path in red, the idle core-time "
+            "in the title (<code>benchmarks/timeline.tsv</code>, <code>timeline.json</code>).</p>"
+            '<img src="../../benchmarks/timeline.png" alt="the run\'s jobs on a timeline (written when the '
+            'run ends)" style="max-width:100%">',
+        )
+    )
+    intro = (
+        f"<p>{note} Every table and figure this run made, in the paper's order; each caption says what the "
+        "numbers are. The LaTeX, CSV, PDF and PNG files are under the run's <code>results/</code>; "
+        "its <code>results/tables/paper_vs_ours.md</code> puts the paper's numbers beside these.</p>"
+    )
     _write_text(page("Uni-E: the paper's tables and figures, regenerated", intro, sections), out_path)
     return len(sections)
 
@@ -374,18 +413,26 @@ def write_timeline(run_dir, since: float, cores: int, log=None) -> dict | None:
     critical = set(info["critical_path"])
     lines = ["rule\tstart_s\tend_s\tseconds\tthreads\tcritical\toutputs"]
     for j in jobs:
-        lines.append(f"{j['rule']}\t{j['start'] - t0:.1f}\t{j['end'] - t0:.1f}\t{j['end'] - j['start']:.1f}\t"
-                     f"{j['threads']}\t{int(j['id'] in critical)}\t{','.join(j['outputs'][:3])}")
+        lines.append(
+            f"{j['rule']}\t{j['start'] - t0:.1f}\t{j['end'] - t0:.1f}\t{j['end'] - j['start']:.1f}\t"
+            f"{j['threads']}\t{int(j['id'] in critical)}\t{','.join(j['outputs'][:3])}"
+        )
     out = Path(run_dir) / "benchmarks"
     _write_text("\n".join(lines) + "\n", out / "timeline.tsv")
     rules = {j["id"]: j["rule"] for j in jobs}
-    record = {**info, "critical_path": [rules[i] for i in info["critical_path"]], "since": since,
-              "written": time.time()}
+    record = {
+        **info,
+        "critical_path": [rules[i] for i in info["critical_path"]],
+        "since": since,
+        "written": time.time(),
+    }
     _write_text(json.dumps(record, indent=1) + "\n", out / "timeline.json")
-    write_figure(timeline_figure(jobs, info, f"{run_dir}: where the time went"), None, out / "timeline.pdf",
-                 out / "timeline.png")
+    write_figure(
+        timeline_figure(jobs, info, f"{run_dir}: where the time went"), None, out / "timeline.pdf", out / "timeline.png"
+    )
     (log or (lambda m: print(m, file=sys.stderr)))(
         f"unie: timeline {out / 'timeline.png'}: {len(jobs)} jobs in {info['wall_s'] / 60:.1f} min, idle "
         f"{100 * (info['idle_share'] or 0):.0f} % of {cores} cores, critical path {info['critical_s'] / 60:.1f} min "
-        f"({' -> '.join(record['critical_path'][-4:])})")
+        f"({' -> '.join(record['critical_path'][-4:])})"
+    )
     return record

@@ -60,8 +60,18 @@ def _q(text: str) -> str:
     return json.dumps(text)
 
 
-def generate_until_yaml(task: str, header: list[str], test_path: Path, target: str, options: list[str],
-                        until: list[str], do_sample: bool, max_gen_toks: int, metric: str, metadata: dict) -> str:
+def generate_until_yaml(
+    task: str,
+    header: list[str],
+    test_path: Path,
+    target: str,
+    options: list[str],
+    until: list[str],
+    do_sample: bool,
+    max_gen_toks: int,
+    metric: str,
+    metadata: dict,
+) -> str:
     """An lm-eval ``generate_until`` task reading its test documents from ``test_path`` (made absolute), scored by
     ``utils.process_results_<task>``; ``header``: comment lines, ``options``: lines after ``doc_to_target``."""
     lines = [
@@ -103,9 +113,18 @@ def task_yaml(task: str, test_path: Path, n_test: int, seed: int) -> str:
         "# Scored generatively by utils.process_results_* (unie.data.tasks.score). List answers are checked by",
         "# executing the reference program on integers only (no model text is run), hence no unsafe_code.",
     ]
-    return generate_until_yaml(task, header, test_path, "answer", [f"target_delimiter: {_q(' ')}", "num_fewshot: 0"],
-                               g["until"], g["do_sample"], g["max_gen_toks"], PRIMARY_METRIC[task],
-                               {"n_test": n_test, "seed": seed})
+    return generate_until_yaml(
+        task,
+        header,
+        test_path,
+        "answer",
+        [f"target_delimiter: {_q(' ')}", "num_fewshot: 0"],
+        g["until"],
+        g["do_sample"],
+        g["max_gen_toks"],
+        PRIMARY_METRIC[task],
+        {"n_test": n_test, "seed": seed},
+    )
 
 
 def group_yaml(tasks: list[str]) -> str:
@@ -129,8 +148,9 @@ def process_results(task, doc, results):
         raise ValueError(f"{task}: expected one completion per document, got {len(results)}: {results!r}")
     return {PRIMARY_METRIC[task]: score(task, doc, results[0])}
 '''
-    funcs = [f"\n\ndef process_results_{t}(doc, results):\n    return process_results({t!r}, doc, results)\n"
-             for t in tasks]
+    funcs = [
+        f"\n\ndef process_results_{t}(doc, results):\n    return process_results({t!r}, doc, results)\n" for t in tasks
+    ]
     return head + "".join(funcs)
 
 
@@ -160,8 +180,10 @@ def write_lmeval_tasks(out_dir, n_train: int, n_test: int, seed: int) -> list[st
 
 # ---------------------------------------------------------------------- the paper profile's local tasks
 LOCAL_TASKS_DIR = "resources/dllm/local_tasks"  # in the run's directory (runs/<name>/), rule dllm_local_tasks
-LCB_INSTRUCTION = ("You will be given a question (problem specification) and will generate a correct Python "
-                   "program that matches the specification and passes all tests.")
+LCB_INSTRUCTION = (
+    "You will be given a question (problem specification) and will generate a correct Python "
+    "program that matches the specification and passes all tests."
+)
 
 
 def lcb_prompt(row: dict) -> str:
@@ -170,11 +192,15 @@ def lcb_prompt(row: dict) -> str:
     program and the task stops at the closing fence."""
     text = f"{LCB_INSTRUCTION}\n\nQuestion: {row['question_content'].strip()}\n\n"
     if row.get("starter_code"):
-        text += ("You will use the following starter code to write the solution to the problem.\n```python\n"
-                 f"{row['starter_code'].rstrip()}\n```\n\n")
+        text += (
+            "You will use the following starter code to write the solution to the problem.\n```python\n"
+            f"{row['starter_code'].rstrip()}\n```\n\n"
+        )
     else:
-        text += ("Read the inputs from stdin, solve the problem and write the answer to stdout (do not directly "
-                 "test on the sample inputs).\n\n")
+        text += (
+            "Read the inputs from stdin, solve the problem and write the answer to stdout (do not directly "
+            "test on the sample inputs).\n\n"
+        )
     return text + "Answer:\n```python\n"
 
 
@@ -204,11 +230,18 @@ def livecodebench_docs(paths: list) -> list[dict]:
                 raise ValueError(f"{path}:{n + 1}: question {row['question_id']!r} appears twice")
             seen.add(row["question_id"])
             load_test_cases(row["public_test_cases"])  # a malformed row fails here, before any generation
-            docs.append({"id": row["question_id"], "question": lcb_prompt(row),
-                         "public_test_cases": row["public_test_cases"],
-                         "private_test_cases": row["private_test_cases"], "metadata": row.get("metadata") or "{}",
-                         "platform": row.get("platform"), "difficulty": row.get("difficulty"),
-                         "contest_date": row.get("contest_date")})
+            docs.append(
+                {
+                    "id": row["question_id"],
+                    "question": lcb_prompt(row),
+                    "public_test_cases": row["public_test_cases"],
+                    "private_test_cases": row["private_test_cases"],
+                    "metadata": row.get("metadata") or "{}",
+                    "platform": row.get("platform"),
+                    "difficulty": row.get("difficulty"),
+                    "contest_date": row.get("contest_date"),
+                }
+            )
     if not docs:
         raise ValueError(f"no LiveCodeBench problems in {[str(p) for p in paths]}")
     return docs
@@ -230,16 +263,16 @@ def lm_eval_mbpp_fewshot() -> list[dict]:
 def mbpp_text(row: dict) -> str:
     """lm-eval's ``mbpp`` ``doc_to_text``: the MBPP paper's prompt, ending at ``[BEGIN]`` and a newline."""
     tests = "\n".join(row["test_list"][:3])
-    return (f"You are an expert Python programmer, and here is your task: {row['text']} Your code should pass "
-            f"these tests:\n\n{tests}\n[BEGIN]\n")
+    return (
+        f"You are an expert Python programmer, and here is your task: {row['text']} Your code should pass "
+        f"these tests:\n\n{tests}\n[BEGIN]\n"
+    )
 
 
 def mbpp_prompt(row: dict, shots: list[dict]) -> str:
     """lm-eval's 3-shot ``mbpp`` context: each shot's text, its code and ``\\n[DONE]``, a blank line between
     examples, then the problem's text."""
     return "".join(mbpp_text(s) + s["code"] + "\n[DONE]\n\n" for s in shots) + mbpp_text(row)
-
-
 
 
 def mbpp_docs(paths: list) -> list[dict]:
@@ -252,8 +285,9 @@ def mbpp_docs(paths: list) -> list[dict]:
             missing = {"task_id", "text", "test_list"} - set(row)
             if missing or len(row.get("test_list") or []) < 3:
                 raise ValueError(f"{path}:{n + 1}: not an MBPP row (no {sorted(missing) or 'three test_list asserts'})")
-            docs.append({"id": row["task_id"], "question": mbpp_prompt(row, shots),
-                         "test_list": list(row["test_list"][:3])})  # lm-eval's reference: the first three asserts
+            docs.append(
+                {"id": row["task_id"], "question": mbpp_prompt(row, shots), "test_list": list(row["test_list"][:3])}
+            )  # lm-eval's reference: the first three asserts
     if not docs:
         raise ValueError(f"no MBPP problems in {[str(p) for p in paths]}")
     return docs
@@ -262,8 +296,10 @@ def mbpp_docs(paths: list) -> list[dict]:
 # MMLU and HellaSwag scored generatively: the model writes the option's letter (unie.eval.choice), so a decoder can
 # change the score; lm-eval's built-in ``mmlu``/``hellaswag`` are log-likelihood tasks that no decoder changes
 MMLU_DESCRIPTION = "The following are multiple choice questions (with answers) about {subject}.\n\n"
-HELLASWAG_QUESTION = ("{ctx}\nQuestion: Which ending makes the most sense?\nA. {A}\nB. {B}\nC. {C}\nD. {D}\n"
-                      "You may choose from 'A', 'B', 'C', 'D'.\nAnswer:")
+HELLASWAG_QUESTION = (
+    "{ctx}\nQuestion: Which ending makes the most sense?\nA. {A}\nB. {B}\nC. {C}\nD. {D}\n"
+    "You may choose from 'A', 'B', 'C', 'D'.\nAnswer:"
+)
 
 
 def _is_dev_file(path) -> bool:
@@ -293,8 +329,10 @@ def mmlu_docs(paths: list, num_fewshot: int = 5) -> list[dict]:
     (LLaDA and Dream evaluate MMLU 5-shot); ``answer`` is the gold letter."""
     dev = [p for p in paths if _is_dev_file(p)]
     if num_fewshot and not dev:
-        raise ValueError(f"MMLU with {num_fewshot} shots needs its dev split among the files (all/dev-*.parquet); "
-                         f"got {[str(p) for p in paths]}")
+        raise ValueError(
+            f"MMLU with {num_fewshot} shots needs its dev split among the files (all/dev-*.parquet); "
+            f"got {[str(p) for p in paths]}"
+        )
     pool: dict[str, list[dict]] = {}
     for path in dev:
         for n, row in _read_rows(path):
@@ -305,10 +343,17 @@ def mmlu_docs(paths: list, num_fewshot: int = 5) -> list[dict]:
             row = _mmlu_row(row, path, n)
             shots = pool.get(row["subject"], [])[:num_fewshot]
             if len(shots) < num_fewshot:
-                raise ValueError(f"{path}:{n + 1}: subject {row['subject']!r} has {len(shots)} dev rows, "
-                                 f"{num_fewshot} shots asked")
-            docs.append({"id": len(docs), "subject": row["subject"], "question": mmlu_prompt(row, shots),
-                         "answer": LETTERS[row["answer"]]})
+                raise ValueError(
+                    f"{path}:{n + 1}: subject {row['subject']!r} has {len(shots)} dev rows, {num_fewshot} shots asked"
+                )
+            docs.append(
+                {
+                    "id": len(docs),
+                    "subject": row["subject"],
+                    "question": mmlu_prompt(row, shots),
+                    "answer": LETTERS[row["answer"]],
+                }
+            )
     if not docs:
         raise ValueError(f"no MMLU test questions in {[str(p) for p in paths]}")
     return docs
@@ -338,14 +383,20 @@ def hellaswag_docs(paths: list) -> list[dict]:
         for n, row in _read_rows(path):
             missing = {"activity_label", "ctx_a", "ctx_b", "endings", "label"} - set(row)
             if missing or len(row.get("endings") or []) != 4 or str(row.get("label")) not in ("0", "1", "2", "3"):
-                raise ValueError(f"{path}:{n + 1}: not a labelled HellaSwag row "
-                                 f"(no {sorted(missing) or 'four endings and a label 0-3'})")
+                raise ValueError(
+                    f"{path}:{n + 1}: not a labelled HellaSwag row "
+                    f"(no {sorted(missing) or 'four endings and a label 0-3'})"
+                )
             query = hellaswag_preprocess(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize())
             endings = [hellaswag_preprocess(e) for e in row["endings"]]
-            docs.append({"id": len(docs), "ind": row.get("ind"),
-                         "question": HELLASWAG_QUESTION.format(ctx=query.split(": ", 1)[-1],
-                                                               **dict(zip(LETTERS, endings))),
-                         "answer": LETTERS[int(row["label"])]})
+            docs.append(
+                {
+                    "id": len(docs),
+                    "ind": row.get("ind"),
+                    "question": HELLASWAG_QUESTION.format(ctx=query.split(": ", 1)[-1], **dict(zip(LETTERS, endings))),
+                    "answer": LETTERS[int(row["label"])],
+                }
+            )
     if not docs:
         raise ValueError(f"no HellaSwag rows in {[str(p) for p in paths]}")
     return docs
@@ -359,9 +410,18 @@ assert set(DOC_READERS) == set(LOCAL_KINDS), "every local task kind needs its do
 def local_task_yaml(task: str, kind: str, test_path: Path, n_docs: int, max_gen_toks: int) -> str:
     spec = LOCAL_KINDS[kind]
     header = [f"# {task}: written by unie.pipeline.task_files.write_local_tasks ({kind}); regenerate rather than edit."]
-    return generate_until_yaml(task, header, test_path, spec.get("target", "{{id}}"),
-                               ["num_fewshot: 0", f"unsafe_code: {str(spec['unsafe_code']).lower()}"], spec["until"],
-                               False, max_gen_toks, spec["metric"], {"n_docs": n_docs})
+    return generate_until_yaml(
+        task,
+        header,
+        test_path,
+        spec.get("target", "{{id}}"),
+        ["num_fewshot: 0", f"unsafe_code: {str(spec['unsafe_code']).lower()}"],
+        spec["until"],
+        False,
+        max_gen_toks,
+        spec["metric"],
+        {"n_docs": n_docs},
+    )
 
 
 def write_local_tasks(out_dir, local: dict) -> list[str]:
@@ -385,7 +445,9 @@ def write_local_tasks(out_dir, local: dict) -> list[str]:
         _write_text(out / f"{task}.yaml", local_task_yaml(task, kind, test_path, len(docs), int(spec["max_gen_toks"])))
         module, func = LOCAL_KINDS[kind]["hook"].split(":")
         metric = LOCAL_KINDS[kind]["metric"]
-        hooks.append(f"\n\ndef process_results_{task}(doc, results):\n    from {module} import {func}\n\n"
-                     f"    return {{{metric!r}: {func}(doc, results[0])}}\n")
+        hooks.append(
+            f"\n\ndef process_results_{task}(doc, results):\n    from {module} import {func}\n\n"
+            f"    return {{{metric!r}: {func}(doc, results[0])}}\n"
+        )
     _write_text(out / "utils.py", "".join(hooks))
     return list(local)

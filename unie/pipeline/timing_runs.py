@@ -43,8 +43,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def time_run(job: SampleJob, steps: list[int], *, warmup: int, repeats: int, threads: int, log=print,
-             checks: TimingChecks | None = None) -> dict:
+def time_run(
+    job: SampleJob,
+    steps: list[int],
+    *,
+    warmup: int,
+    repeats: int,
+    threads: int,
+    log=print,
+    checks: TimingChecks | None = None,
+) -> dict:
     """Time ``job``'s run at each of ``steps`` on ``threads`` torch threads, one batch of ``job.batch_size``
     sequences per generation (:func:`~unie.eval.timing.time_generation`); returns the result record.
 
@@ -60,9 +68,21 @@ def time_run(job: SampleJob, steps: list[int], *, warmup: int, repeats: int, thr
 
     def measure(s: int, warm: int) -> dict:
         with autocast(job.device, job.precision):  # the job's precision, as its sampling job ran (fp32: no-op)
-            return time_generation(entry, models, opts, job.seq_len, s, batch_size=job.batch_size, warmup=warm,
-                                   repeats=repeats, seed=job.seed_at(s), device=job.device, threads=threads,
-                                   checks=checks, reruns=checks.reruns)
+            return time_generation(
+                entry,
+                models,
+                opts,
+                job.seq_len,
+                s,
+                batch_size=job.batch_size,
+                warmup=warm,
+                repeats=repeats,
+                seed=job.seed_at(s),
+                device=job.device,
+                threads=threads,
+                checks=checks,
+                reruns=checks.reruns,
+            )
 
     points = [measure(int(s), warmup) for s in steps]
     for _ in range(checks.reruns):  # a point off the run's per-call median: once more (already warm)
@@ -76,14 +96,27 @@ def time_run(job: SampleJob, steps: list[int], *, warmup: int, repeats: int, thr
     check_calls(points, checks)
     for p in points:
         ratio = "n/a" if p["cpu_ratio"] is None else f"{p['cpu_ratio']:.2f}"
-        log(f"{job.run} steps {p['steps']}: {p['seconds']:.4f} s per batch of {job.batch_size} (median of {repeats}; "
-            f"spread {p['spread']:.2f}, CPU/wall {ratio} on {threads} threads, NFE {p['nfe']})")
+        log(
+            f"{job.run} steps {p['steps']}: {p['seconds']:.4f} s per batch of {job.batch_size} (median of {repeats}; "
+            f"spread {p['spread']:.2f}, CPU/wall {ratio} on {threads} threads, NFE {p['nfe']})"
+        )
         if not p["trusted"]:
             log(f"WARNING: {job.run} steps {p['steps']}: {describe(p)}")
     device = job.device
     device_name = torch.cuda.get_device_name(device) if str(device).startswith("cuda") else cpu_name()
     flags = sorted({f for p in points for f in p["flags"]})
-    return {"run": job.run, "sampler": job.sampler, "models": job.models, "options": dataclasses.asdict(opts),
-            "seq_len": job.seq_len, "threads": threads, "device": str(device), "device_name": device_name,
-            "torch": torch.__version__, "points": points, "checks": checks_record(checks), "flags": flags,
-            "trusted": not flags}
+    return {
+        "run": job.run,
+        "sampler": job.sampler,
+        "models": job.models,
+        "options": dataclasses.asdict(opts),
+        "seq_len": job.seq_len,
+        "threads": threads,
+        "device": str(device),
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "points": points,
+        "checks": checks_record(checks),
+        "flags": flags,
+        "trusted": not flags,
+    }

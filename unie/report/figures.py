@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-CONTEXT_TITLES = {"teacher_forced": "AR context: teacher forced", "masked": "AR context: masked state",
-                  "exact": r"AR context: exact $\pi$ (oracle)"}
+CONTEXT_TITLES = {
+    "teacher_forced": "AR context: teacher forced",
+    "masked": "AR context: masked state",
+    "exact": r"AR context: exact $\pi$ (oracle)",
+}
 
 # One error-bar convention for every figure (the tables' too: "± s.e."), stated on each figure.
 SE_BARS = 1
@@ -19,21 +22,61 @@ ERROR_BARS = "error bars: ±1 s.e."
 # and Figure 4's decoders); no two rows share one.  A label "X (rule)" not listed is row X drawn with another rule
 # (same colour, the figure changes the line style); "No energy" in Figure 2 is the MDLM run.
 ROW_COLOURS = {
-    "Data": "#000000", "AR": "#7f7f7f", "SEDD": "#ff7f0e", "MDLM": "#1f77b4", "Duo": "#2ca02c",
-    "Block Diffusion": "#9467bd", "DCD": "#8c564b", "ReMDM": "#e377c2", "EDLM-AR": "#bcbd22", "EDLM-CoAR": "#17becf",
-    "EDLM-NCE": "#7b4173", "Uni-EDLM-AR": "#d62728", "Uni-EDLM-NCE": "#ff9896",
-    "Inv-E": "#393b79", "Ind-E": "#637939", "Uni-E": "#ad494a",
-    "AR proxy": "#525252", "AR (large)": "#969696", "AR (large, 2nd recipe)": "#c7c7c7", "LLaDA-like": "#3182bd",
-    "Dream-like": "#756bb1", "+APD": "#e6550d", "+DAWN": "#31a354", "+CoRe": "#8c6d31", "+Uni-Energy": "#a50f15",
-    "+Ind-Energy": "#fd8d3c", "+Inv-Energy": "#6baed6", "+proxy rerank": "#843c39", "Fast-dLLM": "#c51b8a",
+    "Data": "#000000",
+    "AR": "#7f7f7f",
+    "SEDD": "#ff7f0e",
+    "MDLM": "#1f77b4",
+    "Duo": "#2ca02c",
+    "Block Diffusion": "#9467bd",
+    "DCD": "#8c564b",
+    "ReMDM": "#e377c2",
+    "EDLM-AR": "#bcbd22",
+    "EDLM-CoAR": "#17becf",
+    "EDLM-NCE": "#7b4173",
+    "Uni-EDLM-AR": "#d62728",
+    "Uni-EDLM-NCE": "#ff9896",
+    "Inv-E": "#393b79",
+    "Ind-E": "#637939",
+    "Uni-E": "#ad494a",
+    "AR proxy": "#525252",
+    "AR (large)": "#969696",
+    "AR (large, 2nd recipe)": "#c7c7c7",
+    "LLaDA-like": "#3182bd",
+    "Dream-like": "#756bb1",
+    "+APD": "#e6550d",
+    "+DAWN": "#31a354",
+    "+CoRe": "#8c6d31",
+    "+Uni-Energy": "#a50f15",
+    "+Ind-Energy": "#fd8d3c",
+    "+Inv-Energy": "#6baed6",
+    "+proxy rerank": "#843c39",
+    "Fast-dLLM": "#c51b8a",
 }
 NO_ENERGY = "No energy"  # Figure 2's curve without an energy (the MDLM run)
 ROW_ALIASES = {"Data ($\\pi$, exact)": "Data", NO_ENERGY: "MDLM"}
 
 # for rows nobody listed: colours no listed row has (tab20b / tab20c)
-SPARE_COLOURS = ("#5254a3", "#8ca252", "#bd9e39", "#d6616b", "#a55194", "#6b6ecf", "#b5cf6b", "#e7ba52", "#e7969c",
-                 "#ce6dbd", "#9c9ede", "#cedb9c", "#e7cb94", "#9ecae1", "#fdae6b", "#74c476", "#a1d99b", "#9e9ac8",
-                 "#636363")
+SPARE_COLOURS = (
+    "#5254a3",
+    "#8ca252",
+    "#bd9e39",
+    "#d6616b",
+    "#a55194",
+    "#6b6ecf",
+    "#b5cf6b",
+    "#e7ba52",
+    "#e7969c",
+    "#ce6dbd",
+    "#9c9ede",
+    "#cedb9c",
+    "#e7cb94",
+    "#9ecae1",
+    "#fdae6b",
+    "#74c476",
+    "#a1d99b",
+    "#9e9ac8",
+    "#636363",
+)
 
 
 def k_label(K: int) -> str:
@@ -79,6 +122,7 @@ def row_colours(labels) -> dict[str, str]:
 
 def _luminance(rgb) -> float:
     """WCAG relative luminance of an sRGB colour (components in [0, 1])."""
+
     def lin(c):
         return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
 
@@ -110,10 +154,20 @@ def genppl_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         for ev, g in r["genppl"].items():
-            rows.append({"run": r["sampling"]["run"], "steps": int(r["sampling"]["steps"]), "evaluator": ev,
-                         "genppl": g["ppl"], "nll_se": g["nll_se"], "nll": g["nll_per_token"],
-                         "entropy_bits": r["entropy_bits"], "seconds": r["sampling"].get("seconds"),
-                         "selection": selection_of(r), "entropy_se": r.get("entropy_se_bits")})
+            rows.append(
+                {
+                    "run": r["sampling"]["run"],
+                    "steps": int(r["sampling"]["steps"]),
+                    "evaluator": ev,
+                    "genppl": g["ppl"],
+                    "nll_se": g["nll_se"],
+                    "nll": g["nll_per_token"],
+                    "entropy_bits": r["entropy_bits"],
+                    "seconds": r["sampling"].get("seconds"),
+                    "selection": selection_of(r),
+                    "entropy_se": r.get("entropy_se_bits"),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -168,13 +222,32 @@ def fig2_ablation(fig: dict, records: list[dict]):
             style = {"color": colour_of[label]}
             if selection not in (None, "argmin") and energy_of.get(label) in colours:
                 style = {"color": colours[energy_of[label]], "ls": "--", "mfc": "white"}
-            bars = ax.errorbar(sub.steps, sub.genppl, yerr=[sub.genppl - lo, hi - sub.genppl], marker=marker,
-                               capsize=2, label=label, lw=1.2, ms=4, **style)
+            bars = ax.errorbar(
+                sub.steps,
+                sub.genppl,
+                yerr=[sub.genppl - lo, hi - sub.genppl],
+                marker=marker,
+                capsize=2,
+                label=label,
+                lw=1.2,
+                ms=4,
+                **style,
+            )
             handles.setdefault(label, bars)
             colours.setdefault(energy_of.get(label), bars.lines[0].get_color())
-            out += [{"context": ctx, "curve": label, "run": run_of(ctx), "steps": s, "genppl": g, "nll": n,
-                     "nll_se": se, "selection": selection}
-                    for s, g, n, se in zip(sub.steps, sub.genppl, sub.nll, sub.nll_se)]
+            out += [
+                {
+                    "context": ctx,
+                    "curve": label,
+                    "run": run_of(ctx),
+                    "steps": s,
+                    "genppl": g,
+                    "nll": n,
+                    "nll_se": se,
+                    "selection": selection,
+                }
+                for s, g, n, se in zip(sub.steps, sub.genppl, sub.nll, sub.nll_se)
+            ]
         ax.set_yscale("log")
         _steps_axis(ax, sorted(df.steps.unique()))
         _plain_y(ax)
@@ -182,10 +255,14 @@ def fig2_ablation(fig: dict, records: list[dict]):
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel(f"Gen PPL ({fig['evaluator']})")
     # one legend for the panels, under them: it covers no point
-    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=9,
-                  frameon=False)
-    figure.suptitle(f"Ablation, K={fig['K']}, w={fig['w']}: the candidate by argmin E unless the label says resample "
-                    f"(j ~ softmax(-E)).\n{ERROR_BARS.capitalize()} of the per-token NLL, as perplexity", fontsize=10)
+    figure.legend(
+        list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=9, frameon=False
+    )
+    figure.suptitle(
+        f"Ablation, K={fig['K']}, w={fig['w']}: the candidate by argmin E unless the label says resample "
+        f"(j ~ softmax(-E)).\n{ERROR_BARS.capitalize()} of the per-token NLL, as perplexity",
+        fontsize=10,
+    )
     figure.tight_layout(rect=(0, 0.08, 1, 1))
     return figure, pd.DataFrame(out)
 
@@ -223,9 +300,19 @@ FLAGGED_NOTE = "† timing flagged: machine busy (hollow markers)"
 def _timing_frame(timings: list[dict]) -> pd.DataFrame:
     """One row per timed point; ``trusted``: its checks passed (:mod:`unie.eval.timing`; a record written before
     the checks existed counts as trusted)."""
-    rows = [{"run": t["run"], "steps": int(p["steps"]), "seconds": p["seconds"], "batch_size": p["batch_size"],
-             "threads": t["threads"], "device_name": t["device_name"], "trusted": bool(p.get("trusted", True))}
-            for t in timings for p in t["points"]]
+    rows = [
+        {
+            "run": t["run"],
+            "steps": int(p["steps"]),
+            "seconds": p["seconds"],
+            "batch_size": p["batch_size"],
+            "threads": t["threads"],
+            "device_name": t["device_name"],
+            "trusted": bool(p.get("trusted", True)),
+        }
+        for t in timings
+        for p in t["points"]
+    ]
     return pd.DataFrame(rows)
 
 
@@ -253,9 +340,15 @@ def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
     base = runs["k"][1] if 1 in runs["k"] else fig["baselines"].get("MDLM")
     out = {"evaluator": fig["evaluator"], "steps": steps, "k": {}, "w": {}, "wallclock": {}}
     for K, run in runs["k"].items():
-        out["k"][str(K)] = {str(s): {"dnll": nll[(run, s)][0] - nll[(base, s)][0],
-                                     "se": (nll[(run, s)][1] ** 2 + nll[(base, s)][1] ** 2) ** 0.5,
-                                     "genppl": nll[(run, s)][2]} for s in steps if (run, s) in nll and (base, s) in nll}
+        out["k"][str(K)] = {
+            str(s): {
+                "dnll": nll[(run, s)][0] - nll[(base, s)][0],
+                "se": (nll[(run, s)][1] ** 2 + nll[(base, s)][1] ** 2) ** 0.5,
+                "genppl": nll[(run, s)][2],
+            }
+            for s in steps
+            if (run, s) in nll and (base, s) in nll
+        }
     full = runs["w"][max(runs["w"])]
     for w, run in runs["w"].items():
         pts = {}
@@ -264,11 +357,15 @@ def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
                 gain_full = nll[(base, s)][0] - nll[(full, s)][0]
                 se_full = (nll[(base, s)][1] ** 2 + nll[(full, s)][1] ** 2) ** 0.5
                 gain = nll[(base, s)][0] - nll[(run, s)][0]
-                pts[str(s)] = {"gain": gain, "se": (nll[(base, s)][1] ** 2 + nll[(run, s)][1] ** 2) ** 0.5,
-                               "gain_full": gain_full, "se_full": se_full,
-                               # a share of a gain that is not there (< 2 s.e.) would be noise
-                               "kept": gain / gain_full if gain_full > 2 * se_full else None,
-                               "genppl": nll[(run, s)][2]}
+                pts[str(s)] = {
+                    "gain": gain,
+                    "se": (nll[(base, s)][1] ** 2 + nll[(run, s)][1] ** 2) ** 0.5,
+                    "gain_full": gain_full,
+                    "se_full": se_full,
+                    # a share of a gain that is not there (< 2 s.e.) would be noise
+                    "kept": gain / gain_full if gain_full > 2 * se_full else None,
+                    "genppl": nll[(run, s)][2],
+                }
         out["w"][str(w)] = pts
     ar_run = fig["baselines"].get("AR")
     if ar_run is not None and not times.empty:
@@ -285,13 +382,15 @@ def fig3_summary(fig: dict, df: pd.DataFrame, times: pd.DataFrame) -> dict:
                 hit = sub[sub.genppl <= ar_ppl]
                 first = hit.iloc[0] if len(hit) else None
                 out["wallclock"][label] = {
-                    "run": run, "selection": _selection_at(df, run),
+                    "run": run,
+                    "selection": _selection_at(df, run),
                     "steps": None if first is None else int(first.steps),
                     "genppl": None if first is None else float(first.genppl),
                     "seconds": None if first is None else float(first.seconds),
                     "ratio_to_ar": None if first is None else float(first.seconds) / ar_sec,
                     "best_genppl": float(sub.genppl.min()) if len(sub) else None,
-                    "timing_trusted": None if first is None else bool(first.trusted) and out["ar"]["timing_trusted"]}
+                    "timing_trusted": None if first is None else bool(first.trusted) and out["ar"]["timing_trusted"],
+                }
     return out
 
 
@@ -328,10 +427,22 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
         ax.errorbar(sub[x], sub[y], yerr=yerr, marker=marker, capsize=2, label=label, lw=1.2, ms=4, color=colour)
 
     def points(panel, label, run, sub, **extra):
-        return [{"panel": panel, "curve": label, "run": run, "steps": r.steps, "genppl": r.genppl, "nll": r.nll,
-                 "nll_se": r.nll_se, "entropy_bits": r.entropy_bits,
-                 **{k: getattr(r, v) for k, v in extra.items()}, "selection": r.selection,
-                 "entropy_se": getattr(r, "entropy_se", None)} for r in sub.itertuples()]
+        return [
+            {
+                "panel": panel,
+                "curve": label,
+                "run": run,
+                "steps": r.steps,
+                "genppl": r.genppl,
+                "nll": r.nll,
+                "nll_se": r.nll_se,
+                "entropy_bits": r.entropy_bits,
+                **{k: getattr(r, v) for k, v in extra.items()},
+                "selection": r.selection,
+                "entropy_se": getattr(r, "entropy_se", None),
+            }
+            for r in sub.itertuples()
+        ]
 
     cmap = plt.get_cmap("viridis")  # K and w are ordered values, not rows: a sequential map
     for i, ((K, run), marker) in enumerate(zip(runs["k"].items(), "osD^v<>")):
@@ -384,9 +495,12 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
         ax.legend(fontsize=8)
     handles, names = axes[2].get_legend_handles_labels()
     figure.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, frameon=False)
-    figure.suptitle(f"{fig['label']}: hyper-parameters and efficiency. {ERROR_BARS.capitalize()} (Gen PPL: of the "
-                    f"per-token NLL, as perplexity; entropy: of its mean).\nWall-clock: one batch of {bs}, median of "
-                    f"repeats, warm-up excluded, {th} threads, {dev}", fontsize=10)
+    figure.suptitle(
+        f"{fig['label']}: hyper-parameters and efficiency. {ERROR_BARS.capitalize()} (Gen PPL: of the "
+        f"per-token NLL, as perplexity; entropy: of its mean).\nWall-clock: one batch of {bs}, median of "
+        f"repeats, warm-up excluded, {th} threads, {dev}",
+        fontsize=10,
+    )
     figure.tight_layout(rect=(0, 0.04, 1, 1))
     for j, labels in step_labels.items():
         place_labels(axes[j], labels, fontsize=7)
@@ -397,27 +511,39 @@ def fig3_tradeoff(fig: dict, records: list[dict], timings: list[dict]):
     return figure, points_df, fig3_summary(fig, df, times)
 
 
-CASE_KINDS = {"non_independent": "dependency", "independent": "dependency", "non_invariant": "invariance",
-              "invariant": "invariance"}
+CASE_KINDS = {
+    "non_independent": "dependency",
+    "independent": "dependency",
+    "non_invariant": "invariance",
+    "invariant": "invariance",
+}
 
 
 def case_caption(cfg: dict, kind: str, c: dict, avoided_note: str = "") -> str:
     """The selection rule of a case study (``kind`` dependency or invariance; ``c`` its record in
     ``case_studies.json``), with its maths in matplotlib mathtext."""
     i = c["index"]
-    text = (f"Rule: {cfg['n_samples']} samples of MDLM ($K=1$) and of Uni-E ($K={cfg['K']}$, $w={cfg['w']}$, "
-            f"{cfg['energy']} energy, {cfg['ar_context'].replace('_', ' ')} proxy), one batch each from the same "
-            f"generator seed (row $i$ = the same start), {cfg['steps']} steps. ")
+    text = (
+        f"Rule: {cfg['n_samples']} samples of MDLM ($K=1$) and of Uni-E ($K={cfg['K']}$, $w={cfg['w']}$, "
+        f"{cfg['energy']} energy, {cfg['ar_context'].replace('_', ' ')} proxy), one batch each from the same "
+        f"generator seed (row $i$ = the same start), {cfg['steps']} steps. "
+    )
     if kind == "dependency":
-        text += (r"A step's dependency gap is $\log\pi(x_S\mid x_V) - \Sigma_{i\in S}\,\log\pi(x_i\mid x_V)$ over the "
-                 r"tokens $S$ it revealed together ($V$: visible before it); an error is a gap "
-                 f"$< -{cfg['dependency_threshold']}$ nats. ")
+        text += (
+            r"A step's dependency gap is $\log\pi(x_S\mid x_V) - \Sigma_{i\in S}\,\log\pi(x_i\mid x_V)$ over the "
+            r"tokens $S$ it revealed together ($V$: visible before it); an error is a gap "
+            f"$< -{cfg['dependency_threshold']}$ nats. "
+        )
     else:
-        text += (r"A token's invariance gap is $\log\pi(x_i\mid x_V) - \log\pi(x_i\mid x_{-i})$ ($x_V$: visible "
-                 r"at its reveal; $x_{-i}$: the rest of the final sequence); an error is a gap "
-                 f"$> {cfg['invariance_threshold']}$ nats. ")
-    text += (f"MDLM erred on {c['n_errors']} rows; Uni-E's same row avoided it on {c['n_avoided']} of them (Uni-E "
-             f"erred on {c['n_uni_errors']} rows); shown: the worst MDLM error among those (row {i}).")
+        text += (
+            r"A token's invariance gap is $\log\pi(x_i\mid x_V) - \log\pi(x_i\mid x_{-i})$ ($x_V$: visible "
+            r"at its reveal; $x_{-i}$: the rest of the final sequence); an error is a gap "
+            f"$> {cfg['invariance_threshold']}$ nats. "
+        )
+    text += (
+        f"MDLM erred on {c['n_errors']} rows; Uni-E's same row avoided it on {c['n_avoided']} of them (Uni-E "
+        f"erred on {c['n_uni_errors']} rows); shown: the worst MDLM error among those (row {i})."
+    )
     return text + avoided_note
 
 
@@ -450,8 +576,7 @@ def _wrap(text: str, width: int) -> list[str]:
     return lines + [line] if line else lines
 
 
-def case_figure(words: list[str], step, steps: int, title: str, caption: str, marked=(),
-                width: float = 11.0):
+def case_figure(words: list[str], step, steps: int, title: str, caption: str, marked=(), width: float = 11.0):
     """One case study: the sequence's tokens in reading order (wrapped to ``width`` inches), each box coloured by
     the step that revealed it (colour bar), the tokens of the error outlined in red; ``caption`` (mathtext allowed)
     states the selection rule.  The figure's height is that of its content: no blank space."""
@@ -478,14 +603,27 @@ def case_figure(words: list[str], step, steps: int, title: str, caption: str, ma
     outlined = set(marked)
     for i, ((px, r), w, k) in enumerate(zip(place, words, step)):
         y = height - top - (r + 0.5) * line_h
-        figure.text(px / width, y / height, w, fontsize=fs, family="monospace", va="center", ha="left",
-                    color=text_colour(cmap(norm(int(k)))),  # black or white, whichever reads better
-                    bbox={"boxstyle": "round,pad=0.3", "fc": cmap(norm(int(k))),
-                          "ec": "red" if i in outlined else "none", "lw": 2.0})
+        figure.text(
+            px / width,
+            y / height,
+            w,
+            fontsize=fs,
+            family="monospace",
+            va="center",
+            ha="left",
+            color=text_colour(cmap(norm(int(k)))),  # black or white, whichever reads better
+            bbox={
+                "boxstyle": "round,pad=0.3",
+                "fc": cmap(norm(int(k))),
+                "ec": "red" if i in outlined else "none",
+                "lw": 2.0,
+            },
+        )
     figure.text(0.5, (height - 0.22) / height, title, fontsize=10, ha="center", va="center")
     figure.text(0.01, 0.1 / height, "\n".join(cap_lines), fontsize=8.5, va="bottom", ha="left", linespacing=1.5)
-    bar_ax = figure.add_axes([(width - 1.0) / width, (height - top - rows * line_h) / height, 0.12 / width,
-                              rows * line_h / height])
+    bar_ax = figure.add_axes(
+        [(width - 1.0) / width, (height - top - rows * line_h) / height, 0.12 / width, rows * line_h / height]
+    )
     bar = figure.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), cax=bar_ax)
     bar.set_label("step that revealed\nthe token", fontsize=7)
     bar.ax.tick_params(labelsize=7)
@@ -505,12 +643,19 @@ def case_study_figure(record: dict, name: str):
     else:
         j = case["marked"][0]
         what = f"largest invariance gap {gap:.2f} nats (token {j}, '{words[j]}', outlined)"
-    note = ("" if who == "MDLM" else
-            (" Uni-E avoided the MDLM error on this row." if c["avoided"] else
-             " Uni-E did NOT avoid it on any row: this is the same row as the MDLM case."))
+    note = (
+        ""
+        if who == "MDLM"
+        else (
+            " Uni-E avoided the MDLM error on this row."
+            if c["avoided"]
+            else " Uni-E did NOT avoid it on any row: this is the same row as the MDLM case."
+        )
+    )
     title = f"{name.replace('_', '-')} case ({who}, row {i}): {what}"
-    return case_figure(words, case["reveal_step"], cfg["steps"], title, case_caption(cfg, kind, c, note),
-                       case["marked"])
+    return case_figure(
+        words, case["reveal_step"], cfg["steps"], title, case_caption(cfg, kind, c, note), case["marked"]
+    )
 
 
 def fig4_spread(frames: dict):
@@ -531,15 +676,28 @@ def fig4_spread(frames: dict):
         g = sub.groupby("value", sort=False)
         m = g[["tokens_per_s", "accuracy"]].mean().sort_values("tokens_per_s")
         sd = g[["tokens_per_s", "accuracy"]].std(ddof=1).reindex(m.index).fillna(0.0)
-        ax.errorbar(m.tokens_per_s, m.accuracy, xerr=sd.tokens_per_s, yerr=sd.accuracy, marker=marker, capsize=2,
-                    lw=1.2, ms=5, color=colour, label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})")
+        ax.errorbar(
+            m.tokens_per_s,
+            m.accuracy,
+            xerr=sd.tokens_per_s,
+            yerr=sd.accuracy,
+            marker=marker,
+            capsize=2,
+            lw=1.2,
+            ms=5,
+            color=colour,
+            label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("throughput (generated tokens/s)")
     ax.set_ylabel("accuracy")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    ax.set_title(f"Figure 4 over {len(seeds)} trainings (seeds {', '.join(map(str, seeds))}): mean, bars ±1 sd "
-                 "across trainings; faint: each training", fontsize=10)
+    ax.set_title(
+        f"Figure 4 over {len(seeds)} trainings (seeds {', '.join(map(str, seeds))}): mean, bars ±1 sd "
+        "across trainings; faint: each training",
+        fontsize=10,
+    )
     figure.tight_layout()
     return figure
 
@@ -564,8 +722,17 @@ def fig4_tradeoff(sweep: dict):
     for (curve, sub), marker in zip(df.groupby("curve", sort=False), "osD^v<>"):
         sub = sub.sort_values("tokens_per_s")
         colour = colours[sub.label.iloc[0]]
-        ax.errorbar(sub.tokens_per_s, sub.accuracy, yerr=SE_BARS * sub.stderr, marker=marker, capsize=2, lw=1.2, ms=5,
-                    label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})", color=colour)
+        ax.errorbar(
+            sub.tokens_per_s,
+            sub.accuracy,
+            yerr=SE_BARS * sub.stderr,
+            marker=marker,
+            capsize=2,
+            lw=1.2,
+            ms=5,
+            label=f"{sub.label.iloc[0]} ({sub.key.iloc[0]})",
+            color=colour,
+        )
         labels += [(f"{r.value:g}", r.tokens_per_s, r.accuracy, colour) for r in sub.itertuples()]
         bad = sub[~sub.trusted.astype(bool)]
         _hollow(ax, bad.tokens_per_s, bad.accuracy, marker)
@@ -573,14 +740,20 @@ def fig4_tradeoff(sweep: dict):
     lo, hi = df.tokens_per_s.min(), df.tokens_per_s.max()
     decades = math.log10(hi / lo) if lo > 0 and hi > 0 else 0
     # plain tick labels (300, not 3x10^2); minor ones only where they have room
-    _plain_y(ax, "x", minor=tuple(range(2, 10)) if decades < 0.7 else (2, 3, 5) if decades < 1.5 else (2, 5)
-             if decades < 3 else ())
+    _plain_y(
+        ax,
+        "x",
+        minor=tuple(range(2, 10)) if decades < 0.7 else (2, 3, 5) if decades < 1.5 else (2, 5) if decades < 3 else (),
+    )
     ax.set_xlabel("throughput (generated tokens / s)")
     ax.set_ylabel(f"{sweep['task']} accuracy (%)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    ax.set_title(f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded;\n"
-                 f"{ERROR_BARS} (lm-eval); point labels: the varied knob's value", fontsize=9)
+    ax.set_title(
+        f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded;\n"
+        f"{ERROR_BARS} (lm-eval); point labels: the varied knob's value",
+        fontsize=9,
+    )
     if not df.trusted.all():
         ax.text(0.02, 0.02, FLAGGED_NOTE, transform=ax.transAxes, fontsize=7, color="firebrick", va="bottom")
     figure.tight_layout()
@@ -603,30 +776,59 @@ def place_labels(ax, labels, fontsize=6.5) -> None:
         else:
             merged.append([text, x, y, colour, px])
     labels = [tuple(m[:4]) for m in merged]
-    offsets = [(4, 4), (4, -10), (-6, 6), (-6, -12), (6, 12), (6, -18), (-8, 14), (-8, -20), (10, 20), (10, -26),
-               (-10, 22), (-10, -28), (4, 28), (4, -34)]
+    offsets = [
+        (4, 4),
+        (4, -10),
+        (-6, 6),
+        (-6, -12),
+        (6, 12),
+        (6, -18),
+        (-8, 14),
+        (-8, -20),
+        (10, 20),
+        (10, -26),
+        (-10, 22),
+        (-10, -28),
+        (4, 28),
+        (4, -34),
+    ]
     placed, frame = [], ax.get_window_extent(renderer)
     for text, x, y, colour in labels:
         for dx, dy in offsets:
-            ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
-                              color=colour, ha="left" if dx >= 0 else "right")
+            ann = ax.annotate(
+                text,
+                (x, y),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=fontsize,
+                color=colour,
+                ha="left" if dx >= 0 else "right",
+            )
             box = ann.get_window_extent(renderer)
-            if not any(box.overlaps(b) for b in placed) and frame.contains(box.x0, box.y0) and \
-                    frame.contains(box.x1, box.y1):
+            if (
+                not any(box.overlaps(b) for b in placed)
+                and frame.contains(box.x0, box.y0)
+                and frame.contains(box.x1, box.y1)
+            ):
                 placed.append(box)
                 break
             ann.remove()
         else:  # every offset taken: the first one, overlapping
-            ann = ax.annotate(text, (x, y), xytext=offsets[0], textcoords="offset points", fontsize=fontsize,
-                              color=colour)
+            ann = ax.annotate(
+                text, (x, y), xytext=offsets[0], textcoords="offset points", fontsize=fontsize, color=colour
+            )
             placed.append(ann.get_window_extent(renderer))
 
 
 MAP_STYLE = {  # one colour and marker per rule, the same in every panel (colour: the energy; marker: the selection)
-    "ind": ("tab:blue", "o", "-"), "ind_resample": ("tab:blue", "s", "--"),
-    "inv": ("tab:orange", "o", "-"), "inv_resample": ("tab:orange", "s", "--"),
-    "uni": ("tab:red", "o", "-"), "uni_resample": ("tab:red", "s", "--"),
-    "rerank": ("tab:green", "D", "-"), "apd": ("tab:purple", "^", ":"),
+    "ind": ("tab:blue", "o", "-"),
+    "ind_resample": ("tab:blue", "s", "--"),
+    "inv": ("tab:orange", "o", "-"),
+    "inv_resample": ("tab:orange", "s", "--"),
+    "uni": ("tab:red", "o", "-"),
+    "uni_resample": ("tab:red", "s", "--"),
+    "rerank": ("tab:green", "D", "-"),
+    "apd": ("tab:purple", "^", ":"),
 }
 
 
@@ -649,8 +851,14 @@ def map_figure(jobs: list[dict]):
     markers = dict(zip(draws, "os^Dv"))
     cont = next((j.get("continuum") for j in jobs if j.get("continuum")), {}) or {}
     chain = [cont.get("proxy"), *[f"mix{int(round(100 * x)):02d}" for x in cont.get("lambdas", [])], "oracle"]
-    figure, axes = plt.subplots(len(backbones), len(windows), figsize=(4.6 * len(windows), 3.8 * len(backbones)),
-                                sharex=True, sharey="row", squeeze=False)
+    figure, axes = plt.subplots(
+        len(backbones),
+        len(windows),
+        figsize=(4.6 * len(windows), 3.8 * len(backbones)),
+        sharex=True,
+        sharey="row",
+        squeeze=False,
+    )
     for i, b in enumerate(backbones):
         for j, w in enumerate(windows):
             ax = axes[i][j]
@@ -664,9 +872,19 @@ def map_figure(jobs: list[dict]):
                     line = r[r.proxy.isin(chain)].assign(k=lambda d: d.proxy.map(chain.index)).sort_values("k")
                     if len(line) > 1:
                         ax.plot(line.auc, line.delta, color=colour, lw=0.9, alpha=0.7)
-                    ax.errorbar(r.auc, r.delta, xerr=r.auc_se.fillna(0), yerr=r.se.fillna(0), color=colour,
-                                marker=markers[draw], ls="none", ms=4, capsize=1.5, lw=0.8,
-                                label=f"{rule}, {draw}" if i == 0 and j == 0 else None)
+                    ax.errorbar(
+                        r.auc,
+                        r.delta,
+                        xerr=r.auc_se.fillna(0),
+                        yerr=r.se.fillna(0),
+                        color=colour,
+                        marker=markers[draw],
+                        ls="none",
+                        ms=4,
+                        capsize=1.5,
+                        lw=0.8,
+                        label=f"{rule}, {draw}" if i == 0 and j == 0 else None,
+                    )
             for draw in draws:
                 d = sub[sub.draw == draw]
                 if not d.empty:
@@ -683,8 +901,10 @@ def map_figure(jobs: list[dict]):
                 ax.set_xlabel("judgement: pairwise AUC of the rule's energy (±1 s.e.)", fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=min(6, max(1, len(labels))), fontsize=7, frameon=False)
-    figure.suptitle("When does Uni-E help a DLLM? Each rule's change against the backbone vs its judgement; lines: the "
-                    "continuum from the paper's-ratio proxy to the oracle; black marks at AUC 1: each draw's ceiling",
-                    fontsize=9)
+    figure.suptitle(
+        "When does Uni-E help a DLLM? Each rule's change against the backbone vs its judgement; lines: the "
+        "continuum from the paper's-ratio proxy to the oracle; black marks at AUC 1: each draw's ceiling",
+        fontsize=9,
+    )
     figure.tight_layout(rect=(0, 0.08, 1, 0.96))
     return figure, df

@@ -16,11 +16,39 @@ import html
 import re
 
 # inline maths and text symbols -> Unicode
-SYMBOLS = {"pi": "π", "pm": "±", "dagger": "†", "ddagger": "‡", "S": "§", "downarrow": "↓", "uparrow": "↑", "tau": "τ", "Delta": "Δ",
-           "sim": "~", "min": "min", "max": "max", "arg": "arg ", "exp": "exp", "log": "log", "leq": "≤",
-           "geq": "≥",
-           "times": "×", "cdot": "·", "approx": "≈", "ldots": "…", "dots": "…", "infty": "∞", "sigma": "σ",
-           "theta": "θ", "phi": "φ", "alpha": "α", "mid": "|", "textbackslash": "\\", "quad": " ", ",": " "}
+SYMBOLS = {
+    "pi": "π",
+    "pm": "±",
+    "dagger": "†",
+    "ddagger": "‡",
+    "S": "§",
+    "downarrow": "↓",
+    "uparrow": "↑",
+    "tau": "τ",
+    "Delta": "Δ",
+    "sim": "~",
+    "min": "min",
+    "max": "max",
+    "arg": "arg ",
+    "exp": "exp",
+    "log": "log",
+    "leq": "≤",
+    "geq": "≥",
+    "times": "×",
+    "cdot": "·",
+    "approx": "≈",
+    "ldots": "…",
+    "dots": "…",
+    "infty": "∞",
+    "sigma": "σ",
+    "theta": "θ",
+    "phi": "φ",
+    "alpha": "α",
+    "mid": "|",
+    "textbackslash": "\\",
+    "quad": " ",
+    ",": " ",
+}
 COLOURS = {"red": "#c62828", "green!50!black": "#2e7d32", "blue": "#1565c0", "gray": "#616161", "black": "#000"}
 SIZES = ("scriptsize", "footnotesize", "small", "tiny")
 
@@ -45,9 +73,9 @@ def _group(s: str, i: int) -> tuple[str, int]:
         elif s[j] == "}":
             depth -= 1
             if depth == 0:
-                return s[i + 1:j], j + 1
+                return s[i + 1 : j], j + 1
         j += 1
-    return s[i + 1:], len(s)
+    return s[i + 1 :], len(s)
 
 
 def _math_end(s: str, i: int) -> int:
@@ -71,7 +99,7 @@ def latex_inline(text: str, math: bool = False) -> str:
         c = s[i]
         if c == "$" and not math:
             j = _math_end(s, i + 1)
-            out.append(latex_inline(s[i + 1:j], math=True))
+            out.append(latex_inline(s[i + 1 : j], math=True))
             i = j + 1
         elif c == "\\":
             m = re.match(r"\\([a-zA-Z]+|.)", s[i:])
@@ -108,7 +136,7 @@ def latex_inline(text: str, math: bool = False) -> str:
         elif c == "{":
             arg, i = _group(s, i)
             small = re.match(r"\\(scriptsize|footnotesize|tiny)\b\s*", arg)
-            inner = latex_inline(arg[small.end():] if small else arg, math)
+            inner = latex_inline(arg[small.end() :] if small else arg, math)
             out.append(f"<small>{inner}</small>" if small else inner)
         elif c == "}":
             i += 1
@@ -160,8 +188,14 @@ def _tabular(lines: list[str], spec: str) -> str:
             groups[-1].append(_cells(line))
 
     def row(cells, tag):
-        return "<tr>" + "".join(f'<{tag} style="text-align:{align[j] if j < len(align) else "center"}">'
-                                f"{latex_inline(c)}</{tag}>" for j, c in enumerate(cells)) + "</tr>"
+        return (
+            "<tr>"
+            + "".join(
+                f'<{tag} style="text-align:{align[j] if j < len(align) else "center"}">{latex_inline(c)}</{tag}>'
+                for j, c in enumerate(cells)
+            )
+            + "</tr>"
+        )
 
     out = ["<table>"]
     if header is not None:
@@ -187,8 +221,9 @@ def tex_to_html(tex: str) -> str:
             parts = []
             for m in re.finditer(r"\\begin\{tabular\}\{([^}]*)\}\n(.*?)\n\\end\{tabular\}", body, re.S):
                 parts.append(_tabular(m.group(2).splitlines(), m.group(1)))
-            out.append(f"<figure class=\"table\"><figcaption>{latex_inline(caption)}</figcaption>{''.join(parts)}"
-                       "</figure>")
+            out.append(
+                f'<figure class="table"><figcaption>{latex_inline(caption)}</figcaption>{"".join(parts)}</figure>'
+            )
             i = j
         i += 1
     return "\n".join(out)
@@ -197,8 +232,10 @@ def tex_to_html(tex: str) -> str:
 def figure_html(png: bytes, caption_html: str, alt: str) -> str:
     """A figure: the PNG embedded (a data URI, so that the page stands alone) under its caption."""
     uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-    return (f'<figure class="figure"><img src="{uri}" alt="{html.escape(alt)}">'
-            f"<figcaption>{caption_html}</figcaption></figure>")
+    return (
+        f'<figure class="figure"><img src="{uri}" alt="{html.escape(alt)}">'
+        f"<figcaption>{caption_html}</figcaption></figure>"
+    )
 
 
 STYLE = """
@@ -239,9 +276,11 @@ def page(title: str, intro_html: str, sections: list[tuple[str, str, str]]) -> s
     """The whole page: ``sections`` are ``(anchor, heading, body HTML)``, listed in a contents list at the top."""
     toc = "".join(f'<li><a href="#{a}">{html.escape(h)}</a></li>' for a, h, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(h)}</h2>{b}</section>' for a, h, b in sections)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{STYLE}</style></head><body><div class=\"unie-page\"><h1>{html.escape(title)}</h1>{intro_html}"
-            f"<nav><ul>{toc}</ul></nav>{body}</div></body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<style>{STYLE}</style></head><body><div class="unie-page"><h1>{html.escape(title)}</h1>{intro_html}'
+        f"<nav><ul>{toc}</ul></nav>{body}</div></body></html>\n"
+    )
 
 
 __all__ = ["figure_html", "latex_inline", "page", "tex_to_html"]

@@ -13,8 +13,15 @@ import re
 import pandas as pd
 
 # LaTeX in the tables' row labels -> plain text
-_LATEX = [(r"$\pi$", "π"), (r"$^\dagger$", "†"), (r"$^\ddagger$", "‡"), (r"$^\S$", "§"), (r"\ddagger", "‡"),
-          (r"\dagger", "†"), ("$", "")]
+_LATEX = [
+    (r"$\pi$", "π"),
+    (r"$^\dagger$", "†"),
+    (r"$^\ddagger$", "‡"),
+    (r"$^\S$", "§"),
+    (r"\ddagger", "‡"),
+    (r"\dagger", "†"),
+    ("$", ""),
+]
 
 
 def plain(label) -> str:
@@ -69,12 +76,16 @@ def table1(df: pd.DataFrame) -> str:
     if has_best:
         out += "\n\nIn bold: the best of each column among the bounds (data and AR left out)."
     if not_bound:
-        out += (" † Not an upper bound on perplexity, so never bold: its value can fall below the data's own "
-                "perplexity (Uni-E's closed-form log F leaves the tokens revealed between t and s unscored; EDLM's "
-                "one-sample plug-in for log F is biased low).")
+        out += (
+            " † Not an upper bound on perplexity, so never bold: its value can fall below the data's own "
+            "perplexity (Uni-E's closed-form log F leaves the tokens revealed between t and s unscored; EDLM's "
+            "one-sample plug-in for log F is biased low)."
+        )
     if reference:
-        out += (" § Its estimator is in expectation the AR proxy's own NLL, the AR reference row's likelihood, so it "
-                "is left out of the bold like that row.")
+        out += (
+            " § Its estimator is in expectation the AR proxy's own NLL, the AR reference row's likelihood, so it "
+            "is left out of the bold like that row."
+        )
     return out
 
 
@@ -90,16 +101,31 @@ def table2(df: pd.DataFrame, evaluator: str) -> str:
         own = sub[sub["row"] == row]
         last = own.loc[own["steps"].idxmax()]
         rule = selection_label(own, latex=False)  # an energy row names its candidate selection rule
-        body.append([plain(row) + (f" ({rule})" if rule else "")] + [cells.get((row, s), "") for s in steps]
-                    + [f"{own['nll_se'].min():.3f}–{own['nll_se'].max():.3f}", num(last["entropy_bits"], 2),
-                       num(last["excess_nll"], 3)])
-    return md_table(["row", *[f"{s} steps" for s in steps], "s.e. of NLL (nats)", f"entropy (bits, {steps[-1]} steps)",
-                     f"excess NLL (nats, {steps[-1]} steps)"], body)
+        body.append(
+            [plain(row) + (f" ({rule})" if rule else "")]
+            + [cells.get((row, s), "") for s in steps]
+            + [
+                f"{own['nll_se'].min():.3f}–{own['nll_se'].max():.3f}",
+                num(last["entropy_bits"], 2),
+                num(last["excess_nll"], 3),
+            ]
+        )
+    return md_table(
+        [
+            "row",
+            *[f"{s} steps" for s in steps],
+            "s.e. of NLL (nats)",
+            f"entropy (bits, {steps[-1]} steps)",
+            f"excess NLL (nats, {steps[-1]} steps)",
+        ],
+        body,
+    )
 
 
 def dllm_table(df: pd.DataFrame) -> str:
     """Table 3 (or the appendix's full table): accuracy in %, the delta to the backbone ± its paired s.e.,
     the row's average over the columns."""
+
     def cell(r):
         text = num(r["value"], 1)
         if not pd.isna(r.get("delta")):
@@ -118,11 +144,15 @@ def dllm_table(df: pd.DataFrame) -> str:
     table = md_table(["row", *[c + (" *" if c in out else "") for c in cols], "avg"], body)
     if out:
         table += "\n\n\\* not in the average (every row answers it at the chance of guessing one of four letters)."
-    if {"model", "proxy", "delta_to"} <= set(df.columns):  # the proxy as a multiple of each backbone (Table 3's caption)
+    if {"model", "proxy", "delta_to"} <= set(
+        df.columns
+    ):  # the proxy as a multiple of each backbone (Table 3's caption)
         from .tables import proxy_ratios
 
-        spec = {r: {k: (None if pd.isna(v) else v) for k, v in g.iloc[0][["model", "proxy", "delta_to", "label"]].items()}
-                for r, g in df.groupby("row", sort=False)}
+        spec = {
+            r: {k: (None if pd.isna(v) else v) for k, v in g.iloc[0][["model", "proxy", "delta_to", "label"]].items()}
+            for r, g in df.groupby("row", sort=False)
+        }
         ratio = proxy_ratios(spec, df[inside].groupby("row", sort=False)["value"].mean())
         if ratio:
             table += "\n\n" + plain(ratio.replace("$\\times$", "×").replace("\\%", "%"))
@@ -132,6 +162,7 @@ def dllm_table(df: pd.DataFrame) -> str:
 def selection_md(df: pd.DataFrame) -> str:
     """The selection-rule table: average accuracy ± s.e., the paired change ± s.e., and the window's disagreement,
     steering and changed-completion shares (%)."""
+
     def pct(v):
         return "–" if pd.isna(v) else f"{100 * v:.0f}"
 
@@ -139,12 +170,35 @@ def selection_md(df: pd.DataFrame) -> str:
     for r in df.to_dict("records"):
         base = r["row"] == r["backbone"]
         delta = "–" if base or pd.isna(r.get("delta")) else f"{r['delta']:+.1f} ± {r['delta_se']:.1f}"
-        body.append([plain(r["label"]), "–" if base else str(r.get("energy") or "–"),
-                     "–" if base else str(r.get("selection") or "–"), f"{num(r['avg'], 1)} ± {num(r['avg_se'], 1)}",
-                     delta, pct(r.get("disagree")), pct(r.get("steered")), "–" if base else pct(r.get("changed")),
-                     pct(r.get("answer")), pct(r.get("padding"))])
-    return md_table(["row", "energy", "selection", "avg (%)", "Δ avg", "disagree (%)", "steered (%)", "changed (%)",
-                     "window (% of an answer)", "padding (% of the window)"], body)
+        body.append(
+            [
+                plain(r["label"]),
+                "–" if base else str(r.get("energy") or "–"),
+                "–" if base else str(r.get("selection") or "–"),
+                f"{num(r['avg'], 1)} ± {num(r['avg_se'], 1)}",
+                delta,
+                pct(r.get("disagree")),
+                pct(r.get("steered")),
+                "–" if base else pct(r.get("changed")),
+                pct(r.get("answer")),
+                pct(r.get("padding")),
+            ]
+        )
+    return md_table(
+        [
+            "row",
+            "energy",
+            "selection",
+            "avg (%)",
+            "Δ avg",
+            "disagree (%)",
+            "steered (%)",
+            "changed (%)",
+            "window (% of an answer)",
+            "padding (% of the window)",
+        ],
+        body,
+    )
 
 
 def map_md(df: pd.DataFrame) -> str:
@@ -154,40 +208,61 @@ def map_md(df: pd.DataFrame) -> str:
     cells = df[df["rule"].isin(["ind", "inv", "uni", "rerank"])]
     proxies = list(dict.fromkeys(cells["proxy"].dropna()))
     backbones = list(dict.fromkeys(cells["backbone"]))
-    blabel = {b: f"{cells.loc[cells['backbone'] == b, 'backbone_label'].iloc[0]} "
-                 f"({num(cells.loc[cells['backbone'] == b, 'backbone_avg'].iloc[0], 1)} %)" for b in backbones}
+    blabel = {
+        b: f"{cells.loc[cells['backbone'] == b, 'backbone_label'].iloc[0]} "
+        f"({num(cells.loc[cells['backbone'] == b, 'backbone_avg'].iloc[0], 1)} %)"
+        for b in backbones
+    }
     header = ["candidates, w", "rule"] + [f"{blabel[b]}: {p}" for b in backbones for p in proxies]
     body = []
     for (draw, w), sub in cells.groupby(["draw", "w"], sort=False):
         room = [f"{draw}, w = {w:g}", "room"]
         for b in backbones:
             r = sub[sub["backbone"] == b]
-            text = "–" if r.empty else (f"ceiling {r['ceiling'].iloc[0]:+.1f} ± {r['ceiling_se'].iloc[0]:.1f}, floor "
-                                        f"{r['floor'].iloc[0]:+.1f}, decided {100 * r['decides'].iloc[0]:.0f} %")
+            text = (
+                "–"
+                if r.empty
+                else (
+                    f"ceiling {r['ceiling'].iloc[0]:+.1f} ± {r['ceiling_se'].iloc[0]:.1f}, floor "
+                    f"{r['floor'].iloc[0]:+.1f}, decided {100 * r['decides'].iloc[0]:.0f} %"
+                )
+            )
             room += [text] + [""] * (len(proxies) - 1)
         body.append(room)
         for rule in dict.fromkeys(sub["rule"]):
             row = ["", rule]
             for b in backbones:
                 for p in proxies:
-                    hit = sub[(sub["backbone"] == b) & (sub["rule"] == rule) & ((sub["proxy"] == p) |
-                                                                                 (sub["proxy"] == "any"))]
-                    row.append("–" if hit.empty else f"{hit['delta'].iloc[0]:+.1f} ± {hit['se'].iloc[0]:.1f} "
-                                                     f"({num(hit['auc'].iloc[0], 2)})")
+                    hit = sub[
+                        (sub["backbone"] == b) & (sub["rule"] == rule) & ((sub["proxy"] == p) | (sub["proxy"] == "any"))
+                    ]
+                    row.append(
+                        "–"
+                        if hit.empty
+                        else f"{hit['delta'].iloc[0]:+.1f} ± {hit['se'].iloc[0]:.1f} ({num(hit['auc'].iloc[0], 2)})"
+                    )
             body.append(row)
     out = md_table(header, body)
     be = df[df["rule"] == "break_even"]
     if not be.empty:
-        out += "\n\nBreak-even judgement (AUC) along the continuum: " + "; ".join(
-            f"{r.backbone_label} {r.label} ({r.draw}, w = {r.w:g}): "
-            + ("never" if pd.isna(r.auc) else f"{r.auc:.2f} ± {r.auc_se:.2f}") for r in be.itertuples()) + "."
+        out += (
+            "\n\nBreak-even judgement (AUC) along the continuum: "
+            + "; ".join(
+                f"{r.backbone_label} {r.label} ({r.draw}, w = {r.w:g}): "
+                + ("never" if pd.isna(r.auc) else f"{r.auc:.2f} ± {r.auc_se:.2f}")
+                for r in be.itertuples()
+            )
+            + "."
+        )
     return out
 
 
 def sweep_table(df: pd.DataFrame) -> str:
     """An appendix k or w table: accuracy ± s.e. and throughput per point."""
-    body = [[plain(r["row"]), f"{num(r['value'])} ± {num(r['stderr'])}", num(r["tokens_per_s"], 0), str(r["nfe"])]
-            for r in df.to_dict("records")]
+    body = [
+        [plain(r["row"]), f"{num(r['value'])} ± {num(r['stderr'])}", num(r["tokens_per_s"], 0), str(r["nfe"])]
+        for r in df.to_dict("records")
+    ]
     return md_table(["point", "accuracy (%)", "tokens/s", "forwards"], body)
 
 
@@ -208,17 +283,32 @@ def fig2_table(df: pd.DataFrame) -> str:
         body.append(row)
     rules = ""
     if "selection" in df and df["selection"].notna().any():
-        rules = (" An energy curve picks its candidate by argmin E (the paper's Algorithm 2) unless its label says "
-                 "resample (j drawn from softmax(−E), EDLM's own rule).")
-    return md_table(["energy", *[c.replace("_", " ") for c in contexts]] + (["s.e. of NLL (nats)"] if with_se else []),
-                    body) + f"\n\nCells are Gen PPL at {' / '.join(map(str, steps))} steps.{rules}"
+        rules = (
+            " An energy curve picks its candidate by argmin E (the paper's Algorithm 2) unless its label says "
+            "resample (j drawn from softmax(−E), EDLM's own rule)."
+        )
+    return (
+        md_table(
+            ["energy", *[c.replace("_", " ") for c in contexts]] + (["s.e. of NLL (nats)"] if with_se else []), body
+        )
+        + f"\n\nCells are Gen PPL at {' / '.join(map(str, steps))} steps.{rules}"
+    )
 
 
 def fig3_table(df: pd.DataFrame) -> str:
     """Figure 3: every point of the three panels (Gen PPL, NLL ± s.e., entropy, seconds per batch)."""
-    body = [[r["panel"], plain(r["curve"]), str(r["steps"]), num(r["genppl"], 1),
-             f"{num(r['nll'], 3)} ± {num(r['nll_se'], 3)}", num(r["entropy_bits"], 2), num(r["seconds"], 3)]
-            for r in df.to_dict("records")]
+    body = [
+        [
+            r["panel"],
+            plain(r["curve"]),
+            str(r["steps"]),
+            num(r["genppl"], 1),
+            f"{num(r['nll'], 3)} ± {num(r['nll_se'], 3)}",
+            num(r["entropy_bits"], 2),
+            num(r["seconds"], 3),
+        ]
+        for r in df.to_dict("records")
+    ]
     return md_table(["panel", "curve", "steps", "Gen PPL", "NLL (nats)", "entropy (bits)", "s per batch"], body)
 
 
@@ -232,15 +322,25 @@ def fig3_claims(record: dict) -> str:
         if w.get("genppl") is None:
             lines.append(f"* {plain(name)}: never reaches the AR's Gen PPL (best {num(w.get('best_genppl'), 1)}).")
         else:
-            lines.append(f"* {plain(name)}: Gen PPL {num(w['genppl'], 1)} at {w['steps']} steps in "
-                         f"{num(w['seconds'], 3)} s, {num(w.get('ratio_to_ar'), 2)}× the AR's wall-clock.")
+            lines.append(
+                f"* {plain(name)}: Gen PPL {num(w['genppl'], 1)} at {w['steps']} steps in "
+                f"{num(w['seconds'], 3)} s, {num(w.get('ratio_to_ar'), 2)}× the AR's wall-clock."
+            )
     return "\n".join(lines)
 
 
 def fig4_table(df: pd.DataFrame) -> str:
     """Figure 4: accuracy and throughput of every sweep point."""
-    body = [[plain(r["label"]), f"{r['key']} = {r['value']:g}", f"{num(r['accuracy'])} ± {num(r['stderr'])}",
-             num(r["tokens_per_s"], 0), str(r["nfe"])] for r in df.to_dict("records")]
+    body = [
+        [
+            plain(r["label"]),
+            f"{r['key']} = {r['value']:g}",
+            f"{num(r['accuracy'])} ± {num(r['stderr'])}",
+            num(r["tokens_per_s"], 0),
+            str(r["nfe"]),
+        ]
+        for r in df.to_dict("records")
+    ]
     return md_table(["curve", "point", "accuracy (%)", "tokens/s", "forwards"], body)
 
 
@@ -248,18 +348,34 @@ def partition_table(df: pd.DataFrame) -> str:
     """The partition check summarised per context and number of revealed tokens |D|."""
     body = []
     for (ctx, revealed), sub in df.groupby(["ar_context", "revealed"], sort=False):
-        body.append([ctx.replace("_", " "), str(revealed), f"{sub['fixed_xs_min'].min():.6f}",
-                     f"{sub['fixed_xs_max'].max():.6f}", f"{sub['derived_xs'].min():.4f}–{sub['derived_xs'].max():.4f}",
-                     str(sub["V_pow_D"].iloc[0])])
-    return md_table(["AR context", "revealed \\|D\\|", "mass, xs fixed (min)", "(max)", "mass over x0, xs derived",
-                     "V^\\|D\\|"],
-                    body)
+        body.append(
+            [
+                ctx.replace("_", " "),
+                str(revealed),
+                f"{sub['fixed_xs_min'].min():.6f}",
+                f"{sub['fixed_xs_max'].max():.6f}",
+                f"{sub['derived_xs'].min():.4f}–{sub['derived_xs'].max():.4f}",
+                str(sub["V_pow_D"].iloc[0]),
+            ]
+        )
+    return md_table(
+        ["AR context", "revealed \\|D\\|", "mass, xs fixed (min)", "(max)", "mass over x0, xs derived", "V^\\|D\\|"],
+        body,
+    )
 
 
 def timing_table(records: list[dict]) -> str:
     """The machines behind the wall-clock numbers (``results/timing/{run}.json``)."""
-    body = [[r["run"], r.get("device_name", r.get("device", "?")), str(r.get("threads", "?")), r.get("torch", "?"),
-             " / ".join(f"{p['steps']}: {p['seconds']:.3f}" for p in r.get("points", []))] for r in records]
+    body = [
+        [
+            r["run"],
+            r.get("device_name", r.get("device", "?")),
+            str(r.get("threads", "?")),
+            r.get("torch", "?"),
+            " / ".join(f"{p['steps']}: {p['seconds']:.3f}" for p in r.get("points", [])),
+        ]
+        for r in records
+    ]
     return md_table(["run", "device", "threads", "torch", "steps: median s per batch"], body)
 
 
@@ -277,6 +393,7 @@ def results_page(sections: list[tuple[str, str]], preamble: str = "") -> str:
 
 def frame_table(df: pd.DataFrame, digits: int = 3) -> str:
     """Any table as it is (a CSV that no renderer above knows yet)."""
+
     def cell(x):
         return num(x, digits) if isinstance(x, float) else plain(x)
 
@@ -285,33 +402,55 @@ def frame_table(df: pd.DataFrame, digits: int = 3) -> str:
 
 # (file stem, section title, what it is, renderer); the order of the page
 SECTIONS = [
-    ("table1_ppl", "Table 1: perplexity on the test split of 8 domains",
-     "Lower is better. A bound for the diffusion rows, exact for the AR and π, estimates for the energy rows.",
-     table1),
-    ("partition_check", "The partition check (vocabulary 3, length 4)",
-     "The closed-form partition's mass with `xs` held fixed, and as a distribution over `x0` given `xt`.",
-     partition_table),
-    *[("table2_genppl", f"Table 2: generative perplexity under `{ev}`", "Gen PPL per step count.",
-       lambda df, ev=ev: table2(df, ev)) for ev in ("exact", "ar_long", "ar")],
+    (
+        "table1_ppl",
+        "Table 1: perplexity on the test split of 8 domains",
+        "Lower is better. A bound for the diffusion rows, exact for the AR and π, estimates for the energy rows.",
+        table1,
+    ),
+    (
+        "partition_check",
+        "The partition check (vocabulary 3, length 4)",
+        "The closed-form partition's mass with `xs` held fixed, and as a distribution over `x0` given `xt`.",
+        partition_table,
+    ),
+    *[
+        (
+            "table2_genppl",
+            f"Table 2: generative perplexity under `{ev}`",
+            "Gen PPL per step count.",
+            lambda df, ev=ev: table2(df, ev),
+        )
+        for ev in ("exact", "ar_long", "ar")
+    ],
     ("fig2_ablation", "Figure 2: energy ablation", "Gen PPL under π per energy and AR context.", fig2_table),
     ("fig3_tradeoff", "Figure 3: candidates, window and wall-clock", "Every point of the figure.", fig3_table),
-    ("fig3_tradeoff.json", "Figure 3: the wall-clock claim", "Equal-quality wall-clock against the AR.",
-     fig3_claims),
-    ("table3_dllm", "Table 3: DLLM benchmarks (accuracy, %)",
-     "In brackets: the delta to the row's backbone ± its paired standard error.", dllm_table),
-    ("table_app_dllm_full", "Appendix: the full DLLM table", "Table 3's rows and the appendix-only ones.",
-     dllm_table),
-    ("table_app_selection", "Appendix: Algorithm 3's selection rules (beyond the paper)",
-     "Per backbone and energy: argmin (the paper), resample, proxy_rerank; Δ is the paired change from the backbone.",
-     selection_md),
+    ("fig3_tradeoff.json", "Figure 3: the wall-clock claim", "Equal-quality wall-clock against the AR.", fig3_claims),
+    (
+        "table3_dllm",
+        "Table 3: DLLM benchmarks (accuracy, %)",
+        "In brackets: the delta to the row's backbone ± its paired standard error.",
+        dllm_table,
+    ),
+    ("table_app_dllm_full", "Appendix: the full DLLM table", "Table 3's rows and the appendix-only ones.", dllm_table),
+    (
+        "table_app_selection",
+        "Appendix: Algorithm 3's selection rules (beyond the paper)",
+        "Per backbone and energy: argmin (the paper), resample, proxy_rerank; Δ is the paired change from the backbone.",
+        selection_md,
+    ),
     ("fig4_dllm_tradeoff", "Figure 4: accuracy against throughput (MATH500 analogue)", "", fig4_table),
     ("table_app_k", "Appendix: candidates k", "", sweep_table),
     ("table_app_w", "Appendix: window w", "", sweep_table),
-    ("table_app_map", "Beyond the paper: when does Uni-E help a DLLM?",
-     "The paired change of the average accuracy against the backbone ± s.e., per selection rule and candidate draw "
-     "(temperature τ; greedy first: candidate 0 is the backbone's greedy x̂0), as the proxy goes from weak to an "
-     "oracle (target `table_app_map`, not in `all`; the first 100 items of MATH, GSM8K, MBPP and MMLU). Inv-E reads "
-     "no proxy (one value under every proxy); APD draws its own drafts.", map_md),
+    (
+        "table_app_map",
+        "Beyond the paper: when does Uni-E help a DLLM?",
+        "The paired change of the average accuracy against the backbone ± s.e., per selection rule and candidate draw "
+        "(temperature τ; greedy first: candidate 0 is the backbone's greedy x̂0), as the proxy goes from weak to an "
+        "oracle (target `table_app_map`, not in `all`; the first 100 items of MATH, GSM8K, MBPP and MMLU). Inv-E reads "
+        "no proxy (one value under every proxy); APD draws its own drafts.",
+        map_md,
+    ),
 ]
 
 
@@ -331,7 +470,9 @@ def page_from_results(results: dict, timing: list[dict] | None = None, note: str
         sections.append(("The paper beside ours", demote_headings(results["paper_vs_ours.md"], 2)))
     if timing:
         sections.append(("Where the wall-clock numbers were measured", timing_table(timing)))
-    preamble = ("Generated by the rule `docs` (`snakemake --cores 2 docs`) from the CSV and JSON files "
-                "under the run's `results/` (the run below); do not edit it by hand. What the numbers show is in [findings.md](findings.md)."
-                + (f"\n\n{note}" if note else ""))
+    preamble = (
+        "Generated by the rule `docs` (`snakemake --cores 2 docs`) from the CSV and JSON files "
+        "under the run's `results/` (the run below); do not edit it by hand. What the numbers show is in [findings.md](findings.md)."
+        + (f"\n\n{note}" if note else "")
+    )
     return results_page(sections, preamble)

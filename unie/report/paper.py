@@ -78,8 +78,9 @@ def step_map(paper_steps: list[int], our_steps: list[int]) -> dict[int, int]:
     return {s: p for s in our_steps for p in paper_steps if s * P == p * S}
 
 
-def ours_long(spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None = None,
-              steps: list[int] | None = None) -> dict[tuple[str, str], float]:
+def ours_long(
+    spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None = None, steps: list[int] | None = None
+) -> dict[tuple[str, str], float]:
     """Our value for each (paper row, paper column) of one table, read from our table CSV ``table``.
 
     * ``ppl`` (Table 1): row label = paper row; column ``i`` = our domain ``ours_columns[i]``; value ``ppl``;
@@ -122,9 +123,11 @@ def ours_long(spec: dict, table: pd.DataFrame, *, evaluators: list[str] | None =
 def missing_reason(key: str) -> str:
     """Why a table of the paper has no counterpart here."""
     if key.startswith("table_app_"):
-        return (f"this profile does not produce `{key}` (the DLLM {key.removeprefix('table_app_')} sweep of the "
-                f"paper's appendix: set `dllm.sweeps.sets.{key.removeprefix('table_')}`), so there is nothing of ours "
-                "to put beside it.")
+        return (
+            f"this profile does not produce `{key}` (the DLLM {key.removeprefix('table_app_')} sweep of the "
+            f"paper's appendix: set `dllm.sweeps.sets.{key.removeprefix('table_')}`), so there is nothing of ours "
+            "to put beside it."
+        )
     return f"this profile does not produce `{key}`."
 
 
@@ -139,8 +142,9 @@ def compare(spec: dict, ours: dict[tuple[str, str], float]) -> pd.DataFrame:
             if v is None:
                 continue
             o = ours.get((name, c))
-            rows.append({"row": name, "column": c, "paper": float(v), "ours": o,
-                         "diff": None if o is None else o - float(v)})
+            rows.append(
+                {"row": name, "column": c, "paper": float(v), "ours": o, "diff": None if o is None else o - float(v)}
+            )
     return pd.DataFrame(rows, columns=["row", "column", "paper", "ours", "diff"])
 
 
@@ -158,10 +162,14 @@ def not_comparable(spec: dict, table: pd.DataFrame) -> dict[str, str]:
     out = {}
     if spec.get("kind") == "ppl":
         if "bound" in table:
-            out.update({r: "not an upper bound on perplexity" for r in table.loc[table["bound"] == False, "row"]})  # noqa: E712
+            out.update({r: "not an upper bound on perplexity" for r in table.loc[table["bound"].eq(False), "row"]})
         if "reference_estimator" in table:
-            out.update({r: "in expectation the AR reference row's likelihood"
-                        for r in table.loc[table["reference_estimator"] == True, "row"]})  # noqa: E712
+            out.update(
+                {
+                    r: "in expectation the AR reference row's likelihood"
+                    for r in table.loc[table["reference_estimator"].eq(True), "row"]
+                }
+            )
     return out
 
 
@@ -182,9 +190,16 @@ def orderings(spec: dict, df: pd.DataFrame, excluded=()) -> pd.DataFrame:
             continue
         best_p, best_o = _best(sub, "paper", lower), _best(sub, "ours", lower)
         agree = "yes" if best_p == best_o else "tie" if best_p & best_o else "no"
-        out.append({"column": c, "rows": len(sub), "best_paper": " = ".join(sorted(best_p, key=order.get)),
-                    "best_ours": " = ".join(sorted(best_o, key=order.get)), "agree": agree,
-                    "kendall_tau_b": kendall_tau_b(list(sub.paper), list(sub.ours))})
+        out.append(
+            {
+                "column": c,
+                "rows": len(sub),
+                "best_paper": " = ".join(sorted(best_p, key=order.get)),
+                "best_ours": " = ".join(sorted(best_o, key=order.get)),
+                "agree": agree,
+                "kendall_tau_b": kendall_tau_b(list(sub.paper), list(sub.ours)),
+            }
+        )
     return pd.DataFrame(out, columns=["column", "rows", "best_paper", "best_ours", "agree", "kendall_tau_b"])
 
 
@@ -208,12 +223,13 @@ def differences(df: pd.DataFrame, decimals: int) -> str:
     if d.empty:
         return "No cell of ours to compare."
     worst = d.loc[d["diff"].abs().idxmax()]
-    return (f"Over the {len(d)} cells both have, median |ours − paper| = {d['diff'].abs().median():.{decimals}f}; "
-            f"the largest is {worst.row}, {worst.column}: {worst['diff']:+.{decimals}f}.")
+    return (
+        f"Over the {len(d)} cells both have, median |ours − paper| = {d['diff'].abs().median():.{decimals}f}; "
+        f"the largest is {worst.row}, {worst.column}: {worst['diff']:+.{decimals}f}."
+    )
 
 
-def sections(values: dict, tables: dict[str, pd.DataFrame], *, evaluators: list[str],
-             steps: list[int]) -> list[dict]:
+def sections(values: dict, tables: dict[str, pd.DataFrame], *, evaluators: list[str], steps: list[int]) -> list[dict]:
     """One section per table of the paper values, in their order: the comparison when ``tables`` has our table of
     that key, else the reason it has none; then our tables the paper values lack, each with that reason."""
     out = []
@@ -225,36 +241,51 @@ def sections(values: dict, tables: dict[str, pd.DataFrame], *, evaluators: list[
         note = None
         if spec["kind"] == "genppl":
             mapped = step_map(spec["steps"], steps)
-            note = ("Columns: the paper's " + ", ".join(spec["evaluators"]) + " are our evaluators "
-                    + ", ".join(evaluators[: len(spec["evaluators"])]) + "; its step counts "
-                    + ", ".join(f"{p} = ours {s}" for s, p in mapped.items())
-                    + " (the same fraction of L).  Entropy is not ranked; ours is per-sample unigram entropy in bits "
-                    "(the paper states no unit).")
+            note = (
+                "Columns: the paper's "
+                + ", ".join(spec["evaluators"])
+                + " are our evaluators "
+                + ", ".join(evaluators[: len(spec["evaluators"])])
+                + "; its step counts "
+                + ", ".join(f"{p} = ours {s}" for s, p in mapped.items())
+                + " (the same fraction of L).  Entropy is not ranked; ours is per-sample unigram entropy in bits "
+                "(the paper states no unit)."
+            )
         elif key.startswith("table_app_"):
-            note = ("Rows by the varied value; accuracy only: our throughput (tokens/s, in our table) is a measurement "
-                    "on other hardware and is not compared.")
+            note = (
+                "Rows by the varied value; accuracy only: our throughput (tokens/s, in our table) is a measurement "
+                "on other hardware and is not compared."
+            )
         elif spec["kind"] == "long" and any("ours" in r for r in spec["rows"].values()):
             note = "Rows: the paper's row is ours as listed in config/paper_values.yaml (`ours`); columns by name."
         left_out = not_comparable(spec, tables[key])
         if left_out:
             why = "; ".join(f"{r} ({w})" for r, w in left_out.items())
-            note = ((note + " ") if note else "") + ("Left out of the best and of τ_b, as our table leaves them out "
-                                                     f"of its bold: {why}.")
+            note = ((note + " ") if note else "") + (
+                f"Left out of the best and of τ_b, as our table leaves them out of its bold: {why}."
+            )
         out.append({"key": key, "spec": spec, "df": df, "order": orderings(spec, df, left_out), "note": note})
     for key in tables:
         if key not in values["tables"]:
-            out.append({"key": key, "spec": {"title": key, "label": "–"},
-                        "reason": f"config/paper_values.yaml has no paper values for `{key}`."})
+            out.append(
+                {
+                    "key": key,
+                    "spec": {"title": key, "label": "–"},
+                    "reason": f"config/paper_values.yaml has no paper values for `{key}`.",
+                }
+            )
     return out
 
 
 # ---- rendering -------------------------------------------------------------------------------------------------
 
-SCALES = ("The scales differ: this is the toy world (a synthetic language with an exactly known distribution, "
-          "tiny CPU models, toy benchmarks) against the paper's OpenWebText / GPT-2-size / LLaDA-8B / Dream-7B "
-          "numbers, so the values are not comparable and only the orderings are: per column, the best row in the "
-          "paper and here among the rows both have, and Kendall's τ_b between the two orderings (+1: the same "
-          "order, −1: reversed).  Cells are paper / ours.")
+SCALES = (
+    "The scales differ: this is the toy world (a synthetic language with an exactly known distribution, "
+    "tiny CPU models, toy benchmarks) against the paper's OpenWebText / GPT-2-size / LLaDA-8B / Dream-7B "
+    "numbers, so the values are not comparable and only the orderings are: per column, the best row in the "
+    "paper and here among the rows both have, and Kendall's τ_b between the two orderings (+1: the same "
+    "order, −1: reversed).  Cells are paper / ours."
+)
 PAPER = "Cells are paper / ours (ours − paper); the orderings are compared as well."
 
 
@@ -326,8 +357,11 @@ def render(parts: list[dict], profile: str) -> tuple[str, str, pd.DataFrame]:
     paper_profile = profile == "paper"
     intro = PAPER if paper_profile else SCALES
     md = ["# The paper's numbers beside ours", "", intro]
-    tex = [r"% LaTeX packages: booktabs, adjustbox",
-           r"% generated by the workflow (rule paper_vs_ours) from config/paper_values.yaml and the table CSVs", ""]
+    tex = [
+        r"% LaTeX packages: booktabs, adjustbox",
+        r"% generated by the workflow (rule paper_vs_ours) from config/paper_values.yaml and the table CSVs",
+        "",
+    ]
     longs, first = [], True
     for s in parts:
         spec = s["spec"]
@@ -371,32 +405,52 @@ def render(parts: list[dict], profile: str) -> tuple[str, str, pd.DataFrame]:
             md += ["", differences(df, nd)]
             caption.append(_tex(differences(df, nd)))
         if not order.empty:
-            md += ["", "| column | rows | best in the paper | best here | same | Kendall τ_b |",
-                   "|---|---|---|---|---|---|"]
+            md += [
+                "",
+                "| column | rows | best in the paper | best here | same | Kendall τ_b |",
+                "|---|---|---|---|---|---|",
+            ]
             rows = []
             for r in order.itertuples():
                 tau = "–" if r.kendall_tau_b is None or pd.isna(r.kendall_tau_b) else f"{r.kendall_tau_b:+.2f}"
                 md.append(f"| {r.column} | {r.rows} | {r.best_paper} | {r.best_ours} | {r.agree} | {tau} |")
                 rows.append([_tex(r.column), str(r.rows), _tex(r.best_paper), _tex(r.best_ours), r.agree, _tex(tau)])
-            tabulars.append(pd.DataFrame(rows, columns=["column", "rows", "best (paper)", "best (ours)", "same",
-                                                        r"$\tau_b$"]))
-            caption.append("Last tabular: per column, the best row in the paper and here and Kendall's $\\tau_b$ "
-                           "between the two orderings.")
+            tabulars.append(
+                pd.DataFrame(rows, columns=["column", "rows", "best (paper)", "best (ours)", "same", r"$\tau_b$"])
+            )
+            caption.append(
+                "Last tabular: per column, the best row in the paper and here and Kendall's $\\tau_b$ "
+                "between the two orderings."
+            )
         md += ["", summary(order)]
         caption.append(_tex(summary(order)))
         label = f"tab:paper-vs-ours-{s['key'].replace('_', '-')}"
         for i, group in enumerate(page_groups(tabulars)):  # floats that fit a page each
             cap = " ".join(caption) if i == 0 else _tex(spec["title"]) + r" (continued from Table~\ref{" + label + "})."
             tex += _float(cap, label if i == 0 else f"{label}-{i + 1}", group)
-    long = pd.concat(longs, ignore_index=True) if longs else pd.DataFrame(columns=["row", "column", "paper", "ours",
-                                                                                   "diff", "table"])
+    long = (
+        pd.concat(longs, ignore_index=True)
+        if longs
+        else pd.DataFrame(columns=["row", "column", "paper", "ours", "diff", "table"])
+    )
     return "\n".join(md) + "\n", "\n".join(tex) + "\n", long
 
 
 def _tex(text: str) -> str:
     """Escape LaTeX's special characters in a plain-text cell (τ_b, π, |, − and – written for LaTeX)."""
     out = str(text).replace("τ_b", "\0")
-    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("`", ""), ("π", r"$\pi$"), ("|", "$|$"), ("−", "$-$"), ("–", "--"), ("—", "---")):
+    for a, b in (
+        ("\\", r"\textbackslash{}"),
+        ("&", r"\&"),
+        ("%", r"\%"),
+        ("_", r"\_"),
+        ("#", r"\#"),
+        ("`", ""),
+        ("π", r"$\pi$"),
+        ("|", "$|$"),
+        ("−", "$-$"),
+        ("–", "--"),
+        ("—", "---"),
+    ):
         out = out.replace(a, b)
     return out.replace("\0", r"$\tau_b$")

@@ -76,8 +76,11 @@ def keys_of(name: str, df: pd.DataFrame) -> list[str]:
 
 def quantities_of(df: pd.DataFrame, keys: list[str]) -> list[str]:
     """The numeric, non-boolean columns that are not keys: what a cell reports."""
-    return [c for c in df.columns if c not in keys and pd.api.types.is_numeric_dtype(df[c])
-            and not pd.api.types.is_bool_dtype(df[c])]
+    return [
+        c
+        for c in df.columns
+        if c not in keys and pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+    ]
 
 
 def _keyed(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -107,8 +110,10 @@ def aggregate(name: str, frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
     dup = both.duplicated([*keys, "quantity", "seed"])
     if dup.any():
         row = both[dup].iloc[0]
-        raise ValueError(f"{name}: two cells with the same key {tuple(row[k] for k in keys)} in seed {row.seed}'s "
-                         f"table: its key columns ({', '.join(keys)}) do not name a cell")
+        raise ValueError(
+            f"{name}: two cells with the same key {tuple(row[k] for k in keys)} in seed {row.seed}'s "
+            f"table: its key columns ({', '.join(keys)}) do not name a cell"
+        )
     wide = both.set_index([*keys, "quantity", "seed"])["_cell"].unstack("seed").reindex(columns=seeds)
     wide.columns = [f"seed_{s}" for s in seeds]
     order = both[both.seed == seeds[0]].set_index([*keys, "quantity"])["_order"]
@@ -140,8 +145,9 @@ def verdict(z: list[float]) -> str:
     return f"holds in {len(beyond)} of {n} ({signs})"
 
 
-def _claim_rows(table: str, keys: list[str], frames: dict[int, pd.DataFrame], change: str, se: str,
-                what: str) -> list[dict]:
+def _claim_rows(
+    table: str, keys: list[str], frames: dict[int, pd.DataFrame], change: str, se: str, what: str
+) -> list[dict]:
     out = []
     seeds = list(frames)
     keyed = {s: _keyed(f, keys).set_index(keys) for s, f in frames.items()}
@@ -157,11 +163,17 @@ def _claim_rows(table: str, keys: list[str], frames: dict[int, pd.DataFrame], ch
             continue
         z = [d / e if e and not math.isnan(e) and e > 0 else float("nan") for d, e in per.values()]
         label = idx if isinstance(idx, tuple) else (idx,)
-        out.append({"table": table, "cell": " / ".join(str(v) for v in label if v != _BLANK), "change": what,
-                    **{f"seed_{s}": per[s][0] if s in per else float("nan") for s in seeds},
-                    **{f"se_{s}": per[s][1] if s in per else float("nan") for s in seeds},
-                    **{f"z_{s}": zz for s, zz in zip(per, z)},
-                    "verdict": verdict(z)})
+        out.append(
+            {
+                "table": table,
+                "cell": " / ".join(str(v) for v in label if v != _BLANK),
+                "change": what,
+                **{f"seed_{s}": per[s][0] if s in per else float("nan") for s in seeds},
+                **{f"se_{s}": per[s][1] if s in per else float("nan") for s in seeds},
+                **{f"z_{s}": zz for s, zz in zip(per, z)},
+                "verdict": verdict(z),
+            }
+        )
     return out
 
 
@@ -175,13 +187,17 @@ def task_average_change(df: pd.DataFrame) -> pd.DataFrame:
     if d.empty:
         return pd.DataFrame(columns=["row", "delta", "delta_se"])
     g = d.groupby("row", sort=False)
-    return pd.DataFrame({"delta": g.delta.mean(),
-                         "delta_se": g.delta_se.apply(lambda e: math.sqrt((e.astype(float) ** 2).sum()) / len(e))}
-                        ).reset_index()
+    return pd.DataFrame(
+        {
+            "delta": g.delta.mean(),
+            "delta_se": g.delta_se.apply(lambda e: math.sqrt((e.astype(float) ** 2).sum()) / len(e)),
+        }
+    ).reset_index()
 
 
-def _independent_claims(table: str, frames: dict[int, pd.DataFrame], keys: list[str], match: list[str],
-                        is_reference, value: str, what: str) -> list[dict]:
+def _independent_claims(
+    table: str, frames: dict[int, pd.DataFrame], keys: list[str], match: list[str], is_reference, value: str, what: str
+) -> list[dict]:
     """Claims for the difference of ``value`` (a per-token NLL, with its s.e. in ``nll_se``) between each line of a
     table and the reference line (``is_reference``: a mask) that agrees with it on ``match``, over √(se² + se²):
     two independent sets of samples.  Lines without a reference, and the reference itself, are left out."""
@@ -200,8 +216,11 @@ def _independent_claims(table: str, frames: dict[int, pd.DataFrame], keys: list[
     return _claim_rows(table, keys, diffs, "d_nll", "d_se", what) if diffs else []
 
 
-def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm",
-           extra_baselines: tuple[str, ...] = ("edlm_ar",)) -> pd.DataFrame:
+def claims(
+    tables: dict[str, dict[int, pd.DataFrame]],
+    baseline_run: str = "mdlm",
+    extra_baselines: tuple[str, ...] = ("edlm_ar",),
+) -> pd.DataFrame:
     """Every change the tables report with its s.e., per training, and the verdict over trainings (module doc):
     the rows with ``delta`` and ``delta_se`` (Table 3's energy and baseline rows averaged over tasks come from the
     selection table; the map's points); each Table 2 row against ``baseline_run`` and each of ``extra_baselines``
@@ -214,8 +233,9 @@ def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm
         averages = {s: task_average_change(df) for s, df in full.items()}
         if any(not a.empty for a in averages.values()):
             name = "table_app_dllm_full" if "table_app_dllm_full" in tables else "table3_dllm"
-            out += _claim_rows(name, ["row"], averages, "delta", "delta_se",
-                               "paired change of the task average against the backbone")
+            out += _claim_rows(
+                name, ["row"], averages, "delta", "delta_se", "paired change of the task average against the backbone"
+            )
             done = set().union(*(set(a.row) for a in averages.values()))
     for name, frames in tables.items():
         first = next(iter(frames.values()))
@@ -228,17 +248,35 @@ def claims(tables: dict[str, dict[int, pd.DataFrame]], baseline_run: str = "mdlm
             out += _claim_rows(name, keys, frames, change, se, "paired change against the backbone")
     if "table2_genppl" in tables:
         for ref in (baseline_run, *extra_baselines):
-            out += _independent_claims("table2_genppl", tables["table2_genppl"], ["row", "steps", "evaluator"],
-                                       ["steps", "evaluator"], lambda df, ref=ref: df.run == ref,
-                                       "nll_per_token", f"NLL per token minus {ref}'s (independent samples)")
+            out += _independent_claims(
+                "table2_genppl",
+                tables["table2_genppl"],
+                ["row", "steps", "evaluator"],
+                ["steps", "evaluator"],
+                lambda df, ref=ref: df.run == ref,
+                "nll_per_token",
+                f"NLL per token minus {ref}'s (independent samples)",
+            )
     if "fig2_ablation" in tables:  # each energy curve against no energy, same panel (context), rule and steps
-        out += _independent_claims("fig2_ablation", tables["fig2_ablation"], ["context", "curve", "selection", "steps"],
-                                   ["context", "steps"], lambda df: df.curve == FIG2_NO_ENERGY, "nll",
-                                   f"NLL per token minus {FIG2_NO_ENERGY!r}'s in its panel (independent samples)")
+        out += _independent_claims(
+            "fig2_ablation",
+            tables["fig2_ablation"],
+            ["context", "curve", "selection", "steps"],
+            ["context", "steps"],
+            lambda df: df.curve == FIG2_NO_ENERGY,
+            "nll",
+            f"NLL per token minus {FIG2_NO_ENERGY!r}'s in its panel (independent samples)",
+        )
     if "fig3_tradeoff" in tables:  # every generated point against k = 1 (the plain sampler) at the same steps
-        out += _independent_claims("fig3_tradeoff", tables["fig3_tradeoff"], ["panel", "curve", "steps"], ["steps"],
-                                   lambda df: (df.curve == FIG3_NO_ENERGY) & (df.panel == "k"), "nll",
-                                   f"NLL per token minus {FIG3_NO_ENERGY}'s (independent samples)")
+        out += _independent_claims(
+            "fig3_tradeoff",
+            tables["fig3_tradeoff"],
+            ["panel", "curve", "steps"],
+            ["steps"],
+            lambda df: (df.curve == FIG3_NO_ENERGY) & (df.panel == "k"),
+            "nll",
+            f"NLL per token minus {FIG3_NO_ENERGY}'s (independent samples)",
+        )
     return pd.DataFrame(out)
 
 
@@ -266,7 +304,8 @@ def view(name: str, agg: pd.DataFrame, digits: int = 2) -> str | None:
     for r in sub.itertuples(index=False):
         d = r._asdict()
         table[(tuple(d[c] for c in index), tuple(d[c] for c in cols))] = cell(
-            d["mean"] * scale, d["sd"] * scale, d["min"] * scale, d["max"] * scale, digits)
+            d["mean"] * scale, d["sd"] * scale, d["min"] * scale, d["max"] * scale, digits
+        )
     header = [*index, *[" ".join(str(v) for v in c if v != _BLANK) for c in order_cols]]
     rows = [[plain(v) for v in r] + [table.get((r, c), "–") for c in order_cols] for r in order_rows]
     return md_table(header, rows)
@@ -287,7 +326,9 @@ def ratio_line(frames: dict[int, pd.DataFrame], proxy_row: str, backbones: dict[
             parts.append(f"{label} {np.mean(ratios):.2f}× (range {min(ratios):.2f}–{max(ratios):.2f})")
     if not parts:
         return None
-    return f"The proxy's average as a multiple of each backbone's, over {len(frames)} trainings: " + "; ".join(parts) + "."
+    return (
+        f"The proxy's average as a multiple of each backbone's, over {len(frames)} trainings: " + "; ".join(parts) + "."
+    )
 
 
 def with_se(change: float, se: float) -> str:
@@ -298,15 +339,22 @@ def with_se(change: float, se: float) -> str:
     return f"{change:+.{decimals}f} ± {se:.{decimals}f}"
 
 
-def page(runs: dict[int, str], aggregates: dict[str, pd.DataFrame], claim_table: pd.DataFrame,
-         notes: list[str] | None = None) -> str:
+def page(
+    runs: dict[int, str], aggregates: dict[str, pd.DataFrame], claim_table: pd.DataFrame, notes: list[str] | None = None
+) -> str:
     """The aggregate page (Markdown): which runs, each table's view, the claims and their verdicts."""
-    lines = ["# The replicates: every table over the trainings", "",
-             f"{len(runs)} trainings of the whole run, one per seed (every model trained again from its seed):",
-             "", *[f"* seed {s}: `{d}/`" for s, d in runs.items()], "",
-             "A cell is the mean over the trainings ± their standard deviation [smallest, largest]; the CSVs beside "
-             "this page (`tables/*.csv`) have every quantity of every cell with each training's value. A claim is a "
-             f"change beyond {CLAIM_Z:g} s.e. (paired for a DLLM row); it *holds* where it does in every training.", ""]
+    lines = [
+        "# The replicates: every table over the trainings",
+        "",
+        f"{len(runs)} trainings of the whole run, one per seed (every model trained again from its seed):",
+        "",
+        *[f"* seed {s}: `{d}/`" for s, d in runs.items()],
+        "",
+        "A cell is the mean over the trainings ± their standard deviation [smallest, largest]; the CSVs beside "
+        "this page (`tables/*.csv`) have every quantity of every cell with each training's value. A claim is a "
+        f"change beyond {CLAIM_Z:g} s.e. (paired for a DLLM row); it *holds* where it does in every training.",
+        "",
+    ]
     lines += [f"{n}" for n in (notes or [])]
     for name, agg in aggregates.items():
         v = view(name, agg)
@@ -315,17 +363,38 @@ def page(runs: dict[int, str], aggregates: dict[str, pd.DataFrame], claim_table:
     if claim_table.empty:
         lines.append("No change with an s.e. in these tables.")
     else:
-        seeds = [c[len("z_"):] for c in claim_table.columns if c.startswith("z_")]
+        seeds = [c[len("z_") :] for c in claim_table.columns if c.startswith("z_")]
         header = ["table", "cell", *[f"seed {s}: change ± s.e. (z)" for s in seeds], "verdict"]
         rows = []
         for r in claim_table.to_dict("records"):
-            rows.append([r["table"], plain(r["cell"]), *[
-                "–" if math.isnan(r.get(f"seed_{s}", float("nan")))
-                else f"{with_se(r[f'seed_{s}'], r.get(f'se_{s}', float('nan')))} ({r[f'z_{s}']:+.1f})"
-                for s in seeds], r["verdict"]])
+            rows.append(
+                [
+                    r["table"],
+                    plain(r["cell"]),
+                    *[
+                        "–"
+                        if math.isnan(r.get(f"seed_{s}", float("nan")))
+                        else f"{with_se(r[f'seed_{s}'], r.get(f'se_{s}', float('nan')))} ({r[f'z_{s}']:+.1f})"
+                        for s in seeds
+                    ],
+                    r["verdict"],
+                ]
+            )
         lines.append(md_table(header, rows))
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CLAIM_Z", "PAGE_VIEWS", "TABLE_KEYS", "aggregate", "claims", "keys_of", "page", "quantities_of",
-           "ratio_line", "verdict", "view", "with_se"]
+__all__ = [
+    "CLAIM_Z",
+    "PAGE_VIEWS",
+    "TABLE_KEYS",
+    "aggregate",
+    "claims",
+    "keys_of",
+    "page",
+    "quantities_of",
+    "ratio_line",
+    "verdict",
+    "view",
+    "with_se",
+]

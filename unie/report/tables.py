@@ -24,8 +24,16 @@ import pandas as pd
 from ..eval.room import room_reading
 
 
-DOMAIN_LABELS = {"owt": "OWT", "ptb": "PTB", "wikitext": "WikiText", "lm1b": "LM1B", "lambada": "Lambada",
-                 "ag_news": "AG News", "pubmed": "Pubmed", "arxiv": "Arxiv"}
+DOMAIN_LABELS = {
+    "owt": "OWT",
+    "ptb": "PTB",
+    "wikitext": "WikiText",
+    "lm1b": "LM1B",
+    "lambada": "Lambada",
+    "ag_news": "AG News",
+    "pubmed": "Pubmed",
+    "arxiv": "Arxiv",
+}
 DASH = "--"
 
 
@@ -60,9 +68,17 @@ def best_mask(values: pd.DataFrame, lower: bool, keep: list[bool] | None = None)
     return out
 
 
-def latex_float(cells: pd.DataFrame, *, caption: str, label: str, bold: np.ndarray | None = None,
-                groups: list | None = None, column_format: str | None = None, size: str = "small",
-                packages: tuple[str, ...] = ("booktabs", "adjustbox")) -> str:
+def latex_float(
+    cells: pd.DataFrame,
+    *,
+    caption: str,
+    label: str,
+    bold: np.ndarray | None = None,
+    groups: list | None = None,
+    column_format: str | None = None,
+    size: str = "small",
+    packages: tuple[str, ...] = ("booktabs", "adjustbox"),
+) -> str:
     """One ``table`` float from a frame of LaTeX cell strings (its columns are the header) with
     ``Styler.to_latex``: booktabs rules, ``bold`` cells in ``\\textbf``, a ``\\midrule`` wherever ``groups`` (one
     key per row) changes, the tabular in ``adjustbox`` so that it never exceeds the text width.  The first line
@@ -72,8 +88,15 @@ def latex_float(cells: pd.DataFrame, *, caption: str, label: str, bold: np.ndarr
         sty = sty.apply(lambda _: np.where(bold, "textbf:--rwrap;", ""), axis=None)
     sty = sty.set_table_styles([{"selector": size, "props": ":;"}], overwrite=False)
     fmt = column_format or "l" + "c" * (cells.shape[1] - 1)
-    tex = sty.to_latex(column_format=fmt, hrules=True, environment="table", position="t",
-                       position_float="centering", caption=caption, label=label)
+    tex = sty.to_latex(
+        column_format=fmt,
+        hrules=True,
+        environment="table",
+        position="t",
+        position_float="centering",
+        caption=caption,
+        label=label,
+    )
     lines = tex.splitlines()
     start = lines.index(r"\midrule")  # the header's rule: one data row per line after it
     if groups is not None:
@@ -132,22 +155,32 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
         res = results.get(src) if src else None
         for d in domains:
             cell = (res or {}).get("domains", {}).get(d) if res else None
-            records.append({"row": label, "source": src, "domain": d,
-                            "ppl": cell["ppl"] if cell else None,
-                            "nll_per_token": cell["nll_per_token"] if cell else None,
-                            "nll_se": cell["nll_se"] if cell else None,
-                            "n_mc": (res or {}).get("n_mc")})
+            records.append(
+                {
+                    "row": label,
+                    "source": src,
+                    "domain": d,
+                    "ppl": cell["ppl"] if cell else None,
+                    "nll_per_token": cell["nll_per_token"] if cell else None,
+                    "nll_se": cell["nll_se"] if cell else None,
+                    "n_mc": (res or {}).get("n_mc"),
+                }
+            )
     df = pd.DataFrame.from_records(records)
     names = [DOMAIN_LABELS.get(d, d) for d in domains]
-    labels = [label + r"$^\dagger$" if bound[label] is False else label + r"$^\S$" if reference[label] else label
-              for label in rows]
+    labels = [
+        label + r"$^\dagger$" if bound[label] is False else label + r"$^\S$" if reference[label] else label
+        for label in rows
+    ]
     cells, vals = {"Methods": labels}, {}
     for d, name in zip(domains, names):
         sub = df[df.domain == d].set_index("row")
         ppl = [sub.loc[label, "ppl"] for label in rows]
         # s.e. of the perplexity by the delta method: exp(nll) * s.e.(nll)
-        se = [None if _missing(p) or _missing(sub.loc[label, "nll_se"]) else p * sub.loc[label, "nll_se"]
-              for p, label in zip(ppl, rows)]
+        se = [
+            None if _missing(p) or _missing(sub.loc[label, "nll_se"]) else p * sub.loc[label, "nll_se"]
+            for p, label in zip(ppl, rows)
+        ]
         cells[name] = [_pm(p, e) for p, e in zip(ppl, se)]
         vals[name] = [np.nan if _missing(p) else p for p in ppl]
     groups = [row_group(label) for label in rows]
@@ -157,24 +190,31 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
     df["bound"] = [bound[r] for r in df.row]
     df["reference_estimator"] = [reference[r] for r in df.row]
     df["best"] = [bool(best[list(rows).index(r), domains.index(d)]) for r, d in zip(df.row, df.domain)]
-    caption = (r"Perplexity per domain (lower is better; an upper bound for the diffusion models, exact for the AR "
-               r"model and for the data distribution $\pi$), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times "
-               r"the s.e. of the per-token NLL). The best value of each column among the bounds is in \textbf{bold} "
-               r"(the reference rows, data and AR, left out); -- means no likelihood.")
+    caption = (
+        r"Perplexity per domain (lower is better; an upper bound for the diffusion models, exact for the AR "
+        r"model and for the data distribution $\pi$), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times "
+        r"the s.e. of the per-token NLL). The best value of each column among the bounds is in \textbf{bold} "
+        r"(the reference rows, data and AR, left out); -- means no likelihood."
+    )
     daggers = [label for label in rows if bound[label] is False]
     if daggers:
         reasons = "; ".join(dict.fromkeys(why[label] for label in daggers))
-        caption += (r" $^\dagger$ Not an upper bound on perplexity, so never bold: its value can fall below the "
-                    r"data's own perplexity (" + reasons.replace("_", r"\_") + ").")
+        caption += (
+            r" $^\dagger$ Not an upper bound on perplexity, so never bold: its value can fall below the "
+            r"data's own perplexity (" + reasons.replace("_", r"\_") + ")."
+        )
     if any(reference.values()):
-        caption += (r" $^\S$ Its estimator is in expectation the AR proxy's own NLL (" +
-                    ", ".join(label for label in rows if reference[label]) +
-                    r"), the AR reference row's likelihood, so it is left out of the bold like that row.")
+        caption += (
+            r" $^\S$ Its estimator is in expectation the AR proxy's own NLL ("
+            + ", ".join(label for label in rows if reference[label])
+            + r"), the AR reference row's likelihood, so it is left out of the bold like that row."
+        )
     return latex_float(pd.DataFrame(cells), caption=caption, label="tab:ppl", bold=bold, groups=groups), df
 
 
-def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
-           entropy_rate: float | None = None) -> tuple[str, pd.DataFrame]:
+def table2(
+    rows: dict, runs: dict, evaluators: dict, records: list[dict], entropy_rate: float | None = None
+) -> tuple[str, pd.DataFrame]:
     """Gen PPL per step count and evaluator, and entropy (bits).  ``rows``: label -> sampling run.
 
     With an ``exact`` evaluator and ``entropy_rate`` (pi's entropy per token, nats), the column
@@ -195,13 +235,24 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
                 excess = res["genppl"][exact]["nll_per_token"] - entropy_rate
             for ev in evaluators:
                 g = res["genppl"].get(ev)
-                records.append({"row": label, "run": run, "sampler": runs[run]["sampler"], "steps": steps,
-                                "evaluator": ev, "genppl": g["ppl"] if g else None,
-                                "nll_per_token": g["nll_per_token"] if g else None,
-                                "nll_se": g["nll_se"] if g else None, "entropy_bits": res["entropy_bits"],
-                                "excess_nll": excess, "seconds": samp.get("seconds"), "nfe": samp.get("nfe"),
-                                "options": json.dumps(samp.get("options", {}), sort_keys=True),
-                                "selection": (samp.get("options") or {}).get("selection")})
+                records.append(
+                    {
+                        "row": label,
+                        "run": run,
+                        "sampler": runs[run]["sampler"],
+                        "steps": steps,
+                        "evaluator": ev,
+                        "genppl": g["ppl"] if g else None,
+                        "nll_per_token": g["nll_per_token"] if g else None,
+                        "nll_se": g["nll_se"] if g else None,
+                        "entropy_bits": res["entropy_bits"],
+                        "excess_nll": excess,
+                        "seconds": samp.get("seconds"),
+                        "nfe": samp.get("nfe"),
+                        "options": json.dumps(samp.get("options", {}), sort_keys=True),
+                        "selection": (samp.get("options") or {}).get("selection"),
+                    }
+                )
     df = pd.DataFrame.from_records(records)
     ev_names = list(evaluators)
     with_excess = len(df) > 0 and df.excess_nll.notna().any()
@@ -256,18 +307,35 @@ def table2(rows: dict, runs: dict, evaluators: dict, records: list[dict],
     if len(df):
         df["best"] = [best.get((r.row, r.steps, r.evaluator), False) for r in df.itertuples()]
     judged = sorted({lab for i, (lab, _) in enumerate(where) if own[i].any()}, key=list(rows).index)
-    caption = (r"Generative perplexity per number of sampling steps, under each evaluator "
-               r"($\downarrow$: lower is better), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times the s.e. of "
-               r"the per-token NLL)"
-               + (r"; excess NLL$_\pi$: the samples' NLL per token under $\pi$ minus $\pi$'s entropy rate (nats, "
-                  r"$\pm$ s.e.)" if with_excess else "")
-               + r"; entropy: per-sample unigram entropy in bits. The best value of a column among the rows with the "
-                 r"same number of steps is in \textbf{bold} (data and AR left out)."
-               + ((r" $^\ddagger$ Judged by one of the networks its sampler decodes with ("
-                   + ", ".join(judged) + r"), so never bold in that column.") if judged else "")
-               + (r" An energy row names its candidate selection rule: argmin, the paper's Algorithm 2 ($j^* = "
-                  r"\arg\min_j E^j$); resample, EDLM's own sampler ($j^* \sim \mathrm{softmax}(-E/\tau)$, "
-                  r"self-normalised importance resampling)." if len(df) and df.selection.notna().any() else ""))
+    caption = (
+        r"Generative perplexity per number of sampling steps, under each evaluator "
+        r"($\downarrow$: lower is better), $\pm$ its standard error ($\exp(\mathrm{NLL})$ times the s.e. of "
+        r"the per-token NLL)"
+        + (
+            r"; excess NLL$_\pi$: the samples' NLL per token under $\pi$ minus $\pi$'s entropy rate (nats, "
+            r"$\pm$ s.e.)"
+            if with_excess
+            else ""
+        )
+        + r"; entropy: per-sample unigram entropy in bits. The best value of a column among the rows with the "
+        r"same number of steps is in \textbf{bold} (data and AR left out)."
+        + (
+            (
+                r" $^\ddagger$ Judged by one of the networks its sampler decodes with ("
+                + ", ".join(judged)
+                + r"), so never bold in that column."
+            )
+            if judged
+            else ""
+        )
+        + (
+            r" An energy row names its candidate selection rule: argmin, the paper's Algorithm 2 ($j^* = "
+            r"\arg\min_j E^j$); resample, EDLM's own sampler ($j^* \sim \mathrm{softmax}(-E/\tau)$, "
+            r"self-normalised importance resampling)."
+            if len(df) and df.selection.notna().any()
+            else ""
+        )
+    )
     return latex_float(table, caption=caption, label="tab:genppl", bold=bold, groups=block), df
 
 
@@ -285,24 +353,34 @@ def selection_label(records: pd.DataFrame, latex: bool = True) -> str | None:
         tau_name = r"$\tau$" if latex else "τ"
         rules.add(sel if sel == "argmin" or tau in (None, 1, 1.0) else f"{sel}, {tau_name}={tau:g}")
     if len(rules) > 1:
-        raise ValueError(f"row {records.row.iloc[0]!r}: step counts drawn with different selection rules "
-                         f"{sorted(rules)}")
+        raise ValueError(
+            f"row {records.row.iloc[0]!r}: step counts drawn with different selection rules {sorted(rules)}"
+        )
     return rules.pop()
 
 
 def partition_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """The brute-force partition check (:func:`unie.energy.partition.check_partition` records) per AR context
     and number of revealed tokens: the mass with ``xs`` fixed and with ``xs`` derived from ``x0``."""
-    summary = df.groupby(["ar_context", "revealed"]).agg(
-        fixed_xs=("fixed_xs_max", "max"), derived_xs=("derived_xs", "mean"), V_pow_D=("V_pow_D", "first")).reset_index()
-    cells = pd.DataFrame({"AR context": [c.replace("_", " ") for c in summary.ar_context],
-                          "$|D|$": summary.revealed.astype(str),
-                          "mass, $x_s$ fixed": [f"{v:.6f}" for v in summary.fixed_xs],
-                          "mass, $x_s$ from $x_0$": [f"{v:.6f}" for v in summary.derived_xs],
-                          "$3^{|D|}$": summary.V_pow_D.astype(str)})
-    caption = (r"The Uni-E partition function enumerated on a toy vocabulary ($V=3$, $L=4$) per AR context and number "
-               r"$|D|$ of revealed tokens: the total mass with $x_s$ fixed (1 when the closed form is exact) and with "
-               r"$x_s$ derived from $x_0$ (mean over contexts; $3^{|D|}$ expected).")
+    summary = (
+        df.groupby(["ar_context", "revealed"])
+        .agg(fixed_xs=("fixed_xs_max", "max"), derived_xs=("derived_xs", "mean"), V_pow_D=("V_pow_D", "first"))
+        .reset_index()
+    )
+    cells = pd.DataFrame(
+        {
+            "AR context": [c.replace("_", " ") for c in summary.ar_context],
+            "$|D|$": summary.revealed.astype(str),
+            "mass, $x_s$ fixed": [f"{v:.6f}" for v in summary.fixed_xs],
+            "mass, $x_s$ from $x_0$": [f"{v:.6f}" for v in summary.derived_xs],
+            "$3^{|D|}$": summary.V_pow_D.astype(str),
+        }
+    )
+    caption = (
+        r"The Uni-E partition function enumerated on a toy vocabulary ($V=3$, $L=4$) per AR context and number "
+        r"$|D|$ of revealed tokens: the total mass with $x_s$ fixed (1 when the closed form is exact) and with "
+        r"$x_s$ derived from $x_0$ (mean over contexts; $3^{|D|}$ expected)."
+    )
     return latex_float(cells, caption=caption, label="tab:partition", groups=list(summary.ar_context)), summary
 
 
@@ -331,9 +409,16 @@ def loglikelihood_tasks(results: dict, tasks: list[str]) -> set[str]:
     return out
 
 
-def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: dict,
-           effects: dict | None = None, rooms: dict | None = None, average: list[str] | None = None
-           ) -> tuple[str, pd.DataFrame]:
+def table3(
+    rows: dict,
+    tasks: list[str],
+    results: dict,
+    metrics: dict,
+    columns: dict,
+    effects: dict | None = None,
+    rooms: dict | None = None,
+    average: list[str] | None = None,
+) -> tuple[str, pd.DataFrame]:
     """Table 3: accuracy (%) per benchmark, the paper's column order, one row per Table 3 row.
 
     ``rows``: row name -> ``{label, delta_to?}`` (config ``dllm.rows``); ``results``: row name -> lm-eval's
@@ -371,12 +456,22 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
             metric, filt = m.split(",", 1)
             r = res[task]
             se = r.get(f"{metric}_stderr,{filt}")
-            records.append({"row": name, "label": row["label"], "task": task, "column": columns[task],
-                            "metric": m, "value": 100 * float(r[m]),
-                            "stderr": 100 * float(se) if isinstance(se, (int, float)) else None,
-                            "n": results[name]["n-samples"][task]["effective"],
-                            "decoder_independent": task in loglik, "model": row.get("model"),
-                            "proxy": row.get("proxy"), "delta_to": row.get("delta_to")})
+            records.append(
+                {
+                    "row": name,
+                    "label": row["label"],
+                    "task": task,
+                    "column": columns[task],
+                    "metric": m,
+                    "value": 100 * float(r[m]),
+                    "stderr": 100 * float(se) if isinstance(se, (int, float)) else None,
+                    "n": results[name]["n-samples"][task]["effective"],
+                    "decoder_independent": task in loglik,
+                    "model": row.get("model"),
+                    "proxy": row.get("proxy"),
+                    "delta_to": row.get("delta_to"),
+                }
+            )
     df = pd.DataFrame.from_records(records)
     average = [t for t in tasks if average is None or t in average]
     df["in_average"] = df.task.isin(average)
@@ -446,17 +541,22 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
                 keep.append(False)
                 groups.append(group)
     out_of_avg = [t for t in tasks if t not in average]
-    table = pd.DataFrame(cells, columns=["Methods"] + [columns[t] + ("*" if t in out_of_avg else "") for t in tasks]
-                         + ["Avg."])
+    table = pd.DataFrame(
+        cells, columns=["Methods"] + [columns[t] + ("*" if t in out_of_avg else "") for t in tasks] + ["Avg."]
+    )
     bold = np.column_stack([np.zeros(len(cells), bool), best_mask(pd.DataFrame(vals), lower=False, keep=keep)])
-    caption = (r"Accuracy (\%) per benchmark (the paper's column names for our tasks), $\pm$ its standard error "
-               r"(lm-eval); in brackets the change from the row's backbone (\textcolor{green!50!black}{gain}, "
-               r"\textcolor{red}{loss}; the paired s.e. of each change is in the CSV). The best diffusion row of each "
-               r"column is in \textbf{bold} (the AR rows left out).")
+    caption = (
+        r"Accuracy (\%) per benchmark (the paper's column names for our tasks), $\pm$ its standard error "
+        r"(lm-eval); in brackets the change from the row's backbone (\textcolor{green!50!black}{gain}, "
+        r"\textcolor{red}{loss}; the paired s.e. of each change is in the CSV). The best diffusion row of each "
+        r"column is in \textbf{bold} (the AR rows left out)."
+    )
     if loglik:
         names = ", ".join(columns[t] for t in tasks if t in loglik).replace("%", r"\%")
-        caption += (f" {names}: scored by log-likelihood, which no decoder changes (lm-eval's multiple-choice "
-                    r"scoring): their change is n/a and the change of Avg.\ is the mean change over the other columns.")
+        caption += (
+            f" {names}: scored by log-likelihood, which no decoder changes (lm-eval's multiple-choice "
+            r"scoring): their change is n/a and the change of Avg.\ is the mean change over the other columns."
+        )
     for note, mark in marks.items():  # the rows' notes, in the caption
         caption += " " + f"{mark} {note}".replace("%", r"\%").replace("_", r"\_")
     ratio = proxy_ratios(rows, avg)
@@ -469,8 +569,9 @@ def table3(rows: dict, tasks: list[str], results: dict, metrics: dict, columns: 
         caption += " " + ROOM_NOTE
     if out_of_avg:
         caption += " " + out_of_average_note(df[~df.row.str.contains("__")], out_of_avg, columns)
-    return latex_float(table, caption=caption, label="tab:dllm", bold=bold, groups=groups,
-                       packages=("booktabs", "adjustbox", "xcolor")), df
+    return latex_float(
+        table, caption=caption, label="tab:dllm", bold=bold, groups=groups, packages=("booktabs", "adjustbox", "xcolor")
+    ), df
 
 
 def out_of_average_note(df: pd.DataFrame, tasks: list[str], columns: dict, chance: float = 0.25) -> str:
@@ -483,17 +584,22 @@ def out_of_average_note(df: pd.DataFrame, tasks: list[str], columns: dict, chanc
         for r in sub.itertuples():
             se = 100 * math.sqrt(chance * (1 - chance) / max(1, int(r.n)))
             at_chance &= abs(r.value - 100 * chance) <= 2 * se
-    why = (f"every row is within 2 s.e. of guessing one of four letters ({100 * chance:.0f}\\%): no model learns the "
-           "answers, so these columns carry no signal either way" if at_chance else
-           "left out of the average by the configuration (dllm.tasks.average)")
+    why = (
+        f"every row is within 2 s.e. of guessing one of four letters ({100 * chance:.0f}\\%): no model learns the "
+        "answers, so these columns carry no signal either way"
+        if at_chance
+        else "left out of the average by the configuration (dllm.tasks.average)"
+    )
     return f"*Not in Avg. ({'; '.join(spans)}): {why}."
 
 
-ROOM_NOTE = (r"\emph{Room} rows: the change (points) that the best / the worst selection among the window's "
-             r"candidates reaches against the backbone (any energy, any proxy, an oracle: every path of the candidate "
-             r"tree, each decoded to the end and scored), so a level row reads as \emph{no room} when the ceiling is "
-             r"itself level and \emph{room not taken} when it is not; \emph{Decided}: the items in which a choice "
-             r"inside the window changes the score.")
+ROOM_NOTE = (
+    r"\emph{Room} rows: the change (points) that the best / the worst selection among the window's "
+    r"candidates reaches against the backbone (any energy, any proxy, an oracle: every path of the candidate "
+    r"tree, each decoded to the end and scored), so a level row reads as \emph{no room} when the ceiling is "
+    r"itself level and \emph{room not taken} when it is not; \emph{Decided}: the items in which a choice "
+    r"inside the window changes the score."
+)
 
 
 def room_cells(room: dict, tasks: list[str]) -> list[tuple[str, list[str]]]:
@@ -509,8 +615,9 @@ def room_cells(room: dict, tasks: list[str]) -> list[tuple[str, list[str]]]:
         return f"{up}{ct['delta']:+.1f} / {down}{ft['delta']:+.1f}"
 
     room_row = [pair(c["tasks"].get(t), f["tasks"].get(t)) for t in tasks] + [pair(c["avg"], f["avg"])]
-    decided = [_pct(d["tasks"].get(t)) + r"\%" if t in d["tasks"] else DASH for t in tasks] + \
-              [_pct(d.get("avg")) + r"\%" if d.get("avg") is not None else DASH]
+    decided = [_pct(d["tasks"].get(t)) + r"\%" if t in d["tasks"] else DASH for t in tasks] + [
+        _pct(d.get("avg")) + r"\%" if d.get("avg") is not None else DASH
+    ]
     return [(r"\quad\emph{room: ceiling / floor}", room_row), (r"\quad\emph{decided in the window}", decided)]
 
 
@@ -524,10 +631,21 @@ def room_frame(rooms: dict, rows: dict, tasks: list[str], columns: dict, df: pd.
                 e = room[kind]["tasks"].get(t)
                 if e is None:
                     continue
-                out.append({"row": f"{backbone}__{kind}", "label": f"{rows[backbone]['label']}: window {kind}",
-                            "task": t, "column": columns[t], "value": base.loc[t, "value"] + e["delta"],
-                            "n": e["n"], "delta_to": backbone, "delta": e["delta"], "delta_se": e["se"],
-                            "decides": room["decides"]["tasks"].get(t), "exhaustive": room.get("exhaustive")})
+                out.append(
+                    {
+                        "row": f"{backbone}__{kind}",
+                        "label": f"{rows[backbone]['label']}: window {kind}",
+                        "task": t,
+                        "column": columns[t],
+                        "value": base.loc[t, "value"] + e["delta"],
+                        "n": e["n"],
+                        "delta_to": backbone,
+                        "delta": e["delta"],
+                        "delta_se": e["se"],
+                        "decides": room["decides"]["tasks"].get(t),
+                        "exhaustive": room.get("exhaustive"),
+                    }
+                )
         for name, rec in room.get("rows", {}).items():
             if name in rows:
                 df.loc[df.row == name, "share"] = rec["share"]["share"]
@@ -547,14 +665,30 @@ def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
     paper's row name; ``column`` = ``Accuracy``; ``value``), with the throughput in ``tokens_per_s``."""
     pts = pd.DataFrame(sweep["points"])
     key = pts.key.iloc[0]
-    df = pd.DataFrame({"row": [f"{key.lower()}={v}" for v in pts.value], "column": "Accuracy",
-                       "value": pts.accuracy, "stderr": pts.stderr, "n": pts.n, "tokens_per_s": pts.tokens_per_s,
-                       "nfe": pts.nfe, "curve": pts.curve, "label": pts.label, "option": key, "option_value": pts.value})
+    df = pd.DataFrame(
+        {
+            "row": [f"{key.lower()}={v}" for v in pts.value],
+            "column": "Accuracy",
+            "value": pts.accuracy,
+            "stderr": pts.stderr,
+            "n": pts.n,
+            "tokens_per_s": pts.tokens_per_s,
+            "nfe": pts.nfe,
+            "curve": pts.curve,
+            "label": pts.label,
+            "option": key,
+            "option_value": pts.value,
+        }
+    )
     caption = caption.replace("_", "\\_") + r" The best accuracy is in \textbf{bold}."
     task = sweep["task"].replace("_", chr(92) + "_")
-    cells = pd.DataFrame({f"${key}$": [str(v) for v in df.option_value],
-                          f"{task} accuracy (\\%)": [_pm(v, e, 1) for v, e in zip(df.value, df.stderr)],
-                          "tokens/s": [f"{v:.0f}" for v in df.tokens_per_s]})
+    cells = pd.DataFrame(
+        {
+            f"${key}$": [str(v) for v in df.option_value],
+            f"{task} accuracy (\\%)": [_pm(v, e, 1) for v, e in zip(df.value, df.stderr)],
+            "tokens/s": [f"{v:.0f}" for v in df.tokens_per_s],
+        }
+    )
     bold = np.column_stack([np.zeros(len(df), bool), best_mask(df[["value"]], lower=False), np.zeros(len(df), bool)])
     return latex_float(cells, caption=caption, label=f"tab:sweep-{key.lower()}", bold=bold, column_format="lrr"), df
 
@@ -566,8 +700,9 @@ def _pct(v, nd=0) -> str:
     return DASH if _missing(v) else f"{100 * v:.{nd}f}"
 
 
-def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tasks: list[str],
-                    rooms: dict | None = None) -> tuple[str, pd.DataFrame]:
+def selection_table(
+    rows: dict, results: dict, effects: dict, metrics: dict, tasks: list[str], rooms: dict | None = None
+) -> tuple[str, pd.DataFrame]:
     """The appendix's selection-rule table (beyond the paper): for each backbone, Algorithm 3 with each energy under
     each selection rule, against the backbone's own decoder on the same items.
 
@@ -592,20 +727,42 @@ def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tas
             ses.append(100 * float(se) if isinstance(se, (int, float)) else float("nan"))
         eff = effects.get(name) or {}
         avg, win = eff.get("avg") or {}, eff.get("window") or {}
-        records.append({"row": name, "label": row["label"], "backbone": row.get("delta_to") or name,
-                        "energy": eff.get("energy"), "selection": eff.get("selection"),
-                        "avg": float(np.mean(vals)), "avg_se": float(np.sqrt(np.sum(np.square(ses)))) / len(ses),
-                        "delta": avg.get("delta"), "delta_se": avg.get("se"), "detectable": avg.get("detectable"),
-                        "disagree": win.get("disagree"), "steered": win.get("steered"), "changed": avg.get("changed"),
-                        "padding": win.get("padding"), "answer": win.get("answer"), "items": avg.get("items")})
+        records.append(
+            {
+                "row": name,
+                "label": row["label"],
+                "backbone": row.get("delta_to") or name,
+                "energy": eff.get("energy"),
+                "selection": eff.get("selection"),
+                "avg": float(np.mean(vals)),
+                "avg_se": float(np.sqrt(np.sum(np.square(ses)))) / len(ses),
+                "delta": avg.get("delta"),
+                "delta_se": avg.get("se"),
+                "detectable": avg.get("detectable"),
+                "disagree": win.get("disagree"),
+                "steered": win.get("steered"),
+                "changed": avg.get("changed"),
+                "padding": win.get("padding"),
+                "answer": win.get("answer"),
+                "items": avg.get("items"),
+            }
+        )
         room = rooms.get(row.get("delta_to"))
         if room is not None:
             share = room.get("rows", {}).get(name, {}).get("share", {})
-            records[-1].update({"ceiling": room["ceiling"]["avg"]["delta"], "ceiling_se": room["ceiling"]["avg"]["se"],
-                                "floor": room["floor"]["avg"]["delta"], "floor_se": room["floor"]["avg"]["se"],
-                                "share": share.get("share"), "share_se": share.get("se"),
-                                "reading": room_reading(avg.get("delta"), avg.get("se"), room["ceiling"]["avg"]["delta"],
-                                                        room["ceiling"]["avg"]["se"])})
+            records[-1].update(
+                {
+                    "ceiling": room["ceiling"]["avg"]["delta"],
+                    "ceiling_se": room["ceiling"]["avg"]["se"],
+                    "floor": room["floor"]["avg"]["delta"],
+                    "floor_se": room["floor"]["avg"]["se"],
+                    "share": share.get("share"),
+                    "share_se": share.get("se"),
+                    "reading": room_reading(
+                        avg.get("delta"), avg.get("se"), room["ceiling"]["avg"]["delta"], room["ceiling"]["avg"]["se"]
+                    ),
+                }
+            )
     df = pd.DataFrame.from_records(records)
     has_room = "ceiling" in df
     cells = []
@@ -614,35 +771,71 @@ def selection_table(rows: dict, results: dict, effects: dict, metrics: dict, tas
         delta = DASH if is_base or _missing(r.delta) else rf"{r.delta:+.1f}{{\scriptsize $\pm${r.delta_se:.1f}}}"
         room_cells_ = []
         if has_room:
-            room_cells_ = [DASH, DASH, DASH] if is_base or _missing(r.ceiling) else [
-                rf"{r.ceiling:+.1f} / {r.floor:+.1f}",
-                DASH if _missing(r.share) else rf"{100 * r.share:.0f}{{\scriptsize $\pm${100 * r.share_se:.0f}}}\%"
-                if not _missing(r.share_se) else rf"{100 * r.share:.0f}\%", r.reading]
-        cells.append([r.label, DASH if is_base else (r.energy or DASH),
-                      DASH if is_base else SELECTION_LABELS.get(r.selection, r.selection or DASH),
-                      _pm(r.avg, r.avg_se, 1), delta, *room_cells_, _pct(r.disagree), _pct(r.steered),
-                      DASH if is_base else _pct(r.changed), _pct(r.answer), _pct(r.padding)])
+            room_cells_ = (
+                [DASH, DASH, DASH]
+                if is_base or _missing(r.ceiling)
+                else [
+                    rf"{r.ceiling:+.1f} / {r.floor:+.1f}",
+                    DASH
+                    if _missing(r.share)
+                    else rf"{100 * r.share:.0f}{{\scriptsize $\pm${100 * r.share_se:.0f}}}\%"
+                    if not _missing(r.share_se)
+                    else rf"{100 * r.share:.0f}\%",
+                    r.reading,
+                ]
+            )
+        cells.append(
+            [
+                r.label,
+                DASH if is_base else (r.energy or DASH),
+                DASH if is_base else SELECTION_LABELS.get(r.selection, r.selection or DASH),
+                _pm(r.avg, r.avg_se, 1),
+                delta,
+                *room_cells_,
+                _pct(r.disagree),
+                _pct(r.steered),
+                DASH if is_base else _pct(r.changed),
+                _pct(r.answer),
+                _pct(r.padding),
+            ]
+        )
     room_header = ["Room", "Share", "Reading"] if has_room else []
-    table = pd.DataFrame(cells, columns=["Methods", "Energy", "Selection", "Avg.", r"$\Delta$ Avg.", *room_header,
-                                         r"Disagree (\%)", r"Steered (\%)", r"Changed (\%)", r"Window (\%)",
-                                         r"Padding (\%)"])
-    caption = (r"Selection rules of Algorithm 3 (beyond the paper): the average accuracy (\%) over the benchmarks "
-               r"$\pm$ its s.e.; $\Delta$: its paired change from the backbone's own decoder on the same items "
-               r"$\pm$ the paired s.e.; Disagree: window iterations whose $K$ candidates reveal different tokens; "
-               r"Steered: those where the chosen reveal is not candidate 0's; Changed: completions that "
-               r"differ from the backbone's; Window: the share of an average answer's tokens decided in the window; "
-               r"Padding: the share of the window's reveals after the answer's end.  argmin is the paper's rule, "
-               r"resample draws from "
-               r"$\mathrm{softmax}(-E/\tau)$ (importance sampling), proxy rerank keeps the reveal that the proxy "
-               r"finds most likely (the released code's rule; it reads no energy).")
+    table = pd.DataFrame(
+        cells,
+        columns=[
+            "Methods",
+            "Energy",
+            "Selection",
+            "Avg.",
+            r"$\Delta$ Avg.",
+            *room_header,
+            r"Disagree (\%)",
+            r"Steered (\%)",
+            r"Changed (\%)",
+            r"Window (\%)",
+            r"Padding (\%)",
+        ],
+    )
+    caption = (
+        r"Selection rules of Algorithm 3 (beyond the paper): the average accuracy (\%) over the benchmarks "
+        r"$\pm$ its s.e.; $\Delta$: its paired change from the backbone's own decoder on the same items "
+        r"$\pm$ the paired s.e.; Disagree: window iterations whose $K$ candidates reveal different tokens; "
+        r"Steered: those where the chosen reveal is not candidate 0's; Changed: completions that "
+        r"differ from the backbone's; Window: the share of an average answer's tokens decided in the window; "
+        r"Padding: the share of the window's reveals after the answer's end.  argmin is the paper's rule, "
+        r"resample draws from "
+        r"$\mathrm{softmax}(-E/\tau)$ (importance sampling), proxy rerank keeps the reveal that the proxy "
+        r"finds most likely (the released code's rule; it reads no energy)."
+    )
     if has_room:
-        caption += (r" Room: the change of the average that the best / the worst selection among the window's "
-                    r"candidates reaches (ceiling / floor, every path of the candidate tree); Share: the row's change "
-                    r"as a share of the ceiling's $\pm$ its bootstrap s.e.; Reading: a change beyond 2 paired s.e. is a "
-                    r"gain or a loss, a level row has \emph{no room} when the ceiling is itself within 2 s.e., else "
-                    r"the \emph{room} was \emph{not taken}.")
-    return latex_float(table, caption=caption, label="tab:selection", groups=list(df.backbone),
-                       size="scriptsize"), df
+        caption += (
+            r" Room: the change of the average that the best / the worst selection among the window's "
+            r"candidates reaches (ceiling / floor, every path of the candidate tree); Share: the row's change "
+            r"as a share of the ceiling's $\pm$ its bootstrap s.e.; Reading: a change beyond 2 paired s.e. is a "
+            r"gain or a loss, a level row has \emph{no room} when the ceiling is itself within 2 s.e., else "
+            r"the \emph{room} was \emph{not taken}."
+        )
+    return latex_float(table, caption=caption, label="tab:selection", groups=list(df.backbone), size="scriptsize"), df
 
 
 def proxy_ratios(rows: dict, avg) -> str:
@@ -651,13 +844,23 @@ def proxy_ratios(rows: dict, avg) -> str:
     row shows the proxy (one sentence per distinct proxy)."""
     parts = []
     for proxy in dict.fromkeys(r["proxy"] for r in rows.values() if r.get("proxy") and r.get("delta_to")):
-        own = next((n for n, r in rows.items() if r.get("model") == proxy and not r.get("delta_to")
-                    and not r.get("proxy") and n not in {x.get("delta_to") for x in rows.values()}), None)
+        own = next(
+            (
+                n
+                for n, r in rows.items()
+                if r.get("model") == proxy
+                and not r.get("delta_to")
+                and not r.get("proxy")
+                and n not in {x.get("delta_to") for x in rows.values()}
+            ),
+            None,
+        )
         if own is None:
             continue
         bases = dict.fromkeys(r["delta_to"] for r in rows.values() if r.get("proxy") == proxy and r.get("delta_to"))
-        ratios = ", ".join(f"{avg[own] / avg[b]:.2f}$\\times$ {rows[b]['label']}'s ({avg[b]:.1f})" for b in bases
-                           if avg[b] > 0)
+        ratios = ", ".join(
+            f"{avg[own] / avg[b]:.2f}$\\times$ {rows[b]['label']}'s ({avg[b]:.1f})" for b in bases if avg[b] > 0
+        )
         parts.append(f"The proxy of the decoder rows ({rows[own]['label']}, average {avg[own]:.1f}) is {ratios}.")
     return " ".join(parts).replace("%", r"\%")
 
@@ -678,14 +881,20 @@ def effect_note(rows: dict, effects: dict) -> str:
         win, tau = first["window"], (first.get("options") or {}).get("temperature")
         where = ""
         if win.get("padding") is not None and win.get("answer") is not None:
-            where = (f"the window decides {100 * win['answer']:.0f}\\% of an average answer "
-                     f"({100 * win['padding']:.0f}\\% of its reveals padding), ")
-        each = ", ".join(f"{rows[n]['label']} {100 * effects[n]['avg']['changed']:.0f}\\% of completions changed, "
-                         f"average {effects[n]['avg']['delta']:+.1f} $\\pm$ {effects[n]['avg']['se']:.1f}"
-                         for n in names)
-        parts.append(f"on {rows.get(base, {}).get('label', base)}"
-                     + (f" (candidates at $\\tau$ = {tau:g})" if tau is not None else "")
-                     + f": {where}{100 * win['disagree']:.0f}\\% of window iterations disagree; {each}")
+            where = (
+                f"the window decides {100 * win['answer']:.0f}\\% of an average answer "
+                f"({100 * win['padding']:.0f}\\% of its reveals padding), "
+            )
+        each = ", ".join(
+            f"{rows[n]['label']} {100 * effects[n]['avg']['changed']:.0f}\\% of completions changed, "
+            f"average {effects[n]['avg']['delta']:+.1f} $\\pm$ {effects[n]['avg']['se']:.1f}"
+            for n in names
+        )
+        parts.append(
+            f"on {rows.get(base, {}).get('label', base)}"
+            + (f" (candidates at $\\tau$ = {tau:g})" if tau is not None else "")
+            + f": {where}{100 * win['disagree']:.0f}\\% of window iterations disagree; {each}"
+        )
     return ("Algorithm 3 rows " + "; ".join(parts) + ".") if parts else ""
 
 
@@ -719,29 +928,70 @@ def map_frame(jobs: list[dict]) -> pd.DataFrame:
         if p["rule"] != "apd":
             continue
         e = p.get("effect") or {}
-        rows.append({**common(p["backbone"]), "rule": "apd", "label": p["label"], "proxy": p["proxy"],
-                     "proxy_label": proxies.get(p["proxy"], {}).get("label", p["proxy"]),
-                     "proxy_avg": alone.get(p["proxy"], float("nan")), "draw": None, "w": None,
-                     "delta": e.get("delta"), "se": e.get("se")})
+        rows.append(
+            {
+                **common(p["backbone"]),
+                "rule": "apd",
+                "label": p["label"],
+                "proxy": p["proxy"],
+                "proxy_label": proxies.get(p["proxy"], {}).get("label", p["proxy"]),
+                "proxy_avg": alone.get(p["proxy"], float("nan")),
+                "draw": None,
+                "w": None,
+                "delta": e.get("delta"),
+                "se": e.get("se"),
+            }
+        )
     for job in jobs:
         b = job["job"]
         for t in job.get("trees", []):
             from ..dllm.rows import draw_label
 
-            room = {"draw": draw_label(t["draw"]), "w": t["w"], "ceiling": t["ceiling"]["avg"]["delta"],
-                    "ceiling_se": t["ceiling"]["avg"]["se"], "floor": t["floor"]["avg"]["delta"],
-                    "floor_se": t["floor"]["avg"]["se"], "decides": t["decides"]["avg"], "exhaustive": t["exhaustive"],
-                    "dlm_auc": t["auc"]["dlm"]["auc"], "dlm_auc_se": t["auc"]["dlm"]["se"], "items": t["items"]}
+            room = {
+                "draw": draw_label(t["draw"]),
+                "w": t["w"],
+                "ceiling": t["ceiling"]["avg"]["delta"],
+                "ceiling_se": t["ceiling"]["avg"]["se"],
+                "floor": t["floor"]["avg"]["delta"],
+                "floor_se": t["floor"]["avg"]["se"],
+                "decides": t["decides"]["avg"],
+                "exhaustive": t["exhaustive"],
+                "dlm_auc": t["auc"]["dlm"]["auc"],
+                "dlm_auc_se": t["auc"]["dlm"]["se"],
+                "items": t["items"],
+            }
             for c in t["cells"]:
                 e, a, sh = c["effect"], c["auc"], c["share"]
-                rows.append({**common(b), **room, "rule": c["rule"], "label": c["rule"], "proxy": c["proxy"],
-                             "proxy_label": proxies.get(c["proxy"], {}).get("label", c["proxy"]),
-                             "proxy_avg": alone.get(c["proxy"], float("nan")), "delta": e["delta"], "se": e["se"],
-                             "auc": a["auc"], "auc_se": a["se"], "share": sh["share"], "share_se": sh["se"],
-                             "reading": c["reading"]})
+                rows.append(
+                    {
+                        **common(b),
+                        **room,
+                        "rule": c["rule"],
+                        "label": c["rule"],
+                        "proxy": c["proxy"],
+                        "proxy_label": proxies.get(c["proxy"], {}).get("label", c["proxy"]),
+                        "proxy_avg": alone.get(c["proxy"], float("nan")),
+                        "delta": e["delta"],
+                        "se": e["se"],
+                        "auc": a["auc"],
+                        "auc_se": a["se"],
+                        "share": sh["share"],
+                        "share_se": sh["se"],
+                        "reading": c["reading"],
+                    }
+                )
             for rule, be in (t.get("break_even") or {}).items():
-                rows.append({**common(b), **room, "rule": "break_even", "label": rule, "proxy": None,
-                             "auc": be["auc"], "auc_se": be["se"]})
+                rows.append(
+                    {
+                        **common(b),
+                        **room,
+                        "rule": "break_even",
+                        "label": rule,
+                        "proxy": None,
+                        "auc": be["auc"],
+                        "auc_se": be["se"],
+                    }
+                )
     return pd.DataFrame.from_records(rows)
 
 
@@ -777,9 +1027,15 @@ def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
                 continue
             r0 = r.iloc[0]
             bound = "" if r0.exhaustive >= 1.0 else r"$\geq$"
-            room_row += ([f"ceil. {bound}{_cell(r0.ceiling, r0.ceiling_se)}", f"floor {_cell(r0.floor, r0.floor_se)}",
-                          f"decided {100 * r0.decides:.0f}\\%", f"DLLM {_cell(r0.dlm_auc, r0.dlm_auc_se, 2, False)}"]
-                         + [""] * max(0, ncol - 4))[:ncol]
+            room_row += (
+                [
+                    f"ceil. {bound}{_cell(r0.ceiling, r0.ceiling_se)}",
+                    f"floor {_cell(r0.floor, r0.floor_se)}",
+                    f"decided {100 * r0.decides:.0f}\\%",
+                    f"DLLM {_cell(r0.dlm_auc, r0.dlm_auc_se, 2, False)}",
+                ]
+                + [""] * max(0, ncol - 4)
+            )[:ncol]
             for p in proxies:
                 hit = r[(r.rule == "rerank") & (r.proxy == p)]
                 auc_row.append(DASH if hit.empty else _cell(hit.auc.iloc[0], hit.auc_se.iloc[0], 2, False))
@@ -805,31 +1061,38 @@ def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
         groups.append("apd")
     header = ["Candidates, window", "Rule"] + [f"{blabel[b]}: {plabel[p]}" for b in backbones for p in proxies]
     be = df[df.rule == "break_even"]
-    be_text = "; ".join(f"{blabel[r.backbone]} {r.label} ({r.draw}, w = {r.w:g}): "
-                        + ("never" if _missing(r.auc) else f"{r.auc:.2f} $\\pm$ {r.auc_se:.2f}")
-                        for r in be.itertuples()).replace("τ", r"$\tau$")
+    be_text = "; ".join(
+        f"{blabel[r.backbone]} {r.label} ({r.draw}, w = {r.w:g}): "
+        + ("never" if _missing(r.auc) else f"{r.auc:.2f} $\\pm$ {r.auc_se:.2f}")
+        for r in be.itertuples()
+    ).replace("τ", r"$\tau$")
     points = [p for job in jobs for p in job["points"]]
-    alone = "; ".join(f"{plabel.get(p['proxy'], p['proxy'])} {p['avg']:.1f}\\%" for p in points
-                      if p["rule"] == "proxy_alone")
+    alone = "; ".join(
+        f"{plabel.get(p['proxy'], p['proxy'])} {p['avg']:.1f}\\%" for p in points if p["rule"] == "proxy_alone"
+    )
     base = "; ".join(f"{p['label']} {p['avg']:.1f}\\%" for p in points if p["rule"] == "backbone")
     cont = next((j.get("continuum") for j in jobs if j.get("continuum")), {}) or {}
     tasks = ", ".join(jobs[0]["tasks"]).replace("_", r"\_")
     limit = jobs[0].get("limit")
-    caption = (r"When does Uni-E help a DLLM? (beyond the paper) For each candidate draw ($\tau$: the candidates' "
-               r"temperature; greedy first: candidate 0 is the backbone's greedy $\hat x_0$) and window $w$: the "
-               r"\emph{room} of the backbone's window (the change of the average accuracy, points, that the best and the "
-               r"worst selection among the window's candidates reach, every path of the candidate tree decoded and "
-               r"scored, $\pm$ paired s.e.; $\geq$: a tree cut at its cap, a bound; decided: items in which a choice "
-               r"inside the window changes the score; DLLM: the pairwise AUC of the backbone's own "
-               r"$\log p_\theta(x_s|x_t)$ over the tree's candidates), each proxy's \emph{judgement} (the AUC of its "
-               r"own score, proxy rerank's: 0.5 is none, 1 a perfect one) and each rule's paired change against the "
-               r"backbone on the same items $\pm$ its paired s.e., per proxy from weak to an $\varepsilon$-smoothed "
-               rf"oracle ($\varepsilon$ = {jobs[0].get('oracle_eps', 0.05):g}). Items: "
-               + (f"the first {limit} of " if limit else "every test item of ") + rf"{tasks}. Backbones: {base}. The "
-               rf"proxies decoding alone: {alone}. Inv-E reads no proxy under teacher forcing (one value under every "
-               r"proxy). Break-even judgement (the AUC at which a rule's change crosses 0 along "
-               rf"$\lambda \cdot$ oracle + $(1-\lambda) \cdot$ {cont.get('proxy', 'proxy')}, $\lambda \in$ "
-               rf"\{{0, {', '.join(f'{x:g}' for x in cont.get('lambdas', []))}, 1\}}, $\pm$ bootstrap s.e.): "
-               + (be_text or "none") + ".")
+    caption = (
+        r"When does Uni-E help a DLLM? (beyond the paper) For each candidate draw ($\tau$: the candidates' "
+        r"temperature; greedy first: candidate 0 is the backbone's greedy $\hat x_0$) and window $w$: the "
+        r"\emph{room} of the backbone's window (the change of the average accuracy, points, that the best and the "
+        r"worst selection among the window's candidates reach, every path of the candidate tree decoded and "
+        r"scored, $\pm$ paired s.e.; $\geq$: a tree cut at its cap, a bound; decided: items in which a choice "
+        r"inside the window changes the score; DLLM: the pairwise AUC of the backbone's own "
+        r"$\log p_\theta(x_s|x_t)$ over the tree's candidates), each proxy's \emph{judgement} (the AUC of its "
+        r"own score, proxy rerank's: 0.5 is none, 1 a perfect one) and each rule's paired change against the "
+        r"backbone on the same items $\pm$ its paired s.e., per proxy from weak to an $\varepsilon$-smoothed "
+        rf"oracle ($\varepsilon$ = {jobs[0].get('oracle_eps', 0.05):g}). Items: "
+        + (f"the first {limit} of " if limit else "every test item of ")
+        + rf"{tasks}. Backbones: {base}. The "
+        rf"proxies decoding alone: {alone}. Inv-E reads no proxy under teacher forcing (one value under every "
+        r"proxy). Break-even judgement (the AUC at which a rule's change crosses 0 along "
+        rf"$\lambda \cdot$ oracle + $(1-\lambda) \cdot$ {cont.get('proxy', 'proxy')}, $\lambda \in$ "
+        rf"\{{0, {', '.join(f'{x:g}' for x in cont.get('lambdas', []))}, 1\}}, $\pm$ bootstrap s.e.): "
+        + (be_text or "none")
+        + "."
+    )
     table = pd.DataFrame(cells, columns=header)
     return latex_float(table, caption=caption, label="tab:map", groups=groups, size="scriptsize"), df

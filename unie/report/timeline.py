@@ -21,8 +21,7 @@ def dependencies(jobs: list[dict]) -> dict[str, set[str]]:
     for j in jobs:
         for f in j.get("outputs", []):
             made_by[f] = j["id"]
-    return {j["id"]: {made_by[f] for f in j.get("inputs", []) if f in made_by and made_by[f] != j["id"]}
-            for j in jobs}
+    return {j["id"]: {made_by[f] for f in j.get("inputs", []) if f in made_by and made_by[f] != j["id"]} for j in jobs}
 
 
 def critical_path(jobs: list[dict]) -> tuple[list[str], float]:
@@ -55,8 +54,16 @@ def summary(jobs: list[dict], cores: int) -> dict:
     """The run's timing (module doc): ``wall_s``, ``cores``, ``busy_core_s``, ``idle_core_s``, ``idle_share``,
     ``critical_path`` (ids), ``critical_s``, ``jobs``."""
     if not jobs:
-        return {"wall_s": 0.0, "cores": cores, "busy_core_s": 0.0, "idle_core_s": 0.0, "idle_share": None,
-                "critical_path": [], "critical_s": 0.0, "jobs": 0}
+        return {
+            "wall_s": 0.0,
+            "cores": cores,
+            "busy_core_s": 0.0,
+            "idle_core_s": 0.0,
+            "idle_share": None,
+            "critical_path": [],
+            "critical_s": 0.0,
+            "jobs": 0,
+        }
     t0, t1 = min(j["start"] for j in jobs), max(j["end"] for j in jobs)
     wall = max(t1 - t0, 1e-9)
     # core occupancy per time slice: never above the run's cores (a job asked for its threads)
@@ -66,9 +73,16 @@ def summary(jobs: list[dict], cores: int) -> dict:
         held = sum(min(cores, j.get("threads", 1)) for j in jobs if j["start"] <= a and j["end"] >= b)
         busy += min(cores, held) * (b - a)
     path, length = critical_path(jobs)
-    return {"wall_s": wall, "cores": cores, "busy_core_s": busy, "idle_core_s": cores * wall - busy,
-            "idle_share": (cores * wall - busy) / (cores * wall), "critical_path": path, "critical_s": length,
-            "jobs": len(jobs)}
+    return {
+        "wall_s": wall,
+        "cores": cores,
+        "busy_core_s": busy,
+        "idle_core_s": cores * wall - busy,
+        "idle_share": (cores * wall - busy) / (cores * wall),
+        "critical_path": path,
+        "critical_s": length,
+        "jobs": len(jobs),
+    }
 
 
 def lanes(jobs: list[dict]) -> dict[str, int]:
@@ -105,10 +119,14 @@ def timeline_figure(jobs: list[dict], info: dict, title: str = ""):
     ax.set_yticks(range(n), [f"lane {k + 1}" for k in range(n)], fontsize=7)
     ax.set_xlabel("minutes since the run's first job started")
     share = info.get("idle_share")
-    ax.set_title((title + "\n" if title else "") + f"{info.get('jobs', 0)} jobs, {info.get('wall_s', 0) / 60:.1f} min on "
-                 f"{info.get('cores')} cores; idle core-time {info.get('idle_core_s', 0) / 60:.1f} core-min"
-                 + ("" if share is None else f" ({100 * share:.0f} %)") + f"; critical path (red) "
-                 f"{info.get('critical_s', 0) / 60:.1f} min", fontsize=9)
+    ax.set_title(
+        (title + "\n" if title else "") + f"{info.get('jobs', 0)} jobs, {info.get('wall_s', 0) / 60:.1f} min on "
+        f"{info.get('cores')} cores; idle core-time {info.get('idle_core_s', 0) / 60:.1f} core-min"
+        + ("" if share is None else f" ({100 * share:.0f} %)")
+        + f"; critical path (red) "
+        f"{info.get('critical_s', 0) / 60:.1f} min",
+        fontsize=9,
+    )
     ax.grid(axis="x", alpha=0.3)
     figure.tight_layout()
     return figure

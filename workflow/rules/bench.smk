@@ -24,16 +24,19 @@ rule bench:
         md=report(run_path("results/bench/sampler.md"), **REPORT["bench"], labels={"file": "Markdown"}),
     log:
         run_path("logs/bench/sampler.log"),
+    threads: held_cores()
+    resources:
+        **rule_resources("bench", 8000, 60, gpu=True, precision=False),
     params:
-        bench=lambda wc: dict(config["bench"], uni_run=fig3_runs(config)["tradeoff"][config["figures"]["fig3_tradeoff"]["label"]],
-                              ar_run=config["figures"]["fig3_tradeoff"]["baselines"]["AR"]),
+        bench=lambda wc: dict(
+            config["bench"],
+            uni_run=fig3_runs(config)["tradeoff"][config["figures"]["fig3_tradeoff"]["label"]],
+            ar_run=config["figures"]["fig3_tradeoff"]["baselines"]["AR"],
+        ),
         evaluator=lambda wc: config["figures"]["fig3_tradeoff"]["evaluator"],
         seq_len=config["data"]["seq_len"],
         device=config["device"],
         token_cache=TOKEN_CACHE,
-    threads: held_cores()
-    resources:
-        **rule_resources("bench", 8000, 60, gpu=True, precision=False),
     script:
         "../scripts/bench.py"
 
@@ -42,19 +45,27 @@ rule bench_paper_scale:
     # the paper-scale bench (not part of `all`): GPT-2-small sizes with random weights (no download), on the
     # profile's device, in fp32 / TF32 / bf16 autocast; `snakemake --cores 1 bench_paper_scale --config device=cuda`
     output:
-        json=report(run_path("results/bench/paper_scale/paper_scale.json"), **REPORT["bench_paper_scale"], labels={"file": "JSON"}),
-        md=report(run_path("results/bench/paper_scale/paper_scale.md"), **REPORT["bench_paper_scale"], labels={"file": "Markdown"}),
+        json=report(
+            run_path("results/bench/paper_scale/paper_scale.json"),
+            **REPORT["bench_paper_scale"],
+            labels={"file": "JSON"},
+        ),
+        md=report(
+            run_path("results/bench/paper_scale/paper_scale.md"),
+            **REPORT["bench_paper_scale"],
+            labels={"file": "Markdown"},
+        ),
     log:
         run_path("logs/bench/paper_scale.log"),
+    threads: held_cores()
+    resources:
+        **rule_resources("bench", 8000, 60, gpu=True, precision=False),
     params:
         device=config["device"],
         precisions=" ".join(config["bench"].get("paper_scale", {}).get("precisions", ["fp32", "tf32", "bf16"])),
         steps=" ".join(map(str, config["bench"].get("paper_scale", {}).get("steps", [128, 256]))),
         repeats=config["bench"].get("paper_scale", {}).get("repeats", 1),
         skip=" ".join(config["bench"].get("paper_scale", {}).get("skip", [])),
-    threads: held_cores()
-    resources:
-        **rule_resources("bench", 8000, 60, gpu=True, precision=False),
     shell:
         "python -m unie.pipeline.bench --paper-scale --device {params.device} --precisions {params.precisions} "
         "--steps {params.steps} --repeats {params.repeats} --skip {params.skip} --out $(dirname {output.json}) "

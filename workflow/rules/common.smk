@@ -43,15 +43,20 @@ def _check_gpu_request_form():
     """One GPU request form per job: a `gres`, `gpu`, `gpus` or `gpu_model` in the profile's default-resources or
     set-resources would be sent beside the rules' own (sbatch --gres and --gpus both): refused, naming where."""
     rs = workflow.resource_settings
-    places = {"default-resources": rs.default_resources, **{f"set-resources {r}": v for r, v in
-                                                               (rs.overwrite_resources or {}).items()}}
+    places = {
+        "default-resources": rs.default_resources,
+        **{f"set-resources {r}": v for r, v in (rs.overwrite_resources or {}).items()},
+    }
     for where, res in places.items():
         bad = sorted(set(res or {}) & {"gres", "gpu", "gpus", "gpu_model"})  # Snakemake's Resources: a mapping
         if bad:
-            print(f"unie: error: {where}: {', '.join(bad)}: the rules ask for their GPUs themselves, in the one form "
-                  f"config key cluster.gpu_request names ({CLUSTER.gpu_request}), and this would add a second "
-                  f"(sbatch --gres and --gpus both); set cluster.gpu_request and cluster.gpu_model, and GPU counts "
-                  f"under resources:, in the config instead", file=sys.stderr)
+            print(
+                f"unie: error: {where}: {', '.join(bad)}: the rules ask for their GPUs themselves, in the one form "
+                f"config key cluster.gpu_request names ({CLUSTER.gpu_request}), and this would add a second "
+                f"(sbatch --gres and --gpus both); set cluster.gpu_request and cluster.gpu_model, and GPU counts "
+                f"under resources:, in the config instead",
+                file=sys.stderr,
+            )
             sys.exit(1)
 
 
@@ -77,7 +82,8 @@ def precision_params():
     """``precision`` only when not fp32: fp32 jobs keep their params, so existing result trees do not rerun."""
     return {} if PRECISION == "fp32" else {"precision": PRECISION}
 
-  # optional workflow switches, their defaults in one place
+
+# optional workflow switches, their defaults in one place
 MODELS = list(config["models"])
 RUNS = list(config["sampling"]["runs"])
 # sampling.job (unie.config.sampling_jobs): step -> one job per (run, step count) (rule sample); run -> one job per run on
@@ -86,8 +92,9 @@ RUNS = list(config["sampling"]["runs"])
 # those Figure 3 adds (fig3_*)), a run sampled before by its own job (sample_run, sample), with its table's settings
 from unie.config.sampling_jobs import sampling_jobs  # noqa: E402
 
-SAMPLING = sampling_jobs(SETTINGS.sampling_job, {r: run_steps(config, r) for r in RUNS}, config["sampling"]["steps"],
-                         RUN_DIR)
+SAMPLING = sampling_jobs(
+    SETTINGS.sampling_job, {r: run_steps(config, r) for r in RUNS}, config["sampling"]["steps"], RUN_DIR
+)
 TABLE_RUNS = SAMPLING.tables  # table -> the runs its job samples
 GROUPED_RUNS = SAMPLING.per_run  # rule sample_run
 STEP_RUNS = SAMPLING.per_step  # rule sample
@@ -120,8 +127,7 @@ def res(rule_name, key, default):
     return config.get("resources", {}).get(rule_name, {}).get(key, default)
 
 
-def rule_resources(rule_name, mem_mb=None, runtime=None, *, gpu=False, gpu_cpus=True, precision=True,
-                   runtime_times=1):
+def rule_resources(rule_name, mem_mb=None, runtime=None, *, gpu=False, gpu_cpus=True, precision=True, runtime_times=1):
     """A rule's ``resources:`` (``resources: **rule_resources(...)``), written here once: its Slurm partition
     (:func:`partition`); with ``gpu`` (a rule that runs networks) its GPU request (:func:`res`), sbatch's
     --cpus-per-gpu (:func:`cpus_per_gpu`, unless ``gpu_cpus=False``) and the precision its networks run in
@@ -189,7 +195,9 @@ def model_files(name):
 
 
 def sample_targets(runs=None):
-    return [f"{RUN_DIR}/results/samples/{run}/steps{s}.parquet" for run in (runs or RUNS) for s in run_steps(config, run)]
+    return [
+        f"{RUN_DIR}/results/samples/{run}/steps{s}.parquet" for run in (runs or RUNS) for s in run_steps(config, run)
+    ]
 
 
 def genppl_targets(runs=None):
@@ -206,20 +214,32 @@ def final_outputs():
     if config["data"]["source"] == "toy":
         out += [run_path("results/tables/partition_check.csv"), run_path("results/tables/partition_check.tex")]
     if config.get("dllm"):
-        out += [run_path("results/tables/table3_dllm.tex"), run_path("results/tables/table3_dllm.csv"),
-                run_path("results/tables/table_app_dllm_full.tex"), run_path("results/tables/table_app_dllm_full.csv")]
+        out += [
+            run_path("results/tables/table3_dllm.tex"),
+            run_path("results/tables/table3_dllm.csv"),
+            run_path("results/tables/table_app_dllm_full.tex"),
+            run_path("results/tables/table_app_dllm_full.csv"),
+        ]
         if any(r.get("selection_table") for r in config["dllm"].get("rows", {}).values()):
-            out += [run_path("results/tables/table_app_selection.tex"), run_path("results/tables/table_app_selection.csv")]
+            out += [
+                run_path("results/tables/table_app_selection.tex"),
+                run_path("results/tables/table_app_selection.csv"),
+            ]
     if config.get("figures", {}).get("fig2_ablation"):
         out += [run_path("results/figures/fig2_ablation.pdf"), run_path("results/figures/fig2_ablation.png")]
     out += [f"{RUN_DIR}/results/tables/paper_vs_ours.{ext}" for ext in ("md", "tex")]
     if config["data"]["source"] == "toy" and config.get("figures", {}).get("case_studies"):
-        out += [f"{RUN_DIR}/results/figures/case_{c}.{ext}" for c in ("invariant", "independent", "non_invariant",
-                                                             "non_independent") for ext in ("pdf", "png")]
+        out += [
+            f"{RUN_DIR}/results/figures/case_{c}.{ext}"
+            for c in ("invariant", "independent", "non_invariant", "non_independent")
+            for ext in ("pdf", "png")
+        ]
     sweeps = config.get("dllm", {}).get("sweeps", {}).get("sets", {})
     if "fig4" in sweeps:
         out += [f"{RUN_DIR}/results/figures/fig4_dllm_tradeoff.{ext}" for ext in ("pdf", "png", "csv")]
-    out += [f"{RUN_DIR}/results/tables/table_{s}.{ext}" for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")]
+    out += [
+        f"{RUN_DIR}/results/tables/table_{s}.{ext}" for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")
+    ]
     if config.get("figures", {}).get("fig3_tradeoff"):
         out += [f"{RUN_DIR}/results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
     return out + [run_path("results/report/paper.html")]  # every table and figure above on one page (rule paper_page)

@@ -27,7 +27,10 @@ TOY_TASKS = DLLM.get("tasks", {}).get("source", "toy") == "toy"
 # what the task files and the training data depend on (not which columns Table 3 averages)
 TASK_DATA = {k: v for k, v in DLLM.get("tasks", {}).items() if k != "average"}
 from unie.data.tasks import FORMAT as TASK_FORMAT  # noqa: E402
-LOCAL_TASKS = DLLM.get("tasks", {}).get("local", {})  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
+
+LOCAL_TASKS = DLLM.get("tasks", {}).get(
+    "local", {}
+)  # paper profile: LiveCodeBench v2 (lm-eval lacks it), MBPP (offline)
 # lm-eval's built-in tasks (paper profile: minerva_math500, gsm8k): rule prefetch_lmeval (prefetch.smk) loads each once
 # on the submit host, its Python helpers and its dataset; every lm-eval job reads its record, so a package that is
 # not installed, or a dataset that is not in HF_HOME, stops the run there, before any GPU job starts
@@ -51,12 +54,12 @@ rule dllm_tasks:
         utils=run_path("resources/dllm/tasks/utils.py"),
     log:
         run_path("logs/dllm/tasks.log"),
-    params:
-        tasks=TASK_DATA,
-        answers=TASK_FORMAT,  # the answers' format (unie.data.tasks.FORMAT): another format writes the tasks again
     threads: 1
     resources:
         **rule_resources("dllm_tasks"),
+    params:
+        tasks=TASK_DATA,
+        answers=TASK_FORMAT,  # the answers' format (unie.data.tasks.FORMAT): another format writes the tasks again
     script:
         "../scripts/dllm_tasks.py"
 
@@ -68,15 +71,15 @@ rule download_task_file:
         "resources/paper_tasks/{task}/{file}",
     log:
         run_path("logs/download_task_file/{task}/{file}.log"),
+    wildcard_constraints:
+        task="|".join(LOCAL_TASKS) or "(?!)",
+    retries: 2
+    localrule: DOWNLOADS_LOCAL
+    resources:
+        **rule_resources("download_task_file", 4000, 60),
     params:
         repo=lambda wc: LOCAL_TASKS[wc.task]["repo"],
         revision=lambda wc: LOCAL_TASKS[wc.task].get("revision"),
-    wildcard_constraints:
-        task="|".join(LOCAL_TASKS) or "(?!)",
-    localrule: DOWNLOADS_LOCAL
-    retries: 2
-    resources:
-        **rule_resources("download_task_file", 4000, 60),
     script:
         "../scripts/download_task_file.py"
 
@@ -90,9 +93,9 @@ rule dllm_local_tasks:
         utils=run_path("resources/dllm/local_tasks/utils.py"),
     log:
         run_path("logs/dllm/local_tasks.log"),
+    localrule: True
     params:
         local={t: {**spec, "files": local_task_files(t)} for t, spec in LOCAL_TASKS.items()},
-    localrule: True
     script:
         "../scripts/dllm_local_tasks.py"
 
@@ -106,12 +109,14 @@ rule dllm_data:
         meta=run_path("resources/dllm/meta.json"),
     log:
         run_path("logs/dllm/data.log"),
-    params:  # only what the data depend on (a model's training settings must not rebuild the data)
-        dllm={"tasks": TASK_DATA, **{k: DLLM.get(k) for k in ("pretrain_texts", "bpe_vocab_size", "decoding",
-                                                              "sft_length")}},
     threads: 1
     resources:
         **rule_resources("dllm_data"),
+    params:  # only what the data depend on (a model's training settings must not rebuild the data)
+        dllm={
+            "tasks": TASK_DATA,
+            **{k: DLLM.get(k) for k in ("pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")},
+        },
     script:
         "../scripts/dllm_data.py"
 
@@ -126,7 +131,6 @@ def dllm_init(wc):
 
 
 rule dllm_train:
-    priority: 20
     input:
         unpack(dllm_init),
         meta=run_path("resources/dllm/meta.json"),
@@ -137,15 +141,16 @@ rule dllm_train:
         run_path("logs/train/dllm_{dmodel}.log"),
     benchmark:
         run_path("benchmarks/train/dllm_{dmodel}.tsv")
-    params:
-        spec=lambda wc: DLLM["models"][wc.dmodel],
-        ckpt_dir=lambda wc: f"{RUN_DIR}/results/checkpoints/dllm_{wc.dmodel}",
-        device=config["device"],
-        **precision_params(),
-        processes=res("dllm_train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
+    priority: 20
     threads: config["threads"]
     resources:
         **rule_resources("dllm_train", 4000, 120, gpu=True),
+    params:
+        **precision_params(),
+        spec=lambda wc: DLLM["models"][wc.dmodel],
+        ckpt_dir=lambda wc: f"{RUN_DIR}/results/checkpoints/dllm_{wc.dmodel}",
+        device=config["device"],
+        processes=res("dllm_train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
     script:
         "../scripts/dllm_train.py"
 
@@ -173,8 +178,10 @@ def dllm_eval_params(rows):
     return dict(
         rows={name: DLLM["rows"][name] for name in rows},
         inputs={name: plain_files(row_inputs(name)) for name in rows},
-        dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit",
-                                       "seed")},
+        dllm={
+            k: DLLM.get(k)
+            for k in ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit", "seed")
+        },
         device=config["device"],
         **precision_params(),
     )
@@ -207,12 +214,12 @@ rule dllm_eval:
         run_path("benchmarks/dllm/eval_{row}.tsv")
     wildcard_constraints:
         row="|".join(ROW_JOBS) or "(?!)",
-    params:
-        **{k: (lambda wc, k=k: dllm_eval_params([wc.row])[k]) for k in ("rows", "inputs")},
-        **{k: v for k, v in dllm_eval_params([]).items() if k not in ("rows", "inputs")},
     threads: config["threads"]
     resources:  # gpu > 1 on CUDA: lm-eval data parallel, one torchrun rank per GPU
         **rule_resources("dllm_eval", 4000, 120, gpu=True),
+    params:
+        **{k: (lambda wc, k=k: dllm_eval_params([wc.row])[k]) for k in ("rows", "inputs")},
+        **{k: v for k, v in dllm_eval_params([]).items() if k not in ("rows", "inputs")},
     script:
         "../scripts/dllm_eval.py"
 
@@ -224,9 +231,14 @@ for _group, _rows in EVAL_GROUPS.items():
             f"dllm_eval_{_group}"
         input:
             # the rows' files, less the results of rows this job writes itself
-            unpack(lambda wc, rows=tuple(_rows): {f"{name}_{k}": v for name in rows
-                                                  for k, v in row_inputs(name).items()
-                                                  if not (k == "base" and DLLM["rows"][name]["delta_to"] in rows)}),
+            unpack(
+                lambda wc, rows=tuple(_rows): {
+                    f"{name}_{k}": v
+                    for name in rows
+                    for k, v in row_inputs(name).items()
+                    if not (k == "base" and DLLM["rows"][name]["delta_to"] in rows)
+                }
+            ),
         output:
             results=row_outputs(_rows, "results"),
             throughput=row_outputs(_rows, "throughput"),
@@ -235,11 +247,11 @@ for _group, _rows in EVAL_GROUPS.items():
             f"{RUN_DIR}/logs/dllm/eval_{_group}.log",
         benchmark:
             f"{RUN_DIR}/benchmarks/dllm/eval_{_group}.tsv"
-        params:
-            **dllm_eval_params(_rows),
         threads: config["threads"]
         resources:
             **rule_resources("dllm_eval", 4000, 120, gpu=True),
+        params:
+            **dllm_eval_params(_rows),
         script:
             "../scripts/dllm_eval.py"
 
@@ -255,16 +267,24 @@ def sweep_inputs(sweep):
         for role in ("model", "proxy"):
             name = spec.get(role)
             if name:
-                out[f"{curve}_{role}"] = (f"{RUN_DIR}/results/dllm/models/{name}/model.safetensors" if name in DLLM_MODELS
-                                          else f"resources/hf/{name}")
+                out[f"{curve}_{role}"] = (
+                    f"{RUN_DIR}/results/dllm/models/{name}/model.safetensors"
+                    if name in DLLM_MODELS
+                    else f"resources/hf/{name}"
+                )
     return out
 
 
 def sweep_params(sweeps):
     return dict(
         sweeps={s: plain_files(sweep_inputs(s)) for s in sweeps},  # each sweep's files
-        dllm={"tasks": TASK_DATA, **{k: DLLM.get(k) for k in ("decoding", "energy", "batch_size",
-                                                              "include_default_tasks", "limit", "seed", "sweeps")}},
+        dllm={
+            "tasks": TASK_DATA,
+            **{
+                k: DLLM.get(k)
+                for k in ("decoding", "energy", "batch_size", "include_default_tasks", "limit", "seed", "sweeps")
+            },
+        },
         device=config["device"],
         **precision_params(),
     )
@@ -289,12 +309,12 @@ rule dllm_sweep:
         run_path("benchmarks/dllm/sweep_{sweep}.tsv")
     wildcard_constraints:
         sweep="|".join(s for s in SWEEPS if s not in SWEEP_JOB) or "(?!)",
-    params:
-        sweeps=lambda wc: sweep_params([wc.sweep])["sweeps"],
-        **{k: v for k, v in sweep_params([]).items() if k != "sweeps"},
     threads: held_cores()
     resources:
         **rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False),
+    params:
+        **{k: v for k, v in sweep_params([]).items() if k != "sweeps"},
+        sweeps=lambda wc: sweep_params([wc.sweep])["sweeps"],
     script:
         "../scripts/dllm_sweep.py"
 
@@ -310,11 +330,11 @@ if SWEEP_JOB:
             run_path("logs/dllm/sweeps.log"),
         benchmark:
             run_path("benchmarks/dllm/sweeps.tsv")
-        params:
-            **sweep_params(SWEEP_JOB),
         threads: held_cores()
         resources:
             **rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False),
+        params:
+            **sweep_params(SWEEP_JOB),
         script:
             "../scripts/dllm_sweep.py"
 
@@ -347,16 +367,16 @@ for _backbone in ROOM:
             f"{RUN_DIR}/logs/dllm/room_{_backbone}.log",
         benchmark:
             f"{RUN_DIR}/benchmarks/dllm/room_{_backbone}.tsv"
+        threads: config["threads"]
+        resources:
+            **rule_resources("dllm_eval", 4000, 120, gpu=True),
         params:
+            **precision_params(),
             backbone=_backbone,
             rows={n: DLLM["rows"][n] for n in ROOM[_backbone]},
             inputs={n: plain_files(row_inputs(n)) for n in ROOM[_backbone]},
             dllm={k: DLLM.get(k) for k in ("tasks", "decoding", "energy", "batch_size", "seed", "room")},
             device=config["device"],
-            **precision_params(),
-        threads: config["threads"]
-        resources:
-            **rule_resources("dllm_eval", 4000, 120, gpu=True),
         script:
             "../scripts/dllm_room.py"
 
@@ -381,10 +401,10 @@ rule table3:
         csv=report(run_path("results/tables/table3_dllm.csv"), **REPORT["table3"], labels={"file": "CSV"}),
     log:
         run_path("logs/tables/table3_dllm.log"),
+    localrule: True
     params:
         rows=TABLE3_ROWS,
         tasks=DLLM.get("tasks", {}),
-    localrule: True
     script:
         "../scripts/table3.py"
 
@@ -395,14 +415,20 @@ rule table_app_dllm_full:
     input:
         unpack(lambda wc: table3_inputs(FULL_ROWS)),
     output:
-        tex=report(run_path("results/tables/table_app_dllm_full.tex"), **REPORT["table_app_dllm_full"], labels={"file": "LaTeX"}),
-        csv=report(run_path("results/tables/table_app_dllm_full.csv"), **REPORT["table_app_dllm_full"], labels={"file": "CSV"}),
+        tex=report(
+            run_path("results/tables/table_app_dllm_full.tex"),
+            **REPORT["table_app_dllm_full"],
+            labels={"file": "LaTeX"},
+        ),
+        csv=report(
+            run_path("results/tables/table_app_dllm_full.csv"), **REPORT["table_app_dllm_full"], labels={"file": "CSV"}
+        ),
     log:
         run_path("logs/tables/table_app_dllm_full.log"),
+    localrule: True
     params:
         rows=FULL_ROWS,
         tasks=DLLM.get("tasks", {}),
-    localrule: True
     script:
         "../scripts/table3.py"
 
@@ -412,14 +438,20 @@ rule table_app_selection:
     input:
         unpack(lambda wc: table3_inputs(SELECTION_ROWS)),
     output:
-        tex=report(run_path("results/tables/table_app_selection.tex"), **REPORT["table_app_selection"], labels={"file": "LaTeX"}),
-        csv=report(run_path("results/tables/table_app_selection.csv"), **REPORT["table_app_selection"], labels={"file": "CSV"}),
+        tex=report(
+            run_path("results/tables/table_app_selection.tex"),
+            **REPORT["table_app_selection"],
+            labels={"file": "LaTeX"},
+        ),
+        csv=report(
+            run_path("results/tables/table_app_selection.csv"), **REPORT["table_app_selection"], labels={"file": "CSV"}
+        ),
     log:
         run_path("logs/tables/table_app_selection.log"),
+    localrule: True
     params:
         rows=SELECTION_ROWS,
         tasks=DLLM.get("tasks", {}),
-    localrule: True
     script:
         "../scripts/table_app_selection.py"
 
@@ -429,11 +461,14 @@ def sweep_caption(sweep):
     parts = []
     for curve, spec in DLLM["sweeps"]["sets"][sweep].items():
         ((key, values),) = spec["vary"].items()
-        fixed = ", ".join(f"{k}={v}" for k, v in {**DLLM.get("energy", {}), **spec.get("options", {})}.items()
-                          if k != key)
+        fixed = ", ".join(
+            f"{k}={v}" for k, v in {**DLLM.get("energy", {}), **spec.get("options", {})}.items() if k != key
+        )
         parts.append(f"{spec.get('label', curve)} on {spec['model']} ({fixed}), {key} varied")
-    return (f"{DLLM['sweeps']['task']}: " + "; ".join(parts) + f". Accuracy $\\pm$ its s.e. (lm-eval), "
-            f"throughput in generated tokens/s (batch {DLLM['batch_size']}, warm-up and loading excluded).")
+    return (
+        f"{DLLM['sweeps']['task']}: " + "; ".join(parts) + f". Accuracy $\\pm$ its s.e. (lm-eval), "
+        f"throughput in generated tokens/s (batch {DLLM['batch_size']}, warm-up and loading excluded)."
+    )
 
 
 # the appendix k and w tables from their sweeps: one rule each (a rule's name is its target: snakemake -f table_app_k)
@@ -447,9 +482,9 @@ rule table_app_k:
         csv=report(run_path("results/tables/table_app_k.csv"), **REPORT["table_app_k"], labels={"file": "CSV"}),
     log:
         run_path("logs/tables/table_app_k.log"),
+    localrule: True
     params:
         caption=lambda wc: sweep_caption("app_k"),
-    localrule: True
     script:
         "../scripts/table_app_sweep.py"
 
@@ -462,9 +497,9 @@ rule table_app_w:
         csv=report(run_path("results/tables/table_app_w.csv"), **REPORT["table_app_w"], labels={"file": "CSV"}),
     log:
         run_path("logs/tables/table_app_w.log"),
+    localrule: True
     params:
         caption=lambda wc: sweep_caption("app_w"),
-    localrule: True
     script:
         "../scripts/table_app_sweep.py"
 
@@ -475,7 +510,9 @@ rule fig4:
     output:
         pdf=run_path("results/figures/fig4_dllm_tradeoff.pdf"),
         png=report(run_path("results/figures/fig4_dllm_tradeoff.png"), **REPORT["fig4"], labels={"file": "figure"}),
-        csv=report(run_path("results/figures/fig4_dllm_tradeoff.csv"), **REPORT["fig4"], labels={"file": "CSV (the points)"}),
+        csv=report(
+            run_path("results/figures/fig4_dllm_tradeoff.csv"), **REPORT["fig4"], labels={"file": "CSV (the points)"}
+        ),
     log:
         run_path("logs/figures/fig4_dllm_tradeoff.log"),
     localrule: True
@@ -508,10 +545,10 @@ rule dllm_oracle:
         run_path("resources/dllm/oracle/oracle.json"),
     log:
         run_path("logs/dllm/oracle.log"),
+    localrule: True
     params:
         eps=DLLM_MAP.get("oracle_eps", 0.05),
         tasks=DLLM_MAP.get("tasks", []),
-    localrule: True
     script:
         "../scripts/dllm_oracle.py"
 
@@ -524,8 +561,11 @@ def map_model_path(name):
 
 def map_inputs(job):
     """The files of one map job: the tasks, the backbone (or the ARs), every proxy of the map."""
-    models = ([DLLM_MAP["backbones"][job]["model"], *(p["model"] for p in DLLM_MAP["proxies"].values())]
-              if job != "proxies" else [p["model"] for p in DLLM_MAP["proxies"].values() if p["model"] != ORACLE])
+    models = (
+        [DLLM_MAP["backbones"][job]["model"], *(p["model"] for p in DLLM_MAP["proxies"].values())]
+        if job != "proxies"
+        else [p["model"] for p in DLLM_MAP["proxies"].values() if p["model"] != ORACLE]
+    )
     return {"tasks": rules.dllm_tasks.output.yamls, **{f"model_{m}": map_model_path(m) for m in dict.fromkeys(models)}}
 
 
@@ -542,16 +582,18 @@ for _job in MAP_JOBS:
             f"{RUN_DIR}/logs/dllm/map_{_job}.log",
         benchmark:
             f"{RUN_DIR}/benchmarks/dllm/map_{_job}.tsv"
-        params:
-            job=_job,
-            models={m: os.path.dirname(map_model_path(m)) for m in
-                    [k[len("model_"):] for k in map_inputs(_job) if k.startswith("model_")]},
-            dllm={k: DLLM.get(k) for k in ("decoding", "energy", "batch_size", "seed", "map", "models")},
-            device=config["device"],
-            **precision_params(),
         threads: config["threads"]
         resources:
             **rule_resources("dllm_eval", 4000, 120, gpu=True),
+        params:
+            **precision_params(),
+            job=_job,
+            models={
+                m: os.path.dirname(map_model_path(m))
+                for m in [k[len("model_") :] for k in map_inputs(_job) if k.startswith("model_")]
+            },
+            dllm={k: DLLM.get(k) for k in ("decoding", "energy", "batch_size", "seed", "map", "models")},
+            device=config["device"],
         script:
             "../scripts/dllm_map.py"
 
@@ -575,7 +617,9 @@ rule fig_app_map:
     output:
         pdf=run_path("results/figures/fig_app_map.pdf"),
         png=report(run_path("results/figures/fig_app_map.png"), **REPORT["fig_app_map"], labels={"file": "figure"}),
-        csv=report(run_path("results/figures/fig_app_map.csv"), **REPORT["fig_app_map"], labels={"file": "CSV (the points)"}),
+        csv=report(
+            run_path("results/figures/fig_app_map.csv"), **REPORT["fig_app_map"], labels={"file": "CSV (the points)"}
+        ),
     log:
         run_path("logs/figures/fig_app_map.log"),
     localrule: True

@@ -7,7 +7,9 @@
 def docs_results_inputs(wc):
     tables = [f for f in final_outputs() if f.endswith((".csv", ".json", ".md"))]
     if config.get("dllm", {}).get("map"):
-        tables.append(run_path("results/tables/table_app_map.csv"))  # the proxy-strength map (not in `all`, its own target)
+        tables.append(
+            run_path("results/tables/table_app_map.csv")
+        )  # the proxy-strength map (not in `all`, its own target)
     if config.get("figures", {}).get("fig2_ablation"):
         tables.append(run_path("results/figures/fig2_ablation.csv"))  # written beside the figure, not a target of `all`
     timing = []
@@ -23,13 +25,12 @@ rule docs:
         md=run_path("results/docs/results.md"),
     log:
         run_path("logs/docs/results.log"),
+    localrule: True
     params:
         note=lambda wc: f"The run `{RUN_DIR}/`: profile `{config['profile']}`, seed {config['seed']}, device "
         f"`{config['device']}`.",
-    localrule: True
     script:
         "../scripts/docs_results.py"
-
 
 
 # results/report/paper.html: every table and figure of `all` on one HTML page, in the paper's order, captions visible
@@ -45,8 +46,12 @@ def page_items():
         if t.category in (None, TARGETS["paper_page"].category) or name.startswith("bench"):
             continue
         stem = os.path.basename(t.output).rsplit(".", 1)[0]
-        files = [f for f in made if os.path.basename(f).rsplit(".", 1)[0] == stem
-                 or (name == "cases" and os.path.basename(f).startswith("case_"))]
+        files = [
+            f
+            for f in made
+            if os.path.basename(f).rsplit(".", 1)[0] == stem
+            or (name == "cases" and os.path.basename(f).startswith("case_"))
+        ]
         if files:
             items.append({"target": name, "heading": t.subcategory, "files": files})
     return items
@@ -55,8 +60,10 @@ def page_items():
 def report_captions():
     """Each target's report caption (workflow/report/{name}.rst) as text: a param, not an input path, so that the
     page does not depend on where the clone is."""
-    return {item["target"]: open(os.path.join(workflow.basedir, "workflow", "report", f"{item['target']}.rst")).read()
-            for item in page_items()}
+    return {
+        item["target"]: open(os.path.join(workflow.basedir, "workflow", "report", f"{item['target']}.rst")).read()
+        for item in page_items()
+    }
 
 
 rule paper_page:
@@ -66,11 +73,11 @@ rule paper_page:
         html=report(run_path("results/report/paper.html"), **REPORT["paper_page"], labels={"file": "HTML (read here)"}),
     log:
         run_path("logs/report/paper_page.log"),
+    localrule: True
     params:
         sections=page_items(),
         captions=report_captions(),
         note=f"The run <code>{RUN_DIR}/</code>: profile <code>{config['profile']}</code>, seed {config['seed']}, "
         f"device <code>{config['device']}</code>.",
-    localrule: True
     script:
         "../scripts/paper_page.py"

@@ -3,7 +3,6 @@
 
 
 rule ppl:
-    priority: 10  # long jobs first, so that short sample jobs fill the end of the run
     input:
         model=lambda wc: model_files(wc.ppl_model),
         tokenizer=run_path("resources/tokenizer"),
@@ -12,15 +11,16 @@ rule ppl:
         run_path("results/ppl/{ppl_model}.json"),
     log:
         run_path("logs/ppl/{ppl_model}.log"),
+    priority: 10  # long jobs first, so that short sample jobs fill the end of the run
+    threads: config["threads"]
+    resources:
+        **rule_resources("ppl", 4000, 60, gpu=True),
     params:
+        **precision_params(),
         domains=DOMAINS,
         ppl=config["ppl"],
         seed=config["seed"],
         device=config["device"],
-        **precision_params(),
-    threads: config["threads"]
-    resources:
-        **rule_resources("ppl", 4000, 60, gpu=True),
     script:
         "../scripts/ppl.py"
 
@@ -33,12 +33,12 @@ rule ppl_exact:
         run_path("results/ppl/exact.json"),
     log:
         run_path("logs/ppl/exact.log"),
-    params:
-        domains=DOMAINS,
-        ppl=config["ppl"],
     threads: 1
     resources:
         **rule_resources("ppl_exact"),
+    params:
+        domains=DOMAINS,
+        ppl=config["ppl"],
     script:
         "../scripts/ppl_exact.py"
 
@@ -57,23 +57,23 @@ def estimator_inputs(wc):
 
 
 rule ppl_energy:
-    # EDLM / Uni-EDLM rows of Table 1: the NELBO with the energy-corrected conditional (Eq. uni_edlm)
-    priority: 10  # long jobs first, so that short sample jobs fill the end of the run
     input:
         unpack(estimator_inputs),
     output:
         run_path("results/ppl/{estimator}.json"),
     log:
         run_path("logs/ppl/{estimator}.log"),
+    # EDLM / Uni-EDLM rows of Table 1: the NELBO with the energy-corrected conditional (Eq. uni_edlm)
+    priority: 10  # long jobs first, so that short sample jobs fill the end of the run
+    threads: config["threads"]
+    resources:
+        **rule_resources("ppl", 4000, 60, gpu=True),
     params:
+        **precision_params(),
         spec=lambda wc: config["likelihood"][wc.estimator],
         domains=DOMAINS,
         ppl=config["ppl"],
         seed=config["seed"],
         device=config["device"],
-        **precision_params(),
-    threads: config["threads"]
-    resources:
-        **rule_resources("ppl", 4000, 60, gpu=True),
     script:
         "../scripts/ppl_energy.py"

@@ -16,9 +16,9 @@ rule fig2:
         csv=report(run_path("results/figures/fig2_ablation.csv"), **REPORT["fig2"], labels={"file": "CSV (the points)"}),
     log:
         run_path("logs/figures/fig2_ablation.log"),
+    localrule: True
     params:
         fig=dict(config.get("figures", {}).get("fig2_ablation") or {}, runs=fig2_runs(config)),
-    localrule: True
     script:
         "../scripts/fig2.py"
 
@@ -31,8 +31,10 @@ rule fig2:
 def fig3_inputs(wc):
     panels = fig3_runs(config)
     runs = list(dict.fromkeys([*panels["k"].values(), *panels["w"].values(), *panels["tradeoff"].values()]))
-    return {"genppl": genppl_targets(runs),
-            "timing": [f"{RUN_DIR}/results/timing/{r}.json" for r in panels["tradeoff"].values()]}
+    return {
+        "genppl": genppl_targets(runs),
+        "timing": [f"{RUN_DIR}/results/timing/{r}.json" for r in panels["tradeoff"].values()],
+    }
 
 
 def timing_params(run):
@@ -45,8 +47,11 @@ def timing_params(run):
 
 # `sampling.job: table`: the runs Figure 3 times in one job (rule timing_fig3: lm-eval-free, torch imported once,
 # every core held once); else one job per run (rule timing).  The same files either way.
-TIMED_RUNS = (list(dict.fromkeys(fig3_runs(config)["tradeoff"].values()))
-              if SETTINGS.sampling_job == "table" and config.get("figures", {}).get("fig3_tradeoff") else [])
+TIMED_RUNS = (
+    list(dict.fromkeys(fig3_runs(config)["tradeoff"].values()))
+    if SETTINGS.sampling_job == "table" and config.get("figures", {}).get("fig3_tradeoff")
+    else []
+)
 
 
 rule timing:
@@ -58,18 +63,18 @@ rule timing:
         run_path("logs/timing/{run}.log"),
     wildcard_constraints:
         run="|".join(r for r in RUNS if r not in TIMED_RUNS) or "(?!)",
+    # on a CPU the job holds every core of a local run (nothing runs beside a timed run): held_cores()
+    threads: held_cores()
+    resources:
+        **rule_resources("timing", 4000, 60, gpu=True),
     params:
+        **precision_params(),
         runs=lambda wc: {wc.run: timing_params(wc.run)},
         timing=lambda wc: config["figures"]["fig3_tradeoff"]["timing"],
         seq_len=config["data"]["seq_len"],
         seed=config["seed"],
         train_domain=TRAIN_DOMAIN,
         device=config["device"],
-        **precision_params(),
-    # on a CPU the job holds every core of a local run (nothing runs beside a timed run): held_cores()
-    threads: held_cores()
-    resources:
-        **rule_resources("timing", 4000, 60, gpu=True),
     script:
         "../scripts/timing.py"
 
@@ -83,17 +88,17 @@ if TIMED_RUNS:
             [f"{RUN_DIR}/results/timing/{r}.json" for r in TIMED_RUNS],
         log:
             run_path("logs/timing/fig3.log"),
+        threads: held_cores()
+        resources:
+            **rule_resources("timing", 4000, 60, gpu=True),
         params:
+            **precision_params(),
             runs={r: timing_params(r) for r in TIMED_RUNS},
             timing=config["figures"]["fig3_tradeoff"]["timing"],
             seq_len=config["data"]["seq_len"],
             seed=config["seed"],
             train_domain=TRAIN_DOMAIN,
             device=config["device"],
-            **precision_params(),
-        threads: held_cores()
-        resources:
-            **rule_resources("timing", 4000, 60, gpu=True),
         script:
             "../scripts/timing.py"
 
@@ -105,13 +110,16 @@ rule fig3:
         pdf=run_path("results/figures/fig3_tradeoff.pdf"),
         png=report(run_path("results/figures/fig3_tradeoff.png"), **REPORT["fig3"], labels={"file": "figure"}),
         csv=report(run_path("results/figures/fig3_tradeoff.csv"), **REPORT["fig3"], labels={"file": "CSV (the points)"}),
-        summary=report(run_path("results/figures/fig3_tradeoff.json"), **REPORT["fig3"],
-                       labels={"file": "JSON (the paper's claims, measured)"}),
+        summary=report(
+            run_path("results/figures/fig3_tradeoff.json"),
+            **REPORT["fig3"],
+            labels={"file": "JSON (the paper's claims, measured)"},
+        ),
     log:
         run_path("logs/figures/fig3_tradeoff.log"),
+    localrule: True
     params:
         fig=dict(config.get("figures", {}).get("fig3_tradeoff") or {}, runs=fig3_runs(config)),
-    localrule: True
     script:
         "../scripts/fig3.py"
 
@@ -127,21 +135,27 @@ rule cases:
         proxy=lambda wc: model_files(config["figures"]["case_studies"]["proxy"]),
     output:
         **{f"{c}_pdf": f"{RUN_DIR}/results/figures/case_{c}.pdf" for c in CASES},
-        **{f"{c}_png": report(f"{RUN_DIR}/results/figures/case_{c}.png", **REPORT["cases"], labels={"file": f"case: {c}"})
-           for c in CASES},
-        json=report(run_path("results/figures/case_studies.json"), **REPORT["cases"], labels={"file": "JSON (the samples)"}),
+        **{
+            f"{c}_png": report(
+                f"{RUN_DIR}/results/figures/case_{c}.png", **REPORT["cases"], labels={"file": f"case: {c}"}
+            )
+            for c in CASES
+        },
+        json=report(
+            run_path("results/figures/case_studies.json"), **REPORT["cases"], labels={"file": "JSON (the samples)"}
+        ),
     log:
         run_path("logs/figures/case_studies.log"),
     benchmark:
         run_path("benchmarks/figures/case_studies.tsv")
+    threads: config["threads"]
+    resources:
+        **rule_resources("case_studies", 4000, 30),
     params:
         cfg=lambda wc: config["figures"]["case_studies"],
         seq_len=config["data"]["seq_len"],
         train_domain=TRAIN_DOMAIN,
         source=config["data"]["source"],
         device=config["device"],
-    threads: config["threads"]
-    resources:
-        **rule_resources("case_studies", 4000, 30),
     script:
         "../scripts/case_studies.py"

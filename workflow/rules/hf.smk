@@ -13,15 +13,15 @@ rule download_hf_model:
         directory("resources/hf/{hf_model}"),
     log:
         run_path("logs/download_hf_model/{hf_model}.log"),
-    params:
-        repo_id=lambda wc: HF_MODELS[wc.hf_model],
     wildcard_constraints:
         # only the names of config['hf_models']; "(?!)" never matches (toy profile: no hf_models)
         hf_model="|".join(re.escape(name) for name in HF_MODELS) or "(?!)",
+    retries: 2
     localrule: DOWNLOADS_LOCAL
     threads: 1
-    retries: 2
     resources:
         **rule_resources("download_hf_model", 8000, 240),
+    params:
+        repo_id=lambda wc: HF_MODELS[wc.hf_model],
     script:
         "../scripts/download_hf_model.py"

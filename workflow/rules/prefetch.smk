@@ -13,13 +13,13 @@ rule prefetch_lmeval:
         run_path(LMEVAL_RECORD),
     log:
         run_path("logs/prefetch/lmeval_tasks.log"),
-    params:
-        tasks=list(PREFETCH.lmeval_tasks),
+    retries: 2
     localrule: DOWNLOADS_LOCAL  # where the hub is reachable: the submit host, or the download partition
     threads: 1
-    retries: 2
     resources:
         **rule_resources("prefetch_lmeval", 8000, 120),
+    params:
+        tasks=list(PREFETCH.lmeval_tasks),
     script:
         "../scripts/prefetch_lmeval.py"
 
@@ -31,9 +31,9 @@ rule prefetch:
         run_path(PREFETCH_REPORT),
     log:
         run_path("logs/prefetch/check.log"),
-    params:
-        by_hand=[dict(item) for item in PREFETCH.by_hand],
     localrule: True
     threads: 1
+    params:
+        by_hand=[dict(item) for item in PREFETCH.by_hand],
     script:
         "../scripts/prefetch.py"

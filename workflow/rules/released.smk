@@ -42,16 +42,16 @@ rule import_released:
         config=run_path("results/models/{model}/config.json"),
     log:
         run_path("logs/import_released/{model}.log"),
-    params:
-        source=lambda wc: RELEASED[wc.model],
-        path=lambda wc: source_path(wc.model, RELEASED[wc.model], RUN_DIR),
-        method=lambda wc: config["models"][wc.model]["method"],
-        options=lambda wc: config["models"][wc.model].get("options", {}),
     wildcard_constraints:
         model=_names(RELEASED),
     threads: 1
     resources:  # a conversion on the CPU: reads the released file, writes safetensors
         **rule_resources("import_released", 4000, 60),
+    params:
+        source=lambda wc: RELEASED[wc.model],
+        path=lambda wc: source_path(wc.model, RELEASED[wc.model], RUN_DIR),
+        method=lambda wc: config["models"][wc.model]["method"],
+        options=lambda wc: config["models"][wc.model].get("options", {}),
     script:
         "../scripts/import_released.py"
 
@@ -61,15 +61,15 @@ rule download_released:
         directory("resources/released/{model}"),
     log:
         run_path("logs/download_released/{model}.log"),
-    params:
-        repo_id=lambda wc: RELEASED[wc.model]["hf_id"],
     wildcard_constraints:
         model=_names(_HF_SOURCES),
+    retries: 2
     localrule: DOWNLOADS_LOCAL  # compute nodes are often offline: the submit host, or the download partition
     threads: 1
-    retries: 2
     resources:
         **rule_resources("download_released", 8000, 120),
+    params:
+        repo_id=lambda wc: RELEASED[wc.model]["hf_id"],
     script:
         "../scripts/download_hf_model.py"
 
@@ -81,15 +81,15 @@ rule released_standin:
         directory(run_path("resources/standins/{model}")),
     log:
         run_path("logs/released_standin/{model}.log"),
+    wildcard_constraints:
+        model=_names(_STANDINS),
+    localrule: True
+    threads: 1
     params:
         kind=lambda wc: RELEASED[wc.model]["kind"],
         format=lambda wc: RELEASED[wc.model]["standin"],
         block_size=lambda wc: RELEASED[wc.model].get("block_size"),
         seed=config["seed"],
-    wildcard_constraints:
-        model=_names(_STANDINS),
-    localrule: True
-    threads: 1
     script:
         "../scripts/released_standin.py"
 
@@ -97,12 +97,12 @@ rule released_standin:
 rule released_missing:
     output:
         "resources/released/missing/{model}",
-    params:
-        path=lambda wc: RELEASED[wc.model]["path"],
-        kind=lambda wc: RELEASED[wc.model]["kind"],
     wildcard_constraints:
         model=_names(_BY_HAND),
     localrule: True
     threads: 1
+    params:
+        path=lambda wc: RELEASED[wc.model]["path"],
+        kind=lambda wc: RELEASED[wc.model]["kind"],
     script:
         "../scripts/released_missing.py"

@@ -14,20 +14,37 @@ REPLICATE_SEEDS = list(REPLICATES.get("seeds", []))
 REPLICATES_DIR = aggregate_dir(
     RUN_DIR,
     dict(workflow.config_settings.config),
-    lambda: run_directory(_files, {k: v for k, v in workflow.config_settings.config.items() if k != "seed"},
-                          grid=_grid, config_dir=os.path.join(workflow.basedir, "config")),
+    lambda: run_directory(
+        _files,
+        {k: v for k, v in workflow.config_settings.config.items() if k != "seed"},
+        grid=_grid,
+        config_dir=os.path.join(workflow.basedir, "config"),
+    ),
 )
 
 
 def replicate_commands(cores):
     """seed -> the command of its run (the outer run's config files, --config, profile; seed replaced)."""
     files = [str(f) for f in workflow.overwrite_configfiles]
-    profile = None if workflow.executor_plugin is None or workflow.executor_plugin.name in ("local", "dryrun") \
+    profile = (
+        None
+        if workflow.executor_plugin is None or workflow.executor_plugin.name in ("local", "dryrun")
         else given_profile(sys.argv)
-    return {s: replicate_command(sys.executable, workflow.main_snakefile, os.getcwd(), files,
-                                 dict(workflow.config_settings.config), s, list(REPLICATES.get("targets", ["all"])),
-                                 cores if profile is None else None, profile)
-            for s in REPLICATE_SEEDS}
+    )
+    return {
+        s: replicate_command(
+            sys.executable,
+            workflow.main_snakefile,
+            os.getcwd(),
+            files,
+            dict(workflow.config_settings.config),
+            s,
+            list(REPLICATES.get("targets", ["all"])),
+            cores if profile is None else None,
+            profile,
+        )
+        for s in REPLICATE_SEEDS
+    }
 
 
 rule replicate_runs:
@@ -37,13 +54,13 @@ rule replicate_runs:
         [f"{REPLICATES_DIR}/runs/seed-{s}.json" for s in REPLICATE_SEEDS],
     log:
         f"{REPLICATES_DIR}/logs/runs.log",
+    localrule: True
+    threads: held_cores()
     params:
         commands=lambda wc, threads: replicate_commands(threads),
-        side_by_side=lambda wc: workflow.executor_plugin is not None and workflow.executor_plugin.name
-        not in ("local", "dryrun"),
+        side_by_side=lambda wc: workflow.executor_plugin is not None
+        and workflow.executor_plugin.name not in ("local", "dryrun"),
         check=str(os.getpid()),
-    threads: held_cores()
-    localrule: True
     script:
         "../scripts/replicate_runs.py"
 

@@ -50,16 +50,24 @@ def shared_sample_params():
 def table_runs_param(table):
     """Every run of ``table`` with its settings and files: the ``runs`` param of each job of the table's runs
     (``sampling.job: table``), whichever runs it samples."""
-    return {r: {"spec": config["sampling"]["runs"][r], "n_samples": run_n_samples(config, r),
-                "steps": run_steps(config, r), "inputs": plain_files(run_inputs(r))}
-            for r in SAMPLING.table_runs[table]}
+    return {
+        r: {
+            "spec": config["sampling"]["runs"][r],
+            "n_samples": run_n_samples(config, r),
+            "steps": run_steps(config, r),
+            "inputs": plain_files(run_inputs(r)),
+        }
+        for r in SAMPLING.table_runs[table]
+    }
 
 
 def table_inputs(table):
     """The input files of each job of ``table``'s runs (``sampling.job: table``): all of its runs' and the
     evaluators'."""
-    return {**{f"{r}_{k}": v for r in SAMPLING.table_runs[table] for k, v in run_inputs(r).items()},
-            **evaluator_inputs()}
+    return {
+        **{f"{r}_{k}": v for r in SAMPLING.table_runs[table] for k, v in run_inputs(r).items()},
+        **evaluator_inputs(),
+    }
 
 
 # The jobs of one run: under `sampling.job: table` (unie.config.sampling_jobs) they take their table's parameters and
@@ -100,11 +108,11 @@ if STEP_RUNS:
             run_path("benchmarks/sample/{run}/steps{steps}.tsv")
         wildcard_constraints:
             run="|".join(STEP_RUNS) or "(?!)",
-        params:
-            **STEP_JOB_PARAMS,
         threads: config["threads"]
         resources:
             **rule_resources("sample", 4000, 60, gpu=True),
+        params:
+            **STEP_JOB_PARAMS,
         script:
             "../scripts/sample.py"
 
@@ -125,11 +133,11 @@ if GROUPED_RUNS:
             run_path("benchmarks/sample/{run}.tsv")
         wildcard_constraints:
             run="|".join(GROUPED_RUNS) or "(?!)",
-        params:
-            **RUN_JOB_PARAMS,
         threads: config["threads"]
         resources:
             **rule_resources("sample", 4000, 60, runtime_times=len(config["sampling"]["steps"]), gpu=True),
+        params:
+            **RUN_JOB_PARAMS,
         script:
             "../scripts/sample.py"
 
@@ -151,11 +159,11 @@ for _group, _runs in TABLE_RUNS.items():
             f"{RUN_DIR}/logs/sample/{_group}.log",
         benchmark:
             f"{RUN_DIR}/benchmarks/sample/{_group}.tsv"
-        params:
-            runs=table_runs_param(_group),
-            **shared_sample_params(),
         threads: config["threads"]
         resources:
             **rule_resources("sample", 4000, 60, gpu=True),
+        params:
+            **shared_sample_params(),
+            runs=table_runs_param(_group),
         script:
             "../scripts/sample.py"

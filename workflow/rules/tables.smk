@@ -4,7 +4,9 @@
 
 
 def table1_inputs(wc):
-    files = [f"{RUN_DIR}/results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values()) if src]
+    files = [
+        f"{RUN_DIR}/results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values()) if src
+    ]
     return {"ppl": files}
 
 
@@ -16,10 +18,10 @@ rule table1:
         csv=report(run_path("results/tables/table1_ppl.csv"), **REPORT["table1"], labels={"file": "CSV"}),
     log:
         run_path("logs/tables/table1_ppl.log"),
+    localrule: True
     params:
         rows=config["tables"]["table1_ppl"],
         domains=DOMAINS,
-    localrule: True
     script:
         "../scripts/table1.py"
 
@@ -37,23 +39,24 @@ rule table2:
         csv=report(run_path("results/tables/table2_genppl.csv"), **REPORT["table2"], labels={"file": "CSV"}),
     log:
         run_path("logs/tables/table2_genppl.log"),
+    localrule: True
     params:
         rows=config["tables"]["table2_genppl"],
         runs=config["sampling"]["runs"],
         evaluators=config["genppl"]["evaluators"],
         train_domain=TRAIN_DOMAIN,
         seq_len=config["data"]["seq_len"],
-    localrule: True
     script:
         "../scripts/table2.py"
-
 
 
 rule partition_check:
     # brute-force check of the paper's closed-form partition (V=3, L=4, every reveal pattern)
     output:
         csv=report(run_path("results/tables/partition_check.csv"), **REPORT["partition_check"], labels={"file": "CSV"}),
-        tex=report(run_path("results/tables/partition_check.tex"), **REPORT["partition_check"], labels={"file": "LaTeX"}),
+        tex=report(
+            run_path("results/tables/partition_check.tex"), **REPORT["partition_check"], labels={"file": "LaTeX"}
+        ),
     log:
         run_path("logs/tables/partition_check.log"),
     localrule: True
@@ -66,7 +69,10 @@ rule partition_check:
 
 
 def paper_vs_ours_tables():
-    out = {"table1_ppl": run_path("results/tables/table1_ppl.csv"), "table2_genppl": run_path("results/tables/table2_genppl.csv")}
+    out = {
+        "table1_ppl": run_path("results/tables/table1_ppl.csv"),
+        "table2_genppl": run_path("results/tables/table2_genppl.csv"),
+    }
     if config.get("dllm"):
         # Table 3 and the appendix's full table share their rows: the full table's CSV (every row, the
         # appendix-only Llama3.1-8B analogue too) is what Table 3's paper rows are compared with
@@ -91,15 +97,17 @@ rule paper_vs_ours:
     output:
         md=report(run_path("results/tables/paper_vs_ours.md"), **REPORT["paper_vs_ours"], labels={"file": "Markdown"}),
         tex=report(run_path("results/tables/paper_vs_ours.tex"), **REPORT["paper_vs_ours"], labels={"file": "LaTeX"}),
-        csv=report(run_path("results/tables/paper_vs_ours.csv"), **REPORT["paper_vs_ours"], labels={"file": "CSV (long)"}),
+        csv=report(
+            run_path("results/tables/paper_vs_ours.csv"), **REPORT["paper_vs_ours"], labels={"file": "CSV (long)"}
+        ),
     log:
         run_path("logs/tables/paper_vs_ours.log"),
+    localrule: True
     params:
         values=paper_values(),
         tables=list(paper_vs_ours_tables()),
         profile=config["profile"],
         evaluators=list(config["genppl"]["evaluators"]),
         steps=list(config["sampling"]["steps"]),
-    localrule: True
     script:
         "../scripts/paper_vs_ours.py"

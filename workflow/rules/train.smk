@@ -23,7 +23,6 @@ def train_inputs(wc):
 
 
 rule train:
-    priority: 20  # every other job waits for a model: train first
     input:
         unpack(train_inputs),
     output:
@@ -31,20 +30,21 @@ rule train:
         config=run_path("results/models/{model}/config.json"),
     log:
         run_path("logs/train/{model}.log"),
-    wildcard_constraints:
-        model="|".join(TRAINED) or "(?!)",
     benchmark:
         run_path("benchmarks/train/{model}.tsv")
+    wildcard_constraints:
+        model="|".join(TRAINED) or "(?!)",
+    priority: 20  # every other job waits for a model: train first
+    threads: config["threads"]
+    resources:
+        **rule_resources("train", 4000, 120, gpu=True),
     params:
+        **precision_params(),
         spec=lambda wc: config["models"][wc.model],
         seq_len=config["data"]["seq_len"],
         ckpt_dir=lambda wc: f"{RUN_DIR}/results/checkpoints/{wc.model}",
         token_cache=TOKEN_CACHE,
         device=config["device"],
-        **precision_params(),
         processes=res("train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1
-    threads: config["threads"]
-    resources:
-        **rule_resources("train", 4000, 120, gpu=True),
     script:
         "../scripts/train.py"

@@ -10,10 +10,22 @@ with job(snakemake) as log:
 
     p = snakemake.params
     i = snakemake.input
-    inputs = {"tokenizer": i.tokenizer, "train": i.train,
-              **{role: str(Path(getattr(i, role)[0]).parent) for role in ("dlm", "proxy", "ar")}}
-    result = run_bench(p.bench, inputs, read_results(i.genppl), seq_len=p.seq_len, threads=snakemake.threads,
-                       evaluator=p.evaluator, device=p.device, log=log, token_cache=p.token_cache)
+    inputs = {
+        "tokenizer": i.tokenizer,
+        "train": i.train,
+        **{role: str(Path(getattr(i, role)[0]).parent) for role in ("dlm", "proxy", "ar")},
+    }
+    result = run_bench(
+        p.bench,
+        inputs,
+        read_results(i.genppl),
+        seq_len=p.seq_len,
+        threads=snakemake.threads,
+        evaluator=p.evaluator,
+        device=p.device,
+        log=log,
+        token_cache=p.token_cache,
+    )
     text = bench_markdown(result)
     tmp = Path(snakemake.output.md + ".tmp")
     tmp.write_text(text)

@@ -19,5 +19,14 @@ with job(snakemake) as log:
     toy = [toy_tok.decode(r) for r in load_tokens(snakemake.input.toy, n).tolist()]
     gen = d["decoding"]["gen_length"]  # a tokenizer without an sft_length trains on the decoding canvas
     sft_length = {name: (d.get("sft_length") or {}).get(name, gen) for name in ("word", "bpe")}
-    prepare_dllm_data(train, test, toy, os.path.dirname(snakemake.output.meta), sft_length,
-                      d["bpe_vocab_size"], n, seed=d["tasks"]["seed"], log=log)
+    prepare_dllm_data(
+        train,
+        test,
+        toy,
+        os.path.dirname(snakemake.output.meta),
+        sft_length,
+        d["bpe_vocab_size"],
+        n,
+        seed=d["tasks"]["seed"],
+        log=log,
+    )

@@ -28,16 +28,28 @@ with job(snakemake) as log:
         log(f"{name}: model_args: {args}")
         local = inputs.get("tasks") or inputs.get("local_tasks")  # toy tasks, or the paper's local ones
         include = os.path.dirname(local[0]) if local else None
-        kwargs = dict(model_args=args, tasks=d["tasks"]["names"], include_path=include, output_path=out_dir,
-                      batch_size=lm.batch_size, include_defaults=lm.include_default_tasks, limit=lm.limit,
-                      seed=lm.seed, allow_code_execution=lm.allow_code_execution)
+        kwargs = dict(
+            model_args=args,
+            tasks=d["tasks"]["names"],
+            include_path=include,
+            output_path=out_dir,
+            batch_size=lm.batch_size,
+            include_defaults=lm.include_default_tasks,
+            limit=lm.limit,
+            seed=lm.seed,
+            allow_code_execution=lm.allow_code_execution,
+        )
         found = run_evaluation(kwargs, nproc, log=log, threads=snakemake.threads)
         shutil.copyfile(found, results)  # lm-eval's JSON, byte for byte, at a deterministic path
         base = row.get("delta_to")
         e = dllm_effect(name, base, d["tasks"], out_dir, os.path.dirname(inputs["base"]) if base else None, effect)
         if e["avg"]:
-            log(f"{name} against {base}: average {e['avg']['delta']:+.2f} ± {e['avg']['se']:.2f} points, "
-                f"{100 * e['avg']['changed']:.1f} % of completions changed")
+            log(
+                f"{name} against {base}: average {e['avg']['delta']:+.2f} ± {e['avg']['se']:.2f} points, "
+                f"{100 * e['avg']['changed']:.1f} % of completions changed"
+            )
         if e["window"]:
-            log(f"{name} window: {100 * e['window']['disagree']:.1f} % of {e['window']['window_rows']} "
-                f"row-iterations disagree, {100 * e['window']['steered']:.1f} % steered")
+            log(
+                f"{name} window: {100 * e['window']['disagree']:.1f} % of {e['window']['window_rows']} "
+                f"row-iterations disagree, {100 * e['window']['steered']:.1f} % steered"
+            )

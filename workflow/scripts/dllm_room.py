@@ -11,5 +11,16 @@ with job(snakemake) as log:
     rows_dir = os.path.dirname(os.path.dirname(snakemake.input[f"{p.backbone}_results"]))
     row_dirs = {n: os.path.join(rows_dir, n) for n in [p.backbone, *p.rows]}
     tasks_dir = os.path.dirname(snakemake.input[f"{p.backbone}_tasks"][0])
-    run_room(p.backbone, dict(p.rows), dict(p.dllm), dict(p.inputs), row_dirs, tasks_dir, snakemake.output[0],
-             p.device, p.dllm["room"]["cap"], log=log, precision=job_precision(snakemake))
+    run_room(
+        p.backbone,
+        dict(p.rows),
+        dict(p.dllm),
+        dict(p.inputs),
+        row_dirs,
+        tasks_dir,
+        snakemake.output[0],
+        p.device,
+        p.dllm["room"]["cap"],
+        log=log,
+        precision=job_precision(snakemake),
+    )

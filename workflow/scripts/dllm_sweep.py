@@ -22,5 +22,13 @@ with job(snakemake) as log:
             if entry not in names:
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         os.makedirs(out, exist_ok=True)
-        run_sweep(sweep, snakemake.params.dllm, inputs, out, snakemake.params.device, evaluate, log=log,
-                  precision=job_precision(snakemake))
+        run_sweep(
+            sweep,
+            snakemake.params.dllm,
+            inputs,
+            out,
+            snakemake.params.device,
+            evaluate,
+            log=log,
+            precision=job_precision(snakemake),
+        )

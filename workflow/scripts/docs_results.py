@@ -44,13 +44,21 @@ if "snakemake" in globals():
 
         from unie.pipeline.timing_runs import cpu_isa, cpu_name
 
-        note = (f"{snakemake.params.note} Made on: {cpu_name()} ({cpu_isa()}), torch {torch.__version__}. "  # noqa: F821
-                "A rerun reproduces these numbers bit for bit only on the same CPU model and library versions; on "
-                "another CPU the trained models round differently and cells move within their sampling error.")
+        note = (
+            f"{snakemake.params.note} Made on: {cpu_name()} ({cpu_isa()}), torch {torch.__version__}. "  # noqa: F821
+            "A rerun reproduces these numbers bit for bit only on the same CPU model and library versions; on "
+            "another CPU the trained models round differently and cells move within their sampling error."
+        )
         log(f"wrote {write_page(i.tables, i.timing, snakemake.output.md, note)}")  # noqa: F821
 else:
     results, out = Path(sys.argv[1]), Path(sys.argv[2])
-    files = sorted([*results.glob("tables/*.csv"), *results.glob("tables/*.md"), *results.glob("figures/*.csv"),
-                    *results.glob("figures/*.json")])
+    files = sorted(
+        [
+            *results.glob("tables/*.csv"),
+            *results.glob("tables/*.md"),
+            *results.glob("figures/*.csv"),
+            *results.glob("figures/*.json"),
+        ]
+    )
     files = [f for f in files if f.name != "case_studies.json"]
     print(write_page(files, sorted(results.glob("timing/*.json")), out))

@@ -11,11 +11,20 @@ with job(snakemake) as log:
     from unie.pipeline.tables_figures import fig3
 
     o = snakemake.output
-    df, summary = fig3(dict(snakemake.params.fig), list(snakemake.input.genppl), list(snakemake.input.timing), o.pdf,
-                       o.png, o.csv, o.summary)
+    df, summary = fig3(
+        dict(snakemake.params.fig),
+        list(snakemake.input.genppl),
+        list(snakemake.input.timing),
+        o.pdf,
+        o.png,
+        o.csv,
+        o.summary,
+    )
     log(df.to_string())
     log(str(summary))
     if "timing_trusted" in df and not df.timing_trusted.dropna().astype(bool).all():
         bad = df[df.timing_trusted.eq(False)]
-        log(f"WARNING: {len(bad)} wall-clock points flagged (hollow markers; machine busy?): "
-            + ", ".join(f"{r.run} steps {r.steps}" for r in bad.itertuples()))
+        log(
+            f"WARNING: {len(bad)} wall-clock points flagged (hollow markers; machine busy?): "
+            + ", ".join(f"{r.run} steps {r.steps}" for r in bad.itertuples())
+        )

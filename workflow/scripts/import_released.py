@@ -6,6 +6,13 @@ from unie.pipeline.rule import job
 with job(snakemake) as log:
     from unie.pipeline.model_files import import_released
 
-    import_released(snakemake.wildcards.model, snakemake.params.source, snakemake.params.method,
-                    snakemake.params.options, snakemake.input.tokenizer, snakemake.output.weights.rsplit("/", 1)[0],
-                    snakemake.params.path, log=log)
+    import_released(
+        snakemake.wildcards.model,
+        snakemake.params.source,
+        snakemake.params.method,
+        snakemake.params.options,
+        snakemake.input.tokenizer,
+        snakemake.output.weights.rsplit("/", 1)[0],
+        snakemake.params.path,
+        log=log,
+    )

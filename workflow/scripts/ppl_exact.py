@@ -6,6 +6,10 @@ with job(snakemake) as log:
     from unie.pipeline.ppl import exact_ppl
 
     p = snakemake.params
-    result = exact_ppl(dict(zip(p.domains, snakemake.input.data)), snakemake.input.tokenizer,
-                       max_sequences=p.ppl.get("max_sequences"), log=log)
+    result = exact_ppl(
+        dict(zip(p.domains, snakemake.input.data)),
+        snakemake.input.tokenizer,
+        max_sequences=p.ppl.get("max_sequences"),
+        log=log,
+    )
     write_json(result, snakemake.output[0])

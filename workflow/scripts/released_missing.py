@@ -9,4 +9,5 @@ with job(snakemake):
     kind, path = snakemake.params.kind, snakemake.params.path
     raise FileNotFoundError(
         f"{path} is missing: the released {kind} checkpoint ({SOURCES[kind].identifier}) cannot be downloaded by the "
-        f"workflow; download it by hand and place it at {path} (docs/released-checkpoints.md), then rerun")
+        f"workflow; download it by hand and place it at {path} (docs/released-checkpoints.md), then rerun"
+    )

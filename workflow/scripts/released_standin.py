@@ -8,6 +8,12 @@ with job(snakemake) as log:
     from unie.models.standins import write_standin
 
     info = load_tokenizer(snakemake.input.tokenizer).info()
-    path = write_standin(snakemake.output[0], snakemake.params.kind, snakemake.params.format, info,
-                         seed=snakemake.params.seed, block_size=snakemake.params.block_size)
+    path = write_standin(
+        snakemake.output[0],
+        snakemake.params.kind,
+        snakemake.params.format,
+        info,
+        seed=snakemake.params.seed,
+        block_size=snakemake.params.block_size,
+    )
     log(f"stand-in {snakemake.params.kind} ({snakemake.params.format}) for vocab {info['vocab_size']} -> {path}")

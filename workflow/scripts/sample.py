@@ -25,7 +25,8 @@ with job(snakemake) as log:
     todo = {}
     for sample_path, genppl_path in zip(samples, genppl):
         todo.setdefault(Path(sample_path).parent.name, []).append(
-            (int(Path(sample_path).stem[len("steps"):]), sample_path, genppl_path))
+            (int(Path(sample_path).stem[len("steps") :]), sample_path, genppl_path)
+        )
     for run, made in todo.items():
         if getattr(p, "runs", None):  # a table's runs (sampling.job: table), each with its settings and files
             r = p.runs[run]

@@ -5,5 +5,12 @@ from unie.pipeline.rule import job
 with job(snakemake) as log:
     from unie.pipeline.tables_figures import table1
 
-    log(table1(dict(snakemake.params.rows), list(snakemake.params.domains), list(snakemake.input.ppl),
-               snakemake.output.tex, snakemake.output.csv))
+    log(
+        table1(
+            dict(snakemake.params.rows),
+            list(snakemake.params.domains),
+            list(snakemake.input.ppl),
+            snakemake.output.tex,
+            snakemake.output.csv,
+        )
+    )

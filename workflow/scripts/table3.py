@@ -7,5 +7,14 @@ with job(snakemake) as log:
     from unie.pipeline.tables_figures import table3
 
     p = snakemake.params
-    log(table3(dict(p.rows), dict(p.tasks), list(snakemake.input.results), snakemake.output.tex,
-               snakemake.output.csv, list(snakemake.input.effects), list(snakemake.input.rooms)))
+    log(
+        table3(
+            dict(p.rows),
+            dict(p.tasks),
+            list(snakemake.input.results),
+            snakemake.output.tex,
+            snakemake.output.csv,
+            list(snakemake.input.effects),
+            list(snakemake.input.rooms),
+        )
+    )

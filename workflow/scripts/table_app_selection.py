@@ -6,5 +6,14 @@ with job(snakemake) as log:
     from unie.pipeline.tables_figures import selection_table
 
     p, inp = snakemake.params, snakemake.input
-    log(selection_table(dict(p.rows), dict(p.tasks), list(inp.results), list(inp.effects), snakemake.output.tex,
-                        snakemake.output.csv, list(inp.rooms)))
+    log(
+        selection_table(
+            dict(p.rows),
+            dict(p.tasks),
+            list(inp.results),
+            list(inp.effects),
+            snakemake.output.tex,
+            snakemake.output.csv,
+            list(inp.rooms),
+        )
+    )

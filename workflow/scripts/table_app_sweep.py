@@ -7,4 +7,8 @@ from unie.pipeline.rule import job
 with job(snakemake) as log:
     from unie.pipeline.tables_figures import sweep_table
 
-    log(sweep_table(os.path.dirname(snakemake.input[0]), snakemake.params.caption, snakemake.output.tex, snakemake.output.csv))
+    log(
+        sweep_table(
+            os.path.dirname(snakemake.input[0]), snakemake.params.caption, snakemake.output.tex, snakemake.output.csv
+        )
+    )

@@ -13,7 +13,15 @@ with job(snakemake) as log:
     out = Path(snakemake.output.tokens)  # <run>/resources/tokenized/{domain}/{split}.parquet
     parts = out.parents[2] / "cache" / "tokenize" / snakemake.wildcards.domain / snakemake.wildcards.split
     tok = load_tokenizer(snakemake.input.tokenizer)
-    n = tokenize_corpus(snakemake.input.raw, tok, out, snakemake.params.seq_len,
-                        insert_eos=snakemake.params.insert_eos, chunk_specials=snakemake.params.chunk_specials,
-                        source=snakemake.params.source, resume_dir=parts, log=log)
+    n = tokenize_corpus(
+        snakemake.input.raw,
+        tok,
+        out,
+        snakemake.params.seq_len,
+        insert_eos=snakemake.params.insert_eos,
+        chunk_specials=snakemake.params.chunk_specials,
+        source=snakemake.params.source,
+        resume_dir=parts,
+        log=log,
+    )
     log(f"{n} chunks of {snakemake.params.seq_len} tokens -> {out}")

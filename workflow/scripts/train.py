@@ -17,8 +17,9 @@ with job(snakemake) as log:
         seq_len=snakemake.params.seq_len,
         device=snakemake.params.device,
         init_dir=snakemake.input.get("init", "").rsplit("/", 1)[0] or None,
-        partner_dirs={k[len("partner_"):]: v.rsplit("/", 1)[0] for k, v in snakemake.input.items()
-                      if k.startswith("partner_")},
+        partner_dirs={
+            k[len("partner_") :]: v.rsplit("/", 1)[0] for k, v in snakemake.input.items() if k.startswith("partner_")
+        },
         dev_path=snakemake.input.get("dev") or None,
         precision=job_precision(snakemake),
     )
