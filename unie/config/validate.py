@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from pathlib import Path
 
 from ..core.options import ConfigError
@@ -68,11 +69,28 @@ def _short(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _jsonschema():
+    """``jsonschema``, imported without the optional ``rfc3987_syntax`` (installed with JupyterLab): jsonschema's format
+    checkers import it, and it builds its IRI grammars on import, which was 2.3 s of CPU (a quarter of a no-op rerun's
+    start-up) for a format our schema never names.  The block lasts only for this import: a later
+    ``import rfc3987_syntax`` elsewhere in the process works as before."""
+    if "jsonschema" in sys.modules:
+        return sys.modules["jsonschema"]
+    block = "rfc3987_syntax" not in sys.modules
+    if block:
+        sys.modules["rfc3987_syntax"] = None  # an import of it raises ImportError, which jsonschema skips
+    try:
+        import jsonschema
+    finally:
+        if block and sys.modules.get("rfc3987_syntax", ...) is None:
+            del sys.modules["rfc3987_syntax"]
+    return jsonschema
+
+
 def schema_error(config: dict, schema: dict, sources: ConfigSources) -> ConfigError | None:
     """The schema's most relevant violation of ``config`` as a one-line :class:`ConfigError` (its ``__cause__``:
     jsonschema's full report), or ``None``."""
-    import jsonschema
-
+    jsonschema = _jsonschema()
     validator = jsonschema.Draft202012Validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is None:
