@@ -45,8 +45,7 @@ def test_profile_overrides_only_allowed_keys(name):
 def test_every_profile_resolves_validates_and_checks(name):
     from snakemake.utils import validate
 
-    from unie.config.checks import check_config
-    from unie.config.expand import expand_config
+    from unie.config.checks import check_config, expand_config
 
     cfg = resolve_config([REPO / "config" / name])
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))

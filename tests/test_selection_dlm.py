@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from unie.core.options import ConfigError
-from unie.config.checks import check_config
-from unie.config.expand import expand_config, fig2_runs, fig3_runs
+from unie.config.checks import check_config, expand_config
+from unie.config.expand import fig2_runs, fig3_runs
 from unie.config.profile import resolve_config
 
 

@@ -28,6 +28,37 @@ def test_readme_documents_exactly_the_targets():
         assert TARGETS[name].output in rest, (name, rest)
 
 
+def snakefile_targets() -> list[str]:
+    """The Snakefile's list of the named targets: the indented lines (``#   a, b, ...``) of its comment that begins
+    ``# The named targets``."""
+    lines = (REPO / "Snakefile").read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("# The named targets")]
+    assert len(starts) == 1, "the Snakefile has no (or more than one) '# The named targets' comment"
+    names = []
+    for line in lines[starts[0] + 1 :]:
+        if not line.startswith("#"):
+            break
+        if line.startswith("#   "):
+            names += [n.strip() for n in line[1:].split(",") if n.strip()]
+    return names
+
+
+def defined_rules(*paths: Path) -> set[str]:
+    text = "\n".join(p.read_text() for p in paths)
+    return set(re.findall(r"^(?:local)?rule (\w+):", text, re.M))
+
+
+def test_the_snakefile_lists_exactly_the_targets():
+    """The Snakefile's table of contents names every target of unie.config.targets, in its order, and nothing else;
+    each is a rule of the Snakefile or workflow/rules/*.smk (`all` of the Snakefile itself)."""
+    listed = snakefile_targets()
+    missing, extra = [n for n in TARGETS if n not in listed], [n for n in listed if n not in TARGETS]
+    assert listed == list(TARGETS), f"missing {missing}, not targets {extra}; the list: {', '.join(TARGETS)}"
+    rules = defined_rules(REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk")))
+    assert not [n for n in TARGETS if n not in rules], sorted(set(TARGETS) - rules)
+    assert "all" in defined_rules(REPO / "Snakefile")
+
+
 def test_every_target_resolves_to_the_rule_that_writes_it(tmp_path):
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
     cmd = [
@@ -56,7 +87,8 @@ def test_every_target_resolves_to_the_rule_that_writes_it(tmp_path):
 
 def test_report_sections_and_captions():
     smk = "\n".join(p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk")))
-    used = set(re.findall(r'report\((?:[^()]|\([^()]*\))*?\*\*REPORT\["(\w+)"\]', smk))  # report(run_path(...), **REPORT[name]
+    calls = re.findall(r"report\(((?:[^()]|\([^()]*\))*)\)", smk)  # report(run_path(...), **REPORT[name], ...), on
+    used = {m for call in calls for m in re.findall(r'\*\*REPORT\["(\w+)"\]', call)}  # one line or several
     assert "report(" in smk and used == {n for n, t in TARGETS.items() if t.category}
     for name in used:
         caption = REPO / TARGETS[name].caption

@@ -8,8 +8,8 @@ import pytest
 
 from unie.core.options import ConfigError
 from unie.eval.timing import time_generation
-from unie.config.checks import check_config
-from unie.config.expand import expand_config, fig3_runs
+from unie.config.checks import check_config, expand_config
+from unie.config.expand import fig3_runs
 from unie.config.profile import resolve_config
 
 

@@ -1,10 +1,14 @@
 """Config cross-checks the JSON schema cannot do.
 
 :func:`check_config` runs at parse time (:func:`unie.config.validate.workflow_config`), before any job, and
-names the offending key.  Every check comes from what the registries record: a method's ``Options`` dataclass and
-``kind``, a sampler's options dataclass and model roles (:class:`unie.core.registry.SamplerEntry`), the energies and
-evaluators registered.  Nothing here is a hand-kept table of names.  The facts the checks read from the resolved
-config (which models are released, a model's kind, the runs the figures add) are :mod:`unie.config.expand`'s.
+names the offending key.  It is one function per section of the config, called in this order: the restarting
+rules' runtimes, data, models, sampling runs, Gen-PPL evaluators, likelihoods, Table 1, the DLLM half, Table 2,
+the figures.  :func:`expand_config`, which runs before it, checks the figures' specs (:func:`check_fig2`,
+:func:`check_fig3`) and then adds the sampling runs they generate.  Every check comes from what the registries
+record: a method's ``Options`` dataclass and ``kind``, a sampler's options dataclass and model roles
+(:class:`unie.core.registry.SamplerEntry`), the energies and evaluators registered.  Nothing here is a hand-kept
+table of names.  The facts the checks read from the resolved config (which models are released, a model's kind,
+the runs the figures add) are :mod:`unie.config.expand`'s.
 """
 
 from __future__ import annotations
@@ -19,14 +23,15 @@ from ..data.toy_world import DOMAINS
 from ..dllm.backbone import DecodeOptions
 from ..dllm.decoder import check_proxy, unread_keys
 from ..dllm.rows import map_points, row_sampler, sweep_points
-from ..energy.energies import AR_CONTEXTS
+from ..energy.energies import AR_CONTEXTS, SELECTIONS
 from ..eval.local_tasks import BUILTIN_UNSAFE, LOCAL_KINDS, LOCAL_SPEC_KEYS
 from ..methods.released_methods import GPT2_MASKED
 from ..models.dit import DIT_ARCH_KEYS
 from ..models.released import SOURCES
 from ..models.standins import FORMATS
 from .expand import (
-    check_fig2,
+    DEFAULT_SELECTION,
+    add_figure_runs,
     dit_root,
     fill_registries,
     has_likelihood,
@@ -179,16 +184,40 @@ def check_runtimes(config: dict) -> None:
 
 
 def check_config(config: dict) -> None:
-    """Raise :class:`ConfigError` naming the key for any dangling reference, unknown name or bad option."""
+    """Raise :class:`ConfigError` naming the key for any dangling reference, unknown name or bad option: the
+    sections below, in this order (the first error found is the one raised)."""
     fill_registries()
     check_runtimes(config)
+    _check_data(config)
+    _check_models(config)
+    check_sources(config)
+    _check_trained_models(config)
+    _check_partners(config)
+    _check_sampling(config)
+    _check_genppl(config)
+    _check_likelihood(config)
+    _check_table1(config)
+    check_dllm(config)
+    _check_table2(config)
+    _check_figures(config)
 
+
+def _toy(config: dict) -> bool:
+    return config["data"]["source"] == "toy"
+
+
+def _kinds(config: dict) -> dict[str, str]:
+    """Model name -> what it is to a sampler role (:func:`unie.config.expand.model_kind`)."""
+    return {name: model_kind(config, name) for name in config["models"]}
+
+
+def _check_data(config: dict) -> None:
+    """``data``: the training domain among the domains, toy-world domains and the word tokenizer, or an HF
+    dataset spec per domain and split and an HF tokenizer."""
     data = config["data"]
-    toy = data["source"] == "toy"
-    L = data["seq_len"]
     if data["train_domain"] not in data["domains"]:
         key_error("data.train_domain", f"{data['train_domain']!r} is not in data.domains {data['domains']}")
-    if toy:
+    if _toy(config):
         for i, d in enumerate(data["domains"]):
             if d not in DOMAINS:
                 key_error(f"data.domains[{i}]", f"unknown toy-world domain {d!r}; known: {', '.join(DOMAINS)}")
@@ -204,7 +233,11 @@ def check_config(config: dict) -> None:
         if config["tokenizer"]["kind"] != "hf" or "path" not in config["tokenizer"]:
             key_error("tokenizer", "the hf data source needs tokenizer.kind 'hf' and tokenizer.path")
 
-    # -- models: registered method, options of its Options dataclass, partners of the right kind
+
+def _check_models(config: dict) -> None:
+    """``models``: a registered method, options of its ``Options`` dataclass, ``chunk_bos`` where the data and the
+    ``init_from`` model need it, ``init_from`` a defined model."""
+    data = config["data"]
     models = config["models"]
     for name, spec in models.items():
         if spec["method"] not in METHODS:
@@ -228,8 +261,12 @@ def check_config(config: dict) -> None:
                 f"initialised from {spec['init_from']!r}, which reads chunks "
                 "that begin with their own BOS: set chunk_bos: true",
             )
-    check_sources(config)
-    for name, spec in models.items():
+
+
+def _check_trained_models(config: dict) -> None:
+    """The models without a ``source``: their ``train`` block, and their ``arch`` (only the keys a released
+    checkpoint's architecture leaves free when fine-tuned from one, else a whole one: :func:`check_arch_train`)."""
+    for name, spec in config["models"].items():
         if spec.get("source"):
             continue
         if "train" not in spec:
@@ -250,7 +287,13 @@ def check_config(config: dict) -> None:
                 f"models.{name}", "a model trained from scratch needs `arch` (or a `source`: a released checkpoint)"
             )
         check_arch_train(spec, f"models.{name}")
-    kinds = {name: model_kind(config, name) for name in models}
+
+
+def _check_partners(config: dict) -> None:
+    """A model's partners (the frozen models a method trains against, e.g. NCE's proxy): defined models of the
+    kind the method accepts."""
+    models = config["models"]
+    kinds = _kinds(config)
     for name, spec in models.items():
         cls = METHODS[spec["method"]]
         for role, (partner, accepted) in getattr(cls, "partners", lambda o: {})(method_options(config, name)).items():
@@ -260,7 +303,15 @@ def check_config(config: dict) -> None:
                     f"{partner!r} is not a defined model of kind {' or '.join(accepted)}",
                 )
 
-    # -- sampling runs: registered sampler, its options, its model roles and their kinds
+
+def _check_sampling(config: dict) -> None:
+    """``sampling.runs``: a registered sampler, its options, its model roles and their kinds, its steps; the data
+    run's sample count within the test split."""
+    data = config["data"]
+    toy = _toy(config)
+    L = data["seq_len"]
+    models = config["models"]
+    kinds = _kinds(config)
     runs = config["sampling"]["runs"]
     for name, spec in runs.items():
         if spec["sampler"] not in SAMPLERS:
@@ -303,7 +354,13 @@ def check_config(config: dict) -> None:
     ):
         key_error("sampling.n_samples", "the data run needs at least n_samples sequences in the test split")
 
-    # -- Gen-PPL evaluators
+
+def _check_genppl(config: dict) -> None:
+    """``genppl.evaluators``: a registered evaluator kind, ``exact`` only in the toy world, a ``model``
+    evaluator's AR model, an ``hf`` evaluator's model in ``hf_models``."""
+    toy = _toy(config)
+    models = config["models"]
+    kinds = _kinds(config)
     for name, ev in config["genppl"]["evaluators"].items():
         if ev["kind"] not in EVALUATORS:
             key_error(f"genppl.evaluators.{name}.kind", EVALUATORS.unknown_message(ev["kind"]))
@@ -318,7 +375,14 @@ def check_config(config: dict) -> None:
         if ev["kind"] == "hf" and ev.get("model") not in config.get("hf_models", {}):
             key_error(f"genppl.evaluators.{name}.model", f"{ev.get('model')!r} is not a key of hf_models")
 
-    # -- Table 1 estimators built from a diffusion model and a proxy
+
+def _check_likelihood(config: dict) -> None:
+    """``likelihood``: Table 1's estimators built from a diffusion model and a proxy (or an energy network): a
+    name no model's likelihood has, a registered energy, a masked diffusion model, a proxy and context the energy
+    can score with."""
+    toy = _toy(config)
+    models = config["models"]
+    kinds = _kinds(config)
     for name, spec in config.get("likelihood", {}).items():
         if name == "exact" or (name in models and has_likelihood(config, name)):
             key_error(f"likelihood.{name}", "this name is already a model with a likelihood (results/ppl/ would clash)")
@@ -351,7 +415,12 @@ def check_config(config: dict) -> None:
         elif spec.get("proxy") not in models or kinds[spec["proxy"]] != "ar":
             key_error(f"likelihood.{name}.proxy", f"{spec.get('proxy')!r} is not a defined AR model")
 
-    # -- tables and figures
+
+def _check_table1(config: dict) -> None:
+    """``tables.table1_ppl``: each row's source has a likelihood (a model's own, ``exact`` in the toy world, or a
+    ``likelihood`` entry)."""
+    toy = _toy(config)
+    models = config["models"]
     sources = likelihood_sources(config)
     for label, src in config["tables"]["table1_ppl"].items():
         if src is None:  # a method without a likelihood: "--"
@@ -365,17 +434,83 @@ def check_config(config: dict) -> None:
                 else f"unknown source {src!r}"
             )
             key_error(f"tables.table1_ppl.{label}", f"{why}; usable: {', '.join(sources)}")
-    check_dllm(config)
+
+
+def _check_table2(config: dict) -> None:
+    """``tables.table2_genppl``: each row a defined sampling run."""
+    runs = config["sampling"]["runs"]
     for label, run in config["tables"]["table2_genppl"].items():
         if run not in runs:
             key_error(f"tables.table2_genppl.{label}", f"unknown sampling run {run!r}; defined: {', '.join(runs)}")
+
+
+# -- figures: checked before their runs are generated (expand_config), Figure 2 again with the others (check_config)
+
+
+def _check_figures(config: dict) -> None:
+    """``figures.fig2_ablation``: its evaluator and baseline run defined, its curves valid (:func:`check_fig2`).
+    Figure 3's spec is checked before its runs are generated (:func:`check_fig3`, by :func:`expand_config`)."""
     fig = config.get("figures", {}).get("fig2_ablation")
     if fig:
         if fig["evaluator"] not in config["genppl"]["evaluators"]:
             key_error("figures.fig2_ablation.evaluator", f"unknown evaluator {fig['evaluator']!r}")
-        if fig["baseline"] not in runs:
+        if fig["baseline"] not in config["sampling"]["runs"]:
             key_error("figures.fig2_ablation.baseline", f"unknown sampling run {fig['baseline']!r}")
     check_fig2(config)
+
+
+def check_fig2(config: dict) -> None:
+    """Figure 2's curves, before its runs are generated (so the error names its key): each
+    ``figures.fig2_ablation.energies.<label>`` is a registered energy, or ``{energy, selection}`` with a known
+    selection rule (:data:`unie.energy.energies.SELECTIONS`)."""
+    fig = config.get("figures", {}).get("fig2_ablation")
+    if not fig:
+        return
+    for label, e in fig["energies"].items():
+        key = f"figures.fig2_ablation.energies.{label}"
+        if not isinstance(e, (str, dict)):
+            key_error(key, f"an energy name or {{energy, selection}}, got {e!r}")
+        if isinstance(e, dict):
+            extra = sorted(set(e) - {"energy", "selection"})
+            if extra:
+                key_error(f"{key}.{extra[0]}", "unknown key; allowed: energy, selection")
+            if e.get("selection", DEFAULT_SELECTION) not in SELECTIONS:
+                key_error(f"{key}.selection", f"unknown selection {e['selection']!r}; known: {', '.join(SELECTIONS)}")
+            e = e.get("energy")
+        if e not in ENERGIES:
+            key_error(
+                f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}", ENERGIES.unknown_message(e)
+            )
+
+
+def check_fig3(config: dict) -> None:
+    """Figure 3's cross-checks, before its runs are generated (so the error names its key)."""
+    fig3 = config.get("figures", {}).get("fig3_tradeoff")
+    if fig3:
+        if fig3["evaluator"] not in config["genppl"]["evaluators"]:
+            key_error("figures.fig3_tradeoff.evaluator", f"unknown evaluator {fig3['evaluator']!r}")
+        if fig3["K"] not in fig3["Ks"] or fig3["w"] not in fig3["ws"]:
+            key_error("figures.fig3_tradeoff", f"the default K={fig3['K']} and w={fig3['w']} must be among Ks and ws")
+        for label, run in fig3["baselines"].items():
+            if run not in config["sampling"]["runs"]:
+                key_error(f"figures.fig3_tradeoff.baselines.{label}", f"unknown sampling run {run!r}")
+        for key, e in (("energy", fig3["energy"]), ("edlm.energy", fig3["edlm"]["energy"])):
+            if e not in ENERGIES:
+                key_error(f"figures.fig3_tradeoff.{key}", ENERGIES.unknown_message(e))
+        for key, sel in (("selection", fig3.get("selection")), ("edlm.selection", fig3["edlm"].get("selection"))):
+            if sel is not None and sel not in SELECTIONS:
+                key_error(f"figures.fig3_tradeoff.{key}", f"unknown selection {sel!r}; known: {', '.join(SELECTIONS)}")
+
+
+def expand_config(config: dict) -> None:
+    """Add generated sampling runs (Figures 2 and 3) to ``config['sampling']['runs']`` in place
+    (:func:`unie.config.expand.add_figure_runs`), after the checks of the specs they are generated from, so that
+    an error names the figure's key."""
+    fill_registries()
+
+    check_fig2(config)
+    check_fig3(config)
+    add_figure_runs(config)
 
 
 def check_dllm(config: dict) -> None:

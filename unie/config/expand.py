@@ -1,7 +1,7 @@
 """The resolved config's derived facts: the sampling runs Figures 2 and 3 add, and what each model is.
 
-:func:`expand_config` adds Figures 2 and 3's generated sampling runs to ``config['sampling']['runs']`` (after
-:func:`check_fig2` and :func:`check_fig3`, the checks of the specs it expands, so that an error names the
+:func:`add_figure_runs` adds Figures 2 and 3's generated sampling runs to ``config['sampling']['runs']`` (called by
+:func:`unie.config.checks.expand_config` after the checks of the specs it expands, so that an error names the
 figure's key); the other functions read the resolved config for the rules and the checks
 (:mod:`unie.config.checks`): a run's step counts and sample count, which models are released or trained, where a
 released checkpoint is read, a model's kind, partners and Table 1 sources.  Every answer comes from what the
@@ -14,8 +14,7 @@ import dataclasses
 import os
 
 from ..core.options import from_dict, key_error
-from ..core.registry import ENERGIES, METHODS, SAMPLERS
-from ..energy.energies import SELECTIONS
+from ..core.registry import METHODS, SAMPLERS
 
 
 def fill_registries() -> None:
@@ -196,55 +195,10 @@ def figure_runs(config: dict) -> dict:
     return runs
 
 
-def check_fig3(config: dict) -> None:
-    """Figure 3's cross-checks, before its runs are generated (so the error names its key)."""
-    fig3 = config.get("figures", {}).get("fig3_tradeoff")
-    if fig3:
-        if fig3["evaluator"] not in config["genppl"]["evaluators"]:
-            key_error("figures.fig3_tradeoff.evaluator", f"unknown evaluator {fig3['evaluator']!r}")
-        if fig3["K"] not in fig3["Ks"] or fig3["w"] not in fig3["ws"]:
-            key_error("figures.fig3_tradeoff", f"the default K={fig3['K']} and w={fig3['w']} must be among Ks and ws")
-        for label, run in fig3["baselines"].items():
-            if run not in config["sampling"]["runs"]:
-                key_error(f"figures.fig3_tradeoff.baselines.{label}", f"unknown sampling run {run!r}")
-        for key, e in (("energy", fig3["energy"]), ("edlm.energy", fig3["edlm"]["energy"])):
-            if e not in ENERGIES:
-                key_error(f"figures.fig3_tradeoff.{key}", ENERGIES.unknown_message(e))
-        for key, sel in (("selection", fig3.get("selection")), ("edlm.selection", fig3["edlm"].get("selection"))):
-            if sel is not None and sel not in SELECTIONS:
-                key_error(f"figures.fig3_tradeoff.{key}", f"unknown selection {sel!r}; known: {', '.join(SELECTIONS)}")
-
-
-def check_fig2(config: dict) -> None:
-    """Figure 2's curves, before its runs are generated (so the error names its key): each
-    ``figures.fig2_ablation.energies.<label>`` is a registered energy, or ``{energy, selection}`` with a known
-    selection rule (:data:`unie.energy.energies.SELECTIONS`)."""
-    fig = config.get("figures", {}).get("fig2_ablation")
-    if not fig:
-        return
-    for label, e in fig["energies"].items():
-        key = f"figures.fig2_ablation.energies.{label}"
-        if not isinstance(e, (str, dict)):
-            key_error(key, f"an energy name or {{energy, selection}}, got {e!r}")
-        if isinstance(e, dict):
-            extra = sorted(set(e) - {"energy", "selection"})
-            if extra:
-                key_error(f"{key}.{extra[0]}", "unknown key; allowed: energy, selection")
-            if e.get("selection", DEFAULT_SELECTION) not in SELECTIONS:
-                key_error(f"{key}.selection", f"unknown selection {e['selection']!r}; known: {', '.join(SELECTIONS)}")
-            e = e.get("energy")
-        if e not in ENERGIES:
-            key_error(
-                f"{key}{'' if isinstance(fig['energies'][label], str) else '.energy'}", ENERGIES.unknown_message(e)
-            )
-
-
-def expand_config(config: dict) -> None:
-    """Add generated sampling runs (Figures 2 and 3) to ``config['sampling']['runs']`` in place."""
-    fill_registries()
-
-    check_fig2(config)
-    check_fig3(config)
+def add_figure_runs(config: dict) -> None:
+    """Add the sampling runs Figures 2 and 3 generate (:func:`figure_runs`) to ``config['sampling']['runs']`` in
+    place, their specs checked first (:func:`unie.config.checks.expand_config`); a configured run of a generated
+    name but another spec is refused."""
     for name, spec in figure_runs(config).items():
         if name in config["sampling"]["runs"] and config["sampling"]["runs"][name] != spec:
             key_error(

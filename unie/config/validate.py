@@ -4,7 +4,7 @@
 ``unie check-config`` alike: the merge (:func:`unie.config.profile.resolve_config`: grid <- profile file(s) <-
 ``--config``), the JSON schema (``workflow/schemas/config.schema.yaml``, its defaults filled in as
 ``snakemake.utils.validate`` does), the figure runs it generates and the cross-checks
-(:func:`unie.config.expand.expand_config`, :func:`unie.config.checks.check_config`).  Whatever fails is a
+(:func:`unie.config.checks.expand_config`, :func:`unie.config.checks.check_config`).  Whatever fails is a
 :class:`~unie.core.options.ConfigError` whose message is one line::
 
     --config: config key 'sed': unknown key; did you mean 'seed'?
@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 
 from ..core.options import ConfigError
-from .checks import check_config
-from .expand import expand_config
+from .checks import check_config, expand_config
 from .profile import DEFAULT_PROFILE, GRID, SCHEMA, display_path, load_yaml, resolve_config
 from .schema import dotted, unknown_key_message
 
