@@ -5,6 +5,7 @@ they moved into the package (the dry-run plans of the three profiles were compar
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,11 @@ def test_every_path_is_in_the_run_directory_but_the_shared_downloads(smoke, defa
             *(f for m in plan.models for f in plan.init_inputs(m).values()),
         ]
         assert found and all(f.startswith(f"{RUN}/") or f.startswith(shared) for f in found)
+
+
+def test_the_rules_write_a_run_path_one_way():
+    """run_path("results/...") (workflow/rules/common.smk), never an f-string on RUN_DIR."""
+    rules = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
+    found = [(p.name, m) for p in rules for m in re.findall(r"f\"\{RUN_DIR\}/[^\"]*\"", p.read_text())]
+    bad = [f"{name}: {m}" for name, m in found if m != 'f"{RUN_DIR}/{path}"']  # run_path itself
+    assert not bad, "\n".join(bad)
