@@ -8,7 +8,7 @@ def bench_inputs(wc):
     fig = config["figures"]["fig3_tradeoff"]
     return {
         "tokenizer": run_path("resources/tokenizer"),
-        "train": f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        "train": run_path(f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet"),
         "dlm": model_files(b["dlm"]),
         "proxy": model_files(b["proxy"]),
         "ar": model_files(b["ar"]),

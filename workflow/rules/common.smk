@@ -66,7 +66,9 @@ _check_gpu_request_form()
 def run_path(path):
     """``path`` (``results/...``, ``resources/...``, ``logs/...``, ``benchmarks/...``; wildcards kept) in this run's
     directory (the Snakefile's RUN_DIR, ``runs/<name>``).  The shared downloads (resources/hf, resources/released,
-    resources/paper_tasks) are written without it."""
+    resources/paper_tasks) are written without it.  The one way the rules write a path in the run's directory
+    (``run_path(f"results/timing/{r}.json")``, never an f-string on RUN_DIR); unie.config.dllm_plan.DllmPlan.path is
+    the same for the DLLM half's plan."""
     return f"{RUN_DIR}/{path}"
 
 
@@ -106,7 +108,7 @@ TRAIN_DOMAIN = config["data"]["train_domain"]
 PPL_SPLIT = config["ppl"]["split"]
 # token files are Parquet (resources/tokenized/{domain}/{split}.parquet, rule tokenize); training reads the train
 # split through a zero-copy Arrow view derived from it, cached here (unie.data.tokens.token_view)
-TOKEN_CACHE = f"{RUN_DIR}/resources/cache/tokenized/{TRAIN_DOMAIN}"
+TOKEN_CACHE = run_path(f"resources/cache/tokenized/{TRAIN_DOMAIN}")
 # report(file, **REPORT[target]): the caption (workflow/report/{target}.rst), category and subcategory of a target's
 # files in `snakemake --report report.html` (unie.config.targets)
 REPORT = {name: report_args(name) for name in TARGETS if TARGETS[name].category}
@@ -191,17 +193,17 @@ def plain_files(inputs):
 
 
 def model_files(name):
-    return [f"{RUN_DIR}/results/models/{name}/model.safetensors", f"{RUN_DIR}/results/models/{name}/config.json"]
+    return [run_path(f"results/models/{name}/model.safetensors"), run_path(f"results/models/{name}/config.json")]
 
 
 def sample_targets(runs=None):
     return [
-        f"{RUN_DIR}/results/samples/{run}/steps{s}.parquet" for run in (runs or RUNS) for s in run_steps(config, run)
+        run_path(f"results/samples/{run}/steps{s}.parquet") for run in (runs or RUNS) for s in run_steps(config, run)
     ]
 
 
 def genppl_targets(runs=None):
-    return [f"{RUN_DIR}/results/genppl/{run}/steps{s}.json" for run in (runs or RUNS) for s in run_steps(config, run)]
+    return [run_path(f"results/genppl/{run}/steps{s}.json") for run in (runs or RUNS) for s in run_steps(config, run)]
 
 
 def final_outputs():
@@ -227,19 +229,19 @@ def final_outputs():
             ]
     if config.get("figures", {}).get("fig2_ablation"):
         out += [run_path("results/figures/fig2_ablation.pdf"), run_path("results/figures/fig2_ablation.png")]
-    out += [f"{RUN_DIR}/results/tables/paper_vs_ours.{ext}" for ext in ("md", "tex")]
+    out += [run_path(f"results/tables/paper_vs_ours.{ext}") for ext in ("md", "tex")]
     if config["data"]["source"] == "toy" and config.get("figures", {}).get("case_studies"):
         out += [
-            f"{RUN_DIR}/results/figures/case_{c}.{ext}"
+            run_path(f"results/figures/case_{c}.{ext}")
             for c in ("invariant", "independent", "non_invariant", "non_independent")
             for ext in ("pdf", "png")
         ]
     sweeps = config.get("dllm", {}).get("sweeps", {}).get("sets", {})
     if "fig4" in sweeps:
-        out += [f"{RUN_DIR}/results/figures/fig4_dllm_tradeoff.{ext}" for ext in ("pdf", "png", "csv")]
+        out += [run_path(f"results/figures/fig4_dllm_tradeoff.{ext}") for ext in ("pdf", "png", "csv")]
     out += [
-        f"{RUN_DIR}/results/tables/table_{s}.{ext}" for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")
+        run_path(f"results/tables/table_{s}.{ext}") for s in ("app_k", "app_w") if s in sweeps for ext in ("tex", "csv")
     ]
     if config.get("figures", {}).get("fig3_tradeoff"):
-        out += [f"{RUN_DIR}/results/figures/fig3_tradeoff.{ext}" for ext in ("pdf", "png", "csv", "json")]
+        out += [run_path(f"results/figures/fig3_tradeoff.{ext}") for ext in ("pdf", "png", "csv", "json")]
     return out + [run_path("results/report/paper.html")]  # every table and figure above on one page (rule paper_page)

@@ -33,7 +33,7 @@ def fig3_inputs(wc):
     runs = list(dict.fromkeys([*panels["k"].values(), *panels["w"].values(), *panels["tradeoff"].values()]))
     return {
         "genppl": genppl_targets(runs),
-        "timing": [f"{RUN_DIR}/results/timing/{r}.json" for r in panels["tradeoff"].values()],
+        "timing": [run_path(f"results/timing/{r}.json") for r in panels["tradeoff"].values()],
     }
 
 
@@ -85,7 +85,7 @@ if TIMED_RUNS:
         input:
             unpack(lambda wc: {f"{r}_{k}": v for r in TIMED_RUNS for k, v in run_inputs(r).items() if k != "data"}),
         output:
-            [f"{RUN_DIR}/results/timing/{r}.json" for r in TIMED_RUNS],
+            [run_path(f"results/timing/{r}.json") for r in TIMED_RUNS],
         log:
             run_path("logs/timing/fig3.log"),
         threads: held_cores()
@@ -134,10 +134,10 @@ rule cases:
         dlm=lambda wc: model_files(config["figures"]["case_studies"]["dlm"]),
         proxy=lambda wc: model_files(config["figures"]["case_studies"]["proxy"]),
     output:
-        **{f"{c}_pdf": f"{RUN_DIR}/results/figures/case_{c}.pdf" for c in CASES},
+        **{f"{c}_pdf": run_path(f"results/figures/case_{c}.pdf") for c in CASES},
         **{
             f"{c}_png": report(
-                f"{RUN_DIR}/results/figures/case_{c}.png", **REPORT["cases"], labels={"file": f"case: {c}"}
+                run_path(f"results/figures/case_{c}.png"), **REPORT["cases"], labels={"file": f"case: {c}"}
             )
             for c in CASES
         },

@@ -26,7 +26,7 @@ def import_inputs(wc):
     if source.get("hf_id"):
         inputs["source"] = f"resources/released/{wc.model}"
     elif source.get("standin"):
-        inputs["source"] = f"{RUN_DIR}/resources/standins/{wc.model}"
+        inputs["source"] = run_path(f"resources/standins/{wc.model}")
     elif os.path.exists(source["path"]):
         inputs["source"] = source["path"]
     else:

@@ -12,7 +12,7 @@ def run_inputs(run):
     for role, model in spec.get("models", {}).items():
         inputs[role] = model_files(model)
     if spec["sampler"] == "data":
-        inputs["data"] = f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.parquet"
+        inputs["data"] = run_path(f"resources/tokenized/{TRAIN_DOMAIN}/{PPL_SPLIT}.parquet")
     return inputs
 
 
@@ -156,9 +156,9 @@ for _group, _runs in TABLE_RUNS.items():
             samples=sample_targets(_runs),
             genppl=genppl_targets(_runs),
         log:
-            f"{RUN_DIR}/logs/sample/{_group}.log",
+            run_path(f"logs/sample/{_group}.log"),
         benchmark:
-            f"{RUN_DIR}/benchmarks/sample/{_group}.tsv"
+            run_path(f"benchmarks/sample/{_group}.tsv")
         threads: config["threads"]
         resources:
             **rule_resources("sample", 4000, 60, gpu=True),

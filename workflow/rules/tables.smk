@@ -5,7 +5,7 @@
 
 def table1_inputs(wc):
     files = [
-        f"{RUN_DIR}/results/ppl/{src}.json" for src in dict.fromkeys(config["tables"]["table1_ppl"].values()) if src
+        run_path(f"results/ppl/{src}.json") for src in dict.fromkeys(config["tables"]["table1_ppl"].values()) if src
     ]
     return {"ppl": files}
 
@@ -79,7 +79,7 @@ def paper_vs_ours_tables():
         out["table3_dllm"] = run_path("results/tables/table_app_dllm_full.csv")
     for sweep in ("app_k", "app_w"):
         if sweep in config.get("dllm", {}).get("sweeps", {}).get("sets", {}):
-            out[f"table_{sweep}"] = f"{RUN_DIR}/results/tables/table_{sweep}.csv"
+            out[f"table_{sweep}"] = run_path(f"results/tables/table_{sweep}.csv")
     return out
 
 

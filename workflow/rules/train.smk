@@ -10,7 +10,7 @@ TRAINED = trained_models(config)
 def train_inputs(wc):
     spec = config["models"][wc.model]
     inputs = {
-        "train": f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/train.parquet",
+        "train": run_path(f"resources/tokenized/{TRAIN_DOMAIN}/train.parquet"),
         "tokenizer": run_path("resources/tokenizer"),
     }
     if spec.get("init_from"):
@@ -18,7 +18,7 @@ def train_inputs(wc):
     for role, partner in partner_models(config, wc.model).items():  # frozen partners (NCE's proxy or DLM)
         inputs[f"partner_{role}"] = model_files(partner)[0]
     if selects_on_dev(config, wc.model):  # model selection on the dev split (disjoint from Table 1's test split)
-        inputs["dev"] = f"{RUN_DIR}/resources/tokenized/{TRAIN_DOMAIN}/valid.parquet"
+        inputs["dev"] = run_path(f"resources/tokenized/{TRAIN_DOMAIN}/valid.parquet")
     return inputs
 
 
@@ -42,7 +42,7 @@ rule train:
         **precision_params(),
         spec=lambda wc: config["models"][wc.model],
         seq_len=config["data"]["seq_len"],
-        ckpt_dir=lambda wc: f"{RUN_DIR}/results/checkpoints/{wc.model}",
+        ckpt_dir=lambda wc: run_path(f"results/checkpoints/{wc.model}"),
         token_cache=TOKEN_CACHE,
         device=config["device"],
         processes=res("train", "processes", None),  # null: resources.gpu processes on CUDA (torchrun when > 1), else 1

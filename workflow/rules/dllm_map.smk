@@ -1,0 +1,79 @@
+# Beyond the paper: when does Uni-E help a DLLM?  The proxy-strength map (config dllm.map; not in `all`, targets
+# table_app_map and fig_app_map): per backbone, Algorithm 3's energies (Ind/Inv/Uni-E with argmin and resample),
+# proxy_rerank and APD at each candidate temperature with proxies from weak to an oracle that knows the answers,
+# each point's paired change against the backbone on the same items.  It reads the DLLM half's tasks and models
+# (dllm.smk: PLAN, unie.config.dllm_plan; JOB, TEX, CSV).
+#
+#   resources/dllm/oracle/          the eps-smoothed oracle proxy of the toy tasks' test items (rule dllm_oracle)
+#   results/dllm/map/{job}/         one lm-eval run per point, points.json (rules dllm_map_{job}: a backbone, or
+#                                   `proxies`: the ARs decoded alone)
+#   results/tables/table_app_map.*, results/figures/fig_app_map.*
+
+
+rule dllm_oracle:
+    # the oracle proxy: every test item's reference answer, read through the word tokenizer
+    input:
+        yamls=PLAN.task_yamls(),
+        meta=run_path("resources/dllm/meta.json"),
+    output:
+        run_path("resources/dllm/oracle/oracle.json"),
+    log:
+        run_path("logs/dllm/oracle.log"),
+    localrule: True
+    params:
+        eps=PLAN.map.get("oracle_eps", 0.05),
+        tasks=PLAN.map.get("tasks", []),
+    script:
+        "../scripts/dllm_oracle.py"
+
+
+for _job in PLAN.map_jobs:
+
+    rule:
+        name:
+            f"dllm_map_{_job}"
+        input:
+            **PLAN.map_inputs(_job),
+        output:
+            PLAN.map_file(_job),
+        log:
+            run_path(f"logs/dllm/map_{_job}.log"),
+        benchmark:
+            run_path(f"benchmarks/dllm/map_{_job}.tsv")
+        threads: config["threads"]
+        resources:
+            **rule_resources("dllm_eval", 4000, 120, gpu=True),
+        params:
+            **PLAN.map_params(_job),
+            **JOB,
+        script:
+            "../scripts/dllm_map.py"
+
+
+rule table_app_map:
+    input:
+        [PLAN.map_file(j) for j in PLAN.map_jobs],
+    output:
+        tex=report(run_path("results/tables/table_app_map.tex"), **REPORT["table_app_map"], labels=TEX),
+        csv=report(run_path("results/tables/table_app_map.csv"), **REPORT["table_app_map"], labels=CSV),
+    log:
+        run_path("logs/tables/table_app_map.log"),
+    localrule: True
+    script:
+        "../scripts/table_app_map.py"
+
+
+rule fig_app_map:
+    input:
+        [PLAN.map_file(j) for j in PLAN.map_jobs],
+    output:
+        pdf=run_path("results/figures/fig_app_map.pdf"),
+        png=report(run_path("results/figures/fig_app_map.png"), **REPORT["fig_app_map"], labels={"file": "figure"}),
+        csv=report(
+            run_path("results/figures/fig_app_map.csv"), **REPORT["fig_app_map"], labels={"file": "CSV (the points)"}
+        ),
+    log:
+        run_path("logs/figures/fig_app_map.log"),
+    localrule: True
+    script:
+        "../scripts/fig_app_map.py"
