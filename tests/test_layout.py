@@ -198,6 +198,51 @@ def test_no_run_output_is_tracked():
     assert {"runs/", "results/", "resources/", ".snakemake/", "slurm-*.out"} <= set(ignored)
 
 
+PIPELINE_IMPORT = re.compile(r"unie\.pipeline(\.\w+)?")
+
+
+def script_imports_beside_the_pipeline(scripts: Path = REPO / "workflow" / "scripts") -> list[str]:
+    """``script.py:line imports module`` for every ``unie`` module a workflow script imports (top level or inside a
+    function) that is not ``unie.pipeline`` or one of its modules."""
+    return [
+        f"{path.relative_to(REPO)}:{line} imports {mod}"
+        for path in sorted(scripts.glob("*.py"))
+        for line, mod in imports_of(path)
+        if not PIPELINE_IMPORT.fullmatch(mod)
+    ]
+
+
+def test_every_workflow_script_is_a_shim_over_the_pipeline():
+    """A rule's script reads its ``snakemake`` object and calls :mod:`unie.pipeline`, the only code that reads and
+    writes the workflow's files: it imports no other ``unie`` module, not even inside a function."""
+    bad = script_imports_beside_the_pipeline()
+    assert not bad, "workflow scripts importing unie beside unie.pipeline:\n" + "\n".join(bad)
+
+
+def test_the_shim_check_catches_a_script_importing_a_lower_layer():
+    """The checker itself: each import of a script that reaches past the pipeline (here inside its job, as
+    dllm_eval.py's did, and the package hub's names) is named with its line and module; the standard library and
+    ``unie.pipeline.*`` are not."""
+    scripts = REPO / "workflow" / "scripts"
+    bad = scripts / "_shim_probe.py"
+    bad.write_text(
+        "import os\n\nfrom unie.pipeline.rule import job\n\nwith job(snakemake) as log:\n"
+        "    from unie.dllm.lmeval import run_evaluation\n"
+        "    import unie.core.integrity\n"
+        "    from unie import load_for_sampling\n"
+        "    from unie.pipeline import dllm_runs\n"
+    )
+    try:
+        found = [f for f in script_imports_beside_the_pipeline(scripts) if "_shim_probe" in f]
+    finally:
+        bad.unlink()
+    assert found == [
+        "workflow/scripts/_shim_probe.py:6 imports unie.dllm.lmeval",
+        "workflow/scripts/_shim_probe.py:7 imports unie.core.integrity",
+        "workflow/scripts/_shim_probe.py:8 imports unie",
+    ]
+
+
 def test_no_workflow_script_shadows_a_standard_library_module():
     """A script run as a file puts its folder first on sys.path: a ``tokenize.py`` there would be imported in place of
     the standard library's (which ``linecache``, hence every traceback, imports)."""

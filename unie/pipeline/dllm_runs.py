@@ -1,5 +1,6 @@
 """The DLLM half's file I/O: task data -> tokenizers and training tensors, training the tiny DLLMs (AR rows and
-proxy too), and the sweeps (one lm-eval run per point).  The decoders themselves live in :mod:`unie.dllm`.
+proxy too), Table 3's rows (one lm-eval run per row) and the sweeps (one lm-eval run per point).  The decoders
+themselves live in :mod:`unie.dllm`.
 
 Directory ``resources/dllm/`` (written by :func:`prepare_dllm_data`):
 ``tokenizers/{word,bpe}/``, ``{tokenizer}_{layout}_{data}.pt`` tensors (layout ``dllm`` or ``ar``; data ``sft``
@@ -117,6 +118,39 @@ def prepare_dllm_data(
         )
     write_json(meta, out / "meta.json", indent=1)  # last: it vouches for the files above
     return meta
+
+
+def dllm_data(dllm: dict, tasks_dir, tokenizer, toy, out_dir, log=print) -> dict:
+    """Rule dllm_data: :func:`prepare_dllm_data` from the rule's files.  ``tasks_dir``: rule dllm_tasks' folder (each
+    task of ``dllm.tasks.names`` with its ``data/{task}_test.jsonl``, and ``data/{task}_train.jsonl`` where it has a
+    train split); ``toy``: the toy world's token file, whose first ``dllm.pretrain_texts`` rows are decoded with the
+    toy ``tokenizer``; a tokenizer without a ``dllm.sft_length`` trains on the decoding canvas
+    (``dllm.decoding.gen_length``)."""
+    import os
+
+    from ..data.tokens import load_tokens
+
+    names = dllm["tasks"]["names"]
+    train = {
+        t: f"{tasks_dir}/data/{t}_train.jsonl" for t in names if os.path.exists(f"{tasks_dir}/data/{t}_train.jsonl")
+    }
+    test = {t: f"{tasks_dir}/data/{t}_test.jsonl" for t in names}
+    toy_tok = load_tokenizer(tokenizer)
+    n = dllm["pretrain_texts"]
+    texts = [toy_tok.decode(r) for r in load_tokens(toy, n).tolist()]
+    gen = dllm["decoding"]["gen_length"]
+    sft_length = {name: (dllm.get("sft_length") or {}).get(name, gen) for name in ("word", "bpe")}
+    return prepare_dllm_data(
+        train,
+        test,
+        texts,
+        out_dir,
+        sft_length,
+        dllm["bpe_vocab_size"],
+        n,
+        seed=dllm["tasks"]["seed"],
+        log=log,
+    )
 
 
 def load_dllm_tensor(data_dir, filename: str, meta: dict) -> tuple[torch.Tensor, str]:
@@ -278,6 +312,74 @@ def train_dllm_model(
     return ema, history
 
 
+# ---------------------------------------------------------------------- Table 3's rows
+def run_rows(
+    rows: dict,
+    inputs: dict,
+    dllm: dict,
+    results,
+    effects,
+    device: str,
+    nproc: int = 1,
+    log=print,
+    precision: str = "fp32",
+    threads: int = 1,
+) -> list[dict]:
+    """Rules dllm_eval (one Table 3 row) and dllm_eval_{model} (every row of one backbone, ``dllm.eval_job:
+    model``): per row of ``rows`` (name -> spec, in order; ``inputs``: name -> the files it reads) one lm-eval run
+    over the tasks ``dllm.tasks.names`` (:func:`unie.dllm.lmeval.run_evaluation`, data parallel on ``nproc`` ranks
+    when above 1; lm-eval writes its JSONs), its results JSON copied byte for byte to the row's ``results`` path,
+    then the row's effect against its backbone (``delta_to``) at its ``effects`` path
+    (:func:`~unie.pipeline.tables_figures.dllm_effect`).  ``results`` and ``effects``: one path each (one row) or
+    one per row, in the rows' order.  ``precision``: every row's model_args (:func:`~unie.dllm.rows.row_model_args`).
+    Returns the rows' effects."""
+    import os
+
+    from ..dllm.lmeval import run_evaluation
+    from .tables_figures import dllm_effect
+
+    lm = LmEvalSettings.from_dllm(dllm)
+    many = not isinstance(results, str)  # a model's job: one output of each kind per row, in the rows' order
+    out = []
+    for i, (name, row) in enumerate(rows.items()):
+        row_inputs = inputs[name]
+        result, effect = (results[i], effects[i]) if many else (results, effects)
+        out_dir = os.path.dirname(result)
+        args = row_model_args(name, row, dllm, row_inputs, device, precision)
+        log(f"{name}: model_args: {args}")
+        local = row_inputs.get("tasks") or row_inputs.get("local_tasks")  # toy tasks, or the paper's local ones
+        include = os.path.dirname(local[0]) if local else None
+        kwargs = dict(
+            model_args=args,
+            tasks=dllm["tasks"]["names"],
+            include_path=include,
+            output_path=out_dir,
+            batch_size=lm.batch_size,
+            include_defaults=lm.include_default_tasks,
+            limit=lm.limit,
+            seed=lm.seed,
+            allow_code_execution=lm.allow_code_execution,
+        )
+        found = run_evaluation(kwargs, nproc, log=log, threads=threads)
+        shutil.copyfile(found, result)  # lm-eval's JSON, byte for byte, at a deterministic path
+        base = row.get("delta_to")
+        e = dllm_effect(
+            name, base, dllm["tasks"], out_dir, os.path.dirname(row_inputs["base"]) if base else None, effect
+        )
+        if e["avg"]:
+            log(
+                f"{name} against {base}: average {e['avg']['delta']:+.2f} ± {e['avg']['se']:.2f} points, "
+                f"{100 * e['avg']['changed']:.1f} % of completions changed"
+            )
+        if e["window"]:
+            log(
+                f"{name} window: {100 * e['window']['disagree']:.1f} % of {e['window']['window_rows']} "
+                f"row-iterations disagree, {100 * e['window']['steered']:.1f} % steered"
+            )
+        out.append(e)
+    return out
+
+
 # ---------------------------------------------------------------------- sweeps (Figure 4, appendix k/w tables)
 @dataclass(frozen=True)
 class SweepTiming:
@@ -376,8 +478,25 @@ def resume_stamp(inputs: dict) -> str:
     return h.hexdigest()
 
 
+def run_sweeps(sweeps: dict, dllm: dict, points_paths, device: str, log=print, precision: str = "fp32") -> dict:
+    """Rules dllm_sweep / dllm_sweeps: :func:`run_sweep` for each sweep of ``sweeps`` (name -> its inputs), one after
+    the other, into the folder of its ``points.json`` (``points_paths``, in the sweeps' order).  What in that folder
+    is not a point of the sweep goes first; a point finished by an earlier attempt of the job is kept, and reused
+    only where its record says it was made as it would be now (:func:`run_sweep`).  Returns sweep -> its records."""
+    out = {}
+    for (sweep, inputs), points in zip(sweeps.items(), points_paths):  # in the sweeps' order
+        sweep_dir = Path(points).parent  # points.json and one folder of lm-eval files per point
+        names = {p["name"] for p in sweep_points(dllm, sweep)}
+        for entry in sorted(sweep_dir.iterdir()) if sweep_dir.is_dir() else []:
+            if entry.name not in names:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        out[sweep] = run_sweep(sweep, dllm, inputs, sweep_dir, device, log=log, precision=precision)
+    return out
+
+
 def run_sweep(
-    sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate, log=print, precision: str = "fp32"
+    sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate=None, log=print, precision: str = "fp32"
 ) -> list[dict]:
     """Rule dllm_sweep: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the task
     ``dllm.sweeps.task``, all in this process (lm-eval and the models are imported once; every point's
@@ -388,7 +507,7 @@ def run_sweep(
     as ``tokens_per_s_lmeval`` and ``seconds`` (its timed generation, all prompts).
     Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` per point and
     ``points.json`` (one record per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under
-    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.dllm.lmeval.evaluate` (the layer above passes it in).
+    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.dllm.lmeval.evaluate` unless given (a test's stand-in).
     ``precision``: every point's model_args (:func:`~unie.dllm.rows.row_model_args`).
 
     Resumable point by point: each finished point's record is kept in ``{point}/point.json`` with what it was made
@@ -398,6 +517,8 @@ def run_sweep(
     from ..core.integrity import atomic_write_text
     from ..data.tasks import PRIMARY_METRIC
 
+    if evaluate is None:
+        from ..dllm.lmeval import evaluate
     out_dir = Path(out_dir)
     task = dllm["sweeps"]["task"]
     metric = dllm["tasks"].get("metrics", {}).get(task) or f"{PRIMARY_METRIC[task]},none"

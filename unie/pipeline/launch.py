@@ -47,12 +47,13 @@ def processes(gpu: int, device: str, forced: int | None = None) -> int:
 
 
 def rule_processes(snakemake) -> int:
-    """:func:`processes` of a training rule's job: its GPUs (``resources.gpu``, or ``gpus`` where the site asks
-    for them by GRES: :func:`unie.config.settings.job_gpus`), ``params.device`` and ``params.processes``
-    (``config['resources'][rule]['processes']``, null unless forced)."""
+    """:func:`processes` of a training or lm-eval rule's job: its GPUs (``resources.gpu``, or ``gpus`` where the site
+    asks for them by GRES: :func:`unie.config.settings.job_gpus`), ``params.device`` and, where the rule has it (the
+    training rules), ``params.processes`` (``config['resources'][rule]['processes']``, null unless forced)."""
     from ..config.settings import job_gpus
 
-    return processes(job_gpus(snakemake.resources), snakemake.params.device, snakemake.params.processes)
+    forced = getattr(snakemake.params, "processes", None)
+    return processes(job_gpus(snakemake.resources), snakemake.params.device, forced)
 
 
 def run_training(name: str, kwargs: dict, nproc: int = 1, log: Callable[[str], None] = print, threads: int = 1):

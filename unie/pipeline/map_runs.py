@@ -93,14 +93,41 @@ def _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evalua
     return point_dir, args, window_shares(read_json(point_dir / "throughput.json", "throughput record", hashed=False))
 
 
+def write_map_oracle(tasks: list[str], tasks_dir, data_dir, out_dir, eps: float, log=print) -> Path:
+    """Rule dllm_oracle: the eps-smoothed oracle proxy (:func:`unie.dllm.oracle.write_oracle`) of the test items of
+    the toy ``tasks`` (``tasks_dir/data/{task}_test.jsonl``), with the word tokenizer of the DLLM data
+    (``data_dir/tokenizers/word``), into ``out_dir``; returns ``out_dir``."""
+    from ..dllm.oracle import write_oracle
+
+    docs = []
+    for task in tasks:
+        with open(Path(tasks_dir, "data", f"{task}_test.jsonl")) as f:
+            docs += [json.loads(line) for line in f if line.strip()]
+    out = write_oracle(docs, Path(data_dir, "tokenizers", "word"), out_dir, eps=eps)
+    log(f"oracle of {len(docs)} test items ({', '.join(tasks)}), eps {eps}: {out}")
+    return out
+
+
 def run_map(
-    job: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, evaluate, log=print, precision: str = "fp32"
+    job: str,
+    dllm: dict,
+    models: dict,
+    tasks_dir,
+    out_dir,
+    device: str,
+    evaluate=None,
+    log=print,
+    precision: str = "fp32",
 ) -> dict:
     """One job of the map (module doc): ``job`` a backbone of ``dllm.map.backbones`` or ``proxies`` (the proxies
     decoded alone).  ``models``: model name -> its directory (an oracle checkpoint for ``oracle``).  Writes
-    ``{point}/`` lm-eval folders and ``points.json`` under ``out_dir``; returns the ``points.json`` record."""
+    ``{point}/`` lm-eval folders and ``points.json`` under ``out_dir``; returns the ``points.json`` record.
+    ``evaluate``: :func:`unie.dllm.lmeval.evaluate` unless given (a test's stand-in)."""
     from ..dllm.rows import map_points, map_proxy_points
     from ..eval.metrics import paired_effect
+
+    if evaluate is None:
+        from ..dllm.lmeval import evaluate
 
     m = dllm["map"]
     names, metrics, _ = task_metrics({"names": list(m["tasks"])})

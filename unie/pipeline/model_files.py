@@ -3,6 +3,8 @@
 * :func:`train_from_spec`: build a model for a method, train it (resumable), save the EMA weights.
 * :func:`import_released`: a released checkpoint (a model's ``source``) converted once into our checkpoint format.
 * :func:`load_wrapped`: a saved checkpoint as its method's sampler-facing object (denoiser, AR proxy, ...).
+* :func:`download_hf_model`, :func:`write_released_standin`, :func:`released_missing`: the download, stand-in and
+  missing-checkpoint rules of the models read from elsewhere.
 """
 
 from __future__ import annotations
@@ -337,6 +339,42 @@ def import_released(
     log(
         f"imported {name}: released {kind} ({meta['identifier']}) from {source_path} ({meta['format']}"
         f"{', EMA weights' if meta.get('ema') else ''}), {n / 1e6:.2f}M parameters, arch {meta['arch']} -> {out_dir}"
+    )
+
+
+def download_hf_model(repo_id: str, out_dir, log=print) -> Path:
+    """Rule download_hf_model: the Hugging Face snapshot ``repo_id`` (config, tokenizer, safetensors;
+    :func:`unie.data.hub.fetch_model`) in ``out_dir`` (``resources/hf/{hf_model}``, for the HF evaluators and the
+    DLLM rows; needs internet: a localrule); returns its folder."""
+    from ..data.hub import fetch_model
+
+    out = fetch_model(repo_id, out_dir)
+    log(f"{repo_id} -> {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
+    return out
+
+
+def write_released_standin(
+    out_dir, kind: str, fmt: str, tokenizer_dir, seed: int = 0, block_size: int | None = None, log=print
+) -> Path:
+    """Rule released_standin: a tiny random checkpoint in a released model's upstream format ``fmt``
+    (:func:`unie.models.standins.write_standin`), sized to the project's tokenizer at ``tokenizer_dir`` (gpu-smoke
+    profile and tests: the import path end to end with no download); returns the path the loader is given."""
+    from ..models.standins import write_standin
+
+    info = load_tokenizer(tokenizer_dir).info()
+    path = write_standin(out_dir, kind, fmt, info, seed=seed, block_size=block_size)
+    log(f"stand-in {kind} ({fmt}) for vocab {info['vocab_size']} -> {path}")
+    return path
+
+
+def released_missing(kind: str, path) -> None:
+    """Rule released_missing: a released checkpoint placed by hand (published on Google Drive only) is absent: a
+    :class:`FileNotFoundError` naming the file and where to put it."""
+    from ..models.released import SOURCES
+
+    raise FileNotFoundError(
+        f"{path} is missing: the released {kind} checkpoint ({SOURCES[kind].identifier}) cannot be downloaded by the "
+        f"workflow; download it by hand and place it at {path} (docs/released-checkpoints.md), then rerun"
     )
 
 

@@ -5,18 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
-from ..core.integrity import read_page_text
-from .tables_figures import _write_text
-
-
-def read_table_csv(path) -> pd.DataFrame:
-    """A table's CSV, checked against its record as it is read (:func:`unie.core.integrity.read_page_text`)."""
-    import io
-
-    return pd.read_csv(io.StringIO(read_page_text(path)))
+from .tables_figures import _write_text, read_table_csv  # read_table_csv: also imported from here (notebooks)
 
 
 def paper_vs_ours(

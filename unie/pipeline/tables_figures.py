@@ -1,5 +1,6 @@
-"""Rules ``table1``, ``table2``, ``fig2``, ``partition_check``: read the result JSONs,
-call :mod:`unie.report` and write the LaTeX / CSV / PDF / PNG targets (atomically, directories created)."""
+"""Rules ``table1``, ``table2``, ``fig2``, ``partition_check``, the DLLM half's tables and figures, the paper page
+and ``docs`` (the results page): read the result JSONs, call :mod:`unie.report` and write the LaTeX / CSV / PDF /
+PNG / Markdown targets (atomically, directories created)."""
 
 from __future__ import annotations
 
@@ -295,17 +296,23 @@ def fig3(fig: dict, genppl_paths, timing_paths, pdf_path, png_path, csv_path, su
     return df, summary
 
 
-def fig4(sweep_dir, pdf_path, png_path, csv_path) -> str:
-    """Figure 4 from ``results/dllm/sweeps/fig4/points.json``; returns a one-line summary per curve."""
+def fig4(sweep_dir, pdf_path, png_path, csv_path, log=print) -> str:
+    """Figure 4 from ``results/dllm/sweeps/fig4/points.json``; logs and returns a one-line summary per curve, and
+    logs a warning naming the points whose throughput is flagged (drawn hollow)."""
     from ..report.figures import fig4_tradeoff
 
     sweep = read_json(Path(sweep_dir, "points.json"))
     figure, df = fig4_tradeoff(sweep)
     write_figure(figure, df, pdf_path, png_path, csv_path)
-    return "\n".join(
+    summary = "\n".join(
         f"{r.curve} {r.key}={r.value}: {r.accuracy:.1f} ± {r.stderr:.1f} %, {r.tokens_per_s:.0f} tok/s"
         for r in df.itertuples()
     )
+    log(summary)
+    bad = [p["point"] for p in sweep["points"] if not p.get("trusted", True)]
+    if bad:
+        log(f"WARNING: throughput of {len(bad)} points flagged (hollow markers; machine busy?): {', '.join(bad)}")
+    return summary
 
 
 def sweep_table(sweep_dir, caption: str, tex_path, csv_path) -> str:
@@ -394,6 +401,74 @@ def paper_page(items: list[dict], captions: dict, note: str, out_path) -> int:
     )
     _write_text(page("Uni-E: the paper's tables and figures, regenerated", intro, sections), out_path)
     return len(sections)
+
+
+def read_table_csv(path):
+    """A table's CSV as a DataFrame, checked against its record as it is read
+    (:func:`unie.core.integrity.read_page_text`)."""
+    import io
+
+    import pandas as pd
+
+    from ..core.integrity import read_page_text
+
+    return pd.read_csv(io.StringIO(read_page_text(path)))
+
+
+def read_pages(paths) -> dict:
+    """stem -> DataFrame (CSV), parsed JSON (``name.json``) or text (``name.md``), each checked before it is read:
+    a JSON against its content hash, a table against its record."""
+    from ..core.integrity import read_page_text
+
+    out = {}
+    for path in map(Path, paths):
+        if path.suffix == ".csv":
+            out[path.stem] = read_table_csv(path)
+        elif path.suffix == ".json":
+            out[path.name] = read_json(path)
+        elif path.suffix == ".md":
+            out[path.name] = read_page_text(path)
+    return out
+
+
+def results_page(tables, timing, out_path, note: str = "") -> Path:
+    """Rule docs: every regenerated table of ``tables`` (CSV, Markdown, figure JSON; :func:`read_pages`) and the
+    timing JSONs of ``timing`` as one Markdown page (:func:`unie.report.markdown.page_from_results`), written
+    atomically; returns its path."""
+    from ..core.integrity import atomic_write_text
+    from ..report.markdown import page_from_results
+
+    timing = [read_json(p) for p in timing]
+    return atomic_write_text(out_path, page_from_results(read_pages(tables), timing, note))
+
+
+def results_dir_pages(results_dir) -> tuple[list[Path], list[Path]]:
+    """``(tables, timing)`` of a run's results directory for :func:`results_page` by hand: its tables (CSV,
+    Markdown), its figures' CSVs and JSONs but the case studies', and its timing JSONs."""
+    results = Path(results_dir)
+    files = sorted(
+        [
+            *results.glob("tables/*.csv"),
+            *results.glob("tables/*.md"),
+            *results.glob("figures/*.csv"),
+            *results.glob("figures/*.json"),
+        ]
+    )
+    return [f for f in files if f.name != "case_studies.json"], sorted(results.glob("timing/*.json"))
+
+
+def made_on(note: str) -> str:
+    """``note`` and the machine a results page was made on (CPU model and instruction set, torch version), with what
+    that means for a rerun's numbers."""
+    import torch
+
+    from .timing_runs import cpu_isa, cpu_name
+
+    return (
+        f"{note} Made on: {cpu_name()} ({cpu_isa()}), torch {torch.__version__}. "
+        "A rerun reproduces these numbers bit for bit only on the same CPU model and library versions; on "
+        "another CPU the trained models round differently and cells move within their sampling error."
+    )
 
 
 def write_timeline(run_dir, since: float, cores: int, log=None) -> dict | None:

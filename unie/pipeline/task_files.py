@@ -26,6 +26,7 @@ prompt and metric but without its hub-loaded ``code_eval``; both scored by :mod:
 :mod:`unie.eval.choice`), since lm-eval's built-in ``mmlu`` and ``hellaswag`` are log-likelihood tasks, which no
 decoder can change: MMLU with lm-eval's ``mmlu_generative`` prompt (5-shot from each subject's ``dev`` rows), HellaSwag
 with LLaDA's generative prompt (its OpenCompass ``hellaswag_gen`` config; lm-eval has no generative HellaSwag).
+Their release files are fetched by :func:`download_task_file`.
 """
 
 from __future__ import annotations
@@ -451,3 +452,14 @@ def write_local_tasks(out_dir, local: dict) -> list[str]:
         )
     _write_text(out / "utils.py", "".join(hooks))
     return list(local)
+
+
+def download_task_file(repo_id: str, filename: str, out_path, revision: str | None = None, log=print) -> Path:
+    """Rule download_task_file: one release file of a local paper task (e.g. LiveCodeBench's ``test2.jsonl``) from
+    its Hugging Face dataset repository (a localrule: the submit host; from ``HF_HOME``'s cache when the hub does
+    not answer, :func:`unie.data.hub.fetch_dataset_file`); returns its path."""
+    from ..data.hub import fetch_dataset_file
+
+    out = fetch_dataset_file(repo_id, filename, out_path, revision=revision)
+    log(f"{repo_id}@{revision or 'main'}/{filename} -> {out} ({os.path.getsize(out)} bytes)")
+    return out

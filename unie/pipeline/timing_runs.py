@@ -120,3 +120,51 @@ def time_run(
         "flags": flags,
         "trusted": not flags,
     }
+
+
+def time_runs(
+    runs: dict,
+    out_paths,
+    timing: dict,
+    *,
+    seq_len: int,
+    domain: str,
+    seed: int,
+    device: str,
+    threads: int,
+    log=print,
+    precision: str = "fp32",
+) -> list[dict]:
+    """Rules ``timing`` / ``timing_fig3``: :func:`time_run` of each run of ``runs`` (name -> ``spec``, ``inputs``,
+    ``steps``), one after the other, each written to its path of ``out_paths`` (in the runs' order).  ``timing``:
+    ``batch_size`` (one batch is timed), ``warmup``, ``repeats`` and ``checks`` (:class:`TimingChecks`' fields;
+    absent: its defaults).  Returns the records."""
+    from .rule import write_json
+
+    batch_size = timing["batch_size"]
+    out = []
+    for (run, r), path in zip(runs.items(), out_paths):  # the outputs are in the runs' order
+        sampling = SampleJob.from_spec(
+            run,
+            r["spec"],
+            inputs=r["inputs"],
+            seq_len=seq_len,
+            n_samples=batch_size,  # one batch is timed
+            batch_size=batch_size,
+            domain=domain,
+            seed=seed,
+            device=device,
+            precision=precision,
+        )
+        result = time_run(
+            sampling,
+            steps=list(r["steps"]),
+            warmup=timing["warmup"],
+            repeats=timing["repeats"],
+            threads=threads,
+            log=log,
+            checks=TimingChecks(**timing.get("checks", {})),
+        )
+        write_json(result, path)
+        out.append(result)
+    return out

@@ -1,18 +1,18 @@
-"""Rule dllm_oracle: the eps-smoothed oracle proxy of the toy tasks' test items (unie.dllm.oracle), for the map."""
+"""Rule dllm_oracle: the eps-smoothed oracle proxy of the toy tasks' test items (unie.dllm.oracle), for the map
+(unie.pipeline.map_runs.write_map_oracle)."""
 
 from unie.pipeline.rule import job
 
 with job(snakemake) as log:
-    import json
     import os
 
-    from unie.dllm.oracle import write_oracle
+    from unie.pipeline.map_runs import write_map_oracle
 
-    tasks_dir = os.path.dirname(snakemake.input.yamls[0])
-    docs = []
-    for task in snakemake.params.tasks:
-        with open(os.path.join(tasks_dir, "data", f"{task}_test.jsonl")) as f:
-            docs += [json.loads(line) for line in f if line.strip()]
-    tok = os.path.join(os.path.dirname(snakemake.input.meta), "tokenizers", "word")
-    out = write_oracle(docs, tok, os.path.dirname(snakemake.output[0]), eps=snakemake.params.eps)
-    log(f"oracle of {len(docs)} test items ({', '.join(snakemake.params.tasks)}), eps {snakemake.params.eps}: {out}")
+    write_map_oracle(
+        snakemake.params.tasks,
+        os.path.dirname(snakemake.input.yamls[0]),
+        os.path.dirname(snakemake.input.meta),
+        os.path.dirname(snakemake.output[0]),
+        snakemake.params.eps,
+        log=log,
+    )
