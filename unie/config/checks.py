@@ -22,7 +22,7 @@ from ..data.tasks import TASKS
 from ..data.toy_world import DOMAINS
 from ..dllm.backbone import DecodeOptions
 from ..dllm.decoder import check_proxy, unread_keys
-from ..dllm.rows import map_points, row_sampler, sweep_points
+from ..dllm.rows import MAP_ORACLE, map_points, row_sampler, sweep_points
 from ..energy.energies import AR_CONTEXTS, SELECTIONS
 from ..eval.local_tasks import BUILTIN_UNSAFE, LOCAL_KINDS, LOCAL_SPEC_KEYS
 from ..methods.released_methods import GPT2_MASKED
@@ -653,9 +653,6 @@ def check_dllm(config: dict) -> None:
                 )
     check_sweeps(d, check_row)
     check_map(d, check_row, toy_tasks)
-
-
-MAP_ORACLE = "oracle"  # the model name of the map's oracle proxy (rule dllm_oracle)
 
 
 def check_map(d: dict, check_row, toy_tasks: bool) -> None:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 
+from ..dllm.rows import MAP_ORACLE as ORACLE
 from ..dllm.rows import eval_groups, room_rows, selection_rows
 from .settings import WorkflowSettings
 
-ORACLE = "oracle"  # a map proxy whose model is this name reads the oracle checkpoint (rule dllm_oracle)
 
 # the `dllm` keys each kind of job reads
 DATA_KEYS = ("pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")  # and the tasks (less `average`)

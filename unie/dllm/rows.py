@@ -10,6 +10,9 @@ from pathlib import Path
 from ..core.options import ConfigError, from_dict
 from .decoder import LOADING_KEYS, default_sampler
 
+# the map proxy whose `model` names the oracle checkpoint written by rule dllm_oracle (not a model of dllm.models)
+MAP_ORACLE = "oracle"
+
 
 @dataclass(frozen=True)
 class Checkpoint:
