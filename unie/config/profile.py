@@ -20,7 +20,8 @@ What a profile may write is listed here, once:
 * ``exclude:``: grid entries a profile does not run (keys of a mapping, items of a list), e.g. the rows that
   need the toy world's exact distribution on real data.  It may only remove, never add or change.
 
-Any other key of a profile is a change to the grid and is refused with an error that names it.
+Any other key of a profile is a change to the grid and is refused with an error that names it.  A profile file may
+be written over another (``base: smoke.yaml``, less what it ``drop:``s): :func:`load_profile`.
 """
 
 from __future__ import annotations
