@@ -167,7 +167,9 @@ def test_the_timing_keys_docs_timing_shows_are_the_schemas_and_the_defaults(tmp_
 
     fig3 = dict(block["figures"]["fig3_tradeoff"]["timing"])
     assert fig3.pop("checks") == dataclasses.asdict(TimingChecks())
-    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["figures"]["fig3_tradeoff"]["timing"]
+    from unie.config.profile import resolve_config
+
+    default = resolve_config([REPO / "config" / "config.yaml"])["figures"]["fig3_tradeoff"]["timing"]  # grid + profile
     assert fig3 == default
     assert block["dllm"]["timing"] == dataclasses.asdict(SweepTiming())
 

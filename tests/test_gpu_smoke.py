@@ -106,12 +106,13 @@ def test_missing_google_drive_file_is_one_line(tmp_path):
     standin = "source: {kind: ar, standin: ckpt, n_heads: 4}"
     assert standin in text
     profile = tmp_path / "by_hand.yaml"  # the AR placed by hand, as in the paper profile
+    assert "base: smoke.yaml" in text  # an overlay of the smoke profile: named by its path from here
     profile.write_text(
         text.replace(
             standin,
             "source: {kind: ar, path: resources/released/ar.ckpt, tokenizer_info: "
             "{vocab_size: 201, mask_id: 200, bos_id: 199, eos_id: 198}}",
-        )
+        ).replace("base: smoke.yaml", f"base: {GPU_SMOKE.parent / 'smoke.yaml'}")
     )
     from unie.config.rundir import run_directory
 

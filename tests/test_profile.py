@@ -13,6 +13,7 @@ from unie.config.profile import (
     PROFILE_KEYS,
     _matches,
     check_overlay,
+    load_profile,
     resolve_config,
 )
 from unie.dllm.decoder import default_sampler as dllm_sampler
@@ -32,7 +33,7 @@ def _leaves(d, path=()):
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_profile_overrides_only_allowed_keys(name):
-    overlay = yaml.safe_load((REPO / "config" / name).read_text())
+    overlay = load_profile(REPO / "config" / name)  # with its base profile's settings (gpu-smoke: smoke's)
     for path in _leaves({k: v for k, v in overlay.items() if k != "exclude"}):
         assert _matches(path, PROFILE_KEYS) or _matches(path, PROFILE_CHOICES) or _matches(path, PROFILE_ADDITIONS), (
             path

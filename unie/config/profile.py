@@ -15,10 +15,13 @@ What a profile may write is listed here, once:
 * :data:`PROFILE_ADDITIONS`: grid mappings a profile may add keys to, never change a key the grid sets, each with
   its reason;
 * :data:`PROFILE_CHOICES`: parts of the grid a profile may replace as a whole, each with its reason;
+* :data:`DEFINITIONS`: the grid's catalogs of what each model is (method, parent, options); a profile names the
+  models it builds, in its order, with their sizes or sources, and adds no key a definition sets;
 * ``exclude:``: grid entries a profile does not run (keys of a mapping, items of a list), e.g. the rows that
   need the toy world's exact distribution on real data.  It may only remove, never add or change.
 
-Any other key of a profile is a change to the grid and is refused with an error that names it.
+Any other key of a profile is a change to the grid and is refused with an error that names it.  A profile file may
+be written over another (``base: smoke.yaml``, less what it ``drop:``s): :func:`load_profile`.
 """
 
 from __future__ import annotations
@@ -109,6 +112,13 @@ PROFILE_ADDITIONS: dict[str, str] = {
     "thresholds for LLaDA-8B-Instruct in the paper profile)",
 }
 
+# Grid catalogs of definitions: what each model is (its method, the model it starts from, its options; a DLLM-half
+# model also its tokenizer and training data), written once for every profile.  A profile names the models it builds,
+# in its order, each with its sizes (arch, train) or its source: each named model is its grid definition with the
+# profile's keys added (a key the definition sets is refused, not changed), and a definition no profile file names is
+# not built (the paper profile trains no `ar_long` and no DLLM-half model).
+DEFINITIONS: tuple[str, ...] = ("models", "dllm.models")
+
 # Grid parts a profile may replace as a whole (the grid's value is dropped, not merged), and why.
 PROFILE_CHOICES: dict[str, str] = {
     "genppl.evaluators": "the Gen PPL oracles depend on the world: exact pi and trained ARs on the toy world, "
@@ -129,6 +139,70 @@ def load_yaml(path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data
+
+
+def profile_chain(path, _seen: tuple = ()) -> list[tuple[Path, dict]]:
+    """A profile file and the base profiles it is written over, base first: ``[(file, its document), ...]``.
+
+    A profile may start from another one: ``base: smoke.yaml`` (a path relative to the file's directory) takes
+    every setting of that profile (its own base's too) and this file's settings over them, mapping by mapping (a
+    list or a value is taken whole from this file; its ``exclude:`` adds to the base's).  ``drop:`` removes
+    settings of the base this profile does not have, in ``exclude:``'s form (a list of keys, or key -> ``true`` /
+    a nested drop; every entry named must exist in the base).  The documents are returned as written, ``base`` and
+    ``drop`` included: :func:`load_profile` merges them."""
+    path = Path(path)
+    doc = load_yaml(path)
+    where = display_path(path)
+    base, drop = doc.get("base"), doc.get("drop")
+    if base is None:
+        if drop is not None:
+            raise ConfigError(
+                f"{where}: config key 'drop': drops settings of a base profile, but this file has no `base:`"
+            )
+        return [(path, doc)]
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{where}: config key 'base': expected a profile file name (e.g. smoke.yaml), got {base!r}")
+    base_path = path.parent / base
+    if not base_path.is_file():
+        raise ConfigError(f"{where}: config key 'base': no profile file {display_path(base_path)}")
+    chain = (*_seen, path.resolve())
+    if base_path.resolve() in chain:
+        cycle = " -> ".join(display_path(p) for p in (*chain, base_path.resolve()))
+        raise ConfigError(f"{where}: config key 'base': the profiles are each other's base ({cycle})")
+    return [*profile_chain(base_path, chain), (path, doc)]
+
+
+def load_profile(path) -> dict:
+    """A profile file as one overlay of the grid: its base profiles' settings (:func:`profile_chain`) with its own
+    over them, less what it drops."""
+    chain = profile_chain(path)
+    out: dict = {}
+    for f, doc in chain:
+        doc = dict(doc)
+        doc.pop("base", None)
+        drop = doc.pop("drop", None)
+        if drop is not None:
+            apply_exclude(out, drop, display_path(f), key="drop", of="the base profile")
+        exclude = _exclude_union(out.pop("exclude", None), doc.pop("exclude", None))
+        out = merge(out, doc)
+        if exclude is not None:
+            out["exclude"] = exclude
+    return out
+
+
+def _exclude_union(base, overlay):
+    """A based profile's ``exclude:`` over its base's: it runs nothing its base excludes (a list's items are added,
+    mappings merged; ``true`` drops the whole entry)."""
+    if overlay is None or base is None:
+        return copy.deepcopy(base if overlay is None else overlay)
+    if isinstance(base, list) and isinstance(overlay, list):
+        return [*base, *(x for x in overlay if x not in base)]
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        out = copy.deepcopy(base)
+        for key, value in overlay.items():
+            out[key] = _exclude_union(out.get(key), value)
+        return out
+    return copy.deepcopy(overlay)
 
 
 def display_path(path) -> str:
@@ -186,6 +260,85 @@ def _dotted(path) -> str:
     return ".".join(str(k) for k in path)
 
 
+def _get(tree, path: tuple):
+    """The value at ``path`` of nested mappings, else ``None``."""
+    node = tree
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _sets(tree, path: tuple) -> bool:
+    """Whether ``tree`` sets ``path``: it has the key, or a value (not a mapping) above it that covers it."""
+    node = tree
+    for key in path:
+        if not isinstance(node, dict):
+            return True
+        if key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _leaf_paths(node, path: tuple = ()):
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from _leaf_paths(v, (*path, k))
+    else:
+        yield path
+
+
+def pop_definitions(grid: dict) -> dict[str, dict]:
+    """The grid's :data:`DEFINITIONS` catalogs, removed from ``grid`` (in place): ``{dotted path: {name: entry}}``."""
+    out = {}
+    for dotted in DEFINITIONS:
+        *parents, leaf = dotted.split(".")
+        node = _get(grid, tuple(parents))
+        if isinstance(node, dict) and isinstance(node.get(leaf), dict):
+            out[dotted] = node.pop(leaf)
+    return out
+
+
+def check_definitions(overlay: dict, definitions: dict, where: str = "profile") -> None:
+    """Refuse a key of a profile's model that its grid definition (:data:`DEFINITIONS`) sets: what a model is is
+    written once, in the grid; a profile adds its sizes (arch, train) or its source."""
+    for dotted, defs in definitions.items():
+        entries = _get(overlay, tuple(dotted.split(".")))
+        if not isinstance(entries, dict):
+            continue
+        for name, entry in entries.items():
+            definition = defs.get(name)
+            if not isinstance(definition, dict) or not isinstance(entry, dict):
+                continue
+            for path in _leaf_paths(entry):
+                if path and _sets(definition, path):
+                    raise ConfigError(
+                        f"{where}: config key '{dotted}.{name}.{_dotted(path)}' is set by the model's definition in "
+                        f"the experiment grid ({GRID.name}: {definition!r}); a profile gives a model's sizes (arch, "
+                        f"train) or its source and adds keys to its definition, it changes none"
+                    )
+
+
+def apply_definitions(config: dict, definitions: dict, mixed: set | None = None) -> None:
+    """Each model a profile names (:data:`DEFINITIONS`) as its grid definition with the profile's keys added, in the
+    profile's order, in place; a definition the profile does not name is not built."""
+    for dotted, defs in definitions.items():
+        path = tuple(dotted.split("."))
+        built = _get(config, path)
+        if not isinstance(built, dict):
+            continue
+        out = {}
+        for name, entry in built.items():
+            definition = defs.get(name)
+            if isinstance(definition, dict) and isinstance(entry, dict):
+                out[name] = merge(copy.deepcopy(definition), entry, path=(*path, name), mixed=mixed)
+            else:
+                out[name] = entry
+        _get(config, path[:-1])[path[-1]] = out
+
+
 def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
     """Refuse any key of ``overlay`` that is neither a profile setting nor a profile choice (it would change the
     grid); the error names the key.  A key that neither the grid nor the schema knows is a typo, reported as one
@@ -224,31 +377,34 @@ def check_overlay(overlay: dict, grid: dict, where: str = "profile") -> None:
     walk({k: v for k, v in overlay.items() if k != "exclude"}, (), grid, schema)
 
 
-def apply_exclude(config: dict, exclude, where: str = "profile", path: tuple = ()) -> None:
+def apply_exclude(
+    config: dict, exclude, where: str = "profile", path: tuple = (), key: str = "exclude", of: str = "the grid"
+) -> None:
     """Drop grid entries in place.  At a mapping, ``exclude`` is a list of keys to drop or a mapping of
     key -> ``true`` (drop it) / a nested exclude; at a list, it is the list of items to drop.  Every entry named
-    must exist (so a renamed grid entry cannot be silently kept)."""
-    at = f"{where}: exclude.{_dotted(path)}" if path else f"{where}: exclude"
+    must exist (so a renamed grid entry cannot be silently kept).  ``key`` and ``of`` name the setting and what it
+    drops from in the errors (a based profile's ``drop:`` takes entries from ``the base profile``)."""
+    at = f"{where}: {key}.{_dotted(path)}" if path else f"{where}: {key}"
     if isinstance(config, list):
         if not isinstance(exclude, list):
-            raise ConfigError(f"{at}: the grid value is a list; give the items to drop as a list")
+            raise ConfigError(f"{at}: the value in {of} is a list; give the items to drop as a list")
         for item in exclude:
             if item not in config:
-                raise ConfigError(f"{at}: {item!r} is not in the grid's list {config}")
+                raise ConfigError(f"{at}: {item!r} is not in {of}'s list {config}")
         config[:] = [v for v in config if v not in exclude]
         return
     if not isinstance(config, dict):
-        raise ConfigError(f"{at}: the grid value {config!r} has no entries to drop")
+        raise ConfigError(f"{at}: the value {config!r} in {of} has no entries to drop")
     entries = {k: True for k in exclude} if isinstance(exclude, list) else exclude
     if not isinstance(entries, dict):
         raise ConfigError(f"{at}: expected a list of keys or a mapping, got {exclude!r}")
-    for key, sub in entries.items():
-        if key not in config:
-            raise ConfigError(f"{at}: {key!r} is not in the grid (known: {', '.join(map(str, config))})")
+    for name, sub in entries.items():
+        if name not in config:
+            raise ConfigError(f"{at}: {name!r} is not in {of} (known: {', '.join(map(str, config))})")
         if sub is True:
-            del config[key]
+            del config[name]
         else:
-            apply_exclude(config[key], sub, where, (*path, key))
+            apply_exclude(config[name], sub, where, (*path, name), key, of)
 
 
 def merge(base: dict, overlay: dict, replace=(), path: tuple = (), mixed: set | None = None) -> dict:
@@ -273,7 +429,9 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
     ``--config``, nested values read as YAML), not yet validated against the schema.
 
     Each profile file is checked on its own: only :data:`PROFILE_KEYS`, :data:`PROFILE_ADDITIONS` and
-    :data:`PROFILE_CHOICES`, plus ``exclude:`` (applied after the merge).  ``--config`` may override any key.  Last,
+    :data:`PROFILE_CHOICES`, plus ``exclude:`` (applied after the merge).  The models the profile files name are
+    their grid definitions (:data:`DEFINITIONS`) with the profiles' sizes or sources added, in the profiles' order.
+    ``--config`` may override any key.  Last,
     the DLLM half's model names become the profile's checkpoints (:func:`unie.dllm.rows.resolve_checkpoints`: the
     rows, sweeps and map as they run; ``dllm.checkpoints`` is resolved away), and every sub-seed no input sets takes
     the top-level ``seed`` (:func:`unie.config.seeds.fill_seeds`)."""
@@ -281,18 +439,21 @@ def resolve_config(profile_files=None, cli_overrides: dict | None = None, grid=N
 
     grid_path = Path(grid) if grid is not None else GRID
     config = copy.deepcopy(load_yaml(grid_path))
+    definitions = pop_definitions(config)  # what each model is: filled into the models the profile names, below
     files = [Path(f) for f in (profile_files or [])] or [DEFAULT_PROFILE]
     mixed: set = set()  # mappings with keys from the grid and from a profile: put in the schema's order
     for f in files:
-        overlay = load_yaml(f)
+        overlay = load_profile(f)  # with its base profile's settings (`base:`), less what it drops (`drop:`)
         where = display_path(f)
         check_overlay(overlay, config, where)
+        check_definitions(overlay, definitions, where)
         exclude = overlay.get("exclude")
         config = merge(
             config, {k: v for k, v in overlay.items() if k != "exclude"}, tuple(PROFILE_CHOICES), mixed=mixed
         )
         if exclude:
             apply_exclude(config, exclude, where)
+    apply_definitions(config, definitions, mixed)
     if cli_overrides:
         cli = copy.deepcopy(dict(cli_overrides))
         config = merge(config, cli)
@@ -333,14 +494,20 @@ def order_by_schema(config, schema: dict, only: set | None = None, path: tuple =
 
 
 __all__ = [
+    "DEFINITIONS",
     "GRID",
     "PROFILE_ADDITIONS",
     "PROFILE_CHOICES",
     "PROFILE_KEYS",
+    "apply_definitions",
     "apply_exclude",
+    "check_definitions",
     "check_overlay",
+    "load_profile",
     "merge",
     "order_by_schema",
+    "pop_definitions",
+    "profile_chain",
     "resolve_config",
 ]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..core.options import ConfigError
 from .checks import check_config, expand_config
-from .profile import DEFAULT_PROFILE, GRID, SCHEMA, display_path, load_yaml, resolve_config
+from .profile import DEFAULT_PROFILE, GRID, SCHEMA, display_path, load_yaml, profile_chain, resolve_config
 from .schema import dotted, unknown_key_message
 
 # -- where a key came from
@@ -35,7 +35,8 @@ class ConfigSources:
 
     def __init__(self, profile_files=(), cli: dict | None = None, grid=None):
         self.cli = dict(cli or {})
-        self.overlays = [(display_path(f), load_yaml(f)) for f in profile_files]
+        # each profile file after its base profiles (`base:`): a key its base sets is reported in the base's file
+        self.overlays = [(display_path(p), doc) for f in profile_files for p, doc in profile_chain(f)]
         self.grid = display_path(grid or GRID)
 
     @staticmethod
