@@ -70,6 +70,22 @@ def test_aggregate_of_a_table_by_hand():
         aggregate("table1_ppl", dup)
 
 
+def test_an_undeclared_table_read_from_csv_is_keyed_by_its_text_columns(tmp_path):
+    """read_csv gives text columns pandas' ``str`` dtype (pandas 3), not ``object``: they still key the cells (the
+    default run's paper_vs_ours.csv, whose rows repeat across tables, failed here before)."""
+    frames = {}
+    for s in (0, 1, 2):
+        path = tmp_path / f"t{s}.csv"
+        pd.DataFrame(
+            {"row": ["AR", "AR"], "column": ["OWT", "PTB"], "ours": [11.0 + s, 9.0 - s], "table": ["t1", "t1"]}
+        ).to_csv(path, index=False)
+        frames[s] = pd.read_csv(path)
+    a = aggregate("some_new_table", frames)
+    assert list(a.column) == ["OWT", "PTB"] and list(a["mean"]) == [12.0, 8.0]
+    b = aggregate("paper_vs_ours", frames)  # declared: (table, row, column)
+    assert list(b["mean"]) == [12.0, 8.0]
+
+
 def test_a_long_table_with_a_value_column_aggregates_and_shows_percent():
     """Table 3's CSV is long with a column named ``value`` (accuracy in %): each (row, task) cell aggregated, shown
     as it is (no rescaling), the room rows too."""

@@ -41,6 +41,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "fig4_dllm_tradeoff": ("curve", "label", "value"),
     "fig_app_map": ("backbone", "draw", "w", "rule", "label", "proxy"),
     "partition_check": ("ar_context", "revealed", "D"),
+    "paper_vs_ours": ("table", "row", "column"),
 }
 
 # what the page shows of each table: (index columns, column that spreads into columns or None, quantities, scale)
@@ -67,11 +68,11 @@ _BLANK = ""
 
 def keys_of(name: str, df: pd.DataFrame) -> list[str]:
     """The key columns of table ``name`` present in ``df``; a table not in :data:`TABLE_KEYS` is keyed by its
-    text columns."""
+    text columns (``object`` or pandas' ``str`` dtype, which ``read_csv`` gives text under pandas 3)."""
     declared = TABLE_KEYS.get(name)
     if declared is not None:
         return [c for c in declared if c in df.columns]
-    return [c for c in df.columns if df[c].dtype == object]
+    return [c for c in df.columns if df[c].dtype == object or pd.api.types.is_string_dtype(df[c])]
 
 
 def quantities_of(df: pd.DataFrame, keys: list[str]) -> list[str]:
