@@ -282,12 +282,14 @@ def _sets(tree, path: tuple) -> bool:
     return True
 
 
-def _leaf_paths(node, path: tuple = ()):
+def leaves(node, path: tuple = ()) -> dict[tuple, object]:
+    """``{path: value}`` of a nested mapping's leaves (a list, a scalar or an empty mapping is a leaf)."""
     if isinstance(node, dict) and node:
+        out = {}
         for k, v in node.items():
-            yield from _leaf_paths(v, (*path, k))
-    else:
-        yield path
+            out.update(leaves(v, (*path, k)))
+        return out
+    return {path: node}
 
 
 def pop_definitions(grid: dict) -> dict[str, dict]:
@@ -312,7 +314,7 @@ def check_definitions(overlay: dict, definitions: dict, where: str = "profile") 
             definition = defs.get(name)
             if not isinstance(definition, dict) or not isinstance(entry, dict):
                 continue
-            for path in _leaf_paths(entry):
+            for path in leaves(entry):
                 if path and _sets(definition, path):
                     raise ConfigError(
                         f"{where}: config key '{dotted}.{name}.{_dotted(path)}' is set by the model's definition in "
@@ -503,6 +505,7 @@ __all__ = [
     "apply_exclude",
     "check_definitions",
     "check_overlay",
+    "leaves",
     "load_profile",
     "merge",
     "order_by_schema",

@@ -32,7 +32,7 @@ import json
 import re
 from pathlib import Path
 
-from .profile import REPO, load_yaml, resolve_config
+from .profile import REPO, leaves, load_yaml, resolve_config
 from .seeds import sub_seeds
 
 RUNS = "runs"  # every run's directory is below this one (relative to the working directory)
@@ -85,14 +85,9 @@ def profile_files_by_name(config_dir=None) -> dict[str, Path]:
     return out
 
 
-def _leaves(node, path=()):
-    """``{path: value}`` of a nested mapping's leaves (a list, a scalar or an empty mapping is a leaf)."""
-    if isinstance(node, dict) and node:
-        out = {}
-        for k, v in node.items():
-            out.update(_leaves(v, (*path, str(k))))
-        return out
-    return {path: node}
+def _leaves(node) -> dict[tuple, object]:
+    """:func:`~unie.config.profile.leaves` with each key as text (the dotted names of the run directory)."""
+    return {tuple(map(str, path)): value for path, value in leaves(node).items()}
 
 
 def _execution(path: tuple) -> bool:
