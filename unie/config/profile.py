@@ -154,8 +154,10 @@ def profile_chain(path, _seen: tuple = ()) -> list[tuple[Path, dict]]:
     entry named must exist in the base).  The documents are returned as written, ``base`` and ``drop`` included:
     :func:`load_profile` merges them."""
     path = Path(path)
-    doc = load_yaml(path)
     where = display_path(path)
+    if not path.is_file():
+        raise ConfigError(f"{where}: {'not a file' if path.exists() else 'no such config file'}{_profiles_hint()}")
+    doc = load_yaml(path)
     base, drop = doc.get("base"), doc.get("drop")
     if base is None:
         if drop is not None:
@@ -177,6 +179,14 @@ def profile_chain(path, _seen: tuple = ()) -> list[tuple[Path, dict]]:
         cycle = " -> ".join(display_path(p) for p in (*chain, base_path.resolve()))
         raise ConfigError(f"{where}: config key 'base': the profiles are each other's base ({cycle})")
     return [*profile_chain(base_path, chain), (path, doc)]
+
+
+def _profiles_hint() -> str:
+    """`` (the profiles: config/config.yaml, ...)``: the profile files a missing one may have meant."""
+    from .rundir import profile_files_by_name
+
+    files = sorted(display_path(f) for f in profile_files_by_name().values())
+    return f" (the profiles: {', '.join(files)})" if files else ""
 
 
 def load_profile(path) -> dict:
