@@ -146,3 +146,36 @@ def test_a_file_that_is_not_a_mapping_is_one_line_in_check_config(tmp_path, caps
     assert main(["check-config", "bad.yaml"]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert re.fullmatch(rf"unie: config error: bad\.yaml: {problem}.*", line), line
+
+
+def test_a_missing_config_file_is_one_line_in_check_config(tmp_path, capsys, monkeypatch):
+    """``unie check-config --configfile config/nope.yaml``: the file and the profiles there are, in one line."""
+    monkeypatch.chdir(REPO)
+    assert main(["check-config", "--configfile", "config/nope.yaml"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "unie: config error: config/nope.yaml: no such config file (the profiles: config/config.yaml, "
+        "config/gpu-smoke.yaml, config/paper.yaml, config/smoke.yaml)"
+    )
+    assert main(["check-config", str(tmp_path)]) == 1
+    assert f"{tmp_path}: not a file (the profiles: " in capsys.readouterr().err
+
+
+def test_a_missing_configfile_stops_snakemake_before_the_workflow(tmp_path):
+    """What config/README.md says: Snakemake reads the ``--configfile`` files itself while it parses its command line
+    (snakemake 9: ``ConfigSettings``), before the Snakefile, so a missing one is Snakemake's own traceback, which ends
+    naming the file, and no line of the workflow's; ``unie check-config`` is the one-line check.  Should a Snakemake
+    let the workflow see it first, this fails: the Snakefile then says it in one line and the note goes."""
+    r = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n"]
+        + ["--configfile", "config/nope.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 1 and "unie:" not in out, out[-2000:]
+    assert out.splitlines()[-1] == "FileNotFoundError: [Errno 2] No such file or directory: 'config/nope.yaml'"
+    assert "config/README.md" in (REPO / "docs" / "configuration.md").read_text()
+    assert "no such config file" in (REPO / "config" / "README.md").read_text()

@@ -1,5 +1,6 @@
 """Each config fact once: what a model is lives in the grid (config/experiments.yaml), a profile holds its sizes and
-sources, gpu-smoke is an overlay of smoke (`base:`), and the schema's enums are the code's constants.
+sources, the toy world's own settings are one base of the two toy profiles (config/toy-world.yaml), gpu-smoke is an
+overlay of smoke (`base:`), and the schema's enums are the code's constants.
 
 ``python tests/test_config_facts.py`` prints the repetition counts (settings written identically in all four
 profiles and in two or more; gpu-smoke's settings also written in smoke; the repeated toy architecture)."""
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from unie.config.profile import load_profile, resolve_config
+from unie.config.profile import load_profile, profile_chain, resolve_config
 from unie.core.options import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,11 +60,43 @@ def repetition() -> dict[str, int]:
 def test_no_setting_is_written_in_all_four_profiles():
     counts = repetition()
     assert counts["identical in all four"] == 0, counts
-    # 163 before the grid held the models' definitions and gpu-smoke its base; what stays is sizes two profiles share
-    # (and gpu-smoke's own models, written whole: released stand-ins, not smoke's trained models)
-    assert counts["identical in two or more"] <= 70, counts
-    assert counts["gpu-smoke settings also in smoke"] <= 30, counts
+    # 163 before the grid held the models' definitions and gpu-smoke its base, 68 before the toy world's settings had
+    # their own base (config/toy-world.yaml) and gpu-smoke kept smoke's trained models; what stays is sizes that two
+    # profiles happen to share (a learning rate, a batch size) and where they run (device, threads)
+    assert counts["identical in two or more"] < 40, counts
+    assert counts["gpu-smoke settings also in smoke"] == 0, counts
     assert counts["arch written most often in one profile"] == 1, counts  # YAML anchors: &arch, then *arch
+
+
+def test_no_file_repeats_a_setting_of_its_base():
+    """A profile written over a base (config.yaml and smoke.yaml over toy-world.yaml, gpu-smoke.yaml over smoke.yaml
+    and so over toy-world.yaml) writes none of the base's settings again with the same value."""
+    for p in PROFILES:
+        chain = [f for f, _ in profile_chain(CONFIG / f"{p}.yaml")]
+        own = settings(chain[-1])
+        for base in chain[:-1]:
+            assert not own & settings(base), (p, base.name, sorted(own & settings(base)))
+    assert [f.name for f, _ in profile_chain(CONFIG / "gpu-smoke.yaml")] == [
+        "toy-world.yaml",
+        "smoke.yaml",
+        "gpu-smoke.yaml",
+    ]
+    assert [f.name for f, _ in profile_chain(CONFIG / "config.yaml")] == ["toy-world.yaml", "config.yaml"]
+    assert len(profile_chain(CONFIG / "paper.yaml")) == 1  # real data: none of the toy world's settings
+
+
+def test_the_toy_world_base_is_not_a_profile():
+    """config/toy-world.yaml names no profile (no run directory is named after it) and holds no sizes; both toy
+    profiles resolve to its values."""
+    from unie.config.rundir import profile_files_by_name
+
+    assert "toy-world.yaml" not in {f.name for f in profile_files_by_name().values()}
+    base = yaml.safe_load((CONFIG / "toy-world.yaml").read_text())
+    assert "profile" not in base and "models" not in base
+    for p in ("config", "smoke", "gpu-smoke"):
+        resolved = resolve_config([CONFIG / f"{p}.yaml"])
+        assert resolved["data"]["source"] == "toy" and resolved["tokenizer"] == {"kind": "word"}, p
+        assert resolved["figures"]["fig3_tradeoff"]["evaluator"] == "exact", p
 
 
 # ---------------------------------------------------------------------------------------- model definitions
@@ -143,6 +176,25 @@ def test_a_bad_base_is_one_line(tmp_path, files, message):
     d = _write(tmp_path, **files)
     with pytest.raises(ConfigError, match=re.escape(message)):
         resolve_config([d / "p.yaml"])
+
+
+def test_a_based_profile_names_its_models_in_its_order(tmp_path):
+    """The models a based file writes come first, in its order (``{}``: the base's model as it is), then the base's
+    others; a base not beside the file is one of config/'s."""
+    d = _write(
+        tmp_path,
+        **{
+            "a.yaml": "models: {m1: {train: {steps: 1}}, m2: {train: {steps: 2}}, m3: {train: {steps: 3}}}\n",
+            "b.yaml": "base: a.yaml\nmodels: {m3: {}, m1: {train: {steps: 9}}}\n",
+        },
+    )
+    assert load_profile(d / "b.yaml")["models"] == {
+        "m3": {"train": {"steps": 3}},
+        "m1": {"train": {"steps": 9}},
+        "m2": {"train": {"steps": 2}},
+    }
+    (d / "mine.yaml").write_text("base: smoke.yaml\nseed: 3\n")  # beside no smoke.yaml: config/smoke.yaml
+    assert load_profile(d / "mine.yaml") == {**load_profile(CONFIG / "smoke.yaml"), "seed": 3}
 
 
 def test_a_key_from_the_base_is_reported_in_the_base_file(tmp_path):

@@ -21,7 +21,8 @@ What a profile may write is listed here, once:
   need the toy world's exact distribution on real data.  It may only remove, never add or change.
 
 Any other key of a profile is a change to the grid and is refused with an error that names it.  A profile file may
-be written over another (``base: smoke.yaml``, less what it ``drop:``s): :func:`load_profile`.
+be written over another (``base: smoke.yaml``, less what it ``drop:``s): :func:`load_profile`.  The two toy profiles
+are both written over ``config/toy-world.yaml``, the toy world's own settings (not a profile: no sizes).
 """
 
 from __future__ import annotations
@@ -144,15 +145,19 @@ def load_yaml(path) -> dict:
 def profile_chain(path, _seen: tuple = ()) -> list[tuple[Path, dict]]:
     """A profile file and the base profiles it is written over, base first: ``[(file, its document), ...]``.
 
-    A profile may start from another one: ``base: smoke.yaml`` (a path relative to the file's directory) takes
-    every setting of that profile (its own base's too) and this file's settings over them, mapping by mapping (a
-    list or a value is taken whole from this file; its ``exclude:`` adds to the base's).  ``drop:`` removes
-    settings of the base this profile does not have, in ``exclude:``'s form (a list of keys, or key -> ``true`` /
-    a nested drop; every entry named must exist in the base).  The documents are returned as written, ``base`` and
-    ``drop`` included: :func:`load_profile` merges them."""
+    A profile may start from another one: ``base: smoke.yaml`` (a path relative to the file's directory, else a
+    file of the repository's ``config/``, so a copy of a profile or an overlay of one's own elsewhere still finds
+    it) takes every setting of that profile (its own base's too) and this file's settings over them, mapping by
+    mapping (a list or a value is taken whole from this file; its ``exclude:`` adds to the base's; a models catalog
+    of :data:`DEFINITIONS` it writes lists its models first, in its order).  ``drop:`` removes settings of the base
+    this profile does not have, in ``exclude:``'s form (a list of keys, or key -> ``true`` / a nested drop; every
+    entry named must exist in the base).  The documents are returned as written, ``base`` and ``drop`` included:
+    :func:`load_profile` merges them."""
     path = Path(path)
-    doc = load_yaml(path)
     where = display_path(path)
+    if not path.is_file():
+        raise ConfigError(f"{where}: {'not a file' if path.exists() else 'no such config file'}{_profiles_hint()}")
+    doc = load_yaml(path)
     base, drop = doc.get("base"), doc.get("drop")
     if base is None:
         if drop is not None:
@@ -163,8 +168,12 @@ def profile_chain(path, _seen: tuple = ()) -> list[tuple[Path, dict]]:
     if not isinstance(base, str) or not base:
         raise ConfigError(f"{where}: config key 'base': expected a profile file name (e.g. smoke.yaml), got {base!r}")
     base_path = path.parent / base
+    shipped = REPO / "config" / base
+    if not base_path.is_file() and not Path(base).is_absolute() and shipped.is_file():
+        base_path = shipped  # a profile of config/ named from a file elsewhere
     if not base_path.is_file():
-        raise ConfigError(f"{where}: config key 'base': no profile file {display_path(base_path)}")
+        also = "" if base_path.parent.resolve() == shipped.parent.resolve() else f" (nor {display_path(shipped)})"
+        raise ConfigError(f"{where}: config key 'base': no profile file {display_path(base_path)}{also}")
     chain = (*_seen, path.resolve())
     if base_path.resolve() in chain:
         cycle = " -> ".join(display_path(p) for p in (*chain, base_path.resolve()))
@@ -172,9 +181,19 @@ def profile_chain(path, _seen: tuple = ()) -> list[tuple[Path, dict]]:
     return [*profile_chain(base_path, chain), (path, doc)]
 
 
+def _profiles_hint() -> str:
+    """`` (the profiles: config/config.yaml, ...)``: the profile files a missing one may have meant."""
+    from .rundir import profile_files_by_name
+
+    files = sorted(display_path(f) for f in profile_files_by_name().values())
+    return f" (the profiles: {', '.join(files)})" if files else ""
+
+
 def load_profile(path) -> dict:
     """A profile file as one overlay of the grid: its base profiles' settings (:func:`profile_chain`) with its own
-    over them, less what it drops."""
+    over them, less what it drops.  The models a file names (a catalog of :data:`DEFINITIONS`) come first, in its
+    order, then its base's others: a profile names the models it builds in its order, a based one too (an entry
+    may be ``{}``: the base's model as it is, at this place)."""
     chain = profile_chain(path)
     out: dict = {}
     for f, doc in chain:
@@ -185,6 +204,11 @@ def load_profile(path) -> dict:
             apply_exclude(out, drop, display_path(f), key="drop", of="the base profile")
         exclude = _exclude_union(out.pop("exclude", None), doc.pop("exclude", None))
         out = merge(out, doc)
+        for dotted in DEFINITIONS:  # the file's models first, in its order
+            path_ = tuple(dotted.split("."))
+            written, built = _get(doc, path_), _get(out, path_)
+            if isinstance(written, dict) and isinstance(built, dict):
+                _get(out, path_[:-1])[path_[-1]] = {**{k: built[k] for k in written}, **built}
         if exclude is not None:
             out["exclude"] = exclude
     return out
