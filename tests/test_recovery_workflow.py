@@ -99,9 +99,11 @@ def training_children(wd: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory):
-    """The AR's weights from uninterrupted runs: 1,000 steps, and the smoke config's 30."""
+def references(smoke_pristine, tmp_path_factory):
+    """The AR's weights from uninterrupted runs: 1,000 steps, and the smoke config's 30; on the shared smoke run's
+    data (its ``resources/``, modification times kept), so that only the AR trains here."""
     ref = tmp_path_factory.mktemp("reference")
+    shutil.copytree(smoke_pristine / RUN / "resources", ref / RUN / "resources")
     flow = workflow_copy(tmp_path_factory.mktemp("reference_workflow"))
     ar_steps(flow, long=True)
     smk(TARGET, cwd=ref, check=True, flow=flow)

@@ -375,7 +375,7 @@ def _bad_config(tmp_path, mutate) -> subprocess.CompletedProcess:
         ),
         (lambda c: c["models"]["mdlm"].update(method="mdlmx"), "models.mdlm.method"),
         (
-            lambda c: c["genppl"].update(
+            lambda c: c.setdefault("genppl", {}).update(
                 evaluators={
                     "exact": {"kind": "exact", "label": "pi"},
                     "ar": {"kind": "model", "model": "nope", "label": "AR"},

@@ -181,10 +181,22 @@ def profile_chain(path, _seen: tuple = ()) -> list[tuple[Path, dict]]:
     return [*profile_chain(base_path, chain), (path, doc)]
 
 
+def profile_files_by_name(config_dir=None) -> dict[str, Path]:
+    """``profile name -> its file`` for every profile file in ``config/`` (a file with a top-level ``profile``)."""
+    out = {}
+    for f in sorted(Path(config_dir or REPO / "config").glob("*.yaml")):
+        try:
+            data = load_yaml(f)
+        except Exception:  # noqa: BLE001 - not a profile (or not valid YAML): the run's own check reports it
+            continue
+        name = data.get("profile") if isinstance(data, dict) else None
+        if isinstance(name, str) and name not in out:
+            out[name] = f
+    return out
+
+
 def _profiles_hint() -> str:
     """`` (the profiles: config/config.yaml, ...)``: the profile files a missing one may have meant."""
-    from .rundir import profile_files_by_name
-
     files = sorted(display_path(f) for f in profile_files_by_name().values())
     return f" (the profiles: {', '.join(files)})" if files else ""
 

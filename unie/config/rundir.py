@@ -32,7 +32,7 @@ import json
 import re
 from pathlib import Path
 
-from .profile import REPO, leaves, load_yaml, resolve_config
+from .profile import REPO, leaves, profile_files_by_name, resolve_config
 from .seeds import sub_seeds
 
 RUNS = "runs"  # every run's directory is below this one (relative to the working directory)
@@ -69,20 +69,6 @@ EARLIER = (
     "resources/standins",
     "resources/prefetch",
 )
-
-
-def profile_files_by_name(config_dir=None) -> dict[str, Path]:
-    """``profile name -> its file`` for every profile file in ``config/`` (a file with a top-level ``profile``)."""
-    out = {}
-    for f in sorted(Path(config_dir or REPO / "config").glob("*.yaml")):
-        try:
-            data = load_yaml(f)
-        except Exception:  # noqa: BLE001 - not a profile (or not valid YAML): the run's own check reports it
-            continue
-        name = data.get("profile") if isinstance(data, dict) else None
-        if isinstance(name, str) and name not in out:
-            out[name] = f
-    return out
 
 
 def _leaves(node) -> dict[tuple, object]:
