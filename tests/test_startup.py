@@ -208,6 +208,30 @@ def test_a_rerun_of_a_checked_configuration_resolves_checks_and_imports_nothing(
     assert len(list((wd / ".snakemake/unie/config").glob("*.pickle"))) == 1
 
 
+@pytest.mark.slow
+def test_a_noop_rerun_of_a_finished_run_hashes_nothing_and_imports_no_torch(smoke_pristine, tmp_path):
+    """On a finished smoke run (a copy: its files have new inodes and change times, so its first rerun hashes every
+    recorded file once and checks the configuration), a no-op plans nothing, starts no job, reads its configuration
+    from the cache, hashes no file, reads no registry and imports no torch, and still checks every record (damage is
+    caught: test_damage_workflow.py)."""
+    import shutil
+
+    wd = tmp_path / "run"
+    shutil.copytree(smoke_pristine, wd, symlinks=True)
+    jobs = wd / "runs" / "smoke" / "benchmarks" / "jobs.jsonl"
+    before = jobs.read_bytes()
+    args = ("--cores", "2", "--configfile", str(SMOKE))
+    first, counts = _probe(wd, *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert counts["files_hashed"] > 0 and counts["cache"] == {"hits": 0, "misses": 1}, counts
+    r, counts = _probe(wd, *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Nothing to be done" in r.stdout + r.stderr and jobs.read_bytes() == before  # no job started
+    assert counts["cache"] == {"hits": 1, "misses": 0} and counts["workflow_config"] == 0, counts
+    assert counts["files_hashed"] == 0 and counts["registries"] == "empty", counts
+    assert "torch" not in counts["modules"] and "jsonschema" not in counts["modules"], counts["modules"]
+
+
 def test_a_config_error_is_said_without_torch_and_never_remembered(tmp_path):
     """``--config seed=abc``: one line, before torch would load (the schema's error comes before the cross-checks,
     which read the registries); said again on the next run, nothing kept."""
