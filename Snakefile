@@ -17,8 +17,9 @@ min_version("9.0")
 
 from unie.core.options import ConfigError
 from unie.pipeline.run import StopReport, remake_before_planning
-from unie.config.rundir import earlier_layout_notice, run_directory
-from unie.config.validate import error_text, workflow_config
+from unie.config.cache import configured
+from unie.config.rundir import earlier_layout_notice
+from unie.config.validate import error_text
 
 # WHAT is run (config/experiments.yaml, the grid) under HOW BIG (a profile: config/config.yaml unless the command
 # line names config files, which then replace it so no toy-world key leaks into another profile), then
@@ -26,20 +27,22 @@ from unie.config.validate import error_text, workflow_config
 # merge, the schema (workflow/schemas/config.schema.yaml), the figures' generated runs and the cross-checks
 # (unie.config.validate.workflow_config, also behind `unie check-config`); any error is one line naming the key,
 # its file and a did-you-mean (`snakemake --verbose`: the schema's full report too).
+# Every file this run makes is under its own directory, runs/<profile>[+<setting>-<value>...] (the settings in which
+# it differs from the profile's own file, e.g. runs/toy+seed-1), laid out as results/, resources/, logs/,
+# benchmarks/; only run-independent downloads stay in the shared resources/ (unie.config.rundir, docs/runs.md).
+# What the rules read from the registries for this configuration (a run's step counts, the figures' runs, Table 1's
+# sources, a model's partners) is computed once with it: FACTS (unie.config.expand.RuleFacts).  The three are
+# remembered between runs, keyed by the bytes of every config file, the schema, --config and the package's code
+# (unie.config.cache: .snakemake/unie/config/): a rerun of a checked configuration resolves and checks nothing and
+# reads no registry (no torch import).
 _files = workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]
-_grid = os.path.join(workflow.basedir, "config", "experiments.yaml")
 try:
-    _resolved = workflow_config(
+    _resolved, RUN_DIR, FACTS = configured(
         _files,
         dict(workflow.config_settings.config),
-        grid=_grid,
+        grid=os.path.join(workflow.basedir, "config", "experiments.yaml"),
         schema=os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
-    )
-    # Every file this run makes is under its own directory, runs/<profile>[+<setting>-<value>...] (the settings in
-    # which it differs from the profile's own file, e.g. runs/toy+seed-1), laid out as results/, resources/, logs/,
-    # benchmarks/; only run-independent downloads stay in the shared resources/ (unie.config.rundir, docs/runs.md).
-    RUN_DIR = run_directory(
-        _files, dict(workflow.config_settings.config), grid=_grid, config_dir=os.path.join(workflow.basedir, "config")
+        config_dir=os.path.join(workflow.basedir, "config"),
     )
 except ConfigError as e:
     print(error_text(e, verbose=workflow.output_settings.verbose), file=sys.stderr)

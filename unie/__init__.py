@@ -10,7 +10,11 @@ DLLM baselines, the decoders and the adapter lm-eval drives) -> ``eval`` (metric
 ``report`` (tables, figures) -> ``config`` (profiles, validation, the runs a config expands to, settings, targets,
 run directories) -> ``pipeline`` (the rules' jobs: all file I/O of the workflow) -> ``cli``.
 
-Importing the package fills the registries (methods, samplers, energies, schedules, backbones, DLLM samplers).
+The registries (methods, samplers, energies, schedules, backbones, Gen-PPL evaluators, DLLM samplers) fill
+themselves at their first read: the package names :func:`register_all`, which imports :data:`REGISTERING`, as their
+filler (:func:`unie.core.registry.fill`).  So ``import unie`` imports no torch, nor do the configuration modules a
+rerun's start-up and the table jobs import (a configuration error is reported, a no-op rerun plans nothing, before
+torch would have loaded), and every reader of a registry finds it complete.
 
 ``unie.load(path, device="cpu")`` loads a trained model folder (``results/models/NAME``: ``config.json`` +
 ``model.safetensors``, written by the workflow) as its bare network; these are not Hugging Face folders
@@ -18,10 +22,62 @@ Importing the package fills the registries (methods, samplers, energies, schedul
 method's sampler-facing object (denoiser, AR proxy) with the run's tokenizer and the mask id.
 """
 
-from . import dllm, energy, methods, models  # noqa: F401  (registration)
-from .models.checkpoint import CheckpointError, load  # noqa: F401
+from .core import registry as _registry
 
 __version__ = "0.1.0"
+
+# every module that registers something (its decorators run when it is imported), layer by layer; a test holds this
+# list to the modules that call a registry's decorator (tests/test_startup.py)
+REGISTERING = (
+    "core.schedule",
+    "models.dit",
+    "models.energy_net",
+    "models.transformer",
+    "methods.ar",
+    "methods.bd3lm",
+    "methods.dcd",
+    "methods.duo",
+    "methods.heldout",
+    "methods.mdlm",
+    "methods.remdm",
+    "methods.sedd",
+    "energy.energies",
+    "energy.nce",
+    "energy.sampler",
+    "dllm.apd",
+    "dllm.backbone",
+    "dllm.core_remask",
+    "dllm.dawn",
+    "dllm.energy_decoding",
+    "dllm.fast_dllm",
+    "eval.genppl",
+)
+
+
+def register_all() -> None:
+    """Import every module of :data:`REGISTERING` (the registries' filler; reading any registry calls it)."""
+    import importlib
+
+    for name in REGISTERING:
+        importlib.import_module(f"{__name__}.{name}")
+
+
+_registry.set_filler(register_all)
+
+
+LAYERS = ("core", "data", "models", "methods", "energy", "dllm", "eval", "report", "config", "pipeline", "cli")
+
+
+def __getattr__(name: str):
+    """``unie.load`` and ``unie.CheckpointError`` (:mod:`unie.models.checkpoint`, which imports torch) and the
+    subpackages (``unie.methods``), imported when first asked for, as ``import unie`` once made them available."""
+    import importlib
+
+    if name in ("load", "CheckpointError"):
+        return getattr(importlib.import_module(f"{__name__}.models.checkpoint"), name)
+    if name in LAYERS:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_for_sampling(path, tokenizer=None, device: str = "cpu"):

@@ -21,9 +21,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _registries() -> dict:
-    import unie  # noqa: F401  (fills the registries)
-    import unie.eval.genppl  # noqa: F401
-
     from .core.registry import DLLM_SAMPLERS, ENERGIES, EVALUATORS, METHODS, SAMPLERS
     from .dllm.backbone import DecodeOptions
 

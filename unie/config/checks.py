@@ -33,7 +33,6 @@ from .expand import (
     DEFAULT_SELECTION,
     add_figure_runs,
     dit_root,
-    fill_registries,
     has_likelihood,
     is_dit_model,
     likelihood_sources,
@@ -186,7 +185,6 @@ def check_runtimes(config: dict) -> None:
 def check_config(config: dict) -> None:
     """Raise :class:`ConfigError` naming the key for any dangling reference, unknown name or bad option: the
     sections below, in this order (the first error found is the one raised)."""
-    fill_registries()
     check_runtimes(config)
     _check_data(config)
     _check_models(config)
@@ -506,8 +504,6 @@ def expand_config(config: dict) -> None:
     """Add generated sampling runs (Figures 2 and 3) to ``config['sampling']['runs']`` in place
     (:func:`unie.config.expand.add_figure_runs`), after the checks of the specs they are generated from, so that
     an error names the figure's key."""
-    fill_registries()
-
     check_fig2(config)
     check_fig3(config)
     add_figure_runs(config)

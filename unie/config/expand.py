@@ -5,7 +5,9 @@
 figure's key); the other functions read the resolved config for the rules and the checks
 (:mod:`unie.config.checks`): a run's step counts and sample count, which models are released or trained, where a
 released checkpoint is read, a model's kind, partners and Table 1 sources.  Every answer comes from what the
-registries record, not from a hand-kept table of names.
+registries record, not from a hand-kept table of names.  What the workflow's rules read of these answers for one config
+(:class:`RuleFacts`) is computed once (:func:`rule_facts`) and remembered with the config (:mod:`unie.config.cache`):
+a rerun that finds them there reads no registry, so its start-up and its DAG import no torch.
 """
 
 from __future__ import annotations
@@ -15,13 +17,6 @@ import os
 
 from ..core.options import from_dict, key_error
 from ..core.registry import METHODS, SAMPLERS
-
-
-def fill_registries() -> None:
-    """Import the modules that register the methods, samplers, energies, backbones, DLLM samplers and Gen-PPL
-    evaluators that a config names (the checks read the registries, not a list of names)."""
-    from .. import dllm, energy, methods, models  # noqa: F401
-    from ..eval import genppl  # noqa: F401
 
 
 def run_n_samples(config: dict, run: str) -> int:
@@ -292,3 +287,30 @@ def likelihood_sources(config: dict) -> dict[str, str]:
     for name in config.get("likelihood", {}):
         out[name] = "energy"
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleFacts:
+    """What the workflow's rules read from the registries for one resolved config (:func:`rule_facts`); the rules
+    read these fields and call none of the functions above that read a registry.  Treat as read-only: the rules share
+    the objects."""
+
+    run_steps: dict  # every sampling run (the figures' generated ones too) -> its step counts (:func:`run_steps`)
+    likelihood_sources: dict  # Table 1's sources (:func:`likelihood_sources`)
+    fig2_runs: dict  # Figure 2's run per curve (:func:`fig2_runs`)
+    fig3_runs: dict  # Figure 3's run per point (:func:`fig3_runs`)
+    partners: dict  # model -> its frozen partners (:func:`partner_models`)
+    selects_on_dev: dict  # model -> whether it selects its checkpoint on the dev split (:func:`selects_on_dev`)
+
+
+def rule_facts(config: dict) -> RuleFacts:
+    """:class:`RuleFacts` of a resolved, checked config (after :func:`unie.config.checks.expand_config`)."""
+    models = list(config["models"])
+    return RuleFacts(
+        run_steps={run: run_steps(config, run) for run in config["sampling"]["runs"]},
+        likelihood_sources=likelihood_sources(config),
+        fig2_runs=fig2_runs(config),
+        fig3_runs=fig3_runs(config),
+        partners={name: partner_models(config, name) for name in models},
+        selects_on_dev={name: selects_on_dev(config, name) for name in models},
+    )

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 
 from ..core.options import ConfigError
-from .checks import check_config, expand_config
 from .profile import DEFAULT_PROFILE, GRID, SCHEMA, display_path, load_yaml, profile_chain, resolve_config
 from .schema import dotted, unknown_key_message
 
@@ -162,6 +161,8 @@ def workflow_config(profile_files=None, cli_overrides: dict | None = None, grid=
     if show is not None:
         show(copy.deepcopy(config))
     validate_config(config, sources, schema)
+    from .checks import check_config, expand_config  # they read the registries (torch): a schema error is said first
+
     try:
         expand_config(config)
         check_config(config)

@@ -14,14 +14,17 @@ float32, the NELBOs and Gen PPL sums float64, the Gumbel noise and argmax decisi
 (:mod:`unie.core.gumbel`); autocast never touches float64 tensors.
 
 The workflow's ``precision`` key asks for the accelerator's precision: :func:`for_device` runs a CPU device in
-``fp32`` whatever the key says.
+``fp32`` whatever the key says.  The module imports torch only where a tensor is touched (:func:`autocast`,
+:func:`widen`): the workflow reads :func:`for_device` as it starts (``unie.config.settings``), before any job.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 
@@ -36,7 +39,7 @@ def check_precision(precision: str) -> str:
 def for_device(precision: str, device) -> str:
     """The precision the workflow runs on ``device``: the configured one on an accelerator, ``fp32`` on the CPU."""
     check_precision(precision)
-    return "fp32" if torch.device(device).type == "cpu" else precision
+    return "fp32" if str(device).partition(":")[0] == "cpu" else precision  # torch.device(device).type, without torch
 
 
 def precision_record(precision: str) -> dict:
@@ -48,6 +51,8 @@ def precision_record(precision: str) -> dict:
 @contextlib.contextmanager
 def autocast(device, precision: str = "fp32"):
     """Run the enclosed network passes on ``device`` in ``precision`` (module doc); ``fp32`` is a no-op."""
+    import torch
+
     check_precision(precision)
     kind = torch.device(device).type
     if precision == "bf16":
@@ -67,4 +72,6 @@ def autocast(device, precision: str = "fp32"):
 def widen(t: torch.Tensor) -> torch.Tensor:
     """``t`` in float32 at least: a bfloat16/float16 tensor is cast, any other is returned as it is (the same
     object).  The rule for logits before any log-softmax, cross-entropy or logsumexp, and for a loss."""
+    import torch
+
     return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t

@@ -4,6 +4,12 @@ A registry is a dict plus a ``register(name)`` decorator.  Looking up an unknown
 ``KeyError`` that lists the valid names and suggests close matches, so a typo in a config fails
 loudly and early instead of deep inside a job.
 
+The registries fill themselves at their first read (:func:`fill`): the package (``unie/__init__.py``) names the
+function that imports the registering modules (:func:`set_filler`), which import torch and the networks.  So ``import
+unie``, the configuration modules and the Snakefile import no torch until something reads a registry (a configuration
+error is reported, a no-op rerun plans nothing, a table job writes its table, without it), and whoever reads one finds
+every entry, whichever modules it imported itself.
+
 Samplers register more than a function (:func:`register_sampler`): the frozen dataclass of their
 options (the single source of their defaults) and the model roles they take, each with the model
 kinds it accepts.  The workflow's config checks are derived from these records, not from a hand-kept
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import threading
 from typing import Callable, TypeVar
 
 from .options import ConfigError, make_options
@@ -32,8 +39,53 @@ MODEL_KINDS = {
 }
 
 
+_FILL = {"fn": None, "state": "empty"}  # the function that imports the registering modules; empty, filling, full
+_FILL_LOCK = threading.RLock()  # one thread fills; another that reads meanwhile waits for every entry
+
+
+def set_filler(fn: Callable[[], None]) -> None:
+    """Name the function that fills every registry (it imports the modules that register); it runs at the first read
+    of any registry (:func:`fill`)."""
+    _FILL["fn"] = fn
+
+
+def fill() -> None:
+    """Fill the registries now, once.  A read made while they are being filled (a registering module that reads a
+    registry as it is imported) sees what is registered so far, as it did when the package imported its modules in
+    order; a filling that fails is tried again at the next read."""
+    if _FILL["state"] == "full":
+        return
+    with _FILL_LOCK:
+        if _FILL["state"] != "empty" or _FILL["fn"] is None:
+            return
+        _FILL["state"] = "filling"
+        try:
+            _FILL["fn"]()
+            _FILL["state"] = "full"
+        except BaseException:
+            _FILL["state"] = "empty"
+            raise
+
+
+def _filled(name: str):
+    """``dict``'s method ``name``, run after :func:`fill`."""
+    method = getattr(dict, name)
+
+    def read(self, *args, **kwargs):
+        fill()
+        return method(self, *args, **kwargs)
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = f"``dict.{name}`` of the filled registry."
+    return read
+
+
 class Registry(dict):
-    """A named ``dict`` of components with a decorator to fill it."""
+    """A named ``dict`` of components with a decorator to fill it.  Every read fills the registries first
+    (:func:`fill`): the ``dict`` methods that read are wrapped (:data:`READS`), and ``dict(registry)``,
+    ``{**registry}``, ``sorted(registry)`` and ``copy`` go through them (a subclass that overrides ``__iter__`` is
+    copied through its ``keys()``).  Only ``json.dumps`` of a registry nothing has read yet calls no method (its
+    encoder writes an empty dict as ``{}`` directly): dump ``dict(registry)``."""
 
     def __init__(self, kind: str):
         super().__init__()
@@ -47,11 +99,12 @@ class Registry(dict):
         return deco
 
     def add(self, name: str, obj) -> None:
-        if name in self:
+        if dict.__contains__(self, name):  # registering is not reading: no filling here
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         super().__setitem__(name, obj)
 
     def __getitem__(self, name: str):
+        fill()
         try:
             return super().__getitem__(name)
         except KeyError:
@@ -64,6 +117,30 @@ class Registry(dict):
         if close:
             msg += f". Did you mean {close[0]!r}?"
         return msg
+
+
+# every method of dict that reads (or changes what a reader would see): each fills first
+READS = (
+    "__contains__",
+    "__iter__",
+    "__len__",
+    "__repr__",
+    "__eq__",
+    "__ne__",
+    "__reversed__",
+    "__or__",
+    "__ror__",
+    "get",
+    "keys",
+    "values",
+    "items",
+    "copy",
+    "pop",
+    "popitem",
+    "setdefault",
+)
+for _name in READS:
+    setattr(Registry, _name, _filled(_name))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,7 @@ import random
 import zlib
 
 from .tokenizer import EOS
-from .toy_world import SCENE_WORDS, SCENES, SHARED_WORDS, word_list
+from .toy_vocab import SCENE_WORDS, SCENES, SHARED_WORDS, word_list
 
 TASKS = ("toy_math", "toy_gsm8k", "toy_mbpp", "toy_lcb", "toy_livebench", "toy_mmlu", "toy_hellaswag")
 # the answers' format: a rule's parameter (rule dllm_tasks), so a run made with another format writes its tasks again

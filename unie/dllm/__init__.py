@@ -14,8 +14,8 @@ Reading order:
   :func:`~unie.dllm.decoder.build_decoder`, the decoders);
 * :mod:`~unie.dllm.rows`: a config row or sweep point as ``model_args``.
 
-Importing the package registers the backbones (``METHODS``: ``llada``, ``dream``) and the DLLM samplers
-(:data:`~unie.core.registry.DLLM_SAMPLERS`).  Adding a sampler: ``docs/adding-a-dllm-sampler.md``.
+The backbones (``METHODS``: ``llada``, ``dream``) and the DLLM samplers (:data:`~unie.core.registry.DLLM_SAMPLERS`)
+register when their modules are imported; the registries import them at their first read (:data:`unie.REGISTERING`),
+so importing this package imports none of them (:mod:`~unie.dllm.rows` resolves a profile without torch).  Adding a
+sampler: ``docs/adding-a-dllm-sampler.md``.
 """
-
-from . import apd, backbone, core_remask, dawn, energy_decoding, fast_dllm  # noqa: F401  (registration)

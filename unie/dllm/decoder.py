@@ -24,7 +24,6 @@ from pathlib import Path
 
 import torch
 
-from .. import methods  # noqa: F401  (registration: the methods a checkpoint names, the AR proxy's included)
 from ..core.options import ConfigError, from_dict
 from ..core.precision import PRECISIONS, autocast, widen
 from ..core.registry import DLLM_SAMPLERS, METHODS
@@ -42,11 +41,9 @@ from .backbone import (  # noqa: F401
 )
 from .bridge import ProxyBridge
 from .energy_decoding import WINDOW_COUNTERS
+from .rows import LOADING_KEYS, default_sampler  # noqa: F401  (torch-free there: a profile resolves without this module)
 
 HF_GEN_LENGTH = 256  # gen_length of a Hugging Face checkpoint when model_args give none (ours: the trained one)
-
-# how a row's model (and proxy) is loaded: copied from a Table 3 row into its model_args (unie.dllm.rows)
-LOADING_KEYS = ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code", "attn_implementation")
 
 # loading keys a kind never reads (an error, not silently ignored): style, mask_token and attn_implementation are
 # read for a kind=hf_dllm checkpoint, trust_remote_code for both Hugging Face kinds
@@ -60,20 +57,6 @@ KINDS = ("unie", "hf_dllm", "hf_ar")
 def unread_keys(args: Mapping) -> list[str]:
     """The keys of ``args`` (a row or lm-eval's model_args) that its ``kind`` never reads (:data:`NOT_READ_BY_KIND`)."""
     return sorted(set(args) & NOT_READ_BY_KIND.get(args.get("kind", "unie"), set()))
-
-
-def default_sampler(options=None) -> str:
-    """The DLLM sampler that ``options`` name, decided here only: for a mapping (model_args, or a row's ``options``)
-    its ``sampler``, else ``energy`` (Algorithm 3) when an ``energy`` is given, else ``plain`` (the backbone's own
-    decoder); for a sampler's options object, the sampler whose options class it is; for none, ``plain``."""
-    if options is None:
-        return "plain"
-    if isinstance(options, Mapping):
-        return str(options.get("sampler", "energy" if "energy" in options else "plain"))
-    owners = [name for name, entry in DLLM_SAMPLERS.items() if type(options) is entry.options_cls]
-    if len(owners) != 1:
-        raise ConfigError(f"{type(options).__name__} is the options class of no single DLLM sampler: give sampler=")
-    return owners[0]
 
 
 def check_proxy(sampler: str, given: bool) -> None:

@@ -4,11 +4,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.options import ConfigError, from_dict
-from .decoder import LOADING_KEYS, default_sampler
+from ..core.registry import DLLM_SAMPLERS
+
+# how a row's model (and proxy) is loaded: copied from a Table 3 row into its model_args (:mod:`unie.dllm.decoder`
+# reads them; they are here, with :func:`default_sampler`, so that resolving a profile imports no network code)
+LOADING_KEYS = ("kind", "style", "trust_remote_code", "mask_token", "proxy_trust_remote_code", "attn_implementation")
+
+
+def default_sampler(options=None) -> str:
+    """The DLLM sampler that ``options`` name, decided here only: for a mapping (model_args, or a row's ``options``)
+    its ``sampler``, else ``energy`` (Algorithm 3) when an ``energy`` is given, else ``plain`` (the backbone's own
+    decoder); for a sampler's options object, the sampler whose options class it is; for none, ``plain``."""
+    if options is None:
+        return "plain"
+    if isinstance(options, Mapping):
+        return str(options.get("sampler", "energy" if "energy" in options else "plain"))
+    owners = [name for name, entry in DLLM_SAMPLERS.items() if type(options) is entry.options_cls]
+    if len(owners) != 1:
+        raise ConfigError(f"{type(options).__name__} is the options class of no single DLLM sampler: give sampler=")
+    return owners[0]
+
 
 # the map proxy whose `model` names the oracle checkpoint written by rule dllm_oracle (not a model of dllm.models)
 MAP_ORACLE = "oracle"
@@ -31,7 +51,7 @@ class Checkpoint:
     attn_implementation: str | None = None
 
     def loading(self) -> dict:
-        """The loading keys set, in :data:`~unie.dllm.decoder.LOADING_KEYS`'s order."""
+        """The loading keys set, in :data:`LOADING_KEYS`'s order."""
         return {k: getattr(self, k) for k in LOADING_KEYS if getattr(self, k, None) is not None}
 
 
@@ -85,7 +105,7 @@ def resolve_checkpoints(dllm: dict) -> None:
 
 def row_sampler(row: dict) -> str:
     """The DLLM sampler of a Table 3 row, as :func:`~unie.dllm.decoder.build_decoder` reads its ``model_args``:
-    :func:`~unie.dllm.decoder.default_sampler` of the row's ``options``."""
+    :func:`default_sampler` of the row's ``options``."""
     return default_sampler(row.get("options", {}))
 
 
@@ -103,14 +123,17 @@ def selection_rows(dllm: dict) -> dict[str, dict]:
     """The selection-rule table's rows (``dllm.rows`` marked ``selection_table``), per backbone: the backbone, then
     its Algorithm 3 rows by energy (ind, inv, uni) and selection rule (argmin, resample), ``proxy_rerank`` last.
     ``{row name: row}`` in that order."""
-    from ..energy.energies import SELECTIONS
-    from .energy_decoding import DLLMEnergyOptions
+    from ..energy.names import SELECTIONS
 
     rows = dllm.get("rows", {})
-    shared = {"energy": DLLMEnergyOptions.energy, "selection": DLLMEnergyOptions.selection, **dllm.get("energy", {})}
+    shared = dllm.get("energy", {})
 
     def key(name):
         o = {**shared, **rows[name].get("options", {})}
+        if "energy" not in o or "selection" not in o:  # Algorithm 3's defaults (torch), for a row leaving one out
+            from .energy_decoding import DLLMEnergyOptions
+
+            o = {"energy": DLLMEnergyOptions.energy, "selection": DLLMEnergyOptions.selection, **o}
         return (
             o["selection"] == "proxy_rerank",
             ("ind", "inv", "uni").index(o["energy"]),

@@ -54,12 +54,7 @@ import torch
 from ..core.gumbel import gumbel_argmax_rows
 from ..core.registry import ENERGIES
 
-AR_CONTEXTS = ("teacher_forced", "teacher_forced_carry_over", "masked", "exact")
-# How a candidate is chosen from its energies (Algorithms 2 and 3 share it): ``argmin`` (the paper's text),
-# ``resample`` (self-normalised importance sampling: one draw from softmax(-E/τ), EDLM's and the released DLM
-# code's rule), ``proxy_rerank`` (the released DLLM code's ``adaption`` rule: the candidate whose revealed tokens
-# the proxy, teacher-forced on the whole candidate, finds most likely; no diffusion term, whatever the energy)
-SELECTIONS = ("argmin", "resample", "proxy_rerank")
+from .names import AR_CONTEXTS, SELECTIONS  # noqa: F401  (the AR contexts and selection rules: defined there)
 
 
 def register_energy(name: str, scorer: str):

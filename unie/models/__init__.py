@@ -1,3 +1,5 @@
-"""Networks (one transformer stack used as denoiser, AR and energy network) and checkpoints."""
+"""Networks (one transformer stack used as denoiser, AR and energy network) and checkpoints.
 
-from . import dit, energy_net, transformer  # noqa: F401  (registration)
+Its modules register themselves (``BACKBONES``) when imported; the registries import them at their first read
+(:data:`unie.REGISTERING`), so importing this package imports none of them.
+"""

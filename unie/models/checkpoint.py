@@ -23,9 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING
 
 from ..core.errors import InputError
 from ..core.integrity import (
@@ -39,6 +37,9 @@ from ..core.integrity import (
 )
 from ..core.options import ModelConfig, from_dict
 from ..core.registry import BACKBONES
+
+if TYPE_CHECKING:  # torch and safetensors are imported where weights are written or read: the checks of a config.json
+    import torch  # (the record check before every run, :mod:`unie.pipeline.damage`) import neither
 
 
 class CheckpointError(InputError, RuntimeError):
@@ -74,6 +75,8 @@ def save_model(
     """Write ``out_dir/model.safetensors`` and ``out_dir/config.json`` (atomically, config last, with its content
     hash); ``files``: names of other files of ``out_dir``, written before, whose size and SHA-256 the config
     records (``files``)."""
+    from safetensors.torch import save_file
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in net.state_dict().items()}
@@ -187,6 +190,8 @@ def verify_weights(ckpt_dir, meta: dict | None = None) -> Path:
 def load_state(ckpt_dir, meta: dict | None = None) -> dict:
     """The verified weights of ``ckpt_dir`` as a state dict (safetensors: no unpickling); an unreadable file
     is a :class:`DamagedCheckpointError` naming it."""
+    from safetensors.torch import load_file
+
     wpath = verify_weights(ckpt_dir, meta)
     try:
         return load_file(str(wpath))

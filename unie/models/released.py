@@ -42,43 +42,20 @@ import json
 import pickle
 import re
 import types
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from .checkpoint import CheckpointError
 from .dit import DiT, DiTConfig
+from .released_sources import SOURCES, Source  # noqa: F401  (the kinds the workflow imports: defined there)
 
 
 class ReleasedCheckpointError(CheckpointError):
     pass
 
 
-@dataclass(frozen=True)
-class Source:
-    kind: str
-    method: str  # the unie method whose parameterisation the upstream one is
-    identifier: str
-    formats: tuple[str, ...]
-    time_conditioning: bool
-    causal: bool = False
-
-
-SOURCES = {
-    "mdlm": Source("mdlm", "mdlm", "kuleshov-group/mdlm-owt", ("hf", "ckpt"), False),
-    "bd3lm": Source("bd3lm", "bd3lm", "kuleshov-group/bd3lm-owt-block_size4", ("hf", "ckpt"), False),
-    "duo": Source(
-        "duo",
-        "duo",
-        "s-sahoo/duo on Hugging Face (the distilled model: s-sahoo/duo-distilled), or the raw "
-        "Lightning .ckpt from the Duo README's Google Drive",
-        ("hf", "ckpt"),
-        True,
-    ),
-    "sedd": Source("sedd", "sedd", "louaaron/sedd-small (or MDLM's Google-Drive sedd.ckpt)", ("hf", "ckpt"), True),
-    "ar": Source("ar", "ar", "ar.ckpt from MDLM's Google Drive (README 'Baselines')", ("ckpt",), False, causal=True),
-}
 # n_heads by hidden size in the upstream model configs (configs/model/{tiny,small,medium}.yaml), for a
 # Lightning .ckpt whose hyper-parameters we do not unpickle: tiny 512/8, small 768/12, medium 1024/16
 HEADS_BY_WIDTH = {512: 8, 768: 12, 1024: 16}

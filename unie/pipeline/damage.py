@@ -94,7 +94,6 @@ from ..core.integrity import (
     json_digest,
     record_path,
 )
-from ..data.tokens import TokenFileError, check_token_file, read_token_meta, token_content_sha256, token_place
 from ..models.checkpoint import config_problem
 
 CACHE = Path(".snakemake/unie/verified.json")  # a run directory's: .snakemake/unie/verified/<name>.json
@@ -161,6 +160,8 @@ def _own_identity(p: Path, cache: dict | None = None) -> str | None:
     if p.suffix in (".yaml", ".yml"):
         return _task_yaml_identity(p, cache)
     if p.suffix == ".parquet":
+        from ..data.tokens import read_token_meta  # pyarrow: only for a token file not seen before
+
         meta = read_token_meta(p)
         return meta.get("content_sha256") if meta else None
     if p.suffix == ".safetensors":
@@ -179,21 +180,28 @@ def _own_identity(p: Path, cache: dict | None = None) -> str | None:
     return None
 
 
-def _bytes_identity(p: Path, cache: dict | None) -> str:
-    """The SHA-256 of a file's bytes (``cache``: by path, size, modification and change times and inode, so a file
-    is hashed again only when one of them changed: rewriting bytes changes the change time, even when the
-    modification time is put back); above :data:`IDENTITY_LIMIT`, its size and modification time."""
+def _stamped(p: Path, cache: dict | None, compute: Callable[[], str | None]) -> str | None:
+    """``compute()``, a function of the bytes of ``p``, remembered in ``cache`` by path, size, modification and change
+    times and inode, so that it runs again only when one of them changed (rewriting bytes changes the change time,
+    even when the modification time is put back)."""
     st = p.stat()
-    if st.st_size > IDENTITY_LIMIT:
-        return f"size {st.st_size}, mtime {st.st_mtime_ns}"
     stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     key = str(p)
     if cache is not None and cache.get(key, [None])[:-1] == stamp:
         return cache[key][-1]
-    digest = file_sha256(p)
-    if cache is not None:
-        cache[key] = [*stamp, digest]
-    return digest
+    value = compute()
+    if cache is not None and value is not None:
+        cache[key] = [*stamp, value]
+    return value
+
+
+def _bytes_identity(p: Path, cache: dict | None) -> str:
+    """The SHA-256 of a file's bytes (hashed again only when its size or times changed: :func:`_stamped`); above
+    :data:`IDENTITY_LIMIT`, its size and modification time."""
+    st = p.stat()
+    if st.st_size > IDENTITY_LIMIT:
+        return f"size {st.st_size}, mtime {st.st_mtime_ns}"
+    return _stamped(p, cache, lambda: file_sha256(p))
 
 
 def identity(path, cache: dict | None = None) -> str | None:
@@ -214,6 +222,8 @@ def identity(path, cache: dict | None = None) -> str | None:
             return f"folder {h.hexdigest()}"
         if not p.is_file():
             return None
+        if p.suffix == ".parquet":  # its own record is in its footer (pyarrow): read again only when it changed
+            return _stamped(p, cache, lambda: _own_identity(p, cache) or _bytes_identity(p, None))
         return _own_identity(p, cache) or _bytes_identity(p, cache)
     except (OSError, ValueError, DamagedFileError):
         return None
@@ -235,6 +245,8 @@ def identities(paths) -> dict:
 # ---------------------------------------------------------------------- damaged files
 def _token_digest(path: Path) -> str:
     """A token file's content hash, decoded (its record counts rows, not bytes)."""
+    from ..data.tokens import token_content_sha256
+
     return token_content_sha256(path)[0]
 
 
@@ -326,9 +338,17 @@ def _model_checks(root: Path, base: Path, found: list, legacy: list):
             yield d / name, rec, weights, file_sha256, cfg
 
 
-def _token_checks(root: Path, base: Path, found: list):
-    """The checks of every token file of the run (module doc); see :func:`_record_checks`."""
+def _token_checks(root: Path, base: Path, found: list, verified: dict):
+    """The checks of every token file of the run (module doc); see :func:`_record_checks`.  A file verified before
+    (``verified``: :func:`find_damaged`'s cache) whose size and times are unchanged yields its recorded hash without
+    its footer being read (pyarrow is not imported for it)."""
     for tokens in sorted(base.glob("resources/tokenized/*/*.parquet")):
+        known = verified.get(os.path.relpath(tokens, root))
+        if known and known[-1] and known[:-1] == _stamp(tokens.stat(), {})[:-1]:
+            yield tokens, {"sha256": known[-1]}, tokens, _token_digest, None  # checked then, unchanged since
+            continue
+        from ..data.tokens import TokenFileError, check_token_file, read_token_meta, token_place
+
         try:
             meta = read_token_meta(tokens)
         except DamagedFileError:
@@ -342,7 +362,7 @@ def _token_checks(root: Path, base: Path, found: list):
         yield tokens, {"sha256": meta.get("content_sha256")}, tokens, _token_digest, None
 
 
-def _record_checks(root: Path, found: list, run: str = ".", legacy: list | None = None):
+def _record_checks(root: Path, found: list, run: str = ".", legacy: list | None = None, verified: dict | None = None):
     """``(file, record, output, digest, alt)`` for every file with a recorded hash under ``root``: ``record`` has the
     ``sha256`` that ``digest(file)`` must give (and ``bytes``, the size, where recorded), None when unreadable;
     ``output``: what to remake; ``alt``: the file holding the record.  Problems found without hashing (a missing
@@ -351,7 +371,7 @@ def _record_checks(root: Path, found: list, run: str = ".", legacy: list | None 
     rel = lambda p: os.path.relpath(p, root)  # noqa: E731
     base = root / run
     yield from _model_checks(root, base, found, legacy if legacy is not None else [])
-    yield from _token_checks(root, base, found)
+    yield from _token_checks(root, base, found, verified or {})
     dllm_meta = base / "resources/dllm/meta.json"
     if dllm_meta.exists():
         obj, _ = _load_json(dllm_meta)
@@ -359,8 +379,6 @@ def _record_checks(root: Path, found: list, run: str = ".", legacy: list | None 
         if isinstance(files, dict):
             for name, record in sorted(files.items()):
                 yield dllm_meta.parent / name, record, dllm_meta, file_sha256, None
-    from ..eval.metrics import lmeval_numbers_problem
-
     parsed, recorded = [], set()
     for path in _json_files(root, run):
         if path.stat().st_size > JSON_LIMIT or _in_model_folder(path, base):
@@ -381,7 +399,10 @@ def _record_checks(root: Path, found: list, run: str = ".", legacy: list | None 
         if HASH_KEY not in obj:  # lm-eval's own files: their record is checked instead, else their numbers
             if os.path.normpath(path) in recorded:
                 continue
-            problem = lmeval_numbers_problem(obj) if "n-samples" in obj else None
+            if "n-samples" in obj:
+                from ..eval.metrics import lmeval_numbers_problem  # (torch)
+
+                problem = lmeval_numbers_problem(obj)
             if problem is not None:
                 found.append(Damaged(rel(path), f"its numbers disagree: {problem}", out))
             continue
@@ -475,7 +496,7 @@ def find_damaged(
     cache = _load_cache(cache_file)
     reported = _reported(root, run)
     found, verified, seen = [], {}, set()
-    for path, record, output, digest, alt in _record_checks(root, found, run, legacy):
+    for path, record, output, digest, alt in _record_checks(root, found, run, legacy, cache):
         rel, out = os.path.relpath(path, root), os.path.relpath(output, root)
         alt = os.path.relpath(alt, root) if alt is not None else None
         seen.add(rel)
@@ -538,10 +559,11 @@ def _source(root: Path, source: str) -> Path:
     return Path(source) if Path(source).is_absolute() else root / source
 
 
-def find_stale(root=".", run: str = ".", cache_path: Path | None = CACHE) -> list[Stale]:
+def find_stale(root=".", run: str = ".", cache_path: Path | None = CACHE, made: list | None = None) -> list[Stale]:
     """The models, result JSONs, tables and figures of the run in ``run`` one of whose inputs now has another
     identity (:func:`identity`) than the one they recorded when they were made (a file replaced, whatever its
-    modification time).  ``cache_path``: where the identities hashed from bytes are kept (by size and times)."""
+    modification time).  ``cache_path``: where the identities hashed from bytes are kept (by size and times);
+    ``made``: :func:`_made_from`'s list, when already read."""
     root = Path(root)
     cache_file = (
         root / (_cache_path(run, "identities") if cache_path is CACHE else cache_path)
@@ -550,7 +572,7 @@ def find_stale(root=".", run: str = ".", cache_path: Path | None = CACHE) -> lis
     )
     cache = _load_cache(cache_file)
     known, out = {}, []
-    for output, made_from in _made_from(root, run):
+    for output, made_from in _made_from(root, run) if made is None else made:
         for source, was in sorted(made_from.items()):
             f = _source(root, source)
             if f not in known:
@@ -563,12 +585,13 @@ def find_stale(root=".", run: str = ".", cache_path: Path | None = CACHE) -> lis
     return out
 
 
-def find_missing(root=".", run: str = ".") -> dict[str, list[str]]:
+def find_missing(root=".", run: str = ".", made: list | None = None) -> dict[str, list[str]]:
     """``{input: [what was made from it]}``: the files of the run that a model, result, table or figure was made
-    from and that are gone (deleted; not set aside as damaged: :func:`find_orphans` has those)."""
+    from and that are gone (deleted; not set aside as damaged: :func:`find_orphans` has those).  ``made``:
+    :func:`_made_from`'s list, when already read."""
     root = Path(root)
     out: dict[str, list[str]] = {}
-    for output, made_from in _made_from(root, run):
+    for output, made_from in _made_from(root, run) if made is None else made:
         for source in sorted(made_from):
             f = _source(root, source)
             if _mine(source, run) and not f.exists() and not f.with_name(f.name + ".damaged").exists():
@@ -683,8 +706,9 @@ def _plan(root: Path, producer, log, dry_run: bool, run: str = ".") -> tuple[lis
     found = find_damaged(root, run=run, legacy=legacy)
     seen = set(orphans)  # a file set aside earlier and still missing: said once, as such
     damaged = [d for d in found if not (d.path in seen or seen.add(d.path))]  # one line per file
-    missing = find_missing(root, run)
-    stale = find_stale(root, run)
+    made = list(_made_from(root, run))  # read once for both
+    missing = find_missing(root, run, made=made)
+    stale = find_stale(root, run, made=made)
     remake = []
     for d in damaged:
         by = next((b for b in (_remade_by(o, producer, root, run) for o in (d.output, d.alt) if o) if b), None)

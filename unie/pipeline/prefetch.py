@@ -114,7 +114,7 @@ def lmeval_tasks_read(config: dict) -> list[str]:
 def plan(config: dict) -> Plan:
     """What ``all`` downloads under ``config`` (a resolved config; module doc)."""
     from ..config.expand import released_models
-    from ..models.released import SOURCES
+    from ..models.released_sources import SOURCES
 
     tok = config.get("tokenizer", {})
     data = config.get("data", {})

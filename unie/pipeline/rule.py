@@ -162,24 +162,59 @@ def job_precision(snakemake) -> str:
     return check_precision(snakemake.params.get("precision", "fp32"))
 
 
+class _ThreadsOnImport:
+    """A finder on ``sys.meta_path`` that lets the other finders find ``torch`` and sets its threads once the package
+    has been imported (then leaves ``sys.meta_path``)."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_set(module):
+            exec_module(module)
+            module.set_num_threads(self.threads)
+
+        spec.loader.exec_module = exec_and_set
+        return spec
+
+
+def torch_threads(threads: int) -> None:
+    """torch uses ``threads`` threads: set now when torch is imported, else as it is imported, so that a job that
+    imports no torch (a table, a figure, a page) does not load it for this."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    elif not any(isinstance(f, _ThreadsOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ThreadsOnImport(threads))
+    else:
+        next(f for f in sys.meta_path if isinstance(f, _ThreadsOnImport)).threads = threads
+
+
 @contextmanager
 def job(snakemake, name: str | None = None):
     """Context for a rule's script: logs (stdout, stderr, logging) go to ``snakemake.log[0]``;
-    torch uses the rule's threads.  Yields a ``log(str)`` function.  When the script ends, its tables and figures
+    torch uses the rule's threads (:func:`torch_threads`).  Yields a ``log(str)`` function.  When the script ends, its tables and figures
     get their records (:func:`record_pages`).
 
     A job that fails with one of :data:`unie.core.errors.OPERATOR_ERRORS` (an input's fault) prints ``unie: error: <message>`` (one line, naming the
     file or key and the fix) to the console and exits with status 1; any other exception propagates with its
     traceback.  Both are written to the log with their traceback."""
-    import torch
-
     global _JOB
     import time
 
     from .job_records import process_started, record_job
 
     started = min(time.time(), process_started())  # the job's process, its imports included
-    torch.set_num_threads(max(1, int(snakemake.threads)))
+    torch_threads(max(1, int(snakemake.threads)))
     logpath = snakemake.log[0] if len(snakemake.log) else None
     beat = Heartbeat(snakemake, logpath, started)
     stream = _Log(logpath) if logpath else sys.stderr

@@ -25,7 +25,6 @@ from ..core.precision import autocast, check_precision, precision_record
 from ..core.registry import EVALUATORS, SAMPLERS
 from ..data.tokenizer import blocked_ids, load_tokenizer
 from ..data.tokens import load_expected_tokens, load_tokens, write_tokens
-from ..eval import genppl  # noqa: F401  (registers the evaluators)
 from ..eval.metrics import entropy_se_bits, mean_entropy_bits, ppl_with_se
 from .model_files import load_wrapped
 

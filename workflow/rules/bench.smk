@@ -4,7 +4,7 @@
 
 
 def bench_inputs(wc):
-    b, runs = config["bench"], fig3_runs(config)["tradeoff"]
+    b, runs = config["bench"], FACTS.fig3_runs["tradeoff"]
     fig = config["figures"]["fig3_tradeoff"]
     return {
         "tokenizer": run_path("resources/tokenizer"),
@@ -30,7 +30,7 @@ rule bench:
     params:
         bench=lambda wc: dict(
             config["bench"],
-            uni_run=fig3_runs(config)["tradeoff"][config["figures"]["fig3_tradeoff"]["label"]],
+            uni_run=FACTS.fig3_runs["tradeoff"][config["figures"]["fig3_tradeoff"]["label"]],
             ar_run=config["figures"]["fig3_tradeoff"]["baselines"]["AR"],
         ),
         evaluator=lambda wc: config["figures"]["fig3_tradeoff"]["evaluator"],

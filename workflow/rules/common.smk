@@ -3,20 +3,12 @@
 import os
 import sys
 
-from unie.config.expand import (
-    fig2_runs,
-    fig3_runs,
-    likelihood_sources,
-    partner_models,
-    run_n_samples,
-    run_steps,
-    selects_on_dev,
-)
+from unie.config.expand import run_n_samples
 from unie.config.settings import DOWNLOAD_RULES, ClusterSettings, WorkflowSettings, runtime_at
 from unie.config.targets import TARGETS, report_args
 
 # config: resolved, validated, its figure runs added (expand_config) and cross-checked (check_config) by the
-# Snakefile's workflow_config
+# Snakefile's workflow_config; FACTS: what the rules read from the registries for it (the Snakefile, RuleFacts)
 SETTINGS = WorkflowSettings.from_config(config)
 # what a Slurm site sets beyond its partitions (config `cluster`, docs/paper-profile.md): the GPU request form, the
 # Hugging Face cache, and whether the jobs run with the Hugging Face libraries offline
@@ -95,12 +87,12 @@ RUNS = list(config["sampling"]["runs"])
 from unie.config.sampling_jobs import sampling_jobs  # noqa: E402
 
 SAMPLING = sampling_jobs(
-    SETTINGS.sampling_job, {r: run_steps(config, r) for r in RUNS}, config["sampling"]["steps"], RUN_DIR
+    SETTINGS.sampling_job, {r: FACTS.run_steps[r] for r in RUNS}, config["sampling"]["steps"], RUN_DIR
 )
 TABLE_RUNS = SAMPLING.tables  # table -> the runs its job samples
 GROUPED_RUNS = SAMPLING.per_run  # rule sample_run
 STEP_RUNS = SAMPLING.per_step  # rule sample
-SOURCES = likelihood_sources(config)  # Table 1 sources: exact, models with a likelihood, energy estimators
+SOURCES = FACTS.likelihood_sources  # Table 1 sources: exact, models with a likelihood, energy estimators
 PPL_MODELS = [m for m, kind in SOURCES.items() if kind == "model"]
 ESTIMATORS = [m for m, kind in SOURCES.items() if kind == "energy"]
 DOMAINS = config["data"]["domains"]
@@ -197,13 +189,11 @@ def model_files(name):
 
 
 def sample_targets(runs=None):
-    return [
-        run_path(f"results/samples/{run}/steps{s}.parquet") for run in (runs or RUNS) for s in run_steps(config, run)
-    ]
+    return [run_path(f"results/samples/{run}/steps{s}.parquet") for run in (runs or RUNS) for s in FACTS.run_steps[run]]
 
 
 def genppl_targets(runs=None):
-    return [run_path(f"results/genppl/{run}/steps{s}.json") for run in (runs or RUNS) for s in run_steps(config, run)]
+    return [run_path(f"results/genppl/{run}/steps{s}.json") for run in (runs or RUNS) for s in FACTS.run_steps[run]]
 
 
 def final_outputs():

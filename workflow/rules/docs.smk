@@ -14,7 +14,7 @@ def docs_results_inputs(wc):
         tables.append(run_path("results/figures/fig2_ablation.csv"))  # written beside the figure, not a target of `all`
     timing = []
     if config.get("figures", {}).get("fig3_tradeoff"):
-        timing = [run_path(f"results/timing/{r}.json") for r in dict.fromkeys(fig3_runs(config)["tradeoff"].values())]
+        timing = [run_path(f"results/timing/{r}.json") for r in dict.fromkeys(FACTS.fig3_runs["tradeoff"].values())]
     return {"tables": tables, "timing": timing}
 
 

@@ -3,7 +3,7 @@
 
 def fig2_inputs(wc):
     fig = config["figures"]["fig2_ablation"]
-    runs = [fig["baseline"]] + [run for by_energy in fig2_runs(config).values() for run in by_energy.values()]
+    runs = [fig["baseline"]] + [run for by_energy in FACTS.fig2_runs.values() for run in by_energy.values()]
     return {"genppl": genppl_targets(runs), "samples": sample_targets(runs)}
 
 
@@ -18,7 +18,7 @@ rule fig2:
         run_path("logs/figures/fig2_ablation.log"),
     localrule: True
     params:
-        fig=dict(config.get("figures", {}).get("fig2_ablation") or {}, runs=fig2_runs(config)),
+        fig=dict(config.get("figures", {}).get("fig2_ablation") or {}, runs=FACTS.fig2_runs),
     script:
         "../scripts/fig2.py"
 
@@ -29,7 +29,7 @@ rule fig2:
 
 
 def fig3_inputs(wc):
-    panels = fig3_runs(config)
+    panels = FACTS.fig3_runs
     runs = list(dict.fromkeys([*panels["k"].values(), *panels["w"].values(), *panels["tradeoff"].values()]))
     return {
         "genppl": genppl_targets(runs),
@@ -40,7 +40,7 @@ def fig3_inputs(wc):
 def timing_params(run):
     return dict(
         spec=config["sampling"]["runs"][run],
-        steps=run_steps(config, run),
+        steps=FACTS.run_steps[run],
         inputs=plain_files({k: v for k, v in run_inputs(run).items() if k != "data"}),
     )
 
@@ -48,7 +48,7 @@ def timing_params(run):
 # `sampling.job: table`: the runs Figure 3 times in one job (rule timing_fig3: lm-eval-free, torch imported once,
 # every core held once); else one job per run (rule timing).  The same files either way.
 TIMED_RUNS = (
-    list(dict.fromkeys(fig3_runs(config)["tradeoff"].values()))
+    list(dict.fromkeys(FACTS.fig3_runs["tradeoff"].values()))
     if SETTINGS.sampling_job == "table" and config.get("figures", {}).get("fig3_tradeoff")
     else []
 )
@@ -119,7 +119,7 @@ rule fig3:
         run_path("logs/figures/fig3_tradeoff.log"),
     localrule: True
     params:
-        fig=dict(config.get("figures", {}).get("fig3_tradeoff") or {}, runs=fig3_runs(config)),
+        fig=dict(config.get("figures", {}).get("fig3_tradeoff") or {}, runs=FACTS.fig3_runs),
     script:
         "../scripts/fig3.py"
 

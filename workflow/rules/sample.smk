@@ -54,7 +54,7 @@ def table_runs_param(table):
         r: {
             "spec": config["sampling"]["runs"][r],
             "n_samples": run_n_samples(config, r),
-            "steps": run_steps(config, r),
+            "steps": FACTS.run_steps[r],
             "inputs": plain_files(run_inputs(r)),
         }
         for r in SAMPLING.table_runs[table]

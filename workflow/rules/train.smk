@@ -15,9 +15,9 @@ def train_inputs(wc):
     }
     if spec.get("init_from"):
         inputs["init"] = model_files(spec["init_from"])[0]
-    for role, partner in partner_models(config, wc.model).items():  # frozen partners (NCE's proxy or DLM)
+    for role, partner in FACTS.partners[wc.model].items():  # frozen partners (NCE's proxy or DLM)
         inputs[f"partner_{role}"] = model_files(partner)[0]
-    if selects_on_dev(config, wc.model):  # model selection on the dev split (disjoint from Table 1's test split)
+    if FACTS.selects_on_dev[wc.model]:  # model selection on the dev split (disjoint from Table 1's test split)
         inputs["dev"] = run_path(f"resources/tokenized/{TRAIN_DOMAIN}/valid.parquet")
     return inputs
 
