@@ -184,8 +184,8 @@ ROW_FILES = {
     "sweep": "results/dllm/sweeps/app_k",
     "map": "results/dllm/map/llada",
 }
-HOLDER = {"row": "effect.json", "sweep": "points.json", "map": "points.json"}
-RULE = {"row": "dllm_eval_dream", "sweep": "dllm_sweeps", "map": "dllm_map_llada"}
+HOLDER = {"row": "effect.json", "sweep": "lmeval.json", "map": "points.json"}
+RULE = {"row": "dllm_eval_dream", "sweep": "dllm_sweep_eval", "map": "dllm_map_llada"}
 
 
 def _lmeval_tree(tree: Path, kind: str):
@@ -201,7 +201,7 @@ def _lmeval_tree(tree: Path, kind: str):
     )
     samples = inner / "samples_t_2026-11-29T03-30-00.jsonl"
     samples.write_text('{"doc_id": 0}\n')
-    declared = top / ("results.json" if kind == "row" else "points.json")
+    declared = top / ("results.json" if kind == "row" else HOLDER[kind])
     if kind == "row":
         declared.write_text(results.read_text())
         write_json({"row": "dream_ind"}, top / "effect.json", records=[declared, results, samples])

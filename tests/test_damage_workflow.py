@@ -500,7 +500,8 @@ def test_a_deleted_result_is_remade_with_the_table_made_from_it(damaged):
     out = dry.stdout + dry.stderr
     assert planned_jobs(out) == {
         "ppl": 1,
-        "dllm_sweeps": 1,
+        "dllm_sweep_eval": 1,
+        "dllm_sweep": 1,
         "table1": 1,
         "table_app_k": 1,
         "table_app_w": 1,
@@ -513,7 +514,7 @@ def test_a_deleted_result_is_remade_with_the_table_made_from_it(damaged):
     assert (
         len(said) == 2
         and said[0].startswith(f"unie: {point} is damaged: content hash differs")
-        and said[0].endswith(f"remake it with {R}/dllm/sweeps/app_k/points.json (rule dllm_sweeps)")
+        and said[0].endswith(f"remake it with {R}/dllm/sweeps/app_k/lmeval.json (rule dllm_sweep_eval)")
     )
     assert said[1] == (
         f"unie: {RESULTS['ppl']} is missing (deleted?), and {R}/tables/table1_ppl.csv, "

@@ -96,19 +96,18 @@ def test_one_job_per_row_when_eval_job_is_row(smoke_config):
     cfg["dllm"]["eval_job"] = "row"
     plan = DllmPlan(cfg, RUN)
     assert plan.eval_groups == {} and plan.row_jobs == list(cfg["dllm"]["rows"])
-    assert plan.sweep_job == []  # one job per sweep too
+    assert plan.sweeps == DllmPlan(smoke_config, RUN).sweeps  # two jobs per sweep either way
 
 
 def test_sweeps_read_each_curves_model_and_proxy_and_the_sweep_keys(smoke, default):
-    assert smoke.sweeps == smoke.sweep_job == ["fig4", "app_k", "app_w"]
-    params = default.sweep_params(default.sweep_job)
-    assert {s: list(files) for s, files in params["sweeps"].items()} == {
+    assert smoke.sweeps == ["fig4", "app_k", "app_w"]
+    assert {s: list(default.sweep_inputs(s)) for s in default.sweeps} == {
         "fig4": ["tasks", "llada_model", "apd_model", "apd_proxy", "uni_model", "uni_proxy", "fast_dllm_model"],
         "app_k": ["tasks", "uni_model", "uni_proxy"],
         "app_w": ["tasks", "uni_model", "uni_proxy"],
     }
-    assert params["sweeps"]["app_k"]["uni_proxy"] == f"{RUN}/results/dllm/models/proxy/model.safetensors"
-    dllm = params["dllm"]
+    assert default.sweep_inputs("app_k")["uni_proxy"] == f"{RUN}/results/dllm/models/proxy/model.safetensors"
+    dllm = default.sweep_params("app_k")  # rule dllm_sweep_eval's: its lm-eval runs
     assert list(dllm) == [
         "tasks",
         "decoding",
@@ -120,8 +119,11 @@ def test_sweeps_read_each_curves_model_and_proxy_and_the_sweep_keys(smoke, defau
         "sweeps",
     ]
     assert "average" not in dllm["tasks"]  # which columns Table 3 averages does not rerun a sweep
-    both = default.sweeps_inputs(["app_k", "app_w"])  # rule dllm_sweeps
-    assert both["app_w_uni_model"] == default.sweep_inputs("app_w")["uni_model"] and "app_k_tasks" in both
+    # a sweep's jobs read only its own set: another sweep's settings rerun nothing of it
+    sweeps = default.dllm["sweeps"]
+    assert dllm["sweeps"] == {**sweeps, "sets": {"app_k": sweeps["sets"]["app_k"]}}
+    timed = default.sweep_params("app_k", timed=True)  # rule dllm_sweep's: the timing's settings too
+    assert list(timed) == [*dllm, "timing"] and {k: timed[k] for k in dllm} == dllm
     assert default.sweep_file("fig4") == f"{RUN}/results/dllm/sweeps/fig4/points.json"
 
 

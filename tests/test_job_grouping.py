@@ -64,11 +64,9 @@ def test_grouped_jobs_write_the_files_of_one_job_per_row_and_run(tmp_path):
     grouped, files = _planned(tmp_path / "a")
     single, files_single = _planned(tmp_path / "b", "sampling={'job': 'step'}", "dllm={'eval_job': 'row'}")
     assert files == files_single and files
-    assert {"sample_table2", "sample_fig2", "sample_fig3", "timing_fig3", "dllm_sweeps"} <= set(grouped)
+    assert {"sample_table2", "sample_fig2", "sample_fig3", "timing_fig3"} <= set(grouped)
     assert {r for r in grouped if r.startswith("dllm_eval_")} and "dllm_eval" not in grouped
-    assert {"sample", "timing", "dllm_eval", "dllm_sweep"} <= set(single) and not set(single) & {
-        "sample_table2",
-        "timing_fig3",
-        "dllm_sweeps",
-    }
+    assert {"sample", "timing", "dllm_eval"} <= set(single) and not set(single) & {"sample_table2", "timing_fig3"}
+    # a sweep is two jobs either way: its lm-eval runs beside other jobs, then its timing, which holds every core
+    assert grouped["dllm_sweep_eval"] == grouped["dllm_sweep"] == single["dllm_sweep_eval"] == single["dllm_sweep"] == 3
     assert sum(grouped.values()) < sum(single.values())

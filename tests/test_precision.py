@@ -338,6 +338,7 @@ def test_every_script_reads_the_precision_from_one_helper():
         "timing",
         "dllm_train",
         "dllm_eval",
+        "dllm_sweep_eval",
         "dllm_sweep",
         "dllm_map",
         "dllm_room",

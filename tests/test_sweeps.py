@@ -86,10 +86,9 @@ def test_sweep_timing_batches_and_defaults(tmp_path):
     assert SweepTiming.from_config(None) == SweepTiming() and SweepTiming().repeats >= 3
 
 
-def test_a_sweep_started_again_keeps_its_finished_points(tmp_path, monkeypatch):
-    """A sweep job killed by its time limit (here: lm-eval fails at the third point) keeps the points it finished;
-    started again (Slurm's retry) it runs only the others and writes the points.json of one uninterrupted run; with
-    another setting (the batch size) or another input file every point runs again."""
+def _stand_ins(monkeypatch, tmp_path):
+    """A sweep of three points whose lm-eval runs (``evaluate``, recording its calls) and timings (recording theirs)
+    are stand-ins: the sweep's files as the two rules leave them, in a second."""
     import json
 
     import unie.pipeline.dllm_runs as runs
@@ -97,10 +96,16 @@ def test_a_sweep_started_again_keeps_its_finished_points(tmp_path, monkeypatch):
     points = [{"name": f"c__k_{v}", "curve": "c", "label": "C", "key": "k", "value": v, "row": {}} for v in (1, 2, 3)]
     monkeypatch.setattr(runs, "sweep_points", lambda dllm, sweep: points)
     monkeypatch.setattr(runs, "row_model_args", lambda name, row, dllm, inputs, device, precision: {"name": name})
-    monkeypatch.setattr(
-        runs, "time_sweep_point", lambda *a, **k: {"tokens_per_s": 7.0, "flags": [], "trusted": True, "spread": 0.0}
-    )
-    calls = []
+    calls, timed = [], []
+
+    def time_point(args, samples, batch_size, timing, tp, log=print, lmeval_threads=None):
+        timed.append(args["name"])
+        if len(timed) == time_point.stop_at:
+            raise TimeoutError("DUE TO TIME LIMIT")
+        return {"tokens_per_s": 7.0, "flags": [], "trusted": True, "spread": 0.0, "threads_lmeval": lmeval_threads}
+
+    time_point.stop_at = None
+    monkeypatch.setattr(runs, "time_sweep_point", time_point)
 
     def evaluate(args, tasks, include, point_dir, batch_size, stop_at=None, **kw):
         calls.append(args["name"])
@@ -119,19 +124,92 @@ def test_a_sweep_started_again_keeps_its_finished_points(tmp_path, monkeypatch):
     model = tmp_path / "model.safetensors"
     model.write_bytes(b"weights")
     dllm = {"sweeps": {"task": "t"}, "tasks": {"metrics": {"t": "acc,none"}}, "batch_size": 2}
-    inputs = {"c_model": str(model)}
-    whole = runs.run_sweep("fig4", dllm, inputs, tmp_path / "whole", "cpu", evaluate, log=lambda m: None)
+    return runs, evaluate, time_point, calls, timed, dllm, {"c_model": str(model)}
+
+
+def test_a_sweep_started_again_keeps_its_finished_points(tmp_path, monkeypatch):
+    """A sweep's lm-eval job killed by its time limit (here: lm-eval fails at the third point) keeps the points it
+    finished; started again (Slurm's retry) it runs only the others and writes the lmeval.json of one uninterrupted
+    run; with another setting (the batch size) or another input file every point runs again."""
+    import json
+
+    runs, evaluate, _, calls, _, dllm, inputs = _stand_ins(monkeypatch, tmp_path)
+    quiet = dict(log=lambda m: None)
+    whole = runs.evaluate_sweep("fig4", dllm, inputs, tmp_path / "whole", "cpu", evaluate, **quiet)
     calls.clear()
     out = tmp_path / "sweep"
     with pytest.raises(TimeoutError):
-        runs.run_sweep(
-            "fig4", dllm, inputs, out, "cpu", lambda *a, **k: evaluate(*a, stop_at=3, **k), log=lambda m: None
-        )
-    assert calls == ["c__k_1", "c__k_2", "c__k_3"] and not (out / "points.json").exists()
+        runs.evaluate_sweep("fig4", dllm, inputs, out, "cpu", lambda *a, **k: evaluate(*a, stop_at=3, **k), **quiet)
+    assert calls == ["c__k_1", "c__k_2", "c__k_3"] and not (out / runs.LMEVAL_RECORD).exists()
     calls.clear()
-    again = runs.run_sweep("fig4", dllm, inputs, out, "cpu", evaluate, log=lambda m: None)
+    again = runs.evaluate_sweep("fig4", dllm, inputs, out, "cpu", evaluate, **quiet)
     assert calls == ["c__k_3"] and again == whole  # the same records as one uninterrupted run
+    record = json.loads((out / runs.LMEVAL_RECORD).read_text())
+    assert record["points"] == whole and record["threads"] >= 1
+    assert {str(out / p / "throughput.json") for p in ("c__k_1", "c__k_2", "c__k_3")} <= set(record["records"])
     for changed_dllm, changed_inputs in (({**dllm, "batch_size": 4}, inputs), (dllm, {"c_model": str(tmp_path)})):
         calls.clear()
-        runs.run_sweep("fig4", changed_dllm, changed_inputs, out, "cpu", evaluate, log=lambda m: None)
+        runs.evaluate_sweep("fig4", changed_dllm, changed_inputs, out, "cpu", evaluate, **quiet)
         assert calls == ["c__k_1", "c__k_2", "c__k_3"]
+
+
+def test_a_sweeps_timing_started_again_keeps_its_timed_points_and_writes_the_points(tmp_path, monkeypatch):
+    """The timed job (rule dllm_sweep) reads the lm-eval job's record: points.json holds one record per point, its
+    lm-eval fields and its timing in the order the figure and tables read (the layout of the one job that did both
+    before); killed at the third point and started again it times only that one; a damaged lm-eval file of a point
+    stops it naming the file and the rule that remakes it; an lm-eval run made again is timed again."""
+    import json
+
+    from unie.core.integrity import DamagedFileError
+
+    runs, evaluate, time_point, calls, timed, dllm, inputs = _stand_ins(monkeypatch, tmp_path)
+    quiet = dict(log=lambda m: None)
+    out = tmp_path / "sweep"
+    evaluated = runs.evaluate_sweep("fig4", dllm, inputs, out, "cpu", evaluate, **quiet)
+    time_point.stop_at = 3
+    with pytest.raises(TimeoutError):
+        runs.time_sweep("fig4", dllm, inputs, out, "cpu", **quiet)
+    assert timed == ["c__k_1", "c__k_2", "c__k_3"] and not (out / "points.json").exists()
+    timed.clear()
+    time_point.stop_at = None
+    records = runs.time_sweep("fig4", dllm, inputs, out, "cpu", **quiet)
+    assert timed == ["c__k_3"]
+    points = json.loads((out / "points.json").read_text())
+    assert points["points"] == records and points["trusted"] and points["batch_size"] == 2
+    assert list(records[0]) == [
+        *("sweep", "point", "curve", "label", "key", "value", "task", "metric", "accuracy", "stderr", "n"),
+        *("tokens_per_s", "nfe", "seconds", "requests", "generated_tokens", "model_args", "tokens_per_s_lmeval"),
+        *("flags", "trusted", "timing"),
+    ]
+    assert [r["accuracy"] for r in records] == [e["accuracy"] for e in evaluated] == [25.0, 50.0, 75.0]
+    assert records[0]["timing"]["threads_lmeval"] == json.loads((out / runs.LMEVAL_RECORD).read_text())["threads"]
+    damaged = out / "c__k_2" / "throughput.json"
+    damaged.write_text(damaged.read_text().replace('"nfe": 4', '"nfe": 5'))
+    (out / "c__k_2" / runs.TIMED).unlink()
+    with pytest.raises(DamagedFileError, match=r"c__k_2/throughput.json.*rule dllm_sweep_eval"):
+        runs.time_sweep("fig4", dllm, inputs, out, "cpu", **quiet)
+    calls.clear()
+    timed.clear()
+    runs.evaluate_sweep("fig4", {**dllm, "batch_size": 4}, inputs, out, "cpu", evaluate, **quiet)
+    runs.time_sweep("fig4", {**dllm, "batch_size": 4}, inputs, out, "cpu", **quiet)
+    assert calls == timed == ["c__k_1", "c__k_2", "c__k_3"]
+
+
+def test_a_sweep_point_compares_seconds_per_call_with_its_lm_eval_pass_on_the_same_threads(monkeypatch):
+    """The timed passes' seconds per model call are checked against the lm-eval pass's when that pass ran on as many
+    torch threads (a GPU, a cluster job); on other threads (a local run: the lm-eval job beside others on
+    ``threads``, the timing on every core) they are recorded, not checked."""
+    import unie.dllm.decoder as decoder
+    import unie.pipeline.dllm_runs as runs
+
+    monkeypatch.setattr(decoder, "build_decoder", lambda args: type("D", (), {"generate": None})())
+    monkeypatch.setattr(runs, "sweep_batches", lambda *a: [(["q"], 4)])
+    passes = {"seconds_per_call": 0.1, "threads": 2, "flags": [], "trusted": True, "tokens_per_s": 5.0}
+    monkeypatch.setattr(runs, "time_passes", lambda *a, **k: dict(passes))
+    slow = {"seconds": 4.0, "nfe": 10}  # 0.4 s per call: off by 75 %
+    same = runs.time_sweep_point({}, "s.jsonl", 2, runs.SweepTiming(), slow, lmeval_threads=2)
+    assert same["call_checked"] and same["flags"] == ["seconds_per_call"] and not same["trusted"]
+    assert runs.time_sweep_point({}, "s.jsonl", 2, runs.SweepTiming(), slow)["flags"] == ["seconds_per_call"]
+    other = runs.time_sweep_point({}, "s.jsonl", 2, runs.SweepTiming(), slow, lmeval_threads=1)
+    assert not other["call_checked"] and other["trusted"] and other["seconds_per_call_lmeval"] == 0.4
+    assert other["threads_lmeval"] == 1

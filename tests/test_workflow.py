@@ -549,6 +549,11 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
         pts = json.loads((d / "points.json").read_text())
         want = [(c, k, v) for c, spec in curves.items() for k, vs in spec["vary"].items() for v in vs]
         assert [(p["curve"], p["key"], p["value"]) for p in pts["points"]] == want
+        # two jobs: the lm-eval runs (rule dllm_sweep_eval, on `threads` beside other jobs), then their timing (rule
+        # dllm_sweep, every core): points.json keeps each lm-eval record as it was written
+        lm = json.loads((d / "lmeval.json").read_text())
+        assert lm["made_by"] == "dllm_sweep_eval" and pts["made_by"] == "dllm_sweep" and lm["threads"] == 1
+        assert [{k: p[k] for k in e} for e, p in zip(lm["points"], pts["points"])] == lm["points"]
         for p in pts["points"]:
             kept = (d / p["point"] / "results.json").read_bytes()
             written = list((d / p["point"]).rglob("results_*.json"))

@@ -7,15 +7,16 @@ rows) and a local paper task's release files (``resources/paper_tasks/{task}/{fi
 
 Jobs (config ``dllm.eval_job``, :class:`unie.config.settings.WorkflowSettings`):
 
-* ``row`` (the default; the paper profile: hours per row on a GPU): one job per Table 3 row (rule ``dllm_eval``),
-  one per sweep (rule ``dllm_sweep``).
+* ``row`` (the default; the paper profile: hours per row on a GPU): one job per Table 3 row (rule ``dllm_eval``).
 * ``model`` (the toy profiles, where a row is seconds and starting Python, torch and lm-eval costs ~4 s): one job
   per backbone model for all its rows in one process (rules ``dllm_eval_{model}``, :attr:`DllmPlan.eval_groups`),
-  the backbone row before the rows compared with it; every sweep in one job (rule ``dllm_sweeps``: lm-eval, torch
-  and the models imported once, every core held once).
+  the backbone row before the rows compared with it.
 
-A row's and a sweep's files are the same either way.  Each job gets only the ``dllm`` keys it reads (``*_KEYS``), so
-that a change to another row's, another sweep's or a model's settings reruns nothing of it.
+A row's files are the same either way.  A sweep is two jobs in both: its lm-eval runs, every point in one process on
+the configured threads beside other jobs (rule ``dllm_sweep_eval``: ``lmeval.json``), then their throughput, timed by
+a job that holds every core (rule ``dllm_sweep``: ``points.json``).  Each job gets only the ``dllm`` keys it reads
+(``*_KEYS``; a sweep's job only its own set of ``dllm.sweeps.sets``), so that a change to another row's, another
+sweep's or a model's settings reruns nothing of it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from .settings import WorkflowSettings
 # the `dllm` keys each kind of job reads
 DATA_KEYS = ("pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")  # and the tasks (less `average`)
 EVAL_KEYS = ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit", "seed")
-SWEEP_KEYS = ("decoding", "energy", "batch_size", "include_default_tasks", "limit", "seed", "sweeps")
+SWEEP_KEYS = ("decoding", "energy", "batch_size", "include_default_tasks", "limit", "seed", "sweeps")  # + tasks
+TIMING_KEYS = (*SWEEP_KEYS, "timing")  # the timed job's: a change to dllm.timing reruns no lm-eval
 ROOM_KEYS = ("tasks", "decoding", "energy", "batch_size", "seed", "room")
 MAP_KEYS = ("decoding", "energy", "batch_size", "seed", "map", "models")
 
@@ -65,7 +67,6 @@ class DllmPlan:
         self.eval_groups = eval_groups(self.rows) if by_model else {}  # every row in exactly one group
         self.row_jobs = [] if self.eval_groups else list(self.rows)  # rule dllm_eval's rows
         self.sweeps = list(d.get("sweeps", {}).get("sets", {}))
-        self.sweep_job = self.sweeps if by_model else []  # rule dllm_sweeps' sweeps
         self.room = room_rows(self.rows) if d.get("room") else {}  # backbone -> its Algorithm 3 rows
         self.map = d.get("map") or {}
         self.map_jobs = [*self.map.get("backbones", {}), "proxies"] if self.map else []
@@ -160,6 +161,7 @@ class DllmPlan:
     # --- sweeps (Figure 4, the appendix's k and w tables) ----------------------------------------------------------
 
     def sweep_file(self, sweep: str) -> str:
+        """A sweep's ``points.json`` (rule dllm_sweep), which the tables and Figure 4 read."""
         return self.path(f"results/dllm/sweeps/{sweep}/points.json")
 
     def sweep_inputs(self, sweep: str) -> dict:
@@ -170,15 +172,12 @@ class DllmPlan:
                     out[f"{curve}_{role}"] = self.model_path(spec[role])
         return out
 
-    def sweeps_inputs(self, sweeps) -> dict:
-        """The files of one job for ``sweeps`` (rule dllm_sweeps)."""
-        return {f"{s}_{k}": v for s in sweeps for k, v in self.sweep_inputs(s).items()}
-
-    def sweep_params(self, sweeps) -> dict:
-        return {
-            "sweeps": {s: self.sweep_inputs(s) for s in sweeps},  # each sweep's files
-            "dllm": {"tasks": self.task_data, **{k: self.dllm.get(k) for k in SWEEP_KEYS}},
-        }
+    def sweep_params(self, sweep: str, timed: bool = False) -> dict:
+        """The settings a sweep's job reads: its lm-eval runs' (rule dllm_sweep_eval) or, ``timed``, its timing's (rule
+        dllm_sweep: ``dllm.timing`` too); of ``dllm.sweeps.sets`` only its own set."""
+        d = {"tasks": self.task_data, **{k: self.dllm.get(k) for k in (TIMING_KEYS if timed else SWEEP_KEYS)}}
+        d["sweeps"] = {**d["sweeps"], "sets": {sweep: d["sweeps"]["sets"][sweep]}}
+        return d
 
     def sweep_caption(self, sweep: str) -> str:
         """The caption of an appendix k/w table: what is fixed and what varies."""

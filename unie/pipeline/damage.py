@@ -104,7 +104,9 @@ IDENTITY_LIMIT = 64 << 20  # a file without a record of its own: hashed up to th
 MODEL_DIRS = ("results/models/*", "results/dllm/models/*")
 PAGE_DIRS = ("results/tables", "results/figures", "results/report", "results/docs")  # every table and figure
 LMEVAL_DIRS = (("dllm", "rows"), ("dllm", "sweeps"), ("dllm", "map"))  # lm-eval's files below a row's or point's
-HOLDERS = ("effect.json", "points.json")  # the files there this workflow writes (with a hash; they record the rest)
+# the files there this workflow writes (with a hash; effect.json, a sweep's lmeval.json, a map job's points.json record
+# the rest)
+HOLDERS = ("effect.json", "lmeval.json", "points.json")
 
 
 class SetAsideError(InputError, OSError):
@@ -263,7 +265,7 @@ def hash_required(path, base: Path) -> bool:
     """Whether a JSON file of the run in ``base`` is one the workflow always writes with its content hash: every
     one under ``results/`` and ``resources/dllm/meta.json``, except a model folder's (its ``config.json`` is checked
     as a model's, the rest by the config's ``files`` record) and lm-eval's own files below a Table 3 row, a sweep or
-    a map job (their ``effect.json`` / ``points.json`` record them)."""
+    a map job (their ``effect.json`` / ``lmeval.json`` / ``points.json`` record them)."""
     if _in_model_folder(path, base):
         return False
     parts = Path(path).relative_to(base / "results").parts if base / "results" in Path(path).parents else ()

@@ -1,6 +1,6 @@
 """The DLLM half's file I/O: task data -> tokenizers and training tensors, training the tiny DLLMs (AR rows and
-proxy too), Table 3's rows (one lm-eval run per row) and the sweeps (one lm-eval run per point).  The decoders
-themselves live in :mod:`unie.dllm`.
+proxy too), Table 3's rows (one lm-eval run per row) and the sweeps (one lm-eval run per point, then each point's
+decoder timed again).  The decoders themselves live in :mod:`unie.dllm`.
 
 Directory ``resources/dllm/`` (written by :func:`prepare_dllm_data`):
 ``tokenizers/{word,bpe}/``, ``{tokenizer}_{layout}_{data}.pt`` tensors (layout ``dllm`` or ``ar``; data ``sft``
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -425,14 +426,22 @@ def sweep_batches(samples_path, batch_size: int, batches: int | None, batch_key=
 
 
 def time_sweep_point(
-    args: dict, samples_path, batch_size: int, timing: SweepTiming, lmeval_tp: dict, log=print
+    args: dict,
+    samples_path,
+    batch_size: int,
+    timing: SweepTiming,
+    lmeval_tp: dict,
+    log=print,
+    lmeval_threads: int | None = None,
 ) -> dict:
-    """The throughput of one sweep point, measured again beside its lm-eval run (whose adapter times a single
-    pass): the decoder of ``args`` rebuilt (loading untimed), :func:`~unie.eval.timing.time_passes` over the
-    prompts of ``samples_path`` (:func:`sweep_batches`).  Besides the checks of one timing, its seconds per
-    model call are compared with those of the lm-eval pass (``lmeval_tp``: its ``throughput.json``), the same
-    decoder on the same prompts: a deviation above ``checks.max_call_deviation`` is flagged
-    ``seconds_per_call``."""
+    """The throughput of one sweep point, measured again after its lm-eval run (whose adapter times a single pass):
+    the decoder of ``args`` rebuilt (loading untimed), :func:`~unie.eval.timing.time_passes` over the prompts of
+    ``samples_path`` (:func:`sweep_batches`).  Besides the checks of one timing, its seconds per model call are
+    compared with those of the lm-eval pass (``lmeval_tp``: its ``throughput.json``), the same decoder on the same
+    prompts, when that pass ran on as many torch threads (``lmeval_threads``; None: the same): a deviation above
+    ``checks.max_call_deviation`` is flagged ``seconds_per_call``.  On other threads (a local CPU run: the lm-eval
+    job on ``threads`` beside other jobs, the timing on every core) the two are not comparable: the lm-eval pass's
+    seconds per call are recorded, not checked (``call_checked``: false)."""
     from ..dllm.decoder import build_decoder
 
     decoder = build_decoder(args)
@@ -448,17 +457,19 @@ def time_sweep_point(
     )
     ref = lmeval_tp["seconds"] / lmeval_tp["nfe"] if lmeval_tp.get("nfe") and lmeval_tp.get("seconds") else None
     out["seconds_per_call_lmeval"] = ref
-    if ref and out["seconds_per_call"] and abs(out["seconds_per_call"] / ref - 1) > checks.max_call_deviation:
+    out["threads_lmeval"] = lmeval_threads if lmeval_threads is not None else out["threads"]
+    out["call_checked"] = bool(ref and out["seconds_per_call"] and out["threads_lmeval"] == out["threads"])
+    if out["call_checked"] and abs(out["seconds_per_call"] / ref - 1) > checks.max_call_deviation:
         out["flags"] = out["flags"] + ["seconds_per_call"]
         out["trusted"] = False
     return out
 
 
 def resume_stamp(inputs: dict) -> str:
-    """What a finished sweep point depends on beyond its own settings, for :func:`run_sweep` to reuse it after an
-    interrupted attempt: the package's source (every ``unie/**/*.py``), the lm-eval, torch and transformers
-    versions, and every input file's name, size and modification time (a model fetched again, a task file
-    replaced).  A hex digest."""
+    """What a finished sweep point depends on beyond its own settings, for :func:`evaluate_sweep` and
+    :func:`time_sweep` to reuse it after an interrupted attempt: the package's source (every ``unie/**/*.py``), the
+    lm-eval, torch and transformers versions, and every input file's name, size and modification time (a model
+    fetched again, a task file replaced).  A hex digest."""
     import hashlib
     from importlib.metadata import version
 
@@ -478,70 +489,61 @@ def resume_stamp(inputs: dict) -> str:
     return h.hexdigest()
 
 
-def run_sweeps(sweeps: dict, dllm: dict, points_paths, device: str, log=print, precision: str = "fp32") -> dict:
-    """Rules dllm_sweep / dllm_sweeps: :func:`run_sweep` for each sweep of ``sweeps`` (name -> its inputs), one after
-    the other, into the folder of its ``points.json`` (``points_paths``, in the sweeps' order).  What in that folder
-    is not a point of the sweep goes first; a point finished by an earlier attempt of the job is kept, and reused
-    only where its record says it was made as it would be now (:func:`run_sweep`).  Returns sweep -> its records."""
-    out = {}
-    for (sweep, inputs), points in zip(sweeps.items(), points_paths):  # in the sweeps' order
-        sweep_dir = Path(points).parent  # points.json and one folder of lm-eval files per point
-        names = {p["name"] for p in sweep_points(dllm, sweep)}
-        for entry in sorted(sweep_dir.iterdir()) if sweep_dir.is_dir() else []:
-            if entry.name not in names:
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        out[sweep] = run_sweep(sweep, dllm, inputs, sweep_dir, device, log=log, precision=precision)
-    return out
+LMEVAL_RECORD = "lmeval.json"  # a sweep's lm-eval runs (rule dllm_sweep_eval), beside its points.json
+TIMED = "timing.json"  # a point's timing (rule dllm_sweep), in its folder beside point.json (its lm-eval run)
+# a point's record in points.json: these fields of its lm-eval run, tokens/s, these, then the timing's verdict
+_POINT_HEAD = ("sweep", "point", "curve", "label", "key", "value", "task", "metric", "accuracy", "stderr", "n")
+_POINT_TAIL = ("nfe", "seconds", "requests", "generated_tokens", "model_args", "tokens_per_s_lmeval")
 
 
-def run_sweep(
+def _point_args(point: dict, dllm: dict, inputs: dict, device: str, precision: str) -> dict:
+    """A sweep point's ``model_args`` (:func:`~unie.dllm.rows.row_model_args`) with its curve's files."""
+    files = {
+        role: inputs[f"{point['curve']}_{role}"] for role in ("model", "proxy") if f"{point['curve']}_{role}" in inputs
+    }
+    return row_model_args(point["name"], point["row"], dllm, files, device, precision)
+
+
+def evaluate_sweep(
     sweep: str, dllm: dict, inputs: dict, out_dir, device: str, evaluate=None, log=print, precision: str = "fp32"
 ) -> list[dict]:
-    """Rule dllm_sweep: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the task
-    ``dllm.sweeps.task``, all in this process (lm-eval and the models are imported once; every point's
-    throughput is timed by the adapter over its single pass: warm-up batch excluded, model loading excluded,
-    ``dllm.batch_size``), then timed again, ``dllm.timing`` (:class:`SweepTiming`, :func:`time_sweep_point`):
-    a point's ``tokens_per_s`` is the median of ``repeats`` timed passes after a warm-up, checked and flagged
-    like every timing (``flags``, ``trusted``, the details under ``timing``); the adapter's own figures are kept
-    as ``tokens_per_s_lmeval`` and ``seconds`` (its timed generation, all prompts).
-    Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` per point and
-    ``points.json`` (one record per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under
-    ``out_dir``; returns the records.  ``evaluate``: :func:`unie.dllm.lmeval.evaluate` unless given (a test's stand-in).
-    ``precision``: every point's model_args (:func:`~unie.dllm.rows.row_model_args`).
+    """Rule dllm_sweep_eval: one lm-eval run (the real evaluator, ``--log_samples``) per point of ``sweep`` on the
+    task ``dllm.sweeps.task``, all in this process (lm-eval and the models are imported once), on the job's threads
+    beside other jobs.  What in ``out_dir`` is neither a point of the sweep nor its ``points.json`` (rule dllm_sweep's)
+    goes first.  Writes ``{point}/results.json`` (lm-eval's JSON) and ``{point}/throughput.json`` (the adapter's
+    counters and its timed pass: warm-up batch and model loading excluded, ``dllm.batch_size``) per point and
+    :data:`LMEVAL_RECORD` (one record per point: accuracy and its s.e. from lm-eval, the items, NFE, requests,
+    generated tokens, the adapter's pass; the torch threads it ran on), which vouches for the points' lm-eval files,
+    under ``out_dir``; returns the records.  The throughput Figure 4 plots is timed after it (:func:`time_sweep`).
+    ``evaluate``: :func:`unie.dllm.lmeval.evaluate` unless given (a test's stand-in).  ``precision``: every point's
+    model_args (:func:`~unie.dllm.rows.row_model_args`).
 
     Resumable point by point: each finished point's record is kept in ``{point}/point.json`` with what it was made
     from (its model_args, the task, the metric, the shared settings and :func:`resume_stamp`); a job started again
     (a Slurm retry after the time limit) reuses every point whose record matches and runs the others, so 24
-    points need not fit in one allocation.  A point whose record does not match is run again from nothing."""
-    from ..core.integrity import atomic_write_text
+    points need not fit in one allocation.  A point whose record does not match is run again from nothing (its
+    timing too)."""
     from ..data.tasks import PRIMARY_METRIC
 
     if evaluate is None:
         from ..dllm.lmeval import evaluate
     out_dir = Path(out_dir)
+    points = sweep_points(dllm, sweep)
+    keep = {p["name"] for p in points} | {"points.json"}
+    for entry in sorted(out_dir.iterdir()) if out_dir.is_dir() else []:
+        if entry.name not in keep:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
     task = dllm["sweeps"]["task"]
     metric = dllm["tasks"].get("metrics", {}).get(task) or f"{PRIMARY_METRIC[task]},none"
     include = inputs.get("tasks") or inputs.get("local_tasks")
     include = Path(include[0] if isinstance(include, (list, tuple)) else include).parent if include else None
-    timing = SweepTiming.from_config(dllm.get("timing"))
     lm = LmEvalSettings.from_dllm(dllm)
     stamp = resume_stamp(inputs)
     records = []
-    for point in sweep_points(dllm, sweep):
+    for point in points:
         point_dir = out_dir / point["name"]
-        args = row_model_args(
-            point["name"],
-            point["row"],
-            dllm,
-            {
-                role: inputs[f"{point['curve']}_{role}"]
-                for role in ("model", "proxy")
-                if f"{point['curve']}_{role}" in inputs
-            },
-            device,
-            precision,
-        )
+        args = _point_args(point, dllm, inputs, device, precision)
         made_with = json.dumps(
             {
                 "model_args": args,
@@ -549,7 +551,6 @@ def run_sweep(
                 "metric": metric,
                 "lm_eval": dataclasses.asdict(lm),
                 "batch_size": dllm["batch_size"],
-                "timing": dataclasses.asdict(timing),
                 "stamp": stamp,
             },
             sort_keys=True,
@@ -580,7 +581,6 @@ def run_sweep(
         tp = json.loads((point_dir / "throughput.json").read_text())
         name, filt = metric.split(",", 1)
         samples = next(point_dir.rglob(f"samples_{task}_*.jsonl"))
-        timed = time_sweep_point(args, samples, dllm["batch_size"], timing, tp, log=log)
         records.append(
             {
                 "sweep": sweep,
@@ -594,25 +594,18 @@ def run_sweep(
                 "accuracy": 100 * res[metric],
                 "stderr": 100 * res[f"{name}_stderr,{filt}"],
                 "n": len(read_jsonl(samples)),
-                "tokens_per_s": timed["tokens_per_s"],
                 "nfe": tp["nfe"],
                 "seconds": tp["seconds"],
                 "requests": tp["requests"],
                 "generated_tokens": tp["generated_tokens"],
                 "model_args": {k: v for k, v in args.items() if k != "device"},
                 "tokens_per_s_lmeval": tp["tokens_per_s"],
-                "flags": timed["flags"],
-                "trusted": timed["trusted"],
-                "timing": timed,
             }
         )
         log(
-            f"  accuracy {records[-1]['accuracy']:.1f} ± {records[-1]['stderr']:.1f}, "
-            f"{records[-1]['tokens_per_s']:.0f} tokens/s (median of {timing.repeats} passes; spread "
-            f"{timed['spread']:.2f}; lm-eval's pass {tp['tokens_per_s'] or 0:.0f}), NFE {tp['nfe']}"
+            f"  accuracy {records[-1]['accuracy']:.1f} ± {records[-1]['stderr']:.1f}, NFE {tp['nfe']} (lm-eval's pass "
+            f"{tp['tokens_per_s'] or 0:.0f} tokens/s on {torch.get_num_threads()} threads: not the plotted throughput)"
         )
-        if not timed["trusted"]:
-            log(f"WARNING: {sweep} {point['name']}: {describe(timed)}")
         atomic_write_text(point_dir / "point.json", json.dumps({"made_with": made_with, "record": records[-1]}))
     write_json(
         {
@@ -620,19 +613,96 @@ def run_sweep(
             "task": task,
             "metric": metric,
             "batch_size": dllm["batch_size"],
+            "threads": torch.get_num_threads(),  # the lm-eval passes' (time_sweep compares like with like)
             "points": records,
-            "timing": dataclasses.asdict(timing),
-            "trusted": all(r["trusted"] for r in records),
         },
-        out_dir / "points.json",
+        out_dir / LMEVAL_RECORD,
         indent=1,
         records=point_files(out_dir, [r["point"] for r in records]),
     )  # it vouches for the points' files
     return records
 
 
+def time_sweep(
+    sweep: str, dllm: dict, inputs: dict, out_dir, device: str, log=print, precision: str = "fp32"
+) -> list[dict]:
+    """Rule dllm_sweep: the throughput of every point of ``sweep`` whose lm-eval run :func:`evaluate_sweep` recorded in
+    ``out_dir`` (:data:`LMEVAL_RECORD`; the point's ``throughput.json`` and samples checked against it), timed in
+    this job, which holds every core on a CPU, ``dllm.timing`` (:class:`SweepTiming`, :func:`time_sweep_point`): a
+    point's ``tokens_per_s`` is the median of ``repeats`` timed passes after a warm-up, checked and flagged like every
+    timing (``flags``, ``trusted``, the details under ``timing``); the adapter's own figures are kept as
+    ``tokens_per_s_lmeval`` and ``seconds`` (its timed generation, all prompts).  Writes ``points.json`` (one record
+    per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under ``out_dir``; returns the records.
+
+    Resumable point by point as :func:`evaluate_sweep`: a point's timing is kept in ``{point}/timing.json`` with what
+    it was made from (the point's lm-eval record, the timing settings, :func:`resume_stamp`) and reused by a job
+    started again while that still holds."""
+    from ..core.integrity import fix_by_rerun, records_of, verify_file
+
+    out_dir = Path(out_dir)
+    evaluated = read_json(out_dir / LMEVAL_RECORD, "a sweep's lm-eval record")
+    vouched = records_of(out_dir / LMEVAL_RECORD)
+    fix = fix_by_rerun("dllm_sweep_eval")
+    timing = SweepTiming.from_config(dllm.get("timing"))
+    points = {p["name"]: p for p in sweep_points(dllm, sweep)}
+    stamp = resume_stamp(inputs)
+    records = []
+    for ev in evaluated["points"]:
+        point_dir = out_dir / ev["point"]
+        made_with = json.dumps(
+            {"record": ev, "timing": dataclasses.asdict(timing), "stamp": stamp}, sort_keys=True, default=str
+        )
+        timed = _kept_point(point_dir / TIMED, made_with)
+        if timed is not None:
+            log(f"{sweep} {ev['point']}: timing kept from an earlier attempt of this job")
+        else:
+            args = _point_args(points[ev["point"]], dllm, inputs, device, precision)
+            samples = next(point_dir.rglob(f"samples_{evaluated['task']}_*.jsonl"))
+            for path in (point_dir / "throughput.json", samples):
+                record = vouched.get(os.path.normpath(path))
+                if record is not None:
+                    verify_file(path, record, fix)
+            tp = json.loads((point_dir / "throughput.json").read_text())
+            timed = time_sweep_point(
+                args, samples, evaluated["batch_size"], timing, tp, log=log, lmeval_threads=evaluated.get("threads")
+            )
+            atomic_write_text(point_dir / TIMED, json.dumps({"made_with": made_with, "record": timed}))
+        records.append(
+            {
+                **{k: ev[k] for k in _POINT_HEAD},
+                "tokens_per_s": timed["tokens_per_s"],
+                **{k: ev[k] for k in _POINT_TAIL},
+                "flags": timed["flags"],
+                "trusted": timed["trusted"],
+                "timing": timed,
+            }
+        )
+        log(
+            f"{sweep} {ev['point']}: accuracy {ev['accuracy']:.1f} ± {ev['stderr']:.1f}, {timed['tokens_per_s']:.0f} "
+            f"tokens/s (median of {timing.repeats} passes; spread {timed['spread']:.2f}; lm-eval's pass "
+            f"{ev['tokens_per_s_lmeval'] or 0:.0f}), NFE {ev['nfe']}"
+        )
+        if not timed["trusted"]:
+            log(f"WARNING: {sweep} {ev['point']}: {describe(timed)}")
+    write_json(
+        {
+            "sweep": sweep,
+            "task": evaluated["task"],
+            "metric": evaluated["metric"],
+            "batch_size": evaluated["batch_size"],
+            "points": records,
+            "timing": dataclasses.asdict(timing),
+            "trusted": all(r["trusted"] for r in records),
+        },
+        out_dir / "points.json",
+        indent=1,
+    )
+    return records
+
+
 def _kept_point(path: Path, made_with: str) -> dict | None:
-    """A finished point's record (:func:`run_sweep`) when ``path`` holds one made with ``made_with``, else None."""
+    """A finished point's record (:func:`evaluate_sweep`, :func:`time_sweep`) when ``path`` holds one made with
+    ``made_with``, else None."""
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -642,7 +712,7 @@ def _kept_point(path: Path, made_with: str) -> dict | None:
 
 def point_files(out_dir, names) -> list[str]:
     """The lm-eval files of a sweep's or the map's points (``out_dir/{point}/``: :func:`row_files`), whose sizes and
-    hashes the ``points.json`` records."""
+    hashes the sweep's ``lmeval.json`` (:data:`LMEVAL_RECORD`) or the map job's ``points.json`` records."""
     from .tables_figures import row_files
 
     return [f for name in names for f in row_files(Path(out_dir) / name)]

@@ -175,51 +175,52 @@ for _group, _rows in PLAN.eval_groups.items():
             "../scripts/dllm_eval.py"
 
 
-# Figure 4 and the appendix k/w tables: one lm-eval run per point on one task, all points of a sweep in one job
-# (lm-eval and the models imported once); it holds every core (throughput is timed): held_cores().  `dllm.eval_job:
-# model`: every sweep in one job (rule dllm_sweeps), else one job per sweep (rule dllm_sweep); the same files.
-rule dllm_sweep:
+# Figure 4 and the appendix k/w tables, two jobs a sweep: its lm-eval runs (one per point, all in one job beside other
+# jobs: rule dllm_sweep_eval, the points' files beside lmeval.json), then their throughput, timed by a job that holds
+# every core (rule dllm_sweep: held_cores(); points.json, which the tables and Figure 4 read)
+rule dllm_sweep_eval:
     input:
         unpack(lambda wc: PLAN.sweep_inputs(wc.sweep)),
     output:
-        # the points' lm-eval files are written beside it, in the same folder (tables and Figure 4 read points.json)
+        run_path("results/dllm/sweeps/{sweep}/lmeval.json"),
+    log:
+        run_path("logs/dllm/sweep_eval_{sweep}.log"),
+    benchmark:
+        run_path("benchmarks/dllm/sweep_eval_{sweep}.tsv")
+    wildcard_constraints:
+        sweep="|".join(PLAN.sweeps) or "(?!)",
+    threads: config["threads"]
+    resources:
+        **rule_resources("dllm_sweep", 4000, 120, gpu=True),
+    params:
+        **JOB,
+        inputs=lambda wc: PLAN.sweep_inputs(wc.sweep),
+        dllm=lambda wc: PLAN.sweep_params(wc.sweep),
+    script:
+        "../scripts/dllm_sweep_eval.py"
+
+
+rule dllm_sweep:
+    input:
+        unpack(lambda wc: PLAN.sweep_inputs(wc.sweep)),
+        lmeval=run_path("results/dllm/sweeps/{sweep}/lmeval.json"),
+    output:
         run_path("results/dllm/sweeps/{sweep}/points.json"),
     log:
         run_path("logs/dllm/sweep_{sweep}.log"),
     benchmark:
         run_path("benchmarks/dllm/sweep_{sweep}.tsv")
     wildcard_constraints:
-        sweep="|".join(s for s in PLAN.sweeps if s not in PLAN.sweep_job) or "(?!)",
+        sweep="|".join(PLAN.sweeps) or "(?!)",
     threads: held_cores()
     resources:
         **rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False),
     params:
         **JOB,
-        dllm=PLAN.sweep_params([])["dllm"],
-        sweeps=lambda wc: PLAN.sweep_params([wc.sweep])["sweeps"],
+        inputs=lambda wc: PLAN.sweep_inputs(wc.sweep),
+        dllm=lambda wc: PLAN.sweep_params(wc.sweep, timed=True),
     script:
         "../scripts/dllm_sweep.py"
-
-
-if PLAN.sweep_job:
-
-    rule dllm_sweeps:
-        input:
-            unpack(lambda wc: PLAN.sweeps_inputs(PLAN.sweep_job)),
-        output:
-            [PLAN.sweep_file(s) for s in PLAN.sweep_job],
-        log:
-            run_path("logs/dllm/sweeps.log"),
-        benchmark:
-            run_path("benchmarks/dllm/sweeps.tsv")
-        threads: held_cores()
-        resources:
-            **rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False),
-        params:
-            **PLAN.sweep_params(PLAN.sweep_job),
-            **JOB,
-        script:
-            "../scripts/dllm_sweep.py"
 
 
 # The room every Algorithm 3 row had (beyond the paper; dllm.room): per backbone row, the candidate tree of the window

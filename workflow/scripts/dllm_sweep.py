@@ -1,16 +1,18 @@
-"""Rules dllm_sweep / dllm_sweeps: the points of one sweep (Figure 4, appendix k/w tables) or of every sweep (one
-after the other), one lm-eval run each; each sweep's output is its points.json, its points' lm-eval files beside it
-(unie.pipeline.dllm_runs.run_sweeps)."""
+"""Rule dllm_sweep: the throughput of one sweep's points (Figure 4, appendix k/w tables), timed holding every core
+after their lm-eval runs (rule dllm_sweep_eval); the sweep's points.json (unie.pipeline.dllm_runs.time_sweep)."""
 
 from unie.pipeline.rule import job, job_precision
 
 with job(snakemake) as log:
-    from unie.pipeline.dllm_runs import run_sweeps
+    import os
 
-    run_sweeps(
-        snakemake.params.sweeps,
+    from unie.pipeline.dllm_runs import time_sweep
+
+    time_sweep(
+        snakemake.wildcards.sweep,
         snakemake.params.dllm,
-        list(snakemake.output),  # in the sweeps' order
+        snakemake.params.inputs,
+        os.path.dirname(snakemake.output[0]),  # the sweep's folder
         snakemake.params.device,
         log=log,
         precision=job_precision(snakemake),
