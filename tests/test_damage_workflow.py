@@ -488,8 +488,9 @@ def test_a_replaced_token_file_retrains_its_models_and_sigterm_ends_saying_so(da
 def test_a_deleted_result_is_remade_with_the_table_made_from_it(damaged):
     """``rm results/ppl/mdlm.json`` in the finished tree: Snakemake alone does nothing while Table 1 is there; the
     dry run names it and plans its job and what is made from it.  In the same dry run, a sweep point's lm-eval
-    results one digit edited (a third folder depth and name): named, and planned with its sweep's job and what reads
-    the sweeps.  Nothing else is planned (the files set aside above, lm-eval's old time-stamped ones among them, ask
+    results one digit edited (a third folder depth and name): named, and planned with its sweep's two jobs (its lm-eval
+    runs, their timing) and what reads that sweep alone (the k table: Figure 4 and the w table read the other two
+    sweeps, which are not run again).  Nothing else is planned (the files set aside above, lm-eval's old time-stamped ones among them, ask
     for nothing more), and ``snakemake --report`` makes no report meanwhile."""
     wd = damaged.wd
     (wd / f"{RESULTS['ppl']}.damaged").unlink()  # the copy set aside above (else: "set aside ... not made again")
@@ -504,8 +505,6 @@ def test_a_deleted_result_is_remade_with_the_table_made_from_it(damaged):
         "dllm_sweep": 1,
         "table1": 1,
         "table_app_k": 1,
-        "table_app_w": 1,
-        "fig4": 1,
         "paper_vs_ours": 1,
         "paper_page": 1,
         "all": 1,
