@@ -8,6 +8,7 @@
 import sys
 
 from unie.config.replicate_plan import aggregate_dir, given_profile, replicate_command
+from unie.config.rundir import run_directory
 
 REPLICATES = config.get("replicates") or {}
 REPLICATE_SEEDS = list(REPLICATES.get("seeds", []))
@@ -17,7 +18,7 @@ REPLICATES_DIR = aggregate_dir(
     lambda: run_directory(
         _files,
         {k: v for k, v in workflow.config_settings.config.items() if k != "seed"},
-        grid=_grid,
+        grid=os.path.join(workflow.basedir, "config", "experiments.yaml"),
         config_dir=os.path.join(workflow.basedir, "config"),
     ),
 )
