@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from ..core.integrity import code_digest
 from ..core.options import ConfigError
 from .expand import RuleFacts, rule_facts
 from .profile import DEFAULT_PROFILE, GRID, REPO, SCHEMA, profile_chain
@@ -82,8 +83,7 @@ def cache_key(profile_files, cli_overrides: dict | None, grid=None, schema=None,
     for s in dict.fromkeys([Path(schema or SCHEMA).resolve(), SCHEMA.resolve()]):
         add(f"schema {s}", s.read_bytes())
     add("--config", json.dumps(cli_overrides or {}, sort_keys=True, default=repr).encode())
-    for f in sorted((REPO / "unie").rglob("*.py")):
-        add(f"code {f.relative_to(REPO)}", f.read_bytes())
+    add("code", code_digest(REPO / "unie").encode())
     add("context", f"{os.getcwd()}\0{sys.version}\0{snakemake_version}".encode())
     return h.hexdigest()
 

@@ -204,6 +204,20 @@ RECORDS = "records"  # {path: {"sha256", "bytes"}} of files it vouches for (path
 ENVELOPE = (HASH_KEY, MADE_BY, MADE_FROM, RECORDS)
 
 
+def code_digest(package=None) -> str:
+    """The SHA-256 of a package's code (this one unless ``package`` names its folder): every ``**/*.py``, its path
+    under the package and its bytes.  What a remembered result made by this code depends on: the Snakefile's
+    configuration (:mod:`unie.config.cache`), a sweep point kept for a resumed job
+    (:func:`unie.pipeline.dllm_runs.resume_stamp`)."""
+    package = Path(package) if package is not None else Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(package.rglob("*.py")):
+        data = f.read_bytes()
+        h.update(f"{f.relative_to(package).as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
 def json_digest(obj: dict) -> str:
     """The content hash of a JSON object: SHA-256 of its canonical form (keys sorted, no spaces, ASCII, the values as
     Python writes and reads them back: a float round-trips exactly) without :data:`HASH_KEY`.  Whitespace and key

@@ -473,10 +473,9 @@ def resume_stamp(inputs: dict) -> str:
     import hashlib
     from importlib.metadata import version
 
-    h = hashlib.sha256()
-    package = Path(__file__).resolve().parents[1]
-    for f in sorted(package.rglob("*.py")):
-        h.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes())
+    from ..core.integrity import code_digest
+
+    h = hashlib.sha256(code_digest().encode())
     for dist in ("lm_eval", "torch", "transformers"):
         h.update(f"{dist}={version(dist)}".encode())
     for key in sorted(inputs):
