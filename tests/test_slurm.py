@@ -49,7 +49,10 @@ TIMING_KEYS = re.compile(
     # flags they raise and the reruns they cause, and the timed passes of a sweep point
     r"seconds_min|seconds_max|seconds_per_call|seconds_per_call_lmeval|spread|cpu_seconds_all|"
     r"cpu_ratio|cpu_checked|flags|earlier_flags|trusted|timing_trusted|attempts|tokens_per_s_all|"
-    r"tokens_per_s_lmeval)$"
+    r"tokens_per_s_lmeval|"
+    # a sweep point's timing against its lm-eval pass: that pass's threads (one core locally, the job's CPUs under
+    # Slurm) and whether seconds per call could be compared (only on equal threads)
+    r"threads_lmeval|call_checked)$"
 )
 # lm-eval's timestamp in its file names
 STAMP = re.compile(r"_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d+")
