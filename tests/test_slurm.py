@@ -211,6 +211,8 @@ def test_smoke_through_slurm_profile_equals_local_run(slurm_cluster, smoke_prist
         str(cluster),
         "--slurm-init-seconds-before-status-checks",
         "2",  # a CI-sized wait before the first status check
+        "--seconds-between-status-checks",
+        "2",  # and between two (Snakemake's default, 10 s, was most of the run's 650 s: its jobs wait on each other)
         "--retries",
         "0",  # a failed job fails the test (the profile's retries would resubmit it)
         cwd=cluster,

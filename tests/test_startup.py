@@ -55,13 +55,17 @@ def _torch_free(code: str) -> subprocess.CompletedProcess:
 
 
 def _workflow_modules() -> list[str]:
-    """Every ``unie`` module the Snakefile and the rule files import, and those the table and figure jobs import."""
+    """Every ``unie`` module the Snakefile and the rule files import, and those the table and figure jobs import (the
+    whole of ``unie.report``, which they call)."""
     import re
 
     texts = [REPO.joinpath("Snakefile").read_text()]
     texts += [f.read_text() for f in sorted((REPO / "workflow" / "rules").glob("*.smk"))]
     found = {m for t in texts for m in re.findall(r"^\s*from (unie[\w.]*) import", t, re.M)}
-    return sorted(found | {"unie.pipeline.rule", "unie.pipeline.tables_figures", "unie.pipeline.paper_vs_ours"})
+    report = {f"unie.report.{f.stem}" for f in (REPO / "unie" / "report").glob("*.py") if f.stem != "__init__"}
+    return sorted(
+        found | report | {"unie.pipeline.rule", "unie.pipeline.tables_figures", "unie.pipeline.paper_vs_ours"}
+    )
 
 
 def test_the_package_and_the_workflows_modules_import_no_torch():

@@ -27,6 +27,7 @@ from ..core.gumbel import gumbel_argmax, uniform
 from ..core.schedule import antithetic_t
 from ..methods.mdlm import q_xt, transition
 from .energies import ENERGIES, ARTerms, log_partition, logp_dlm_x0
+from .names import estimator_is_bound, estimator_is_reference  # noqa: F401  (torch-free: a table job reads them)
 
 
 def energy_corrected_nelbo(
@@ -52,32 +53,3 @@ def energy_corrected_nelbo(
         logF = log_partition(energy_name, xt, x0k, xs[:, None], logp, ar, mask_id)
     log_cond = logp_dlm_x0(logp, xt, x0k, mask_id) - E - logF
     return (schedule.weight(t.double()) * -log_cond[:, 0].double()).cpu()
-
-
-def estimator_is_reference(energy: str, ar_context: str | None = None) -> bool:
-    """Whether Table 1's estimator for an energy row is, in expectation, a reference row's own: Ind-E with
-    ``teacher_forced_carry_over`` (EDLM-CoAR) estimates the AR proxy's NLL of ``x0`` (:func:`estimator_is_bound`), the
-    AR reference row's likelihood, so it is compared like that row (left out of the best), not as a method."""
-    return energy == "ind" and ar_context == "teacher_forced_carry_over"
-
-
-def estimator_is_bound(energy: str, ar_context: str | None = None) -> tuple[bool, str]:
-    """Whether Table 1's estimator for an energy row is, in expectation, an upper bound on the model's perplexity
-    (so that it can never fall below the data's own), and why.
-
-    * Ind-E with ``teacher_forced_carry_over`` (EDLM-CoAR): the corrected conditional is
-      ``Σ_{i∈M_t} log p_AR(x0_i | x0_<i)`` (module doc); the NELBO's weight ``w(t)`` integrates each masked position's
-      term to 1, so the estimate's expectation is the AR's own NLL of ``x0``, the cross-entropy of a normalised
-      model: a bound.
-    * Uni-E (any proxy context): not a bound; the tokens revealed between ``t`` and ``s`` are never scored (the
-      brute-force partition check: the mass over ``x0`` is ``V^|D|``, not 1).
-    * EDLM's energy network (``ebm``): not a bound; the one-sample plug-in ``log F ≈ -E_phi(x̂0, xt)`` is biased low
-      (``E[log Ẑ] <= log Z``), and so is the NLL.
-    * Any other energy or context: not shown to be a bound, so not treated as one."""
-    if energy == "ind" and ar_context == "teacher_forced_carry_over":
-        return True, "in expectation the AR's own NLL (a normalised model)"
-    if energy == "uni":
-        return False, "Uni-E's closed-form log F leaves the tokens revealed between t and s unscored"
-    if energy == "ebm":
-        return False, "EDLM's one-sample plug-in for log F is biased low"
-    return False, f"energy {energy!r} with context {ar_context!r} is not shown to be a bound"

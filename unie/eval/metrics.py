@@ -9,9 +9,12 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported by the functions that compute with it: a table job reads these conventions
+    import torch  # (paired_effect, window_shares) without loading torch
 
 
 def ppl_with_se(nll: torch.Tensor, tokens: torch.Tensor) -> dict:
@@ -30,6 +33,8 @@ def ppl_with_se(nll: torch.Tensor, tokens: torch.Tensor) -> dict:
 
 def unigram_entropy_bits(x: torch.Tensor) -> torch.Tensor:
     """Per-sample unigram entropy of token ids in bits. ``(N, L) -> (N,)``."""
+    import torch
+
     out = torch.empty(x.shape[0], dtype=torch.float64)
     for i, row in enumerate(x):
         _, counts = torch.unique(row, return_counts=True)

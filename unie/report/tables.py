@@ -136,10 +136,10 @@ def table1(rows: dict, domains: list[str], records: list[dict]) -> tuple[str, pd
     ``records``: the ``results/ppl/*.json`` results (each with its ``source``).
 
     A row whose estimator is not an upper bound on perplexity (an energy row whose ``spec`` says so:
-    :func:`unie.energy.corrected_nelbo.estimator_is_bound`) gets a dagger and a caption note and is never bold: the best
+    :func:`unie.energy.names.estimator_is_bound`) gets a dagger and a caption note and is never bold: the best
     of a column is chosen among the bounds (the reference rows, data and AR, left out).  The CSV says it per cell:
     ``bound`` (the row's estimator is a bound) and ``best`` (the cell is bold)."""
-    from ..energy.corrected_nelbo import estimator_is_bound, estimator_is_reference
+    from ..energy.names import estimator_is_bound, estimator_is_reference
 
     results = {r["source"]: r for r in records}
     bound, why, reference = {}, {}, {}
