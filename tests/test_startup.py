@@ -47,6 +47,27 @@ def test_the_block_lasts_only_for_the_import():
     assert sys.modules.get("rfc3987_syntax", "absent") is not None  # never left blocked
 
 
+def test_whoever_imports_jsonschema_first_skips_the_iri_grammars():
+    """Snakemake imports nbformat (and so jsonschema) for every ``script:`` job it starts; once the Snakefile has called
+    ``skip_iri_grammars`` that import builds no IRI grammars either, and ``rfc3987_syntax`` stays importable."""
+    code = (
+        "import sys, importlib.util\n"
+        "from unie.config.validate import skip_iri_grammars\n"
+        "skip_iri_grammars()\n"
+        "import jsonschema\n"
+        "if importlib.util.find_spec('nbformat'):\n"
+        "    import nbformat\n"
+        "print('rfc3987_syntax' in sys.modules)\n"
+        "if importlib.util.find_spec('rfc3987_syntax'):\n"
+        "    import rfc3987_syntax\n"
+        "    assert rfc3987_syntax is not None\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "False"
+    assert "skip_iri_grammars()" in REPO.joinpath("Snakefile").read_text()
+
+
 # ---------------------------------------------------------------------- the package and the registries without torch
 def _torch_free(code: str) -> subprocess.CompletedProcess:
     """``code`` run in a fresh interpreter that then fails if torch was imported."""
