@@ -1,11 +1,10 @@
 """Every configuration error is one line naming the key, its file and a did-you-mean: from `--config` and from an
 overlay file alike, through `unie check-config` and through `snakemake` (unie.config.validate)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from snakemake_run import run_snakemake
 import yaml
 
 from unie.cli import main
@@ -102,13 +101,7 @@ def test_snakemake_prints_the_one_line_and_no_schema(tmp_path, args, expected):
     _overlay(tmp_path, CASES["nested typo"][1])
     smoke = (REPO / "config" / "smoke.yaml").read_text()
     (tmp_path / "bound.yaml").write_text(smoke.replace("train: {steps: 40,", "train: {steps: -5,", 1))
-    r = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_snakemake(["-s", REPO / "Snakefile", "-d", tmp_path, "-n", *args], tmp_path)
     assert r.returncode == 1
     hint = " (--verbose: the schema's full report)" if args[0] == "--config" else ""
     assert r.stderr.strip().splitlines() == [f"unie: config error: {expected}{hint}"], r.stderr[-2000:]
@@ -166,14 +159,7 @@ def test_a_missing_configfile_stops_snakemake_before_the_workflow(tmp_path):
     (snakemake 9: ``ConfigSettings``), before the Snakefile, so a missing one is Snakemake's own traceback, which ends
     naming the file, and no line of the workflow's; ``unie check-config`` is the one-line check.  Should a Snakemake
     let the workflow see it first, this fails: the Snakefile then says it in one line and the note goes."""
-    r = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n"]
-        + ["--configfile", "config/nope.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_snakemake(["-s", REPO / "Snakefile", "-d", tmp_path, "-n", "--configfile", "config/nope.yaml"], tmp_path)
     out = (r.stdout + r.stderr).strip()
     assert r.returncode == 1 and "unie:" not in out, out[-2000:]
     assert out.splitlines()[-1] == "FileNotFoundError: [Errno 2] No such file or directory: 'config/nope.yaml'"

@@ -43,6 +43,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from snakemake_run import run_snakemake
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 from unie.data.tokens import read_token_meta  # noqa: E402
@@ -165,7 +166,7 @@ def smk(*args, cwd: Path) -> subprocess.CompletedProcess:
         "--configfile",
         str(SMOKE),
     ]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    return run_snakemake(cmd[3:], cwd)  # in this process (tests/snakemake_run.py)
 
 
 def planned_jobs(out: str) -> dict[str, int]:

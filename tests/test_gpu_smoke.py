@@ -9,12 +9,12 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from snakemake_run import run_snakemake
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 from unie.core.options import ConfigError
@@ -43,7 +43,7 @@ def smk(*args, cwd, configfiles=(GPU_SMOKE,), config=()):
         *map(str, configfiles),
         *(["--config", *config] if config else []),
     ]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    return run_snakemake(cmd[3:], cwd)  # in this process (tests/snakemake_run.py)
 
 
 def job_counts(out: str) -> dict[str, int]:

@@ -4,11 +4,11 @@ grouping of Table 3's rows by backbone model."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from snakemake_run import run_snakemake
 
 from unie.dllm.rows import eval_groups
 
@@ -47,7 +47,7 @@ def _planned(tmp_path, *config) -> tuple[dict[str, int], set[str]]:
         str(SMOKE),
         *(["--config", *config] if config else []),
     ]
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    r = run_snakemake(cmd[3:], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     rules = {}

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from snakemake_run import run_snakemake
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 import torch
@@ -66,7 +67,7 @@ def smk(*args, cwd, check=False, configfile=True, flow: Path | None = None):
         *args,
         *(["--configfile", str(flow / "config" / "smoke.yaml")] if configfile else []),
     ]  # last: it takes several
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    r = run_snakemake(cmd[3:], cwd)  # in this process (tests/snakemake_run.py)
     if check and r.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return r

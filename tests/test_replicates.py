@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from snakemake_run import run_snakemake
 
 from unie.config.replicate_plan import aggregate_dir, given_profile, replicate_command
 from unie.report.replicate_tables import aggregate, claims, task_average_change, verdict, view
@@ -246,7 +246,7 @@ def test_snakemake_replicates_builds_each_seeds_run_and_the_aggregate(tmp_path):
         "--config",
         "replicates={seeds: [0, 1, 2], targets: [table2]}",
     ]
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    r = run_snakemake(cmd[3:], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = next((tmp_path / "runs").glob("*+replicates"))
     dirs = {

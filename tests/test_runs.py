@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from snakemake_run import run_snakemake
 
 from unie.config.sampling_jobs import MARKER, marker_path, sampling_jobs
 from unie.config.rundir import (
@@ -104,7 +105,7 @@ def test_fresh_runs_of_a_table_share_a_job_and_a_run_sampled_before_has_its_own(
 # ---------------------------------------------------------------------- the workflow
 def smk(*args, cwd: Path, snakefile: Path = REPO / "Snakefile") -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(cwd), "--cores", "2", *args]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    return run_snakemake(cmd[3:], cwd)  # in this process (tests/snakemake_run.py)
 
 
 def planned(out: str) -> list[dict]:

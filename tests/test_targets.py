@@ -2,11 +2,11 @@
 its files (so `snakemake -f NAME` reruns it), and has its section and caption in `snakemake --report`."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from snakemake_run import run_snakemake
 
 from unie.config.targets import TARGETS, readme_table
 
@@ -74,7 +74,7 @@ def test_every_target_resolves_to_the_rule_that_writes_it(tmp_path):
         "2",
         *TARGETS,
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    r = run_snakemake(cmd[3:], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     blocks = dict(re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", r.stdout, re.M))
     for name, t in TARGETS.items():

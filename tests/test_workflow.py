@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from snakemake_run import run_snakemake
 
 pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
 import yaml
@@ -28,7 +29,7 @@ OUT = "runs/smoke"  # the smoke profile's run directory in the working directory
 
 def smk(*args, cwd, check=False):
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    r = run_snakemake(cmd[3:], cwd)  # in this process (tests/snakemake_run.py)
     if check and r.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
     return r
