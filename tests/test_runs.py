@@ -102,6 +102,19 @@ def test_fresh_runs_of_a_table_share_a_job_and_a_run_sampled_before_has_its_own(
     assert MARKER == ".made"
 
 
+def test_a_run_no_table_reads_is_not_sampled_by_the_tables_job(tmp_path):
+    """A profile that excludes Table 2 rows (``exclude: {tables: {table2_genppl: [...]}}``) keeps their sampling runs:
+    Table 2's job samples only the runs the table reads, the others have jobs of their own (made when read)."""
+    runs = {"data": [16], "mdlm": [2, 16], "sedd": [2, 16], "duo": [2, 16], "fig2_x": [2, 16], "fig2_y": [2, 16]}
+    jobs = sampling_jobs("table", runs, [2, 16], str(tmp_path), table2_runs={"data", "mdlm", ""})
+    assert jobs.tables == {"table2": ["data", "mdlm"], "fig2": ["fig2_x", "fig2_y"]}
+    assert jobs.per_run == ["sedd", "duo"] and jobs.per_step == []
+    assert jobs.table_of("sedd") is None and jobs.job_runs("sedd") == ["sedd"]
+    assert jobs.job_runs("mdlm") == ["data", "mdlm"] and jobs.job_runs("fig2_y") == ["fig2_x", "fig2_y"]
+    every = sampling_jobs("table", runs, [2, 16], str(tmp_path), table2_runs=set(runs))  # the shipped profiles
+    assert every == sampling_jobs("table", runs, [2, 16], str(tmp_path))
+
+
 # ---------------------------------------------------------------------- the workflow
 def smk(*args, cwd: Path, snakefile: Path = REPO / "Snakefile") -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(cwd), "--cores", "2", *args]

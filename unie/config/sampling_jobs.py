@@ -56,11 +56,22 @@ class SamplingJobs:
         """The table whose parameters the jobs of ``run`` take (``table`` mode), else None."""
         return next((t for t, runs in self.table_runs.items() if run in runs), None)
 
+    def job_runs(self, run: str) -> list:
+        """The runs whose parameters and inputs every job of ``run`` takes (``table`` mode): its table's runs, or
+        ``run`` alone when it is no table's."""
+        table = self.table_of(run)
+        return list(self.table_runs[table]) if table else [run]
 
-def sampling_jobs(mode: str, runs: dict, standard_steps: list, run_dir: str, exists=os.path.exists) -> SamplingJobs:
+
+def sampling_jobs(
+    mode: str, runs: dict, standard_steps: list, run_dir: str, exists=os.path.exists, table2_runs=None
+) -> SamplingJobs:
     """The job shape of every run.  ``runs``: run -> its step counts (``unie.config.expand.run_steps``);
     ``standard_steps``: ``sampling.steps``; ``run_dir``: the run directory the markers are in; ``exists``: how a
-    marker is looked for (tests)."""
+    marker is looked for (tests); ``table2_runs``: the runs Table 2 reads (its rows' sources), when given: a run
+    that is neither one of them nor one a figure adds is no table's, and has jobs of its own (a profile that
+    excludes Table 2 rows does not train and sample their models for the table's job; None: every such run is
+    Table 2's)."""
     on_standard = [r for r, steps in runs.items() if list(steps) == list(standard_steps)]
     if mode == "step":
         return SamplingJobs(per_step=list(runs))
@@ -70,7 +81,10 @@ def sampling_jobs(mode: str, runs: dict, standard_steps: list, run_dir: str, exi
         raise ValueError(f"sampling.job: {mode!r} is not one of step, run, table")
     table_runs, tables = {}, {}
     for r in runs:
-        table_runs.setdefault(table_of(r), []).append(r)
+        table = table_of(r)
+        if table == GROUPS[0] and table2_runs is not None and r not in table2_runs:
+            continue  # no table's run: its own jobs, made only when something reads them
+        table_runs.setdefault(table, []).append(r)
     for table, members in table_runs.items():
         fresh = [r for r in members if not exists(marker_path(run_dir, r))]
         if len(fresh) >= 2:  # one fresh run alone: its own job is the same process count

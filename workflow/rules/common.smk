@@ -87,7 +87,11 @@ RUNS = list(config["sampling"]["runs"])
 from unie.config.sampling_jobs import sampling_jobs  # noqa: E402
 
 SAMPLING = sampling_jobs(
-    SETTINGS.sampling_job, {r: FACTS.run_steps[r] for r in RUNS}, config["sampling"]["steps"], RUN_DIR
+    SETTINGS.sampling_job,
+    {r: FACTS.run_steps[r] for r in RUNS},
+    config["sampling"]["steps"],
+    RUN_DIR,
+    table2_runs=set(config["tables"]["table2_genppl"].values()),
 )
 TABLE_RUNS = SAMPLING.tables  # table -> the runs its job samples
 GROUPED_RUNS = SAMPLING.per_run  # rule sample_run

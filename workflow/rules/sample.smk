@@ -47,9 +47,9 @@ def shared_sample_params():
     )
 
 
-def table_runs_param(table):
-    """Every run of ``table`` with its settings and files: the ``runs`` param of each job of the table's runs
-    (``sampling.job: table``), whichever runs it samples."""
+def table_runs_param(runs):
+    """Every run of a table (``runs``) with its settings and files: the ``runs`` param of each job of the table's
+    runs (``sampling.job: table``), whichever runs it samples."""
     return {
         r: {
             "spec": config["sampling"]["runs"][r],
@@ -57,15 +57,15 @@ def table_runs_param(table):
             "steps": FACTS.run_steps[r],
             "inputs": plain_files(run_inputs(r)),
         }
-        for r in SAMPLING.table_runs[table]
+        for r in runs
     }
 
 
-def table_inputs(table):
-    """The input files of each job of ``table``'s runs (``sampling.job: table``): all of its runs' and the
+def table_inputs(runs):
+    """The input files of each job of a table's runs (``runs``; ``sampling.job: table``): all of its runs' and the
     evaluators'."""
     return {
-        **{f"{r}_{k}": v for r in SAMPLING.table_runs[table] for k, v in run_inputs(r).items()},
+        **{f"{r}_{k}": v for r in runs for k, v in run_inputs(r).items()},
         **evaluator_inputs(),
     }
 
@@ -73,8 +73,8 @@ def table_inputs(table):
 # The jobs of one run: under `sampling.job: table` (unie.config.sampling_jobs) they take their table's parameters and
 # input files (a file a table job wrote is then up to date for the run's own job, and the reverse); else the run's.
 if SETTINGS.sampling_job == "table":
-    RUN_JOB_INPUTS = lambda wc: table_inputs(SAMPLING.table_of(wc.run))
-    RUN_JOB_PARAMS = dict(runs=lambda wc: table_runs_param(SAMPLING.table_of(wc.run)), **shared_sample_params())
+    RUN_JOB_INPUTS = lambda wc: table_inputs(SAMPLING.job_runs(wc.run))
+    RUN_JOB_PARAMS = dict(runs=lambda wc: table_runs_param(SAMPLING.job_runs(wc.run)), **shared_sample_params())
     STEP_JOB_PARAMS = RUN_JOB_PARAMS
 else:
     RUN_JOB_INPUTS = lambda wc: {**sample_inputs(wc), **evaluator_inputs()}
@@ -151,7 +151,7 @@ for _group, _runs in TABLE_RUNS.items():
         name:
             f"sample_{_group}"
         input:
-            unpack(lambda wc, table=_group: table_inputs(table)),
+            unpack(lambda wc, table=_group: table_inputs(SAMPLING.table_runs[table])),
         output:
             samples=sample_targets(_runs),
             genppl=genppl_targets(_runs),
@@ -164,6 +164,6 @@ for _group, _runs in TABLE_RUNS.items():
             **rule_resources("sample", 4000, 60, gpu=True),
         params:
             **shared_sample_params(),
-            runs=table_runs_param(_group),
+            runs=table_runs_param(SAMPLING.table_runs[_group]),
         script:
             "../scripts/sample.py"
