@@ -68,6 +68,38 @@ def test_whoever_imports_jsonschema_first_skips_the_iri_grammars():
     assert "skip_iri_grammars()" in REPO.joinpath("Snakefile").read_text()
 
 
+def test_work_around_an_import_runs_once_for_whoever_imports_first():
+    """``unie.core.imports.around_import``: the module is loaded through the function given last, the hook then
+    leaves ``sys.meta_path``; nothing is hooked for a module imported already.  ``torch_threads`` rides on it: the
+    threads asked for last are torch's once it is imported."""
+    code = (
+        "import sys\n"
+        "from unie.core.imports import around_import, _AroundImport\n"
+        "seen = []\n"
+        "def first(exec_module, module):\n"
+        "    seen.append('first')\n"
+        "    exec_module(module)\n"
+        "def second(exec_module, module):\n"
+        "    exec_module(module)\n"
+        "    seen.append(module.__name__)\n"
+        "assert 'colorsys' not in sys.modules\n"
+        "assert around_import('colorsys', first) and around_import('colorsys', second)\n"
+        "assert sum(isinstance(f, _AroundImport) for f in sys.meta_path) == 1\n"
+        "import colorsys\n"
+        "assert seen == ['colorsys'] and colorsys.rgb_to_hsv(1, 0, 0) == (0.0, 1.0, 1)\n"
+        "assert not any(isinstance(f, _AroundImport) for f in sys.meta_path)\n"
+        "assert not around_import('colorsys', first) and seen == ['colorsys']\n"
+        "from unie.pipeline.rule import torch_threads\n"
+        "torch_threads(1)\n"
+        "torch_threads(3)\n"
+        "assert 'torch' not in sys.modules\n"
+        "import torch\n"
+        "assert torch.get_num_threads() == 3, torch.get_num_threads()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 # ---------------------------------------------------------------------- the package and the registries without torch
 def _torch_free(code: str) -> subprocess.CompletedProcess:
     """``code`` run in a fresh interpreter that then fails if torch was imported."""

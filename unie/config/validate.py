@@ -22,6 +22,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..core.imports import around_import
 from ..core.options import ConfigError
 from .profile import DEFAULT_PROFILE, GRID, SCHEMA, display_path, load_yaml, profile_chain, resolve_config
 from .schema import dotted, unknown_key_message
@@ -68,43 +69,26 @@ def _short(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class _JsonschemaWithoutIri:
-    """A finder on ``sys.meta_path`` that lets the other finders find ``jsonschema`` and runs its import with the
-    optional ``rfc3987_syntax`` blocked (then leaves ``sys.meta_path``): jsonschema's format checkers import that
-    module, which builds its IRI grammars on import (2.3–3.3 s of CPU) for a format neither our schema nor Snakemake's
-    notebook support (``nbformat``, which Snakemake imports for every ``script:`` job it starts) names.  The block lasts
-    only for that import: a later ``import rfc3987_syntax`` elsewhere in the process works as before."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "jsonschema":
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_without_iri(module):
-            block = "rfc3987_syntax" not in sys.modules
-            if block:
-                sys.modules["rfc3987_syntax"] = None  # an import of it raises ImportError, which jsonschema skips
-            try:
-                exec_module(module)
-            finally:
-                if block and sys.modules.get("rfc3987_syntax", ...) is None:
-                    del sys.modules["rfc3987_syntax"]
-
-        spec.loader.exec_module = exec_without_iri
-        return spec
+def _without_iri(exec_module, module) -> None:
+    """Load ``jsonschema`` (``module``) with the optional ``rfc3987_syntax`` blocked: jsonschema's format checkers
+    import it, and it builds its IRI grammars on import (2.3–3.3 s of CPU) for a format neither our schema nor
+    Snakemake's notebook support (``nbformat``, which Snakemake imports for every ``script:`` job it starts) names.
+    The block lasts only for this import: a later ``import rfc3987_syntax`` elsewhere in the process works as before."""
+    block = "rfc3987_syntax" not in sys.modules
+    if block:
+        sys.modules["rfc3987_syntax"] = None  # an import of it raises ImportError, which jsonschema skips
+    try:
+        exec_module(module)
+    finally:
+        if block and sys.modules.get("rfc3987_syntax", ...) is None:
+            del sys.modules["rfc3987_syntax"]
 
 
 def skip_iri_grammars() -> None:
-    """Whoever first imports ``jsonschema`` in this process imports it without the IRI grammars
-    (:class:`_JsonschemaWithoutIri`); nothing when it is imported already.  The Snakefile calls it first thing."""
-    if "jsonschema" not in sys.modules and not any(isinstance(f, _JsonschemaWithoutIri) for f in sys.meta_path):
-        sys.meta_path.insert(0, _JsonschemaWithoutIri())
+    """Whoever first imports ``jsonschema`` in this process imports it without the IRI grammars (:func:`_without_iri`,
+    :func:`unie.core.imports.around_import`); nothing when it is imported already.  The Snakefile calls it first
+    thing."""
+    around_import("jsonschema", _without_iri)
 
 
 def _jsonschema():

@@ -27,7 +27,6 @@ from ..core.gumbel import gumbel_argmax, uniform
 from ..core.schedule import antithetic_t
 from ..methods.mdlm import q_xt, transition
 from .energies import ENERGIES, ARTerms, log_partition, logp_dlm_x0
-from .names import estimator_is_bound, estimator_is_reference  # noqa: F401  (torch-free: a table job reads them)
 
 
 def energy_corrected_nelbo(

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from ..core import integrity
 from ..core.errors import OPERATOR_ERRORS
+from ..core.imports import around_import
 
 _JOB = None  # the running rule's snakemake object (inside job())
 
@@ -162,41 +163,19 @@ def job_precision(snakemake) -> str:
     return check_precision(snakemake.params.get("precision", "fp32"))
 
 
-class _ThreadsOnImport:
-    """A finder on ``sys.meta_path`` that lets the other finders find ``torch`` and sets its threads once the package
-    has been imported (then leaves ``sys.meta_path``)."""
-
-    def __init__(self, threads: int):
-        self.threads = threads
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_set(module):
-            exec_module(module)
-            module.set_num_threads(self.threads)
-
-        spec.loader.exec_module = exec_and_set
-        return spec
-
-
 def torch_threads(threads: int) -> None:
-    """torch uses ``threads`` threads: set now when torch is imported, else as it is imported, so that a job that
-    imports no torch (a table, a figure, a page) does not load it for this."""
+    """torch uses ``threads`` threads: set now when torch is imported, else as it is imported
+    (:func:`unie.core.imports.around_import`), so that a job that imports no torch (a table, a figure, a page) does
+    not load it for this."""
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
-    elif not any(isinstance(f, _ThreadsOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _ThreadsOnImport(threads))
-    else:
-        next(f for f in sys.meta_path if isinstance(f, _ThreadsOnImport)).threads = threads
+        return
+
+    def then_set_threads(exec_module, module):
+        exec_module(module)
+        module.set_num_threads(threads)
+
+    around_import("torch", then_set_threads)
 
 
 @contextmanager
