@@ -18,6 +18,12 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "config" / "smoke.yaml"
 PROBE = Path(__file__).with_name("startup_probe.py")
 
+
+def _fresh(code: str) -> subprocess.CompletedProcess:
+    """``code`` run in a fresh interpreter in the repository."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+
+
 CHECK = """
 import sys
 from unie.config.validate import workflow_config
@@ -35,7 +41,7 @@ def test_checking_a_profile_does_not_build_the_iri_grammars():
         grid=str(REPO / "config" / "experiments.yaml"),
         schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"),
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    r = _fresh(code)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "False"
 
@@ -62,7 +68,7 @@ def test_whoever_imports_jsonschema_first_skips_the_iri_grammars():
         "    import rfc3987_syntax\n"
         "    assert rfc3987_syntax is not None\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    r = _fresh(code)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "False"
     assert "skip_iri_grammars()" in REPO.joinpath("Snakefile").read_text()
@@ -96,7 +102,7 @@ def test_work_around_an_import_runs_once_for_whoever_imports_first():
         "import torch\n"
         "assert torch.get_num_threads() == 3, torch.get_num_threads()\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    r = _fresh(code)
     assert r.returncode == 0, r.stderr[-2000:]
 
 
@@ -104,7 +110,7 @@ def test_work_around_an_import_runs_once_for_whoever_imports_first():
 def _torch_free(code: str) -> subprocess.CompletedProcess:
     """``code`` run in a fresh interpreter that then fails if torch was imported."""
     check = "\nimport sys\nassert 'torch' not in sys.modules, 'torch was imported'\n"
-    return subprocess.run([sys.executable, "-c", code + check], capture_output=True, text=True, cwd=REPO)
+    return _fresh(code + check)
 
 
 def _workflow_modules() -> list[str]:
@@ -221,7 +227,7 @@ for layer in ("core", "data", "models", "methods", "energy", "dllm", "eval"):
         except ImportError:  # an optional dependency
             pass
 """
-    eager = subprocess.run([sys.executable, "-c", eager_imports + DUMP], capture_output=True, text=True, cwd=REPO)
+    eager = _fresh(eager_imports + DUMP)
     assert lazy.returncode == 0 and eager.returncode == 0, lazy.stderr[-2000:] + eager.stderr[-2000:]
     filled = json.loads(lazy.stdout)
     assert filled == json.loads(eager.stdout)
