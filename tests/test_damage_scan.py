@@ -184,7 +184,7 @@ ROW_FILES = {
     "sweep": "results/dllm/sweeps/app_k",
     "map": "results/dllm/map/llada",
 }
-HOLDER = {"row": "effect.json", "sweep": "lmeval.json", "map": "points.json"}
+HOLDER = {"row": "effect.json", "sweep": "lmeval.json", "map": "lmeval.json"}  # a map backbone's lm-eval points
 RULE = {"row": "dllm_eval_dream", "sweep": "dllm_sweep_eval", "map": "dllm_map_llada"}
 
 

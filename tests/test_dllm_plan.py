@@ -175,7 +175,16 @@ def test_a_map_job_reads_the_backbone_every_proxy_and_the_oracle(default):
     assert default.map_params("proxies")["models"] == {
         m: f"{RUN}/results/dllm/models/{m}" for m in ["proxy_weak", "proxy", "ar_large"]
     }
-    assert default.map_file("proxies") == f"{RUN}/results/dllm/map/proxies/points.json"
+    assert (
+        default.map_file("proxies")
+        == default.map_points_file("proxies")
+        == f"{RUN}/results/dllm/map/proxies/points.json"
+    )
+    # a backbone's map: its lm-eval points, then each candidate tree (draw x window) a job, merged into points.json
+    assert default.map_backbones == ["llada", "dream"]
+    assert default.map_points_file("dream") == f"{RUN}/results/dllm/map/dream/lmeval.json"
+    assert default.map_tree_names == [f"{t}_w{w}" for t in ("T0.1", "T1", "T1-greedy") for w in ("0.2", "0.5", "1")]
+    assert default.map_tree_files("dream")[-1] == f"{RUN}/results/dllm/map/dream/trees/T1-greedy_w1.json"
 
 
 def test_the_paper_profile_reads_lm_evals_record_local_tasks_and_hugging_face_checkpoints():

@@ -341,6 +341,7 @@ def test_every_script_reads_the_precision_from_one_helper():
         "dllm_sweep_eval",
         "dllm_sweep",
         "dllm_map",
+        "dllm_map_tree",
         "dllm_room",
     }
     for f in scripts.glob("*.py"):

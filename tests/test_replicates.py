@@ -271,3 +271,56 @@ def test_snakemake_replicates_builds_each_seeds_run_and_the_aggregate(tmp_path):
     manifest = json.loads((out / "runs" / "seed-1.json").read_text())
     assert manifest["run_dir"] == f"runs/{dirs[1]}" and "seed=1" in manifest["command"]
     assert math.isfinite(pd.read_csv(out / "claims.csv").z_0.iloc[0])
+
+
+def test_the_maps_break_even_over_trainings_reads_each_trainings_crossing_or_its_ends():
+    from unie.report.replicate_tables import break_even_claims, break_even_view
+
+    def frame(auc_ind, ind_ends, uni_ends):
+        rows = []
+        for rule, auc, ends in (("ind", auc_ind, ind_ends), ("uni", None, uni_ends)):
+            for proxy, (d, se) in zip(("paper", "oracle"), ends):
+                rows.append(
+                    {
+                        "backbone": "dream",
+                        "draw": "τ = 1",
+                        "w": 0.5,
+                        "rule": rule,
+                        "label": rule,
+                        "proxy": proxy,
+                        "delta": d,
+                        "se": se,
+                    }
+                )
+            rows.append(
+                {
+                    "backbone": "dream",
+                    "draw": "τ = 1",
+                    "w": 0.5,
+                    "rule": "break_even",
+                    "label": rule,
+                    "proxy": None,
+                    "auc": auc,
+                    "auc_se": None if auc is None else 0.02,
+                    "chain_from": "paper",
+                    "chain_to": "oracle",
+                }
+            )
+        return pd.DataFrame(rows)
+
+    frames = {
+        0: frame(0.61, [(-1.0, 0.5), (5.0, 0.5)], [(-3.0, 0.5), (-2.0, 0.5)]),
+        1: frame(0.66, [(-0.5, 0.5), (6.0, 0.5)], [(-2.5, 0.5), (-1.5, 0.5)]),
+        2: frame(None, [(0.4, 0.5), (4.0, 0.5)], [(-2.0, 0.5), (-1.2, 0.5)]),
+    }
+    be = break_even_claims(frames).set_index("rule")
+    assert be.loc["ind", "verdict"] == "breaks even in 2 of 3"
+    assert be.loc["ind", "auc_1"] == pytest.approx(0.66) and math.isnan(be.loc["ind", "auc_2"])
+    assert be.loc["ind", "learned_2"] == pytest.approx(0.4) and be.loc["ind", "oracle_2"] == pytest.approx(4.0)
+    assert be.loc["uni", "verdict"] == "loses at both ends in all 3"
+    frames[2] = frame(0.58, [(-0.4, 0.5), (4.0, 0.5)], [(-2.0, 0.5), (-0.2, 0.5)])
+    be = break_even_claims(frames).set_index("rule")
+    assert be.loc["ind", "verdict"] == "breaks even in all 3 (AUC 0.58–0.66)"
+    assert be.loc["uni", "verdict"] == "never crosses (ends: loss/loss, loss/loss, loss/level)"
+    shown = break_even_view(be.reset_index())
+    assert "0.66 ± 0.02" in shown and "never (-2.0 ± 0.5 … -0.2 ± 0.5)" in shown

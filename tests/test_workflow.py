@@ -591,6 +591,8 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     the window's candidate tree gives the room (ceiling >= 0 >= floor) and one cell per rule x proxy (every proxy of
     the map and each mixture of the continuum) with its paired change, its judgement and its share of the ceiling;
     the oracle proxy is written from the test items; the table and figure read the points."""
+    from unie.dllm.rows import map_tree_grid
+
     cfg = resolve_config([SMOKE])["dllm"]
     m = cfg["map"]
     assert not (smoke_run / OUT / "results" / "dllm" / "map").exists()
@@ -612,6 +614,11 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
             assert p["effect"]["items"] == m["limit"] * len(m["tasks"])
     proxies = [*m["proxies"], *[f"mix{round(100 * x)}" for x in m["continuum"]["lambdas"]]]
     assert len(pts["trees"]) == len(m["draws"]) * len(m["windows"])
+    # each (draw, window) tree a job of its own, merged in the map's order
+    grid = map_tree_grid(cfg)
+    assert [(t["draw"], t["w"]) for t in pts["trees"]] == list(grid.values())
+    trees_dir = smoke_run / OUT / "results" / "dllm" / "map" / backbone / "trees"
+    assert sorted(p.stem for p in trees_dir.glob("*.json")) == sorted(grid)
     for tree in pts["trees"]:
         assert tree["items"] == m["limit"] * len(m["tasks"]) and 0 < tree["exhaustive"] <= 1
         assert tree["ceiling"]["avg"]["delta"] >= 0 >= tree["floor"]["avg"]["delta"]
@@ -624,5 +631,8 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
             )
     table = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_map.csv")
     assert {"apd", *m["rules"]} <= set(table.rule)
+    be = table[table.rule == "break_even"]  # each rule's crossing along the continuum, named by its two ends
+    assert sorted(be.label) == sorted(m["rules"]) * len(pts["trees"]) and (be.chain_to == "oracle").all()
+    assert be.chain_from.isin([m["continuum"].get("proxy"), *proxies]).all()
     assert (smoke_run / OUT / "results" / "tables" / "table_app_map.tex").stat().st_size > 0
     assert (smoke_run / OUT / "results" / "figures" / "fig_app_map.png").stat().st_size > 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from ..dllm.rows import MAP_ORACLE as ORACLE
-from ..dllm.rows import eval_groups, room_rows, selection_rows
+from ..dllm.rows import eval_groups, map_tree_grid, room_rows, selection_rows
 from .settings import WorkflowSettings
 
 
@@ -70,6 +70,8 @@ class DllmPlan:
         self.room = room_rows(self.rows) if d.get("room") else {}  # backbone -> its Algorithm 3 rows
         self.map = d.get("map") or {}
         self.map_jobs = [*self.map.get("backbones", {}), "proxies"] if self.map else []
+        self.map_backbones = list(self.map.get("backbones", {})) if self.map else []
+        self.map_tree_names = list(map_tree_grid(d)) if self.map else []  # each backbone's trees, one job each
 
     def path(self, path: str) -> str:
         """``path`` in the run's directory (``run_path`` of workflow/rules/common.smk)."""
@@ -228,7 +230,19 @@ class DllmPlan:
     # --- the proxy-strength map (dllm.map) -------------------------------------------------------------------------
 
     def map_file(self, job: str) -> str:
+        """The map job's record the table and figure read (a backbone's: its lm-eval points with its trees)."""
         return self.path(f"results/dllm/map/{job}/points.json")
+
+    def map_points_file(self, job: str) -> str:
+        """What rule ``dllm_map_{job}`` writes: its lm-eval points (a backbone's ``lmeval.json``, read by its trees;
+        the proxies' ``points.json``)."""
+        return self.map_file(job) if job == "proxies" else self.path(f"results/dllm/map/{job}/lmeval.json")
+
+    def map_tree_file(self, backbone: str, tree: str) -> str:
+        return self.path(f"results/dllm/map/{backbone}/trees/{tree}.json")
+
+    def map_tree_files(self, backbone: str) -> list[str]:
+        return [self.map_tree_file(backbone, t) for t in self.map_tree_names]
 
     def map_model_path(self, name: str) -> str:
         if name == ORACLE:

@@ -246,6 +246,20 @@ def draw_label(draw: dict) -> str:
     return f"τ = {draw['temperature']:g}" + (", greedy first" if draw.get("greedy_first") else "")
 
 
+def map_tree_grid(dllm: dict) -> dict[str, tuple[dict, float]]:
+    """The candidate trees of one map backbone (config ``dllm.map``), each a job of its own: name -> ``(draw, w)``,
+    every candidate draw with every window (``dllm.map.windows``, else the energy's ``w``), in the map's order.  A
+    name reads as its draw and window: ``T0.1_w0.2``, ``T1-greedy_w1``."""
+    m = dllm["map"]
+    windows = m.get("windows") or [dllm.get("energy", {}).get("w", 0.2)]
+    out = {}
+    for draw in m["draws"]:
+        for w in windows:
+            name = f"T{draw['temperature']:g}" + ("-greedy" if draw.get("greedy_first") else "") + f"_w{w:g}"
+            out[name] = (dict(draw), w)
+    return out
+
+
 def map_points(dllm: dict, backbone: str) -> list[dict]:
     """The lm-eval points of the map for one backbone (config ``dllm.map``): the backbone itself (``rule:
     backbone``: its own decode of the map's items, the requests every candidate tree starts from), then APD per proxy

@@ -12,7 +12,11 @@ DLLMs' size, the oracle, and a continuum ``λ · oracle + (1 − λ) · paper's-
 along which the map locates each rule's break-even judgement (:func:`unie.eval.room.break_even`, bootstrap s.e.).
 
 The backbone's own decode of the items, the proxies decoded alone and APD per proxy (its own drafts: no window) are
-lm-eval runs, as every Table 3 row.  ``points.json`` per job holds them all.
+lm-eval runs, as every Table 3 row.  ``points.json`` per job holds them all.  A backbone's map is several jobs that
+share the cores: its lm-eval points (:func:`run_map`, ``lmeval.json``), then each (draw, window) tree on its own
+(:func:`run_map_tree`, ``trees/{tree}.json``; the names of :func:`unie.dllm.rows.map_tree_grid`), then
+:func:`merge_map` (``points.json``).  A tree is the same in its own job as in one job for all: every request draws
+from its own generator.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .dllm_runs import point_files
 from .tables_figures import item_records, sample_records, task_metrics
 
 ORACLE = "oracle"  # a map proxy whose model is this name reads the oracle checkpoint (rule dllm_oracle)
+LMEVAL_POINTS = "lmeval.json"  # a backbone's lm-eval points, before its trees are merged in (points.json)
 
 
 def continuum_name(lam: float) -> str:
@@ -119,9 +124,11 @@ def run_map(
     log=print,
     precision: str = "fp32",
 ) -> dict:
-    """One job of the map (module doc): ``job`` a backbone of ``dllm.map.backbones`` or ``proxies`` (the proxies
-    decoded alone).  ``models``: model name -> its directory (an oracle checkpoint for ``oracle``).  Writes
-    ``{point}/`` lm-eval folders and ``points.json`` under ``out_dir``; returns the ``points.json`` record.
+    """The lm-eval points of one map job (module doc; rules ``dllm_map_{job}``): ``job`` a backbone of
+    ``dllm.map.backbones`` (its own decode, APD per proxy) or ``proxies`` (the proxies decoded alone).  ``models``:
+    model name -> its directory (an oracle checkpoint for ``oracle``).  Writes ``{point}/`` lm-eval folders under
+    ``out_dir`` and the record: ``points.json`` for ``proxies``; for a backbone ``lmeval.json``, which its tree jobs
+    (:func:`run_map_tree`) decode from and :func:`merge_map` completes into ``points.json``.  Returns the record.
     ``evaluate``: :func:`unie.dllm.lmeval.evaluate` unless given (a test's stand-in)."""
     from ..dllm.rows import map_points, map_proxy_points
     from ..eval.metrics import paired_effect
@@ -134,9 +141,9 @@ def run_map(
     lm = LmEvalSettings.from_dllm(dllm)
     out_dir = Path(out_dir)
     limit = m.get("limit")
-    records, trees = [], []
+    records = []
     points = map_proxy_points(dllm) if job == "proxies" else map_points(dllm, job)
-    base_items, base_dir = None, None
+    base_items = None
     for point in points:
         point_dir, args, window = _lmeval_point(
             point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, limit, log, precision
@@ -152,7 +159,7 @@ def run_map(
             "window": window,
         }
         if point["rule"] == "backbone":
-            base_items, base_dir, base_args = items, point_dir, args
+            base_items = items
         elif base_items is not None:
             effect = paired_effect(items, base_items, names)
             rec["effect"], rec["effect_tasks"] = effect["avg"], effect["tasks"]
@@ -161,8 +168,6 @@ def run_map(
         log(
             f"  average {rec['avg']:.1f} %" + (f", against the backbone {e['delta']:+.1f} ± {e['se']:.1f}" if e else "")
         )
-    if job != "proxies":
-        trees = map_trees(job, dllm, models, names, metrics, tasks_dir, base_dir, base_args, base_items, log)
     out = {
         "job": job,
         "tasks": names,
@@ -175,11 +180,66 @@ def run_map(
         "continuum": dict(m.get("continuum") or {}),
         "proxies": {p: dict(s) for p, s in m["proxies"].items()},
         "points": records,
-        "trees": trees,
+        "trees": [],  # a backbone's: one job each (run_map_tree), merged into points.json by merge_map
     }
-    write_json(
-        out, out_dir / "points.json", indent=1, records=point_files(out_dir, [p["name"] for p in points])
-    )  # it vouches for the points' files
+    # it vouches for the points' files
+    path = out_dir / ("points.json" if job == "proxies" else LMEVAL_POINTS)
+    write_json(out, path, indent=1, records=point_files(out_dir, [p["name"] for p in points]))
+    return out
+
+
+def _backbone_args(backbone: str, dllm: dict, models: dict, device: str, precision: str) -> dict:
+    """The backbone point's model args (its lm-eval run's; the decoder every tree of the backbone decodes with)."""
+    from ..dllm.rows import map_points, row_model_args
+
+    point = map_points(dllm, backbone)[0]
+    row = point["row"]
+    return row_model_args(
+        point["name"],
+        row,
+        dllm,
+        {role: models[row[role]] for role in ("model", "proxy") if row.get(role)},
+        device,
+        precision,
+    )
+
+
+def run_map_tree(
+    backbone: str, tree: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, log=print, precision="fp32"
+) -> dict:
+    """One candidate tree of a backbone's map (rules ``dllm_map_tree_{backbone}``): ``tree`` a name of
+    :func:`unie.dllm.rows.map_tree_grid` (a candidate draw and a window), decoded from the backbone's own logged
+    requests (its lm-eval point of ``out_dir/lmeval.json``, rule ``dllm_map_{backbone}``).  Writes and returns
+    ``out_dir/trees/{tree}.json``: ``{backbone, tree, record}``, ``record`` the tree's entry of ``points.json``.
+    Each request draws from its own generator (seeded by the run's seed, its prompt and its key), so a tree is the
+    same whichever job decodes it and in whichever order."""
+    from ..dllm.rows import map_tree_grid
+
+    grid = map_tree_grid(dllm)
+    if tree not in grid:
+        raise ValueError(f"dllm.map: no candidate tree {tree!r} (the map's: {', '.join(grid)})")
+    out_dir = Path(out_dir)
+    read_json(out_dir / LMEVAL_POINTS, "map lm-eval points")  # checked against its hash: the base run is whole
+    names, metrics, _ = task_metrics({"names": list(dllm["map"]["tasks"])})
+    base_args = _backbone_args(backbone, dllm, models, device, precision)
+    base_dir = out_dir / base_args["name"]
+    base_items = item_records(base_dir, names, metrics)
+    (rec,) = map_trees(
+        backbone, dllm, models, names, metrics, tasks_dir, base_dir, base_args, base_items, log, only=[grid[tree]]
+    )
+    out = {"backbone": backbone, "tree": tree, "record": rec}
+    write_json(out, out_dir / "trees" / f"{tree}.json", indent=1)
+    return out
+
+
+def merge_map(lmeval_path, tree_paths: list, out_path) -> dict:
+    """Rules ``dllm_map_points_{backbone}``: a backbone's ``points.json``, its lm-eval points (``lmeval_path``) with
+    its trees (``tree_paths``, in the map's order), the record the table and the figure read."""
+    rec = read_json(lmeval_path, "map lm-eval points")
+    trees = [read_json(p, "map candidate tree")["record"] for p in tree_paths]
+    out = {**rec, "trees": trees}
+    # the points' lm-eval files are vouched for by lmeval.json alone: a damaged one is remade by its own rule
+    write_json(out, out_path, indent=1)
     return out
 
 
@@ -212,9 +272,10 @@ def map_trees(
     base_args: dict,
     base_items: dict,
     log=print,
+    only: list | None = None,
 ) -> list[dict]:
-    """Per (draw, window): the room of the backbone's window on the map's items and every scorer's result and
-    judgement (module doc)."""
+    """Per (draw, window) (``only``: those ``(draw, w)`` pairs; else every draw with every window): the room of the
+    backbone's window on the map's items and every scorer's result and judgement (module doc)."""
     from ..dllm.decoder import build_decoder
     from ..dllm.energy_decoding import DLLMEnergyOptions
     from ..dllm.candidate_tree import rule_leaf
@@ -239,99 +300,107 @@ def map_trees(
     task_objs = _lm_tasks(names, tasks_dir)
     energy = dllm.get("energy", {})
     out = []
-    for draw in m["draws"]:
-        for w in m.get("windows", [energy.get("w", 0.2)]):
-            options = DLLMEnergyOptions(
-                energy="uni",
-                K=energy.get("K", 3),
-                w=w,
-                temperature=draw["temperature"],
-                greedy_first=bool(draw.get("greedy_first", False)),
-            )
-            leaves, trees, paths = {t: {} for t in names}, [], {s: {} for s in scorers}
-            keys_in_order = []
-            for task, k, item, s, until in scored_trees(
-                decoder, requests, task_objs, metrics, options, scorers, m.get("cap", 243), lm.batch_size
-            ):
-                leaves[task][k] = s
-                trees.append((task, k, item.tree, s))
-                for name in scorers:  # a path's text as item_records writes a response
-                    leaf = rule_leaf(item.tree, name)
-                    paths[name].setdefault(task, {})[k] = (
-                        (float("nan"), "")
-                        if leaf is None
-                        else (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)]))
-                    )
-                keys_in_order.append((task, k))
-            room = room_effects(leaves, base_items, names)
-            tree_list = [t for _, _, t, _ in trees]
-            score_list = [s for _, _, _, s in trees]
-            rec = {
-                "draw": dict(draw),
-                "w": w,
-                "items": sum(len(v) for v in leaves.values()),
-                "exhaustive": sum(t.exhaustive for t in tree_list) / max(1, len(tree_list)),
-                **room,
-                "auc": {"dlm": pairwise_auc(tree_list, score_list, lambda nd, j: nd.dlm_logp[j])},
-                "cells": [],
-            }
-            base = [base_items[t][k][0] for t, k in keys_in_order]
-            ceiling = [max(leaves[t][k]) for t, k in keys_in_order]
-            per_item = []
-            for name in scorers:
-                rule, proxy = name.split("__", 1)
-                effect = paired_effect(paths[name], base_items, names)["avg"]
-                auc = pairwise_auc(
-                    tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j], lambda nd, n=name: n in nd.energies
+    pairs = only if only is not None else [(d, w) for d in m["draws"] for w in m.get("windows", [energy.get("w", 0.2)])]
+    for draw, w in pairs:
+        options = DLLMEnergyOptions(
+            energy="uni",
+            K=energy.get("K", 3),
+            w=w,
+            temperature=draw["temperature"],
+            greedy_first=bool(draw.get("greedy_first", False)),
+        )
+        leaves, trees, paths = {t: {} for t in names}, [], {s: {} for s in scorers}
+        keys_in_order = []
+        for task, k, item, s, until in scored_trees(
+            decoder, requests, task_objs, metrics, options, scorers, m.get("cap", 243), lm.batch_size
+        ):
+            leaves[task][k] = s
+            trees.append((task, k, item.tree, s))
+            for name in scorers:  # a path's text as item_records writes a response
+                leaf = rule_leaf(item.tree, name)
+                paths[name].setdefault(task, {})[k] = (
+                    (float("nan"), "")
+                    if leaf is None
+                    else (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)]))
                 )
-                rows = [paths[name][t][k][0] for t, k in keys_in_order]
-                share = share_of_ceiling(rows, ceiling, base)
-                rec["cells"].append(
+            keys_in_order.append((task, k))
+        room = room_effects(leaves, base_items, names)
+        tree_list = [t for _, _, t, _ in trees]
+        score_list = [s for _, _, _, s in trees]
+        rec = {
+            "draw": dict(draw),
+            "w": w,
+            "items": sum(len(v) for v in leaves.values()),
+            "exhaustive": sum(t.exhaustive for t in tree_list) / max(1, len(tree_list)),
+            **room,
+            "auc": {"dlm": pairwise_auc(tree_list, score_list, lambda nd, j: nd.dlm_logp[j])},
+            "cells": [],
+        }
+        base = [base_items[t][k][0] for t, k in keys_in_order]
+        ceiling = [max(leaves[t][k]) for t, k in keys_in_order]
+        per_item = []
+        for name in scorers:
+            rule, proxy = name.split("__", 1)
+            effect = paired_effect(paths[name], base_items, names)["avg"]
+            auc = pairwise_auc(
+                tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j], lambda nd, n=name: n in nd.energies
+            )
+            rows = [paths[name][t][k][0] for t, k in keys_in_order]
+            share = share_of_ceiling(rows, ceiling, base)
+            rec["cells"].append(
+                {
+                    "rule": rule,
+                    "proxy": proxy,
+                    "effect": effect,
+                    "auc": auc,
+                    "share": share,
+                    "reading": room_reading(
+                        effect["delta"], effect["se"], room["ceiling"]["avg"]["delta"], room["ceiling"]["avg"]["se"]
+                    ),
+                }
+            )
+        # break-even judgement along the continuum, per rule, with a bootstrap over items
+        cont = m.get("continuum") or {}
+        if cont:
+            chain = [
+                cont["proxy"],
+                *[continuum_name(x) for x in cont.get("lambdas", [])],
+                next(p for p, s in m["proxies"].items() if s["model"] == ORACLE),
+            ]
+            rec["break_even"] = {}
+            for rule in m["rules"]:
+                names_chain = [f"{rule}__{p}" for p in chain if f"{rule}__{p}" in scorers]
+                if len(names_chain) < 2:
+                    continue
+                per_item = [
                     {
-                        "rule": rule,
-                        "proxy": proxy,
-                        "effect": effect,
-                        "auc": auc,
-                        "share": share,
-                        "reading": room_reading(
-                            effect["delta"], effect["se"], room["ceiling"]["avg"]["delta"], room["ceiling"]["avg"]["se"]
-                        ),
+                        n: (
+                            (paths[n][t][k][0] - base_items[t][k][0]),
+                            _item_pairs(tr, s, lambda nd, j, n=n: -nd.energies[n][j], lambda nd, n=n: n in nd.energies),
+                        )
+                        for n in names_chain
                     }
-                )
-            # break-even judgement along the continuum, per rule, with a bootstrap over items
-            cont = m.get("continuum") or {}
-            if cont:
-                chain = [
-                    cont["proxy"],
-                    *[continuum_name(x) for x in cont.get("lambdas", [])],
-                    next(p for p, s in m["proxies"].items() if s["model"] == ORACLE),
+                    for (t, k, tr, s) in trees
                 ]
-                rec["break_even"] = {}
-                for rule in m["rules"]:
-                    names_chain = [f"{rule}__{p}" for p in chain if f"{rule}__{p}" in scorers]
-                    if len(names_chain) < 2:
-                        continue
-                    per_item = [
-                        {
-                            n: (
-                                (paths[n][t][k][0] - base_items[t][k][0]),
-                                _item_pairs(
-                                    tr, s, lambda nd, j, n=n: -nd.energies[n][j], lambda nd, n=n: n in nd.energies
-                                ),
-                            )
-                            for n in names_chain
-                        }
-                        for (t, k, tr, s) in trees
-                    ]
-                    rec["break_even"][rule] = break_even_bootstrap(per_item, names_chain)
-            log(
-                f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "
-                f"{room['ceiling']['avg']['se']:.1f}, floor {room['floor']['avg']['delta']:+.1f}, decides "
-                f"{100 * room['decides']['avg']:.0f} % of {rec['items']} items, exhaustive "
-                f"{100 * rec['exhaustive']:.0f} %"
-            )
-            out.append(rec)
+                rec["break_even"][rule] = break_even_bootstrap(per_item, names_chain)
+        log(
+            f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "
+            f"{room['ceiling']['avg']['se']:.1f}, floor {room['floor']['avg']['delta']:+.1f}, decides "
+            f"{100 * room['decides']['avg']:.0f} % of {rec['items']} items, exhaustive "
+            f"{100 * rec['exhaustive']:.0f} %"
+        )
+        out.append(rec)
     return out
 
 
-__all__ = ["ORACLE", "continuum_name", "map_bridges", "map_scorers", "map_trees", "run_map"]
+__all__ = [
+    "LMEVAL_POINTS",
+    "ORACLE",
+    "continuum_name",
+    "map_bridges",
+    "map_scorers",
+    "map_trees",
+    "merge_map",
+    "run_map",
+    "run_map_tree",
+]

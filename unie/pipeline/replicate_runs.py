@@ -110,8 +110,8 @@ def write_manifest(seed: int, run_dir: str, command: list[str], path) -> None:
 
 def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
     """The aggregate of the runs the manifests name (module doc), under ``out_dir``: ``tables/<table>.csv`` (every
-    cell, each training's value, mean, sd, min, max), ``claims.csv``, ``fig4_spread.{png,pdf}`` when the runs have
-    Figure 4, and ``replicates.md``.  Returns ``{table: rows}``."""
+    cell, each training's value, mean, sd, min, max), ``claims.csv``, ``break_even.csv`` when the runs have the map,
+    ``fig4_spread.{png,pdf}`` when they have Figure 4, and ``replicates.md``.  Returns ``{table: rows}``."""
     import pandas as pd
 
     from ..report import replicate_tables as agg
@@ -145,6 +145,20 @@ def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
         line = agg.ratio_line(frames["table3_dllm"], "proxy", {"llada": "LLaDA-like", "dream": "Dream-like"})
         if line:
             notes += [line, ""]
+    if "table_app_map" in frames:  # the map's break-even judgements over the trainings
+        be = agg.break_even_claims(frames["table_app_map"])
+        if not be.empty:
+            _write_text(be.to_csv(index=False), out / "break_even.csv")
+            notes += [
+                "## The map's break-even judgements over the trainings",
+                "",
+                "The pairwise AUC at which each rule's paired change crosses zero along the continuum from the learned "
+                "proxy to the oracle (bootstrap s.e.); `never`: no crossing, with the change at the learned end … at "
+                "the oracle (`break_even.csv`).",
+                "",
+                agg.break_even_view(be),
+                "",
+            ]
     if "fig4_dllm_tradeoff" in frames:
         from ..report.figures import fig4_spread
 

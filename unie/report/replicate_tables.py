@@ -281,6 +281,92 @@ def claims(
     return pd.DataFrame(out)
 
 
+def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
+    """Each map rule's break-even judgement over trainings (the map's ``break_even`` lines: per backbone, candidate
+    draw and window, the pairwise AUC at which the rule's paired change crosses zero along the continuum from the
+    learned proxy to the oracle (its ends: ``chain_from``, ``chain_to``), ± its bootstrap s.e.).  Per rule: each training's AUC and s.e. (NaN where
+    the change never crosses zero), the rule's change with the learned proxy and with the oracle in each training
+    (the ends of the continuum: why it never crosses), and a verdict: ``breaks even in all N (AUC lo–hi)``,
+    ``breaks even in k of N``, or, never crossing in any training, ``gains at both ends in all N`` / ``loses at both
+    ends in all N`` / ``never crosses (mixed ends)`` (an end counts as a gain or a loss beyond 2 s.e.; otherwise
+    ``level``)."""
+    keys = ["backbone", "draw", "w", "label"]
+    seeds = list(frames)
+    out = []
+    lines = {s: f[f.rule == "break_even"].set_index(keys) for s, f in frames.items()}
+    cells = {s: f[f.rule != "break_even"] for s, f in frames.items()}
+
+    def end(s, idx, proxy):
+        b, draw, w, rule = idx
+        c = cells[s]
+        hit = c[(c.backbone == b) & (c.draw == draw) & (c.w == w) & (c.rule == rule) & (c.proxy == proxy)]
+        return (float(hit.delta.iloc[0]), float(hit.se.iloc[0])) if not hit.empty else (float("nan"), float("nan"))
+
+    def reading(d, e):
+        if math.isnan(d):
+            return "–"
+        return "level" if not e or math.isnan(e) or abs(d) < CLAIM_Z * e else ("gain" if d > 0 else "loss")
+
+    for idx in lines[seeds[0]].index:
+        row = {"backbone": idx[0], "draw": idx[1], "w": idx[2], "rule": idx[3]}
+        crossed, ends = [], []
+        for s in seeds:
+            f = lines[s]
+            auc, se = (float(f.loc[idx].auc), float(f.loc[idx].auc_se)) if idx in f.index else (math.nan, math.nan)
+            row[f"auc_{s}"], row[f"auc_se_{s}"] = auc, se
+            ln = f.loc[idx] if idx in f.index else None
+            lo = end(s, idx, ln.chain_from) if ln is not None else (math.nan, math.nan)
+            hi = end(s, idx, ln.chain_to) if ln is not None else (math.nan, math.nan)
+            row[f"learned_{s}"], row[f"learned_se_{s}"] = lo
+            row[f"oracle_{s}"], row[f"oracle_se_{s}"] = hi
+            if not math.isnan(auc):
+                crossed.append(auc)
+            ends.append((reading(*lo), reading(*hi)))
+        n = len(seeds)
+        if len(crossed) == n:
+            v = f"breaks even in all {n} (AUC {min(crossed):.2f}–{max(crossed):.2f})"
+        elif crossed:
+            v = f"breaks even in {len(crossed)} of {n}"
+        elif all(a == "gain" and b == "gain" for a, b in ends):
+            v = f"gains at both ends in all {n}"
+        elif all(a == "loss" and b == "loss" for a, b in ends):
+            v = f"loses at both ends in all {n}"
+        else:
+            v = "never crosses (ends: " + ", ".join(f"{a}/{b}" for a, b in ends) + ")"
+        row["verdict"] = v
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def break_even_view(be: pd.DataFrame) -> str:
+    """:func:`break_even_claims` as a Markdown table: per rule, each training's break-even AUC ± s.e. (``never``: the
+    change does not cross zero; then the change with the learned proxy and with the oracle), and the verdict."""
+    seeds = [c[len("auc_se_") :] for c in be.columns if c.startswith("auc_se_")]
+
+    def one(r, s):
+        auc = r[f"auc_{s}"]
+        if not math.isnan(auc):
+            return f"{auc:.2f} ± {r[f'auc_se_{s}']:.2f}"
+        lo, hi = r[f"learned_{s}"], r[f"oracle_{s}"]
+        if math.isnan(lo) and math.isnan(hi):
+            return "–"
+        return f"never ({with_se(lo, r[f'learned_se_{s}'])} … {with_se(hi, r[f'oracle_se_{s}'])})"
+
+    header = ["backbone", "candidates", "w", "rule", *[f"seed {s}" for s in seeds], "verdict"]
+    rows = [
+        [
+            plain(r["backbone"]),
+            plain(r["draw"]),
+            f"{r['w']:g}",
+            plain(r["rule"]),
+            *[one(r, s) for s in seeds],
+            r["verdict"],
+        ]
+        for r in be.to_dict("records")
+    ]
+    return md_table(header, rows)
+
+
 def cell(mean: float, sd: float, lo: float, hi: float, digits: int) -> str:
     if mean is None or math.isnan(mean):
         return "–"
@@ -390,6 +476,8 @@ __all__ = [
     "PAGE_VIEWS",
     "TABLE_KEYS",
     "aggregate",
+    "break_even_claims",
+    "break_even_view",
     "claims",
     "keys_of",
     "page",

@@ -913,7 +913,8 @@ def map_frame(jobs: list[dict]) -> pd.DataFrame:
     the ceiling and the reading; the tree's room (ceiling, floor ± paired s.e., the share of items decided, the share
     of trees explored whole) and the backbone's own judgement (``dlm_auc``) on each line of its tree.  APD's points
     (lm-eval runs, no window) have rule ``apd``; rule ``break_even`` lines hold each rule's break-even judgement along
-    the continuum (``auc`` ± ``auc_se``).  ``backbone_avg``, ``proxy_avg``: their own averages on the items."""
+    the continuum (``auc`` ± ``auc_se``; ``chain_from``, ``chain_to``: its ends, the learned proxy and the oracle).
+    ``backbone_avg``, ``proxy_avg``: their own averages on the items."""
     points = [p for job in jobs for p in job["points"]]
     alone = {p["proxy"]: p["avg"] for p in points if p["rule"] == "proxy_alone"}
     base = {p["backbone"]: p["avg"] for p in points if p["rule"] == "backbone"}
@@ -990,6 +991,9 @@ def map_frame(jobs: list[dict]) -> pd.DataFrame:
                         "proxy": None,
                         "auc": be["auc"],
                         "auc_se": be["se"],
+                        # the continuum's ends (scorer names ``{rule}__{proxy}``): the learned proxy, the oracle
+                        "chain_from": be["points"][0][0].split("__", 1)[1] if be.get("points") else None,
+                        "chain_to": be["points"][-1][0].split("__", 1)[1] if be.get("points") else None,
                     }
                 )
     return pd.DataFrame.from_records(rows)

@@ -5,9 +5,14 @@
 # (dllm.smk: PLAN, unie.config.dllm_plan; JOB, TEX, CSV).
 #
 #   resources/dllm/oracle/          the eps-smoothed oracle proxy of the toy tasks' test items (rule dllm_oracle)
-#   results/dllm/map/{job}/         one lm-eval run per point, points.json (rules dllm_map_{job}: a backbone, or
-#                                   `proxies`: the ARs decoded alone)
+#   results/dllm/map/{job}/         one lm-eval run per point (rules dllm_map_{job}: a backbone, or `proxies`: the
+#                                   ARs decoded alone), and the record: lmeval.json (a backbone's points) or points.json
+#   results/dllm/map/{backbone}/trees/{tree}.json   one candidate tree (a draw and a window) each, decoded from the
+#                                   backbone's logged requests (rules dllm_map_tree_{backbone}: jobs that share the cores)
+#   results/dllm/map/{backbone}/points.json         its points with its trees (rules dllm_map_points_{backbone})
 #   results/tables/table_app_map.*, results/figures/fig_app_map.*
+
+import re
 
 
 rule dllm_oracle:
@@ -35,7 +40,7 @@ for _job in PLAN.map_jobs:
         input:
             **PLAN.map_inputs(_job),
         output:
-            PLAN.map_file(_job),
+            PLAN.map_points_file(_job),
         log:
             run_path(f"logs/dllm/map_{_job}.log"),
         benchmark:
@@ -48,6 +53,47 @@ for _job in PLAN.map_jobs:
             **JOB,
         script:
             "../scripts/dllm_map.py"
+
+
+for _b in PLAN.map_backbones:
+
+    rule:
+        # one candidate tree of the backbone's window: a draw and a window of the map (unie.dllm.rows.map_tree_grid)
+        name:
+            f"dllm_map_tree_{_b}"
+        input:
+            **PLAN.map_inputs(_b),
+            lmeval=PLAN.map_points_file(_b),
+        output:
+            PLAN.map_tree_file(_b, "{tree}"),
+        log:
+            run_path(f"logs/dllm/map_{_b}_{{tree}}.log"),
+        benchmark:
+            run_path(f"benchmarks/dllm/map_{_b}_{{tree}}.tsv")
+        wildcard_constraints:
+            tree="|".join(re.escape(t) for t in PLAN.map_tree_names),
+        threads: config["threads"]
+        resources:
+            **rule_resources("dllm_eval", 4000, 120, gpu=True),
+        params:
+            **PLAN.map_params(_b),
+            **JOB,
+        script:
+            "../scripts/dllm_map_tree.py"
+
+    rule:
+        name:
+            f"dllm_map_points_{_b}"
+        input:
+            lmeval=PLAN.map_points_file(_b),
+            trees=PLAN.map_tree_files(_b),
+        output:
+            PLAN.map_file(_b),
+        log:
+            run_path(f"logs/dllm/map_points_{_b}.log"),
+        localrule: True
+        script:
+            "../scripts/dllm_map_points.py"
 
 
 rule table_app_map:

@@ -1,5 +1,5 @@
-"""Rules dllm_map_{job}: the map of one backbone (its candidate trees per draw and window, its lm-eval points) or the
-proxies decoded alone (unie.pipeline.map_runs.run_map)."""
+"""Rules dllm_map_{job}: the lm-eval points of the map of one backbone (its own decode, APD per proxy; its trees are
+jobs of their own) or the proxies decoded alone (unie.pipeline.map_runs.run_map)."""
 
 from unie.pipeline.rule import job, job_precision
 
