@@ -290,6 +290,7 @@ def test_the_maps_break_even_over_trainings_reads_each_trainings_crossing_or_its
                         "proxy": proxy,
                         "delta": d,
                         "se": se,
+                        "auc": 0.7 if proxy == "paper" else 0.95,
                     }
                 )
             rows.append(
@@ -317,10 +318,11 @@ def test_the_maps_break_even_over_trainings_reads_each_trainings_crossing_or_its
     assert be.loc["ind", "verdict"] == "breaks even in 2 of 3"
     assert be.loc["ind", "auc_1"] == pytest.approx(0.66) and math.isnan(be.loc["ind", "auc_2"])
     assert be.loc["ind", "learned_2"] == pytest.approx(0.4) and be.loc["ind", "oracle_2"] == pytest.approx(4.0)
+    assert be.loc["ind", "learned_auc_2"] == pytest.approx(0.7) and be.loc["ind", "oracle_auc_2"] == pytest.approx(0.95)
     assert be.loc["uni", "verdict"] == "loses at both ends in all 3"
     frames[2] = frame(0.58, [(-0.4, 0.5), (4.0, 0.5)], [(-2.0, 0.5), (-0.2, 0.5)])
     be = break_even_claims(frames).set_index("rule")
     assert be.loc["ind", "verdict"] == "breaks even in all 3 (AUC 0.58–0.66)"
     assert be.loc["uni", "verdict"] == "never crosses (ends: loss/loss, loss/loss, loss/level)"
     shown = break_even_view(be.reset_index())
-    assert "0.66 ± 0.02" in shown and "never (-2.0 ± 0.5 … -0.2 ± 0.5)" in shown
+    assert "0.66 ± 0.02" in shown and "never (-2.0 ± 0.5 at AUC 0.70 … -0.2 ± 0.5 at 0.95)" in shown

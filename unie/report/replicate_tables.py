@@ -285,8 +285,8 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
     """Each map rule's break-even judgement over trainings (the map's ``break_even`` lines: per backbone, candidate
     draw and window, the pairwise AUC at which the rule's paired change crosses zero along the continuum from the
     learned proxy to the oracle (its ends: ``chain_from``, ``chain_to``), ± its bootstrap s.e.).  Per rule: each training's AUC and s.e. (NaN where
-    the change never crosses zero), the rule's change with the learned proxy and with the oracle in each training
-    (the ends of the continuum: why it never crosses), and a verdict: ``breaks even in all N (AUC lo–hi)``,
+    the change never crosses zero), the rule's change ± s.e. and its judgement (AUC) with the learned proxy and with
+    the oracle in each training (the ends of the continuum: why it never crosses, and where), and a verdict: ``breaks even in all N (AUC lo–hi)``,
     ``breaks even in k of N``, or, never crossing in any training, ``gains at both ends in all N`` / ``loses at both
     ends in all N`` / ``never crosses (mixed ends)`` (an end counts as a gain or a loss beyond 2 s.e.; otherwise
     ``level``)."""
@@ -300,7 +300,9 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
         b, draw, w, rule = idx
         c = cells[s]
         hit = c[(c.backbone == b) & (c.draw == draw) & (c.w == w) & (c.rule == rule) & (c.proxy == proxy)]
-        return (float(hit.delta.iloc[0]), float(hit.se.iloc[0])) if not hit.empty else (float("nan"), float("nan"))
+        if hit.empty:
+            return float("nan"), float("nan"), float("nan")
+        return float(hit.delta.iloc[0]), float(hit.se.iloc[0]), float(hit.auc.iloc[0])
 
     def reading(d, e):
         if math.isnan(d):
@@ -315,13 +317,13 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
             auc, se = (float(f.loc[idx].auc), float(f.loc[idx].auc_se)) if idx in f.index else (math.nan, math.nan)
             row[f"auc_{s}"], row[f"auc_se_{s}"] = auc, se
             ln = f.loc[idx] if idx in f.index else None
-            lo = end(s, idx, ln.chain_from) if ln is not None else (math.nan, math.nan)
-            hi = end(s, idx, ln.chain_to) if ln is not None else (math.nan, math.nan)
-            row[f"learned_{s}"], row[f"learned_se_{s}"] = lo
-            row[f"oracle_{s}"], row[f"oracle_se_{s}"] = hi
+            lo = end(s, idx, ln.chain_from) if ln is not None else (math.nan,) * 3
+            hi = end(s, idx, ln.chain_to) if ln is not None else (math.nan,) * 3
+            row[f"learned_{s}"], row[f"learned_se_{s}"], row[f"learned_auc_{s}"] = lo
+            row[f"oracle_{s}"], row[f"oracle_se_{s}"], row[f"oracle_auc_{s}"] = hi
             if not math.isnan(auc):
                 crossed.append(auc)
-            ends.append((reading(*lo), reading(*hi)))
+            ends.append((reading(*lo[:2]), reading(*hi[:2])))
         n = len(seeds)
         if len(crossed) == n:
             v = f"breaks even in all {n} (AUC {min(crossed):.2f}–{max(crossed):.2f})"
@@ -340,7 +342,8 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
 
 def break_even_view(be: pd.DataFrame) -> str:
     """:func:`break_even_claims` as a Markdown table: per rule, each training's break-even AUC ± s.e. (``never``: the
-    change does not cross zero; then the change with the learned proxy and with the oracle), and the verdict."""
+    change does not cross zero; then the change and the judgement with the learned proxy and with the oracle), and
+    the verdict."""
     seeds = [c[len("auc_se_") :] for c in be.columns if c.startswith("auc_se_")]
 
     def one(r, s):
@@ -350,7 +353,11 @@ def break_even_view(be: pd.DataFrame) -> str:
         lo, hi = r[f"learned_{s}"], r[f"oracle_{s}"]
         if math.isnan(lo) and math.isnan(hi):
             return "–"
-        return f"never ({with_se(lo, r[f'learned_se_{s}'])} … {with_se(hi, r[f'oracle_se_{s}'])})"
+        la, oa = r.get(f"learned_auc_{s}", math.nan), r.get(f"oracle_auc_{s}", math.nan)
+        return (
+            f"never ({with_se(lo, r[f'learned_se_{s}'])} at AUC {la:.2f} … "
+            f"{with_se(hi, r[f'oracle_se_{s}'])} at {oa:.2f})"
+        )
 
     header = ["backbone", "candidates", "w", "rule", *[f"seed {s}" for s in seeds], "verdict"]
     rows = [
