@@ -303,6 +303,7 @@ def test_the_maps_break_even_over_trainings_reads_each_trainings_crossing_or_its
                     "proxy": None,
                     "auc": auc,
                     "auc_se": None if auc is None else 0.02,
+                    "dlm_auc": 0.64,
                     "chain_from": "paper",
                     "chain_to": "oracle",
                 }
@@ -325,4 +326,5 @@ def test_the_maps_break_even_over_trainings_reads_each_trainings_crossing_or_its
     assert be.loc["ind", "verdict"] == "breaks even in all 3 (AUC 0.58–0.66)"
     assert be.loc["uni", "verdict"] == "never crosses (ends: loss/loss, loss/loss, loss/level)"
     shown = break_even_view(be.reset_index())
+    assert "0.66 ± 0.02 (backbone 0.64)" in shown and be.loc["ind", "dlm_auc_0"] == pytest.approx(0.64)
     assert "0.66 ± 0.02" in shown and "never (-2.0 ± 0.5 at AUC 0.70 … -0.2 ± 0.5 at 0.95)" in shown

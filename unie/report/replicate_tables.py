@@ -286,7 +286,8 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
     draw and window, the pairwise AUC at which the rule's paired change crosses zero along the continuum from the
     learned proxy to the oracle (its ends: ``chain_from``, ``chain_to``), ± its bootstrap s.e.).  Per rule: each training's AUC and s.e. (NaN where
     the change never crosses zero), the rule's change ± s.e. and its judgement (AUC) with the learned proxy and with
-    the oracle in each training (the ends of the continuum: why it never crosses, and where), and a verdict: ``breaks even in all N (AUC lo–hi)``,
+    the oracle in each training (the ends of the continuum: why it never crosses, and where), the backbone's own
+    judgement of the same candidates (``dlm_auc_S``: its log p_theta's pairwise AUC), and a verdict: ``breaks even in all N (AUC lo–hi)``,
     ``breaks even in k of N``, or, never crossing in any training, ``gains at both ends in all N`` / ``loses at both
     ends in all N`` / ``never crosses (mixed ends)`` (an end counts as a gain or a loss beyond 2 s.e.; otherwise
     ``level``)."""
@@ -316,6 +317,8 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
             f = lines[s]
             auc, se = (float(f.loc[idx].auc), float(f.loc[idx].auc_se)) if idx in f.index else (math.nan, math.nan)
             row[f"auc_{s}"], row[f"auc_se_{s}"] = auc, se
+            # the backbone's own judgement of the same candidates (its log p_theta's AUC): what a proxy must beat
+            row[f"dlm_auc_{s}"] = float(f.loc[idx].dlm_auc) if idx in f.index and "dlm_auc" in f else math.nan
             ln = f.loc[idx] if idx in f.index else None
             lo = end(s, idx, ln.chain_from) if ln is not None else (math.nan,) * 3
             hi = end(s, idx, ln.chain_to) if ln is not None else (math.nan,) * 3
@@ -348,15 +351,17 @@ def break_even_view(be: pd.DataFrame) -> str:
 
     def one(r, s):
         auc = r[f"auc_{s}"]
+        dlm = r.get(f"dlm_auc_{s}", math.nan)
+        backbone = "" if math.isnan(dlm) else f" (backbone {dlm:.2f})"
         if not math.isnan(auc):
-            return f"{auc:.2f} ± {r[f'auc_se_{s}']:.2f}"
+            return f"{auc:.2f} ± {r[f'auc_se_{s}']:.2f}{backbone}"
         lo, hi = r[f"learned_{s}"], r[f"oracle_{s}"]
         if math.isnan(lo) and math.isnan(hi):
             return "–"
         la, oa = r.get(f"learned_auc_{s}", math.nan), r.get(f"oracle_auc_{s}", math.nan)
         return (
             f"never ({with_se(lo, r[f'learned_se_{s}'])} at AUC {la:.2f} … "
-            f"{with_se(hi, r[f'oracle_se_{s}'])} at {oa:.2f})"
+            f"{with_se(hi, r[f'oracle_se_{s}'])} at {oa:.2f}){backbone}"
         )
 
     header = ["backbone", "candidates", "w", "rule", *[f"seed {s}" for s in seeds], "verdict"]
