@@ -328,3 +328,60 @@ def test_the_maps_break_even_over_trainings_reads_each_trainings_crossing_or_its
     shown = break_even_view(be.reset_index())
     assert "0.66 ± 0.02 (backbone 0.64)" in shown and be.loc["ind", "dlm_auc_0"] == pytest.approx(0.64)
     assert "0.66 ± 0.02" in shown and "never (-2.0 ± 0.5 at AUC 0.70 … -0.2 ± 0.5 at 0.95)" in shown
+
+
+def test_the_judgement_check_counts_cells_whose_sign_follows_their_judgement():
+    from unie.report.replicate_tables import judgement_check
+
+    f = pd.DataFrame(
+        {
+            "backbone": ["dream"] * 5,
+            "rule": ["ind", "ind", "uni", "rerank", "break_even"],
+            "proxy": ["paper", "oracle", "paper", "weak", None],
+            "delta": [-5.0, 8.0, 3.0, 0.5, None],
+            "se": [1.0, 1.0, 1.0, 1.0, None],
+            "auc": [0.60, 0.95, 0.68, 0.50, 0.71],
+            "dlm_auc": [0.70] * 5,
+        }
+    )
+    (r,) = judgement_check({0: f}).to_dict("records")
+    # ind/paper: a loss judged worse; ind/oracle: a gain judged better; uni/paper: a gain judged worse (against,
+    # gap 0.02); rerank/weak: within 2 s.e.
+    assert (r["cells"], r["beyond"], r["agree"], r["against"]) == (4, 3, 2, 1)
+    assert r["worst_gap"] == pytest.approx(0.02)
+
+
+def test_the_aggregate_of_three_maps_writes_the_break_even_and_the_judgement_check(tmp_path):
+    from unie.pipeline.replicate_runs import aggregate_replicates, write_manifest
+
+    manifests = []
+    for seed, (be_auc, delta) in enumerate([(0.70, -4.0), (0.74, -5.0), (0.72, -3.0)]):
+        run = tmp_path / f"run{seed}"
+        (run / "results" / "tables").mkdir(parents=True)
+        common = {"backbone": "dream", "draw": "τ = 1", "w": 1.0, "dlm_auc": 0.71}
+        pd.DataFrame(
+            [
+                {**common, "rule": "ind", "label": "ind", "proxy": "paper", "delta": delta, "se": 1.0, "auc": 0.6},
+                {**common, "rule": "ind", "label": "ind", "proxy": "oracle", "delta": 9.0, "se": 1.0, "auc": 0.95},
+                {
+                    **common,
+                    "rule": "break_even",
+                    "label": "ind",
+                    "proxy": None,
+                    "auc": be_auc,
+                    "auc_se": 0.02,
+                    "chain_from": "paper",
+                    "chain_to": "oracle",
+                },
+            ]
+        ).to_csv(run / "results" / "tables" / "table_app_map.csv", index=False)
+        m = tmp_path / "agg" / "runs" / f"seed-{seed}.json"
+        write_manifest(seed, str(run), ["snakemake", f"seed={seed}"], m)
+        manifests.append(m)
+    aggregate_replicates(manifests, tmp_path / "agg", log=lambda *_: None)
+    be = pd.read_csv(tmp_path / "agg" / "break_even.csv")
+    assert be.verdict.iloc[0] == "breaks even in all 3 (AUC 0.70–0.74)"
+    check = pd.read_csv(tmp_path / "agg" / "judgement_check.csv")
+    assert list(check.agree) == [2, 2, 2] and list(check.against) == [0, 0, 0]
+    page = (tmp_path / "agg" / "replicates.md").read_text()
+    assert "break-even judgements over the trainings" in page and "0.74 ± 0.02 (backbone 0.71)" in page

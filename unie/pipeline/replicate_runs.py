@@ -115,6 +115,7 @@ def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
     import pandas as pd
 
     from ..report import replicate_tables as agg
+    from ..report.markdown import md_table, num, plain
     from .tables_figures import _write_text, write_figure
 
     manifests = [read_json(p, "replicate manifest") for p in manifest_paths]
@@ -157,6 +158,23 @@ def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
                 "the oracle (`break_even.csv`).",
                 "",
                 agg.break_even_view(be),
+                "",
+            ]
+        check = agg.judgement_check(frames["table_app_map"])
+        if not check.empty:
+            _write_text(check.to_csv(index=False), out / "judgement_check.csv")
+            notes += [
+                "Does a map cell's sign follow its judgement? Of the cells of the rules that read a proxy, those "
+                "beyond 2 s.e., and how many have the sign of their rule's judgement minus the backbone's own "
+                "(`auc - dlm_auc`; `judgement_check.csv`):",
+                "",
+                md_table(
+                    ["seed", "backbone", "cells", "beyond 2 s.e.", "sign as judged", "against", "largest gap against"],
+                    [
+                        [r.seed, plain(r.backbone), r.cells, r.beyond, r.agree, r.against, num(r.worst_gap, 3)]
+                        for r in check.itertuples()
+                    ],
+                ),
                 "",
             ]
     if "fig4_dllm_tradeoff" in frames:

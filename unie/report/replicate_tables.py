@@ -343,6 +343,37 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def judgement_check(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
+    """Does a map cell's sign follow its judgement?  Per training and backbone, over the map's cells of the rules
+    that read a proxy (each rule x proxy x draw x window with a judgement): ``cells``, ``beyond`` (their change is
+    beyond 2 s.e.), ``agree`` (of those, the change has the sign of the rule's judgement minus the backbone's own,
+    ``auc - dlm_auc``: a gain where the rule's energy orders the window's candidates better than the backbone's
+    log p_theta does, a loss where worse) and ``against`` (the rest, with the largest ``|auc - dlm_auc|`` among them,
+    ``worst_gap``)."""
+    out = []
+    for seed, f in frames.items():
+        need = {"auc", "dlm_auc", "delta", "se", "proxy", "rule"}
+        if not need <= set(f.columns):
+            continue
+        c = f[(f.rule != "break_even") & (f.rule != "apd") & (f.proxy != "any")].dropna(subset=["auc", "dlm_auc"])
+        for b, cb in c.groupby("backbone", sort=False):
+            beyond = cb[cb.delta.abs() >= CLAIM_Z * cb.se]
+            agree = (beyond.delta > 0) == (beyond.auc > beyond.dlm_auc)
+            against = beyond[~agree]
+            out.append(
+                {
+                    "seed": seed,
+                    "backbone": b,
+                    "cells": len(cb),
+                    "beyond": len(beyond),
+                    "agree": int(agree.sum()),
+                    "against": len(against),
+                    "worst_gap": float((against.auc - against.dlm_auc).abs().max()) if len(against) else math.nan,
+                }
+            )
+    return pd.DataFrame(out)
+
+
 def break_even_view(be: pd.DataFrame) -> str:
     """:func:`break_even_claims` as a Markdown table: per rule, each training's break-even AUC ± s.e. (``never``: the
     change does not cross zero; then the change and the judgement with the learned proxy and with the oracle), and
@@ -490,6 +521,7 @@ __all__ = [
     "aggregate",
     "break_even_claims",
     "break_even_view",
+    "judgement_check",
     "claims",
     "keys_of",
     "page",
