@@ -632,7 +632,7 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     table = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_map.csv")
     assert {"apd", *m["rules"]} <= set(table.rule)
     be = table[table.rule == "break_even"]  # each rule's crossing along the continuum, named by its two ends
-    assert sorted(be.label) == sorted(m["rules"]) * len(pts["trees"]) and (be.chain_to == "oracle").all()
+    assert sorted(be.label) == sorted(list(m["rules"]) * len(pts["trees"])) and (be.chain_to == "oracle").all()
     assert be.chain_from.isin([m["continuum"].get("proxy"), *proxies]).all()
     assert (smoke_run / OUT / "results" / "tables" / "table_app_map.tex").stat().st_size > 0
     assert (smoke_run / OUT / "results" / "figures" / "fig_app_map.png").stat().st_size > 0
