@@ -127,6 +127,7 @@ def test_verdicts_and_claims():
     assert verdict([-2.5, -3.0, -2.1]) == "holds in all 3 (−)"
     assert verdict([2.5, 1.0, -2.2]) == "holds in 2 of 3 (+−)"
     assert verdict([0.5, -1.9, 1.0]) == "level in all 3"
+    assert verdict([2.5, -3.0, -2.1]) == "signs differ, beyond 2 s.e. in all 3 (+−−)"
     assert verdict([float("nan")] * 3) == "no value"
     sel = {
         s: pd.DataFrame({"row": ["llada", "llada_uni"], "delta": [None, d], "delta_se": [None, 0.5]})

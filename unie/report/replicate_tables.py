@@ -143,6 +143,8 @@ def verdict(z: list[float]) -> str:
     if not beyond:
         return f"level in all {n}"
     signs = "".join("+" if v > 0 else "−" for v in beyond)
+    if len(beyond) == n:  # beyond 2 s.e. in every training, but not with one sign: no claim either way
+        return f"signs differ, beyond 2 s.e. in all {n} ({signs})"
     return f"holds in {len(beyond)} of {n} ({signs})"
 
 
