@@ -11,7 +11,7 @@ Pure functions over the DataFrames the table and figure rules wrote (one per see
   evaluator, every Figure 2 curve against no energy, every Figure 3 point against k = 1 (the difference of the
   per-token NLLs over √(se² + se²): independent samples), the z = change / s.e. in each training
   and a verdict: ``holds in all N`` (beyond 2 s.e., one sign, in every training), ``holds in k of N`` (beyond 2 s.e.
-  in k, with the signs), ``level in all N``.
+  in k, with the signs), ``signs differ, beyond 2 s.e. in all N``, ``level in all N``.
 * :func:`page`: the Markdown page: each table's main quantities as ``mean ± sd [min, max]`` beside each cell, the
   claims, and the proxy/backbone ratio of Table 3 as mean and range.
 """
