@@ -146,6 +146,11 @@ def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
         line = agg.ratio_line(frames["table3_dllm"], "proxy", {"llada": "LLaDA-like", "dream": "Dream-like"})
         if line:
             notes += [line, ""]
+    if "fig4_dllm_tradeoff" in frames:
+        from ..report.figures import fig4_spread
+
+        write_figure(fig4_spread(frames["fig4_dllm_tradeoff"]), None, out / "fig4_spread.pdf", out / "fig4_spread.png")
+        notes += ["Figure 4 over the trainings: `fig4_spread.png`.", ""]
     if "table_app_map" in frames:  # the map's break-even judgements over the trainings
         be = agg.break_even_claims(frames["table_app_map"])
         if not be.empty:
@@ -154,8 +159,8 @@ def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
                 "## The map's break-even judgements over the trainings",
                 "",
                 "The pairwise AUC at which each rule's paired change crosses zero along the continuum from the learned "
-                "proxy to the oracle (bootstrap s.e.); `never`: no crossing, with the change at the learned end … at "
-                "the oracle (`break_even.csv`).",
+                "proxy to the oracle (bootstrap s.e.); `never`: no crossing, with the change and the AUC at the learned "
+                "end … at the oracle; (backbone x): the backbone's own AUC on the same candidates (`break_even.csv`).",
                 "",
                 agg.break_even_view(be),
                 "",
@@ -177,11 +182,6 @@ def aggregate_replicates(manifest_paths: list, out_dir, log=print) -> dict:
                 ),
                 "",
             ]
-    if "fig4_dllm_tradeoff" in frames:
-        from ..report.figures import fig4_spread
-
-        write_figure(fig4_spread(frames["fig4_dllm_tradeoff"]), None, out / "fig4_spread.pdf", out / "fig4_spread.png")
-        notes += ["Figure 4 over the trainings: `fig4_spread.png`.", ""]
     _write_text(agg.page(runs, aggregates, claim_table, notes), out / "replicates.md")
     log(
         f"replicates: {len(frames)} tables over seeds {', '.join(map(str, runs))}; {len(claim_table)} claims "
