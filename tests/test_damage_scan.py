@@ -237,6 +237,21 @@ def test_lm_evals_files_in_a_subfolder_are_remade_by_the_rule_of_the_folder_abov
     assert _plan(producer) == ([], [])
 
 
+def test_a_damaged_lmeval_file_is_remade_by_the_rule_whose_record_vouches_for_it(tree):
+    """A map backbone's folder holds two files rules make, ``lmeval.json`` (its lm-eval points: it records their
+    files) and ``points.json`` (the points with the trees): a damaged lm-eval file is remade by the rule of the one
+    that vouches for it, whichever sorts first (here a file named to sort before it, made by another rule)."""
+    results, declared, _ = _lmeval_tree(tree, "map")
+    other = declared.parent / "a_first.json"  # sorts before lmeval.json, made by a rule, vouches for nothing
+    write_json({"points": []}, other)
+    producer = {str(declared): RULE["map"], str(other): "dllm_map_points_llada"}.get
+    assert _plan(producer) == ([], [])
+    _edit_keep_mtime(results, '"acc,none": 0.0', '"acc,none": 0.5')
+    remake, logs = _plan(producer)
+    assert remake == [str(declared)]
+    assert logs[0].endswith(f"this run remakes it with {declared} (rule {RULE['map']})")
+
+
 # ---------------------------------------------------------------------- no downgrade, deleted inputs
 def test_a_result_without_its_hash_fields_is_refused(tree):
     """Every result JSON a rule writes carries its hash; one whose envelope was deleted is damage (it would

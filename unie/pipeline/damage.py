@@ -649,8 +649,9 @@ def _remade_by(path: str, producer, root: Path | None = None, run: str = ".") ->
     """``(file, rule)``: what remakes ``path``: ``path`` itself or the nearest folder above it that a rule of the
     workflow makes (a file inside a ``directory()`` output); for a table's or figure's record, the table or figure;
     else (with ``root``) a file a rule makes beside it or in the nearest folder above it, within the run's
-    ``results/`` or ``resources/`` (lm-eval's files of a row, a sweep or a map point, at any depth, are remade by
-    the job that writes the row's or the points' files); None when none does.  Without a ``producer``: ``path``
+    ``results/`` or ``resources/``, the one whose ``records`` vouch for it first (lm-eval's files of a row, a sweep or
+    a map point, at any depth, are remade by the job that writes the row's or the points' files); None when none
+    does.  Without a ``producer``: ``path``
     itself, by its job."""
     if producer is None:
         return path, "its job"
@@ -668,12 +669,25 @@ def _remade_by(path: str, producer, root: Path | None = None, run: str = ".") ->
         if not any(top in folder.parents for top in tops):
             break
         here = root / folder
+        made = []  # (file, rule) of each file a rule makes here
         for f in sorted(here.iterdir()) if here.is_dir() else []:
             if f.is_file() and not f.name.startswith(".") and f.suffix != ".damaged":
                 rule = producer(os.path.relpath(f, root))
                 if rule:
-                    return os.path.relpath(f, root), f"rule {rule}"
+                    made.append((os.path.relpath(f, root), rule))
+        if made:  # the one whose record vouches for the file first (a map backbone's lmeval.json, not its points.json)
+            file, rule = next((m for m in made if _vouches_for(root / m[0], path)), made[0])
+            return file, f"rule {rule}"
     return None
+
+
+def _vouches_for(json_file: Path, path: str) -> bool:
+    """Whether ``json_file`` (a result JSON) records ``path`` among the files it vouches for (its ``records``)."""
+    if json_file.suffix != ".json" or json_file.stat().st_size > JSON_LIMIT:
+        return False
+    obj = _load_json(json_file)[0]
+    records = obj.get(RECORDS) if isinstance(obj, dict) else None
+    return isinstance(records, dict) and any(os.path.normpath(k) == os.path.normpath(path) for k in records)
 
 
 def _set_aside(root: Path, d: Damaged, how: str | None) -> str:
