@@ -651,8 +651,7 @@ def _remade_by(path: str, producer, root: Path | None = None, run: str = ".") ->
     else (with ``root``) a file a rule makes beside it or in the nearest folder above it, within the run's
     ``results/`` or ``resources/``, the one whose ``records`` vouch for it first (lm-eval's files of a row, a sweep or
     a map point, at any depth, are remade by the job that writes the row's or the points' files); None when none
-    does.  Without a ``producer``: ``path``
-    itself, by its job."""
+    does.  Without a ``producer``: ``path`` itself, by its job."""
     if producer is None:
         return path, "its job"
     p = Path(path)

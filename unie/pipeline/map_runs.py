@@ -67,20 +67,20 @@ def map_scorers(m: dict, bridges: dict, energy: dict):
     return out
 
 
-def _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, limit, log, precision):
+def _point_args(point: dict, dllm: dict, models: dict, device: str, precision: str) -> dict:
+    """A map point's model args (its lm-eval run's; a backbone point's are the decoder its trees decode with)."""
     from ..dllm.rows import row_model_args
+
+    row = point["row"]
+    models_of = {role: models[row[role]] for role in ("model", "proxy") if row.get(role)}
+    return row_model_args(point["name"], row, dllm, models_of, device, precision)
+
+
+def _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, limit, log, precision):
     from ..eval.metrics import window_shares
 
     point_dir = out_dir / point["name"]
-    row = point["row"]
-    args = row_model_args(
-        point["name"],
-        row,
-        dllm,
-        {role: models[row[role]] for role in ("model", "proxy") if row.get(role)},
-        device,
-        precision,
-    )
+    args = _point_args(point, dllm, models, device, precision)
     log(f"map {point['name']}: model_args {args}")
     found = evaluate(
         args,
@@ -188,22 +188,6 @@ def run_map(
     return out
 
 
-def _backbone_args(backbone: str, dllm: dict, models: dict, device: str, precision: str) -> dict:
-    """The backbone point's model args (its lm-eval run's; the decoder every tree of the backbone decodes with)."""
-    from ..dllm.rows import map_points, row_model_args
-
-    point = map_points(dllm, backbone)[0]
-    row = point["row"]
-    return row_model_args(
-        point["name"],
-        row,
-        dllm,
-        {role: models[row[role]] for role in ("model", "proxy") if row.get(role)},
-        device,
-        precision,
-    )
-
-
 def run_map_tree(
     backbone: str, tree: str, dllm: dict, models: dict, tasks_dir, out_dir, device: str, log=print, precision="fp32"
 ) -> dict:
@@ -213,7 +197,7 @@ def run_map_tree(
     ``out_dir/trees/{tree}.json``: ``{backbone, tree, record}``, ``record`` the tree's entry of ``points.json``.
     Each request draws from its own generator (seeded by the run's seed, its prompt and its key), so a tree is the
     same whichever job decodes it and in whichever order."""
-    from ..dllm.rows import map_tree_grid
+    from ..dllm.rows import map_points, map_tree_grid
 
     grid = map_tree_grid(dllm)
     if tree not in grid:
@@ -221,7 +205,7 @@ def run_map_tree(
     out_dir = Path(out_dir)
     read_json(out_dir / LMEVAL_POINTS, "map lm-eval points")  # checked against its hash: the base run is whole
     names, metrics, _ = task_metrics({"names": list(dllm["map"]["tasks"])})
-    base_args = _backbone_args(backbone, dllm, models, device, precision)
+    base_args = _point_args(map_points(dllm, backbone)[0], dllm, models, device, precision)  # its backbone point
     base_dir = out_dir / base_args["name"]
     base_items = item_records(base_dir, names, metrics)
     (rec,) = map_trees(
@@ -289,6 +273,7 @@ def map_trees(
         room_reading,
         share_of_ceiling,
     )
+    from ..dllm.rows import map_tree_grid
     from .room_runs import _lm_tasks, scored_trees
 
     m = dllm["map"]
@@ -300,8 +285,7 @@ def map_trees(
     task_objs = _lm_tasks(names, tasks_dir)
     energy = dllm.get("energy", {})
     out = []
-    pairs = only if only is not None else [(d, w) for d in m["draws"] for w in m.get("windows", [energy.get("w", 0.2)])]
-    for draw, w in pairs:
+    for draw, w in only if only is not None else map_tree_grid(dllm).values():
         options = DLLMEnergyOptions(
             energy="uni",
             K=energy.get("K", 3),

@@ -286,13 +286,13 @@ def claims(
 def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
     """Each map rule's break-even judgement over trainings (the map's ``break_even`` lines: per backbone, candidate
     draw and window, the pairwise AUC at which the rule's paired change crosses zero along the continuum from the
-    learned proxy to the oracle (its ends: ``chain_from``, ``chain_to``), ± its bootstrap s.e.).  Per rule: each training's AUC and s.e. (NaN where
-    the change never crosses zero), the rule's change ± s.e. and its judgement (AUC) with the learned proxy and with
-    the oracle in each training (the ends of the continuum: why it never crosses, and where), the backbone's own
-    judgement of the same candidates (``dlm_auc_S``: its log p_theta's pairwise AUC), and a verdict: ``breaks even in all N (AUC lo–hi)``,
-    ``breaks even in k of N``, or, never crossing in any training, ``gains at both ends in all N`` / ``loses at both
-    ends in all N`` / ``never crosses (mixed ends)`` (an end counts as a gain or a loss beyond 2 s.e.; otherwise
-    ``level``)."""
+    learned proxy to the oracle (its ends: ``chain_from``, ``chain_to``), ± its bootstrap s.e.).  Per rule: each
+    training's AUC and s.e. (NaN where the change never crosses zero), the rule's change ± s.e. and its judgement
+    (AUC) with the learned proxy and with the oracle in each training (the ends of the continuum: why it never
+    crosses, and where), the backbone's own judgement of the same candidates (``dlm_auc_S``: its log p_theta's
+    pairwise AUC), and a verdict: ``breaks even in all N (AUC lo–hi)``, ``breaks even in k of N``, or, never crossing
+    in any training, ``gains at both ends in all N`` / ``loses at both ends in all N`` / ``never crosses (mixed
+    ends)`` (an end counts as a gain or a loss beyond 2 s.e.; otherwise ``level``)."""
     keys = ["backbone", "draw", "w", "label"]
     seeds = list(frames)
     out = []
@@ -316,12 +316,11 @@ def break_even_claims(frames: dict[int, pd.DataFrame]) -> pd.DataFrame:
         row = {"backbone": idx[0], "draw": idx[1], "w": idx[2], "rule": idx[3]}
         crossed, ends = [], []
         for s in seeds:
-            f = lines[s]
-            auc, se = (float(f.loc[idx].auc), float(f.loc[idx].auc_se)) if idx in f.index else (math.nan, math.nan)
+            ln = lines[s].loc[idx] if idx in lines[s].index else None  # this training's break-even line
+            auc, se = (float(ln.auc), float(ln.auc_se)) if ln is not None else (math.nan, math.nan)
             row[f"auc_{s}"], row[f"auc_se_{s}"] = auc, se
             # the backbone's own judgement of the same candidates (its log p_theta's AUC): what a proxy must beat
-            row[f"dlm_auc_{s}"] = float(f.loc[idx].dlm_auc) if idx in f.index and "dlm_auc" in f else math.nan
-            ln = f.loc[idx] if idx in f.index else None
+            row[f"dlm_auc_{s}"] = float(ln.dlm_auc) if ln is not None and "dlm_auc" in ln else math.nan
             lo = end(s, idx, ln.chain_from) if ln is not None else (math.nan,) * 3
             hi = end(s, idx, ln.chain_to) if ln is not None else (math.nan,) * 3
             row[f"learned_{s}"], row[f"learned_se_{s}"], row[f"learned_auc_{s}"] = lo
