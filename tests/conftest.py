@@ -200,8 +200,16 @@ def smoke_pristine(request, tmp_path_factory) -> Path:
     import shutil
 
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this session's own folder
-    base = cache.mkdir("unie-smoke") if cache is not None else tmp_path_factory.mktemp("unie-smoke")
+    import os
+
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this run's own folder
+    if cache is not None:
+        base = cache.mkdir("unie-smoke")
+    elif os.environ.get("PYTEST_XDIST_WORKER"):  # the folder above each worker's, which the run's workers share
+        base = tmp_path_factory.getbasetemp().parent / "unie-smoke"
+        base.mkdir(exist_ok=True)
+    else:
+        base = tmp_path_factory.mktemp("unie-smoke")
     key = _smoke_key()
     wd = base / key
     with open(base / "lock", "w") as lock:
@@ -255,3 +263,40 @@ def pytest_collection_modifyitems(config, items):
             or shared & set(getattr(item, "fixturenames", ()))
         ):
             item.add_marker(pytest.mark.workflow)
+    # the files with workflow runs first: under pytest-xdist each file goes to one worker in this order, and a long
+    # file handed out last would leave the other cores idle at the end
+    long = {item.path for item in items if item.get_closest_marker("workflow")}
+    items.sort(key=lambda item: item.path not in long)
+
+
+# --- tests in parallel (pytest-xdist, `-n auto` in pyproject.toml) and the few that need the machine to themselves ---
+#
+# Each test holds a shared lock on one file per test run while it runs; a test marked ``alone`` holds it exclusively,
+# so it starts once the tests running in the other workers have ended and none starts beside it.  A gate taken
+# around each acquisition keeps the exclusive request from waiting behind an endless stream of shared ones.
+
+
+def _run_lock_path() -> Path | None:
+    import os
+    import tempfile
+
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # the same in every worker of one run; absent without xdist
+    return Path(tempfile.gettempdir()) / f"unie-tests-{uid}.lock" if uid else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import fcntl
+
+    path = _run_lock_path()
+    if path is None:
+        return (yield)
+    mode = fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH
+    with open(path.with_suffix(".gate"), "a") as gate, open(path, "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, mode)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

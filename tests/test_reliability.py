@@ -1023,6 +1023,26 @@ def test_a_refused_job_never_loses_another_jobs_log(tmp_path, capsys):
     assert lines[2].endswith("orphan: step 20") and lines[3].endswith("orphan: step 40")
 
 
+def test_a_job_in_a_longer_process_gives_the_root_logger_back(tmp_path):
+    """While a job runs, the root logger writes to its log; afterwards it has its own handlers and level again, so a
+    later message in the same process (a test's Snakemake run) does not reach the job's closed log ("--- Logging
+    error ---", which ended a test's output when the test ran after a job in the same process)."""
+    import logging
+    from types import SimpleNamespace
+
+    from unie.pipeline.rule import job
+
+    root = logging.getLogger()
+    before = root.handlers[:], root.level
+    log = tmp_path / "job.log"
+    with job(SimpleNamespace(threads=1, log=[str(log)])):
+        logging.getLogger("unie.test").info("inside the job")
+    assert (root.handlers, root.level) == before
+    assert log.read_text().rstrip().endswith("inside the job")
+    logging.getLogger("snakemake.logging").error("after the job")  # reaches only what was there before
+    assert log.read_text().count("after the job") == 0
+
+
 def test_which_parquet_readers_check_page_crcs(tmp_path, hf_offline):
     """The README's claim: a flipped byte in a samples file can reach ``pandas.read_parquet`` and
     ``datasets.load_dataset("parquet", ...)`` (pyarrow's default reader) as other tokens without an error; pyarrow

@@ -199,7 +199,14 @@ def job(snakemake, name: str | None = None):
     stream = _Log(logpath) if logpath else sys.stderr
     old_out, old_err = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = stream
-    logging.basicConfig(stream=stream, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
+    # the root logger writes to the job's log while it runs (as basicConfig(force=True) would), and gets its own
+    # handlers back afterwards: a job run in a longer-lived process (a test) leaves no handler on a closed log behind
+    root = logging.getLogger()
+    saved_logging = root.handlers[:], root.level
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
     log = logging.getLogger(name or "unie").info
     failure = None
     _JOB = snakemake
@@ -222,6 +229,8 @@ def job(snakemake, name: str | None = None):
         record_job(snakemake, started, time.time(), ok)
         _JOB = None
         sys.stdout, sys.stderr = old_out, old_err
+        root.handlers[:], level = saved_logging
+        root.setLevel(level)
         if logpath:
             stream.close()
     if failure is not None:
