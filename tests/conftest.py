@@ -263,10 +263,19 @@ def pytest_collection_modifyitems(config, items):
             or shared & set(getattr(item, "fixturenames", ()))
         ):
             item.add_marker(pytest.mark.workflow)
-    # the files with workflow runs first: under pytest-xdist each file goes to one worker in this order, and a long
-    # file handed out last would leave the other cores idle at the end
-    long = {item.path for item in items if item.get_closest_marker("workflow")}
-    items.sort(key=lambda item: item.path not in long)
+    # the Slurm test starts a throw-away Slurm (root, apt-get where it is missing): only when asked for, by a ``-m``
+    # naming ``slurm`` or by UNIE_TESTS_SLURM=1 beside the rest (CI: `UNIE_TESTS_SLURM=1 pytest -q`, one run for both)
+    import os
+
+    if "slurm" not in (config.option.markexpr or "") and os.environ.get("UNIE_TESTS_SLURM") != "1":
+        slurm = [item for item in items if item.get_closest_marker("slurm")]
+        if slurm:
+            config.hook.pytest_deselected(items=slurm)
+            items[:] = [item for item in items if not item.get_closest_marker("slurm")]
+    # the files with a test marked ``alone`` first: under pytest-xdist each file goes to a worker in this order, and
+    # such a test waits for the tests running beside it to end (at the start, the other worker's first test)
+    alone = {item.path for item in items if item.get_closest_marker("alone")}
+    items.sort(key=lambda item: item.path not in alone)
 
 
 # --- tests in parallel (pytest-xdist, `-n auto` in pyproject.toml) and the few that need the machine to themselves ---
