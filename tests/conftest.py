@@ -272,10 +272,12 @@ def pytest_collection_modifyitems(config, items):
         if slurm:
             config.hook.pytest_deselected(items=slurm)
             items[:] = [item for item in items if not item.get_closest_marker("slurm")]
-    # the files with a test marked ``alone`` first: under pytest-xdist each file goes to a worker in this order, and
-    # such a test waits for the tests running beside it to end (at the start, the other worker's first test)
-    alone = {item.path for item in items if item.get_closest_marker("alone")}
-    items.sort(key=lambda item: item.path not in alone)
+    # under pytest-xdist each file goes to a worker in this order: first the files with a test marked ``alone`` (such
+    # a test waits for the tests running beside it to end: at the start, the other worker's first test), then the
+    # Slurm test (minutes, mostly waiting on Slurm: handed out last, it would end the run alone), then the rest
+    first = {item.path: 0 for item in items if item.get_closest_marker("slurm")}
+    first.update({item.path: -1 for item in items if item.get_closest_marker("alone")})
+    items.sort(key=lambda item: first.get(item.path, 1))
 
 
 # --- tests in parallel (pytest-xdist, `-n auto` in pyproject.toml) and the few that need the machine to themselves ---
