@@ -287,6 +287,23 @@ def pytest_collection_modifyitems(config, items):
 # around each acquisition keeps the exclusive request from waiting behind an endless stream of shared ones.
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker per core this process may run on (its CPU affinity, and the cgroup's CPU quota where one
+    is set), not psutil's count of the host's physical cores, which a container limited to 2 cores can exceed many
+    times over (each worker imports torch and may run a workflow)."""
+    import math
+    import os
+
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            n = min(n, math.floor(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
 def _run_lock_path() -> Path | None:
     import os
     import tempfile
