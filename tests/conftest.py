@@ -5,6 +5,7 @@ config/smoke.yaml."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -200,8 +201,6 @@ def smoke_pristine(request, tmp_path_factory) -> Path:
     import shutil
 
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
-    import os
-
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this run's own folder
     if cache is not None:
         base = cache.mkdir("unie-smoke")
@@ -265,13 +264,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.workflow)
     # the Slurm test starts a throw-away Slurm (root, apt-get where it is missing): only when asked for, by a ``-m``
     # naming ``slurm`` or by UNIE_TESTS_SLURM=1 beside the rest (CI: `UNIE_TESTS_SLURM=1 pytest -q`, one run for both)
-    import os
-
     if "slurm" not in (config.option.markexpr or "") and os.environ.get("UNIE_TESTS_SLURM") != "1":
         slurm = [item for item in items if item.get_closest_marker("slurm")]
         if slurm:
             config.hook.pytest_deselected(items=slurm)
-            items[:] = [item for item in items if not item.get_closest_marker("slurm")]
+            items[:] = [item for item in items if item not in slurm]
     # under pytest-xdist each file goes to a worker in this order: first the files with a test marked ``alone`` (such
     # a test waits for the tests running beside it to end: at the start, the other worker's first test), then the
     # Slurm test (minutes, mostly waiting on Slurm: handed out last, it would end the run alone), then the rest
@@ -292,7 +289,6 @@ def pytest_xdist_auto_num_workers(config) -> int:
     is set), not psutil's count of the host's physical cores, which a container limited to 2 cores can exceed many
     times over (each worker imports torch and may run a workflow)."""
     import math
-    import os
 
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
@@ -305,7 +301,6 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def _run_lock_path() -> Path | None:
-    import os
     import tempfile
 
     uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # the same in every worker of one run; absent without xdist
