@@ -17,9 +17,11 @@ The cases (each a file of a different job where it can be, so that one run cover
 * ``owt/test.parquet`` replaced by a valid Parquet of other tokens without the project's metadata, and
   ``lm1b/test.parquet`` by OWT's test tokens (``cp -p``, the file's own metadata says ``dataset: owt``);
 * a one-digit edit, the modification time kept, of Table 1's ``results/ppl/mdlm.json``, Table 2's
-  ``results/genppl/mdlm/steps2.json`` and Table 3's lm-eval ``results/dllm/rows/llada/results.json``
+  ``results/genppl/mdlm/steps2.json`` and Table 3's lm-eval ``results/dllm/rows/dream_apd/results.json``
   (``0.0 -> 0.5``), of lm-eval's own results in the subfolder of a Dream row (``rows/dream/dream/results_*.json``),
-  and ``rows/ar_large2/ar_large2/results_*.json`` truncated (rows whose folder sorts before ``effect.json``);
+  and ``rows/dream_ind/dream_ind/results_*.json`` truncated (rows whose folder sorts before ``effect.json``): the
+  three are rows of the Dream-like model's one lm-eval job, so the run remakes one lm-eval job and one room, not
+  three and two;
 * ``results/ppl/ar.json`` with its hash fields deleted;
 * a byte flipped in a Gen PPL's samples (``results/samples/sedd/steps16.parquet``) and in a figure
   (``results/figures/fig2_ablation.png``); one digit of Table 2's LaTeX and CSV (``990.0 -> 390.0``) and of the
@@ -67,7 +69,7 @@ SWAPPED_TOKENS = f"{RUN}/resources/tokenized/lm1b/test.parquet"  # OWT's test to
 RESULTS = {
     "ppl": f"{R}/ppl/mdlm.json",
     "genppl": f"{R}/genppl/mdlm/steps2.json",
-    "lm-eval": f"{R}/dllm/rows/llada/results.json",
+    "lm-eval": f"{R}/dllm/rows/dream_apd/results.json",
 }
 STRIPPED = f"{R}/ppl/ar.json"  # its hash fields deleted
 SAMPLES = f"{R}/samples/sedd/steps16.parquet"
@@ -78,10 +80,10 @@ PAGES = {
     "figure": f"{R}/figures/fig2_ablation.png",
 }
 # lm-eval's own files below a row or a sweep point (their names carry lm-eval's time stamp: found in the tree)
-NESTED = {"dream": f"{R}/dllm/rows/dream/dream", "ar_large2": f"{R}/dllm/rows/ar_large2/ar_large2"}
+NESTED = {"dream": f"{R}/dllm/rows/dream/dream", "dream_ind": f"{R}/dllm/rows/dream_ind/dream_ind"}
 NESTED_REMADE_WITH = {
     "dream": (f"{R}/dllm/rows/dream/effect.json", "dllm_eval_dream"),
-    "ar_large2": (f"{R}/dllm/rows/ar_large2/effect.json", "dllm_eval_proxy"),
+    "dream_ind": (f"{R}/dllm/rows/dream_ind/effect.json", "dllm_eval_dream"),
 }
 SWEEP_POINT = f"{R}/dllm/sweeps/app_k/uni__K_2/uni__K_2"  # a sweep point's lm-eval files (the last test: a dry run)
 # file -> (what the line says is wrong, the rule that remakes it, the file it is remade with when not itself)
@@ -107,7 +109,7 @@ DAMAGE = {
     SWAPPED_TOKENS: ("its metadata says it holds dataset 'owt', where dataset 'lm1b' is expected", "tokenize", None),
     RESULTS["ppl"]: ("its values differ from the content hash it recorded", "ppl", None),
     RESULTS["genppl"]: ("its values differ from the content hash it recorded", "sample_run", None),
-    RESULTS["lm-eval"]: ("content hash differs from the one recorded when it was written", "dllm_eval_llada", None),
+    RESULTS["lm-eval"]: ("content hash differs from the one recorded when it was written", "dllm_eval_dream", None),
     STRIPPED: (
         "it carries no content hash, although every result file of this workflow is written with one",
         "ppl",
@@ -130,10 +132,7 @@ PLANNED = {
     "ppl_exact": 1,
     "ppl_energy": 4,
     **TABLE2_RESAMPLED,
-    "dllm_eval_llada": 1,
     "dllm_eval_dream": 1,
-    "dllm_eval_proxy": 1,
-    "dllm_room_llada": 1,
     "dllm_room_dream": 1,
     "fig2": 1,
     "fig3": 1,
@@ -142,7 +141,6 @@ PLANNED = {
     "table2": 1,
     "table3": 1,
     "table_app_dllm_full": 1,
-    "table_app_selection": 1,
     "paper_vs_ours": 1,
     "paper_page": 1,
     "all": 1,
@@ -261,7 +259,7 @@ def damaged(smoke_tree, tmp_path_factory):
     edit_keep_mtime(wd / RESULTS["genppl"], *one_digit(results["genppl"]["genppl"]["exact"]["ppl"]))
     edit_keep_mtime(wd / RESULTS["lm-eval"], '"exact_match,none": 0.0', '"exact_match,none": 0.5')
     edit_keep_mtime(wd / nested["dream"], '"exact_match,none": 0.0', '"exact_match,none": 0.5')
-    keep_mtime(wd / nested["ar_large2"], lambda p: p.write_bytes(p.read_bytes()[:200]))
+    keep_mtime(wd / nested["dream_ind"], lambda p: p.write_bytes(p.read_bytes()[:200]))
     raw = json.loads((wd / STRIPPED).read_text())
     keep_mtime(
         wd / STRIPPED,
@@ -286,7 +284,21 @@ def damaged(smoke_tree, tmp_path_factory):
     damaged_files = {f: (wd / f).read_bytes() for f in damage}
     dry = smk("-n", cwd=wd)
     untouched = all((wd / f).read_bytes() == b for f, b in damaged_files.items())
-    run = smk(cwd=wd)
+    from snakemake.scheduling import greedy, milp
+
+    choices = {"greedy": 0, "ilp": 0}  # Snakemake's choices among the ready jobs, by scheduler
+
+    def counted(name, select):
+        def select_jobs(self, *args, **kwargs):
+            choices[name] += 1
+            return select(self, *args, **kwargs)
+
+        return select_jobs
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(greedy.Scheduler, "select_jobs", counted("greedy", greedy.Scheduler.select_jobs))
+        mp.setattr(milp.Scheduler, "select_jobs", counted("ilp", milp.Scheduler.select_jobs))
+        run = smk(cwd=wd)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return SimpleNamespace(
         wd=wd,
@@ -297,6 +309,7 @@ def damaged(smoke_tree, tmp_path_factory):
         untouched_by_dry_run=untouched,
         damage=damage,
         nested=nested,
+        choices=choices,
     )
 
 
@@ -316,6 +329,12 @@ def test_the_dry_run_names_each_damage_in_one_line_and_plans_the_jobs_the_run_ru
     # the run's closing summary and the timeline it writes when it ends (a dry run writes none)
     said_run = [line for line in unie_lines(run) if not line.startswith(("unie: done", "unie: timeline"))]
     assert len(unie_lines(dry)) == len(said_run) == len(damaged.damage)  # nothing else said, nothing twice
+
+
+def test_the_run_chose_its_jobs_greedily_by_priority(damaged):
+    """The run's jobs were chosen by Snakemake's greedy scheduler (unie.pipeline.run.greedy_by_priority), never by
+    its ILP, which starts a solver process for each choice."""
+    assert damaged.choices["ilp"] == 0 and damaged.choices["greedy"] > 10, damaged.choices
 
 
 @pytest.mark.parametrize("case", list(WEIGHTS))
@@ -378,7 +397,7 @@ def test_a_result_without_its_hash_fields_is_remade_with_them(damaged):
 
 @pytest.mark.parametrize("kind", list(NESTED))
 def test_lm_evals_files_in_a_subfolder_are_remade_by_their_rows_or_points_rule(damaged, kind):
-    """``dream*`` and ``ar_large2`` sort before ``effect.json``: their lm-eval files are remade all the same (new
+    """``dream`` and ``dream_ind`` sort before ``effect.json``: their lm-eval files are remade all the same (new
     time-stamped names), and the set-aside copy asks for nothing more (the deletion test's dry run, below)."""
     folder = damaged.wd / NESTED[kind]
     (new,) = folder.glob("results_*.json")

@@ -140,6 +140,28 @@ def test_the_package_and_the_workflows_modules_import_no_torch():
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+def test_a_tokenize_job_imports_no_torch(tok, tmp_path):
+    """Rule tokenize (a job per split: four in a smoke run) writes a token file without torch (1.4 s of each job's
+    start-up): ``unie.data.tokens`` imports torch only where it makes a tensor.  (Rule tokenizer saves through
+    transformers, which imports it.)"""
+    from unie.data.toy_vocab import word_list
+
+    tok.save(tmp_path / "resources" / "tokenizer")  # as rule tokenizer writes it
+    r = _torch_free(
+        "from pathlib import Path\n"
+        "from unie.data.corpus import write_text_parquet\n"
+        "from unie.data.tokens import read_token_meta\n"
+        "from unie.pipeline.data_files import tokenize_split\n"
+        f"d = Path({str(tmp_path)!r})\n"
+        f"write_text_parquet([{' '.join(word_list()[:12])!r}] * 20, d / 'raw.parquet')\n"
+        "out = d / 'resources' / 'tokenized' / 'owt' / 'valid.parquet'\n"
+        "n = tokenize_split(d / 'raw.parquet', d / 'resources' / 'tokenizer', out, 8, domain='owt', split='valid',"
+        " insert_eos=True, chunk_specials=True, source={'kind': 'test'}, log=lambda _m: None)\n"
+        "assert n > 0 and read_token_meta(out)['rows'] == n, n\n"
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def test_every_read_of_a_registry_fills_it_first(monkeypatch):
     """Whatever reads a registry (a lookup, ``in``, iteration, ``dict(...)``, ``{**...}``, ``json.dumps``, a copy)
     finds it filled: a registry is read only through its own methods."""

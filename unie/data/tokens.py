@@ -35,13 +35,16 @@ import mmap
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from ..core.integrity import DamagedFileError, atomic_write
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made: a tokenize job imports none (1.4 s a job)
+    import torch
 
 TOKEN_DTYPE = np.dtype("<i4")  # every vocabulary here (GPT-2: 50,258) fits; half the bytes of int64
 COLUMN = "input_ids"  # Hugging Face's name for token ids
@@ -150,6 +153,8 @@ def write_token_file(
 def write_tokens(x: torch.Tensor, path, extra: dict | None = None) -> None:
     """Save token sequences ``(N, L)`` (e.g. samples) as Parquet ``input_ids`` in one go (+ optional scalar
     metadata, as strings in the schema's metadata)."""
+    import torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.table({COLUMN: _as_list_array(x.to(torch.int32).numpy())})
@@ -292,6 +297,8 @@ def load_tokens(path, limit: int | None = None) -> torch.Tensor:
 
     Pages are checked against their CRCs; when every row is read, the rows' count and content hash are checked
     against the metadata.  A damaged file raises :class:`DamagedFileError` naming it."""
+    import torch
+
     path = Path(path)
     meta = read_token_meta(path)
     try:
@@ -464,6 +471,8 @@ class TokenRows:
     size (OpenWebText: ~9B tokens, 72 GB as int64).  This converts one batch at a time."""
 
     def __init__(self, x):
+        import torch
+
         self.x = x
         self.shape = torch.Size(x.shape)
         self.dtype = torch.int64
@@ -477,6 +486,8 @@ class TokenRows:
         return self.shape[0]
 
     def __getitem__(self, idx) -> torch.Tensor:
+        import torch
+
         if isinstance(self.x, torch.Tensor):
             return self.x[idx].long()
         if isinstance(idx, torch.Tensor):
