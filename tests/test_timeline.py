@@ -199,6 +199,25 @@ def test_the_run_takes_the_greedy_scheduler_unless_the_command_line_names_one():
     assert greedy_by_priority({**kwargs, "greedy_scheduler_settings": None}, argv=[])["scheduler_plugin"] is ilp
 
 
+def test_a_fresh_clones_run_of_a_shipped_profile_orders_its_jobs_by_measured_seconds(smoke_pristine, tmp_path):
+    """``config/job_seconds/{toy,smoke}.tsv`` are in the repository: a run directory with no records of its own (a
+    fresh clone's) takes its jobs' seconds from its profile's table, which names every job of a smoke run and every
+    rule of it for the default profile (without them every job kept its rule's own priority: the critical path did
+    not start first)."""
+    from unie.config.priorities import job_key, parse_records, rule_of, table_path
+    from unie.pipeline.job_records import expected_seconds
+
+    seconds = {p: expected_seconds(tmp_path / "a fresh run", p) for p in ("toy", "smoke")}
+    for profile, (table, source) in seconds.items():
+        assert table and source == str(table_path(profile)), (profile, source)
+    jobs = {
+        job_key(r["rule"], r["wildcards"])
+        for r in parse_records((smoke_pristine / "runs" / "smoke" / "benchmarks" / "jobs.jsonl").read_text())
+    }
+    assert jobs and jobs <= set(seconds["smoke"][0]), sorted(jobs - set(seconds["smoke"][0]))
+    assert {rule_of(k) for k in jobs} <= {rule_of(k) for k in seconds["toy"][0]}
+
+
 def test_the_reference_table_is_written_from_a_runs_records(tmp_path):
     from unie.config.priorities import main, read_table
 
