@@ -284,21 +284,7 @@ def damaged(smoke_tree, tmp_path_factory):
     damaged_files = {f: (wd / f).read_bytes() for f in damage}
     dry = smk("-n", cwd=wd)
     untouched = all((wd / f).read_bytes() == b for f, b in damaged_files.items())
-    from snakemake.scheduling import greedy, milp
-
-    choices = {"greedy": 0, "ilp": 0}  # Snakemake's choices among the ready jobs, by scheduler
-
-    def counted(name, select):
-        def select_jobs(self, *args, **kwargs):
-            choices[name] += 1
-            return select(self, *args, **kwargs)
-
-        return select_jobs
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(greedy.Scheduler, "select_jobs", counted("greedy", greedy.Scheduler.select_jobs))
-        mp.setattr(milp.Scheduler, "select_jobs", counted("ilp", milp.Scheduler.select_jobs))
-        run = smk(cwd=wd)
+    run = smk(cwd=wd)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return SimpleNamespace(
         wd=wd,
@@ -309,7 +295,6 @@ def damaged(smoke_tree, tmp_path_factory):
         untouched_by_dry_run=untouched,
         damage=damage,
         nested=nested,
-        choices=choices,
     )
 
 
@@ -329,12 +314,6 @@ def test_the_dry_run_names_each_damage_in_one_line_and_plans_the_jobs_the_run_ru
     # the run's closing summary and the timeline it writes when it ends (a dry run writes none)
     said_run = [line for line in unie_lines(run) if not line.startswith(("unie: done", "unie: timeline"))]
     assert len(unie_lines(dry)) == len(said_run) == len(damaged.damage)  # nothing else said, nothing twice
-
-
-def test_the_run_chose_its_jobs_greedily_by_priority(damaged):
-    """The run's jobs were chosen by Snakemake's greedy scheduler (unie.pipeline.run.greedy_by_priority), never by
-    its ILP, which starts a solver process for each choice."""
-    assert damaged.choices["ilp"] == 0 and damaged.choices["greedy"] > 10, damaged.choices
 
 
 @pytest.mark.parametrize("case", list(WEIGHTS))

@@ -183,22 +183,6 @@ def test_every_rule_gets_its_jobs_remaining_chain_over_the_dag():
     assert not chain_priorities(SimpleNamespace(rules=[still], dag=dag), {}) and still.priority == 20
 
 
-def test_the_run_takes_the_greedy_scheduler_unless_the_command_line_names_one():
-    """Workflow.execute's arguments (unie.pipeline.run.greedy_by_priority): Snakemake's default ILP becomes its greedy
-    scheduler with the greedy settings it passes beside it; a scheduler named on the command line is kept."""
-    from unie.pipeline.run import greedy_by_priority
-
-    ilp, greedy = SimpleNamespace(name="ilp"), SimpleNamespace(name="greedy")
-    kwargs = {"scheduler_plugin": ilp, "scheduler_settings": "ilp settings", "greedy_scheduler_settings": "g", "x": 1}
-    got = greedy_by_priority(kwargs, argv=["snakemake", "--cores", "2"])
-    assert got["scheduler_plugin"].name == "greedy" and got["scheduler_settings"] == "g" and got["x"] == 1
-    assert kwargs["scheduler_plugin"] is ilp  # the caller's dict untouched
-    for argv in (["snakemake", "--scheduler", "ilp"], ["snakemake", "--scheduler=ilp"]):
-        assert greedy_by_priority(kwargs, argv=argv) is kwargs
-    assert greedy_by_priority({**kwargs, "scheduler_plugin": greedy}, argv=[])["scheduler_plugin"] is greedy
-    assert greedy_by_priority({**kwargs, "greedy_scheduler_settings": None}, argv=[])["scheduler_plugin"] is ilp
-
-
 def test_a_fresh_clones_run_of_a_shipped_profile_orders_its_jobs_by_measured_seconds(smoke_pristine, tmp_path):
     """``config/job_seconds/{toy,smoke}.tsv`` are in the repository: a run directory with no records of its own (a
     fresh clone's) takes its jobs' seconds from its profile's table, which names every job of a smoke run and every

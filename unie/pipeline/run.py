@@ -9,12 +9,6 @@
   read-only folder) ends the run with one line.  ``snakemake --report`` (``Workflow.create_report``) first checks
   the run's files the same way, renaming nothing: a damaged table or figure is named in one line and no report is
   made from it.
-* :func:`greedy_by_priority`: jobs are chosen by Snakemake's greedy scheduler (the highest priority first), not its
-  default ILP, unless the command line names a scheduler (``--scheduler ilp``).  The ILP starts the ``cbc`` solver as
-  a process of its own for each choice among more ready jobs than free cores: 463 of them in one smoke run, 16 of its
-  243 CPU-seconds and 10 s of its 134 s on 2 cores.  What each job computes is the same; the greedy scheduler
-  maximises the same priorities.  (A workflow profile, ``profiles/default``, would set it too, but Snakemake then
-  prints a line naming the profile before everything, a configuration error's one line included.)
 * :func:`chain_priorities`: every rule's priority becomes the remaining chain of its job (its expected seconds and
   the longest chain of the jobs that read its outputs, :mod:`unie.config.priorities`), so the critical path starts
   first.
@@ -74,7 +68,7 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
             if remake:
                 settings = workflow.dag_settings
                 settings.forcerun = frozenset(settings.forcerun) | frozenset(remake)
-        return execute(*args, **greedy_by_priority(kwargs))
+        return execute(*args, **kwargs)
 
     create_report = getattr(workflow, "create_report", None)
 
@@ -94,24 +88,6 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
     workflow.execute = execute_after_checks
     if create_report is not None:
         workflow.create_report = report_after_checks
-
-
-def greedy_by_priority(kwargs: dict, argv: list[str] | None = None) -> dict:
-    """``Workflow.execute``'s keyword arguments with Snakemake's greedy scheduler (its plugin and the greedy settings
-    Snakemake passes beside it) in place of the ILP it chose by default (module doc); unchanged when another
-    scheduler was chosen or the command line (``argv``, default ``sys.argv``) names one."""
-    argv = sys.argv if argv is None else argv
-    plugin = kwargs.get("scheduler_plugin")
-    if (
-        getattr(plugin, "name", None) != "ilp"
-        or kwargs.get("greedy_scheduler_settings") is None
-        or any(a.split("=")[0] == "--scheduler" for a in argv)
-    ):
-        return kwargs
-    from snakemake_interface_scheduler_plugins.registry import SchedulerPluginRegistry
-
-    greedy = SchedulerPluginRegistry().get_plugin("greedy")
-    return {**kwargs, "scheduler_plugin": greedy, "scheduler_settings": kwargs.get("greedy_scheduler_settings")}
 
 
 def chain_priorities(workflow, seconds: dict[str, float]) -> bool:
