@@ -85,18 +85,23 @@ def last_step(wd: Path) -> int:
 
 
 def training_children(wd: Path) -> list[int]:
-    """PIDs of rule scripts (the train job) running with ``wd`` as their working directory."""
-    out = []
+    """PIDs of the processes that run the train job's script with ``wd`` as their working directory: the run's warm
+    server's child (unie.pipeline.warm; its process only waits for it), else the script's own process."""
+    own, warm = [], []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            if "train.py" in cmd and Path(os.readlink(d / "cwd")) == wd:
-                out.append(int(d.name))
+            if Path(os.readlink(d / "cwd")) != wd:
+                continue
+            if "train.py" in cmd:
+                own.append(int(d.name))
+            elif "unie.pipeline.warm serve" in cmd:  # a child (the server itself runs in /)
+                warm.append(int(d.name))
         except OSError:
             continue
-    return out
+    return warm or own
 
 
 @pytest.fixture(scope="module")

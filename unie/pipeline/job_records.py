@@ -1,8 +1,10 @@
 """Each job's own record, from which every run's timeline is made (:func:`unie.pipeline.tables_figures.write_timeline`).
 
 * :func:`record_job`: a job (``unie.pipeline.rule.job``) appends one JSON line to its run's ``benchmarks/jobs.jsonl``
-  when it ends: its rule, start, end, threads, inputs and outputs (one ``write`` of one line to a file opened for
-  appending: lines of jobs that end together do not interleave);
+  when it ends: its rule, start, end, threads, CPU seconds, largest resident memory, whether it ran in the warm
+  server, inputs and outputs (one ``write`` of one line to a file opened for appending: lines of jobs that end
+  together do not interleave).  It replaces Snakemake's ``benchmark:`` files, which measure the process Snakemake
+  started: for a job the warm server runs (:mod:`unie.pipeline.warm`), that process only waits;
 * :func:`~unie.pipeline.tables_figures.write_timeline`: at the end of a run (the Snakefile's ``onsuccess``), the jobs that ran in this invocation
   (started after it began) become ``benchmarks/timeline.tsv`` (one line per job: rule, start and end in seconds
   from the run's first job, wall-clock, threads, on the critical path), ``benchmarks/timeline.json`` (the summary:
@@ -25,7 +27,12 @@ JOBS_FILE = "benchmarks/jobs.jsonl"
 
 def process_started() -> float:
     """When this process started (seconds since the epoch): a job's start includes its Python, torch and model
-    imports, which take seconds a job.  Linux's ``/proc``; elsewhere now."""
+    imports, which take seconds a job.  Linux's ``/proc``; elsewhere now.  A job run by the warm server
+    (:mod:`unie.pipeline.warm`): its client process's start."""
+    from .warm import child_start
+
+    if child_start() is not None:
+        return child_start()
     try:
         ticks = os.sysconf("SC_CLK_TCK")
         with open("/proc/self/stat") as f:
@@ -77,6 +84,24 @@ def job_name(snakemake) -> tuple[str, dict[str, str]]:
         return str(rule), {}
 
 
+def process_usage() -> dict:
+    """What this job's process used so far: ``cpu_s``, its CPU seconds (user + system, with those of the processes it
+    started and waited for), ``max_rss_mb``, the largest resident memory of it or of one of those processes, and
+    ``warm``, whether it runs in a fork of the run's warm server (:mod:`unie.pipeline.warm`: its imports done before
+    it started, not counted)."""
+    import resource
+
+    from .warm import child_start
+
+    t = os.times()
+    rss = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return {
+        "cpu_s": round(t.user + t.system + t.children_user + t.children_system, 2),
+        "max_rss_mb": round(rss / 1024, 1),  # Linux: kilobytes
+        "warm": child_start() is not None,
+    }
+
+
 def record_job(snakemake, start: float, end: float, ok: bool) -> None:
     """Append this job's record to its run's :data:`JOBS_FILE` (module doc); nothing for a job outside a run, and
     never an error (a timeline is a record, never a reason for a job to fail)."""
@@ -93,6 +118,7 @@ def record_job(snakemake, start: float, end: float, ok: bool) -> None:
             "ok": ok,
             "threads": int(getattr(snakemake, "threads", 1) or 1),
             "pid": os.getpid(),
+            **process_usage(),
             "wildcards": wildcards,
             "inputs": job_files(getattr(snakemake, "input", None)),
             "outputs": outputs,

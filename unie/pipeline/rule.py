@@ -180,7 +180,9 @@ def torch_threads(threads: int) -> None:
 
 @contextmanager
 def job(snakemake, name: str | None = None):
-    """Context for a rule's script: logs (stdout, stderr, logging) go to ``snakemake.log[0]``;
+    """Context for a rule's script: in a local run, the script runs again in a fork of the run's warm server
+    (:func:`unie.pipeline.warm.delegate`: torch imported once per run, not once per job) and this process waits for it
+    and exits with its status; else here.  Logs (stdout, stderr, logging) go to ``snakemake.log[0]``;
     torch uses the rule's threads (:func:`torch_threads`).  Yields a ``log(str)`` function.  When the script ends, its tables and figures
     get their records (:func:`record_pages`).
 
@@ -191,8 +193,10 @@ def job(snakemake, name: str | None = None):
     import time
 
     from .job_records import process_started, record_job
+    from .warm import delegate
 
     started = min(time.time(), process_started())  # the job's process, its imports included
+    delegate(snakemake, started)  # a local run's warm server runs this script from its first line; this process exits
     torch_threads(max(1, int(snakemake.threads)))
     logpath = snakemake.log[0] if len(snakemake.log) else None
     beat = Heartbeat(snakemake, logpath, started)

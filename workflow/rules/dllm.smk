@@ -107,8 +107,6 @@ rule dllm_train:
         config=run_path("results/dllm/models/{dmodel}/config.json"),
     log:
         run_path("logs/train/dllm_{dmodel}.log"),
-    benchmark:
-        run_path("benchmarks/train/dllm_{dmodel}.tsv")
     priority: 20
     threads: config["threads"]
     resources:
@@ -134,8 +132,6 @@ rule dllm_eval:
         effect=run_path("results/dllm/rows/{row}/effect.json"),
     log:
         run_path("logs/dllm/eval_{row}.log"),
-    benchmark:
-        run_path("benchmarks/dllm/eval_{row}.tsv")
     wildcard_constraints:
         row="|".join(PLAN.row_jobs) or "(?!)",
     threads: config["threads"]
@@ -163,8 +159,6 @@ for _group, _rows in PLAN.eval_groups.items():
             effect=PLAN.row_outputs(_rows, "effect"),
         log:
             run_path(f"logs/dllm/eval_{_group}.log"),
-        benchmark:
-            run_path(f"benchmarks/dllm/eval_{_group}.tsv")
         threads: config["threads"]
         resources:
             **rule_resources("dllm_eval", 4000, 120, gpu=True),
@@ -185,8 +179,6 @@ rule dllm_sweep_eval:
         run_path("results/dllm/sweeps/{sweep}/lmeval.json"),
     log:
         run_path("logs/dllm/sweep_eval_{sweep}.log"),
-    benchmark:
-        run_path("benchmarks/dllm/sweep_eval_{sweep}.tsv")
     wildcard_constraints:
         sweep="|".join(PLAN.sweeps) or "(?!)",
     threads: config["threads"]
@@ -208,8 +200,6 @@ rule dllm_sweep:
         run_path("results/dllm/sweeps/{sweep}/points.json"),
     log:
         run_path("logs/dllm/sweep_{sweep}.log"),
-    benchmark:
-        run_path("benchmarks/dllm/sweep_{sweep}.tsv")
     wildcard_constraints:
         sweep="|".join(PLAN.sweeps) or "(?!)",
     threads: held_cores()
@@ -237,8 +227,6 @@ for _backbone in PLAN.room:
             PLAN.room_file(_backbone),
         log:
             run_path(f"logs/dllm/room_{_backbone}.log"),
-        benchmark:
-            run_path(f"benchmarks/dllm/room_{_backbone}.tsv")
         threads: config["threads"]
         resources:
             **rule_resources("dllm_eval", 4000, 120, gpu=True),

@@ -43,8 +43,6 @@ for _job in PLAN.map_jobs:
             PLAN.map_points_file(_job),
         log:
             run_path(f"logs/dllm/map_{_job}.log"),
-        benchmark:
-            run_path(f"benchmarks/dllm/map_{_job}.tsv")
         threads: config["threads"]
         resources:
             **rule_resources("dllm_eval", 4000, 120, gpu=True),
@@ -68,8 +66,6 @@ for _b in PLAN.map_backbones:
             PLAN.map_tree_file(_b, "{tree}"),
         log:
             run_path(f"logs/dllm/map_{_b}_{{tree}}.log"),
-        benchmark:
-            run_path(f"benchmarks/dllm/map_{_b}_{{tree}}.tsv")
         wildcard_constraints:
             tree="|".join(re.escape(t) for t in PLAN.map_tree_names),
         threads: config["threads"]

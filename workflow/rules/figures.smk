@@ -146,8 +146,6 @@ rule cases:
         ),
     log:
         run_path("logs/figures/case_studies.log"),
-    benchmark:
-        run_path("benchmarks/figures/case_studies.tsv")
     threads: config["threads"]
     resources:
         **rule_resources("case_studies", 4000, 30),

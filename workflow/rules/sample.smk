@@ -104,8 +104,6 @@ if STEP_RUNS:
             genppl=run_path("results/genppl/{run}/steps{steps}.json"),
         log:
             run_path("logs/sample/{run}/steps{steps}.log"),
-        benchmark:
-            run_path("benchmarks/sample/{run}/steps{steps}.tsv")
         wildcard_constraints:
             run="|".join(STEP_RUNS) or "(?!)",
         threads: config["threads"]
@@ -129,8 +127,6 @@ if GROUPED_RUNS:
             genppl=expand(run_path("results/genppl/{{run}}/steps{s}.json"), s=config["sampling"]["steps"]),
         log:
             run_path("logs/sample/{run}.log"),
-        benchmark:
-            run_path("benchmarks/sample/{run}.tsv")
         wildcard_constraints:
             run="|".join(GROUPED_RUNS) or "(?!)",
         threads: config["threads"]
@@ -157,8 +153,6 @@ for _group, _runs in TABLE_RUNS.items():
             genppl=genppl_targets(_runs),
         log:
             run_path(f"logs/sample/{_group}.log"),
-        benchmark:
-            run_path(f"benchmarks/sample/{_group}.tsv")
         threads: config["threads"]
         resources:
             **rule_resources("sample", 4000, 60, gpu=True),

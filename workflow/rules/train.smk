@@ -30,8 +30,6 @@ rule train:
         config=run_path("results/models/{model}/config.json"),
     log:
         run_path("logs/train/{model}.log"),
-    benchmark:
-        run_path("benchmarks/train/{model}.tsv")
     wildcard_constraints:
         model="|".join(TRAINED) or "(?!)",
     priority: 20  # every other job waits for a model: train first
