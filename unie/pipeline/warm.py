@@ -17,8 +17,9 @@ the child when the client's connection closes), as a job's process would have di
 Nothing changes in what a job computes: the child sets torch's threads as a new process would
 (:func:`unie.pipeline.rule.torch_threads`), reads its own environment and files; a forked process draws the same
 numbers from every seeded generator.  A job runs in its own process as before (:func:`delegate` returns) when there is
-no server (a dry run, a cluster executor, a job inside a cluster job, another host, ``UNIE_WARM=0``), when the job has
-a ``benchmark:`` file (Snakemake measures the job's own process tree), or when the server cannot be reached or does not
+no server (a dry run, a cluster executor, a job inside a cluster job, another host, ``UNIE_WARM=0``), while the server
+still imports (its socket appears, listening, once it is ready: the first jobs of a run do not wait for it), when the
+job has a ``benchmark:`` file (Snakemake measures the job's own process tree), or when the server cannot be reached or does not
 answer before it forks.  The server ends with the run (:func:`stop` from ``onsuccess``/``onerror``), or by itself once
 it has had no job for :data:`IDLE_SECONDS` and none is running (a run that ended some other way).
 
@@ -142,7 +143,7 @@ def delegate(snakemake, started: float) -> None:
     request["fds"] = [fd is not None for fd in fds]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(30.0)  # the server imports for a few seconds after it starts: its backlog waits
+        sock.settimeout(10.0)
         sock.connect(path)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -258,14 +259,18 @@ def serve(path: str) -> None:
     import selectors
     import time
 
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(64)  # clients queue here while the modules import
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
+    # the socket appears listening, once the modules are in: a job that starts before runs in its own process at once
+    # (a run of one table job would otherwise wait seconds for a torch it never imports)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.rename(path + ".new", path)
+    print(f"{_now()} ready at {time.time():.3f}", file=sys.stderr, flush=True)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -397,11 +402,6 @@ def start(run_dir: str):
             start_new_session=True,  # no signal of the terminal's or of Snakemake's process group reaches it
             env=env,
         )
-    deadline = __import__("time").monotonic() + 10.0
-    while not os.path.exists(path) and proc.poll() is None and __import__("time").monotonic() < deadline:
-        __import__("time").sleep(0.01)
-    if not os.path.exists(path):
-        return None
     os.environ[ADDRESS] = f"{socket.gethostname()}\t{path}"
     proc.folder = folder
     return proc
@@ -417,10 +417,11 @@ def stop(proc) -> None:
         proc.wait(timeout=10)
     except Exception:  # it ends by itself when idle
         pass
-    try:
-        os.rmdir(proc.folder)
-    except OSError:
-        pass
+    for name in ("socket.new", ""):  # a server stopped while it imported leaves its folder
+        try:
+            (os.unlink if name else os.rmdir)(os.path.join(proc.folder, name) if name else proc.folder)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":
