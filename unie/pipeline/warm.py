@@ -148,11 +148,11 @@ def delegate(snakemake, started: float) -> None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         _send(sock, request, [fd for fd in fds if fd is not None])
+        sock.settimeout(None)  # no running twice: once the request is sent, only the server's answer (or its end) counts
         pid = int(_recv(sock)["pid"])  # forked: from here on the child runs the script, not this process
     except (OSError, ValueError, KeyError, TypeError, ConnectionError):
         sock.close()
         return
-    sock.settimeout(None)
     _wait_for(sock, pid)
 
 
@@ -254,7 +254,8 @@ def _end_child() -> None:
 
 # ------------------------------------------------------------------------------------------------- the server
 def serve(path: str) -> None:
-    """The server's loop (module doc): listen on ``path``, import :data:`PRELOAD`, then fork a child per request."""
+    """The server's loop (module doc): import :data:`PRELOAD`, listen on ``path``, then fork a child per request until
+    SIGTERM (after the children running then end) or :data:`IDLE_SECONDS` without a job."""
     import importlib
     import selectors
     import time
