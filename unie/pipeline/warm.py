@@ -148,7 +148,9 @@ def delegate(snakemake, started: float) -> None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         _send(sock, request, [fd for fd in fds if fd is not None])
-        sock.settimeout(None)  # no running twice: once the request is sent, only the server's answer (or its end) counts
+        sock.settimeout(
+            None
+        )  # no running twice: once the request is sent, only the server's answer (or its end) counts
         pid = int(_recv(sock)["pid"])  # forked: from here on the child runs the script, not this process
     except (OSError, ValueError, KeyError, TypeError, ConnectionError):
         sock.close()
