@@ -332,10 +332,11 @@ def serve(path: str) -> None:
                 last = time.monotonic()
     finally:
         listener.close()
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        for remove, name in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):  # its folder too (a run killed
+            try:  # with -9 never calls stop)
+                remove(name)
+            except OSError:
+                pass
 
 
 def _now() -> str:
