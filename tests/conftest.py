@@ -4,6 +4,7 @@ config/smoke.yaml."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -164,9 +165,10 @@ _SMOKE_SOURCES = ("Snakefile", "pyproject.toml", "workflow", "unie", "config")
 _SMOKE_PACKAGES = ("torch", "snakemake", "lm_eval", "transformers", "datasets", "tokenizers", "pyarrow", "pandas")
 
 
+@functools.cache
 def _smoke_key() -> str:
     """A digest of everything a smoke run depends on: the workflow's and the package's files (bytes and paths) and the
-    versions of Python and the libraries that compute or record its results."""
+    versions of Python and the libraries that compute or record its results (computed once per process)."""
     import hashlib
     from importlib import metadata
 
@@ -190,9 +192,6 @@ def _smoke_key() -> str:
     return h.hexdigest()[:20]
 
 
-_SMOKE_KEY: list = []
-
-
 def _smoke_base(config, tmp_path_factory) -> Path:
     """The folder of the shared smoke runs: pytest's cache, else the folder the run's workers share, else this run's."""
     cache = getattr(config, "cache", None)  # None under -p no:cacheprovider: this run's own folder
@@ -208,9 +207,7 @@ def _smoke_base(config, tmp_path_factory) -> Path:
 def _smoke_built(config) -> bool:
     """Whether this tree's shared smoke run is complete, so that :func:`smoke_pristine` will not build it (asked under
     pytest-xdist only, where the workers share its folder)."""
-    if not _SMOKE_KEY:
-        _SMOKE_KEY.append(_smoke_key())
-    return (_smoke_base(config, config._tmp_path_factory) / _SMOKE_KEY[0] / ".complete").exists()
+    return (_smoke_base(config, config._tmp_path_factory) / _smoke_key() / ".complete").exists()
 
 
 @pytest.fixture(scope="session")
@@ -225,9 +222,7 @@ def smoke_pristine(request, tmp_path_factory) -> Path:
 
     pytest.importorskip("snakemake", reason="the workflow extra: pip install -e '.[workflow]'")
     base = _smoke_base(request.config, tmp_path_factory)
-    if not _SMOKE_KEY:
-        _SMOKE_KEY.append(_smoke_key())
-    key = _SMOKE_KEY[0]
+    key = _smoke_key()
     wd = base / key
     with open(base / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -1,6 +1,7 @@
 """The warm job server (unie.pipeline.warm): a job's script runs in a fork of a process that imported torch once, with
 the job's streams, directory, environment and exit status; signals reach it; a killed job takes its child with it;
-without a server a job runs in its own process.  The smoke run's jobs all ran warm (its records say so)."""
+without a server a job runs in its own process.  The smoke run's jobs ran warm once the server was ready (its records
+say so)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,9 @@ def process_started() -> float:
     (:mod:`unie.pipeline.warm`): its client process's start."""
     from .warm import child_start
 
-    if child_start() is not None:
-        return child_start()
+    started = child_start()
+    if started is not None:
+        return started
     try:
         ticks = os.sysconf("SC_CLK_TCK")
         with open("/proc/self/stat") as f:

@@ -51,10 +51,8 @@ FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 def _send(sock: socket.socket, obj, fds=()) -> None:
     data = json.dumps(obj).encode()
     msg = struct.pack("!I", len(data)) + data
-    if fds:
-        socket.send_fds(sock, [msg], list(fds))
-    else:
-        sock.sendall(msg)
+    sent = socket.send_fds(sock, [msg], list(fds)) if fds else 0  # the descriptors travel with the first bytes
+    sock.sendall(msg[sent:])
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -148,9 +146,8 @@ def delegate(snakemake, started: float) -> None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         _send(sock, request, [fd for fd in fds if fd is not None])
-        sock.settimeout(
-            None
-        )  # no running twice: once the request is sent, only the server's answer (or its end) counts
+        # no running twice: once the request is sent, only the server's answer (or its end) counts, however late
+        sock.settimeout(None)
         pid = int(_recv(sock)["pid"])  # forked: from here on the child runs the script, not this process
     except (OSError, ValueError, KeyError, TypeError, ConnectionError):
         sock.close()
@@ -169,15 +166,11 @@ def _wait_for(sock: socket.socket, pid: int):
 
     for name in FORWARDED:
         signal.signal(getattr(signal, name), forward)
-    while True:
-        try:
-            status = int(_recv(sock)["status"])
-            break
-        except InterruptedError:
-            continue
-        except (OSError, ValueError, KeyError, ConnectionError) as e:
-            print(f"unie: error: lost the warm job server while it ran this job (pid {pid}): {e}", file=sys.stderr)
-            os._exit(1)
+    try:  # a forwarded signal interrupts nothing here: the read is resumed (PEP 475)
+        status = int(_recv(sock)["status"])
+    except (OSError, ValueError, KeyError, ConnectionError) as e:
+        print(f"unie: error: lost the warm job server while it ran this job (pid {pid}): {e}", file=sys.stderr)
+        os._exit(1)
     sock.close()
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -332,11 +325,7 @@ def serve(path: str) -> None:
                 last = time.monotonic()
     finally:
         listener.close()
-        for remove, name in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):  # its folder too (a run killed
-            try:  # with -9 never calls stop)
-                remove(name)
-            except OSError:
-                pass
+        _remove_folder(path)  # here too: a run killed with -9 never calls stop
 
 
 def _now() -> str:
@@ -383,7 +372,7 @@ def _fork_job(conn: socket.socket, sel, wake_w: int) -> int | None:
 def start(run_dir: str):
     """From the Snakefile's ``onstart`` (local executor, main process): start the run's server and point every job at
     it (:data:`ADDRESS` in this process's environment, which the jobs inherit).  Returns the server's process, or
-    None when switched off (``UNIE_WARM=0``) or inside a job."""
+    None when switched off (``UNIE_WARM=0``)."""
     import subprocess
     import tempfile
 
@@ -421,11 +410,15 @@ def stop(proc) -> None:
         proc.wait(timeout=10)
     except Exception:  # it ends by itself when idle
         pass
-    for name in ("socket.new", ""):  # a server stopped while it imported leaves its folder
-        try:
-            (os.unlink if name else os.rmdir)(os.path.join(proc.folder, name) if name else proc.folder)
-        except OSError:
-            pass
+    if proc.poll() is not None:  # ended (one stopped while it imported left its folder); else it removes it itself
+        _remove_folder(os.path.join(proc.folder, "socket"))
+
+
+def _remove_folder(path: str) -> None:
+    """The socket's folder (made by :func:`start`), with whatever socket file is left in it."""
+    import shutil
+
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 if __name__ == "__main__":
