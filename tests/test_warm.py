@@ -23,12 +23,13 @@ JOB = textwrap.dedent(
     import json, os, sys, time
     from types import SimpleNamespace
     torch_before = "torch" in sys.modules
+    lm_eval_before = "lm_eval.evaluator" in sys.modules and "transformers" in sys.modules
     from unie.pipeline.warm import delegate, child_start
     delegate(SimpleNamespace(bench_iteration=None), time.time())  # a client: never returns when a server took it
     print("out line", flush=True)
     print("err line", file=sys.stderr, flush=True)
     json.dump({"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "torch": torch_before,
-               "var": os.environ.get("JOB_VAR"), "child": os.environ.get("UNIE_WARM_CHILD"),
+               "lm_eval": lm_eval_before, "var": os.environ.get("JOB_VAR"), "child": os.environ.get("UNIE_WARM_CHILD"),
                "argv": sys.argv[1:], "start": child_start()}, open("facts.json", "w"))
     if sys.argv[1:] == ["sleep"]:
         time.sleep(60)
@@ -57,9 +58,9 @@ def server(tmp_path_factory):
     assert not Path(address.split("\t")[1]).exists()
 
 
-def run_job(tmp_path, args=(), address=None, **kw):
+def run_job(tmp_path, args=(), address=None, extra_env=None, **kw):
     (tmp_path / "job.py").write_text(JOB)
-    env = {**os.environ, "JOB_VAR": "from the job"}
+    env = {**os.environ, "JOB_VAR": "from the job", **(extra_env or {})}
     env.pop(warm.ADDRESS, None)
     if address:
         env[warm.ADDRESS] = address
@@ -81,7 +82,7 @@ def test_a_job_runs_in_a_fork_of_the_server_with_its_streams_directory_environme
     assert out == "out line\n" and err == "err line\n"
     facts = json.loads((tmp_path / "facts.json").read_text())
     assert facts["ppid"] == server["proc"].pid != p.pid  # the server's child, not the client
-    assert facts["torch"]  # imported before the script's first line: the start-up it saves
+    assert facts["torch"] and facts["lm_eval"]  # imported before the script's first line: the start-up it saves
     assert facts["cwd"] == str(tmp_path) and facts["var"] == "from the job" and facts["argv"] == ["3"]
     assert facts["child"] is None  # taken out of the environment: the job's own subprocesses do not inherit it
     assert abs(facts["start"] - time.time()) < 60  # the client's start, the job's start in its record
@@ -103,6 +104,20 @@ def test_without_a_server_or_switched_off_a_job_runs_in_its_own_process(server, 
         assert p.returncode == 0, p.stderr
         facts = json.loads((tmp_path / "facts.json").read_text())
         assert facts["ppid"] != server["proc"].pid and not facts["torch"] and facts["start"] is None
+
+
+def test_a_job_whose_hugging_face_variables_differ_from_the_servers_runs_in_its_own_process(server, tmp_path):
+    """transformers, datasets and lm-eval read HF_HUB_OFFLINE, HF_HOME and the like when imported: a job that sets
+    them otherwise than the server imported with must import them itself."""
+    assert "HF_HUB_OFFLINE" in warm.import_env({"HF_HUB_OFFLINE": "1", "PATH": "/bin"})
+    assert warm.import_env({"PATH": "/bin", "OMP_NUM_THREADS": "1"}) == {}
+    value = "0" if os.environ.get("HF_HUB_OFFLINE") == "1" else "1"
+    p = run_job(tmp_path, ["4"], server["address"], extra_env={"HF_HUB_OFFLINE": value})
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 4 and out == "out line\n", err
+    facts = json.loads((tmp_path / "facts.json").read_text())
+    assert facts["pid"] == p.pid and not facts["lm_eval"] and facts["start"] is None  # the job's own process
+    assert f"not taken: {tmp_path} job.py: HF_HUB_OFFLINE differ" in server["log"].read_text()
 
 
 def test_another_hosts_server_is_not_used(server, tmp_path):

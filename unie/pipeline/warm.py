@@ -43,6 +43,18 @@ OFF = "UNIE_WARM"  # "0": no server (every job imports in its own process)
 # own fork handlers) is what PyTorch's data-loader workers are; pyarrow (and pandas, which imports it) starts a
 # jemalloc thread and is left to the jobs
 PRELOAD = ("torch", "torch._dynamo", "numpy", "safetensors.torch", "tqdm", "snakemake.script")
+# then what every lm-eval job imports (3.3 s of CPU each: transformers 2.2, lm-eval 1.1): these libraries (and the
+# datasets and huggingface_hub they import) read variables when imported (the Hugging Face caches and offline switches,
+# HOME), so a job whose values of the variables named by IMPORT_ENV differ from those the server started with runs in
+# its own process.  They bring pyarrow, whose jemalloc starts a background thread; jemalloc's fork handlers leave a
+# child a sound allocator (as in every PyTorch data-loader worker forked after pyarrow was imported)
+PRELOAD_READING_ENV = (
+    "transformers",
+    "transformers.tokenization_utils_fast",
+    "lm_eval.api.registry",
+    "lm_eval.evaluator",
+)
+IMPORT_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "DATASETS_", "LM_EVAL", "XDG_", "HOME", "USE_")
 IDLE_SECONDS = 60.0
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
@@ -148,10 +160,14 @@ def delegate(snakemake, started: float) -> None:
         _send(sock, request, [fd for fd in fds if fd is not None])
         # no running twice: once the request is sent, only the server's answer (or its end) counts, however late
         sock.settimeout(None)
-        pid = int(_recv(sock)["pid"])  # forked: from here on the child runs the script, not this process
+        pid = _recv(sock)["pid"]  # forked: from here on the child runs the script, not this process
     except (OSError, ValueError, KeyError, TypeError, ConnectionError):
         sock.close()
         return
+    if pid is None:  # not taken (another environment): this process runs the script
+        sock.close()
+        return
+    pid = int(pid)
     _wait_for(sock, pid)
 
 
@@ -180,6 +196,11 @@ def _wait_for(sock: socket.socket, pid: int):
 
 
 # ------------------------------------------------------------------------------------------------- the child
+def import_env(environ) -> dict:
+    """The variables of ``environ`` that the preloaded libraries read when imported (named by :data:`IMPORT_ENV`)."""
+    return {k: v for k, v in environ.items() if k.startswith(IMPORT_ENV)}
+
+
 def _run_child(request: dict, fds: list[int]) -> None:
     """In the forked child: become the job's process and run its script; never returns."""
     code = 1
@@ -255,7 +276,8 @@ def serve(path: str) -> None:
     import selectors
     import time
 
-    for name in PRELOAD:
+    imported_with = import_env(os.environ)  # before the imports: huggingface_hub sets one (HF_XET_HIGH_PERFORMANCE)
+    for name in PRELOAD + PRELOAD_READING_ENV:
         try:
             importlib.import_module(name)
         except ImportError:
@@ -297,7 +319,7 @@ def serve(path: str) -> None:
                         pass
                 elif key.data == "listen":
                     conn, _ = listener.accept()
-                    pid = _fork_job(conn, sel, wake_w)
+                    pid = _fork_job(conn, sel, wake_w, imported_with)
                     if pid is not None:
                         children[pid] = conn
                         sel.register(conn, selectors.EVENT_READ, pid)
@@ -334,14 +356,31 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _fork_job(conn: socket.socket, sel, wake_w: int) -> int | None:
-    """Read one request from ``conn`` and fork its child; the child's pid, or None (a bad request: the client runs
-    the job itself).  ``sel``: the server's selector (its listener, wake-up pipe and clients' connections); ``wake_w``: the pipe's other
-    end (its signals' wake-up)."""
+def _fork_job(conn: socket.socket, sel, wake_w: int, imported_with: dict) -> int | None:
+    """Read one request from ``conn`` and fork its child; the child's pid, or None (a bad request, or a job whose
+    :func:`import_env` differs from ``imported_with``, the server's own before it imported: the client runs the job
+    itself).  ``sel``: the server's selector (its listener, wake-up pipe and clients' connections); ``wake_w``: the
+    pipe's other end (its signals' wake-up)."""
     conn.settimeout(10.0)
     try:
         request, fds = _recv(conn, with_fds=3)
     except (OSError, ValueError, ConnectionError):
+        conn.close()
+        return None
+    differ = sorted({k for k, _ in set(import_env(request["env"]).items()) ^ set(imported_with.items())})
+    if differ:
+        for fd in fds:
+            os.close(fd)
+        print(
+            f"{_now()} not taken: {request['cwd']} {os.path.basename(request['script'])}: {', '.join(differ)} differ"
+            " from the values the server imported with",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            _send(conn, {"pid": None})
+        except OSError:
+            pass
         conn.close()
         return None
     conn.settimeout(None)
