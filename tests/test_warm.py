@@ -48,10 +48,13 @@ def server(tmp_path_factory):
     address = os.environ[warm.ADDRESS]
     os.environ.clear()
     os.environ.update(saved)
+    log = run / "logs" / "warm-server.log"
     deadline = time.time() + 120
-    while not Path(address.split("\t")[1]).exists() and time.time() < deadline:  # ready once it imported
+    while not Path(address.split("\t")[1]).exists() and time.time() < deadline:  # ready once it imported torch
         time.sleep(0.05)
-    yield {"proc": proc, "address": address, "log": run / "logs" / "warm-server.log"}
+    while " imported " not in log.read_text() and time.time() < deadline:  # then lm-eval and transformers
+        time.sleep(0.05)
+    yield {"proc": proc, "address": address, "log": log}
     os.environ[warm.ADDRESS] = address
     warm.stop(proc)
     assert warm.ADDRESS not in os.environ and proc.poll() is not None  # it ended with the run

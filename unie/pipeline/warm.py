@@ -40,14 +40,14 @@ CHILD = "UNIE_WARM_CHILD"  # set in a child's environment: it runs the script it
 STARTED = "UNIE_JOB_STARTED"  # the client process's start (seconds since the epoch): the job's start in its record
 OFF = "UNIE_WARM"  # "0": no server (every job imports in its own process)
 # imported, nothing run: a fork of a process that imported torch and numpy (whose BLAS keeps an idle thread, with its
-# own fork handlers) is what PyTorch's data-loader workers are; pyarrow (and pandas, which imports it) starts a
-# jemalloc thread and is left to the jobs
+# own fork handlers) is what PyTorch's data-loader workers are
 PRELOAD = ("torch", "torch._dynamo", "numpy", "safetensors.torch", "tqdm", "snakemake.script")
-# then what every lm-eval job imports (3.3 s of CPU each: transformers 2.2, lm-eval 1.1): these libraries (and the
-# datasets and huggingface_hub they import) read variables when imported (the Hugging Face caches and offline switches,
-# HOME), so a job whose values of the variables named by IMPORT_ENV differ from those the server started with runs in
-# its own process.  They bring pyarrow, whose jemalloc starts a background thread; jemalloc's fork handlers leave a
-# child a sound allocator (as in every PyTorch data-loader worker forked after pyarrow was imported)
+# then, once the server is ready and while no job waits, what every lm-eval job imports (3.3 s of CPU each:
+# transformers 2.2, lm-eval 1.1).  These libraries (and the datasets and huggingface_hub they import) read variables
+# when imported (the Hugging Face caches and offline switches, HOME), so a job whose values of the variables named by
+# IMPORT_ENV differ from those the server started with runs in its own process.  They bring pyarrow, whose jemalloc
+# starts a background thread; jemalloc's fork handlers leave a child a sound allocator (as in every PyTorch data-loader
+# worker forked after pyarrow was imported)
 PRELOAD_READING_ENV = (
     "transformers",
     "transformers.tokenization_utils_fast",
@@ -277,11 +277,15 @@ def serve(path: str) -> None:
     import time
 
     imported_with = import_env(os.environ)  # before the imports: huggingface_hub sets one (HF_XET_HIGH_PERFORMANCE)
-    for name in PRELOAD + PRELOAD_READING_ENV:
+
+    def load(name):
         try:
             importlib.import_module(name)
         except ImportError:
             pass
+
+    for name in PRELOAD:
+        load(name)
     # the socket appears listening, once the modules are in: a job that starts before runs in its own process at once
     # (a run of one table job would otherwise wait seconds for a torch it never imports)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -300,6 +304,8 @@ def serve(path: str) -> None:
     sel.register(listener, selectors.EVENT_READ, "listen")
     sel.register(wake_r, selectors.EVENT_READ, "wake")
     children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    # imported once the server is ready, one at a time while no request waits: a job forked before imports them itself
+    later = list(PRELOAD_READING_ENV)
     last = time.monotonic()
     try:
         while True:
@@ -310,7 +316,13 @@ def serve(path: str) -> None:
                 break
             if not children and time.monotonic() - last > IDLE_SECONDS:
                 break
-            for key, _ in sel.select(timeout=5.0):
+            events = sel.select(timeout=0.05 if later else 5.0)
+            if not events and later:  # idle: the next of the later modules (a job arriving meanwhile waits for it)
+                load(later.pop(0))
+                if not later:
+                    print(f"{_now()} imported {', '.join(PRELOAD_READING_ENV)}", file=sys.stderr, flush=True)
+                continue
+            for key, _ in events:
                 if key.data == "wake":
                     try:
                         while os.read(wake_r, 512):
