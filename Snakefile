@@ -83,7 +83,7 @@ onstart:
     if workflow.local_exec and not workflow.remote_exec:
         from unie.pipeline.warm import start
 
-        WARM.append(start(RUN_DIR))
+        WARM.append(start(RUN_DIR, [job.rule.name for job in workflow.dag.needrun_jobs()]))
 
 
 onerror:

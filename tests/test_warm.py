@@ -123,6 +123,11 @@ def test_a_job_whose_hugging_face_variables_differ_from_the_servers_runs_in_its_
     assert f"not taken: {tmp_path} job.py: HF_HUB_OFFLINE differ" in server["log"].read_text()
 
 
+def test_lm_eval_and_transformers_are_imported_for_a_run_with_two_jobs_that_use_them():
+    assert warm.wants_later(["dllm_eval_llada", "dllm_room_llada", "table3"])
+    assert not warm.wants_later(["train", "sample_table2", "table2", "tokenizer"])  # one: its own import is cheaper
+
+
 def test_another_hosts_server_is_not_used(server, tmp_path):
     path = server["address"].split("\t")[1]
     p = run_job(tmp_path, [], f"another-host\t{path}")
@@ -189,3 +194,4 @@ def test_the_smoke_runs_jobs_ran_warm_once_the_server_was_ready_and_recorded_the
     assert all(r["cpu_s"] > 0 and r["max_rss_mb"] > 50 for r in recs)
     assert not list(run.glob("benchmarks/*/*.tsv"))  # no benchmark: directive left
     assert len([line for line in log.splitlines() if " job " in line]) == sum(r["warm"] for r in recs)
+    assert " imported transformers, " in log and " not taken" not in log  # lm-eval's too: the run has lm-eval jobs

@@ -54,6 +54,9 @@ PRELOAD_READING_ENV = (
     "lm_eval.api.registry",
     "lm_eval.evaluator",
 )
+# the rules whose jobs import them (by name: lm-eval, the tokenizer's transformers, the prefetch checks); a run with
+# fewer than two such jobs to run (three seeds' Table 2, a table rerun) does not import them: 3.3 s of CPU for nothing
+LATER_FOR = ("dllm_", "tokenizer", "prefetch")
 IMPORT_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "DATASETS_", "LM_EVAL", "XDG_", "HOME", "USE_")
 IDLE_SECONDS = 60.0
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -196,6 +199,12 @@ def _wait_for(sock: socket.socket, pid: int):
 
 
 # ------------------------------------------------------------------------------------------------- the child
+def wants_later(rules) -> bool:
+    """Whether a run whose jobs to run are of ``rules`` (one name per job) gains from :data:`PRELOAD_READING_ENV`: at
+    least two of them are rules named by :data:`LATER_FOR`."""
+    return sum(1 for rule in rules if rule.startswith(LATER_FOR)) >= 2
+
+
 def import_env(environ) -> dict:
     """The variables of ``environ`` that the preloaded libraries read when imported (named by :data:`IMPORT_ENV`)."""
     return {k: v for k, v in environ.items() if k.startswith(IMPORT_ENV)}
@@ -269,9 +278,10 @@ def _end_child() -> None:
 
 
 # ------------------------------------------------------------------------------------------------- the server
-def serve(path: str) -> None:
-    """The server's loop (module doc): import :data:`PRELOAD`, listen on ``path``, then fork a child per request until
-    SIGTERM (after the children running then end) or :data:`IDLE_SECONDS` without a job."""
+def serve(path: str, later: bool = True) -> None:
+    """The server's loop (module doc): import :data:`PRELOAD`, listen on ``path``, then (``later``) import
+    :data:`PRELOAD_READING_ENV` while no job waits, and fork a child per request until SIGTERM (after the children
+    running then end) or :data:`IDLE_SECONDS` without a job."""
     import importlib
     import selectors
     import time
@@ -305,7 +315,7 @@ def serve(path: str) -> None:
     sel.register(wake_r, selectors.EVENT_READ, "wake")
     children: dict[int, socket.socket] = {}  # child pid -> its client's connection
     # imported once the server is ready, one at a time while no request waits: a job forked before imports them itself
-    later = list(PRELOAD_READING_ENV)
+    later = list(PRELOAD_READING_ENV) if later else []
     last = time.monotonic()
     try:
         while True:
@@ -420,10 +430,11 @@ def _fork_job(conn: socket.socket, sel, wake_w: int, imported_with: dict) -> int
 
 
 # ------------------------------------------------------------------------------------------------- the run's side
-def start(run_dir: str):
+def start(run_dir: str, rules=None):
     """From the Snakefile's ``onstart`` (local executor, main process): start the run's server and point every job at
-    it (:data:`ADDRESS` in this process's environment, which the jobs inherit).  Returns the server's process, or
-    None when switched off (``UNIE_WARM=0``)."""
+    it (:data:`ADDRESS` in this process's environment, which the jobs inherit).  ``rules``: the rule of each job the
+    run will run (None: unknown), whence :func:`wants_later`.  Returns the server's process, or None when switched off
+    (``UNIE_WARM=0``)."""
     import subprocess
     import tempfile
 
@@ -438,7 +449,8 @@ def start(run_dir: str):
     env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
     with open(log, "ab") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "unie.pipeline.warm", "serve", path],
+            [sys.executable, "-m", "unie.pipeline.warm", "serve", path]
+            + ([] if rules is None or wants_later(rules) else ["--torch-only"]),
             stdin=subprocess.DEVNULL,
             stdout=err,
             stderr=err,
@@ -473,7 +485,7 @@ def _remove_folder(path: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        serve(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] == "serve" and sys.argv[3:] in ([], ["--torch-only"]):
+        serve(sys.argv[2], later=sys.argv[3:] != ["--torch-only"])
     else:
-        sys.exit("usage: python -m unie.pipeline.warm serve SOCKET")
+        sys.exit("usage: python -m unie.pipeline.warm serve SOCKET [--torch-only]")
