@@ -16,14 +16,15 @@ the child when the client's connection closes), as a job's process would have di
 
 Nothing changes in what a job computes: the child sets torch's threads as a new process would
 (:func:`unie.pipeline.rule.torch_threads`), reads its own environment and files; a forked process draws the same
-numbers from every seeded generator.  A job runs in its own process as before (:func:`delegate` returns) when there is
-no server (a dry run, a cluster executor, a job inside a cluster job, another host, ``UNIE_WARM=0``), while the server
-still imports (its socket appears, listening, once it is ready: the first jobs of a run do not wait for it), when the
-job has a ``benchmark:`` file (Snakemake measures the job's own process tree), or when the server cannot be reached or does not
-answer before it forks.  The server ends with the run (:func:`stop` from ``onsuccess``/``onerror``), or by itself once
+numbers from every seeded generator.  A job that starts while the server still imports torch (its socket appears,
+listening, once it is ready: about 3 s into a run) waits for it.  A job runs in its own process as before
+(:func:`delegate` returns) when there is no server (a dry run, a cluster executor, a job inside a cluster job, another
+host, ``UNIE_WARM=0``, a run of table and figure jobs only: :func:`wants_server`), when the job has a ``benchmark:``
+file (Snakemake measures the job's own process tree), when its Hugging Face variables differ from the server's
+(:func:`import_env`), or when the server ended, cannot be reached or does not answer before it forks.  The server ends with the run (:func:`stop` from ``onsuccess``/``onerror``), or by itself once
 it has had no job for :data:`IDLE_SECONDS` and none is running (a run that ended some other way).
 
-``python -m unie.pipeline.warm serve SOCKET`` is the server.
+``python -m unie.pipeline.warm serve SOCKET [--torch-only]`` is the server.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import socket
 import struct
 import sys
 
-ADDRESS = "UNIE_WARM_ADDRESS"  # "<host>\t<socket path>" of the run's server, in every job's environment
+ADDRESS = "UNIE_WARM_ADDRESS"  # "<host>\t<socket path>\t<pid>" of the run's server, in every job's environment
 CHILD = "UNIE_WARM_CHILD"  # set in a child's environment: it runs the script itself
 STARTED = "UNIE_JOB_STARTED"  # the client process's start (seconds since the epoch): the job's start in its record
 OFF = "UNIE_WARM"  # "0": no server (every job imports in its own process)
@@ -54,11 +55,15 @@ PRELOAD_READING_ENV = (
     "lm_eval.api.registry",
     "lm_eval.evaluator",
 )
+LIGHT = ("table", "fig", "paper_", "partition_check", "docs", "replicates")
 # the rules whose jobs import them (by name: lm-eval, the tokenizer's transformers, the prefetch checks); a run with
 # fewer than two such jobs to run (three seeds' Table 2, a table rerun) does not import them: 3.3 s of CPU for nothing
 LATER_FOR = ("dllm_", "tokenizer", "prefetch")
 IMPORT_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "DATASETS_", "LM_EVAL", "XDG_", "HOME", "USE_")
 IDLE_SECONDS = 60.0
+READY_WAIT = 30.0  # the longest a job waits for its run's server to become ready (it imports torch: ~3 s)
+# the rules whose jobs import no torch (tables, figures, the pages: the modules of their jobs import none,
+# tests/test_startup.py): a run of only these starts no server
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
@@ -109,14 +114,25 @@ def child_start() -> float | None:
 
 
 def _server_address() -> str | None:
-    """The socket of this host's run server, or None (no server, another host, or switched off).  A child's
-    environment has none: it runs its script itself."""
+    """The socket of this host's run server once it is ready (waiting up to :data:`READY_WAIT` while it starts), or None
+    (no server, another host, switched off, or a server that ended).  A child's environment has none: it runs its
+    script itself."""
+    import time
+
     if os.environ.get(OFF) == "0":
         return None
-    value = os.environ.get(ADDRESS, "")
-    host, _, path = value.partition("\t")
+    host, path, pid = (os.environ.get(ADDRESS, "").split("\t") + ["", ""])[:3]
     if not path or host != socket.gethostname():
         return None
+    deadline = time.monotonic() + READY_WAIT
+    while not os.path.exists(path):  # the server still imports: its child will not import torch again
+        try:
+            os.kill(int(pid), 0)
+        except (OSError, ValueError):
+            return None  # it ended (or never started)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)
     return path
 
 
@@ -199,6 +215,12 @@ def _wait_for(sock: socket.socket, pid: int):
 
 
 # ------------------------------------------------------------------------------------------------- the child
+def wants_server(rules) -> bool:
+    """Whether a run whose jobs to run are of ``rules`` (one name per job) gains from a server: some job is of a rule
+    not named by :data:`LIGHT` (a rerun of a table starts none: its job would wait for a torch it never imports)."""
+    return any(not rule.startswith(LIGHT) for rule in rules)
+
+
 def wants_later(rules) -> bool:
     """Whether a run whose jobs to run are of ``rules`` (one name per job) gains from :data:`PRELOAD_READING_ENV`: at
     least two of them are rules named by :data:`LATER_FOR`."""
@@ -434,11 +456,11 @@ def start(run_dir: str, rules=None):
     """From the Snakefile's ``onstart`` (local executor, main process): start the run's server and point every job at
     it (:data:`ADDRESS` in this process's environment, which the jobs inherit).  ``rules``: the rule of each job the
     run will run (None: unknown), whence :func:`wants_later`.  Returns the server's process, or None when switched off
-    (``UNIE_WARM=0``)."""
+    (``UNIE_WARM=0``) or when no job of ``rules`` would use it (:func:`wants_server`)."""
     import subprocess
     import tempfile
 
-    if os.environ.get(OFF) == "0":
+    if os.environ.get(OFF) == "0" or (rules is not None and not wants_server(rules)):
         return None
     folder = tempfile.mkdtemp(prefix="unie-warm-")  # a short path: a Unix socket's is at most 107 bytes
     path = os.path.join(folder, "socket")
@@ -458,7 +480,7 @@ def start(run_dir: str, rules=None):
             start_new_session=True,  # no signal of the terminal's or of Snakemake's process group reaches it
             env=env,
         )
-    os.environ[ADDRESS] = f"{socket.gethostname()}\t{path}"
+    os.environ[ADDRESS] = f"{socket.gethostname()}\t{path}\t{proc.pid}"
     proc.folder = folder
     return proc
 
