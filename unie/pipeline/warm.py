@@ -21,8 +21,9 @@ listening, once it is ready: about 3 s into a run) waits for it.  A job runs in 
 (:func:`delegate` returns) when there is no server (a dry run, a cluster executor, a job inside a cluster job, another
 host, ``UNIE_WARM=0``, a run of table and figure jobs only: :func:`wants_server`), when the job has a ``benchmark:``
 file (Snakemake measures the job's own process tree), when its Hugging Face variables differ from the server's
-(:func:`import_env`), or when the server ended, cannot be reached or does not answer before it forks.  The server ends with the run (:func:`stop` from ``onsuccess``/``onerror``), or by itself once
-it has had no job for :data:`IDLE_SECONDS` and none is running (a run that ended some other way).
+(:func:`import_env`), or when the server ended, cannot be reached or does not answer before it forks.  The server ends
+with the run (:func:`stop` from ``onsuccess``/``onerror``), or by itself once it has had no job for
+:data:`IDLE_SECONDS` and none is running (a run that ended some other way).
 
 ``python -m unie.pipeline.warm serve SOCKET [--torch-only]`` is the server.
 """
@@ -55,7 +56,6 @@ PRELOAD_READING_ENV = (
     "lm_eval.api.registry",
     "lm_eval.evaluator",
 )
-LIGHT = ("table", "fig", "paper_", "partition_check", "docs", "replicates")
 # the rules whose jobs import them (by name: lm-eval, the tokenizer's transformers, the prefetch checks); a run with
 # fewer than two such jobs to run (three seeds' Table 2, a table rerun) does not import them: 3.3 s of CPU for nothing
 LATER_FOR = ("dllm_", "tokenizer", "prefetch")
@@ -64,6 +64,7 @@ IDLE_SECONDS = 60.0
 READY_WAIT = 30.0  # the longest a job waits for its run's server to become ready (it imports torch: ~3 s)
 # the rules whose jobs import no torch (tables, figures, the pages: the modules of their jobs import none,
 # tests/test_startup.py): a run of only these starts no server
+LIGHT = ("table", "fig", "paper_", "partition_check", "docs", "replicates")
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
@@ -318,8 +319,7 @@ def serve(path: str, later: bool = True) -> None:
 
     for name in PRELOAD:
         load(name)
-    # the socket appears listening, once the modules are in: a job that starts before runs in its own process at once
-    # (a run of one table job would otherwise wait seconds for a torch it never imports)
+    # the socket appears listening once torch is in; a job that starts before waits for it (_server_address)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
     listener.listen(64)
@@ -409,6 +409,11 @@ def _fork_job(conn: socket.socket, sel, wake_w: int, imported_with: dict) -> int
     try:
         request, fds = _recv(conn, with_fds=3)
     except (OSError, ValueError, ConnectionError):
+        conn.close()
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("env"), dict):
+        for fd in fds:
+            os.close(fd)
         conn.close()
         return None
     differ = sorted({k for k, _ in set(import_env(request["env"]).items()) ^ set(imported_with.items())})
