@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from unie.eval.timing import TimingChecks, check_calls, summarise, time_generation, time_passes
+from unie.eval.timing import TimingChecks, check_calls, summarise, time_generation, time_passes, timed
 
 
 def fake_clocks(monkeypatch, wall: list[float], cpu: list[float]):
@@ -183,17 +183,20 @@ def test_a_timing_alone_is_not_flagged(tiny_model):
     others = _others_busy(idle, _stat())
     if not p["trusted"] and others > 0.3:
         pytest.skip(f"other processes or the VM's host kept {others:.2f} cores busy during the timing: {p['flags']}")
-    if not p["trusted"]:  # a control: the same-sized fixed matrix products, timed at once, by the same flag logic
-        a = torch.randn(192, 192)
-        control = []
-        for i in range(4):  # the first is a warm-up
-            t = time.perf_counter()
+    if not p["trusted"]:  # a control: fixed matrix products, timed at once, by the same clocks and flag logic
+
+        def loop(_):
+            a = torch.randn(192, 192, generator=torch.Generator().manual_seed(0))
             for _ in range(1500):
                 a = torch.tanh(a @ a.T / 192)
-            control += [time.perf_counter() - t] if i else []
-        spread = (max(control) - min(control)) / sorted(control)[1]
-        if spread > TimingChecks().max_spread:
-            pytest.skip(f"the machine itself is unsteady now: a fixed loop's repeats {control} spread {spread:.2f}")
+
+        loop(0)  # warm-up
+        seconds, cpu, _ = timed(loop, 3)
+        control = summarise(seconds, cpu, threads=torch.get_num_threads(), device="cpu")
+        if "spread" in control["flags"]:
+            pytest.skip(
+                f"the machine itself is unsteady now: a fixed loop's repeats {seconds} spread {control['spread']:.2f}"
+            )
     assert p["trusted"], {k: p[k] for k in ("flags", "earlier_flags", "spread", "cpu_ratio", "seconds_all")} | {
         "others_busy": others
     }
