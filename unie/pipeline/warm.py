@@ -301,8 +301,8 @@ def _end_child() -> None:
 
 
 # ------------------------------------------------------------------------------------------------- the server
-def serve(path: str, later: bool = True) -> None:
-    """The server's loop (module doc): import :data:`PRELOAD`, listen on ``path``, then (``later``) import
+def serve(path: str, lm_eval: bool = True) -> None:
+    """The server's loop (module doc): import :data:`PRELOAD`, listen on ``path``, then (``lm_eval``) import
     :data:`PRELOAD_READING_ENV` while no job waits, and fork a child per request until SIGTERM (after the children
     running then end) or :data:`IDLE_SECONDS` without a job."""
     import importlib
@@ -337,7 +337,7 @@ def serve(path: str, later: bool = True) -> None:
     sel.register(wake_r, selectors.EVENT_READ, "wake")
     children: dict[int, socket.socket] = {}  # child pid -> its client's connection
     # imported once the server is ready, one at a time while no request waits: a job forked before imports them itself
-    later = list(PRELOAD_READING_ENV) if later else []
+    later = list(PRELOAD_READING_ENV) if lm_eval else []
     last = time.monotonic()
     try:
         while True:
@@ -400,6 +400,17 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _decline(conn: socket.socket, fds: list[int]) -> None:
+    """Answer a request the server does not take (the client then runs its job itself) and let go of its streams."""
+    for fd in fds:
+        os.close(fd)
+    try:
+        _send(conn, {"pid": None})
+    except OSError:
+        pass
+    conn.close()
+
+
 def _fork_job(conn: socket.socket, sel, wake_w: int, imported_with: dict) -> int | None:
     """Read one request from ``conn`` and fork its child; the child's pid, or None (a bad request, or a job whose
     :func:`import_env` differs from ``imported_with``, the server's own before it imported: the client runs the job
@@ -412,26 +423,16 @@ def _fork_job(conn: socket.socket, sel, wake_w: int, imported_with: dict) -> int
         conn.close()
         return None
     if not isinstance(request, dict) or not isinstance(request.get("env"), dict):
-        for fd in fds:
-            os.close(fd)
-        conn.close()
-        return None
+        return _decline(conn, fds)
     differ = sorted({k for k, _ in set(import_env(request["env"]).items()) ^ set(imported_with.items())})
     if differ:
-        for fd in fds:
-            os.close(fd)
         print(
             f"{_now()} not taken: {request['cwd']} {os.path.basename(request['script'])}: {', '.join(differ)} differ"
             " from the values the server imported with",
             file=sys.stderr,
             flush=True,
         )
-        try:
-            _send(conn, {"pid": None})
-        except OSError:
-            pass
-        conn.close()
-        return None
+        return _decline(conn, fds)
     conn.settimeout(None)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -513,6 +514,6 @@ def _remove_folder(path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "serve" and sys.argv[3:] in ([], ["--torch-only"]):
-        serve(sys.argv[2], later=sys.argv[3:] != ["--torch-only"])
+        serve(sys.argv[2], lm_eval=sys.argv[3:] != ["--torch-only"])
     else:
         sys.exit("usage: python -m unie.pipeline.warm serve SOCKET [--torch-only]")
