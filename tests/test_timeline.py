@@ -222,3 +222,26 @@ def test_the_reference_table_is_written_from_a_runs_records(tmp_path):
     assert main([str(jobs), "--out", str(out)]) == 0
     assert read_table(out) == {"dllm_train[dmodel=llada]": 374.0}
     assert main([str(tmp_path / "none.jsonl")]) == 1
+
+
+def test_only_a_local_runs_default_rate_limit_is_dropped():
+    """unie.pipeline.run.quiet_scheduler: Snakemake's default limit (100 jobs a second) goes in a run on this machine;
+    a limit given otherwise, a cluster executor's and one inside a cluster job stay."""
+    from snakemake.settings.types import MaxJobsPerTimespan
+
+    from unie.pipeline.run import quiet_scheduler
+
+    def run(limit, local=True, remote=False):
+        settings = SimpleNamespace(max_jobs_per_timespan=MaxJobsPerTimespan.parse_choice(limit) if limit else None)
+        workflow = SimpleNamespace(remote_exec=remote, scheduling_settings=settings)
+        plugin = SimpleNamespace(common_settings=SimpleNamespace(local_exec=local))
+        return quiet_scheduler(workflow, plugin), settings.max_jobs_per_timespan
+
+    dropped, left = run("100/1s")
+    assert dropped and left is None
+    for kw in ({"limit": "10/1s"}, {"limit": "100/1m"}, {"limit": "100/1s", "local": False}):
+        dropped, left = run(**kw)
+        assert not dropped and left is not None, kw
+    dropped, left = run("100/1s", remote=True)
+    assert not dropped and left is not None
+    assert run(None) == (False, None)

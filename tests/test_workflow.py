@@ -254,6 +254,28 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_local_run_wakes_its_scheduler_without_timers(smoke_run, monkeypatch):
+    """A local run keeps no job rate limit (unie.pipeline.run.quiet_scheduler): Snakemake's scheduling loop starts no
+    1-second timer after its passes (with the default limit, each pass that ran a job or left one waiting started one,
+    and each timer's pass another: chains of wake-ups to the end of the run).  Counted, not timed: the timers started
+    in this process while a table job is remade; the next test brings the tree up to date again."""
+    import threading
+
+    started = []
+
+    class Counted(threading.Timer):
+        def start(self):
+            started.append(self.interval)
+            super().start()
+
+    monkeypatch.setattr(threading, "Timer", Counted)
+    r = smk("-f", f"{OUT}/results/tables/table1_ppl.tex", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert planned_jobs(r.stdout + r.stderr) == {"table1": 1}
+    assert started == []
+
+
+@pytest.mark.slow
 def test_rerun_is_noop_and_targeted(smoke_run):
     from unie.data.tokens import load_tokens
 

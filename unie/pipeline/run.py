@@ -9,6 +9,8 @@
   read-only folder) ends the run with one line.  ``snakemake --report`` (``Workflow.create_report``) first checks
   the run's files the same way, renaming nothing: a damaged table or figure is named in one line and no report is
   made from it.
+* :func:`quiet_scheduler`: a local run keeps no job rate limit at Snakemake's default, whose timers wake Snakemake's
+  scheduling loop more often with every job that finishes (called by :func:`remake_before_planning`'s wrapper).
 * :func:`chain_priorities`: every rule's priority becomes the remaining chain of its job (its expected seconds and
   the longest chain of the jobs that read its outputs, :mod:`unie.config.priorities`), so the critical path starts
   first.
@@ -68,6 +70,7 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
             if remake:
                 settings = workflow.dag_settings
                 settings.forcerun = frozenset(settings.forcerun) | frozenset(remake)
+        quiet_scheduler(workflow, plugin)
         return execute(*args, **kwargs)
 
     create_report = getattr(workflow, "create_report", None)
@@ -88,6 +91,35 @@ def remake_before_planning(workflow, run_dir: str = ".", log=_say) -> None:
     workflow.execute = execute_after_checks
     if create_report is not None:
         workflow.create_report = report_after_checks
+
+
+# Snakemake's --max-jobs-per-timespan when not given: (jobs, seconds)
+DEFAULT_RATE_LIMIT = (100, 1)
+
+
+def quiet_scheduler(workflow, plugin) -> bool:
+    """Drop the job rate limit of a run on this machine (Snakemake's local executor, not a job inside a cluster job)
+    when it is Snakemake's default, 100 jobs a second; a limit given on the command line otherwise is kept, and so is
+    every limit of a cluster executor, where it paces submissions.  Returns whether it was dropped.
+
+    With a limit, each pass of Snakemake's scheduling loop (``JobScheduler.schedule``) that finds jobs ready ends by
+    starting a 1-second ``threading.Timer`` that runs the loop again, which starts another: every event that ran the
+    loop (a job's end, another timer) leaves a chain of passes once a second until the run ends, each validating the
+    ready jobs, resetting their params and resources and stat-ing their inputs.  In a default run (80 jobs, 19 min)
+    that was 11,000 timer threads by its 10th minute, Snakemake's own process at 6 % of a core by then and 19 % in
+    its last minutes (beside the timed jobs that hold every core), 103 CPU-seconds in all.  A local run needs no
+    pacing: its loop runs when a job ends (Snakemake's executor wakes it), as it does without a limit.  Counted by
+    tests/test_workflow.py (no timer in a local run) and tests/test_timeline.py (which limits stay)."""
+    if getattr(workflow, "remote_exec", False) or not getattr(
+        getattr(plugin, "common_settings", None), "local_exec", 0
+    ):
+        return False
+    settings = getattr(workflow, "scheduling_settings", None)
+    limit = getattr(settings, "max_jobs_per_timespan", None)
+    if limit is None or (limit.max_jobs, limit.timespan) != DEFAULT_RATE_LIMIT:
+        return False
+    settings.max_jobs_per_timespan = None
+    return True
 
 
 def chain_priorities(workflow, seconds: dict[str, float]) -> bool:
