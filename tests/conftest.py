@@ -284,10 +284,32 @@ def pytest_collection_modifyitems(config, items):
             items[:] = [item for item in items if item not in slurm]
     # under pytest-xdist each file goes to a worker in this order: first the files with a test marked ``alone`` (such
     # a test waits for the tests running beside it to end: at the start, the other worker's first test), then the
-    # Slurm test (minutes, mostly waiting on Slurm: handed out last, it would end the run alone), then the rest
-    first = {item.path: 0 for item in items if item.get_closest_marker("slurm")}
-    first.update({item.path: -1 for item in items if item.get_closest_marker("alone")})
-    items.sort(key=lambda item: first.get(item.path, 1))
+    # Slurm test (minutes, mostly waiting on Slurm: handed out last, it would end the run alone), then the files whose
+    # tests take longest, longest first (LONGEST_FIRST), then the rest: handed out last, a long file ended the run
+    # with the other worker idle (test_workflow.py's 52 s, 21 s of idle worker)
+    first = {item.path: (0, 0) for item in items if item.get_closest_marker("slurm")}
+    first.update({item.path: (-1, 0) for item in items if item.get_closest_marker("alone")})
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path, (1, rank.get(item.path.name, len(rank)))))
+
+
+# the test files that took longest, longest first (worker-seconds under two workers, the smoke run already built, on
+# an Intel Xeon with AVX-512, 2026-11-30): the damage runs (70; they also build the shared smoke run), replicates (61),
+# prefetch (56), the recovery walk (53), the workflow tests (51), tokenizing 200 MB (47), the stand-ins (30), start-up
+# (29), lm-eval's determinism (27), the paper profile (25), lm-eval (21); a file not named here comes after them
+LONGEST_FIRST = (
+    "test_damage_workflow.py",
+    "test_replicates.py",
+    "test_prefetch.py",
+    "test_recovery_workflow.py",
+    "test_workflow.py",
+    "test_tokenize_stream.py",
+    "test_gpu_smoke.py",
+    "test_startup.py",
+    "test_lmeval_determinism.py",
+    "test_paper_profile.py",
+    "test_lmeval.py",
+)
 
 
 # --- tests in parallel (pytest-xdist, `-n auto` in pyproject.toml) and the few that need the machine to themselves ---

@@ -250,3 +250,12 @@ def test_no_workflow_script_shadows_a_standard_library_module():
         p.stem for p in (REPO / "scripts").glob("*.py")
     }
     assert not scripts & set(sys.stdlib_module_names)
+
+
+def test_the_test_files_handed_out_first_exist():
+    """tests/conftest.py hands the longest test files out first under pytest-xdist: a renamed one would silently lose
+    its place."""
+    from conftest import LONGEST_FIRST
+
+    missing = [name for name in LONGEST_FIRST if not (REPO / "tests" / name).is_file()]
+    assert not missing, f"tests/conftest.py LONGEST_FIRST names files that are not in tests/: {missing}"
