@@ -22,9 +22,7 @@ from unie.config.validate import error_text, skip_iri_grammars
 skip_iri_grammars()
 
 from unie.core.options import ConfigError
-from unie.pipeline.run import StopReport, remake_before_planning
 from unie.config.cache import configured
-from unie.config.rundir import earlier_layout_notice
 
 # WHAT is run (config/experiments.yaml, the grid) under HOW BIG (a profile: config/config.yaml unless the command
 # line names config files, which then replace it so no toy-world key leaks into another profile), then
@@ -54,6 +52,10 @@ except ConfigError as e:
     sys.exit(1)
 config.clear()
 config.update(_resolved)
+# after the check: a configuration error is reported before these are imported
+from unie.pipeline.run import StopReport, remake_before_planning
+from unie.config.rundir import earlier_layout_notice
+
 if workflow.is_main_process:
     print(f"unie: run directory {RUN_DIR}/", file=sys.stderr)
     _earlier = earlier_layout_notice(RUN_DIR)
