@@ -227,8 +227,9 @@ def test_the_reference_table_is_written_from_a_runs_records(tmp_path):
 def test_only_a_local_runs_default_rate_limit_is_dropped():
     """unie.pipeline.run.quiet_scheduler: Snakemake's default limit (100 jobs a second) goes in a run on this machine;
     a limit given otherwise, a cluster executor's and one inside a cluster job stay."""
-    from snakemake.settings.types import MaxJobsPerTimespan
-
+    MaxJobsPerTimespan = pytest.importorskip(
+        "snakemake.settings.types", reason="the workflow extra: pip install -e '.[workflow]'"
+    ).MaxJobsPerTimespan
     from unie.pipeline.run import quiet_scheduler
 
     def run(limit, local=True, remote=False):
