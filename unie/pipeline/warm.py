@@ -383,11 +383,7 @@ def serve(path: str, lm_eval: bool = True) -> None:
                 conn = children.pop(pid, None)
                 if conn is not None:
                     sel.unregister(conn)
-                    try:
-                        _send(conn, {"status": status})
-                    except OSError:
-                        pass
-                    conn.close()
+                    _last_word(conn, {"status": status})
                 last = time.monotonic()
     finally:
         listener.close()
@@ -400,15 +396,21 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _last_word(conn: socket.socket, obj) -> None:
+    """Send ``obj`` to a client as the server's last message on ``conn`` (a client already gone is no error), then close
+    it."""
+    try:
+        _send(conn, obj)
+    except OSError:
+        pass
+    conn.close()
+
+
 def _decline(conn: socket.socket, fds: list[int]) -> None:
     """Answer a request the server does not take (the client then runs its job itself) and let go of its streams."""
     for fd in fds:
         os.close(fd)
-    try:
-        _send(conn, {"pid": None})
-    except OSError:
-        pass
-    conn.close()
+    _last_word(conn, {"pid": None})
 
 
 def _fork_job(conn: socket.socket, sel, wake_w: int, imported_with: dict) -> int | None:
