@@ -256,8 +256,8 @@ def test_one_job_per_run_equals_one_per_step(smoke_run, tmp_path):
 @pytest.mark.slow
 def test_a_local_run_wakes_its_scheduler_without_timers(smoke_run, monkeypatch):
     """A local run keeps no job rate limit (unie.pipeline.run.quiet_scheduler): Snakemake's scheduling loop starts no
-    1-second timer after its passes (with the default limit, each pass that ran a job or left one waiting started one,
-    and each timer's pass another: chains of wake-ups to the end of the run).  Counted, not timed: the timers started
+    1-second timer after its passes (with the default limit, each pass that found jobs ready started one, and each
+    timer's pass another: chains of wake-ups to the end of the run).  Counted, not timed: the timers started
     in this process while a table job is remade; the next test brings the tree up to date again."""
     import threading
 

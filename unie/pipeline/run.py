@@ -111,7 +111,7 @@ def quiet_scheduler(workflow, plugin) -> bool:
     pacing: its loop runs when a job ends (Snakemake's executor wakes it), as it does without a limit.  Counted by
     tests/test_workflow.py (no timer in a local run) and tests/test_timeline.py (which limits stay)."""
     if getattr(workflow, "remote_exec", False) or not getattr(
-        getattr(plugin, "common_settings", None), "local_exec", 0
+        getattr(plugin, "common_settings", None), "local_exec", False
     ):
         return False
     settings = getattr(workflow, "scheduling_settings", None)
