@@ -145,6 +145,32 @@ def test_duo_denoiser_matches_upstream(tmp_path):
     torch.testing.assert_close(den.logp_x0(x, t), up, atol=ATOL, rtol=0)
 
 
+def test_a_duo_standin_keeps_no_pad_in_its_samples_as_a_trained_duo(tmp_path):
+    """``[PAD]`` (the mask id) is a state of a released Duo's process, drawn by its noise, but never in the data: a
+    trained Duo gives it ~0 at the last step.  The stand-in's output bias says so (``DUO_PAD_BIAS``), so a gpu-smoke
+    run's Duo samples hold no ``[PAD]``, which the toy world's word-level evaluators could not read (a CPU run of
+    that profile failed on ``'bone[PAD]bakes'``).  Random weights without it keep about one token in ``V``."""
+    from unie.methods.duo import DuoSamplerOptions, sample_duo
+    from unie.models.standins import DUO_PAD_BIAS
+
+    def pads(state):
+        den = load_released(
+            "duo",
+            save_hf(tmp_path / str(len(list(tmp_path.iterdir()))), "duo", state, cfg),
+            tokenizer_info=TOKENIZER,
+            trust_remote_code=True,
+        )
+        x, _ = sample_duo(den, 64, 32, 4, torch.Generator().manual_seed(0), DuoSamplerOptions(), batch_size=64)
+        assert x.shape == (64, 32)
+        return int((x == MASK).sum())
+
+    state, cfg = random_state("duo", seed=14)
+    assert state["output_layer.linear.bias"][MASK] == DUO_PAD_BIAS
+    assert pads(state) == 0
+    state["output_layer.linear.bias"][MASK] = 0.0  # as every other output: [PAD] kept like any state
+    assert pads(state) > 64 * 32 / V / 4
+
+
 def test_bd3lm_two_stream_and_block_size(tmp_path):
     from unie.methods.bd3lm import noisy_stream_logits
 

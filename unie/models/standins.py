@@ -14,7 +14,11 @@ Formats written (as the authors publish them):
   ``shadow_params``), ``hyper_parameters`` holding an object of a class the loader cannot import.
 
 The weights are random (every tensor non-trivial, adaLN, norms and biases included): a stand-in tests the
-formats, the loaders and the workflow, not the quality of a model.
+formats, the loaders and the workflow, not the quality of a model.  One exception, so that the workflow can run on a
+Duo stand-in as on a trained Duo: its output bias for ``[PAD]`` (the last id, a state of upstream's process that never
+occurs in the data) is :data:`DUO_PAD_BIAS`, so the state is (almost) never kept in a sample, as after training.  With
+random weights it is kept in about one token in ``V``, written ``[PAD]`` in the Gen PPL text, and a word-level
+evaluator (the toy world's) cannot read that word.
 
 And for the paper profile's Hugging Face loading paths (:mod:`unie.models.hf`): :func:`tiny_llama`, a 2-layer
 transformers Llama, and :func:`write_hf_standin`, a folder with it and a tokenizer saved with ``save_pretrained``:
@@ -35,6 +39,7 @@ from safetensors.torch import save_file
 from .dit import DiT, DiTConfig
 
 TINY = dict(d_model=32, n_layers=2, n_heads=4, cond_dim=16)
+DUO_PAD_BIAS = -30.0  # a Duo stand-in's output bias for [PAD]: probability ~e^-30 relative to the other states
 
 ARCH = {  # kind -> the DiT flags of the upstream network
     "mdlm": dict(adaln=True, time_conditioning=False, causal=False),
@@ -71,6 +76,8 @@ def random_state(
             state[k] = 1.0 + 0.2 * torch.randn(v.shape, generator=g)
         else:
             state[k] = scale * torch.randn(v.shape, generator=g) / math.sqrt(max(v.shape[-1], 1))
+    if kind == "duo":  # [PAD] (the last id) never in the data: a trained Duo gives it ~0 (module doc)
+        state["output_layer.linear.bias"][-1] = DUO_PAD_BIAS
     return state, cfg
 
 
