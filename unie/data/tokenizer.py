@@ -69,7 +69,9 @@ class Tokenizer:
         """Token ids of each text (no special tokens added); an out-of-vocabulary word is a ``ValueError`` naming it."""
         try:
             if self._rust is not None:
-                return [e.ids for e in self._rust.encode_batch(list(texts), add_special_tokens=False)]
+                # without character offsets (tokenizers >= 0.21): the same ids, 1.8x faster on the toy world's text
+                encode = getattr(self._rust, "encode_batch_fast", self._rust.encode_batch)
+                return [e.ids for e in encode(list(texts), add_special_tokens=False)]
             return self.hf(list(texts), add_special_tokens=False)["input_ids"]
         except Exception as e:  # WordLevel without an unknown token refuses unknown words
             if self.kind != "word":
