@@ -384,10 +384,36 @@ runpy.run_module("unie.dllm.lmeval", run_name="__main__", alter_sys=True)
     ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "lm-eval's built-in tasks not indexed" in r.stderr  # toy_math is the task folder's own
     assert json.loads((tmp_path / "args.json").read_text()) == {"pretrained": "toy", "steps": 4, "device": "cpu"}
     (results,) = (tmp_path / "out" / "toy").glob("results_*.json")
     assert json.loads(results.read_text())["results"]["toy_math"]["exact_match,none"] == 1.0
     assert json.loads(tp.read_text())["requests"] == N_TEST
+
+
+def test_the_command_line_skips_lm_evals_own_task_index_only_for_the_folders_own_tasks(task_dir, tmp_path):
+    """lm-eval's command line indexes its thousands of built-in task files (about 9 s) as well as ``--include_path``;
+    ``python -m unie.dllm.lmeval`` leaves them out exactly when every task asked for, and every member of a group
+    asked for, is defined in the folder.  A group of the folder with a built-in member, a built-in task, a pattern, a
+    name nobody defines, a missing folder and a ``--config`` file keep lm-eval's own index."""
+    import shutil
+
+    from unie.dllm.lmeval import _cli_tasks, tasks_all_in
+
+    assert tasks_all_in(task_dir, ["toy_math"]) and tasks_all_in(task_dir, list(TASKS))
+    mixed = tmp_path / "mixed"
+    shutil.copytree(task_dir, mixed)
+    (mixed / "toy_two.yaml").write_text("group: toy_two\ntask: [toy_math, toy_mbpp]\n")
+    (mixed / "toy_mixed.yaml").write_text("group: toy_mixed\ntask: [toy_math, gsm8k]\n")
+    (mixed / "toy_nested.yaml").write_text("group: toy_nested\ntask: [toy_two, toy_mixed]\n")
+    assert tasks_all_in(mixed, ["toy_two"]) and tasks_all_in(mixed, ["toy_two", "toy_mbpp"])
+    for names in (["toy_mixed"], ["toy_nested"], ["gsm8k"], ["toy_*"], ["toy_math", "nobody_defines_this"]):
+        assert not tasks_all_in(mixed, names), names
+    assert not tasks_all_in(tmp_path / "missing", ["toy_math"]) and not tasks_all_in(None, ["toy_math"])
+    argv = ["--model", "unie_dllm", "--tasks", "toy_math,toy_mbpp", "toy_two", "--include_path", "D", "--limit", "3"]
+    assert _cli_tasks(argv) == (["toy_math", "toy_mbpp", "toy_two"], "D")
+    assert _cli_tasks(["-t", "toy_math", "--include_path", "D"]) == (["toy_math"], "D")
+    assert _cli_tasks([*argv, "--config", "run.yaml"]) is None
 
 
 def test_a_rerun_leaves_one_result_set(task_dir, docs, tmp_path, monkeypatch):

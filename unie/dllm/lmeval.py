@@ -791,6 +791,70 @@ def evaluate(
 RANK_FLAG = "--evaluate-json"  # python -m unie.dllm.lmeval --evaluate-json ARGS.json: one rank of run_evaluation
 
 
+def tasks_all_in(include_path, names) -> bool:
+    """Whether every task or group in ``names`` is defined by a YAML under ``include_path``, and so is every member
+    of such a group (recursively).  lm-eval's command line always indexes its own thousands of task files as well
+    (about 9 s of start-up on a CPU); for such tasks that index is not needed.  Anything else (a built-in task, a
+    tag, a pattern, a path given as a task) answers False."""
+    from lm_eval.tasks import TaskManager
+
+    if not include_path or not names or not Path(include_path).is_dir():
+        return False
+    index = TaskManager(include_path=str(include_path), include_defaults=False).task_index
+
+    def own(name, seen: frozenset) -> bool:
+        if isinstance(name, dict):  # a task configured inline in its group
+            return True
+        entry = index.get(name) if isinstance(name, str) else None
+        if entry is None or name in seen:
+            return False
+        kind = entry.kind.name
+        if kind == "TASK":
+            return True
+        if kind != "GROUP":
+            return False
+        members = entry.cfg.get("task") or []
+        return all(own(m, seen | {name}) for m in (members if isinstance(members, list) else [members]))
+
+    return all(own(n, frozenset()) for n in names)
+
+
+def _cli_tasks(argv: list[str]) -> tuple[list[str], str | None] | None:
+    """The ``--tasks`` and ``--include_path`` of an lm-eval command line (None with a ``--config`` file, which may
+    name others)."""
+    import argparse
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--tasks", "-t", nargs="+", default=[])
+    p.add_argument("--include_path", default=None)
+    p.add_argument("--config", "-C", default=None)
+    try:
+        args, _ = p.parse_known_args(argv)
+    except SystemExit:
+        return None
+    if args.config is not None:
+        return None
+    return [n for t in args.tasks for n in t.split(",") if n], args.include_path
+
+
+def _index_no_defaults() -> None:
+    """Every ``TaskManager`` of this process indexes ``include_path`` only (:func:`main`, when
+    :func:`tasks_all_in`)."""
+    import inspect
+
+    from lm_eval.tasks import TaskManager
+
+    init = TaskManager.__init__
+    signature = inspect.signature(init)
+
+    def without_defaults(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["include_defaults"] = False
+        init(*bound.args, **bound.kwargs)
+
+    TaskManager.__init__ = without_defaults
+
+
 def run_evaluation(kwargs: dict, nproc: int = 1, log=print, threads: int = 1) -> Path:
     """:func:`evaluate` with ``kwargs`` (JSON-serialisable, without ``log``) in this process when ``nproc`` is 1,
     else data-parallel on ``nproc`` ranks of :func:`_rank_main` (:func:`unie.core.ranks.run_ranks`), each
@@ -847,6 +911,13 @@ def main() -> None:
 
     # this process only: refuse unsupported tasks (loglikelihood_rolling) before the adapter answers anything
     lm_eval.evaluator.evaluate = _checking_evaluate(lm_eval.evaluator.evaluate)
+    asked = _cli_tasks(sys.argv[1:])
+    if asked is not None and tasks_all_in(asked[1], asked[0]):  # the same tasks, without indexing lm-eval's own
+        _index_no_defaults()
+        print(
+            "unie: every task asked for is defined under --include_path: lm-eval's built-in tasks not indexed",
+            file=sys.stderr,
+        )
     cli_evaluate()
 
 
