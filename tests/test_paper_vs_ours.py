@@ -265,3 +265,25 @@ def test_rows_our_table_does_not_rank_are_out_of_best_and_tau():
     assert cells.loc["Uni-EDLM-NCE", "ours"] == 4.1  # still shown
     assert "Uni-EDLM-NCE (not an upper bound on perplexity)" in part["note"]
     assert "EDLM-CoAR (in expectation the AR reference row's likelihood)" in part["note"]
+
+
+def test_columns_our_table_bolds_no_row_in_are_out_of_best_and_tau():
+    """A Table 3 column where every row guesses (its CSV's ``best`` false throughout: no bold there) stays in the
+    cells but out of the best and Kendall's τ_b, with a note naming it; a column with a best row is ranked as before."""
+    from unie.report.paper import unranked_columns
+
+    ours = OURS.assign(best=[False, False, True, False, False, False])  # column B: no best row in our table
+    assert unranked_columns(SPEC, ours) == {"B": "every row at chance"}
+    assert unranked_columns(SPEC, OURS) == {} and unranked_columns(dict(SPEC, kind="ppl"), ours) == {}
+    room = pd.DataFrame({"row": ["llada__ceiling"], "column": ["A"], "value": [9.0], "best": [False]})
+    assert unranked_columns(SPEC, pd.concat([ours, room])) == {"B": "every row at chance"}  # room rows not ranked
+    df = compare(SPEC, ours_long(SPEC, ours))
+    order = orderings(SPEC, df, skip_columns=unranked_columns(SPEC, ours))
+    assert order.column.tolist() == ["A"] and orderings(SPEC, df).column.tolist() == ["A", "B"]
+    values = {"tables": {"table3_dllm": SPEC}}
+    (part,) = sections(values, {"table3_dllm": ours}, evaluators=[], steps=[])
+    assert part["order"].column.tolist() == ["A"] and sorted(part["df"].column.unique()) == ["A", "B"]
+    assert (
+        "Columns left out of the best and of τ_b, as our table has no best in them: B (every row at chance)."
+        in (part["note"])
+    )

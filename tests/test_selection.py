@@ -265,6 +265,16 @@ def test_table3_room_rows_and_the_columns_of_its_average():
     assert r"\quad\emph{room: ceiling / floor} & +3.0 / -2.0 & +0.0 / +0.0 & +3.0 / -2.0" in tex
     assert r"\quad\emph{decided in the window} & 10\% & 0\% & 10\%" in tex
     assert "MC*" in tex and "*Not in Avg. (MC 25.0--25.0\\%): every row is within 2 s.e. of guessing" in tex
+    # the best of each column in bold and in the CSV's best / best_average, but none in a column at chance
+    assert "the columns at chance: no best there" in tex and r"\textbf{25.0" not in tex
+    assert r"\textbf{40.5" in tex and not df[df.task == "mc"].best.any()
+    assert df[df.best].row.tolist() == ["bb_uni"] and df[df.best].task.tolist() == ["t1"]
+    assert df.groupby("row").best_average.all().to_dict() == {
+        "bb": False,
+        "bb__ceiling": False,
+        "bb__floor": False,
+        "bb_uni": True,
+    }
     assert df[(df.row == "bb") & (df.task == "t1")].in_average.all() and not df[df.task == "mc"].in_average.any()
     ceil = df[df.row == "bb__ceiling"].set_index("task")
     assert ceil.loc["t1", "value"] == pytest.approx(43.0) and ceil.loc["t1", "delta_se"] == 0.8

@@ -213,3 +213,26 @@ def test_a_sweep_point_compares_seconds_per_call_with_its_lm_eval_pass_on_the_sa
     other = runs.time_sweep_point({}, "s.jsonl", 2, runs.SweepTiming(), slow, lmeval_threads=1)
     assert not other["call_checked"] and other["trusted"] and other["seconds_per_call_lmeval"] == 0.4
     assert other["threads_lmeval"] == 1
+
+
+def test_an_appendix_sweep_tables_best_accuracy_is_bold_and_in_its_csv():
+    """The k/w tables bold their best accuracy (every tied one) and say which in the CSV's ``best``."""
+    from unie.report.tables import sweep_table
+
+    points = [
+        {
+            "key": "K",
+            "value": k,
+            "accuracy": a,
+            "stderr": 2.0,
+            "n": 200,
+            "tokens_per_s": 100.0 / k,
+            "nfe": 8,
+            "curve": "uni",
+            "label": "+Uni-Energy",
+        }
+        for k, a in ((2, 20.0), (3, 23.5), (4, 23.5), (5, 21.0))
+    ]
+    tex, df = sweep_table({"points": points, "task": "toy_gsm8k"}, "K varied.")
+    assert df.best.tolist() == [False, True, True, False]
+    assert tex.count(r"\textbf{23.5") == 2 and r"\textbf{20.0" not in tex

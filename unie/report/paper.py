@@ -173,17 +173,27 @@ def not_comparable(spec: dict, table: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def orderings(spec: dict, df: pd.DataFrame, excluded=()) -> pd.DataFrame:
-    """Per ranked column, among the rows both have (``reference`` rows and ``excluded`` ones left out:
-    :func:`not_comparable`): the best row(s) in the paper and here (ties joined by " = ", in the paper's row order);
-    ``agree``: "yes" (the same best row or rows), "tie" (a row best in both, tied with others on one side) or "no";
-    Kendall's τ_b between the two orderings; the row count."""
+def unranked_columns(spec: dict, table: pd.DataFrame) -> dict[str, str]:
+    """Columns in which our table bolds no row (column -> why): a Table 3 column where every row is within 2 s.e. of
+    guessing (its CSV's ``best`` false throughout, :func:`unie.report.tables.table3`).  They stay in the cells, out of
+    "best" and of Kendall's τ_b, as out of our bold."""
+    if spec.get("kind") != "long" or not {"best", "column", "row"} <= set(table.columns):
+        return {}
+    rows = table[~table.row.astype(str).str.contains("__")]  # the room rows are no rows of the ranking
+    return {c: "every row at chance" for c, g in rows.groupby("column", sort=False) if not g.best.any()}
+
+
+def orderings(spec: dict, df: pd.DataFrame, excluded=(), skip_columns=()) -> pd.DataFrame:
+    """Per ranked column (``skip_columns`` left out: :func:`unranked_columns`), among the rows both have
+    (``reference`` rows and ``excluded`` ones left out: :func:`not_comparable`): the best row(s) in the paper and
+    here (ties joined by " = ", in the paper's row order); ``agree``: "yes" (the same best row or rows), "tie" (a row
+    best in both, tied with others on one side) or "no"; Kendall's τ_b between the two orderings; the row count."""
     lower = spec["lower_is_better"]
     ref = set(spec.get("reference", [])) | set(excluded)
     order = {name: i for i, name in enumerate(spec["rows"])}
     out = []
     for c in paper_columns(spec):
-        if not ranked(spec, c):
+        if not ranked(spec, c) or c in skip_columns:
             continue
         sub = df[(df.column == c) & df.ours.notna() & ~df.row.isin(ref)]
         if len(sub) < 2:
@@ -264,7 +274,15 @@ def sections(values: dict, tables: dict[str, pd.DataFrame], *, evaluators: list[
             note = ((note + " ") if note else "") + (
                 f"Left out of the best and of τ_b, as our table leaves them out of its bold: {why}."
             )
-        out.append({"key": key, "spec": spec, "df": df, "order": orderings(spec, df, left_out), "note": note})
+        columns_out = unranked_columns(spec, tables[key])
+        if columns_out:
+            why = "; ".join(f"{c} ({w})" for c, w in columns_out.items())
+            note = ((note + " ") if note else "") + (
+                f"Columns left out of the best and of τ_b, as our table has no best in them: {why}."
+            )
+        out.append(
+            {"key": key, "spec": spec, "df": df, "order": orderings(spec, df, left_out, columns_out), "note": note}
+        )
     for key in tables:
         if key not in values["tables"]:
             out.append(

@@ -504,7 +504,7 @@ def table3(
     notes = list(dict.fromkeys(row["note"] for row in rows.values() if row.get("note")))  # one mark per text
     marks = {n: (rf"$^{{\dagger{i}}}$" if len(notes) > 1 else r"$^{\dagger}$") for i, n in enumerate(notes, 1)}
     backbones = {row["delta_to"] for row in rows.values() if row.get("delta_to")}
-    cells, vals, keep, groups = [], [], [], []
+    cells, vals, keep, groups, at = [], [], [], [], {}
     for name, row in rows.items():
         sub = df[df.row == name].set_index("task")
         base = row.get("delta_to")
@@ -527,6 +527,7 @@ def table3(
         label = row["label"].replace("%", r"\%")
         if row.get("note"):
             label += marks[row["note"]]
+        at[name] = len(cells)
         cells.append([label] + out)
         vals.append(val)
         # the AR rows are references (not bolded); a backbone opens a group that its energy/decoder rows share
@@ -544,12 +545,21 @@ def table3(
     table = pd.DataFrame(
         cells, columns=["Methods"] + [columns[t] + ("*" if t in out_of_avg else "") for t in tasks] + ["Avg."]
     )
-    bold = np.column_stack([np.zeros(len(cells), bool), best_mask(pd.DataFrame(vals), lower=False, keep=keep)])
+    best = best_mask(pd.DataFrame(vals), lower=False, keep=keep)
+    # a column where every row guesses carries no signal: no best there (the caption's note says why)
+    chance = [t for t in out_of_avg if at_chance(df[~df.row.str.contains("__")], [t])]
+    for t in chance:
+        best[:, tasks.index(t)] = False
+    bold = np.column_stack([np.zeros(len(cells), bool), best])
+    df["best"] = [bool(best[at[r], tasks.index(t)]) if r in at else False for r, t in zip(df.row, df.task)]
+    df["best_average"] = [bool(best[at[r], len(tasks)]) if r in at else False for r in df.row]
     caption = (
         r"Accuracy (\%) per benchmark (the paper's column names for our tasks), $\pm$ its standard error "
         r"(lm-eval); in brackets the change from the row's backbone (\textcolor{green!50!black}{gain}, "
         r"\textcolor{red}{loss}; the paired s.e. of each change is in the CSV). The best diffusion row of each "
-        r"column is in \textbf{bold} (the AR rows left out)."
+        r"column is in \textbf{bold} (the AR rows left out"
+        + (", and the columns at chance: no best there" if chance else "")
+        + ")."
     )
     if loglik:
         names = ", ".join(columns[t] for t in tasks if t in loglik).replace("%", r"\%")
@@ -574,20 +584,27 @@ def table3(
     ), df
 
 
+def at_chance(df: pd.DataFrame, tasks: list[str], chance: float = 0.25) -> bool:
+    """Whether every row's accuracy in each of ``tasks`` (Table 3's long frame: ``task``, ``value`` in %, ``n``) is
+    within 2 binomial s.e. of guessing (``chance``)."""
+    for r in df[df.task.isin(tasks)].itertuples():
+        se = 100 * math.sqrt(chance * (1 - chance) / max(1, int(r.n)))
+        if abs(r.value - 100 * chance) > 2 * se:
+            return False
+    return True
+
+
 def out_of_average_note(df: pd.DataFrame, tasks: list[str], columns: dict, chance: float = 0.25) -> str:
     """The caption's sentence on the columns left out of Avg. (config ``dllm.tasks.average``): each column's range of
     accuracies over the rows and whether every row is within 2 binomial s.e. of guessing (``chance``)."""
-    spans, at_chance = [], True
+    spans = []
     for t in tasks:
         sub = df[df.task == t]
         spans.append(f"{columns[t]} {sub.value.min():.1f}--{sub.value.max():.1f}\\%")
-        for r in sub.itertuples():
-            se = 100 * math.sqrt(chance * (1 - chance) / max(1, int(r.n)))
-            at_chance &= abs(r.value - 100 * chance) <= 2 * se
     why = (
         f"every row is within 2 s.e. of guessing one of four letters ({100 * chance:.0f}\\%): no model learns the "
         "answers, so these columns carry no signal either way"
-        if at_chance
+        if at_chance(df, tasks, chance)
         else "left out of the average by the configuration (dllm.tasks.average)"
     )
     return f"*Not in Avg. ({'; '.join(spans)}): {why}."
@@ -689,7 +706,8 @@ def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
             "tokens/s": [f"{v:.0f}" for v in df.tokens_per_s],
         }
     )
-    bold = np.column_stack([np.zeros(len(df), bool), best_mask(df[["value"]], lower=False), np.zeros(len(df), bool)])
+    df["best"] = best_mask(df[["value"]], lower=False)[:, 0]
+    bold = np.column_stack([np.zeros(len(df), bool), df["best"].to_numpy(), np.zeros(len(df), bool)])
     return latex_float(cells, caption=caption, label=f"tab:sweep-{key.lower()}", bold=bold, column_format="lrr"), df
 
 
