@@ -406,13 +406,31 @@ def test_the_command_line_skips_lm_evals_own_task_index_only_for_the_folders_own
     (mixed / "toy_two.yaml").write_text("group: toy_two\ntask: [toy_math, toy_mbpp]\n")
     (mixed / "toy_mixed.yaml").write_text("group: toy_mixed\ntask: [toy_math, gsm8k]\n")
     (mixed / "toy_nested.yaml").write_text("group: toy_nested\ntask: [toy_two, toy_mixed]\n")
+    # members given with overrides: of the task or group they name (then lm-eval needs that one), or inline
+    (mixed / "toy_over.yaml").write_text("group: toy_over\ntask:\n  - task: toy_math\n    num_fewshot: 0\n")
+    (mixed / "toy_over_builtin.yaml").write_text("group: toy_over_b\ntask:\n  - task: gsm8k\n    num_fewshot: 0\n")
+    (mixed / "toy_inline.yaml").write_text("group: toy_inline\ntask:\n  - group: g_in\n    task: [toy_math]\n")
+    (mixed / "toy_inline_b.yaml").write_text("group: toy_inline_b\ntask:\n  - group: g_in\n    task: [hellaswag]\n")
     assert tasks_all_in(mixed, ["toy_two"]) and tasks_all_in(mixed, ["toy_two", "toy_mbpp"])
-    for names in (["toy_mixed"], ["toy_nested"], ["gsm8k"], ["toy_*"], ["toy_math", "nobody_defines_this"]):
+    assert tasks_all_in(mixed, ["toy_over"]) and tasks_all_in(mixed, ["toy_inline"])
+    for names in (
+        ["toy_mixed"],
+        ["toy_nested"],
+        ["gsm8k"],
+        ["toy_*"],
+        ["toy_math", "nobody_defines_this"],
+        ["toy_over_b"],
+        ["toy_inline_b"],
+    ):
         assert not tasks_all_in(mixed, names), names
     assert not tasks_all_in(tmp_path / "missing", ["toy_math"]) and not tasks_all_in(None, ["toy_math"])
     argv = ["--model", "unie_dllm", "--tasks", "toy_math,toy_mbpp", "toy_two", "--include_path", "D", "--limit", "3"]
     assert _cli_tasks(argv) == (["toy_math", "toy_mbpp", "toy_two"], "D")
     assert _cli_tasks(["-t", "toy_math", "--include_path", "D"]) == (["toy_math"], "D")
+    assert _cli_tasks(["run", "--tasks", "gsm8k", "-t", "toy_math", "--include_path", "D"]) == (
+        ["gsm8k", "toy_math"],
+        "D",
+    )
     assert _cli_tasks([*argv, "--config", "run.yaml"]) is None
 
 

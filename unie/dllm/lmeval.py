@@ -803,8 +803,13 @@ def tasks_all_in(include_path, names) -> bool:
     index = TaskManager(include_path=str(include_path), include_defaults=False).task_index
 
     def own(name, seen: frozenset) -> bool:
-        if isinstance(name, dict):  # a task configured inline in its group
-            return True
+        if isinstance(name, dict):  # a member given with overrides: of the task or group it names, else inline
+            group, task = name.get("group"), name.get("task")
+            if group is not None:
+                named = not isinstance(group, str) or group not in index or own(group, seen)
+                listed = task is None or all(own(m, seen) for m in (task if isinstance(task, list) else [task]))
+                return isinstance(group, str) and named and listed and (group in index or task is not None)
+            return isinstance(task, str) and own(task, seen)
         entry = index.get(name) if isinstance(name, str) else None
         if entry is None or name in seen:
             return False
@@ -825,7 +830,7 @@ def _cli_tasks(argv: list[str]) -> tuple[list[str], str | None] | None:
     import argparse
 
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--tasks", "-t", nargs="+", default=[])
+    p.add_argument("--tasks", "-t", nargs="+", action="append", default=[])  # lm-eval adds up repeated --tasks
     p.add_argument("--include_path", default=None)
     p.add_argument("--config", "-C", default=None)
     try:
@@ -834,7 +839,7 @@ def _cli_tasks(argv: list[str]) -> tuple[list[str], str | None] | None:
         return None
     if args.config is not None:
         return None
-    return [n for t in args.tasks for n in t.split(",") if n], args.include_path
+    return [n for ts in args.tasks for t in ts for n in t.split(",") if n], args.include_path
 
 
 def _index_no_defaults() -> None:
