@@ -802,24 +802,24 @@ def tasks_all_in(include_path, names) -> bool:
         return False
     index = TaskManager(include_path=str(include_path), include_defaults=False).task_index
 
+    def all_own(members, seen: frozenset) -> bool:
+        return all(own(m, seen) for m in (members if isinstance(members, list) else [members]))
+
     def own(name, seen: frozenset) -> bool:
         if isinstance(name, dict):  # a member given with overrides: of the task or group it names, else inline
             group, task = name.get("group"), name.get("task")
-            if group is not None:
-                named = not isinstance(group, str) or group not in index or own(group, seen)
-                listed = task is None or all(own(m, seen) for m in (task if isinstance(task, list) else [task]))
-                return isinstance(group, str) and named and listed and (group in index or task is not None)
-            return isinstance(task, str) and own(task, seen)
+            if group is None:
+                return isinstance(task, str) and own(task, seen)
+            if not isinstance(group, str) or not (task is None or all_own(task, seen)):
+                return False
+            return own(group, seen) if group in index else task is not None  # registered, or inline with members
         entry = index.get(name) if isinstance(name, str) else None
         if entry is None or name in seen:
             return False
         kind = entry.kind.name
         if kind == "TASK":
             return True
-        if kind != "GROUP":
-            return False
-        members = entry.cfg.get("task") or []
-        return all(own(m, seen | {name}) for m in (members if isinstance(members, list) else [members]))
+        return kind == "GROUP" and all_own(entry.cfg.get("task") or [], seen | {name})
 
     return all(own(n, frozenset()) for n in names)
 

@@ -547,7 +547,8 @@ def table3(
     )
     best = best_mask(pd.DataFrame(vals), lower=False, keep=keep)
     # a column where every row guesses carries no signal: no best there (the caption's note says why)
-    chance = [t for t in out_of_avg if at_chance(df[~df.row.str.contains("__")], [t])]
+    ranked = df[~df.row.str.contains("__")]  # the rows themselves, not their rooms
+    chance = [t for t in out_of_avg if at_chance(ranked, [t])]
     for t in chance:
         best[:, tasks.index(t)] = False
     bold = np.column_stack([np.zeros(len(cells), bool), best])
@@ -578,7 +579,7 @@ def table3(
     if rooms:
         caption += " " + ROOM_NOTE
     if out_of_avg:
-        caption += " " + out_of_average_note(df[~df.row.str.contains("__")], out_of_avg, columns)
+        caption += " " + out_of_average_note(ranked, out_of_avg, columns, guessing=set(chance) == set(out_of_avg))
     return latex_float(
         table, caption=caption, label="tab:dllm", bold=bold, groups=groups, packages=("booktabs", "adjustbox", "xcolor")
     ), df
@@ -594,9 +595,10 @@ def at_chance(df: pd.DataFrame, tasks: list[str], chance: float = 0.25) -> bool:
     return True
 
 
-def out_of_average_note(df: pd.DataFrame, tasks: list[str], columns: dict, chance: float = 0.25) -> str:
+def out_of_average_note(df: pd.DataFrame, tasks: list[str], columns: dict, guessing: bool, chance: float = 0.25) -> str:
     """The caption's sentence on the columns left out of Avg. (config ``dllm.tasks.average``): each column's range of
-    accuracies over the rows and whether every row is within 2 binomial s.e. of guessing (``chance``)."""
+    accuracies over the rows, and why they are left out: ``guessing`` (every row within 2 binomial s.e. of
+    ``chance`` in each of them, :func:`at_chance`) or the configuration."""
     spans = []
     for t in tasks:
         sub = df[df.task == t]
@@ -604,7 +606,7 @@ def out_of_average_note(df: pd.DataFrame, tasks: list[str], columns: dict, chanc
     why = (
         f"every row is within 2 s.e. of guessing one of four letters ({100 * chance:.0f}\\%): no model learns the "
         "answers, so these columns carry no signal either way"
-        if at_chance(df, tasks, chance)
+        if guessing
         else "left out of the average by the configuration (dllm.tasks.average)"
     )
     return f"*Not in Avg. ({'; '.join(spans)}): {why}."
