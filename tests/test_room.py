@@ -210,6 +210,73 @@ def test_share_auc_and_break_even():
     assert break_even([(0.5, 1.0), (0.9, 2.0)]) is None
 
 
+def _loop_bootstrap(items, stat, reps=400, seed=0):
+    """The bootstrap s.d. as its definition reads: ``reps`` resamples of ``items`` drawn one item at a time with
+    ``random.Random(seed).randrange``, ``stat`` of each (None and NaN dropped), their sample s.d."""
+    import random
+
+    rng = random.Random(seed)
+    vals = [stat([items[rng.randrange(len(items))] for _ in items]) for _ in range(reps)]
+    vals = [v for v in vals if v is not None and not math.isnan(v)]
+    if len(vals) < 2:
+        return float("nan")
+    m = sum(vals) / len(vals)
+    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def _same(a, b):
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 300, 1400])
+def test_the_summed_bootstraps_are_the_resample_loops_number_for_number(n):
+    """share_of_ceiling, pairwise AUC and break-even s.e.: every resample's sums at once (the same draws of
+    ``random.Random(0)``, reproduced by numpy) give the loop's s.e. bit for bit; with item values that cannot be summed
+    in any order exactly (thirds), the loop itself."""
+    import random
+
+    from unie.eval import room
+
+    rng = random.Random(n)
+    row = [float(rng.random() < 0.4) for _ in range(n)]
+    ceiling = [max(r, float(rng.random() < 0.6)) for r in row]
+    base = [float(rng.random() < 0.3) for _ in range(n)]
+
+    def share(sample):
+        gain = sum(c - b for _, c, b in sample)
+        return sum(r - b for r, _, b in sample) / gain if gain > 0 else None
+
+    for scores in ((row, ceiling, base), ([v / 3 for v in row], ceiling, base)):
+        items = list(zip(*scores))
+        got = room.share_of_ceiling(*scores)
+        assert got["share"] == share(items)
+        assert _same(got["se"], _loop_bootstrap(items, share) if got["share"] is not None else None), n
+    per_item = [[(rng.choice([0, 1, 2]), rng.choice([0, 1, 2])) for _ in range(rng.randint(1, 5))] for _ in range(n)]
+    assert _same(room._auc_se(per_item), _loop_bootstrap(per_item, room._auc_of))
+    chain = ["proxy", "half", "oracle"]
+    per_item = [
+        {
+            name: (
+                float(rng.choice([-1, 0, 1] + [1] * k + [-1] * (2 - k))) if rng.random() > 0.1 else float("nan"),
+                [(rng.random() + 0.2 * k, rng.random()) for _ in range(rng.randint(0, 3))],
+            )
+            for k, name in enumerate(chain)
+        }
+        for _ in range(n)
+    ]
+
+    def crossing(sample):
+        pts = []
+        for name in chain:
+            d = [it[name][0] for it in sample if not math.isnan(it[name][0])]
+            pts.append((room._auc_of([it[name][1] for it in sample]), 100 * sum(d) / len(d) if d else None))
+        return room.break_even(pts)
+
+    got = room.break_even_bootstrap(per_item, chain)  # changes from below zero (the proxy) to above (the oracle)
+    assert _same(got["auc"], crossing(per_item)) and (got["auc"] is not None or n < 300)
+    assert _same(got["se"], _loop_bootstrap(per_item, crossing, 200) if got["auc"] is not None else None)
+
+
 def test_the_backbones_judgement_is_its_log_prob_of_the_reveal(word):  # noqa: F811
     """A node's ``dlm_logp[j]`` is Σ_D log p_theta(xs^j_i | xt) over the positions candidate j reveals: finite (the
     blocked tokens' -inf never enters), and Inv-E under teacher forcing orders the candidates by it (Inv-E = +log

@@ -139,29 +139,35 @@ class ProxyBridge:
 
     def position_logp(self, ids: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
         """Per-DLLM-position teacher-forced proxy log-probabilities ``(N, L)`` float64 of DLLM rows ``ids (N, L)``;
-        positions at or after ``score_until`` (None: none) get 0."""
+        positions at or after ``score_until`` (None: none) get 0.
+
+        The proxy reads each distinct proxy sequence once: rows that read as the same text (identical candidates,
+        the same text in two tokenisations) share its forward, each row's scores then summed into its own positions."""
         rows = ids.tolist()
         N, L = ids.shape
-        out = torch.zeros(N, L, dtype=torch.float64)
         plans = self._plans(rows)
-        for lo in range(0, N, self.batch_size):
-            hi = min(N, lo + self.batch_size)
-            seqs = [plans[n][0] for n in range(lo, hi)]
+        distinct: dict[tuple, int] = {}
+        which = [distinct.setdefault(tuple(plan[0]), len(distinct)) for plan in plans]
+        seqs_all = list(distinct)
+        scores: list = []
+        for lo in range(0, len(seqs_all), self.batch_size):
+            seqs = seqs_all[lo : lo + self.batch_size]
             width = max(len(s) for s in seqs)
-            x = torch.tensor([s + [self.ptok.eos_id] * (width - len(s)) for s in seqs], dtype=torch.long)
+            x = torch.tensor([list(s) + [self.ptok.eos_id] * (width - len(s)) for s in seqs], dtype=torch.long)
             if self.on_model:
                 tok_lp = self.model.next_token_logp(x).tolist()  # score of token k + 1, computed where the model is
             else:
                 logp = self.model.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
                 tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1).tolist()  # score of token k + 1
             self.forwards += 1
-            block = [[0.0] * L for _ in range(hi - lo)]  # Python floats are float64: the same sums, in the same order
-            for r, n in enumerate(range(lo, hi)):
-                acc, lp = block[r], tok_lp[r]
-                for k, i in enumerate(plans[n][1]):
-                    if i is not None:
-                        acc[i] += lp[k]
-            out[lo:hi] = torch.tensor(block, dtype=torch.float64)
+            scores.extend(tok_lp)
+        block = [[0.0] * L for _ in range(N)]  # Python floats are float64: the same sums, in the same order
+        for n in range(N):
+            acc, lp = block[n], scores[which[n]]
+            for k, i in enumerate(plans[n][1]):
+                if i is not None:
+                    acc[i] += lp[k]
+        out = torch.tensor(block, dtype=torch.float64).reshape(N, L)
         if score_until is not None:
             out[:, score_until:] = 0.0
         return out

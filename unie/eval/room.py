@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
+
 from .metrics import paired_effect
 
 
@@ -66,10 +68,57 @@ def _bootstrap(items: list, stat, reps: int = 400, seed: int = 0) -> float:
         v = stat([items[rng.randrange(len(items))] for _ in items])
         if v is not None and not math.isnan(v):
             vals.append(v)
+    return _sd(vals)
+
+
+def _sd(vals: list[float]) -> float:
     if len(vals) < 2:
         return float("nan")
     m = sum(vals) / len(vals)
     return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def _resample_counts(n: int, reps: int, seed: int = 0) -> np.ndarray:
+    """``(reps, n)``: how often each of ``n`` items is drawn in each of :func:`_bootstrap`'s resamples, the very draws
+    of ``random.Random(seed).randrange(n)``, ``n`` per resample: CPython's rejection sampling on
+    ``getrandbits(n.bit_length())`` (the top bits of one 32-bit Mersenne Twister output, redrawn while ``>= n``),
+    reproduced on the same stream by numpy's MT19937 in the same state."""
+    if not 0 < n < 2**32:
+        raise ValueError(f"need 0 < n < 2**32 items, got {n}")
+    state = random.Random(seed).getstate()[1]
+    mt = np.random.MT19937()
+    mt.state = {"bit_generator": "MT19937", "state": {"key": np.array(state[:624], dtype=np.uint32), "pos": state[624]}}
+    shift, need, kept = 32 - n.bit_length(), n * reps, []
+    while need > 0:
+        r = mt.random_raw(need + need // 4 + 64) >> np.uint64(shift)
+        r = r[r < n][:need]
+        kept.append(r)
+        need -= len(r)
+    draws = np.concatenate(kept).astype(np.int64).reshape(reps, n)
+    return np.bincount((draws + n * np.arange(reps)[:, None]).ravel(), minlength=reps * n).reshape(reps, n)
+
+
+def _exactly_summable(*columns: np.ndarray) -> bool:
+    """Whether every value is a multiple of 2^-10 well inside float64's integers (item scores 0/1, their
+    differences, counts and half counts): then any order of summing them gives the same float."""
+    return all(
+        np.all(np.isfinite(c)) and np.all(c * 1024 == np.round(c * 1024)) and np.abs(c).sum() < 2**40 for c in columns
+    )
+
+
+def _bootstrap_sums(columns: dict, stat, reps: int = 400, seed: int = 0) -> list:
+    """``stat(sums)`` per resample of :func:`_bootstrap` (the same draws), for a statistic of per-item sums:
+    ``columns`` name -> ``(n,)`` per-item values, ``sums`` name -> their sum over a resample's items; the sums of
+    every resample at once (``counts @ values``), exact for :func:`_exactly_summable` values.  The statistics in
+    resample order."""
+    n = len(next(iter(columns.values())))
+    counts = _resample_counts(n, reps, seed).astype(np.float64)
+    sums = {k: (counts @ np.asarray(v, dtype=np.float64)).tolist() for k, v in columns.items()}
+    return [stat({k: sums[k][r] for k in sums}) for r in range(reps)]
+
+
+def _sd_of(vals: list) -> float:
+    return _sd([v for v in vals if v is not None and not math.isnan(v)])
 
 
 def share_of_ceiling(row: list[float], ceiling: list[float], base: list[float]) -> dict:
@@ -83,7 +132,14 @@ def share_of_ceiling(row: list[float], ceiling: list[float], base: list[float]) 
         return sum(r - b for r, _, b in sample) / room if room > 0 else None
 
     share = stat(items)
-    return {"share": share, "se": _bootstrap(items, stat) if share is not None else None}
+    if share is None:
+        return {"share": None, "se": None}
+    gain = np.array([r - b for r, _, b in items], dtype=np.float64)
+    room = np.array([c - b for _, c, b in items], dtype=np.float64)
+    if not _exactly_summable(gain, room):
+        return {"share": share, "se": _bootstrap(items, stat)}
+    vals = _bootstrap_sums({"gain": gain, "room": room}, lambda t: t["gain"] / t["room"] if t["room"] > 0 else None)
+    return {"share": share, "se": _sd_of(vals)}
 
 
 def _item_pairs(tree, scores: list[float], score_of, judged=lambda node: True) -> list[tuple[float, float]]:
@@ -120,6 +176,24 @@ def _auc_of(sample) -> float | None:
     return right / total if total else None
 
 
+def _pair_counts(pairs) -> tuple[float, float]:
+    """An item's pairs ordered right (a tie counting half) and its pairs: its terms of :func:`_auc_of`'s two sums."""
+    right = 0.0
+    for good, bad in pairs:
+        right += 1.0 if good > bad else 0.5 if good == bad else 0.0
+    return right, float(len(pairs))
+
+
+def _auc_se(per_item: list) -> float:
+    """The bootstrap s.e. of :func:`_auc_of` over items (:func:`_bootstrap`'s resamples, summed at once)."""
+    right, total = (np.array(c, dtype=np.float64) for c in zip(*(_pair_counts(p) for p in per_item)))
+    if not _exactly_summable(right, total):
+        return _bootstrap(per_item, _auc_of)
+    return _sd_of(
+        _bootstrap_sums({"right": right, "total": total}, lambda t: t["right"] / t["total"] if t["total"] else None)
+    )
+
+
 def pairwise_auc(trees: list, scores: list[list[float]], score_of, judged=lambda node: True) -> dict:
     """The judgement of a score over items (module doc): ``trees[i]`` and ``scores[i]`` (item ``i``'s leaf scores),
     ``score_of(node, j)`` the score of candidate ``j`` at ``node`` (higher = preferred: minus an energy, or the
@@ -129,7 +203,7 @@ def pairwise_auc(trees: list, scores: list[list[float]], score_of, judged=lambda
     auc = _auc_of(per_item)
     return {
         "auc": auc,
-        "se": _bootstrap(per_item, _auc_of) if auc is not None else None,
+        "se": _auc_se(per_item) if auc is not None else None,
         "pairs": sum(len(p) for p in per_item),
         "items": len(per_item),
     }
@@ -166,7 +240,30 @@ def break_even_bootstrap(per_item: list[dict], chain: list[str], reps: int = 200
 
     pts = points(per_item)
     be = break_even([(a, c) for _, a, c in pts])
-    return {"auc": be, "se": _bootstrap(per_item, stat, reps) if be is not None else None, "points": pts}
+    if be is None:
+        return {"auc": None, "se": None, "points": pts}
+    columns = {}
+    for name in chain:  # each scorer's terms of its AUC's and its mean change's sums, per item
+        right, total = zip(*(_pair_counts(item[name][1]) for item in per_item))
+        d = np.array([item[name][0] for item in per_item], dtype=np.float64)
+        valid = ~np.isnan(d)
+        columns[f"{name}/right"], columns[f"{name}/total"] = np.array(right), np.array(total)
+        columns[f"{name}/d"], columns[f"{name}/n"] = np.where(valid, d, 0.0), valid.astype(np.float64)
+    if not _exactly_summable(*columns.values()):
+        return {"auc": be, "se": _bootstrap(per_item, stat, reps), "points": pts}
+
+    def stat_of_sums(t):  # points(sample)'s AUCs and changes from the resample's sums
+        return break_even(
+            [
+                (
+                    t[f"{name}/right"] / t[f"{name}/total"] if t[f"{name}/total"] else None,
+                    100 * t[f"{name}/d"] / t[f"{name}/n"] if t[f"{name}/n"] else None,
+                )
+                for name in chain
+            ]
+        )
+
+    return {"auc": be, "se": _sd_of(_bootstrap_sums(columns, stat_of_sums, reps)), "points": pts}
 
 
 def room_reading(delta, delta_se, ceiling, ceiling_se) -> str:
