@@ -63,15 +63,12 @@ def room_effects(leaves: dict, base: dict, tasks: list[str], average: list[str] 
 def _bootstrap(items: list, stat, reps: int = 400, seed: int = 0) -> float:
     """The standard deviation of ``stat`` over ``reps`` resamples of ``items`` with replacement (NaN dropped)."""
     rng = random.Random(seed)
-    vals = []
-    for _ in range(reps):
-        v = stat([items[rng.randrange(len(items))] for _ in items])
-        if v is not None and not math.isnan(v):
-            vals.append(v)
-    return _sd(vals)
+    return _sd([stat([items[rng.randrange(len(items))] for _ in items]) for _ in range(reps)])
 
 
-def _sd(vals: list[float]) -> float:
+def _sd(vals: list) -> float:
+    """The sample standard deviation of ``vals``, None and NaN dropped (NaN with fewer than two left)."""
+    vals = [v for v in vals if v is not None and not math.isnan(v)]
     if len(vals) < 2:
         return float("nan")
     m = sum(vals) / len(vals)
@@ -106,19 +103,16 @@ def _exactly_summable(*columns: np.ndarray) -> bool:
     )
 
 
-def _bootstrap_sums(columns: dict, stat, reps: int = 400, seed: int = 0) -> list:
-    """``stat(sums)`` per resample of :func:`_bootstrap` (the same draws), for a statistic of per-item sums:
-    ``columns`` name -> ``(n,)`` per-item values, ``sums`` name -> their sum over a resample's items; the sums of
-    every resample at once (``counts @ values``), exact for :func:`_exactly_summable` values.  The statistics in
-    resample order."""
-    n = len(next(iter(columns.values())))
-    counts = _resample_counts(n, reps, seed).astype(np.float64)
+def _bootstrap_of_sums(items: list, stat, columns: dict, stat_of_sums, reps: int = 400, seed: int = 0) -> float:
+    """:func:`_bootstrap` of ``stat`` for a statistic of per-item sums, from every resample's sums at once (the same
+    draws): ``columns`` name -> ``(n,)`` per-item values, ``stat_of_sums(sums)`` the statistic from their sums over one
+    resample's items (``counts @ values``).  Exact, so the loop's result bit for bit, where the values are
+    :func:`_exactly_summable`; the loop itself where they are not."""
+    if not _exactly_summable(*columns.values()):
+        return _bootstrap(items, stat, reps, seed)
+    counts = _resample_counts(len(items), reps, seed).astype(np.float64)
     sums = {k: (counts @ np.asarray(v, dtype=np.float64)).tolist() for k, v in columns.items()}
-    return [stat({k: sums[k][r] for k in sums}) for r in range(reps)]
-
-
-def _sd_of(vals: list) -> float:
-    return _sd([v for v in vals if v is not None and not math.isnan(v)])
+    return _sd([stat_of_sums({k: sums[k][r] for k in sums}) for r in range(reps)])
 
 
 def share_of_ceiling(row: list[float], ceiling: list[float], base: list[float]) -> dict:
@@ -134,12 +128,9 @@ def share_of_ceiling(row: list[float], ceiling: list[float], base: list[float]) 
     share = stat(items)
     if share is None:
         return {"share": None, "se": None}
-    gain = np.array([r - b for r, _, b in items], dtype=np.float64)
-    room = np.array([c - b for _, c, b in items], dtype=np.float64)
-    if not _exactly_summable(gain, room):
-        return {"share": share, "se": _bootstrap(items, stat)}
-    vals = _bootstrap_sums({"gain": gain, "room": room}, lambda t: t["gain"] / t["room"] if t["room"] > 0 else None)
-    return {"share": share, "se": _sd_of(vals)}
+    columns = {"gain": np.array([r - b for r, _, b in items]), "room": np.array([c - b for _, c, b in items])}
+    se = _bootstrap_of_sums(items, stat, columns, lambda t: t["gain"] / t["room"] if t["room"] > 0 else None)
+    return {"share": share, "se": se}
 
 
 def _item_pairs(tree, scores: list[float], score_of, judged=lambda node: True) -> list[tuple[float, float]]:
@@ -170,14 +161,14 @@ def _item_pairs(tree, scores: list[float], score_of, judged=lambda node: True) -
 def _auc_of(sample) -> float | None:
     right = total = 0.0
     for pairs in sample:
-        for good, bad in pairs:
-            right += 1.0 if good > bad else 0.5 if good == bad else 0.0
-            total += 1
+        r, t = _pair_counts(pairs)
+        right, total = right + r, total + t
     return right / total if total else None
 
 
 def _pair_counts(pairs) -> tuple[float, float]:
-    """An item's pairs ordered right (a tie counting half) and its pairs: its terms of :func:`_auc_of`'s two sums."""
+    """An item's pairs ordered right (a tie counting half) and its pairs: its terms of :func:`_auc_of`'s two sums
+    (half-integers: summed exactly in any order)."""
     right = 0.0
     for good, bad in pairs:
         right += 1.0 if good > bad else 0.5 if good == bad else 0.0
@@ -186,12 +177,9 @@ def _pair_counts(pairs) -> tuple[float, float]:
 
 def _auc_se(per_item: list) -> float:
     """The bootstrap s.e. of :func:`_auc_of` over items (:func:`_bootstrap`'s resamples, summed at once)."""
-    right, total = (np.array(c, dtype=np.float64) for c in zip(*(_pair_counts(p) for p in per_item)))
-    if not _exactly_summable(right, total):
-        return _bootstrap(per_item, _auc_of)
-    return _sd_of(
-        _bootstrap_sums({"right": right, "total": total}, lambda t: t["right"] / t["total"] if t["total"] else None)
-    )
+    right, total = (np.array(c) for c in zip(*(_pair_counts(p) for p in per_item)))
+    columns = {"right": right, "total": total}
+    return _bootstrap_of_sums(per_item, _auc_of, columns, lambda t: t["right"] / t["total"] if t["total"] else None)
 
 
 def pairwise_auc(trees: list, scores: list[list[float]], score_of, judged=lambda node: True) -> dict:
@@ -249,8 +237,6 @@ def break_even_bootstrap(per_item: list[dict], chain: list[str], reps: int = 200
         valid = ~np.isnan(d)
         columns[f"{name}/right"], columns[f"{name}/total"] = np.array(right), np.array(total)
         columns[f"{name}/d"], columns[f"{name}/n"] = np.where(valid, d, 0.0), valid.astype(np.float64)
-    if not _exactly_summable(*columns.values()):
-        return {"auc": be, "se": _bootstrap(per_item, stat, reps), "points": pts}
 
     def stat_of_sums(t):  # points(sample)'s AUCs and changes from the resample's sums
         return break_even(
@@ -263,7 +249,7 @@ def break_even_bootstrap(per_item: list[dict], chain: list[str], reps: int = 200
             ]
         )
 
-    return {"auc": be, "se": _sd_of(_bootstrap_sums(columns, stat_of_sums, reps)), "points": pts}
+    return {"auc": be, "se": _bootstrap_of_sums(per_item, stat, columns, stat_of_sums, reps), "points": pts}
 
 
 def room_reading(delta, delta_se, ceiling, ceiling_se) -> str:
