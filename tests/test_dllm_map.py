@@ -294,3 +294,36 @@ def test_map_points_cover_the_grid_once():
     with pytest.raises(ValueError, match="resample"):
         map_scorers({**MAP, "rules": {"x": {"options": {"energy": "ind", "selection": "resample"}}}}, bridges, {})
     assert scorers["rerank__large"].selection == "proxy_rerank" and scorers["inv__any"].proxy == "B1"
+
+
+def test_the_maps_own_tasks_start_with_table3s_items(tmp_path):
+    """Rule dllm_map_tasks: the map's tasks, more test items than Table 3's, drawn by the same generator and seed, so
+    their first items are Table 3's line for line (the map's whole trees are Table 3's items); no training split, only
+    the tasks named; an unknown task is refused before anything is written."""
+    from unie.pipeline.task_files import write_lmeval_tasks
+
+    table3, mapped = tmp_path / "tasks", tmp_path / "map_tasks"
+    write_lmeval_tasks(table3, 2, 5, 0)
+    names = write_lmeval_tasks(mapped, None, 12, 0, names=["toy_lcb", "toy_math"])
+    assert names == ["toy_math", "toy_lcb"]  # in the tasks' own order
+    assert sorted(p.name for p in (mapped / "data").iterdir()) == ["toy_lcb_test.jsonl", "toy_math_test.jsonl"]
+    assert sorted(p.name for p in mapped.glob("*.yaml")) == ["toy_dllm.yaml", "toy_lcb.yaml", "toy_math.yaml"]
+    for task in names:
+        long = (mapped / "data" / f"{task}_test.jsonl").read_text().splitlines()
+        short = (table3 / "data" / f"{task}_test.jsonl").read_text().splitlines()
+        assert len(long) == 12 and long[:5] == short
+        assert len({json.loads(line)["question"] for line in long}) == 12
+    with pytest.raises(KeyError, match="toy_nope"):
+        write_lmeval_tasks(tmp_path / "bad", None, 3, 0, names=["toy_math", "toy_nope"])
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_map_explores_the_first_items_whole_and_reads_the_rest_by_their_paths():
+    """dllm.map.whole: an item's tree is explored up to the cap when its document is among the first `whole` of its
+    task (lm-eval's doc_id, the file's order), else read along its rules' paths alone; without `whole`, every item."""
+    from unie.pipeline.map_runs import PATHS_ONLY, _is_whole
+
+    assert PATHS_ONLY == 1
+    assert [_is_whole(("toy_math", i), {"whole": 3}) for i in range(5)] == [True, True, True, False, False]
+    assert all(_is_whole(("toy_math", i), {}) for i in range(5))
+    assert all(_is_whole(("toy_math", i), {"whole": None}) for i in range(5))

@@ -168,7 +168,11 @@ def test_a_room_job_reads_its_rows_files_and_results(smoke):
 def test_a_map_job_reads_the_backbone_every_proxy_and_the_oracle(default):
     assert default.map_jobs == ["llada", "dream", "proxies"]
     inputs = default.map_inputs("dream")
-    assert inputs["tasks"] == YAMLS
+    # the map's own tasks (rule dllm_map_tasks: more items than Table 3's, Table 3's first), its averaged ones
+    assert inputs["tasks"] == [f"{RUN}/resources/dllm/map_tasks/{t}.yaml" for t in default.map["tasks"]]
+    assert default.map["tasks"] == default.dllm["tasks"]["average"]
+    assert default.map_task_params() == {"names": default.map["tasks"], "n_test": 720, "seed": 0}
+    assert 720 > default.dllm["tasks"]["n_test"] >= default.map["whole"]
     assert list(inputs)[1:] == ["model_dream", "model_proxy_weak", "model_proxy", "model_ar_large", f"model_{ORACLE}"]
     assert inputs["model_oracle"] == f"{RUN}/resources/dllm/oracle/oracle.json"
     assert ORACLE not in default.map_models("proxies")  # the ARs decoded alone

@@ -169,7 +169,7 @@ def test_table3_rows_and_sweeps_are_written_once():
         for curves in d.get("sweeps", {}).get("sets", {}).values():
             for curve in curves.values():
                 assert set(curve) <= {"vary"}, (f.name, curve)
-        assert set(d.get("map", {})) <= {"limit", "cap"}, f.name
+        assert set(d.get("map", {})) <= {"items", "whole", "limit", "cap"}, f.name
     # the labels of the CoRe rows' note, say, are in the grid alone
     texts = {f.name: f.read_text() for f in (REPO / "config").glob("*.yaml")}
     assert [n for n, t in texts.items() if "CoRe has no public code" in t] == ["experiments.yaml"]

@@ -611,9 +611,11 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
 
 def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     """`snakemake table_app_map fig_app_map` (not part of `all`: the smoke run made none of its files): per backbone,
-    the backbone and APD per proxy are lm-eval runs on the first `limit` items of each map task; per (draw, window)
-    the window's candidate tree gives the room (ceiling >= 0 >= floor) and one cell per rule x proxy (every proxy of
-    the map and each mixture of the continuum) with its paired change, its judgement and its share of the ceiling;
+    the backbone and APD per proxy are lm-eval runs on the first `limit` items of each of the map's own tasks (more
+    items than Table 3's, Table 3's first); per (draw, window) the window's candidate tree of the first `whole` items
+    gives the room (ceiling >= 0 >= floor) and one cell per rule x proxy (every proxy of the map and each mixture of the
+    continuum) with its paired change (on every item: the others read along the rules' paths), its judgement and its
+    share of the ceiling;
     the oracle proxy is written from the test items; the table and figure read the points."""
     from unie.dllm.rows import map_tree_grid
 
@@ -623,10 +625,14 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     smk("table_app_map", "fig_app_map", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run, check=True)
     oracle = json.loads((smoke_run / OUT / "resources" / "dllm" / "oracle" / "oracle.json").read_text())
     assert oracle["eps"] == m["oracle_eps"]
+    for task in m["tasks"]:  # the map's own tasks: more items than Table 3's, Table 3's first
+        own = (smoke_run / OUT / "resources" / "dllm" / "map_tasks" / "data" / f"{task}_test.jsonl").read_text()
+        table3 = (smoke_run / OUT / "resources" / "dllm" / "tasks" / "data" / f"{task}_test.jsonl").read_text()
+        assert len(own.splitlines()) == m["items"] > len(table3.splitlines()) and own.startswith(table3)
     (backbone,) = m["backbones"]
     pts = json.loads((smoke_run / OUT / "results" / "dllm" / "map" / backbone / "points.json").read_text())
     assert [p["rule"] for p in pts["points"]] == ["backbone"] + ["apd"] * len(m["proxies"])
-    assert pts["limit"] == m["limit"]
+    assert (pts["limit"], pts["items"], pts["whole"]) == (m["limit"], m["items"], m["whole"])
     for p in pts["points"]:
         res = json.loads(
             (smoke_run / OUT / "results" / "dllm" / "map" / backbone / p["name"] / "results.json").read_text()
@@ -643,16 +649,19 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     assert [(t["draw"], t["w"]) for t in pts["trees"]] == list(grid.values())
     trees_dir = smoke_run / OUT / "results" / "dllm" / "map" / backbone / "trees"
     assert sorted(p.stem for p in trees_dir.glob("*.json")) == sorted(grid)
+    assert m["whole"] < m["limit"]  # the smoke profile reads items both ways
     for tree in pts["trees"]:
-        assert tree["items"] == m["limit"] * len(m["tasks"]) and 0 < tree["exhaustive"] <= 1
+        assert tree["items"] == m["limit"] * len(m["tasks"]) and 0 <= tree["exhaustive"] <= 1
+        assert tree["whole_items"] == m["whole"] * len(m["tasks"]) == tree["ceiling"]["avg"]["items"]
         assert tree["ceiling"]["avg"]["delta"] >= 0 >= tree["floor"]["avg"]["delta"]
         assert sorted((c["rule"], c["proxy"]) for c in tree["cells"]) == sorted(
             (r, p) for r in m["rules"] for p in proxies
         )
-        for c in tree["cells"]:  # no rule beats the best leaf or loses more than the worst
-            assert (
-                tree["floor"]["avg"]["delta"] - 1e-9 <= c["effect"]["delta"] <= tree["ceiling"]["avg"]["delta"] + 1e-9
-            )
+        for c in tree["cells"]:  # on the whole trees' items no rule beats the best leaf or loses more than the worst
+            assert c["effect"]["items"] == tree["items"] and c["effect_whole"]["items"] == tree["whole_items"]
+            ceiling, floor = tree["ceiling"]["avg"]["delta"], tree["floor"]["avg"]["delta"]
+            assert floor - 1e-9 <= c["effect_whole"]["delta"] <= ceiling + 1e-9
+    assert max(tree["exhaustive"] for tree in pts["trees"]) > 0  # (the untrained models' wide windows are cut)
     table = pd.read_csv(smoke_run / OUT / "results" / "tables" / "table_app_map.csv")
     assert {"apd", *m["rules"]} <= set(table.rule)
     be = table[table.rule == "break_even"]  # each rule's crossing along the continuum, named by its two ends

@@ -256,8 +256,19 @@ class DllmPlan:
             return list(dict.fromkeys(m for m in proxies if m != ORACLE))
         return list(dict.fromkeys([self.map["backbones"][job]["model"], *proxies]))
 
+    def map_task_yamls(self) -> list[str]:
+        """The map's lm-eval tasks: its own (rule dllm_map_tasks: ``dllm.map.items`` test items per task, Table 3's
+        first) or, without ``items``, Table 3's (rule dllm_tasks)."""
+        if self.map.get("items"):
+            return [self.path(f"resources/dllm/map_tasks/{t}.yaml") for t in self.map["tasks"]]
+        return self.task_yamls()
+
+    def map_task_params(self) -> dict:
+        """What rule dllm_map_tasks writes: the map's tasks, ``items`` test documents each, Table 3's seed."""
+        return {"names": list(self.map["tasks"]), "n_test": self.map["items"], "seed": self.task_data["seed"]}
+
     def map_inputs(self, job: str) -> dict:
-        return {"tasks": self.task_yamls(), **{f"model_{m}": self.map_model_path(m) for m in self.map_models(job)}}
+        return {"tasks": self.map_task_yamls(), **{f"model_{m}": self.map_model_path(m) for m in self.map_models(job)}}
 
     def map_params(self, job: str) -> dict:
         return {

@@ -103,8 +103,10 @@ PROFILE_KEYS: tuple[str, ...] = (
     # the sweeps' benchmark and the values of a curve's varied option (they fit the profile's decoding geometry)
     "dllm.sweeps.task",
     "dllm.sweeps.sets.*.*.vary.*",
+    "dllm.map.items",
+    "dllm.map.whole",
     "dllm.map.limit",
-    "dllm.map.cap",  # test items per task of the map, and the size its trees are cut at
+    "dllm.map.cap",  # test items per task of the map (its own, explored whole, read), and the size its trees are cut at
 )
 
 # Grid mappings a profile may add keys to (a key the grid sets is refused, not changed), and why.

@@ -172,6 +172,8 @@ def run_map(
         "job": job,
         "tasks": names,
         "limit": limit,
+        "items": m.get("items"),  # test items per task of the map's own tasks (None: Table 3's)
+        "whole": m.get("whole"),  # the first ones per task whose trees are explored whole (None: all)
         "batch_size": lm.batch_size,
         "seed": lm.seed,
         "oracle_eps": m.get("oracle_eps", 0.05),
@@ -227,6 +229,28 @@ def merge_map(lmeval_path, tree_paths: list, out_path) -> dict:
     return out
 
 
+PATHS_ONLY = 1  # the cap of an item read along its rules' paths alone (dllm.map.whole): no other node is kept
+
+
+def _is_whole(key, m: dict) -> bool:
+    """Whether the map explores an item's tree whole (up to ``dllm.map.cap``): its document is among the first
+    ``dllm.map.whole`` of its task (all without ``whole``); beyond, the tree holds its rules' paths alone."""
+    whole = m.get("whole")
+    return whole is None or int(key[1]) < whole
+
+
+def _map_item_trees(decoder, requests, task_objs, metrics, options, scorers, m, lm):
+    """:func:`~unie.pipeline.room_runs.scored_trees` of the map's items: the first ``dllm.map.whole`` of each task
+    explored up to ``dllm.map.cap``, the others along their rules' paths alone (cap :data:`PATHS_ONLY`)."""
+    from .room_runs import scored_trees
+
+    for whole, cap in ((True, m.get("cap", 243)), (False, PATHS_ONLY)):
+        part = {t: {k: r for k, r in recs.items() if _is_whole(k, m) is whole} for t, recs in requests.items()}
+        part = {t: recs for t, recs in part.items() if recs}
+        if part:
+            yield from scored_trees(decoder, part, task_objs, metrics, options, scorers, cap, lm.batch_size)
+
+
 def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
     """proxy name -> :class:`~unie.dllm.bridge.ProxyBridge` of every map proxy and of the continuum's mixtures."""
     from ..dllm.bridge import ProxyBridge
@@ -274,7 +298,7 @@ def map_trees(
         share_of_ceiling,
     )
     from ..dllm.rows import map_tree_grid
-    from .room_runs import _lm_tasks, scored_trees
+    from .room_runs import _lm_tasks
 
     m = dllm["map"]
     lm = LmEvalSettings.from_dllm(dllm)
@@ -286,6 +310,7 @@ def map_trees(
     energy = dllm.get("energy", {})
     out = []
     for draw, w in only if only is not None else map_tree_grid(dllm).values():
+        every = []  # (task, key, tree, leaf scores, explored whole) of every item, whole trees and paths alike
         options = DLLMEnergyOptions(
             energy="uni",
             K=energy.get("K", 3),
@@ -295,11 +320,12 @@ def map_trees(
         )
         leaves, trees, paths = {t: {} for t in names}, [], {s: {} for s in scorers}
         keys_in_order = []
-        for task, k, item, s, until in scored_trees(
-            decoder, requests, task_objs, metrics, options, scorers, m.get("cap", 243), lm.batch_size
-        ):
-            leaves[task][k] = s
-            trees.append((task, k, item.tree, s))
+        for task, k, item, s, until in _map_item_trees(decoder, requests, task_objs, metrics, options, scorers, m, lm):
+            whole = _is_whole(k, m)
+            if whole:
+                leaves[task][k] = s
+                trees.append((task, k, item.tree, s))
+            every.append((task, k, item.tree, s, whole))
             for name in scorers:  # a path's text as item_records writes a response
                 leaf = rule_leaf(item.tree, name)
                 paths[name].setdefault(task, {})[k] = (
@@ -307,14 +333,16 @@ def map_trees(
                     if leaf is None
                     else (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)]))
                 )
-            keys_in_order.append((task, k))
-        room = room_effects(leaves, base_items, names)
+            if whole:
+                keys_in_order.append((task, k))
+        room = room_effects(leaves, base_items, names)  # on the items explored whole
         tree_list = [t for _, _, t, _ in trees]
         score_list = [s for _, _, _, s in trees]
         rec = {
             "draw": dict(draw),
             "w": w,
-            "items": sum(len(v) for v in leaves.values()),
+            "items": len(every),
+            "whole_items": len(trees),  # the room, the judgements, the shares of the ceiling: on these
             "exhaustive": sum(t.exhaustive for t in tree_list) / max(1, len(tree_list)),
             **room,
             "auc": {"dlm": pairwise_auc(tree_list, score_list, lambda nd, j: nd.dlm_logp[j])},
@@ -325,7 +353,12 @@ def map_trees(
         per_item = []
         for name in scorers:
             rule, proxy = name.split("__", 1)
-            effect = paired_effect(paths[name], base_items, names)["avg"]
+            effect = paired_effect(paths[name], base_items, names)["avg"]  # every item's path
+            effect_whole = paired_effect(  # on the whole trees' items: the room's own
+                {t: {k: v for k, v in paths[name].get(t, {}).items() if k in leaves[t]} for t in names},
+                base_items,
+                names,
+            )["avg"]
             auc = pairwise_auc(
                 tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j], lambda nd, n=name: n in nd.energies
             )
@@ -336,6 +369,7 @@ def map_trees(
                     "rule": rule,
                     "proxy": proxy,
                     "effect": effect,
+                    "effect_whole": effect_whole,
                     "auc": auc,
                     "share": share,
                     "reading": room_reading(
@@ -356,22 +390,24 @@ def map_trees(
                 names_chain = [f"{rule}__{p}" for p in chain if f"{rule}__{p}" in scorers]
                 if len(names_chain) < 2:
                     continue
-                per_item = [
+                per_item = [  # every item's change; its candidate pairs where its tree is whole
                     {
                         n: (
                             (paths[n][t][k][0] - base_items[t][k][0]),
-                            _item_pairs(tr, s, lambda nd, j, n=n: -nd.energies[n][j], lambda nd, n=n: n in nd.energies),
+                            _item_pairs(tr, s, lambda nd, j, n=n: -nd.energies[n][j], lambda nd, n=n: n in nd.energies)
+                            if whole
+                            else [],
                         )
                         for n in names_chain
                     }
-                    for (t, k, tr, s) in trees
+                    for (t, k, tr, s, whole) in every
                 ]
                 rec["break_even"][rule] = break_even_bootstrap(per_item, names_chain)
         log(
             f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "
             f"{room['ceiling']['avg']['se']:.1f}, floor {room['floor']['avg']['delta']:+.1f}, decides "
-            f"{100 * room['decides']['avg']:.0f} % of {rec['items']} items, exhaustive "
-            f"{100 * rec['exhaustive']:.0f} %"
+            f"{100 * room['decides']['avg']:.0f} % of {rec['whole_items']} items (trees whole up to the cap; "
+            f"{rec['items']} read along the rules' paths), exhaustive {100 * rec['exhaustive']:.0f} %"
         )
         out.append(rec)
     return out

@@ -155,21 +155,29 @@ def process_results(task, doc, results):
     return head + "".join(funcs)
 
 
-def write_lmeval_tasks(out_dir, n_train: int, n_test: int, seed: int) -> list[str]:
-    """Write the seven toy tasks' data, YAMLs, group and hooks under ``out_dir``; return the task names.
+def write_lmeval_tasks(out_dir, n_train, n_test: int, seed: int, names: list[str] | None = None) -> list[str]:
+    """Write the toy tasks' data, YAMLs, group and hooks under ``out_dir``; return the task names.
 
     ``n_train`` (>= 0) training and ``n_test`` (>= 1) test documents per task (``toy_livebench``: test
-    only) from :func:`unie.data.tasks.generate_task` with ``seed``.  Deterministic: the same arguments
-    give byte-identical files.  Returns ``list(TASKS)`` (the group is named :data:`GROUP`)."""
+    only) from :func:`unie.data.tasks.generate_task` with ``seed``; ``n_train`` None: no training files (the map's
+    own tasks, rule dllm_map_tasks).  ``names``: the tasks to write, in :data:`~unie.data.tasks.TASKS`' order
+    (default: all seven).  A task's test documents are drawn one after another from its own generator, so the first
+    ``n`` of a larger ``n_test`` are exactly the ``n_test = n`` ones.  Deterministic: the same arguments give
+    byte-identical files.  Returns the names written (the group is named :data:`GROUP`)."""
     for name, value, low in (("n_train", n_train, 0), ("n_test", n_test, 1), ("seed", seed, None)):
+        if name == "n_train" and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
             raise ValueError(f"{name} must be an int{f' >= {low}' if low is not None else ''}, got {value!r}")
+    unknown = sorted(set(names or []) - set(TASKS))
+    if unknown:
+        raise KeyError(f"unknown toy task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
     out = Path(out_dir).resolve()
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
-    tasks = list(TASKS)
+    tasks = [t for t in TASKS if names is None or t in names]
     for task in tasks:
-        if task not in TEST_ONLY:
+        if task not in TEST_ONLY and n_train is not None:
             _write_text(data / f"{task}_train.jsonl", _jsonl(generate_task(task, "train", n_train, seed)))
         test_path = data / f"{task}_test.jsonl"
         _write_text(test_path, _jsonl(generate_task(task, "test", n_test, seed)))

@@ -931,7 +931,9 @@ def map_frame(jobs: list[dict]) -> pd.DataFrame:
     mixture with λ = NN %), the paired change of the average accuracy against the backbone ± s.e., the proxy's
     judgement (pairwise AUC of the rule's energy over the tree's candidates ± bootstrap s.e.), the change as a share of
     the ceiling and the reading; the tree's room (ceiling, floor ± paired s.e., the share of items decided, the share
-    of trees explored whole) and the backbone's own judgement (``dlm_auc``) on each line of its tree.  APD's points
+    of trees explored whole) and the backbone's own judgement (``dlm_auc``) on each line of its tree.  With
+    ``dllm.map.whole`` the room, the judgements and the shares are on the ``whole_items`` whose trees are explored
+    whole, each change on all ``items`` (``delta_whole``: the change on the whole trees' items).  APD's points
     (lm-eval runs, no window) have rule ``apd``; rule ``break_even`` lines hold each rule's break-even judgement along
     the continuum (``auc`` ± ``auc_se``; ``chain_from``, ``chain_to``: its ends, the learned proxy and the oracle).
     ``backbone_avg``, ``proxy_avg``: their own averages on the items."""
@@ -980,6 +982,7 @@ def map_frame(jobs: list[dict]) -> pd.DataFrame:
                 "dlm_auc": t["auc"]["dlm"]["auc"],
                 "dlm_auc_se": t["auc"]["dlm"]["se"],
                 "items": t["items"],
+                "whole_items": t.get("whole_items", t["items"]),
             }
             for c in t["cells"]:
                 e, a, sh = c["effect"], c["auc"], c["share"]
@@ -994,6 +997,9 @@ def map_frame(jobs: list[dict]) -> pd.DataFrame:
                         "proxy_avg": alone.get(c["proxy"], float("nan")),
                         "delta": e["delta"],
                         "se": e["se"],
+                        # the change on the items whose trees are whole (the room's, the share's own items)
+                        "delta_whole": (c.get("effect_whole") or e)["delta"],
+                        "se_whole": (c.get("effect_whole") or e)["se"],
                         "auc": a["auc"],
                         "auc_se": a["se"],
                         "share": sh["share"],
@@ -1097,7 +1103,16 @@ def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
     base = "; ".join(f"{p['label']} {p['avg']:.1f}\\%" for p in points if p["rule"] == "backbone")
     cont = next((j.get("continuum") for j in jobs if j.get("continuum")), {}) or {}
     tasks = ", ".join(jobs[0]["tasks"]).replace("_", r"\_")
-    limit = jobs[0].get("limit")
+    limit, n_items, whole = (jobs[0].get(k) for k in ("limit", "items", "whole"))
+    per_task = min(x for x in (limit, n_items) if x) if (limit or n_items) else None
+    items_text = (f"{per_task} test items per task of " if per_task else "every test item of ") + f"{tasks}"
+    if n_items:
+        items_text += " (the map's own draw of the tasks, Table 3's items first)"
+    if whole and (per_task is None or whole < per_task):
+        items_text += (
+            rf"; the room, the judgements and the break-even AUCs on the first {whole} per task (their trees explored "
+            r"whole up to the cap), each rule's change on all of them (the others read along the rule's own path)"
+        )
     caption = (
         r"When does Uni-E help a DLLM? (beyond the paper) For each candidate draw ($\tau$: the candidates' "
         r"temperature; greedy first: candidate 0 is the backbone's greedy $\hat x_0$) and window $w$: the "
@@ -1109,8 +1124,8 @@ def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
         r"own score, proxy rerank's: 0.5 is none, 1 a perfect one) and each rule's paired change against the "
         r"backbone on the same items $\pm$ its paired s.e., per proxy from weak to an $\varepsilon$-smoothed "
         rf"oracle ($\varepsilon$ = {jobs[0].get('oracle_eps', 0.05):g}). Items: "
-        + (f"the first {limit} of " if limit else "every test item of ")
-        + rf"{tasks}. Backbones: {base}. The "
+        + items_text
+        + rf". Backbones: {base}. The "
         rf"proxies decoding alone: {alone}. Inv-E reads no proxy under teacher forcing (one value under every "
         r"proxy). Break-even judgement (the AUC at which a rule's change crosses 0 along "
         rf"$\lambda \cdot$ oracle + $(1-\lambda) \cdot$ {cont.get('proxy', 'proxy')}, $\lambda \in$ "

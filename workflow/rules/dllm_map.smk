@@ -4,7 +4,9 @@
 # each point's paired change against the backbone on the same items.  It reads the DLLM half's tasks and models
 # (dllm.smk: PLAN, unie.config.dllm_plan; JOB, TEX, CSV).
 #
-#   resources/dllm/oracle/          the eps-smoothed oracle proxy of the toy tasks' test items (rule dllm_oracle)
+#   resources/dllm/map_tasks/       the map's own tasks (rule dllm_map_tasks, with dllm.map.items): more test items per
+#                                   task than Table 3's, drawn by the same generator (its first ones are Table 3's)
+#   resources/dllm/oracle/          the eps-smoothed oracle proxy of the map's test items (rule dllm_oracle)
 #   results/dllm/map/{job}/         one lm-eval run per point (rules dllm_map_{job}: a backbone, or `proxies`: the
 #                                   ARs decoded alone), and the record: lmeval.json (a backbone's points) or points.json
 #   results/dllm/map/{backbone}/trees/{tree}.json   one candidate tree (a draw and a window) each, decoded from the
@@ -14,11 +16,27 @@
 
 import re
 
+if PLAN.map.get("items"):
+
+    rule dllm_map_tasks:
+        # the map's tasks: dllm.map.items test items each (Table 3's first), no training split
+        output:
+            yamls=PLAN.map_task_yamls(),
+            utils=run_path("resources/dllm/map_tasks/utils.py"),
+        log:
+            run_path("logs/dllm/map_tasks.log"),
+        localrule: True
+        params:
+            **PLAN.map_task_params(),
+            answers=TASK_FORMAT,  # the answers' format (unie.data.tasks.FORMAT): another format writes them again
+        script:
+            "../scripts/dllm_map_tasks.py"
+
 
 rule dllm_oracle:
-    # the oracle proxy: every test item's reference answer, read through the word tokenizer
+    # the oracle proxy: every map test item's reference answer, read through the word tokenizer
     input:
-        yamls=PLAN.task_yamls(),
+        yamls=PLAN.map_task_yamls(),
         meta=run_path("resources/dllm/meta.json"),
     output:
         run_path("resources/dllm/oracle/oracle.json"),
