@@ -327,3 +327,22 @@ def test_the_map_explores_the_first_items_whole_and_reads_the_rest_by_their_path
     assert [_is_whole(("toy_math", i), {"whole": 3}) for i in range(5)] == [True, True, True, False, False]
     assert all(_is_whole(("toy_math", i), {}) for i in range(5))
     assert all(_is_whole(("toy_math", i), {"whole": None}) for i in range(5))
+
+
+def test_the_maps_items_are_checked_against_table3s_and_its_whole_trees():
+    """dllm.map.items below Table 3's dllm.tasks.n_test (whose items come first) or dllm.map.whole above items: one
+    error naming the key, when the config is checked (before any job)."""
+    import copy
+    from pathlib import Path
+
+    from unie.config.checks import check_map
+    from unie.config.profile import resolve_config
+    from unie.core.options import ConfigError
+
+    d = resolve_config([Path(__file__).resolve().parents[1] / "config" / "smoke.yaml"])["dllm"]
+    check_map(d, lambda *a, **k: None, True)  # the smoke profile's own: 10 items, 8 of Table 3's, 2 whole
+    for change, key in (({"items": 5}, "dllm.map.items"), ({"whole": 11}, "dllm.map.whole")):
+        bad = copy.deepcopy(d)
+        bad["map"].update(change)
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            check_map(bad, lambda *a, **k: None, True)

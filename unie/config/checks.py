@@ -679,6 +679,13 @@ def check_map(d: dict, check_row, toy_tasks: bool) -> None:
     for b in m["backbones"]:
         for point in map_points(d, b):
             check_row(f"dllm.map ({point['name']})", point["row"], oracle=MAP_ORACLE)
+    items, whole, n_test = m.get("items"), m.get("whole"), d.get("tasks", {}).get("n_test")
+    if items is not None and n_test is not None and items < n_test:
+        key_error(
+            "dllm.map.items", f"{items} is fewer than Table 3's dllm.tasks.n_test = {n_test} (its items come first)"
+        )
+    if whole is not None and items is not None and whole > items:
+        key_error("dllm.map.whole", f"{whole} is more than the map's dllm.map.items = {items}")
 
 
 def check_sweeps(d: dict, check_row) -> None:

@@ -350,7 +350,6 @@ def map_trees(
         }
         base = [base_items[t][k][0] for t, k in keys_in_order]
         ceiling = [max(leaves[t][k]) for t, k in keys_in_order]
-        per_item = []
         for name in scorers:
             rule, proxy = name.split("__", 1)
             effect = paired_effect(paths[name], base_items, names)["avg"]  # every item's path
@@ -372,6 +371,7 @@ def map_trees(
                     "effect_whole": effect_whole,
                     "auc": auc,
                     "share": share,
+                    # the change on every item against 2 s.e.; the room, estimated on the whole trees' items
                     "reading": room_reading(
                         effect["delta"], effect["se"], room["ceiling"]["avg"]["delta"], room["ceiling"]["avg"]["se"]
                     ),
@@ -407,7 +407,8 @@ def map_trees(
             f"map {backbone} {draw} w={w}: ceiling {room['ceiling']['avg']['delta']:+.1f} ± "
             f"{room['ceiling']['avg']['se']:.1f}, floor {room['floor']['avg']['delta']:+.1f}, decides "
             f"{100 * room['decides']['avg']:.0f} % of {rec['whole_items']} items (trees whole up to the cap; "
-            f"{rec['items']} read along the rules' paths), exhaustive {100 * rec['exhaustive']:.0f} %"
+            f"{rec['items'] - rec['whole_items']} more read along the rules' paths), exhaustive "
+            f"{100 * rec['exhaustive']:.0f} %"
         )
         out.append(rec)
     return out

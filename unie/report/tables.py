@@ -1108,7 +1108,7 @@ def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
     items_text = (f"{per_task} test items per task of " if per_task else "every test item of ") + f"{tasks}"
     if n_items:
         items_text += " (the map's own draw of the tasks, Table 3's items first)"
-    if whole and (per_task is None or whole < per_task):
+    if any(t.get("whole_items", t["items"]) < t["items"] for job in jobs for t in job.get("trees", [])):
         items_text += (
             rf"; the room, the judgements and the break-even AUCs on the first {whole} per task (their trees explored "
             r"whole up to the cap), each rule's change on all of them (the others read along the rule's own path)"
