@@ -240,15 +240,17 @@ def _is_whole(key, m: dict) -> bool:
 
 
 def _map_item_trees(decoder, requests, task_objs, metrics, options, scorers, m, lm):
-    """:func:`~unie.pipeline.room_runs.scored_trees` of the map's items: the first ``dllm.map.whole`` of each task
-    explored up to ``dllm.map.cap``, the others along their rules' paths alone (cap :data:`PATHS_ONLY`)."""
+    """``(explored whole, scored tree)`` of the map's items (:func:`~unie.pipeline.room_runs.scored_trees`'s): the
+    first ``dllm.map.whole`` of each task explored up to ``dllm.map.cap``, the others along their rules' paths alone
+    (cap :data:`PATHS_ONLY`)."""
     from .room_runs import scored_trees
 
     for whole, cap in ((True, m.get("cap", 243)), (False, PATHS_ONLY)):
         part = {t: {k: r for k, r in recs.items() if _is_whole(k, m) is whole} for t, recs in requests.items()}
         part = {t: recs for t, recs in part.items() if recs}
         if part:
-            yield from scored_trees(decoder, part, task_objs, metrics, options, scorers, cap, lm.batch_size)
+            for scored in scored_trees(decoder, part, task_objs, metrics, options, scorers, cap, lm.batch_size):
+                yield whole, scored
 
 
 def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
@@ -310,7 +312,6 @@ def map_trees(
     energy = dllm.get("energy", {})
     out = []
     for draw, w in only if only is not None else map_tree_grid(dllm).values():
-        every = []  # (task, key, tree, leaf scores, explored whole) of every item, whole trees and paths alike
         options = DLLMEnergyOptions(
             energy="uni",
             K=energy.get("K", 3),
@@ -318,13 +319,10 @@ def map_trees(
             temperature=draw["temperature"],
             greedy_first=bool(draw.get("greedy_first", False)),
         )
-        leaves, trees, paths = {t: {} for t in names}, [], {s: {} for s in scorers}
-        keys_in_order = []
-        for task, k, item, s, until in _map_item_trees(decoder, requests, task_objs, metrics, options, scorers, m, lm):
-            whole = _is_whole(k, m)
-            if whole:
-                leaves[task][k] = s
-                trees.append((task, k, item.tree, s))
+        every, paths = [], {s: {} for s in scorers}  # every: (task, key, tree, leaf scores, explored whole)
+        for whole, (task, k, item, s, until) in _map_item_trees(
+            decoder, requests, task_objs, metrics, options, scorers, m, lm
+        ):
             every.append((task, k, item.tree, s, whole))
             for name in scorers:  # a path's text as item_records writes a response
                 leaf = rule_leaf(item.tree, name)
@@ -333,23 +331,25 @@ def map_trees(
                     if leaf is None
                     else (s[leaf], json.dumps([truncate_at(item.texts[leaf], until)]))
                 )
-            if whole:
-                keys_in_order.append((task, k))
-        room = room_effects(leaves, base_items, names)  # on the items explored whole
+        trees = [(t, k, tr, s) for t, k, tr, s, whole in every if whole]  # the room, judgements, shares: on these
+        leaves = {t: {} for t in names}
+        for t, k, _, s in trees:
+            leaves[t][k] = s
+        room = room_effects(leaves, base_items, names)
         tree_list = [t for _, _, t, _ in trees]
         score_list = [s for _, _, _, s in trees]
         rec = {
             "draw": dict(draw),
             "w": w,
             "items": len(every),
-            "whole_items": len(trees),  # the room, the judgements, the shares of the ceiling: on these
+            "whole_items": len(trees),
             "exhaustive": sum(t.exhaustive for t in tree_list) / max(1, len(tree_list)),
             **room,
             "auc": {"dlm": pairwise_auc(tree_list, score_list, lambda nd, j: nd.dlm_logp[j])},
             "cells": [],
         }
-        base = [base_items[t][k][0] for t, k in keys_in_order]
-        ceiling = [max(leaves[t][k]) for t, k in keys_in_order]
+        base = [base_items[t][k][0] for t, k, _, _ in trees]
+        ceiling = [max(s) for _, _, _, s in trees]
         for name in scorers:
             rule, proxy = name.split("__", 1)
             effect = paired_effect(paths[name], base_items, names)["avg"]  # every item's path
@@ -361,7 +361,7 @@ def map_trees(
             auc = pairwise_auc(
                 tree_list, score_list, lambda nd, j, n=name: -nd.energies[n][j], lambda nd, n=name: n in nd.energies
             )
-            rows = [paths[name][t][k][0] for t, k in keys_in_order]
+            rows = [paths[name][t][k][0] for t, k, _, _ in trees]
             share = share_of_ceiling(rows, ceiling, base)
             rec["cells"].append(
                 {
