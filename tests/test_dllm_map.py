@@ -124,6 +124,43 @@ def test_oracle_reads_an_answer_glued_onto_the_prompt(docs, word, oracle):
     assert got[1:] == pytest.approx([math.log1p(-EPS)] * (len(ref) - 1))  # every later word where it belongs
 
 
+def test_next_token_scores_are_the_logits_read_at_the_rows_own_tokens(docs, word, bpe, oracle):
+    """What the map's bridges read (``on_model``): the oracle's ``next_token_logp`` is its log-probabilities at the
+    row's next tokens exactly (a right answer, a wrong prefix, a glued first word); a remembered learned proxy's is
+    the bridge's float64 log-softmax and gather bit for bit; a mixture's is the log-softmax of its ``(N, L, V)``
+    mixture read there, up to rounding.  Through the bridge each gives the scores the full logits give."""
+    from unie.dllm.oracle import MixtureLM, RememberedLM
+
+    prompt_rows = []
+    for d in docs[:4]:
+        prompt, ref = word.encode(d["question"]), word.encode(d["answer"]) + [word.eos_id]
+        prompt_rows += [[word.bos_id] + prompt + ref, [word.bos_id] + prompt + [(t + 7) % word.vocab_size for t in ref]]
+    d = docs[0]
+    prompt, ref = word.encode(d["question"]), word.encode(d["answer"]) + [word.eos_id]
+    prompt_rows.append([word.bos_id] + prompt[:-1] + [word.encode(":2")[0]] + ref[1:])  # glued
+    width = max(map(len, prompt_rows))
+    x = torch.tensor([r + [word.eos_id] * (width - len(r)) for r in prompt_rows])
+
+    def read(lm):
+        return lm.logits(x).double().log_softmax(-1)[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1)
+
+    assert torch.equal(oracle.next_token_logp(x), oracle.logits(x)[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1))
+    proxy = _proxy(word)
+    remembered = RememberedLM(proxy)
+    assert torch.equal(remembered.next_token_logp(x), read(proxy))
+    assert remembered.next_token_logp(x) is remembered.next_token_logp(x)  # remembered, not computed again
+    for lam in (0.0, 0.25, 0.75, 1.0):
+        mix = MixtureLM(oracle, remembered, lam)
+        assert torch.allclose(mix.next_token_logp(x), read(mix), rtol=0, atol=1e-12)
+    for lm in (oracle, remembered, MixtureLM(oracle, remembered, 0.5)):
+        rows = dllm_prompt_rows(word, [docs[1]["question"]], len(word.encode(docs[1]["question"])) + 1, 12)
+        rows[0, -12:] = torch.tensor(word.encode(docs[1]["answer"])[:12] + [word.eos_id] * 12)[:12]
+        slow, fast = ProxyBridge(lm, word), ProxyBridge(lm, word, on_model=True)
+        assert fast.on_model
+        got, want = fast.position_logp(rows), slow.position_logp(rows)
+        assert torch.equal(got, want) if lm is remembered else torch.allclose(got, want, rtol=0, atol=1e-12)
+
+
 def test_oracle_refuses_an_unknown_prompt_and_round_trips_its_checkpoint(docs, word, oracle, tmp_path):
     x = torch.tensor([[word.bos_id] + word.encode("question : 1 + 1 = ? answer :") + word.encode("1 + 1 = 2")])
     with pytest.raises(KeyError, match="no reference answer"):

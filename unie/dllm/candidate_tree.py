@@ -151,35 +151,30 @@ def window_tree(
             picked = logp_dlm[:, None].expand(-1, K, -1, -1).gather(-1, xs[..., None]).squeeze(-1).double()
             dlm = torch.where(revealed, picked, torch.zeros_like(picked)).sum(-1)  # not 0 * -inf at the others
             # each scorer's energies at the rows that need them: every row of an item still explored whole, else
-            # only the nodes its own argmin path goes through (a cut tree keeps its rules' paths, not their judgements)
+            # only the nodes its own argmin path goes through (a cut tree keeps its rules' paths, not their judgements).
+            # Computed on the whole batch (every row is on some scorer's path), so each proxy reads the batch's
+            # candidates once (_Memo) whichever rows its scorers keep; the candidates are checked once
             memo = {}
             nodes = [trees[b].nodes[node] for b, node, _, _ in part]
             whole = [trees[b].exhaustive or node == 0 for b, node, _, _ in part]
             for nd in nodes:
                 nd.energies = {}
+            check = True
             for name, s in scorers.items():
                 rows_s = [r for r, nd in enumerate(nodes) if whole[r] or name in nd.paths]
                 if not rows_s:
                     continue
                 until = memo.setdefault(id(s.proxy), _Memo(s.proxy.until(end)))
-                idx = torch.tensor(rows_s, device=xb.device)
                 e = (
                     selection_energy(
-                        s.selection,
-                        s.energy,
-                        xt_b[idx],
-                        x0_b[idx],
-                        xs_b[idx],
-                        logp_dlm[idx],
-                        until,
-                        s.ar_context,
-                        mask_id,
+                        s.selection, s.energy, xt_b, x0_b, xs_b, logp_dlm, until, s.ar_context, mask_id, check=check
                     )
                     .double()
                     .cpu()
                 )
-                for k, r in enumerate(rows_s):
-                    nodes[r].energies[name] = e[k].tolist()
+                check = False
+                for r in rows_s:
+                    nodes[r].energies[name] = e[r].tolist()
             for r, (b, node, _, g) in enumerate(part):
                 nodes[r].dlm_logp = dlm[r].tolist()
                 nxt.append((b, node, xs[r], g, r))

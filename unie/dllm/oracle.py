@@ -106,6 +106,26 @@ class OracleLM:
             out[rows_t, at_t, torch.tensor(tokens)] = right
         return out.to(x.device)
 
+    @torch.no_grad()
+    def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])``, the entries of
+        :meth:`logits` at the row's own next tokens, without the ``(N, L, V)`` tensor (what
+        :class:`~unie.dllm.bridge.ProxyBridge` reads with ``on_model=True``)."""
+        N, L = x.shape
+        V = self.vocab_size
+        right, wrong = math.log1p(-self.eps), math.log(self.eps / (V - 1))
+        out = []
+        for row in x.tolist():
+            n, ref = self.reference(row)
+            lp = [-math.log(V)] * (L - 1)
+            for j, token in enumerate(ref):
+                i = n + j  # logits[i] scores row token i + 1 = answer position j
+                if i >= L - 1:
+                    break
+                lp[i] = right if row[i + 1] == token else wrong
+            out.append(lp)
+        return torch.tensor(out, dtype=torch.float64).reshape(N, L - 1)
+
 
 def write_oracle(docs: list[dict], tokenizer_dir, out_dir, eps: float = 0.05) -> Path:
     """An oracle checkpoint (module doc) in ``out_dir`` for ``docs`` (task documents with ``question`` and
@@ -132,7 +152,7 @@ class RememberedLM:
     inside each mixture of the continuum, on the same candidates, within an iteration."""
 
     def __init__(self, lm, keep: int = 4):
-        self.lm, self.keep, self._seen = lm, keep, {}
+        self.lm, self.keep, self._seen, self._tokens = lm, keep, {}, {}
         for name in ("tokenizer", "bos_id", "eos_id", "vocab_size", "device", "path"):
             if hasattr(lm, name):
                 setattr(self, name, getattr(lm, name))
@@ -144,6 +164,24 @@ class RememberedLM:
                 self._seen.pop(next(iter(self._seen)))
             self._seen[key] = self.lm.logits(x)
         return self._seen[key]
+
+    @torch.no_grad()
+    def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])``, remembered for the
+        last ``4 * keep`` inputs.  The model's own ``next_token_logp`` where it has one; else the float64
+        log-softmax of its logits and the gather, the operations :class:`~unie.dllm.bridge.ProxyBridge` does when it
+        reads ``logits`` (the same numbers, bit for bit, a test checks)."""
+        key = (tuple(x.shape), x.cpu().numpy().tobytes())
+        if key not in self._tokens:
+            if len(self._tokens) >= 4 * self.keep:
+                self._tokens.pop(next(iter(self._tokens)))
+            if hasattr(self.lm, "next_token_logp"):
+                lp = self.lm.next_token_logp(x)
+            else:
+                logp = self.lm.logits(x).double().log_softmax(-1).cpu()
+                lp = logp[:, :-1].gather(-1, x[:, 1:, None].cpu()).squeeze(-1)
+            self._tokens[key] = lp
+        return self._tokens[key]
 
 
 class MixtureLM:
@@ -172,6 +210,22 @@ class MixtureLM:
             return lo.to(x.device)
         out = torch.logaddexp(lo + math.log(self.lam), lp + math.log1p(-self.lam))
         return out.to(x.device)
+
+    @torch.no_grad()
+    def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log(λ p_oracle + (1 − λ) p_proxy)`` of the row's own next
+        tokens, from the two models' own (:meth:`OracleLM.next_token_logp`, the proxy's float64 log-softmax), without
+        the ``(N, L, V)`` tensors of :meth:`logits` (the mixture is normalised: the same numbers up to rounding)."""
+        lo = self.oracle.next_token_logp(x.cpu())
+        if hasattr(self.proxy, "next_token_logp"):
+            lp = self.proxy.next_token_logp(x)
+        else:
+            lp = self.proxy.logits(x).double().log_softmax(-1).cpu()[:, :-1].gather(-1, x[:, 1:, None].cpu()).squeeze(-1)
+        if self.lam == 0.0:
+            return lp
+        if self.lam == 1.0:
+            return lo
+        return torch.logaddexp(lo + math.log(self.lam), lp + math.log1p(-self.lam))
 
 
 class TextOracleLM:
