@@ -220,7 +220,9 @@ class MixtureLM:
         if hasattr(self.proxy, "next_token_logp"):
             lp = self.proxy.next_token_logp(x)
         else:
-            lp = self.proxy.logits(x).double().log_softmax(-1).cpu()[:, :-1].gather(-1, x[:, 1:, None].cpu()).squeeze(-1)
+            lp = (
+                self.proxy.logits(x).double().log_softmax(-1).cpu()[:, :-1].gather(-1, x[:, 1:, None].cpu()).squeeze(-1)
+            )
         if self.lam == 0.0:
             return lp
         if self.lam == 1.0:
