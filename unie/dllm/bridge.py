@@ -49,6 +49,8 @@ class BridgeError(ValueError):
 
 _PLANS: dict = {}  # (DLLM tokenizer, proxy tokenizer, row) -> how the proxy reads the row (ProxyBridge._plans)
 _PLAN_LIMIT = 400_000
+_LAYOUTS: dict = {}  # (the two tokenizers, a batch of rows) -> its plans and distinct proxy sequences (_layout)
+_LAYOUT_KEEP = 8
 
 
 class ProxyBridge:
@@ -137,18 +139,31 @@ class ProxyBridge:
                 _PLANS[(key0, r)] = (pids, targets, eos)
         return [_PLANS[(key0, tuple(r))] for r in rows]
 
+    def _layout(self, ids: torch.Tensor):
+        """``(plans, which, distinct)`` of DLLM rows ``ids (N, L)``: each row's plan (:meth:`_plans`), the index of its
+        proxy sequence among the batch's distinct ones, and those in order of first use.  Remembered for the last
+        few batches across the bridges of one DLLM tokenizer and one proxy tokenizer (the map's proxies read the
+        same candidates one after another)."""
+        key = (self._key, tuple(ids.shape), ids.cpu().numpy().tobytes())
+        hit = _LAYOUTS.get(key)
+        if hit is None:
+            plans = self._plans(ids.tolist())
+            distinct: dict[tuple, int] = {}
+            which = [distinct.setdefault(tuple(plan[0]), len(distinct)) for plan in plans]
+            hit = (plans, which, list(distinct))
+            if len(_LAYOUTS) >= _LAYOUT_KEEP:
+                _LAYOUTS.pop(next(iter(_LAYOUTS)))
+            _LAYOUTS[key] = hit
+        return hit
+
     def position_logp(self, ids: torch.Tensor, score_until: int | None = None) -> torch.Tensor:
         """Per-DLLM-position teacher-forced proxy log-probabilities ``(N, L)`` float64 of DLLM rows ``ids (N, L)``;
         positions at or after ``score_until`` (None: none) get 0.
 
         The proxy reads each distinct proxy sequence once: rows that read as the same text (identical candidates,
         the same text in two tokenisations) share its forward, each row's scores then summed into its own positions."""
-        rows = ids.tolist()
         N, L = ids.shape
-        plans = self._plans(rows)
-        distinct: dict[tuple, int] = {}
-        which = [distinct.setdefault(tuple(plan[0]), len(distinct)) for plan in plans]
-        seqs_all = list(distinct)
+        plans, which, seqs_all = self._layout(ids)
         scores: list = []
         for lo in range(0, len(seqs_all), self.batch_size):
             seqs = seqs_all[lo : lo + self.batch_size]
