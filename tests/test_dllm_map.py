@@ -152,13 +152,34 @@ def test_next_token_scores_are_the_logits_read_at_the_rows_own_tokens(docs, word
     for lam in (0.0, 0.25, 0.75, 1.0):
         mix = MixtureLM(oracle, remembered, lam)
         assert torch.allclose(mix.next_token_logp(x), read(mix), rtol=0, atol=1e-12)
-    for lm in (oracle, remembered, MixtureLM(oracle, remembered, 0.5)):
-        rows = dllm_prompt_rows(word, [docs[1]["question"]], len(word.encode(docs[1]["question"])) + 1, 12)
-        rows[0, -12:] = torch.tensor(word.encode(docs[1]["answer"])[:12] + [word.eos_id] * 12)[:12]
-        slow, fast = ProxyBridge(lm, word), ProxyBridge(lm, word, on_model=True)
-        assert fast.on_model
-        got, want = fast.position_logp(rows), slow.position_logp(rows)
-        assert torch.equal(got, want) if lm is remembered else torch.allclose(got, want, rtol=0, atol=1e-12)
+    # rows that end inside the reference (the last scored token is an answer position): the row-end cut
+    short = torch.tensor(
+        [[word.bos_id] + word.encode(d["question"]) + word.encode(d["answer"])[:n] for n in (1, 3)][1:]
+    )
+    cut = oracle.logits(short)[:, :-1].gather(-1, short[:, 1:, None]).squeeze(-1)
+    assert torch.equal(oracle.next_token_logp(short), cut) and float(cut[0, -1]) == pytest.approx(math.log1p(-EPS))
+    # through the bridge, as the map reads them (every model remembered, the word and the BPE DLLM tokenizers), with
+    # and without the batch's remembered plans
+    from unie.dllm import bridge as bridge_mod
+
+    remembered_oracle = RememberedLM(oracle)
+    for tok in (word, bpe):
+        q = docs[1]["question"]
+        P = len(tok.encode(q)) + 1
+        ids = [tok.encode(a)[:12] for a in (docs[1]["answer"], docs[2]["answer"], "1 2 3")]
+        rows = dllm_prompt_rows(tok, [q] * len(ids), P, 14)
+        for r, a in enumerate(ids):
+            rows[r, P:] = torch.tensor(a + [tok.eos_id] * (14 - len(a)))
+        for lm in (remembered_oracle, remembered, MixtureLM(remembered_oracle, remembered, 0.5)):
+            slow, fast = ProxyBridge(lm, tok), ProxyBridge(lm, tok, on_model=True)
+            assert fast.on_model
+            want = slow.position_logp(rows)
+            bridge_mod._LAYOUTS.clear()
+            got = fast.position_logp(rows)
+            again = fast.position_logp(rows)  # the plans remembered from the call before
+            assert torch.equal(got, again)
+            assert torch.equal(got, want) if lm is remembered else torch.allclose(got, want, rtol=0, atol=1e-12)
+            assert torch.equal(fast.position_logp(rows[:2]), got[:2])  # a batch of other rows: its own plans
 
 
 def test_oracle_refuses_an_unknown_prompt_and_round_trips_its_checkpoint(docs, word, oracle, tmp_path):

@@ -167,6 +167,25 @@ def test_a_cut_tree_keeps_every_rules_path(word):  # noqa: F811
             lw, lc = rule_leaf(tw, name), rule_leaf(tc, name)
             assert lc is not None
             assert _completion(tc.leaves[lc], P, word.eos_id) == _completion(tw.leaves[lw], P, word.eos_id), name
+    # the energies a cut tree records along each rule's path are the whole tree's at the same nodes, at the cap
+    # of one node (every node on a path) and of four with one rule (nodes kept up to the cap that no path takes,
+    # left out of the rows the scorers read)
+    off = 0
+    for cap, names in ((1, list(scorers)), (2, list(scorers)), (4, ["ind"])):
+        only = {n: scorers[n] for n in names}
+        cut = window_tree(b, x, OPTS, eopts, [torch.Generator().manual_seed(s) for s in (7, 8)], only, cap=cap)
+        for tw, tc in zip(whole, cut):
+            for name in names:
+                nw, nc = 0, 0
+                while tc.nodes[nc].leaf is None:
+                    ew, ec = tw.nodes[nw].energies[name], tc.nodes[nc].energies[name]
+                    assert ec == ew and tc.nodes[nc].dlm_logp == tw.nodes[nw].dlm_logp, (cap, name)
+                    j = min(range(len(ec)), key=lambda i: (ec[i], i))
+                    nw, nc = tw.nodes[nw].children[j], tc.nodes[nc].children[j]
+                assert tw.nodes[nw].leaf is not None
+            off_path = [nd for nd in tc.nodes[1:] if not nd.paths and nd.leaf is None and not tc.exhaustive]
+            off += sum(not nd.energies for nd in off_path)
+    assert off > 0  # nodes off every path, past the cap, were kept and read by no scorer
 
 
 # ---------------------------------------------------------------------- the room's statistics (unie.eval.room)

@@ -152,29 +152,38 @@ def window_tree(
             dlm = torch.where(revealed, picked, torch.zeros_like(picked)).sum(-1)  # not 0 * -inf at the others
             # each scorer's energies at the rows that need them: every row of an item still explored whole, else
             # only the nodes its own argmin path goes through (a cut tree keeps its rules' paths, not their judgements).
-            # Computed on the whole batch (every row is on some scorer's path), so each proxy reads the batch's
-            # candidates once (_Memo) whichever rows its scorers keep; the candidates are checked once
+            # Computed on the rows any scorer needs (a node kept up to the cap that no path takes needs none), the
+            # same rows for every scorer, so each proxy reads them once (_Memo) whichever its own scorers keep; the
+            # candidates are checked once
             memo = {}
             nodes = [trees[b].nodes[node] for b, node, _, _ in part]
             whole = [trees[b].exhaustive or node == 0 for b, node, _, _ in part]
             for nd in nodes:
                 nd.energies = {}
+            rows_of = {name: [r for r, nd in enumerate(nodes) if whole[r] or name in nd.paths] for name in scorers}
+            need = sorted(set().union(*rows_of.values()))
+            at = {r: k for k, r in enumerate(need)}
+            idx = torch.tensor(need, dtype=torch.long, device=xb.device)
+            xt_n, x0_n, xs_n, dlm_n = (
+                (xt_b, x0_b, xs_b, logp_dlm)
+                if len(need) == len(part)
+                else (xt_b[idx], x0_b[idx], xs_b[idx], logp_dlm[idx])
+            )
             check = True
             for name, s in scorers.items():
-                rows_s = [r for r, nd in enumerate(nodes) if whole[r] or name in nd.paths]
-                if not rows_s:
+                if not rows_of[name]:
                     continue
                 until = memo.setdefault(id(s.proxy), _Memo(s.proxy.until(end)))
                 e = (
                     selection_energy(
-                        s.selection, s.energy, xt_b, x0_b, xs_b, logp_dlm, until, s.ar_context, mask_id, check=check
+                        s.selection, s.energy, xt_n, x0_n, xs_n, dlm_n, until, s.ar_context, mask_id, check=check
                     )
                     .double()
                     .cpu()
                 )
                 check = False
-                for r in rows_s:
-                    nodes[r].energies[name] = e[r].tolist()
+                for r in rows_of[name]:
+                    nodes[r].energies[name] = e[at[r]].tolist()
             for r, (b, node, _, g) in enumerate(part):
                 nodes[r].dlm_logp = dlm[r].tolist()
                 nxt.append((b, node, xs[r], g, r))

@@ -168,20 +168,21 @@ class RememberedLM:
     @torch.no_grad()
     def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:
         """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])``, remembered for the
-        last ``4 * keep`` inputs.  The model's own ``next_token_logp`` where it has one; else the float64
-        log-softmax of its logits and the gather, the operations :class:`~unie.dllm.bridge.ProxyBridge` does when it
-        reads ``logits`` (the same numbers, bit for bit, a test checks)."""
+        last ``4 * keep`` inputs (the remembered tensor itself: callers read it, never change it in place).  The
+        model's own ``next_token_logp`` where it has one; else the float64 log-softmax of its logits and the gather,
+        the operations :class:`~unie.dllm.bridge.ProxyBridge` does when it reads ``logits`` (the same numbers, bit for
+        bit, a test checks)."""
         key = (tuple(x.shape), x.cpu().numpy().tobytes())
         if key not in self._tokens:
             if len(self._tokens) >= 4 * self.keep:
                 self._tokens.pop(next(iter(self._tokens)))
             if hasattr(self.lm, "next_token_logp"):
                 lp = self.lm.next_token_logp(x)
-            else:
-                logp = self.lm.logits(x).double().log_softmax(-1).cpu()
-                lp = logp[:, :-1].gather(-1, x[:, 1:, None].cpu()).squeeze(-1)
+            else:  # the gather where the model computes (an exact copy), then the few numbers to the host
+                logp = self.lm.logits(x).double().log_softmax(-1)
+                lp = logp[:, :-1].gather(-1, x[:, 1:, None].to(logp.device)).squeeze(-1).cpu()
             self._tokens[key] = lp
-        return self._tokens[key]
+        return self._tokens[key]  # shared with later calls: read it, do not change it in place
 
 
 class MixtureLM:
@@ -220,9 +221,8 @@ class MixtureLM:
         if hasattr(self.proxy, "next_token_logp"):
             lp = self.proxy.next_token_logp(x)
         else:
-            lp = (
-                self.proxy.logits(x).double().log_softmax(-1).cpu()[:, :-1].gather(-1, x[:, 1:, None].cpu()).squeeze(-1)
-            )
+            logp = self.proxy.logits(x).double().log_softmax(-1)
+            lp = logp[:, :-1].gather(-1, x[:, 1:, None].to(logp.device)).squeeze(-1).cpu()
         if self.lam == 0.0:
             return lp
         if self.lam == 1.0:

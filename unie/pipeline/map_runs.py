@@ -268,9 +268,9 @@ def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
     oracle = next(lms[p] for p, s in m["proxies"].items() if s["model"] == ORACLE) if cont else None
     for lam in cont.get("lambdas", []):
         lms[continuum_name(lam)] = MixtureLM(oracle, lms[cont["proxy"]], lam)
-    # on_model: each bridge reads its model's next-token scores (the learned proxies' the same numbers as through their
-    # logits, remembered across the bridges that read them on the same rows; the oracle's and the mixtures' exact,
-    # without an (N, L, V) tensor per mixture)
+    # on_model: each bridge reads its model's next-token scores (the learned proxies' by the same operations as through
+    # their logits, remembered across the bridges that read them on the same rows; the oracle's and the mixtures'
+    # exact, without an (N, L, V) tensor per mixture: the same up to rounding)
     return {p: ProxyBridge(lm, tok, on_model=True) for p, lm in lms.items()}
 
 
