@@ -53,6 +53,19 @@ _LAYOUTS: dict = {}  # (the two tokenizers, a batch of rows) -> its plans and di
 _LAYOUT_KEEP = 8
 
 
+def logits_next_token_logp(model, x: torch.Tensor) -> torch.Tensor:
+    """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])`` read from the model's
+    ``logits`` (index ``k`` scores token ``k + 1``): their float64 log-softmax and the gather at the row's own next
+    tokens, both where the model computes (an exact copy), then only those numbers to the host."""
+    logp = model.logits(x).double().log_softmax(-1)
+    return logp[:, :-1].gather(-1, x[:, 1:, None].to(logp.device)).squeeze(-1).cpu()
+
+
+def next_token_scores(model, x: torch.Tensor) -> torch.Tensor:
+    """The model's own ``next_token_logp(x)`` where it has one, else :func:`logits_next_token_logp`."""
+    return model.next_token_logp(x) if hasattr(model, "next_token_logp") else logits_next_token_logp(model, x)
+
+
 class ProxyBridge:
     """The AR proxy as the DLLM samplers see it: a :class:`~unie.core.protocols.Proxy` over DLLM ids backed by
     ``model``, a :class:`~unie.core.protocols.CausalLM` with its own tokenizer.  ``forwards`` counts the model's
@@ -172,8 +185,7 @@ class ProxyBridge:
             if self.on_model:
                 tok_lp = self.model.next_token_logp(x).tolist()  # score of token k + 1, computed where the model is
             else:
-                logp = self.model.logits(x).double().log_softmax(-1).cpu()  # (n, width, V); position k scores k + 1
-                tok_lp = logp[:, :-1].gather(-1, x[:, 1:, None]).squeeze(-1).tolist()  # score of token k + 1
+                tok_lp = logits_next_token_logp(self.model, x).tolist()  # score of token k + 1
             self.forwards += 1
             scores.extend(tok_lp)
         block = [[0.0] * L for _ in range(N)]  # Python floats are float64: the same sums, in the same order

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from ..data.tokenizer import load_tokenizer
+from .bridge import next_token_scores
 
 ORACLE_FILE = "oracle.json"
 
@@ -49,6 +50,8 @@ class OracleLM:
         self.bos_id, self.eos_id = tokenizer.bos_id, tokenizer.eos_id
         self.vocab_size = tokenizer.vocab_size
         self.device = torch.device("cpu")
+        V = self.vocab_size
+        self.right, self.wrong, self.uniform = math.log1p(-self.eps), math.log(self.eps / (V - 1)), -math.log(V)
         prompts = list(references)
         # prompt length n -> the prompt's first n - 1 ids -> (its last id, reference ids + <eos>): keyed without the
         # last token, which a DLLM's first answer piece can glue onto (BPE ":" + "2" reads as one unknown word)
@@ -87,9 +90,7 @@ class OracleLM:
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """``(N, L, V)`` float64 log-probabilities of the next token (module doc's ``p_oracle``)."""
         N, L = x.shape
-        V = self.vocab_size
-        right, wrong = math.log1p(-self.eps), math.log(self.eps / (V - 1))
-        out = torch.full((N, L, V), -math.log(V), dtype=torch.float64)
+        out = torch.full((N, L, self.vocab_size), self.uniform, dtype=torch.float64)
         rows, at, tokens = [], [], []
         for r, row in enumerate(x.tolist()):
             n, ref = self.reference(row)
@@ -102,8 +103,8 @@ class OracleLM:
                 tokens.append(token)
         if rows:  # one indexed write each (the same values as element by element)
             rows_t, at_t = torch.tensor(rows), torch.tensor(at)
-            out[rows_t, at_t] = wrong
-            out[rows_t, at_t, torch.tensor(tokens)] = right
+            out[rows_t, at_t] = self.wrong
+            out[rows_t, at_t, torch.tensor(tokens)] = self.right
         return out.to(x.device)
 
     @torch.no_grad()
@@ -112,17 +113,15 @@ class OracleLM:
         :meth:`logits` at the row's own next tokens, without the ``(N, L, V)`` tensor (what
         :class:`~unie.dllm.bridge.ProxyBridge` reads with ``on_model=True``)."""
         N, L = x.shape
-        V = self.vocab_size
-        right, wrong = math.log1p(-self.eps), math.log(self.eps / (V - 1))
         out = []
         for row in x.tolist():
             n, ref = self.reference(row)
-            lp = [-math.log(V)] * (L - 1)
+            lp = [self.uniform] * (L - 1)
             for j, token in enumerate(ref):
                 i = n + j  # logits[i] scores row token i + 1 = answer position j
                 if i >= L - 1:
                     break
-                lp[i] = right if row[i + 1] == token else wrong
+                lp[i] = self.right if row[i + 1] == token else self.wrong
             out.append(lp)
         return torch.tensor(out, dtype=torch.float64).reshape(N, L - 1)
 
@@ -169,19 +168,13 @@ class RememberedLM:
     def next_token_logp(self, x: torch.Tensor) -> torch.Tensor:
         """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])``, remembered for the
         last ``4 * keep`` inputs (the remembered tensor itself: callers read it, never change it in place).  The
-        model's own ``next_token_logp`` where it has one; else the float64 log-softmax of its logits and the gather,
-        the operations :class:`~unie.dllm.bridge.ProxyBridge` does when it reads ``logits`` (the same numbers, bit for
-        bit, a test checks)."""
+        model's own where it has one; else :func:`~unie.dllm.bridge.logits_next_token_logp`, what
+        :class:`~unie.dllm.bridge.ProxyBridge` reads from ``logits`` (the same numbers, bit for bit, a test checks)."""
         key = (tuple(x.shape), x.cpu().numpy().tobytes())
         if key not in self._tokens:
             if len(self._tokens) >= 4 * self.keep:
                 self._tokens.pop(next(iter(self._tokens)))
-            if hasattr(self.lm, "next_token_logp"):
-                lp = self.lm.next_token_logp(x)
-            else:  # the gather where the model computes (an exact copy), then the few numbers to the host
-                logp = self.lm.logits(x).double().log_softmax(-1)
-                lp = logp[:, :-1].gather(-1, x[:, 1:, None].to(logp.device)).squeeze(-1).cpu()
-            self._tokens[key] = lp
+            self._tokens[key] = next_token_scores(self.lm, x)
         return self._tokens[key]  # shared with later calls: read it, do not change it in place
 
 
@@ -218,11 +211,7 @@ class MixtureLM:
         tokens, from the two models' own (:meth:`OracleLM.next_token_logp`, the proxy's float64 log-softmax), without
         the ``(N, L, V)`` tensors of :meth:`logits` (the mixture is normalised: the same numbers up to rounding)."""
         lo = self.oracle.next_token_logp(x.cpu())
-        if hasattr(self.proxy, "next_token_logp"):
-            lp = self.proxy.next_token_logp(x)
-        else:
-            logp = self.proxy.logits(x).double().log_softmax(-1)
-            lp = logp[:, :-1].gather(-1, x[:, 1:, None].to(logp.device)).squeeze(-1).cpu()
+        lp = next_token_scores(self.proxy, x)
         if self.lam == 0.0:
             return lp
         if self.lam == 1.0:
