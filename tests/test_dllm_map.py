@@ -152,10 +152,8 @@ def test_next_token_scores_are_the_logits_read_at_the_rows_own_tokens(docs, word
     for lam in (0.0, 0.25, 0.75, 1.0):
         mix = MixtureLM(oracle, remembered, lam)
         assert torch.allclose(mix.next_token_logp(x), read(mix), rtol=0, atol=1e-12)
-    # rows that end inside the reference (the last scored token is an answer position): the row-end cut
-    short = torch.tensor(
-        [[word.bos_id] + word.encode(d["question"]) + word.encode(d["answer"])[:n] for n in (1, 3)][1:]
-    )
+    # a row that ends inside the reference (the last scored token is an answer position): the row-end cut
+    short = torch.tensor([[word.bos_id] + prompt + ref[:3]])
     cut = oracle.logits(short)[:, :-1].gather(-1, short[:, 1:, None]).squeeze(-1)
     assert torch.equal(oracle.next_token_logp(short), cut) and float(cut[0, -1]) == pytest.approx(math.log1p(-EPS))
     # through the bridge, as the map reads them (every model remembered, the word and the BPE DLLM tokenizers), with
