@@ -402,3 +402,16 @@ def test_the_maps_items_are_checked_against_table3s_and_its_whole_trees():
         bad["map"].update(change)
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             check_map(bad, lambda *a, **k: None, True)
+
+
+def test_apd_reads_the_whole_trees_items_only_when_asked():
+    """dllm.map.apd.whole_only: APD's points read the first `whole` items per task (within the map's `limit`); the
+    backbone, and APD without it, read the map's `limit` (None: every item)."""
+    from unie.pipeline.map_runs import point_items
+
+    apd, base = {"rule": "apd"}, {"rule": "backbone"}
+    m = {"apd": {"whole_only": True}, "whole": 200, "limit": None}
+    assert (point_items(apd, m), point_items(base, m)) == (200, None)
+    assert (point_items(apd, {**m, "limit": 50}), point_items(base, {**m, "limit": 50})) == (50, 50)
+    assert (point_items(apd, {**m, "limit": 500}), point_items(base, {**m, "limit": 500})) == (200, 500)
+    assert point_items(apd, {**m, "apd": {}}) is None and point_items(apd, {**m, "whole": None}) is None

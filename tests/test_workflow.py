@@ -612,7 +612,7 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
 def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     """`snakemake table_app_map fig_app_map` (not part of `all`: the smoke run made none of its files): per backbone,
     the backbone and APD per proxy are lm-eval runs on the first `limit` items of each of the map's own tasks (more
-    items than Table 3's, Table 3's first); per (draw, window) the window's candidate tree of the first `whole` items
+    items than Table 3's, Table 3's first; APD on the first `whole` only); per (draw, window) the window's candidate tree of the first `whole` items
     gives the room (ceiling >= 0 >= floor) and one cell per rule x proxy (every proxy of the map and each mixture of the
     continuum) with its paired change (on every item: the others read along the rules' paths), its judgement and its
     share of the ceiling;
@@ -633,15 +633,17 @@ def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     pts = json.loads((smoke_run / OUT / "results" / "dllm" / "map" / backbone / "points.json").read_text())
     assert [p["rule"] for p in pts["points"]] == ["backbone"] + ["apd"] * len(m["proxies"])
     assert (pts["limit"], pts["items"], pts["whole"]) == (m["limit"], m["items"], m["whole"])
+    assert m["apd"]["whole_only"] and m["whole"] < m["limit"]  # APD reads the whole trees' items only
     for p in pts["points"]:
         res = json.loads(
             (smoke_run / OUT / "results" / "dllm" / "map" / backbone / p["name"] / "results.json").read_text()
         )
+        read = m["whole"] if p["rule"] == "apd" else m["limit"]
         assert sorted(res["results"]) == sorted(m["tasks"])
-        assert all(res["n-samples"][t]["effective"] == m["limit"] for t in m["tasks"])
+        assert p["limit"] == read and all(res["n-samples"][t]["effective"] == read for t in m["tasks"])
         assert p["avg"] == pytest.approx(sum(p["accuracy"].values()) / len(m["tasks"]))
-        if p["rule"] != "backbone":
-            assert p["effect"]["items"] == m["limit"] * len(m["tasks"])
+        if p["rule"] != "backbone":  # paired with the backbone on the items both read
+            assert p["effect"]["items"] == read * len(m["tasks"])
     proxies = [*m["proxies"], *[f"mix{round(100 * x)}" for x in m["continuum"]["lambdas"]]]
     assert len(pts["trees"]) == len(m["draws"]) * len(m["windows"])
     # each (draw, window) tree a job of its own, merged in the map's order

@@ -76,6 +76,16 @@ def _point_args(point: dict, dllm: dict, models: dict, device: str, precision: s
     return row_model_args(point["name"], row, dllm, models_of, device, precision)
 
 
+def point_items(point: dict, m: dict) -> int | None:
+    """The test items per task that a map point's lm-eval run reads (its ``limit``; None: all): the map's ``limit``,
+    and for APD with ``dllm.map.apd.whole_only`` at most the first ``whole`` (Table 3's items, whose trees are
+    explored whole; no claim of the map rests on APD, and its change is paired with the backbone's on them)."""
+    limit = m.get("limit")
+    if point["rule"] == "apd" and (m.get("apd") or {}).get("whole_only") and m.get("whole") is not None:
+        return m["whole"] if limit is None else min(limit, m["whole"])
+    return limit
+
+
 def _lmeval_point(point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, limit, log, precision):
     from ..eval.metrics import window_shares
 
@@ -145,8 +155,9 @@ def run_map(
     points = map_proxy_points(dllm) if job == "proxies" else map_points(dllm, job)
     base_items = None
     for point in points:
+        point_limit = point_items(point, m)
         point_dir, args, window = _lmeval_point(
-            point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, limit, log, precision
+            point, dllm, models, names, tasks_dir, out_dir, device, evaluate, lm, point_limit, log, precision
         )
         res = json.loads((point_dir / "results.json").read_text())["results"]
         acc = {t: 100 * res[t][metrics[t]] for t in names}
@@ -156,6 +167,7 @@ def run_map(
             "accuracy": acc,
             "avg": sum(acc.values()) / len(acc),
             "n": {t: len(items.get(t, {})) for t in names},
+            "limit": point_limit,
             "window": window,
         }
         if point["rule"] == "backbone":

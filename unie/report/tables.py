@@ -963,6 +963,7 @@ def map_frame(jobs: list[dict]) -> pd.DataFrame:
                 "w": None,
                 "delta": e.get("delta"),
                 "se": e.get("se"),
+                "items": sum((p.get("n") or {}).values()) or None,  # APD's own items (dllm.map.apd.whole_only)
             }
         )
     for job in jobs:
@@ -1112,6 +1113,11 @@ def map_table(jobs: list[dict]) -> tuple[str, pd.DataFrame]:
         items_text += (
             rf"; the room, the judgements and the break-even AUCs on the first {whole} per task (their trees explored "
             r"whole up to the cap), each rule's change on all of them (the others read along the rule's own path)"
+        )
+    apd_limits = {p.get("limit") for p in points if p["rule"] == "apd"}
+    if len(apd_limits) == 1 and (lim := apd_limits.pop()) is not None and lim != per_task:
+        items_text += (
+            f"; APD on the first {lim} per task (its change paired with the backbone's on them; no window, no tree)"
         )
     caption = (
         r"When does Uni-E help a DLLM? (beyond the paper) For each candidate draw ($\tau$: the candidates' "
