@@ -53,11 +53,12 @@ _LAYOUTS: dict = {}  # (the two tokenizers, a batch of rows) -> its plans and di
 _LAYOUT_KEEP = 8
 
 
-def logits_next_token_logp(model, x: torch.Tensor) -> torch.Tensor:
+def logits_next_token_logp(model, x: torch.Tensor, share_prefixes: bool = False) -> torch.Tensor:
     """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])`` read from the model's
     ``logits`` (index ``k`` scores token ``k + 1``): their float64 log-softmax and the gather at the row's own next
-    tokens, both where the model computes (an exact copy), then only those numbers to the host."""
-    logp = model.logits(x).double().log_softmax(-1)
+    tokens, both where the model computes (an exact copy), then only those numbers to the host.  ``share_prefixes``:
+    the model's logits with each common prefix read once (``ARModel.logits``; the same to float rounding)."""
+    logp = (model.logits(x, share_prefixes=True) if share_prefixes else model.logits(x)).double().log_softmax(-1)
     return logp[:, :-1].gather(-1, x[:, 1:, None].to(logp.device)).squeeze(-1).cpu()
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from ..data.tokenizer import load_tokenizer
-from .bridge import next_token_scores
+from .bridge import logits_next_token_logp, next_token_scores
 
 ORACLE_FILE = "oracle.json"
 
@@ -148,10 +148,13 @@ def write_oracle(docs: list[dict], tokenizer_dir, out_dir, eps: float = 0.05) ->
 
 class RememberedLM:
     """A causal LM whose ``logits`` remember the last few inputs (by their bytes): the map reads one proxy directly and
-    inside each mixture of the continuum, on the same candidates, within an iteration."""
+    inside each mixture of the continuum, on the same candidates, within an iteration.  ``share_prefixes``: its
+    next-token scores read with each common prefix once (a prompt's candidates: :meth:`ARModel.logits
+    <unie.methods.ar.ARModel.logits>`; the same to float rounding), for a model whose ``logits`` take it."""
 
-    def __init__(self, lm, keep: int = 4):
+    def __init__(self, lm, keep: int = 4, share_prefixes: bool = False):
         self.lm, self.keep, self._seen, self._tokens = lm, keep, {}, {}
+        self.share_prefixes = bool(share_prefixes) and not hasattr(lm, "next_token_logp")
         for name in ("tokenizer", "bos_id", "eos_id", "vocab_size", "device", "path"):
             if hasattr(lm, name):
                 setattr(self, name, getattr(lm, name))
@@ -169,12 +172,17 @@ class RememberedLM:
         """``(N, L)`` -> ``(N, L - 1)`` float64 on the CPU: ``log p(x[:, k + 1] | x[:, :k + 1])``, remembered for the
         last ``4 * keep`` inputs (the remembered tensor itself: callers read it, never change it in place).  The
         model's own where it has one; else :func:`~unie.dllm.bridge.logits_next_token_logp`, what
-        :class:`~unie.dllm.bridge.ProxyBridge` reads from ``logits`` (the same numbers, bit for bit, a test checks)."""
+        :class:`~unie.dllm.bridge.ProxyBridge` reads from ``logits`` (the same numbers, bit for bit, a test checks;
+        with ``share_prefixes``, to float rounding)."""
         key = (tuple(x.shape), x.cpu().numpy().tobytes())
         if key not in self._tokens:
             if len(self._tokens) >= 4 * self.keep:
                 self._tokens.pop(next(iter(self._tokens)))
-            self._tokens[key] = next_token_scores(self.lm, x)
+            self._tokens[key] = (
+                logits_next_token_logp(self.lm, x, share_prefixes=True)
+                if self.share_prefixes
+                else next_token_scores(self.lm, x)
+            )
         return self._tokens[key]  # shared with later calls: read it, do not change it in place
 
 

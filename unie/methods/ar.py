@@ -94,10 +94,14 @@ class ARModel:
         return F.log_softmax(logits, dim=-1)
 
     @torch.no_grad()
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, x: torch.Tensor, share_prefixes: bool = False) -> torch.Tensor:
         """Hugging Face's causal convention (:class:`~unie.core.protocols.CausalLM`): ``x`` ``(N, L)`` includes its
-        own ``<bos>``; ``logits[:, i]`` scores token ``i + 1`` (blocked ids at -inf)."""
+        own ``<bos>``; ``logits[:, i]`` scores token ``i + 1`` (blocked ids at -inf).  ``share_prefixes``: rows that
+        start alike read their common prefix once (the network's ``forward_shared``, where it has one: the same
+        numbers to float rounding)."""
         x = x.to(self.net.device)
+        if share_prefixes and hasattr(self.net, "forward_shared"):
+            return self.normalise(self.net.forward_shared(x))
         return self.normalise(self.net(x))
 
     @torch.no_grad()

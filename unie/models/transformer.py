@@ -4,7 +4,8 @@ optional adaLN time conditioning (SEDD, Duo), an optional arbitrary attention ma
 DCD's causal pass) and a KV cache for AR sampling (a growing per-layer dict, or a preallocated
 :class:`KVCache` whose fixed-shape mode can be captured as a CUDA graph).  On request (``return_attn=n``) the
 softmax attention probabilities of the last ``n`` layers are computed alongside SDPA (DAWN's dependency proxy);
-the default path never computes them.
+the default path never computes them.  Rows that share a prefix (a proxy reading a prompt's candidates) can be read
+with that prefix computed once (:meth:`Transformer.forward_shared`, :func:`prefix_groups`).
 
 Shapes: tokens ``(B, L)`` int64 -> logits ``(B, L, V)`` float32.
 """
@@ -12,7 +13,9 @@ Shapes: tokens ``(B, L)`` int64 -> logits ``(B, L, V)`` float32.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -22,10 +25,11 @@ from ..core.registry import BACKBONES
 
 
 def rotary_tables(positions: torch.Tensor, head_dim: int, base: float = 10000.0):
-    """cos/sin tables ``(L, head_dim)`` for integer ``positions`` ``(L,)``: the ``head_dim/2`` frequencies,
-    each repeated for both halves of the head (the "rotate half" pairing of GPT-NeoX / Llama)."""
+    """cos/sin tables ``(L, head_dim)`` for integer ``positions`` ``(L,)`` (``(B, L, head_dim)`` for each row's own
+    positions ``(B, L)``): the ``head_dim/2`` frequencies, each repeated for both halves of the head (the "rotate
+    half" pairing of GPT-NeoX / Llama)."""
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
-    ang = positions.float()[:, None] * inv[None, :]
+    ang = positions.float()[..., None] * inv
     ang = torch.cat([ang, ang], dim=-1)
     return ang.cos(), ang.sin()
 
@@ -115,6 +119,64 @@ def causal_mask(causal: bool, attn_mask, L: int, L_k: int, device) -> tuple[torc
     return attn_mask, is_causal
 
 
+@dataclass(frozen=True)
+class PrefixGroups:
+    """How :meth:`Transformer.forward_shared` reads ``N`` rows: ``singles`` ``(S,)`` rows read whole; ``rows``
+    ``(R,)`` rows read as their group's prefix and their own rest, ``group`` ``(R,)`` each one's group, ``first``
+    ``(G,)`` a row of each group (its first ``plen`` tokens are the group's prefix), ``plen`` ``(G,)`` the prefix
+    lengths (each below the rows' width, so that every row keeps a token of its own)."""
+
+    singles: torch.Tensor
+    rows: torch.Tensor
+    group: torch.Tensor
+    first: torch.Tensor
+    plen: torch.Tensor
+
+
+def prefix_groups(x: torch.Tensor, min_saving: float = 0.2) -> PrefixGroups | None:
+    """Groups of the rows of ``x`` ``(N, W)`` that start with the same tokens, or None when reading them so would
+    compute more than ``1 - min_saving`` of the ``N * W`` token positions of a whole read.
+
+    The rows are sorted; a group is a run of sorted rows whose neighbours share at least ``t`` tokens, its prefix
+    the tokens all of them share (at most ``W - 1``); a row in no run of two is read whole.  ``t`` is the one of the
+    neighbours' shared lengths that minimises the positions the three padded reads compute (``S * W`` whole rows,
+    ``G * max(plen)`` prefixes, ``R * (W - min(plen))`` rests)."""
+    N, W = x.shape
+    if N < 2 or W < 2:
+        return None
+    a = x.cpu().numpy()
+    order = np.lexsort(a.T[::-1])  # lexicographic: by position 0, then 1, ...
+    s = a[order]
+    diff = s[1:] != s[:-1]
+    lcp = np.minimum(np.where(diff.any(1), diff.argmax(1), W), W - 1)  # (N - 1,): tokens sorted neighbours share
+    best = None
+    for t in np.unique(lcp[lcp >= 1]):
+        cut = lcp < t  # between sorted rows k and k + 1
+        seg = np.concatenate([[0], np.cumsum(cut)])  # (N,): each sorted row's run
+        sizes = np.bincount(seg)
+        plen = np.full(len(sizes), W - 1, dtype=np.int64)
+        np.minimum.at(plen, seg[1:][~cut], lcp[~cut])
+        multi = sizes >= 2
+        R = int(sizes[multi].sum())
+        cost = (N - R) * W + int(multi.sum()) * int(plen[multi].max()) + R * (W - int(plen[multi].min()))
+        if best is None or cost < best[0]:
+            best = (cost, seg, plen, multi)
+    if best is None or best[0] > (1.0 - min_saving) * N * W:
+        return None
+    _, seg, plen, multi = best
+    in_group = multi[seg]
+    ids = np.full(len(multi), -1, dtype=np.int64)
+    ids[multi] = np.arange(int(multi.sum()))
+    starts = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))  # each run's first sorted row
+    return PrefixGroups(
+        singles=torch.as_tensor(order[~in_group]),
+        rows=torch.as_tensor(order[in_group]),
+        group=torch.as_tensor(ids[seg[in_group]]),
+        first=torch.as_tensor(order[starts[multi]]),
+        plen=torch.as_tensor(plen[multi]),
+    )
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -132,7 +194,7 @@ class Attention(nn.Module):
         qkv = self.qkv(h).view(B, L, 3, H, Dh)
         # q and k rotated together on a contiguous (B, L, 2H, Dh) copy, then viewed as (B, H, L, Dh): the same
         # values as rotating the permuted q and k one by one, ~1.5x faster on a CPU (strided broadcasts are slow)
-        qk = apply_rotary(qkv[:, :, :2].reshape(B, L, 2 * H, Dh), cos[:, None], sin[:, None])
+        qk = apply_rotary(qkv[:, :, :2].reshape(B, L, 2 * H, Dh), cos.unsqueeze(-2), sin.unsqueeze(-2))
         q, k = qk.view(B, L, 2, H, Dh).permute(2, 0, 3, 1, 4)
         v = qkv[:, :, 2].transpose(1, 2)
         if isinstance(cache, tuple):  # a preallocated KVCache and this layer's index
@@ -248,7 +310,8 @@ class Transformer(nn.Module):
             x: tokens ``(B, L)`` int64 (or ``inputs_embeds`` ``(B, L, d_model)``, e.g. Duo's soft inputs).
             sigma: noise level ``(B,)``, required iff the model was built with ``cond_dim > 0``.
             attn_mask: bool ``(L, L_k)`` or ``(B, 1, L, L_k)``, True = may attend (overrides ``causal``).
-            positions: rotary positions ``(L,)`` (default ``0..L-1``, offset by the cache length).
+            positions: rotary positions ``(L,)``, or ``(B, L)`` for each row its own (default ``0..L-1``, offset by
+                the cache length).
             cache: list of per-layer dicts for AR decoding (filled in place, keys concatenated), or a
                 preallocated :class:`KVCache` (:meth:`static_cache`).
             causal: override the configured attention direction (DCD's causal pass of a denoiser).
@@ -286,6 +349,47 @@ class Transformer(nn.Module):
         if static and cache.pos is None:
             cache.n += L
         return (self.ln_f(h), probs) if return_attn else self.ln_f(h)
+
+    def forward_shared(self, x: torch.Tensor, min_saving: float = 0.2) -> torch.Tensor:
+        """:meth:`forward` of a causal model's rows ``x`` ``(N, W)``, each shared prefix read once
+        (:func:`prefix_groups`): a group's prefix is one row of a first pass (its keys and values kept), each of its
+        rows' own rest a row of a second pass at the row's own positions, attending to its group's prefix and
+        causally to itself; a row in no group is read whole.  Logits ``(N, W, V)`` float32, mathematically those of
+        :meth:`forward` (position ``i`` of a causal model reads positions ``<= i`` only), to float rounding (other
+        matrix shapes, another attention kernel: about 1e-5 here, a test bounds it).  :meth:`forward` itself when
+        no prefix is worth it, and for a bidirectional or time-conditioned model."""
+        if not self.cfg.causal or self.cond is not None:
+            return self(x)
+        plan = prefix_groups(x, min_saving)
+        if plan is None:
+            return self(x)
+        N, W = x.shape
+        dev = x.device
+        singles, rows, group, first, plen = (
+            t.to(dev) for t in (plan.singles, plan.rows, plan.group, plan.first, plan.plen)
+        )
+        P, S = int(plen.max()), W - int(plen.min())
+        cache = self.new_cache()
+        h_pre = self.hidden(x[first, :P], cache=cache)  # (G, P, d): the first P tokens of a member, causal
+        p_r = plen[group]  # (R,): each row's prefix length
+        at = p_r[:, None] + torch.arange(S, device=dev)  # (R, S): a rest's positions (from W on: padding, never read)
+        sees = torch.cat(
+            [
+                (torch.arange(P, device=dev)[None, :] < p_r[:, None])[:, None, :].expand(-1, S, -1),
+                torch.ones(S, S, dtype=torch.bool, device=dev).tril()[None].expand(len(p_r), -1, -1),
+            ],
+            dim=-1,
+        )[:, None]  # (R, 1, S, P + S): its group's prefix, then itself causally
+        rest_cache = [{"k": c["k"][group], "v": c["v"][group]} for c in cache]
+        h_rest = self.hidden(x[rows].gather(1, at.clamp(max=W - 1)), positions=at, cache=rest_cache, attn_mask=sees)
+        h = torch.empty(N, W, h_pre.shape[-1], dtype=h_pre.dtype, device=dev)
+        if len(singles):
+            h[singles] = self.hidden(x[singles])
+        i = torch.arange(W, device=dev)[None]
+        both = torch.cat([h_pre[group], h_rest], dim=1)  # (R, P + S, d)
+        src = torch.where(i < p_r[:, None], i, P + i - p_r[:, None])  # (R, W): from the prefix, then the rest
+        h[rows] = both.gather(1, src[..., None].expand(-1, -1, both.shape[-1]))
+        return self.head(h).float()
 
     def new_cache(self) -> list:
         return [dict() for _ in self.blocks]

@@ -273,8 +273,12 @@ def map_bridges(m: dict, models: dict, tok, device: str) -> dict:
 
     lms = {}
     for p, spec in m["proxies"].items():  # remembered: the continuum's mixtures read them again on the same rows
+        # a learned proxy reads each prompt once for all of its candidates (share_prefixes; the same to float rounding)
         lms[p] = RememberedLM(
-            OracleLM.load(models[ORACLE]) if spec["model"] == ORACLE else load_trained(models[spec["model"]], device)[0]
+            OracleLM.load(models[ORACLE])
+            if spec["model"] == ORACLE
+            else load_trained(models[spec["model"]], device)[0],
+            share_prefixes=True,
         )
     cont = m.get("continuum") or {}
     oracle = next(lms[p] for p, s in m["proxies"].items() if s["model"] == ORACLE) if cont else None
