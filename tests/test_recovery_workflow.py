@@ -29,7 +29,9 @@ RUN = "runs/smoke"  # the smoke profile's run directory
 TARGET = f"{RUN}/results/models/ar/model.safetensors"
 CKPT = f"{RUN}/results/checkpoints/ar"
 SHORT = "train: {steps: 30, batch_size: 32, lr: 3.0e-3, warmup: 5, ema: 0.9, ckpt_every: 15, log_every: 10}"
-LONG = "train: {steps: 300, batch_size: 32, lr: 3.0e-3, warmup: 5, ema: 0.9, ckpt_every: 20, log_every: 500}"
+# a line every 10 steps: the orphan let go on in step 3 writes its next line (and so copies its log) within 10 steps
+# on any CPU (a progress bar's next refresh can be 200 steps away on a fast one, past the end)
+LONG = "train: {steps: 300, batch_size: 32, lr: 3.0e-3, warmup: 5, ema: 0.9, ckpt_every: 20, log_every: 10}"
 
 pytestmark = pytest.mark.slow
 
@@ -147,13 +149,14 @@ def test_kill_orphan_lock_resume_corrupt_and_config_change(references, tmp_path)
     )
     try:
         deadline = time.time() + 240
-        while last_step(wd) < 40 and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.02)
+        while last_step(wd) < 0 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.002)  # its first checkpoint (step 20): the training process is the one that writes it
+        (orphan,) = training_children(wd)
+        os.kill(orphan, signal.SIGSTOP)  # frozen before snakemake is killed, holding the checkpoint directory's lock
         assert 0 < last_step(wd) < 300, "training ended before it could be interrupted"
         proc.kill()
         proc.wait()
-        (orphan,) = training_children(wd)  # documented: killing snakemake leaves its job running
-        os.kill(orphan, signal.SIGSTOP)  # frozen, still holding the checkpoint directory's lock
+        assert training_children(wd) == [orphan]  # documented: killing snakemake leaves its job running
         # 2. snakemake's own lock: the README's --unlock
         r = smk(TARGET, cwd=wd, flow=flow)
         assert r.returncode != 0 and "--unlock" in r.stdout + r.stderr
