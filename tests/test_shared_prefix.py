@@ -84,7 +84,7 @@ def test_rotary_tables_of_each_rows_own_positions():
 
 def test_remembered_proxy_shares_prefixes_only_for_a_network():
     """The map's learned proxies (RememberedLM with share_prefixes): next-token scores within 1e-5 of the whole read;
-    a model with its own next-token scores (the oracle) keeps them."""
+    a model with its own next-token scores (the oracle), or one without unie's network, reads as before."""
     from unie.dllm.bridge import logits_next_token_logp
     from unie.dllm.oracle import RememberedLM
     from unie.methods.ar import ARModel
@@ -101,7 +101,13 @@ def test_remembered_proxy_shares_prefixes_only_for_a_network():
         def next_token_logp(self, x):
             return torch.zeros(x.shape[0], x.shape[1] - 1, dtype=torch.float64)
 
+    class HFLike:  # logits(x) only, no unie network
+        def logits(self, x):
+            return torch.zeros(*x.shape, 40)
+
     assert not RememberedLM(OwnScores(), share_prefixes=True).share_prefixes
+    assert not RememberedLM(HFLike(), share_prefixes=True).share_prefixes
+    assert RememberedLM(lm, share_prefixes=True).share_prefixes
 
 
 @pytest.mark.parametrize("min_saving", [0.0, 0.5])

@@ -150,11 +150,13 @@ class RememberedLM:
     """A causal LM whose ``logits`` remember the last few inputs (by their bytes): the map reads one proxy directly and
     inside each mixture of the continuum, on the same candidates, within an iteration.  ``share_prefixes``: its
     next-token scores read with each common prefix once (a prompt's candidates: :meth:`ARModel.logits
-    <unie.methods.ar.ARModel.logits>`; the same to float rounding), for a model whose ``logits`` take it."""
+    <unie.methods.ar.ARModel.logits>`; the same to float rounding), for an ARModel over unie's Transformer."""
 
     def __init__(self, lm, keep: int = 4, share_prefixes: bool = False):
         self.lm, self.keep, self._seen, self._tokens = lm, keep, {}, {}
-        self.share_prefixes = bool(share_prefixes) and not hasattr(lm, "next_token_logp")
+        # a model whose logits take share_prefixes: an ARModel over unie's Transformer (not the oracle, which has its
+        # own next-token scores, nor a Hugging Face model)
+        self.share_prefixes = bool(share_prefixes) and hasattr(getattr(lm, "net", None), "forward_shared")
         for name in ("tokenizer", "bos_id", "eos_id", "vocab_size", "device", "path"):
             if hasattr(lm, name):
                 setattr(self, name, getattr(lm, name))
