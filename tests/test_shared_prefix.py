@@ -22,7 +22,7 @@ def _rows(B=2, K=3, prompt=(14, 17), answer=(4, 7), single=True, seed=1):
         p = torch.randint(3, 40, (prompt[b % len(prompt)],), generator=g)
         for k in range(K):
             a = torch.randint(3, 40, (answer[0] + k,), generator=g)
-            a[0] = 3 + b * K + k  # candidates of one prompt part at the prompt's end
+            a[0] = 3 + b * K + k  # each candidate's first token its own: a prompt's candidates share the prompt only
             rows.append(torch.cat([p, a]))
             plen.append(len(p))
     if single:
@@ -112,7 +112,8 @@ def test_remembered_proxy_shares_prefixes_only_for_a_network():
 
 @pytest.mark.parametrize("min_saving", [0.0, 0.5])
 def test_the_saving_threshold_decides_whether_to_share(min_saving):
-    """``min_saving``: the plan is kept only when it computes at most ``1 - min_saving`` of the whole read's positions."""
+    """``min_saving``: the plan is kept only when it computes at most ``1 - min_saving`` of the whole read's
+    positions."""
     x, _ = _rows(prompt=(6, 6), answer=(8, 10), single=False)
     plan = prefix_groups(x, min_saving)
     N, W = x.shape

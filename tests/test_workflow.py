@@ -612,10 +612,10 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
 def test_map_target_is_outside_all_and_its_points_are_lm_eval_runs(smoke_run):
     """`snakemake table_app_map fig_app_map` (not part of `all`: the smoke run made none of its files): per backbone,
     the backbone and APD per proxy are lm-eval runs on the first `limit` items of each of the map's own tasks (more
-    items than Table 3's, Table 3's first; APD on the first `whole` only); per (draw, window) the window's candidate tree of the first `whole` items
-    gives the room (ceiling >= 0 >= floor) and one cell per rule x proxy (every proxy of the map and each mixture of the
-    continuum) with its paired change (on every item: the others read along the rules' paths), its judgement and its
-    share of the ceiling;
+    items than Table 3's, Table 3's first; APD on the first `whole` only); per (draw, window) the window's candidate
+    tree of the first `whole` items gives the room (ceiling >= 0 >= floor) and one cell per rule x proxy (every proxy
+    of the map and each mixture of the continuum) with its paired change (on every item: the others read along the
+    rules' paths), its judgement and its share of the ceiling;
     the oracle proxy is written from the test items; the table and figure read the points."""
     from unie.dllm.rows import map_tree_grid
 
