@@ -68,7 +68,9 @@ def test_gpu_smoke_dry_run_all(tmp_path):
     # bf16 on the GPU for every job that runs a model, the DLLM half's three trainings and its lm-eval runs included
     blocks = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?=^\[|\n\n|\Z)", r.stdout, re.S | re.M)
     runs_a_model = {"train", "ppl", "ppl_energy", "dllm_train", "dllm_eval", "timing"}
-    checked = [(n, b) for n, b in blocks if n in runs_a_model or n.startswith(("sample_", "dllm_eval_", "dllm_sweep"))]
+    checked = [
+        (n, b) for n, b in blocks if n in runs_a_model or n.startswith(("sample_", "dllm_eval_", "dllm_sweep_eval"))
+    ]
     assert {n for n, _ in checked} >= {"train", "dllm_train", "ppl"} and sum(n == "dllm_train" for n, _ in checked) == 3
     for name, block in checked:
         assert re.search(r"resources: .*\bprecision=bf16\b", block), (name, block)

@@ -692,7 +692,8 @@ def test_dry_run_all_with_slurm_profile(tmp_path):
     # every job's partition follows its GPU request (ppl_energy and the lm-eval runs included)
     blocks = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
     gpu_rules = {name for name, b in blocks if re.search(r"resources: .*\bgpu=1\b", b)}
-    assert {"train", "ppl", "ppl_energy", "sample", "timing", "dllm_eval", "dllm_sweep"} <= gpu_rules
+    assert {"train", "ppl", "ppl_energy", "sample", "timing", "dllm_eval", "dllm_sweep_eval"} <= gpu_rules
+    assert "dllm_sweep" not in gpu_rules  # the sweeps' tokens/s are their scored passes' (dllm.timing.source lm_eval)
     # every job that runs a model runs it in bf16 (config/paper.yaml's precision on its cuda device), the DLLM half's
     # lm-eval rows and sweeps included: each GPU job's resources show it (a CPU job's, fp32)
     for name, b in blocks:
@@ -770,7 +771,7 @@ def test_slurm_partitions_renamed_and_runtimes_capped_in_one_line(tmp_path):
     assert evals and all("slurm_partition=a100" in b and "gpu=2" in b for b in evals)
     assert downloads and all("slurm_partition=normal" in b for b in downloads)
     assert all(re.search(r"\bruntime=100\b", b) and "mem_mb=1000" in b for b in _job_blocks(out, "train"))
-    assert all(re.search(r"\bruntime=600\b", b) for b in _job_blocks(out, "dllm_sweep"))  # 2880 in paper.yaml, capped
+    assert all(re.search(r"\bruntime=600\b", b) for b in _job_blocks(out, "dllm_sweep_eval"))  # 2880 there, capped
     runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", out)]
     assert runtimes and max(runtimes) <= 600
 
@@ -836,7 +837,7 @@ def test_one_gpu_request_form_downloads_on_a_transfer_partition(tmp_path):
     )
     blocks = re.findall(r"^(localrule|rule) (\w+):\n(.*?)(?:\n\n|\Z)", out, re.S | re.M)
     gpu_jobs = [(n, b) for kind, n, b in blocks if "slurm_partition=gpu" in b]
-    assert {"train", "ppl", "sample", "dllm_eval", "dllm_sweep"} <= {n for n, _ in gpu_jobs}
+    assert {"train", "ppl", "sample", "dllm_eval", "dllm_sweep_eval"} <= {n for n, _ in gpu_jobs}
     for name, b in gpu_jobs:
         line = _sbatch(b, cfg["threads"])
         n = int(re.search(r"\bgpus=(\d+)", b).group(1))

@@ -47,7 +47,7 @@ TIMING_KEYS = re.compile(
     r"start_time|end_time|total_evaluation_time_seconds|"
     # the checks of a timing (unie.eval.timing): its spread, CPU/wall, seconds per call, the
     # flags they raise and the reruns they cause, and the timed passes of a sweep point
-    r"seconds_min|seconds_max|seconds_per_call|seconds_per_call_lmeval|spread|cpu_seconds_all|"
+    r"seconds_min|seconds_max|seconds_per_call|seconds_per_call_lmeval|spread|cpu_seconds|cpu_seconds_all|"
     r"cpu_ratio|cpu_checked|flags|earlier_flags|trusted|timing_trusted|attempts|tokens_per_s_all|"
     r"tokens_per_s_lmeval|"
     # a sweep point's timing against its lm-eval pass: that pass's threads (one core locally, the job's CPUs under

@@ -163,6 +163,7 @@ def test_a_sweeps_timing_started_again_keeps_its_timed_points_and_writes_the_poi
     from unie.core.integrity import DamagedFileError
 
     runs, evaluate, time_point, calls, timed, dllm, inputs = _stand_ins(monkeypatch, tmp_path)
+    dllm = {**dllm, "timing": {"source": "timed"}}
     quiet = dict(log=lambda m: None)
     out = tmp_path / "sweep"
     evaluated = runs.evaluate_sweep("fig4", dllm, inputs, out, "cpu", evaluate, **quiet)
@@ -193,6 +194,61 @@ def test_a_sweeps_timing_started_again_keeps_its_timed_points_and_writes_the_poi
     runs.evaluate_sweep("fig4", {**dllm, "batch_size": 4}, inputs, out, "cpu", evaluate, **quiet)
     runs.time_sweep("fig4", {**dllm, "batch_size": 4}, inputs, out, "cpu", **quiet)
     assert calls == timed == ["c__k_1", "c__k_2", "c__k_3"]
+
+
+def test_the_default_source_takes_each_scored_passs_own_throughput_and_checks_its_cpu(tmp_path, monkeypatch):
+    """dllm.timing.source lm_eval (the default): points.json holds each point's lm-eval pass's tokens/s, nothing is
+    timed again, the pass's CPU / wall is checked against its threads (a starved pass is flagged, a pass without a
+    recorded CPU time is not CPU-checked), a damaged throughput.json still stops the job naming the rule that remakes
+    it, and the plan holds no core for it; an unknown source is refused."""
+    import json
+
+    from unie.config.dllm_plan import DllmPlan
+    from unie.config.profile import resolve_config
+    from unie.core.integrity import DamagedFileError
+
+    import torch
+
+    runs, evaluate, _, _, timed, dllm, inputs = _stand_ins(monkeypatch, tmp_path)
+    quiet = dict(log=lambda m: None)
+    out = tmp_path / "sweep"
+    threads = torch.get_num_threads()  # what the lm-eval job records as its passes' threads
+    cpu = {"c__k_1": None, "c__k_2": 0.9 * threads, "c__k_3": 0.2 * threads}  # CPU-s over the pass's 1.0 s
+
+    def evaluate_cpu(args, tasks, include, point_dir, batch_size, **kw):  # as the adapter records a pass's CPU
+        result = evaluate(args, tasks, include, point_dir, batch_size, **kw)
+        tp, c = point_dir / "throughput.json", cpu[args["name"]]
+        if c is not None:
+            tp.write_text(json.dumps({**json.loads(tp.read_text()), "cpu_seconds": c}))
+        return result
+
+    runs.evaluate_sweep("fig4", dllm, inputs, out, "cpu", evaluate_cpu, **quiet)
+    assert json.loads((out / runs.LMEVAL_RECORD).read_text())["threads"] == threads
+    records = runs.time_sweep("fig4", dllm, inputs, out, "cpu", **quiet)
+    assert timed == [] and [r["tokens_per_s"] for r in records] == [8.0, 8.0, 8.0]
+    assert [r["timing"]["source"] for r in records] == ["lm_eval"] * 3
+    assert [r["timing"]["cpu_checked"] for r in records] == [False, True, True]
+    assert [r["flags"] for r in records] == [[], [], ["cpu_starved"]] and [r["trusted"] for r in records] == [
+        True,
+        True,
+        False,
+    ]
+    assert records[1]["timing"]["cpu_ratio"] == pytest.approx(0.9 * threads)
+    points = json.loads((out / "points.json").read_text())
+    assert points["timing"]["source"] == "lm_eval" and not points["trusted"]
+    damaged = out / "c__k_2" / "throughput.json"
+    damaged.write_text(damaged.read_text().replace('"nfe": 4', '"nfe": 5'))
+    with pytest.raises(DamagedFileError, match=r"c__k_2/throughput.json.*rule dllm_sweep_eval"):
+        runs.time_sweep("fig4", dllm, inputs, out, "cpu", **quiet)
+    with pytest.raises(ValueError, match="dllm.timing.source 'median'"):
+        runs.SweepTiming.from_config({"source": "median"})
+    # the plan's rule settings follow the dataclass's default: no core held unless the profile says timed
+    for profile in ("config.yaml", "smoke.yaml", "paper.yaml"):
+        config = resolve_config([Path(__file__).parents[1] / "config" / profile])
+        plan = DllmPlan(config, "runs/x")
+        assert plan.sweeps_timed == runs.SweepTiming.from_config(config["dllm"].get("timing")).timed is False
+    config["dllm"]["timing"] = {"source": "timed"}
+    assert DllmPlan(config, "runs/x").sweeps_timed
 
 
 def test_a_sweep_point_compares_seconds_per_call_with_its_lm_eval_pass_on_the_same_threads(monkeypatch):

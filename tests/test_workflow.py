@@ -576,8 +576,8 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
         pts = json.loads((d / "points.json").read_text())
         want = [(c, k, v) for c, spec in curves.items() for k, vs in spec["vary"].items() for v in vs]
         assert [(p["curve"], p["key"], p["value"]) for p in pts["points"]] == want
-        # two jobs: the lm-eval runs (rule dllm_sweep_eval, on `threads` beside other jobs), then their timing (rule
-        # dllm_sweep, every core): points.json keeps each lm-eval record as it was written
+        # two jobs: the lm-eval runs (rule dllm_sweep_eval, on `threads` beside other jobs), then their throughput (rule
+        # dllm_sweep): points.json keeps each lm-eval record as it was written
         lm = json.loads((d / "lmeval.json").read_text())
         assert lm["made_by"] == "dllm_sweep_eval" and pts["made_by"] == "dllm_sweep" and lm["threads"] == 1
         assert [{k: p[k] for k in e} for e, p in zip(lm["points"], pts["points"])] == lm["points"]
@@ -594,12 +594,18 @@ def test_sweeps_fig4_and_kw_tables_are_lm_eval_values(smoke_run):
             assert tp["warmup_excluded"] and tp["batch_size"] == cfg["batch_size"] and tp["requests"] == 8
             assert tp["decoder"] == p["point"]
             assert p["tokens_per_s_lmeval"] == tp["tokens_per_s"] > 0  # the adapter's single pass, kept
-            # the plotted throughput: the median of repeated timed passes after a warm-up, with its checks
-            assert p["tokens_per_s"] == sorted(p["timing"]["tokens_per_s_all"])[1] > 0
-            assert len(p["timing"]["seconds_all"]) == 3 and isinstance(p["trusted"], bool)
+            # the plotted throughput (dllm.timing.source lm_eval, the default): that scored pass's, with the CPU check
+            # of its own process CPU time over the same stretches (one thread, beside one other job at most)
+            assert p["tokens_per_s"] == tp["tokens_per_s"] and p["timing"]["source"] == "lm_eval"
+            assert p["timing"]["cpu_checked"] and p["timing"]["cpu_seconds"] == tp["cpu_seconds"] > 0
+            assert p["timing"]["cpu_ratio"] == pytest.approx(tp["cpu_seconds"] / tp["seconds"])
+            assert p["timing"]["threads"] == 1 and isinstance(p["trusted"], bool)
+        assert pts["timing"]["source"] == "lm_eval" and not list(d.glob("*/timing.json"))  # nothing timed again
     fig4 = pd.read_csv(smoke_run / OUT / "results" / "figures" / "fig4_dllm_tradeoff.csv")
     assert set(fig4.curve) == set(cfg["sweeps"]["sets"]["fig4"])
     assert (smoke_run / OUT / "results" / "figures" / "fig4_dllm_tradeoff.png").stat().st_size > 0
+    tex = (smoke_run / OUT / "results" / "tables" / "table_app_k.tex").read_text()
+    assert "Tokens/s: the scored lm-eval pass on 1 thread." in tex  # each caption says where its tokens/s come from
     for sweep, key in (("app_k", "K"), ("app_w", "w")):
         t = pd.read_csv(smoke_run / OUT / "results" / "tables" / f"table_{sweep}.csv")
         assert list(t.option.unique()) == [key] and list(t.column.unique()) == ["Accuracy"]

@@ -13,8 +13,9 @@ Jobs (config ``dllm.eval_job``, :class:`unie.config.settings.WorkflowSettings`):
   the backbone row before the rows compared with it.
 
 A row's files are the same either way.  A sweep is two jobs in both: its lm-eval runs, every point in one process on
-the configured threads beside other jobs (rule ``dllm_sweep_eval``: ``lmeval.json``), then their throughput, timed by
-a job that holds every core (rule ``dllm_sweep``: ``points.json``).  Each job gets only the ``dllm`` keys it reads
+the configured threads beside other jobs (rule ``dllm_sweep_eval``: ``lmeval.json``), then their throughput (rule
+``dllm_sweep``: ``points.json``): each scored pass's own, or, with ``dllm.timing.source: timed``, timed again by a job
+that holds every core (:attr:`DllmPlan.sweeps_timed`).  Each job gets only the ``dllm`` keys it reads
 (``*_KEYS``; a sweep's job only its own set of ``dllm.sweeps.sets``), so that a change to another row's, another
 sweep's or a model's settings reruns nothing of it.
 """
@@ -180,6 +181,13 @@ class DllmPlan:
         d = {"tasks": self.task_data, **{k: self.dllm.get(k) for k in (TIMING_KEYS if timed else SWEEP_KEYS)}}
         d["sweeps"] = {**d["sweeps"], "sets": {sweep: d["sweeps"]["sets"][sweep]}}
         return d
+
+    @property
+    def sweeps_timed(self) -> bool:
+        """Whether rule dllm_sweep times the points again holding every core (``dllm.timing.source: timed``) or takes
+        the scored lm-eval pass's own tokens/s, on one core (the default, ``unie.pipeline.dllm_runs.SweepTiming``,
+        whose ``source`` defaults to ``lm_eval``; a test checks the two agree)."""
+        return (self.dllm.get("timing") or {}).get("source") == "timed"
 
     def sweep_caption(self, sweep: str) -> str:
         """The caption of an appendix k/w table: what is fixed and what varies."""

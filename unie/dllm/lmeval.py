@@ -241,7 +241,7 @@ class UnieLM(LM):
         self.decoder = decoder
         self.throughput_path = None if throughput_path in (None, "") else Path(throughput_path)
         self._rank, self._world_size, self._device = rank, world_size, device  # the properties are read-only
-        self.stats = {"requests": 0, "generated_tokens": 0, "nfe": 0, "seconds": 0.0}
+        self.stats = {"requests": 0, "generated_tokens": 0, "nfe": 0, "seconds": 0.0, "cpu_seconds": 0.0}
         self._warmed_up = False
         self._world_seconds, self._rank_stats = 0.0, []  # rank 0 of several: see throughput()
         self._warned: set[str] = set()
@@ -387,9 +387,10 @@ class UnieLM(LM):
                 if not self._warmed_up:  # untimed, discarded: loading/compilation/allocator warm-up
                     self.decoder.generate(prompts, max_new, **extra)
                     self._warmed_up = True
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 texts, counters = self.decoder.generate(prompts, max_new, **extra)
                 self.stats["seconds"] += time.perf_counter() - t0
+                self.stats["cpu_seconds"] += time.process_time() - c0  # the process's CPU over the same stretches
                 if len(texts) != len(prompts):
                     raise ValueError(
                         f"decoder {self.decoder.name!r} returned {len(texts)} completions for {len(prompts)} prompts"
@@ -442,11 +443,15 @@ class UnieLM(LM):
             s["seconds"] = self._world_seconds
             extra = {"world_size": self.world_size, "ranks": self._rank_stats}
         secs = s["seconds"]
+        # the process CPU time of the timed generation (all its threads), beside its wall-clock ``seconds``: a pass
+        # that shared its cores shows less CPU than wall x threads (unie.eval.timing); one process's only
+        cpu = s.get("cpu_seconds") if not extra else None
         return {
             "requests": s["requests"],
             "generated_tokens": s["generated_tokens"],
             "nfe": s["nfe"],
             "seconds": secs,
+            "cpu_seconds": cpu,
             "tokens_per_s": s["generated_tokens"] / secs if secs > 0 else None,
             "requests_per_s": s["requests"] / secs if secs > 0 else None,
             "batch_size": self.batch_size,

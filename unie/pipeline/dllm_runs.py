@@ -42,7 +42,7 @@ from ..data.tasks import task_vocabulary
 from ..data.tokenizer import bpe_tokenizer, load_tokenizer, word_tokenizer
 from ..dllm.backbone import DEFAULT_MAX_GEN_TOKS
 from ..dllm.rows import row_model_args, sweep_points
-from ..eval.timing import TimingChecks, describe, time_passes
+from ..eval.timing import TimingChecks, describe, summarise, time_passes
 from ..models.checkpoint import CheckpointError, load_model, save_model
 from .damage import identities
 from .model_files import build_method, fresh_network, init_fingerprint, model_config
@@ -382,20 +382,37 @@ def run_rows(
 
 
 # ---------------------------------------------------------------------- sweeps (Figure 4, appendix k/w tables)
+SWEEP_SOURCES = ("lm_eval", "timed")
+
+
 @dataclass(frozen=True)
 class SweepTiming:
-    """How a sweep point's throughput is timed, after its lm-eval run (:func:`time_sweep_point`): ``repeats``
-    timed passes over the first ``batches`` batches of the task's prompts, batched as the lm-eval pass batches
-    them (None, the default: every prompt, so that a pass makes the model calls of lm-eval's pass; prompts are
-    batched by length, and the first batches alone would be the shortest prompts), after ``warmup`` untimed
-    batches; tokens/s is the median over the passes.  ``checks``: when a
-    timing is flagged (:class:`~unie.eval.timing.TimingChecks`; a flagged one is measured again up to
-    ``checks.reruns`` times)."""
+    """Where a sweep point's throughput comes from (``source``) and how it is checked.
 
+    ``lm_eval`` (the default): the scored lm-eval pass's own (its ``throughput.json``: every prompt once, the first
+    batch generated untimed before, model loading excluded; the paper's protocol is one pass too), checked for CPU
+    starvation by the process CPU time of that pass (:func:`lmeval_pass_timing`).  ``timed``: measured again after
+    the lm-eval run in a job that holds every core (:func:`time_sweep_point`): ``repeats`` timed passes over the
+    first ``batches`` batches of the task's prompts, batched as the lm-eval pass batches them (None: every prompt,
+    so that a pass makes the model calls of lm-eval's pass; prompts are batched by length, and the first batches
+    alone would be the shortest prompts), after ``warmup`` untimed batches; tokens/s is the median over the passes.
+    ``checks``: when a timing is flagged (:class:`~unie.eval.timing.TimingChecks`; a flagged timed one is measured
+    again up to ``checks.reruns`` times)."""
+
+    source: str = "lm_eval"
     repeats: int = 3
     warmup: int = 1
     batches: int | None = None
     checks: TimingChecks = TimingChecks()
+
+    def __post_init__(self):
+        if self.source not in SWEEP_SOURCES:
+            raise ValueError(f"dllm.timing.source {self.source!r}: one of {', '.join(SWEEP_SOURCES)}")
+
+    @property
+    def timed(self) -> bool:
+        """Whether the points are timed again in a job of their own that holds every core (rule dllm_sweep)."""
+        return self.source == "timed"
 
     @classmethod
     def from_config(cls, d: dict | None) -> SweepTiming:
@@ -463,6 +480,31 @@ def time_sweep_point(
         out["flags"] = out["flags"] + ["seconds_per_call"]
         out["trusted"] = False
     return out
+
+
+def lmeval_pass_timing(tp: dict, threads: int | None, device: str, checks: TimingChecks) -> dict:
+    """A sweep point's throughput from its scored lm-eval pass (``tp``: its ``throughput.json``), with the checks one
+    pass allows (:func:`~unie.eval.timing.summarise` of that single stretch: CPU starvation on a CPU; no spread, one
+    pass).  ``threads``: the torch threads the pass ran on (the lm-eval job's).  A ``throughput.json`` without
+    ``cpu_seconds`` (written before it was recorded, or several ranks) is not CPU-checked (``cpu_checked``:
+    false)."""
+    seconds, cpu = tp.get("seconds"), tp.get("cpu_seconds")
+    threads = threads or 1
+    if seconds and cpu is not None:
+        out = summarise([seconds], [cpu], threads=threads, device=device, nfe=tp.get("nfe"), checks=checks)
+    else:
+        out = {"cpu_ratio": None, "cpu_checked": False, "threads": threads, "flags": [], "trusted": True}
+        out["seconds_per_call"] = seconds / tp["nfe"] if seconds and tp.get("nfe") else None
+    return {
+        "source": "lm_eval",
+        "tokens_per_s": tp.get("tokens_per_s"),
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "generated_tokens": tp.get("generated_tokens"),
+        "requests": tp.get("requests"),
+        "nfe": tp.get("nfe"),
+        **{k: out[k] for k in ("cpu_ratio", "cpu_checked", "threads", "seconds_per_call", "flags", "trusted")},
+    }
 
 
 def resume_stamp(inputs: dict) -> str:
@@ -626,16 +668,18 @@ def time_sweep(
     sweep: str, dllm: dict, inputs: dict, out_dir, device: str, log=print, precision: str = "fp32"
 ) -> list[dict]:
     """Rule dllm_sweep: the throughput of every point of ``sweep`` whose lm-eval run :func:`evaluate_sweep` recorded in
-    ``out_dir`` (:data:`LMEVAL_RECORD`; the point's ``throughput.json`` and samples checked against it), timed in
-    this job, which holds every core on a CPU, ``dllm.timing`` (:class:`SweepTiming`, :func:`time_sweep_point`): a
-    point's ``tokens_per_s`` is the median of ``repeats`` timed passes after a warm-up, checked and flagged like every
-    timing (``flags``, ``trusted``, the details under ``timing``); the adapter's own figures are kept as
-    ``tokens_per_s_lmeval`` and ``seconds`` (its timed generation, all prompts).  Writes ``points.json`` (one record
-    per point: accuracy and its s.e. from lm-eval, tokens/s, NFE) under ``out_dir``; returns the records.
+    ``out_dir`` (:data:`LMEVAL_RECORD`; the point's ``throughput.json`` and samples checked against it), by
+    ``dllm.timing`` (:class:`SweepTiming`).  Its ``source`` ``lm_eval``: the scored pass's own tokens/s, CPU-checked
+    (:func:`lmeval_pass_timing`; nothing is run, one core).  ``timed``: timed again in this job, which then holds
+    every core on a CPU (:func:`time_sweep_point`): a point's ``tokens_per_s`` is the median of ``repeats`` timed
+    passes after a warm-up.  Either way checked and flagged like every timing (``flags``, ``trusted``, the details
+    under ``timing``); the adapter's own figures are kept as ``tokens_per_s_lmeval`` and ``seconds`` (its timed
+    generation, all prompts).  Writes ``points.json`` (one record per point: accuracy and its s.e. from lm-eval,
+    tokens/s, NFE) under ``out_dir``; returns the records.
 
-    Resumable point by point as :func:`evaluate_sweep`: a point's timing is kept in ``{point}/timing.json`` with what
-    it was made from (the point's lm-eval record, the timing settings, :func:`resume_stamp`) and reused by a job
-    started again while that still holds."""
+    Resumable point by point as :func:`evaluate_sweep`: a timed point's timing is kept in ``{point}/timing.json``
+    with what it was made from (the point's lm-eval record, the timing settings, :func:`resume_stamp`) and reused by
+    a job started again while that still holds."""
     from ..core.integrity import fix_by_rerun, records_of, verify_file
 
     out_dir = Path(out_dir)
@@ -651,21 +695,24 @@ def time_sweep(
         made_with = json.dumps(
             {"record": ev, "timing": dataclasses.asdict(timing), "stamp": stamp}, sort_keys=True, default=str
         )
-        timed = _kept_point(point_dir / TIMED, made_with)
+        timed = _kept_point(point_dir / TIMED, made_with) if timing.timed else None
         if timed is not None:
             log(f"{sweep} {ev['point']}: timing kept from an earlier attempt of this job")
         else:
-            args = _point_args(points[ev["point"]], dllm, inputs, device, precision)
             samples = next(point_dir.rglob(f"samples_{evaluated['task']}_*.jsonl"))
             for path in (point_dir / "throughput.json", samples):
                 record = vouched.get(os.path.normpath(path))
                 if record is not None:
                     verify_file(path, record, fix)
             tp = json.loads((point_dir / "throughput.json").read_text())
-            timed = time_sweep_point(
-                args, samples, evaluated["batch_size"], timing, tp, log=log, lmeval_threads=evaluated.get("threads")
-            )
-            atomic_write_text(point_dir / TIMED, json.dumps({"made_with": made_with, "record": timed}))
+            if timing.timed:
+                args = _point_args(points[ev["point"]], dllm, inputs, device, precision)
+                timed = time_sweep_point(
+                    args, samples, evaluated["batch_size"], timing, tp, log=log, lmeval_threads=evaluated.get("threads")
+                )
+                atomic_write_text(point_dir / TIMED, json.dumps({"made_with": made_with, "record": timed}))
+            else:  # the scored pass's own tokens/s: nothing is run
+                timed = lmeval_pass_timing(tp, evaluated.get("threads"), device, timing.checks)
         records.append(
             {
                 **{k: ev[k] for k in _POINT_HEAD},
@@ -676,10 +723,16 @@ def time_sweep(
                 "timing": timed,
             }
         )
+        how = (
+            f"median of {timing.repeats} passes; spread {timed['spread']:.2f}; lm-eval's pass "
+            f"{ev['tokens_per_s_lmeval'] or 0:.0f}"
+            if timing.timed
+            else f"the scored lm-eval pass on {timed['threads']} thread(s), CPU/wall "
+            + (f"{timed['cpu_ratio']:.2f}" if timed["cpu_ratio"] is not None else "not recorded")
+        )
         log(
-            f"{sweep} {ev['point']}: accuracy {ev['accuracy']:.1f} ± {ev['stderr']:.1f}, {timed['tokens_per_s']:.0f} "
-            f"tokens/s (median of {timing.repeats} passes; spread {timed['spread']:.2f}; lm-eval's pass "
-            f"{ev['tokens_per_s_lmeval'] or 0:.0f}), NFE {ev['nfe']}"
+            f"{sweep} {ev['point']}: accuracy {ev['accuracy']:.1f} ± {ev['stderr']:.1f}, "
+            f"{timed['tokens_per_s'] or 0:.0f} tokens/s ({how}), NFE {ev['nfe']}"
         )
         if not timed["trusted"]:
             log(f"WARNING: {sweep} {ev['point']}: {describe(timed)}")

@@ -713,6 +713,8 @@ def fig4_tradeoff(sweep: dict):
 
     import matplotlib.pyplot as plt
 
+    from .tables import throughput_source
+
     df = pd.DataFrame(sweep["points"])
     df = df.drop(columns=["timing", "flags"], errors="ignore")  # the details stay in points.json
     df["trusted"] = df["trusted"].fillna(True).astype(bool) if "trusted" in df else True  # older sweeps: no checks
@@ -750,8 +752,8 @@ def fig4_tradeoff(sweep: dict):
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     ax.set_title(
-        f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded;\n"
-        f"{ERROR_BARS} (lm-eval); point labels: the varied knob's value",
+        f"accuracy vs throughput: batch {sweep['batch_size']}, warm-up and loading excluded, {throughput_source(sweep)};"
+        f"\n{ERROR_BARS} (lm-eval); point labels: the varied knob's value",
         fontsize=9,
     )
     if not df.trusted.all():

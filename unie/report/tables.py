@@ -678,6 +678,17 @@ def _delta(d: float) -> str:
     return rf"\textcolor{{{colour}}}{{({d:+.1f})}}"
 
 
+def throughput_source(sweep: dict) -> str:
+    """Where a sweep's tokens/s come from (its ``points.json``'s ``timing.source``; a file written before the key
+    existed was timed): the scored lm-eval pass on its threads, or the median of the timed passes."""
+    timing = sweep.get("timing") or {}
+    if timing.get("source", "timed") == "timed":
+        return f"median of {timing.get('repeats', 3)} timed passes"
+    threads = sorted({p["timing"].get("threads") for p in sweep["points"] if p.get("timing", {}).get("threads")})
+    on = f" on {'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''}" if threads else ""
+    return f"the scored lm-eval pass{on}"
+
+
 def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
     """An appendix k/w table: one row per value of the varied option (``points.json`` of rule ``dllm_sweep``):
     accuracy (± its s.e. from lm-eval) and throughput.  The CSV is long like Table 3's (``row`` = ``k=2``, the
@@ -699,7 +710,11 @@ def sweep_table(sweep: dict, caption: str) -> tuple[str, pd.DataFrame]:
             "option_value": pts.value,
         }
     )
-    caption = caption.replace("_", "\\_") + r" The best accuracy is in \textbf{bold}."
+    caption = (
+        caption.replace("_", "\\_")
+        + f" Tokens/s: {throughput_source(sweep)}."
+        + r" The best accuracy is in \textbf{bold}."
+    )
     task = sweep["task"].replace("_", chr(92) + "_")
     cells = pd.DataFrame(
         {

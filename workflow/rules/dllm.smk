@@ -170,8 +170,9 @@ for _group, _rows in PLAN.eval_groups.items():
 
 
 # Figure 4 and the appendix k/w tables, two jobs a sweep: its lm-eval runs (one per point, all in one job beside other
-# jobs: rule dllm_sweep_eval, the points' files beside lmeval.json), then their throughput, timed by a job that holds
-# every core (rule dllm_sweep: held_cores(); points.json, which the tables and Figure 4 read)
+# jobs: rule dllm_sweep_eval, the points' files beside lmeval.json), then their throughput (rule dllm_sweep:
+# points.json, which the tables and Figure 4 read): each scored pass's own (dllm.timing.source lm_eval, the default:
+# one core, nothing run) or timed again by a job that holds every core (timed: held_cores(), a GPU in the paper profile)
 rule dllm_sweep_eval:
     input:
         unpack(lambda wc: PLAN.sweep_inputs(wc.sweep)),
@@ -202,9 +203,13 @@ rule dllm_sweep:
         run_path("logs/dllm/sweep_{sweep}.log"),
     wildcard_constraints:
         sweep="|".join(PLAN.sweeps) or "(?!)",
-    threads: held_cores()
+    threads: held_cores() if PLAN.sweeps_timed else 1
     resources:
-        **rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False),
+        **(
+            rule_resources("dllm_sweep", 4000, 120, gpu=True, gpu_cpus=False)
+            if PLAN.sweeps_timed
+            else rule_resources("dllm_sweep_points", 1000, 10)
+        ),
     params:
         **JOB,
         inputs=lambda wc: PLAN.sweep_inputs(wc.sweep),

@@ -1,5 +1,6 @@
-"""Rule dllm_sweep: the throughput of one sweep's points (Figure 4, appendix k/w tables), timed holding every core
-after their lm-eval runs (rule dllm_sweep_eval); the sweep's points.json (unie.pipeline.dllm_runs.time_sweep)."""
+"""Rule dllm_sweep: the throughput of one sweep's points (Figure 4, appendix k/w tables) after their lm-eval runs (rule
+dllm_sweep_eval): each scored pass's own, or timed again holding every core (dllm.timing.source); the sweep's
+points.json (unie.pipeline.dllm_runs.time_sweep)."""
 
 from unie.pipeline.rule import job, job_precision
 
