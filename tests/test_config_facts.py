@@ -245,6 +245,7 @@ def _code_constants() -> dict[str, tuple[str, object]]:
     from unie.models.hf import STYLES
     from unie.models.released import SOURCES
     from unie.models.standins import FORMATS
+    from unie.pipeline.dllm_runs import SWEEP_SOURCES
 
     import unie.energy.energies  # noqa: F401 - registers the energies
 
@@ -271,6 +272,7 @@ def _code_constants() -> dict[str, tuple[str, object]]:
         "genppl.evaluators.*.dtype": ("equal", _literal(EvaluatorSettings, "dtype")),
         "dllm.tasks.source": ("equal", _literal(LmEvalSettings, "task_source")),
         "cluster.gpu_request": ("equal", _literal(ClusterSettings, "gpu_request")),
+        "dllm.timing.source": ("equal", SWEEP_SOURCES),
     }
     return out
 
