@@ -33,7 +33,7 @@ from .settings import WorkflowSettings
 DATA_KEYS = ("pretrain_texts", "bpe_vocab_size", "decoding", "sft_length")  # and the tasks (less `average`)
 EVAL_KEYS = ("tasks", "decoding", "energy", "batch_size", "include_default_tasks", "limit", "seed")
 SWEEP_KEYS = ("decoding", "energy", "batch_size", "include_default_tasks", "limit", "seed", "sweeps")  # + tasks
-TIMING_KEYS = (*SWEEP_KEYS, "timing")  # the timed job's: a change to dllm.timing reruns no lm-eval
+TIMING_KEYS = (*SWEEP_KEYS, "timing")  # rule dllm_sweep's: a change to dllm.timing reruns no lm-eval
 ROOM_KEYS = ("tasks", "decoding", "energy", "batch_size", "seed", "room")
 MAP_KEYS = ("decoding", "energy", "batch_size", "seed", "map", "models")
 
